@@ -1,0 +1,51 @@
+# Thin wrappers; .ci/run calls `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# Pinned: an unpinned torch pulls a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := podman docker-registry
+
+.PHONY: setup setup-dev system-deps demo test bench lint clean
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.trainer: pyproject.toml | $(PY)
+	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer]"
+	touch $@
+
+$(VENV)/.dev: pyproject.toml $(VENV)/.trainer
+	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer,dev]"
+	touch $@
+
+setup: $(VENV)/.trainer
+
+setup-dev: $(VENV)/.dev
+
+# The local test services (TEST-STACK.md): podman's Docker API and a registry.
+system-deps:
+	@missing=""; for bin in podman docker-registry; do \
+	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/bin/$$bin ] || missing="$$missing $$bin"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+
+demo: setup
+	$(PY) commands/deploy_training_job.py --target local --job_name demo
+
+test: system-deps setup-dev
+	$(PY) -m pytest
+
+bench: setup-dev
+	$(PY) benchmarks/mcp_cold_start.py
+	$(PY) benchmarks/demo_wall_time.py
+
+lint: setup-dev
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,52 @@
+"""cancel_training_job: stop a running training job (needs confirm=True)."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from typing import Annotated
+
+from pydantic import Field
+
+from skills.shared.errors import ToolFailure
+from skills.shared.progress import Progress
+from skills.shared.tooling import tool
+from skills.training_job_deployer.job_spec import JobName, RunsDirParam, Target
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets import get_target
+
+
+@tool(read_only=False, destructive=True, idempotent=True)
+def cancel_training_job(
+    *,
+    job_name: JobName,
+    target: Target = "local",
+    runs_dir: RunsDirParam = "runs",
+    confirm: Annotated[
+        bool, Field(description="Must be true: cancelling stops training (checkpoints stay).")
+    ] = False,
+    progress: Progress | None = None,
+) -> JobState:
+    """Stop a running training job: SIGTERM to every rank, SIGKILL after 30 s.
+
+    Destructive, so it needs confirm=true. Cancelling a job that already ended
+    changes nothing and reports its final state.
+    """
+    if not confirm:
+        raise ToolFailure(
+            "confirmation_required",
+            f"Cancelling {job_name!r} stops its training.",
+            "Call again with confirm=true (CLI: --confirm) if that is what you want.",
+        )
+    return get_target(target, runs_dir).cancel(job_name)
+
+
+def main() -> None:
+    from skills.shared.cli import run_cli
+
+    raise SystemExit(run_cli(cancel_training_job))
+
+
+if __name__ == "__main__":
+    main()

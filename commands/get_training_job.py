@@ -1,0 +1,39 @@
+"""get_training_job: a job's status, progress and metrics; optionally follow it."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from skills.shared.progress import Progress
+from skills.shared.tooling import tool
+from skills.training_job_deployer.job_spec import JobName, RunsDirParam, Target, WaitSeconds
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets import get_target
+
+
+@tool(read_only=True, idempotent=True)
+def get_training_job(
+    *,
+    job_name: JobName,
+    target: Target = "local",
+    runs_dir: RunsDirParam = "runs",
+    wait_seconds: WaitSeconds = 0,
+    progress: Progress | None = None,
+) -> JobState:
+    """Report a training job's status: steps done, first and last loss, tokens/s.
+
+    wait_seconds > 0 follows the job (streaming progress) until it ends or the
+    time passes. A failed job carries the trainer's error line and the log tail.
+    """
+    return get_target(target, runs_dir).follow(job_name, progress, wait_seconds)
+
+
+def main() -> None:
+    from skills.shared.cli import run_cli
+
+    raise SystemExit(run_cli(get_training_job))
+
+
+if __name__ == "__main__":
+    main()

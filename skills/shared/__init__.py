@@ -1,0 +1,1 @@
+"""What every tool shares: errors, results, progress, clients and the tool contract."""

@@ -1,0 +1,26 @@
+"""Base for every tool's result: a pydantic model that serializes to JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ToolResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        """What a person sees in the CLI; results override this to pick and order fields."""
+        return [
+            (name, value)
+            for name, value in self.model_dump(mode="json").items()
+            if value is not None and not isinstance(value, (dict, list))
+        ]
+
+    def cli_exit_status(self) -> int:
+        """The CLI's exit status for this result (a failed job is not a success)."""
+        return 0

@@ -1,0 +1,1 @@
+"""JobSpec -> launch plan on a target (local torchrun now), submit, monitor, logs, cancel."""

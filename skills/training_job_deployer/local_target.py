@@ -1,0 +1,319 @@
+"""The local target: torchrun on this host. plan -> submit -> describe -> logs -> cancel.
+
+Each job lives in `<runs_dir>/<job_name>/`: `job.json` (pid, argv, log path, exit
+code), `logs/attempt-N.log` (torchrun's stdout+stderr) and the trainer's output.
+The job runs in its own process session, so an agent's call can return while it
+trains and a later call (or another process) can follow, describe or cancel it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from skills.shared.errors import ToolFailure
+from skills.shared.progress import Progress
+from skills.shared.secrets import redact
+from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer.models import TERMINAL, JobState, LaunchPlan
+from skills.training_job_deployer.trainer_log import RunMetrics, parse_events
+
+RECORD = "job.json"
+POLL_S = 0.25
+LOG_TAIL_LINES = 40
+
+# Processes started by this Python process, so their exit codes can be collected.
+_children: dict[str, subprocess.Popen[bytes]] = {}
+
+
+def _pid_running(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    if Path("/proc/self/stat").exists():
+        try:
+            # The state letter follows the parenthesised command name.
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _threads_per_process(nproc: int) -> int:
+    return max(1, (os.cpu_count() or 1) // nproc)
+
+
+class LocalTarget:
+    name = "local"
+
+    def __init__(self, runs_dir: str | Path = "runs") -> None:
+        self.runs_dir = Path(runs_dir).resolve()
+
+    def run_dir(self, job_name: str) -> Path:
+        return self.runs_dir / job_name
+
+    # plan ------------------------------------------------------------------
+
+    def plan(self, spec: JobSpec) -> LaunchPlan:
+        if spec.num_nodes != 1:
+            raise ToolFailure(
+                "unsupported_for_target",
+                f"The local target runs on one node; num_nodes={spec.num_nodes} was asked for.",
+                "Use num_nodes=1 locally (gpu_per_node sets the process count), or a cluster "
+                "target for several nodes.",
+            )
+        run_dir = self.run_dir(spec.job_name)
+        attempt = self._next_attempt(run_dir)
+        log_path = run_dir / "logs" / f"attempt-{attempt}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc_per_node={spec.gpu_per_node}",
+            "-m",
+            "trainer",
+            *spec.trainer_args(),
+            "--output_dir",
+            str(run_dir),
+        ]
+        env = {
+            # Whole lines reach the log as they are printed, so progress streams.
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": str(_threads_per_process(spec.gpu_per_node)),
+        }
+        return LaunchPlan(
+            target=self.name,
+            argv=argv,
+            env=env,
+            cwd=str(run_dir),
+            run_dir=str(run_dir),
+            log_path=str(log_path),
+            nproc_per_node=spec.gpu_per_node,
+        )
+
+    @staticmethod
+    def _next_attempt(run_dir: Path) -> int:
+        logs = run_dir / "logs"
+        existing = [p for p in logs.glob("attempt-*.log")] if logs.is_dir() else []
+        return len(existing) + 1
+
+    # submit ----------------------------------------------------------------
+
+    def submit(self, job_name: str, plan: LaunchPlan) -> None:
+        record = self._read_record(job_name)
+        if record and self._alive(job_name, record):
+            raise ToolFailure(
+                "job_running",
+                f"Job {job_name!r} is already running (pid {record['pid']}).",
+                "Follow it with get_training_job, cancel it first, or pick another job_name.",
+                {"run_dir": plan.run_dir},
+            )
+        log_path = Path(plan.log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The trainer package is imported from wherever this project is installed or
+        # checked out, since the job runs in its run directory.
+        project_root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, **plan.env}
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
+        )
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(
+                    plan.argv,
+                    cwd=plan.cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise ToolFailure(
+                    "launch_failed",
+                    f"Could not start torchrun: {exc.strerror}.",
+                    "Install the trainer extra (pip install 'fsdp-eks[trainer]').",
+                ) from exc
+        _children[job_name] = proc
+        self._write_record(
+            job_name,
+            {
+                "job_name": job_name,
+                "pid": proc.pid,
+                "argv": plan.argv,
+                "log_path": plan.log_path,
+                "started_at": time.time(),
+                "exit_code": None,
+                "cancelled": False,
+            },
+        )
+
+    # describe / follow -----------------------------------------------------
+
+    def describe(self, job_name: str) -> JobState:
+        return self.follow(job_name, wait_seconds=0)
+
+    def follow(
+        self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
+    ) -> JobState:
+        """Read the job's events as they come, until it ends or `wait_seconds` pass
+        (None: until it ends). Progress gets one report per logged step."""
+        record = self._require_record(job_name)
+        deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+        metrics = RunMetrics()
+        pending = b""
+        offset = 0
+        log_path = Path(record["log_path"])
+        while True:
+            done = not self._alive(job_name, record)
+            chunk = self._read_from(log_path, offset)
+            offset += len(chunk)
+            pending += chunk
+            complete, _, pending = pending.rpartition(b"\n")
+            if done and pending:  # the last line may lack its newline
+                complete, pending = complete + b"\n" + pending, b""
+            for event in parse_events(complete.decode("utf-8", errors="replace")):
+                metrics.add(event)
+                if progress is not None and event["event"] in ("start", "step"):
+                    progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
+            if done or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(POLL_S)
+        return self._state(job_name, record, metrics, done)
+
+    def _state(
+        self, job_name: str, record: dict[str, Any], metrics: RunMetrics, done: bool
+    ) -> JobState:
+        record = self._read_record(job_name) or record
+        exit_code = record.get("exit_code")
+        if not done:
+            status = "running"
+        elif record.get("cancelled"):
+            status = "cancelled"
+        elif metrics.summary is not None and metrics.error is None and exit_code in (0, None):
+            status = "succeeded"
+        else:
+            status = "failed"
+        elapsed = (metrics.summary or {}).get("elapsed_s")
+        if elapsed is None and metrics.last_event:
+            elapsed = metrics.last_event.get("elapsed_s")
+        state = JobState(
+            job_name=job_name,
+            target=self.name,
+            status=status,
+            steps=metrics.steps,
+            max_steps=metrics.max_steps,
+            first_loss=metrics.first_loss,
+            last_loss=metrics.last_loss,
+            tokens_per_s=metrics.tokens_per_s,
+            world_size=metrics.world_size,
+            run_dir=str(self.run_dir(job_name)),
+            log_path=record["log_path"],
+            exit_code=exit_code,
+            elapsed_s=elapsed,
+            error=metrics.error,
+        )
+        if status == "failed":
+            state.log_tail = self.logs(job_name, LOG_TAIL_LINES)
+        elif status == "running":
+            state.next_step = (
+                f"get_training_job(job_name={job_name!r}, wait_seconds=...) to follow it; "
+                f"cancel_training_job(job_name={job_name!r}) to stop it."
+            )
+        return state
+
+    # logs / cancel ---------------------------------------------------------
+
+    def logs(self, job_name: str, tail_lines: int | None = None) -> str:
+        record = self._require_record(job_name)
+        try:
+            text = Path(record["log_path"]).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        lines = text.splitlines()
+        if tail_lines is not None:
+            lines = lines[-tail_lines:]
+        return redact("\n".join(lines))
+
+    def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
+        """SIGTERM the job's process group (torchrun passes it to every rank), then
+        SIGKILL after `grace_s` seconds."""
+        record = self._require_record(job_name)
+        if self._alive(job_name, record):
+            record["cancelled"] = True
+            self._write_record(job_name, record)
+            self._signal(record["pid"], signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self._alive(job_name, record) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+            if self._alive(job_name, record):
+                self._signal(record["pid"], signal.SIGKILL)
+                while self._alive(job_name, record):
+                    time.sleep(POLL_S)
+        return self.describe(job_name)
+
+    @staticmethod
+    def _signal(pid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pid, sig)  # the job leads its own session, so pgid == pid
+        except ProcessLookupError:
+            pass
+
+    # the job record --------------------------------------------------------
+
+    def _alive(self, job_name: str, record: dict[str, Any]) -> bool:
+        proc = _children.get(job_name)
+        if proc is not None and proc.pid == record["pid"]:
+            code = proc.poll()
+            if code is None:
+                return True
+            if record.get("exit_code") is None:
+                record["exit_code"] = code
+                self._write_record(job_name, record)
+            return False
+        return _pid_running(record["pid"])
+
+    @staticmethod
+    def _read_from(path: Path, offset: int) -> bytes:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return b""
+
+    def _read_record(self, job_name: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.run_dir(job_name) / RECORD).read_text())
+        except FileNotFoundError:
+            return None
+
+    def _require_record(self, job_name: str) -> dict[str, Any]:
+        record = self._read_record(job_name)
+        if record is None:
+            raise ToolFailure(
+                "job_not_found",
+                f"No local job named {job_name!r} under {self.runs_dir}.",
+                "Check the job name and runs_dir, or start it with deploy_training_job.",
+            )
+        return record
+
+    def _write_record(self, job_name: str, record: dict[str, Any]) -> None:
+        path = self.run_dir(job_name) / RECORD
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        tmp.replace(path)  # atomic: a reader never sees half a record

@@ -1,0 +1,83 @@
+"""What the job tools return: the exact launch plan and the job's state."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from skills.shared.results import ToolResult
+
+JobStatus = Literal["planned", "running", "succeeded", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class LaunchPlan(BaseModel):
+    """Exactly what submit runs: argv (never a shell string), added environment, directory."""
+
+    target: str
+    argv: list[str]
+    env: dict[str, str] = Field(description="Variables added to this host's environment.")
+    cwd: str
+    run_dir: str
+    log_path: str
+    nproc_per_node: int
+
+
+class JobState(ToolResult):
+    job_name: str
+    target: str
+    status: JobStatus
+    steps: int = 0
+    max_steps: int | None = None
+    first_loss: float | None = None
+    last_loss: float | None = None
+    tokens_per_s: float | None = None
+    world_size: int | None = None
+    run_dir: str
+    log_path: str | None = None
+    exit_code: int | None = None
+    elapsed_s: float | None = None
+    error: dict[str, Any] | None = Field(
+        default=None, description="The trainer's error line, when it reported one."
+    )
+    log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
+    next_step: str | None = Field(default=None, description="What to call next, if anything.")
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [("job", self.job_name), ("status", self.status)]
+        if self.max_steps:
+            rows.append(("steps", f"{self.steps}/{self.max_steps}"))
+        if self.first_loss is not None and self.last_loss is not None:
+            rows.append(("loss", f"{self.first_loss:.4f} -> {self.last_loss:.4f}"))
+        if self.tokens_per_s:
+            rows.append(("tokens/s", f"{self.tokens_per_s:,.0f}"))
+        if self.elapsed_s is not None:
+            rows.append(("elapsed", f"{self.elapsed_s:.1f} s"))
+        rows += [("run dir", self.run_dir), ("log", self.log_path or "-")]
+        if self.error:
+            rows.append(("error", f"{self.error.get('error_type')}: {self.error.get('message')}"))
+        if self.log_tail and self.status == "failed":
+            rows.append(("log tail", "\n" + self.log_tail))
+        if self.next_step:
+            rows.append(("next", self.next_step))
+        return rows
+
+    def cli_exit_status(self) -> int:
+        return 1 if self.status in ("failed", "cancelled") else 0
+
+
+class DeployResult(JobState):
+    dry_run: bool = False
+    plan: LaunchPlan
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        if self.status == "planned":
+            return [
+                ("job", self.job_name),
+                ("status", "planned (dry run: nothing was started)"),
+                ("argv", " ".join(self.plan.argv)),
+                ("env", " ".join(f"{k}={v}" for k, v in self.plan.env.items())),
+                ("run dir", self.run_dir),
+            ]
+        return super().summary_rows()

@@ -1,0 +1,107 @@
+"""The tool contract: one typed function -> input model, CLI flags and MCP schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from commands import all_tools
+from commands.deploy_training_job import deploy_training_job
+from skills.shared.cli import build_parser, run_cli
+from skills.shared.errors import ToolFailure
+from skills.shared.tooling import spec_of
+
+
+def test_registry_lists_every_tool_with_its_gates():
+    specs = {spec.name: spec for spec in all_tools()}
+    assert set(specs) == {"deploy_training_job", "get_training_job", "cancel_training_job"}
+    assert specs["get_training_job"].read_only
+    assert specs["cancel_training_job"].destructive
+    assert not specs["deploy_training_job"].read_only
+
+
+def test_input_model_comes_from_the_signature():
+    params = spec_of(deploy_training_job).params
+    assert "progress" not in params.model_fields
+    assert params.model_fields["job_name"].is_required()
+    assert params.model_fields["target"].default == "local"
+    assert "DNS-1123" in params.model_fields["job_name"].description
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"job_name": "Bad_Name"}, "job_name"),
+        ({"job_name": "ok", "num_nodes": 0}, "num_nodes"),
+        ({"job_name": "ok", "target": "mars"}, "target"),
+        ({"job_name": "ok", "max_steps": "many"}, "max_steps"),
+        ({"job_name": "ok", "no_such_flag": 1}, "no_such_flag"),
+        ({}, "job_name"),
+    ],
+)
+def test_bad_input_is_a_coded_failure_naming_the_field(args, field):
+    with pytest.raises(ToolFailure) as caught:
+        deploy_training_job(**args)
+    failure = caught.value
+    assert failure.code == "invalid_input"
+    assert failure.hint
+    assert field in [p["field"] for p in failure.details["problems"]]
+
+
+def test_rejected_values_are_not_echoed():
+    secret = "hf_abcdefghijklmnopqrstuvwxyz0123"
+    with pytest.raises(ToolFailure) as caught:
+        deploy_training_job(job_name=secret)
+    assert secret not in json.dumps(caught.value.to_dict())
+
+
+def test_cli_accepts_both_flag_spellings():
+    parser = build_parser(spec_of(deploy_training_job))
+    underscored = vars(parser.parse_args(["--job_name", "a", "--num_nodes", "1", "--dry_run"]))
+    dashed = vars(parser.parse_args(["--job-name", "a", "--num-nodes", "1", "--dry-run"]))
+    assert underscored == dashed == {"job_name": "a", "num_nodes": "1", "dry_run": True,
+                                     "json": False}
+
+
+def test_cli_help_shows_field_descriptions(capsys):
+    with pytest.raises(SystemExit) as done:
+        run_cli(deploy_training_job, ["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "--job-name" in out and "DNS-1123" in out and "Default: local" in out
+
+
+def test_cli_dry_run_json_is_the_result_model(tmp_path, capsys):
+    code = run_cli(
+        deploy_training_job,
+        ["--job_name", "plan-me", "--dry_run", "--json", "--runs_dir", str(tmp_path)],
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "planned"
+    assert result["plan"]["argv"][1:4] == ["-m", "torch.distributed.run", "--standalone"]
+    assert not (tmp_path / "plan-me").exists(), "a dry run starts and writes nothing"
+
+
+def test_cli_bad_input_exits_2_with_message_and_hint(capsys):
+    code = run_cli(deploy_training_job, ["--job_name", "NO", "--json"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"]["code"] == "invalid_input"
+    assert "error [invalid_input]" in captured.err and "hint:" in captured.err
+
+
+def test_cli_unknown_flag_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as done:
+        run_cli(deploy_training_job, ["--job_name", "a", "--bogus", "1"])
+    assert done.value.code == 2
+    assert "hint:" in capsys.readouterr().err
+
+
+def test_failure_serializes_code_message_hint_details():
+    failure = ToolFailure("x_code", "It broke.", "Do this.", {"k": 1})
+    assert failure.to_dict() == {
+        "error": {"code": "x_code", "message": "It broke.", "hint": "Do this.", "details": {"k": 1}}
+    }
+    assert str(failure) == "It broke. (hint: Do this.)"
