@@ -1,0 +1,60 @@
+"""Wall time of the demo job (what `make demo` runs, packages already installed) and
+its tokens/s. Baseline in the same run: a 2-process torchrun of a script that only
+imports torch and joins the process group, i.e. the launch cost no trainer can avoid.
+Goal: the demo under 3 minutes on the 2-core dev machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BARE = (
+    "import torch.distributed as dist\n"
+    "dist.init_process_group('gloo')\n"
+    "dist.barrier()\n"
+    "dist.destroy_process_group()\n"
+)
+
+
+def main() -> None:
+    runs = Path(tempfile.mkdtemp(prefix="demo-bench-"))
+    try:
+        script = runs / "bare.py"
+        script.write_text(BARE)
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             "--nproc_per_node=2", str(script)],
+            check=True, capture_output=True,
+        )
+        bare = time.perf_counter() - start
+
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "commands" / "deploy_training_job.py"),
+             "--target", "local", "--job_name", "demo", "--runs_dir", str(runs), "--json"],
+            check=True, capture_output=True, text=True, cwd=ROOT,
+        )
+        demo = time.perf_counter() - start
+        result = json.loads(done.stdout)
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
+
+    print(f"torchrun 2 procs, init+barrier only (baseline): {bare:7.1f} s")
+    print(f"demo job end to end                           : {demo:7.1f} s  "
+          f"({demo / bare:4.1f}x baseline)")
+    print(f"demo steps {result['steps']}, loss {result['first_loss']:.3f} -> "
+          f"{result['last_loss']:.3f}, {result['tokens_per_s']:,.0f} tokens/s, "
+          f"status {result['status']}")
+    print(f"goal < 180 s                                  : {'met' if demo < 180 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Real distributed training through every surface: the Python function, the CLI
+script, and MCP clients (the SDK's in-memory client, a stdio subprocess and
+streamable HTTP). Each job is a real 2-process torchrun with gloo on CPU."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from commands.deploy_training_job import deploy_training_job
+from mcp_server import build_server
+from skills.shared.progress import CollectingProgress
+from skills.training_job_deployer.trainer_log import parse_events
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_SCRIPT = ROOT / "commands" / "deploy_training_job.py"
+# Small enough for CI, long enough for the loss to fall clearly.
+FULL_RUN = {"max_steps": 40}
+# Runs compared across surfaces: same seed, so the same first loss.
+SHORT_RUN = {"max_steps": 4}
+COMPARED = ("status", "steps", "max_steps", "world_size", "target")
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def full_run(runs_dir):
+    progress = CollectingProgress()
+    result = deploy_training_job(
+        job_name="full", runs_dir=str(runs_dir), progress=progress, **FULL_RUN
+    )
+    return result, progress
+
+
+def test_two_process_job_runs_to_completion_and_learns(full_run):
+    result, _ = full_run
+    assert result.status == "succeeded", result.log_tail
+    assert result.exit_code == 0
+    assert result.world_size == 2 and result.plan.nproc_per_node == 2
+    assert result.steps == result.max_steps == FULL_RUN["max_steps"]
+    assert result.last_loss < result.first_loss - 0.5
+    assert result.tokens_per_s > 0
+
+
+def test_result_numbers_match_the_log_lines(full_run):
+    result, _ = full_run
+    events = parse_events(Path(result.log_path).read_text())
+    steps = [e for e in events if e["event"] == "step"]
+    (summary,) = [e for e in events if e["event"] == "summary"]
+    assert result.first_loss == steps[0]["loss"] == summary["first_loss"]
+    assert result.last_loss == steps[-1]["loss"] == summary["last_loss"]
+    assert result.tokens_per_s == summary["tokens_per_s"]
+    assert result.steps == summary["steps"] == steps[-1]["step"]
+    assert Path(result.log_path).parent.parent == Path(result.run_dir)
+
+
+def test_progress_reports_every_logged_step(full_run):
+    result, progress = full_run
+    logged = [e["step"] for e in parse_events(Path(result.log_path).read_text())
+              if e["event"] == "step"]
+    step_reports = [e for e in progress.events if e.completed > 0]
+    assert [e.completed for e in step_reports] == logged
+    assert all(e.total == result.max_steps for e in step_reports)
+    assert "loss" in step_reports[-1].message and "tok/s" in step_reports[-1].message
+
+
+def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
+    result = deploy_training_job(job_name="broken", model_type="no_such_preset",
+                                 runs_dir=str(runs_dir))
+    assert result.status == "failed"
+    assert result.exit_code != 0
+    assert result.error and result.error["event"] == "error"
+    assert "no_such_preset" in result.error["message"]
+    assert result.log_tail and "no_such_preset" in result.log_tail
+
+
+# --- the same function through the CLI and MCP -------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(DEPLOY_SCRIPT), *args],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+
+
+@pytest.fixture(scope="module")
+def cli_result(runs_dir) -> dict:
+    done = _cli("--target", "local", "--job_name", "via-cli", "--runs-dir", str(runs_dir),
+                "--max_steps", str(SHORT_RUN["max_steps"]), "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _mcp_arguments(runs_dir: Path, job_name: str) -> dict:
+    return {"job_name": job_name, "runs_dir": str(runs_dir), "wait_seconds": 240, **SHORT_RUN}
+
+
+async def _call_with_progress(client: Client, arguments: dict):
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    result = await client.call_tool("deploy_training_job", arguments,
+                                    progress_callback=on_progress)
+    return result, reports
+
+
+def _assert_same_job(mcp_result, cli_result: dict, reports) -> None:
+    assert not mcp_result.is_error, mcp_result.content
+    structured = mcp_result.structured_content
+    assert set(structured) == set(cli_result)
+    assert {k: structured[k] for k in COMPARED} == {k: cli_result[k] for k in COMPARED}
+    assert structured["status"] == "succeeded"
+    # Same seed and data: the first step's loss is the same number on every surface.
+    assert structured["first_loss"] == pytest.approx(cli_result["first_loss"], abs=1e-5)
+    assert reports, "no progress notification arrived"
+    assert reports[-1][0] == structured["steps"] and reports[-1][1] == structured["max_steps"]
+
+
+def test_cli_and_in_memory_mcp_return_the_same_job(runs_dir, cli_result):
+    async def scenario():
+        async with Client(build_server()) as client:
+            return await _call_with_progress(client, _mcp_arguments(runs_dir, "via-mcp"))
+
+    result, reports = anyio.run(scenario)
+    _assert_same_job(result, cli_result, reports)
+
+
+def test_stdio_mcp_subprocess_returns_the_same_job(runs_dir, cli_result):
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"],
+                                   cwd=str(ROOT))
+
+    async def scenario():
+        async with Client(params) as client:
+            return await _call_with_progress(client, _mcp_arguments(runs_dir, "via-stdio"))
+
+    result, reports = anyio.run(scenario)
+    _assert_same_job(result, cli_result, reports)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_streamable_http_server_serves_the_same_tools(runs_dir):
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mcp_server", "--http", "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+        async def scenario():
+            async with Client(url) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                plan = await client.call_tool(
+                    "deploy_training_job",
+                    {"job_name": "over-http", "runs_dir": str(runs_dir), "dry_run": True},
+                )
+                return names, plan
+
+        names, plan = anyio.run(scenario)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert "deploy_training_job" in names and "get_training_job" in names
+    assert plan.structured_content["status"] == "planned"
+
+
+# --- bad input on both surfaces ----------------------------------------------
+
+BAD_INPUTS = [
+    (["--job_name", "Not_A_Label"], {"job_name": "Not_A_Label"}, "job_name"),
+    (["--job_name", "ok", "--num_nodes", "0"], {"job_name": "ok", "num_nodes": 0}, "num_nodes"),
+    (["--job_name", "ok", "--target", "mars"], {"job_name": "ok", "target": "mars"}, "target"),
+]
+
+
+@pytest.mark.parametrize(("flags", "_args", "field"), BAD_INPUTS)
+def test_cli_bad_input_exits_nonzero_with_message_and_hint(flags, _args, field):
+    done = _cli(*flags)
+    assert done.returncode == 2
+    assert "error [invalid_input]" in done.stderr and field in done.stderr
+    assert "hint:" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(("_flags", "args", "field"), BAD_INPUTS)
+def test_mcp_bad_input_is_an_error_result_with_the_code(_flags, args, field):
+    async def scenario():
+        async with Client(build_server()) as client:
+            return await client.call_tool("deploy_training_job", args)
+
+    result = anyio.run(scenario)
+    assert result.is_error
+    error = json.loads(result.content[0].text)["error"]
+    assert error["code"] == "invalid_input" and error["hint"]
+    assert field in [p["field"] for p in error["details"]["problems"]]
+
+
+def test_read_only_server_hides_tools_that_write():
+    async def scenario():
+        async with Client(build_server(read_only=True)) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    assert anyio.run(scenario) == ["get_training_job"]
