@@ -1,0 +1,78 @@
+"""Session fixtures for real local services (logic in tests/services/).
+
+Lazy: a service starts only when a test asks for its fixture. While it runs, the standard
+environment points at it (AWS_ENDPOINT_URL..., DOCKER_HOST, KUBECONFIG), so product code
+finds it exactly as it would find a user's endpoints; the environment is restored after.
+A missing system binary skips the test, except under CI=true, where it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import pytest
+
+from tests.services import kube, moto, podman
+from tests.services import registry as registry_service
+from tests.services._common import MissingBinary
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: uses real local services (moto, registry, podman, kmock)"
+    )
+
+
+def _require(check: Callable[[], object]) -> None:
+    try:
+        check()
+    except MissingBinary as exc:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"{exc} (CI is set: missing services fail instead of skipping)")
+        pytest.skip(str(exc))
+
+
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str], unset: Iterable[str] = ()) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name in unset:
+            patch.delenv(name, raising=False)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[moto.MotoService]:
+    """moto on 127.0.0.1; AWS_ENDPOINT_URL, fake credentials and us-east-1 in the env."""
+    with moto.moto_server() as aws, _environment(aws.env, aws.unset):
+        yield aws
+
+
+@pytest.fixture(scope="session")
+def registry(moto_server: moto.MotoService) -> Iterator[registry_service.RegistryService]:
+    """docker-registry on localhost:PORT; user AWS, password = moto's ECR token."""
+    _require(registry_service.check)
+    username, password = moto_server.ecr_credentials()
+    with registry_service.registry_server(username=username, password=password) as reg:
+        yield reg
+
+
+@pytest.fixture(scope="session")
+def docker_api(registry: registry_service.RegistryService) -> Iterator[podman.PodmanService]:
+    """podman's Docker API; DOCKER_HOST in the env; `registry` is an insecure registry."""
+    _require(podman.check)
+    with (
+        podman.podman_service(insecure_registries=[registry.host]) as engine,
+        _environment(engine.env, engine.unset),
+    ):
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def kube_api() -> Iterator[kube.KubeService]:
+    """kmock Kubernetes API; KUBECONFIG (context "kmock") in the env."""
+    with kube.kube_server() as cluster, _environment(cluster.env):
+        yield cluster

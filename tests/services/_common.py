@@ -1,0 +1,79 @@
+"""Small shared helpers for the local test services."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+class MissingBinary(RuntimeError):
+    """A system binary a service needs is not installed (the message says how to install it)."""
+
+
+def find_binary(*names: str, apt: str) -> str:
+    """The path of the first of `names` on PATH (or in /usr/bin, /usr/sbin); else MissingBinary."""
+    for name in names:
+        found = shutil.which(name) or next(
+            (p for p in (f"/usr/bin/{name}", f"/usr/sbin/{name}") if os.access(p, os.X_OK)), None
+        )
+        if found:
+            return found
+    raise MissingBinary(f"{names[0]} not installed: apt-get install {apt}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (for servers that cannot report a port-0 bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    ready: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    process: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
+    """Poll `ready()` until it is true; fail early if `process` exits, late after `timeout`."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            if ready():
+                return
+        except Exception:  # any failure just means "not ready yet"
+            pass
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(
+                f"{what} exited with code {process.returncode} before it was ready{log_tail(log)}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} was not ready within {timeout:.0f}s{log_tail(log)}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def log_tail(log: Path | None, lines: int = 30) -> str:
+    if log is None or not log.exists():
+        return ""
+    text = log.read_text(errors="replace").strip().splitlines()[-lines:]
+    return ("\n--- " + log.name + " ---\n" + "\n".join(text)) if text else ""
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout`; only the process this module started."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout)

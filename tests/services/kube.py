@@ -1,0 +1,313 @@
+"""Kubernetes API stand-in: a kmock KubernetesEmulator served over HTTP from a thread.
+
+    with kube_server() as kube:
+        os.environ["KUBECONFIG"] = str(kube.kubeconfig)      # context "kmock"
+        kube.emulator.objects["v1/pods", "ns", "p"] = {...}  # seed state (no watch event)
+        kube.set_pod_log("ns", "p", "line 1\\n")              # text/plain, honours tailLines
+        kube.call(lambda: kube.emulator[...] << b"more")     # anything touching asyncio
+
+The emulator is stateful (create/get/list/patch/delete/watch, custom resources too) but
+runs no controllers: a test plays the training operator by creating pods and patching
+statuses itself. Declared kinds list as empty (200) instead of 404. On top of kmock 0.8:
+
+* create answers 201 (the kubernetes client returns None for a 200 create) and fills
+  metadata.namespace, uid, creationTimestamp, resourceVersion and generation before the
+  object is stored (kmock alone drops ADDED events of objects posted without a namespace
+  from namespaced watches); patches bump resourceVersion;
+* discovery answers `/api/`, `/apis/`, `/version/` too (the generated clients' paths) and
+  `/api` in the full shape the pydantic-based client 37 validates;
+* `/api/v1/namespaces[/NAME]` works (kmock 0.8 misparses it; patched in process, once);
+* pods/log answers text/plain from `set_pod_log` ('' if unset, 404 for a missing pod)
+  instead of the pod's JSON.
+
+Reactions a test adds at the default priority (`kube.emulator["post /..."] << 500`) win
+over these defaults; among reactions of equal priority the OLDEST wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import inspect
+import itertools
+import json
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PYTORCHJOB = "kubeflow.org/v1/pytorchjobs"
+_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
+
+# Kinds declared up front: resource -> (kind, namespaced, subresources).
+DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    "v1/namespaces": ("Namespace", False, ("status",)),
+    "v1/nodes": ("Node", False, ("status",)),
+    "v1/pods": ("Pod", True, ("status", "log")),
+    "v1/events": ("Event", True, ()),
+    "v1/services": ("Service", True, ("status",)),
+    "v1/configmaps": ("ConfigMap", True, ()),
+    "v1/secrets": ("Secret", True, ()),
+    PYTORCHJOB: ("PyTorchJob", True, ("status",)),
+}
+# Namespaces a real cluster always has.
+DEFAULT_NAMESPACES = ("default", "kube-system")
+
+
+def _patch_kmock_namespaces() -> None:
+    """kmock 0.8 reads /api/v1/namespaces[/NAME] as "namespace NAME, no resource" (500 on
+    create/list). Route those paths, and namespaces/NAME/{status,finalize}, to the
+    cluster-scoped `namespaces` resource. Idempotent; a no-op once kmock parses them."""
+    from kmock._internal import parsing
+
+    original = parsing.parse_path
+    try:
+        if original("/api/v1/namespaces").plural == "namespaces":
+            return
+    except ValueError:
+        pass
+
+    def parse_path(path: str) -> parsing.ParsedPath:
+        parts = path.strip("/").split("/")
+        if (
+            len(parts) >= 3
+            and parts[0] == "api"
+            and parts[2] == "namespaces"
+            and (len(parts) <= 4 or (len(parts) == 5 and parts[4] in ("status", "finalize")))
+        ):
+            name = parts[3] if len(parts) >= 4 else None
+            subresource = parts[4] if len(parts) == 5 else None
+            return parsing.ParsedPath("", parts[1], "namespaces", None, name, subresource)
+        return original(path)
+
+    parsing.parse_path = parse_path
+
+
+_EMULATOR_CLASS: type | None = None
+
+
+def emulator_class() -> type:
+    """kmock's KubernetesEmulator, completing writes the way an API server does.
+
+    Before kmock stores a created object (and emits its ADDED watch event) it gets
+    metadata.namespace (from the URL), uid, creationTimestamp, resourceVersion and
+    generation; a merge patch gets a new resourceVersion. Without the namespace, kmock
+    0.8 drops the ADDED event from namespaced watches."""
+    global _EMULATOR_CLASS
+    if _EMULATOR_CLASS is not None:
+        return _EMULATOR_CLASS
+    import attrs
+    import kmock
+
+    @attrs.define(kw_only=True)
+    class Emulator(kmock.KubernetesEmulator):
+        _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+        async def _handle(self, request: Any) -> Any:
+            data, action = request.data, request.action
+            writes = (kmock.action.CREATE, kmock.action.UPDATE)
+            if request.resource is not None and isinstance(data, dict) and action in writes:
+                meta = data.setdefault("metadata", {})
+                if isinstance(meta, dict) and action == kmock.action.CREATE:
+                    if request.namespace:
+                        meta.setdefault("namespace", request.namespace)
+                    meta.setdefault("uid", str(uuid.uuid4()))
+                    now = datetime.datetime.now(datetime.timezone.utc)
+                    meta.setdefault("creationTimestamp", now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                    meta.setdefault("generation", 1)
+                if isinstance(meta, dict):
+                    meta["resourceVersion"] = str(next(self._versions))
+            return await super()._handle(request)
+
+        async def _serve_list(self, request: Any) -> Any:
+            # A real list has kind/apiVersion; kubernetes.dynamic needs them.
+            result = await super()._serve_list(request)
+            resource = request.resource
+            known = resource in self.resources and self.resources[resource].kind
+            result["kind"] = f"{self.resources[resource].kind}List" if known else "List"
+            group = f"{resource.group}/" if resource.group else ""
+            result["apiVersion"] = f"{group}{resource.version}"
+            return result
+
+    _EMULATOR_CLASS = Emulator
+    return Emulator
+
+
+@dataclass
+class KubeService:
+    emulator: Any  # kmock.KubernetesEmulator
+    url: str  # "http://127.0.0.1:PORT"
+    port: int
+    kubeconfig: Path
+    context: str
+    loop: asyncio.AbstractEventLoop
+    _logs: dict[tuple[str, str, str | None, bool], str] = field(default_factory=dict)
+    _baseline: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig)}
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float = 10.0) -> Any:
+        """Run fn(*args) (awaited if it returns an awaitable) on the emulator's event loop.
+
+        Needed for what touches asyncio objects, e.g. feeding live streams:
+        `kube.call(lambda: kube.emulator[...] << b"line\\n")`. Plain seeding of objects and
+        adding reactions are safe from the test thread."""
+
+        async def run() -> Any:
+            result = fn(*args)
+            return await result if inspect.isawaitable(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
+
+    def set_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        text: str,
+        *,
+        container: str | None = None,
+        previous: bool = False,
+    ) -> None:
+        """What `read_namespaced_pod_log` returns for this pod (and container, if given;
+        `previous=True` for `previous=True` reads). Replaces earlier text."""
+        self._logs[namespace, pod, container, previous] = text
+
+    def reset(self) -> None:
+        """Forget objects, requests, scripted logs and reactions added since start."""
+        emulator = self.emulator
+        del emulator._payloads[self._baseline :]  # kmock 0.8 internals: reactions, in order
+        emulator._requests.clear()
+        emulator.errors.clear()
+        emulator.objects.clear()
+        emulator.resources.clear()
+        self._logs.clear()
+        _declare(emulator)
+
+    # A reaction, run on the emulator's loop.
+    async def _pod_log(self, request: Any) -> bytes:
+        import kmock
+
+        namespace, pod = request.namespace, request.name
+        key = (request.resource, namespace, pod)
+        if key not in self.emulator.objects or self.emulator.objects[key].deleted:
+            raise kmock.KubernetesObjectNotFoundError()
+        params = request.params
+        previous = params.get("previous") == "true"
+        text = self._logs.get((namespace, pod, params.get("container"), previous))
+        if text is None:
+            text = self._logs.get((namespace, pod, None, previous), "")
+        if params.get("tailLines"):
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(params["tailLines"]) :]) if int(params["tailLines"]) else ""
+        return text.encode()
+
+
+def _declare(emulator: Any) -> None:
+    for resource, (kind, namespaced, subresources) in DECLARED.items():
+        emulator.resources[resource] = {
+            "kind": kind,
+            "namespaced": namespaced,
+            "singular": kind.lower(),
+            "verbs": _VERBS,
+            "subresources": subresources,
+        }
+    for name in DEFAULT_NAMESPACES:
+        emulator.objects["v1/namespaces", None, name] = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name},
+            "status": {"phase": "Active"},
+        }
+
+
+def _kubeconfig(url: str, context: str) -> str:
+    # JSON is YAML; the kubernetes client reads it as a kubeconfig.
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": {"server": url}}],
+            "users": [{"name": context, "user": {"token": "kmock-dummy-token"}}],
+            "contexts": [
+                {
+                    "name": context,
+                    "context": {"cluster": context, "user": context, "namespace": "default"},
+                }
+            ],
+            "current-context": context,
+        },
+        indent=2,
+    )
+
+
+@contextlib.contextmanager
+def kube_server(*, context: str = "kmock", timeout: float = 10.0) -> Iterator[KubeService]:
+    """Serve a KubernetesEmulator on 127.0.0.1:<free port> from a daemon thread."""
+    import kmock
+
+    _patch_kmock_namespaces()
+    started = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def serve() -> None:
+        try:
+            emulator = emulator_class()()  # asyncio objects inside: build on this loop
+            stop = asyncio.Event()
+            async with emulator, kmock.Server(emulator, host="127.0.0.1", port=0) as server:
+                state.update(emulator=emulator, port=server.port, stop=stop)
+                state["loop"] = asyncio.get_running_loop()
+                started.set()
+                await stop.wait()
+        except BaseException as exc:
+            state["error"] = exc
+            started.set()
+            raise
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="kmock", daemon=True)
+    thread.start()
+    if not started.wait(timeout) or "error" in state:
+        raise RuntimeError(f"kmock did not start: {state.get('error')!r}")
+    emulator, port, loop = state["emulator"], state["port"], state["loop"]
+    try:
+        with tempfile.TemporaryDirectory(prefix="fsdp-kube-") as tmp:
+            url = f"http://127.0.0.1:{port}"
+            kubeconfig = Path(tmp) / "kubeconfig"
+            kubeconfig.write_text(_kubeconfig(url, context))
+            service = KubeService(
+                emulator=emulator,
+                url=url,
+                port=port,
+                kubeconfig=kubeconfig,
+                context=context,
+                loop=loop,
+            )
+            _declare(emulator)
+            # Below default-priority reactions (a test's own), above kmock's fallbacks.
+            defaults = emulator**-1
+            defaults[kmock.action.CREATE] << 201 << (lambda request: request.data)
+            pod_log = defaults["get", kmock.resource("v1/pods"), kmock.subresource("log")]
+            pod_log << {"Content-Type": "text/plain"} << service._pod_log
+            # kmock serves /api, /apis and /version; the generated clients ask with a slash,
+            # and client 37 rejects an APIVersions without serverAddressByClientCIDRs.
+            api_versions = {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{port}"}
+                ],
+            }
+            defaults["get /api"] << api_versions
+            defaults["get /api/"] << api_versions
+            defaults["get /apis/"] << emulator._serve_apis
+            defaults["get /version/"] << emulator._serve_server_version
+            service._baseline = len(emulator._payloads)
+            yield service
+    finally:
+        loop.call_soon_threadsafe(state["stop"].set)
+        thread.join(timeout)
