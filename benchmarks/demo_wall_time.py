@@ -30,17 +30,36 @@ def main() -> None:
         script.write_text(BARE)
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             "--nproc_per_node=2", str(script)],
-            check=True, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node=2",
+                str(script),
+            ],
+            check=True,
+            capture_output=True,
         )
         bare = time.perf_counter() - start
 
         start = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, str(ROOT / "commands" / "deploy_training_job.py"),
-             "--target", "local", "--job_name", "demo", "--runs_dir", str(runs), "--json"],
-            check=True, capture_output=True, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                str(ROOT / "commands" / "deploy_training_job.py"),
+                "--target",
+                "local",
+                "--job_name",
+                "demo",
+                "--runs_dir",
+                str(runs),
+                "--json",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
         )
         demo = time.perf_counter() - start
         result = json.loads(done.stdout)
@@ -48,11 +67,15 @@ def main() -> None:
         shutil.rmtree(runs, ignore_errors=True)
 
     print(f"torchrun 2 procs, init+barrier only (baseline): {bare:7.1f} s")
-    print(f"demo job end to end                           : {demo:7.1f} s  "
-          f"({demo / bare:4.1f}x baseline)")
-    print(f"demo steps {result['steps']}, loss {result['first_loss']:.3f} -> "
-          f"{result['last_loss']:.3f}, {result['tokens_per_s']:,.0f} tokens/s, "
-          f"status {result['status']}")
+    print(
+        f"demo job end to end                           : {demo:7.1f} s  "
+        f"({demo / bare:4.1f}x baseline)"
+    )
+    print(
+        f"demo steps {result['steps']}, loss {result['first_loss']:.3f} -> "
+        f"{result['last_loss']:.3f}, {result['tokens_per_s']:,.0f} tokens/s, "
+        f"status {result['status']}"
+    )
     print(f"goal < 180 s                                  : {'met' if demo < 180 else 'NOT met'}")
 
 

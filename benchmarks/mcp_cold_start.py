@@ -39,20 +39,33 @@ def main() -> None:
     bare = _median_s([sys.executable, "-c", "pass"])
     commands = _median_s([sys.executable, "-c", "import commands; commands.all_tools()"])
     heavy = [
-        "boto3", "kubernetes", "docker", "torch",
+        "boto3",
+        "kubernetes",
+        "docker",
+        "torch",
     ]
     leaked = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, commands; commands.all_tools(); import mcp_server.server;"
-         f"print(','.join(m for m in {heavy!r} if m in sys.modules))"],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, commands; commands.all_tools(); import mcp_server.server;"
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     listing = statistics.median(anyio.run(_tools_list_once) for _ in range(RUNS))
-    print(f"python -c pass (baseline)          : {bare:6.3f} s")
-    print(f"import commands + registry         : {commands:6.3f} s  ({commands / bare:4.1f}x baseline)")
-    print(f"MCP stdio start -> tools/list      : {listing:6.3f} s  ({listing / bare:4.1f}x baseline)")
-    print(f"heavy SDKs imported at start       : {leaked or 'none'}")
-    print(f"goal tools/list < 1.5 s            : {'met' if listing < 1.5 else 'NOT met'}")
+    rows = [
+        ("python -c pass (baseline)", bare, None),
+        ("import commands + registry", commands, commands / bare),
+        ("MCP stdio start -> tools/list", listing, listing / bare),
+    ]
+    for label, seconds, ratio in rows:
+        times = f" ({ratio:4.1f}x baseline)" if ratio else ""
+        print(f"{label:<32}: {seconds:6.3f} s{times}")
+    print(f"{'heavy SDKs imported at start':<32}: {leaked or 'none'}")
+    print(f"{'goal tools/list < 1.5 s':<32}: {'met' if listing < 1.5 else 'NOT met'}")
 
 
 if __name__ == "__main__":

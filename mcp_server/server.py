@@ -61,7 +61,9 @@ def _mcp_function(spec: ToolSpec) -> Any:
 
     signature = inspect.signature(spec.fn, eval_str=True)
     params = [p for p in signature.parameters.values() if p.name != PROGRESS_PARAM]
-    ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)
+    ctx_param = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context
+    )
     call.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[ctx_param, *params], return_annotation=spec.result
     )

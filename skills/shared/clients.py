@@ -53,9 +53,7 @@ def kube_api_client(kubeconfig: str | None = None, context: str | None = None) -
     path = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
         api_config = client.Configuration()
-        config.load_kube_config(
-            config_file=path, context=context, client_configuration=api_config
-        )
+        config.load_kube_config(config_file=path, context=context, client_configuration=api_config)
     except (ConfigException, FileNotFoundError) as exc:
         raise ToolFailure(
             "kubeconfig_invalid",

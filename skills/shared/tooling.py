@@ -75,7 +75,9 @@ def _params_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
     return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
 
 
-def tool(*, read_only: bool, destructive: bool = False, idempotent: bool = False) -> Callable[[F], F]:
+def tool(
+    *, read_only: bool, destructive: bool = False, idempotent: bool = False
+) -> Callable[[F], F]:
     """Register a function as a tool; calls through Python validate like CLI and MCP calls."""
 
     def decorate(fn: F) -> F:

@@ -93,6 +93,7 @@ class JobSpec(BaseModel):
                 args += [f"--{name}", str(value)]
         return args
 
+
 # Fields of the job tools that are not part of the job itself.
 RunsDirParam = Annotated[
     str, Field(description="Local target: the directory holding one run directory per job.")

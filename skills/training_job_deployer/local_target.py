@@ -21,7 +21,7 @@ from skills.shared.errors import ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.models import TERMINAL, JobState, LaunchPlan
+from skills.training_job_deployer.models import JobState, LaunchPlan
 from skills.training_job_deployer.trainer_log import RunMetrics, parse_events
 
 RECORD = "job.json"

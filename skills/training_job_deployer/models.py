@@ -9,7 +9,6 @@ from pydantic import BaseModel, Field
 from skills.shared.results import ToolResult
 
 JobStatus = Literal["planned", "running", "succeeded", "failed", "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class LaunchPlan(BaseModel):

@@ -67,8 +67,9 @@ def test_result_numbers_match_the_log_lines(full_run):
 
 def test_progress_reports_every_logged_step(full_run):
     result, progress = full_run
-    logged = [e["step"] for e in parse_events(Path(result.log_path).read_text())
-              if e["event"] == "step"]
+    logged = [
+        e["step"] for e in parse_events(Path(result.log_path).read_text()) if e["event"] == "step"
+    ]
     step_reports = [e for e in progress.events if e.completed > 0]
     assert [e.completed for e in step_reports] == logged
     assert all(e.total == result.max_steps for e in step_reports)
@@ -76,8 +77,9 @@ def test_progress_reports_every_logged_step(full_run):
 
 
 def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
-    result = deploy_training_job(job_name="broken", model_type="no_such_preset",
-                                 runs_dir=str(runs_dir))
+    result = deploy_training_job(
+        job_name="broken", model_type="no_such_preset", runs_dir=str(runs_dir)
+    )
     assert result.status == "failed"
     assert result.exit_code != 0
     assert result.error and result.error["event"] == "error"
@@ -91,14 +93,26 @@ def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(DEPLOY_SCRIPT), *args],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
 
 
 @pytest.fixture(scope="module")
 def cli_result(runs_dir) -> dict:
-    done = _cli("--target", "local", "--job_name", "via-cli", "--runs-dir", str(runs_dir),
-                "--max_steps", str(SHORT_RUN["max_steps"]), "--json")
+    done = _cli(
+        "--target",
+        "local",
+        "--job_name",
+        "via-cli",
+        "--runs-dir",
+        str(runs_dir),
+        "--max_steps",
+        str(SHORT_RUN["max_steps"]),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -113,8 +127,7 @@ async def _call_with_progress(client: Client, arguments: dict):
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         reports.append((progress, total, message))
 
-    result = await client.call_tool("deploy_training_job", arguments,
-                                    progress_callback=on_progress)
+    result = await client.call_tool("deploy_training_job", arguments, progress_callback=on_progress)
     return result, reports
 
 
@@ -140,8 +153,7 @@ def test_cli_and_in_memory_mcp_return_the_same_job(runs_dir, cli_result):
 
 
 def test_stdio_mcp_subprocess_returns_the_same_job(runs_dir, cli_result):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"],
-                                   cwd=str(ROOT))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"], cwd=str(ROOT))
 
     async def scenario():
         async with Client(params) as client:
@@ -161,7 +173,9 @@ def test_streamable_http_server_serves_the_same_tools(runs_dir):
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "mcp_server", "--http", "--port", str(port)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         url = f"http://127.0.0.1:{port}/mcp"

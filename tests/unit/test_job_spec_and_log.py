@@ -52,15 +52,30 @@ def test_out_of_range_fields_are_rejected(bad):
 def test_trainer_args_pass_only_what_was_set():
     spec = JobSpec(job_name="j", max_steps=5, seq_len=64)
     assert spec.trainer_args() == [
-        "--model_type", "debug", "--max_steps", "5", "--seq_len", "64",
-        "--sharding_strategy", "full", "--seed", "0",
+        "--model_type",
+        "debug",
+        "--max_steps",
+        "5",
+        "--seq_len",
+        "64",
+        "--sharding_strategy",
+        "full",
+        "--seed",
+        "0",
     ]
 
 
 @pytest.mark.parametrize(
     "line",
-    ["", "plain text", "{not json", '{"no_event": 1}', '[1, 2]', '{"event": 3}',
-     "W1122 torch warning {\"event\": \"step\"}"],
+    [
+        "",
+        "plain text",
+        "{not json",
+        '{"no_event": 1}',
+        "[1, 2]",
+        '{"event": 3}',
+        'W1122 torch warning {"event": "step"}',
+    ],
 )
 def test_non_events_are_ignored(line):
     assert parse_line(line) is None

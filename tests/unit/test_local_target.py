@@ -27,7 +27,9 @@ def scripted_plan(target: LocalTarget, job: str, script: str) -> LaunchPlan:
 
 EMIT = "def emit(**e):\n    print(json.dumps(e), flush=True)\n"
 
-GOOD_RUN = EMIT + """
+GOOD_RUN = (
+    EMIT
+    + """
 emit(event="start", world_size=2, max_steps=3)
 for step, loss in enumerate([5.0, 4.0, 3.5], start=1):
     emit(event="step", step=step, loss=loss, tokens_per_s=100.0 * step, elapsed_s=0.1 * step)
@@ -35,6 +37,7 @@ for step, loss in enumerate([5.0, 4.0, 3.5], start=1):
 print("a warning on stderr", file=sys.stderr)
 emit(event="summary", steps=3, first_loss=5.0, last_loss=3.5, tokens_per_s=200.0, elapsed_s=0.4)
 """
+)
 
 
 def test_follow_streams_steps_as_progress_and_ends_succeeded(tmp_path):
@@ -52,17 +55,23 @@ def test_follow_streams_steps_as_progress_and_ends_succeeded(tmp_path):
 
 def test_error_line_makes_a_failed_state_with_log_tail(tmp_path):
     target = LocalTarget(tmp_path)
-    script = EMIT + """
+    script = (
+        EMIT
+        + """
 emit(event="start", world_size=1, max_steps=10)
 emit(event="step", step=1, loss=9.0, tokens_per_s=1.0)
 emit(event="error", error_type="NonFiniteLoss", message="loss is nan at step 2")
 sys.exit(1)
 """
+    )
     target.submit("bad", scripted_plan(target, "bad", script))
     state = target.follow("bad")
     assert state.status == "failed" and state.exit_code == 1
-    assert state.error == {"event": "error", "error_type": "NonFiniteLoss",
-                           "message": "loss is nan at step 2"}
+    assert state.error == {
+        "event": "error",
+        "error_type": "NonFiniteLoss",
+        "message": "loss is nan at step 2",
+    }
     assert "loss is nan" in state.log_tail
 
 
@@ -75,13 +84,16 @@ def test_crash_without_any_line_is_failed_with_its_exit_code(tmp_path):
 
 def test_wait_seconds_returns_running_then_cancel_stops_the_process_group(tmp_path):
     target = LocalTarget(tmp_path)
-    script = EMIT + """
+    script = (
+        EMIT
+        + """
 import subprocess
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 print(json.dumps({"event": "child", "pid": child.pid}), flush=True)
 emit(event="start", world_size=1, max_steps=100)
 time.sleep(60)
 """
+    )
     target.submit("slow", scripted_plan(target, "slow", script))
     started = time.monotonic()
     state = target.follow("slow", wait_seconds=1.0)
@@ -92,8 +104,9 @@ time.sleep(60)
     assert again.value.code == "job_running"
 
     record = json.loads((tmp_path / "slow" / "job.json").read_text())
-    child_pid = next(json.loads(line)["pid"] for line in target.logs("slow").splitlines()
-                     if '"child"' in line)
+    child_pid = next(
+        json.loads(line)["pid"] for line in target.logs("slow").splitlines() if '"child"' in line
+    )
     state = target.cancel("slow", grace_s=5)
     assert state.status == "cancelled"
     for pid in (record["pid"], child_pid):  # the whole group got the signal

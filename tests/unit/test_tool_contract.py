@@ -60,8 +60,9 @@ def test_cli_accepts_both_flag_spellings():
     parser = build_parser(spec_of(deploy_training_job))
     underscored = vars(parser.parse_args(["--job_name", "a", "--num_nodes", "1", "--dry_run"]))
     dashed = vars(parser.parse_args(["--job-name", "a", "--num-nodes", "1", "--dry-run"]))
-    assert underscored == dashed == {"job_name": "a", "num_nodes": "1", "dry_run": True,
-                                     "json": False}
+    assert (
+        underscored == dashed == {"job_name": "a", "num_nodes": "1", "dry_run": True, "json": False}
+    )
 
 
 def test_cli_help_shows_field_descriptions(capsys):

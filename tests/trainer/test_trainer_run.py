@@ -1,0 +1,119 @@
+"""Real training runs: in-process (world of one) and under torchrun with 2 processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+
+import pytest
+import torch.nn.functional as F
+
+from trainer import train as train_mod
+
+STEP_KEYS = set("event step loss lr grad_norm tokens_per_s tokens elapsed_s mem_mb".split())
+SUMMARY_KEYS = set("event steps first_loss last_loss tokens_per_s elapsed_s world_size".split())
+
+
+def lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory, run_trainer):
+    out = tmp_path_factory.mktemp("run")
+    proc, events = run_trainer(
+        ["--max_steps", "30", "--log_freq", "7", "--output_dir", str(out)], nproc=2
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return events, out
+
+
+def test_two_processes_train_and_the_loss_falls(two_process_run):
+    events, _ = two_process_run
+    start, *steps, summary = events
+    assert start["event"] == "start" and summary["event"] == "summary"
+    assert (start["world_size"], start["device"], start["backend"]) == (2, "cpu", "gloo")
+    assert start["tokens_per_step"] == 2 * start["train_batch_size"] * start["seq_len"]
+    assert start["params"] > 100_000
+    assert [s["step"] for s in steps] == [1, 7, 14, 21, 28, 30]  # first, every 7, last
+    assert all(set(s) == STEP_KEYS for s in steps)
+    assert summary["last_loss"] < summary["first_loss"] - 1.0
+    assert 5.5 < summary["first_loss"] < 7.0  # ~ln(512): a healthy start
+
+
+def test_summary_matches_the_step_lines(two_process_run):
+    events, _ = two_process_run
+    steps = [e for e in events if e["event"] == "step"]
+    (summary,) = [e for e in events if e["event"] == "summary"]
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["steps"] == steps[-1]["step"] == 30
+    assert summary["first_loss"] == steps[0]["loss"]
+    assert summary["last_loss"] == steps[-1]["loss"]
+    assert summary["world_size"] == 2
+    assert steps[-1]["tokens"] == 30 * events[0]["tokens_per_step"]
+    assert summary["elapsed_s"] >= steps[-1]["elapsed_s"] > 0
+    assert all(s["tokens_per_s"] > 0 and s["mem_mb"] > 0 for s in steps)
+
+
+def test_output_dir_gets_the_resolved_config(two_process_run):
+    _, out = two_process_run
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["max_steps"] == 30 and cfg["model"]["dim"] > 0
+
+
+def test_replicated_no_shard_matches_fully_sharded_training(two_process_run, run_trainer):
+    # Same seed, same data: sharding changes where the math happens, not the result.
+    # (Both runs are still in warmup at step 7, so their LR schedules agree.)
+    events, _ = two_process_run
+    full = {e["step"]: e["loss"] for e in events if e["event"] == "step"}
+    proc, other = run_trainer(
+        ["--max_steps", "7", "--log_freq", "7", "--sharding_strategy", "no_shard"], nproc=2
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    replicated = {e["step"]: e["loss"] for e in other if e["event"] == "step"}
+    assert replicated[1] == pytest.approx(full[1], abs=1e-4)
+    assert replicated[7] == pytest.approx(full[7], abs=1e-3)
+
+
+def test_plain_python_runs_as_a_world_of_one(no_dist_env, capsys):
+    assert train_mod.main(["--max_steps", "3", "--log_freq", "2"]) == 0
+    start, *steps, summary = lines(capsys.readouterr().out)
+    assert (start["world_size"], start["backend"]) == (1, "gloo")
+    assert start["tokens_per_step"] == start["train_batch_size"] * start["seq_len"]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert summary["steps"] == 3 and summary["world_size"] == 1
+
+
+def test_nan_loss_ends_the_run_with_an_error_line(no_dist_env, capsys, monkeypatch):
+    def nan_loss(*args, **kwargs):
+        return F.cross_entropy(*args, **kwargs) * math.nan
+
+    monkeypatch.setattr(train_mod, "F", types.SimpleNamespace(cross_entropy=nan_loss))
+    assert train_mod.main(["--max_steps", "5"]) == 1
+    start, error = lines(capsys.readouterr().out)
+    assert start["event"] == "start"
+    assert error["event"] == "error" and error["error_type"] == "NonFiniteLossError"
+    assert "step 1" in error["message"]
+
+
+def test_unexpected_exception_gets_an_error_line_and_propagates(no_dist_env, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(train_mod, "load_documents", broken)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        train_mod.main(["--max_steps", "2"])
+    (error,) = lines(capsys.readouterr().out)
+    assert error == {"event": "error", "error_type": "RuntimeError", "message": "disk on fire"}
+
+
+def test_expected_failures_reach_torchruns_error_file(no_dist_env, capsys, monkeypatch, tmp_path):
+    # torchrun's failure report reads this file; without it the root cause shows "<N/A>".
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    assert train_mod.main(["--sharding_strategy", "zero9"]) == 2
+    (error,) = lines(capsys.readouterr().out)
+    assert error["error_type"] == "ConfigError"
+    recorded = json.loads(error_file.read_text())["message"]["message"]
+    assert recorded.startswith("ConfigError: ") and "zero9" in recorded

@@ -1,0 +1,1 @@
+"""A minimal FSDP2 trainer for Llama-style models: `python -m trainer --help`."""

@@ -1,0 +1,155 @@
+"""A small Llama-style decoder in plain PyTorch.
+
+Parameter names follow Hugging Face's LlamaForCausalLM without the leading `model.`
+(`embed_tokens`, `layers.N.self_attn.q_proj`, `layers.N.mlp.gate_proj`,
+`input_layernorm`, `post_attention_layernorm`, `norm`, `lm_head`), and RoPE uses HF's
+rotate-half layout, so HF safetensors can be mapped 1:1 without permuting weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.config import ModelConfig
+
+INIT_STD = 0.02
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 for stability under bf16 compute, as HF does.
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+
+def rope_cos_sin(
+    head_dim: int, max_seq_len: int, theta: float, device: torch.device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables of shape (max_seq_len, head_dim), HF rotate-half layout."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+    )
+    positions = torch.arange(max_seq_len, dtype=torch.float32, device=device)
+    freqs = torch.outer(positions, inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (batch, heads, seq, head_dim); cos/sin: (seq, head_dim)."""
+    return (x * cos + _rotate_half(x) * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Grouped-query attention: n_kv_heads key/value heads shared by n_heads queries."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.n_kv_heads = cfg.n_kv_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * self.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        bsz, seq, _ = x.shape
+        q = self.q_proj(x).view(bsz, seq, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(bsz, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(bsz, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # Expand shared KV heads to match the query heads (explicit, works on every
+        # SDPA backend).
+        repeats = self.n_heads // self.n_kv_heads
+        if repeats > 1:
+            k = k.repeat_interleave(repeats, dim=1)
+            v = v.repeat_interleave(repeats, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(bsz, seq, -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.up_proj = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.down_proj = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block; the unit FSDP shards and all-gathers one at a time."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        # Untied output head, as in HF Llama >= 2 checkpoints.
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        # Derived from config, so not saved in checkpoints (persistent=False).
+        cos, sin = rope_cos_sin(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Normal(0, 0.02) for every matrix, ones for norms (HF Llama's initializer)."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+            elif isinstance(module, RMSNorm):
+                module.reset_parameters()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens: (batch, seq) int64 -> logits (batch, seq, vocab)."""
+        seq = tokens.shape[1]
+        if seq > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {seq} > max_seq_len {self.cfg.max_seq_len}")
+        h = self.embed_tokens(tokens)
+        cos, sin = self.rope_cos[:seq].to(h.dtype), self.rope_sin[:seq].to(h.dtype)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        return self.lm_head(self.norm(h))
+
+
+def num_params(model: nn.Module) -> int:
+    """Total (unsharded) parameter count; works before and after fully_shard."""
+    return sum(p.numel() for p in model.parameters())
