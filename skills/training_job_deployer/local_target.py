@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ POLL_S = 0.25
 LOG_TAIL_LINES = 40
 
 # Processes started by this Python process, so their exit codes can be collected.
-_children: dict[str, subprocess.Popen[bytes]] = {}
+_children: dict[Path, subprocess.Popen[bytes]] = {}  # by run directory
 
 
 def _pid_running(pid: int) -> bool:
@@ -54,6 +55,41 @@ def _threads_per_process(nproc: int) -> int:
     return max(1, (os.cpu_count() or 1) // nproc)
 
 
+def visible_gpus(nvidia_smi_listing: str | None, cuda_visible_devices: str | None) -> int:
+    """GPUs a job on this host can use: those `nvidia-smi -L` lists (None: no NVIDIA
+    driver, so the job runs on CPU), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
+    if nvidia_smi_listing is None:
+        return 0
+    listed = sum(1 for line in nvidia_smi_listing.splitlines() if line.startswith("GPU "))
+    if cuda_visible_devices is None:
+        return listed
+    chosen = [d for d in cuda_visible_devices.split(",") if d.strip() not in ("", "-1")]
+    return min(listed, len(chosen))
+
+
+def check_gpu_fit(gpu_per_node: int, gpus: int) -> None:
+    """One process per GPU: asking for more processes than GPUs would crash rank N."""
+    if gpus and gpu_per_node > gpus:
+        raise ToolFailure(
+            "not_enough_gpus",
+            f"gpu_per_node={gpu_per_node} but this host has {gpus} usable GPU(s).",
+            f"Use gpu_per_node={gpus} or fewer (CUDA_VISIBLE_DEVICES limits which are used).",
+            {"gpus": gpus},
+        )
+
+
+def _nvidia_smi_listing() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
 class LocalTarget:
     name = "local"
 
@@ -73,6 +109,10 @@ class LocalTarget:
                 "Use num_nodes=1 locally (gpu_per_node sets the process count), or a cluster "
                 "target for several nodes.",
             )
+        check_gpu_fit(
+            spec.gpu_per_node,
+            visible_gpus(_nvidia_smi_listing(), os.environ.get("CUDA_VISIBLE_DEVICES")),
+        )
         run_dir = self.run_dir(spec.job_name)
         attempt = self._next_attempt(run_dir)
         log_path = run_dir / "logs" / f"attempt-{attempt}.log"
@@ -147,7 +187,7 @@ class LocalTarget:
                     f"Could not start torchrun: {exc.strerror}.",
                     "Install the trainer extra (pip install 'fsdp-eks[trainer]').",
                 ) from exc
-        _children[job_name] = proc
+        _children[self.run_dir(job_name)] = proc
         self._write_record(
             job_name,
             {
@@ -275,7 +315,7 @@ class LocalTarget:
     # the job record --------------------------------------------------------
 
     def _alive(self, job_name: str, record: dict[str, Any]) -> bool:
-        proc = _children.get(job_name)
+        proc = _children.get(self.run_dir(job_name))
         if proc is not None and proc.pid == record["pid"]:
             code = proc.poll()
             if code is None:

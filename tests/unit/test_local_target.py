@@ -15,7 +15,12 @@ import pytest
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.local_target import LocalTarget, _pid_running
+from skills.training_job_deployer.local_target import (
+    LocalTarget,
+    _pid_running,
+    check_gpu_fit,
+    visible_gpus,
+)
 from skills.training_job_deployer.models import LaunchPlan
 
 
@@ -168,3 +173,35 @@ def test_plan_is_an_argv_list_with_the_trainer_flags(tmp_path):
     assert "--train_batch_size" not in plan.argv  # None: the trainer's default applies
     assert plan.env["PYTHONUNBUFFERED"] == "1"
     assert plan.run_dir == str(tmp_path / "p")
+
+
+LISTING = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-a)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-b)\n"
+
+
+@pytest.mark.parametrize(
+    ("listing", "visible", "gpus"),
+    [
+        (None, None, 0),  # no NVIDIA driver: CPU processes
+        (None, "0,1", 0),  # a stray CUDA_VISIBLE_DEVICES does not invent GPUs
+        (LISTING, None, 2),
+        (LISTING, "1", 1),
+        (LISTING, "", 0),
+        (LISTING, "-1", 0),
+        (LISTING, "0,1,2,3", 2),
+    ],
+)
+def test_visible_gpus(listing, visible, gpus):
+    assert visible_gpus(listing, visible) == gpus
+
+
+@pytest.mark.parametrize(
+    ("procs", "gpus", "fits"),
+    [(2, 0, True), (8, 0, True), (2, 2, True), (1, 2, True), (4, 2, False)],
+)
+def test_one_process_per_gpu(procs, gpus, fits):
+    if fits:
+        check_gpu_fit(procs, gpus)
+    else:
+        with pytest.raises(ToolFailure) as caught:
+            check_gpu_fit(procs, gpus)
+        assert caught.value.code == "not_enough_gpus" and "gpu_per_node=2" in caught.value.hint
