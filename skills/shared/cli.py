@@ -119,6 +119,7 @@ class ConsoleProgress:
         self._bar: Any = None
         self._task: Any = None
         self._last_line = 0.0
+        self._unprinted: str | None = None
 
     def __enter__(self) -> ConsoleProgress:
         if self._console.is_terminal:
@@ -140,16 +141,22 @@ class ConsoleProgress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+        elif self._unprinted is not None:  # the final state, even if throttled
+            self._console.print(self._unprinted, highlight=False)
 
     def report(self, completed: float, total: float | None = None, message: str = "") -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=completed, total=total, message=message)
             return
+        of_total = f"/{total:g}" if total is not None else ""
+        line = f"{self._label} {completed:g}{of_total} {message}"
         now = time.monotonic()
         if now - self._last_line >= 2.0 or (total is not None and completed >= total):
             self._last_line = now
-            of_total = f"/{total:g}" if total is not None else ""
-            self._console.print(f"{self._label} {completed:g}{of_total} {message}", highlight=False)
+            self._console.print(line, highlight=False)
+            self._unprinted = None
+        else:
+            self._unprinted = line
 
 
 def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ trains and a later call (or another process) can follow, describe or cancel it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -129,10 +130,16 @@ class LocalTarget:
             "--output_dir",
             str(run_dir),
         ]
+        # The job runs in its run directory: put this project (checkout or install) on
+        # the path so `-m trainer` imports the trainer that belongs to these tools.
+        project_root = str(Path(__file__).resolve().parents[2])
         env = {
             # Whole lines reach the log as they are printed, so progress streams.
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": str(_threads_per_process(spec.gpu_per_node)),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
+            ),
         }
         return LaunchPlan(
             target=self.name,
@@ -161,15 +168,17 @@ class LocalTarget:
                 "Follow it with get_training_job, cancel it first, or pick another job_name.",
                 {"run_dir": plan.run_dir},
             )
+        if importlib.util.find_spec("torch") is None:
+            raise ToolFailure(
+                "trainer_not_installed",
+                "PyTorch is not installed in this Python environment, so torchrun cannot start.",
+                "Install the trainer extra: pip install 'torch==2.13.0' -e '.[trainer]' "
+                "(or run `make setup`).",
+                {"python": sys.executable},
+            )
         log_path = Path(plan.log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        # The trainer package is imported from wherever this project is installed or
-        # checked out, since the job runs in its run directory.
-        project_root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, **plan.env}
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
-        )
         with open(log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(

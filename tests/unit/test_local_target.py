@@ -6,9 +6,11 @@ purpose; real torchrun runs are in tests/integration/test_local_training.py."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -205,3 +207,25 @@ def test_one_process_per_gpu(procs, gpus, fits):
         with pytest.raises(ToolFailure) as caught:
             check_gpu_fit(procs, gpus)
         assert caught.value.code == "not_enough_gpus" and "gpu_per_node=2" in caught.value.hint
+
+
+def test_missing_torch_is_a_coded_failure_before_anything_starts(tmp_path, monkeypatch):
+    # Simulates an environment without the trainer extra (uninstalling torch here is
+    # not an option); only the stdlib lookup is replaced, not product code.
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    target = LocalTarget(tmp_path)
+    with pytest.raises(ToolFailure) as caught:
+        target.submit("no-torch", target.plan(JobSpec(job_name="no-torch")))
+    assert caught.value.code == "trainer_not_installed" and "trainer" in caught.value.hint
+    assert not (tmp_path / "no-torch" / "job.json").exists()
+
+
+def test_plan_puts_this_project_on_the_jobs_path(tmp_path):
+    plan = LocalTarget(tmp_path).plan(JobSpec(job_name="p"))
+    root = str(Path(__file__).resolve().parents[2])
+    assert plan.env["PYTHONPATH"].split(os.pathsep)[0] == root
