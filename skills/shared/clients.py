@@ -45,12 +45,14 @@ def docker_client() -> Any:
     return client
 
 
-def kube_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+def kube_api_client(
+    kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None
+) -> Any:
     """A kubernetes ApiClient from a kubeconfig path (default: KUBECONFIG) and context."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    path = os.fspath(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
     try:
         api_config = client.Configuration()
         config.load_kube_config(config_file=path, context=context, client_configuration=api_config)
