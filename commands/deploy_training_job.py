@@ -8,6 +8,7 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import (
+    DryRun,
     GpuPerNode,
     JobName,
     JobSpec,
@@ -42,7 +43,7 @@ def deploy_training_job(
     sharding_strategy: ShardingStrategy = "full",
     seed: Seed = 0,
     runs_dir: RunsDirParam = "runs",
-    dry_run: bool = False,
+    dry_run: DryRun = False,
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> DeployResult:

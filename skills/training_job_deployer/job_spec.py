@@ -98,6 +98,12 @@ class JobSpec(BaseModel):
 RunsDirParam = Annotated[
     str, Field(description="Local target: the directory holding one run directory per job.")
 ]
+DryRun = Annotated[
+    bool,
+    Field(
+        description="Return the exact launch plan (argv, environment, directory); start nothing."
+    ),
+]
 WaitSeconds = Annotated[
     float | None,
     Field(

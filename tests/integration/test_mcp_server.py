@@ -1,0 +1,122 @@
+"""The MCP server's own contract, shown with small test tools registered the same way
+as the real ones: the default wait for agents, work off the event loop, progress,
+and what a crash looks like to the client."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcp_server import build_server
+from mcp_server.server import MCP_DEFAULT_WAIT_S
+from skills.shared.progress import Progress
+from skills.shared.results import ToolResult
+from skills.shared.tooling import spec_of, tool
+from skills.training_job_deployer.job_spec import WaitSeconds
+
+
+class Echo(ToolResult):
+    wait_seconds: float | None = None
+
+
+@tool(read_only=True)
+def echo_wait(*, wait_seconds: WaitSeconds = None, progress: Progress | None = None) -> Echo:
+    """Returns the wait it was given."""
+    return Echo(wait_seconds=wait_seconds)
+
+
+RELEASE = threading.Event()
+
+
+@tool(read_only=True)
+def blocks_until_released(*, progress: Progress | None = None) -> Echo:
+    """Blocks its thread until the test releases it."""
+    progress.report(1, 2, "waiting")
+    if not RELEASE.wait(timeout=20):
+        raise RuntimeError("never released")
+    progress.report(2, 2, "released")
+    return Echo()
+
+
+@tool(read_only=True)
+def crashes(*, progress: Progress | None = None) -> Echo:
+    """A bug, not an expected failure."""
+    raise RuntimeError("internal detail /secret/path")
+
+
+def _server():
+    return build_server(specs=[spec_of(f) for f in (echo_wait, blocks_until_released, crashes)])
+
+
+def test_agents_get_a_bounded_wait_unless_they_ask_otherwise():
+    async def scenario():
+        async with Client(_server()) as client:
+            default = await client.call_tool("echo_wait", {})
+            explicit = await client.call_tool("echo_wait", {"wait_seconds": 5})
+            unbounded = await client.call_tool("echo_wait", {"wait_seconds": None})
+            return default, explicit, unbounded
+
+    default, explicit, unbounded = anyio.run(scenario)
+    assert default.structured_content == {"wait_seconds": MCP_DEFAULT_WAIT_S}
+    assert explicit.structured_content == {"wait_seconds": 5}
+    assert unbounded.structured_content == {"wait_seconds": None}
+    assert echo_wait().wait_seconds is None  # Python and the CLI follow to the end
+
+
+def test_blocking_tools_run_off_the_event_loop_and_stream_progress():
+    RELEASE.clear()
+    reports = []
+
+    async def on_progress(progress, total, message):
+        reports.append((progress, total, message))
+
+    async def scenario():
+        with anyio.fail_after(30):
+            async with Client(_server()) as client, anyio.create_task_group() as group:
+                results = {}
+
+                async def call():
+                    results["blocked"] = await client.call_tool(
+                        "blocks_until_released", {}, progress_callback=on_progress
+                    )
+
+                group.start_soon(call)
+                # Answered while the tool's thread is still blocked: the loop is free.
+                listing = await client.list_tools()
+                assert "blocks_until_released" in [t.name for t in listing.tools]
+                RELEASE.set()
+            return results["blocked"]
+
+    result = anyio.run(scenario)
+    assert not result.is_error
+    assert reports == [(1, 2, "waiting"), (2, 2, "released")]
+
+
+def test_a_crash_is_an_error_result_without_internal_details():
+    async def scenario():
+        async with Client(_server()) as client:
+            return await client.call_tool("crashes", {})
+
+    result = anyio.run(scenario)
+    assert result.is_error
+    assert "crashes" in result.content[0].text
+    assert "/secret/path" not in result.content[0].text
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_every_tool_publishes_descriptions_and_annotations(read_only):
+    async def scenario():
+        async with Client(build_server(read_only=read_only)) as client:
+            return (await client.list_tools()).tools
+
+    tools = anyio.run(scenario)
+    assert tools
+    for listed in tools:
+        assert listed.description
+        assert listed.annotations.read_only_hint is not None
+        for name, schema in listed.input_schema["properties"].items():
+            assert schema.get("description"), (listed.name, name)
+        assert listed.output_schema is not None
