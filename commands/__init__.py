@@ -13,6 +13,7 @@ from skills.shared.tooling import ToolSpec, spec_of
 TOOL_NAMES = (
     "deploy_training_job",
     "get_training_job",
+    "get_training_job_logs",
     "cancel_training_job",
 )
 

@@ -72,13 +72,6 @@ class ParallelConfig:
 
 
 @dataclass
-class CheckpointConfig:
-    # Not used yet: checkpoint/resume arrives in a later change; the seam is here.
-    dir: str | None = None
-    checkpoint_freq: int = 0
-
-
-@dataclass
 class MetricsConfig:
     log_freq: int = 10
 
@@ -94,7 +87,6 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,11 +111,6 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         f"FSDP strategy: {'|'.join(SHARDING_STRATEGIES)}",
     ),
     "output_dir": ("output_dir", str, "where the run writes its files (config.json)"),
-    "checkpoint_freq": (
-        "checkpoint.checkpoint_freq",
-        int,
-        "steps between checkpoints (reserved: checkpointing is not implemented yet)",
-    ),
     "dataset": (
         "data.path",
         str,
@@ -208,7 +195,6 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.optim.warmup_steps >= 0, "warmup_steps must be >= 0")
     need(cfg.optim.max_grad_norm >= 0, "max_grad_norm must be >= 0")
     need(cfg.metrics.log_freq >= 1, "log_freq must be >= 1")
-    need(cfg.checkpoint.checkpoint_freq >= 0, "checkpoint_freq must be >= 0")
     need(
         cfg.parallel.sharding_strategy in SHARDING_STRATEGIES,
         f"unknown sharding_strategy {cfg.parallel.sharding_strategy!r}; "

@@ -99,6 +99,9 @@ def _print_result(result: ToolResult, as_json: bool) -> None:
     if as_json:
         print(result.to_json())
         return
+    if (text := result.plain_text()) is not None:
+        print(text)
+        return
     from rich.console import Console
     from rich.table import Table
 

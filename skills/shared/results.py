@@ -21,6 +21,10 @@ class ToolResult(BaseModel):
             if value is not None and not isinstance(value, (dict, list))
         ]
 
+    def plain_text(self) -> str | None:
+        """Text the CLI prints as is, instead of the summary table (e.g. a log)."""
+        return None
+
     def cli_exit_status(self) -> int:
         """The CLI's exit status for this result (a failed job is not a success)."""
         return 0

@@ -286,10 +286,12 @@ class LocalTarget:
 
     # logs / cancel ---------------------------------------------------------
 
+    def log_path(self, job_name: str) -> str:
+        return self._require_record(job_name)["log_path"]
+
     def logs(self, job_name: str, tail_lines: int | None = None) -> str:
-        record = self._require_record(job_name)
         try:
-            text = Path(record["log_path"]).read_text(errors="replace")
+            text = Path(self.log_path(job_name)).read_text(errors="replace")
         except FileNotFoundError:
             return ""
         lines = text.splitlines()

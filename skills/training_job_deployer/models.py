@@ -80,3 +80,14 @@ class DeployResult(JobState):
                 ("run dir", self.run_dir),
             ]
         return super().summary_rows()
+
+
+class JobLogs(ToolResult):
+    job_name: str
+    target: str
+    log_path: str
+    lines: int = Field(description="How many lines `text` holds.")
+    text: str = Field(description="The last lines of the job's log, secrets masked.")
+
+    def plain_text(self) -> str:
+        return self.text

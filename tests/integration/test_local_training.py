@@ -16,12 +16,14 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
+from commands.get_training_job_logs import get_training_job_logs
 from mcp_server import build_server
 from skills.shared.progress import CollectingProgress
+from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.trainer_log import parse_events
 
 ROOT = Path(__file__).resolve().parents[2]
-DEPLOY_SCRIPT = ROOT / "commands" / "deploy_training_job.py"
 # Small enough for CI, long enough for the loss to fall clearly.
 FULL_RUN = {"max_steps": 40}
 # Runs compared across surfaces: same seed, so the same first loss.
@@ -76,6 +78,32 @@ def test_progress_reports_every_logged_step(full_run):
     assert "loss" in step_reports[-1].message and "tok/s" in step_reports[-1].message
 
 
+def test_get_training_job_reads_the_same_state_back(full_run, runs_dir):
+    result, _ = full_run
+    state = get_training_job(job_name="full", runs_dir=str(runs_dir))
+    assert (
+        state.model_dump()
+        == JobState(**result.model_dump(exclude={"plan", "dry_run"})).model_dump()
+    )
+
+
+def test_get_training_job_logs_returns_the_log_tail(full_run, runs_dir):
+    result, _ = full_run
+    logs = get_training_job_logs(job_name="full", runs_dir=str(runs_dir), tail_lines=3)
+    assert logs.text.splitlines() == Path(result.log_path).read_text().splitlines()[-3:]
+    assert logs.lines == 3 and logs.log_path == result.log_path
+    done = _cli_tool(
+        "get_training_job_logs",
+        "--job-name",
+        "full",
+        "--runs-dir",
+        str(runs_dir),
+        "--tail-lines",
+        "3",
+    )
+    assert done.returncode == 0 and done.stdout.splitlines() == logs.text.splitlines()
+
+
 def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
     result = deploy_training_job(
         job_name="broken", model_type="no_such_preset", runs_dir=str(runs_dir)
@@ -91,8 +119,12 @@ def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return _cli_tool("deploy_training_job", *args)
+
+
+def _cli_tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(DEPLOY_SCRIPT), *args],
+        [sys.executable, str(ROOT / "commands" / f"{name}.py"), *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -240,4 +272,4 @@ def test_read_only_server_hides_tools_that_write():
         async with Client(build_server(read_only=True)) as client:
             return [t.name for t in (await client.list_tools()).tools]
 
-    assert anyio.run(scenario) == ["get_training_job"]
+    assert anyio.run(scenario) == ["get_training_job", "get_training_job_logs"]

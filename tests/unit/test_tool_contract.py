@@ -15,8 +15,13 @@ from skills.shared.tooling import spec_of
 
 def test_registry_lists_every_tool_with_its_gates():
     specs = {spec.name: spec for spec in all_tools()}
-    assert set(specs) == {"deploy_training_job", "get_training_job", "cancel_training_job"}
-    assert specs["get_training_job"].read_only
+    assert set(specs) == {
+        "deploy_training_job",
+        "get_training_job",
+        "get_training_job_logs",
+        "cancel_training_job",
+    }
+    assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["cancel_training_job"].destructive
     assert not specs["deploy_training_job"].read_only
 
