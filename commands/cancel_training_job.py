@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from skills.shared.cli import main_for
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -42,10 +43,7 @@ def cancel_training_job(
     return get_target(target, runs_dir).cancel(job_name)
 
 
-def main() -> None:
-    from skills.shared.cli import run_cli
-
-    raise SystemExit(run_cli(cancel_training_job))
+main = main_for(cancel_training_job)
 
 
 if __name__ == "__main__":

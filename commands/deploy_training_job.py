@@ -5,6 +5,7 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
+from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import (
@@ -91,10 +92,7 @@ def deploy_training_job(
     return DeployResult(**state.model_dump(), plan=plan)
 
 
-def main() -> None:
-    from skills.shared.cli import run_cli
-
-    raise SystemExit(run_cli(deploy_training_job))
+main = main_for(deploy_training_job)
 
 
 if __name__ == "__main__":

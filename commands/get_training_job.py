@@ -5,6 +5,7 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
+from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName, RunsDirParam, Target, WaitSeconds
@@ -29,10 +30,7 @@ def get_training_job(
     return get_target(target, runs_dir).follow(job_name, progress, wait_seconds)
 
 
-def main() -> None:
-    from skills.shared.cli import run_cli
-
-    raise SystemExit(run_cli(get_training_job))
+main = main_for(get_training_job)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName, RunsDirParam, Target
@@ -42,10 +43,7 @@ def get_training_job_logs(
     )
 
 
-def main() -> None:
-    from skills.shared.cli import run_cli
-
-    raise SystemExit(run_cli(get_training_job_logs))
+main = main_for(get_training_job_logs)
 
 
 if __name__ == "__main__":

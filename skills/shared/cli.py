@@ -178,3 +178,12 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
         return 130
     _print_result(result, as_json)
     return result.cli_exit_status()
+
+
+def main_for(fn: Callable[..., ToolResult]) -> Callable[[Sequence[str] | None], None]:
+    """The `main()` of a command module: run the tool's CLI and exit with its status."""
+
+    def main(argv: Sequence[str] | None = None) -> None:
+        raise SystemExit(run_cli(fn, argv))
+
+    return main
