@@ -41,10 +41,6 @@ class ToolSpec:
     destructive: bool
     idempotent: bool
 
-    @property
-    def summary(self) -> str:
-        return self.description.strip().splitlines()[0] if self.description.strip() else ""
-
     def parse(self, raw: Mapping[str, Any]) -> BaseModel:
         """Validate raw arguments (strings from a CLI, JSON from MCP) or raise ToolFailure."""
         try:

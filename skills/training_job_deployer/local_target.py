@@ -273,7 +273,9 @@ class LocalTarget:
             log_path=record["log_path"],
             exit_code=exit_code,
             elapsed_s=elapsed,
-            error=metrics.error,
+            error=None
+            if metrics.error is None
+            else {k: redact(v) if isinstance(v, str) else v for k, v in metrics.error.items()},
         )
         if status == "failed":
             state.log_tail = self.logs(job_name, LOG_TAIL_LINES)

@@ -158,11 +158,16 @@ def test_secrets_in_the_log_are_masked(tmp_path, monkeypatch):
     token = "hf_SeCrEtToKeN1234567890"
     monkeypatch.setenv("HF_TOKEN", token)
     target = LocalTarget(tmp_path)
-    script = "import os\nprint('token is', os.environ['HF_TOKEN'])\nsys.exit(1)"
+    script = (
+        "import os\nprint('token is', os.environ['HF_TOKEN'])\n"
+        "print(json.dumps({'event': 'error', 'error_type': 'Auth', "
+        "'message': 'bad token ' + os.environ['HF_TOKEN']}))\nsys.exit(1)"
+    )
     target.submit("leak", scripted_plan(target, "leak", script))
     state = target.follow("leak")
     assert state.status == "failed"
     assert token not in state.log_tail and "***" in state.log_tail
+    assert state.error["message"] == "bad token ***"
     assert token not in state.model_dump_json()
 
 
