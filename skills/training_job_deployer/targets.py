@@ -6,10 +6,8 @@ from pathlib import Path
 
 from skills.training_job_deployer.local_target import LocalTarget
 
-RunsDir = str | Path
 
-
-def get_target(name: str, runs_dir: RunsDir = "runs") -> LocalTarget:
+def get_target(name: str, runs_dir: str | Path = "runs") -> LocalTarget:
     if name == "local":
         return LocalTarget(runs_dir)
     # Unreachable through the tools (their Target type admits only known names).
