@@ -8,11 +8,14 @@ rotate-half layout, so HF safetensors can be mapped 1:1 without permuting weight
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.config import ModelConfig
+from trainer.config import ModelConfig, RopeScaling
 
 INIT_STD = 0.02
 
@@ -34,13 +37,39 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
 
+def llama3_scaled_inv_freq(inv_freq: torch.Tensor, scaling: RopeScaling) -> torch.Tensor:
+    """Llama-3.1 RoPE frequency scaling (HF rope_type "llama3").
+
+    Long wavelengths (beyond original_max / low_freq_factor) are slowed down by
+    `factor`, short ones (below original_max / high_freq_factor) are kept, and the
+    band between is interpolated smoothly.
+    """
+    old_len = scaling.original_max_position_embeddings
+    low_wavelen = old_len / scaling.low_freq_factor
+    high_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    in_band = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(in_band, smoothed, scaled)
+
+
 def rope_cos_sin(
-    head_dim: int, max_seq_len: int, theta: float, device: torch.device | None = None
+    head_dim: int,
+    max_seq_len: int,
+    theta: float,
+    scaling: RopeScaling | None = None,
+    device: torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables of shape (max_seq_len, head_dim), HF rotate-half layout."""
     inv_freq = 1.0 / (
         theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
     )
+    if scaling is not None:
+        inv_freq = llama3_scaled_inv_freq(inv_freq, scaling)
     positions = torch.arange(max_seq_len, dtype=torch.float32, device=device)
     freqs = torch.outer(positions, inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
@@ -108,23 +137,36 @@ class TransformerBlock(nn.Module):
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = MLP(cfg)
+        # Set by parallel.apply_activation_checkpointing: a torch.utils.checkpoint
+        # wrapper that recomputes (some of) this block in backward. Wrapping the call
+        # rather than the module keeps parameter names equal to HF's.
+        self.checkpoint_fn: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        if self.checkpoint_fn is not None and torch.is_grad_enabled():
+            return self.checkpoint_fn(self._forward, x, cos, sin)
+        return self._forward(x, cos, sin)
+
+    def _forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, rope_len: int | None = None) -> None:
+        """rope_len: positions to precompute RoPE tables for (default max_seq_len);
+        training passes its seq_len so a 128k-context preset does not hold 128k rows."""
         super().__init__()
         self.cfg = cfg
+        self.rope_len = min(rope_len or cfg.max_seq_len, cfg.max_seq_len)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        # Untied output head, as in HF Llama >= 2 checkpoints.
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:  # Llama 3.2 1B/3B share the input and output matrix
+            self.lm_head.weight = self.embed_tokens.weight
         # Derived from config, so not saved in checkpoints (persistent=False).
-        cos, sin = rope_cos_sin(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        cos, sin = rope_cos_sin(cfg.head_dim, self.rope_len, cfg.rope_theta, cfg.rope_scaling)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.init_weights()
@@ -141,8 +183,8 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: (batch, seq) int64 -> logits (batch, seq, vocab)."""
         seq = tokens.shape[1]
-        if seq > self.cfg.max_seq_len:
-            raise ValueError(f"sequence length {seq} > max_seq_len {self.cfg.max_seq_len}")
+        if seq > self.rope_len:
+            raise ValueError(f"sequence length {seq} > {self.rope_len} positions (max_seq_len)")
         h = self.embed_tokens(tokens)
         cos, sin = self.rope_cos[:seq].to(h.dtype), self.rope_sin[:seq].to(h.dtype)
         for layer in self.layers:

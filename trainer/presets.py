@@ -1,14 +1,23 @@
 """Named model shapes (`--model_type`).
 
 Each preset lists the ModelConfig fields it sets (plain dicts, so this module has no
-imports and config.py can depend on it). Real Llama shapes (e.g. llama_v3_1b) will be
-added here together with the HF checkpoint mapping; the tiny ones exist so that a
-CPU box can run a real multi-process job in under a minute.
+imports and config.py can depend on it). The Llama shapes are those of the public
+Hugging Face config.json files, so their checkpoints load 1:1; the debug ones exist
+so that a CPU box can run a real multi-process job in under a minute.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# HF `rope_scaling` of Llama 3.1 and 3.2 (rope_type "llama3").
+LLAMA_31_ROPE = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+LLAMA_32_ROPE = {**LLAMA_31_ROPE, "factor": 32.0}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Fast enough for `torchrun --nproc_per_node=2` on a 2-core CPU machine.
@@ -30,5 +39,58 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vocab_size": 512,
         "multiple_of": 128,
         "max_seq_len": 1024,
+    },
+    # meta-llama/Llama-2-7b-hf
+    "llama_v2_7b": {
+        "dim": 4096,
+        "n_layers": 32,
+        "n_heads": 32,
+        "n_kv_heads": 32,
+        "vocab_size": 32000,
+        "ffn_hidden_dim": 11008,
+        "max_seq_len": 4096,
+        "rope_theta": 10000.0,
+        "norm_eps": 1e-5,
+    },
+    # meta-llama/Llama-3.2-1B
+    "llama_v3_1b": {
+        "dim": 2048,
+        "n_layers": 16,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "vocab_size": 128256,
+        "ffn_hidden_dim": 8192,
+        "max_seq_len": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": LLAMA_32_ROPE,
+        "norm_eps": 1e-5,
+        "tie_word_embeddings": True,
+    },
+    # meta-llama/Llama-3.2-3B
+    "llama_v3_3b": {
+        "dim": 3072,
+        "n_layers": 28,
+        "n_heads": 24,
+        "n_kv_heads": 8,
+        "vocab_size": 128256,
+        "ffn_hidden_dim": 8192,
+        "max_seq_len": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": LLAMA_32_ROPE,
+        "norm_eps": 1e-5,
+        "tie_word_embeddings": True,
+    },
+    # meta-llama/Llama-3.1-8B
+    "llama_v3_8b": {
+        "dim": 4096,
+        "n_layers": 32,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "vocab_size": 128256,
+        "ffn_hidden_dim": 14336,
+        "max_seq_len": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": LLAMA_31_ROPE,
+        "norm_eps": 1e-5,
     },
 }

@@ -141,7 +141,7 @@ def _train(
         raise ConfigError(
             f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tokenizer.n_vocab}"
         )
-    tokens = tokenize_documents(load_documents(cfg.data.path), tokenizer)
+    tokens = tokenize_documents(load_documents(cfg.data.dataset), tokenizer)
     try:
         batches = iter(
             PackedBatches(

@@ -20,7 +20,7 @@ def test_defaults_fill_the_whole_tree_from_the_preset():
     assert cfg.model_type == "debug"
     assert cfg.model.dim == PRESETS["debug"]["dim"]
     assert cfg.parallel.sharding_strategy == "full"
-    assert cfg.data.path is None
+    assert cfg.data.dataset is None
 
 
 def test_flat_flags_land_in_the_tree_in_either_spelling():
