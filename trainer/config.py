@@ -266,11 +266,13 @@ def _unknown(key: str, known: list[str], where: str) -> str:
 def _coerce(name: str, value: Any, where: str) -> Any:
     """A YAML/env value -> the flag's type; None stays None (means: the default)."""
     typ = FLAGS[name][1]
-    if value is None or (typ is not str and isinstance(value, typ) and typ is not _bool):
-        return value
-    if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if value is None:
+        return None
     if typ is _bool and isinstance(value, bool):
+        return value
+    if typ is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if typ is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     try:
         return typ(str(value))

@@ -13,11 +13,33 @@ Sharding strategies, in FSDP2 terms:
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
+import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
 
 from trainer.model import Transformer
+
+aten = torch.ops.aten
+# Selective activation checkpointing keeps the outputs of the expensive ops (matmuls,
+# attention) and recomputes the cheap memory-bound ones (norms, SiLU, RoPE, adds) in
+# backward: most of full checkpointing's memory saving for a fraction of its compute.
+SAVED_OPS = {
+    aten.mm.default,
+    aten.addmm.default,
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
 
 
 def mesh_shape(strategy: str, world_size: int, local_world_size: int) -> tuple[int, ...]:
@@ -50,13 +72,53 @@ def reshard_after_forward(strategy: str) -> bool:
     return strategy in ("full", "hybrid")
 
 
+def _save_expensive_ops(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def checkpoint_fn(mode: str) -> Any:
+    """The wrapper each block's forward runs under, for an activation_checkpointing mode."""
+    if mode == "none":
+        return None
+    if mode == "full":  # keep only the block's input; recompute everything in backward
+        return partial(checkpoint, use_reentrant=False)
+    if mode == "selective":
+        return partial(
+            checkpoint,
+            use_reentrant=False,
+            context_fn=partial(create_selective_checkpoint_contexts, _save_expensive_ops),
+        )
+    raise ValueError(f"unknown activation_checkpointing mode {mode!r}")
+
+
+def apply_activation_checkpointing(model: Transformer, mode: str) -> None:
+    fn = checkpoint_fn(mode)
+    for block in model.layers:
+        block.checkpoint_fn = fn
+
+
+def apply_compile(model: Transformer) -> None:
+    """torch.compile each block in place (before FSDP, as torchtitan does): blocks
+    are identical, so one compiled graph serves them all and names stay unchanged."""
+    for block in model.layers:
+        block.compile(fullgraph=True)
+
+
+def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
+    # Sharded params, grads and optimizer state live in host memory and the optimizer
+    # step runs on CPU; FSDP copies each block's shard to the GPU just in time.
+    return CPUOffloadPolicy() if cpu_offload else None
+
+
 def apply_fsdp(
     model: Transformer,
     mesh: DeviceMesh,
     mp_policy: MixedPrecisionPolicy,
     reshard_after_forward: bool,
+    cpu_offload: bool = False,
 ) -> nn.Module:
     """Shard `model` in place (per block, then root) and return it."""
+    extra = {"offload_policy": offload_policy(cpu_offload)} if cpu_offload else {}
     n_layers = len(model.layers)
     for i, block in enumerate(model.layers):
         # The last block's params would be re-gathered right away by backward, so
@@ -66,6 +128,13 @@ def apply_fsdp(
             mesh=mesh,
             mp_policy=mp_policy,
             reshard_after_forward=reshard_after_forward and i < n_layers - 1,
+            **extra,
         )
-    fully_shard(model, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(
+        model,
+        mesh=mesh,
+        mp_policy=mp_policy,
+        reshard_after_forward=reshard_after_forward,
+        **extra,
+    )
     return model

@@ -87,13 +87,21 @@ def fetch(uri: str, cache_root: str | os.PathLike[str] | None = None) -> Path:
     return dest
 
 
-def upload_dir(local: str | os.PathLike[str], uri: str, last: tuple[str, ...] = ()) -> None:
-    """Upload every file under `local` to the `uri` prefix; names in `last` go last
-    (a completion marker must not appear before the data it vouches for)."""
+def upload_dir(
+    local: str | os.PathLike[str],
+    uri: str,
+    last: tuple[str, ...] = (),
+    only: tuple[str, ...] | None = None,
+) -> None:
+    """Upload files under `local` to the `uri` prefix. `only`: top-level names to
+    include (default all); names in `last` go last (a completion marker must not
+    appear before the data it vouches for)."""
     bucket, prefix = split_s3(uri)
     client = s3_client()
     root = Path(local)
     files = sorted(p for p in root.rglob("*") if p.is_file())
+    if only is not None:
+        files = [p for p in files if p.relative_to(root).parts[0] in only]
     files.sort(key=lambda p: p.name in last)  # stable: markers move to the end
     for path in files:
         key = "/".join(filter(None, [prefix.rstrip("/"), path.relative_to(root).as_posix()]))

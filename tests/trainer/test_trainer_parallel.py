@@ -1,0 +1,118 @@
+"""Activation checkpointing, compile, CPU offload and the MFU table: the decisions and
+their effect on the math, on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributed.fsdp import CPUOffloadPolicy
+from torch.utils.checkpoint import CheckpointPolicy
+
+from trainer import metrics
+from trainer.config import ModelConfig, RopeScaling
+from trainer.model import Transformer, llama3_scaled_inv_freq
+from trainer.parallel import (
+    SAVED_OPS,
+    _save_expensive_ops,
+    apply_activation_checkpointing,
+    apply_compile,
+    checkpoint_fn,
+    offload_policy,
+)
+
+CFG = ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, max_seq_len=32)
+
+
+def grads_with(mode: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    model = Transformer(CFG)
+    apply_activation_checkpointing(model, mode)
+    tokens = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
+    loss = torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_activation_checkpointing_recomputes_without_changing_the_gradients(mode):
+    ref_loss, ref = grads_with("none")
+    loss, got = grads_with(mode)
+    assert loss == ref_loss
+    for name in ref:
+        torch.testing.assert_close(got[name], ref[name], rtol=1e-5, atol=1e-6)
+
+
+def test_checkpointing_keeps_hf_parameter_names():
+    model = Transformer(CFG)
+    names = [n for n, _ in model.named_parameters()]
+    apply_activation_checkpointing(model, "full")
+    assert [n for n, _ in model.named_parameters()] == names
+
+
+def test_checkpoint_modes():
+    assert checkpoint_fn("none") is None
+    assert checkpoint_fn("full").keywords == {"use_reentrant": False}
+    assert "context_fn" in checkpoint_fn("selective").keywords
+    with pytest.raises(ValueError):
+        checkpoint_fn("some")
+
+
+def test_selective_policy_saves_matmuls_and_attention_and_recomputes_the_rest():
+    aten = torch.ops.aten
+    for op in SAVED_OPS:
+        assert _save_expensive_ops(None, op) == CheckpointPolicy.MUST_SAVE
+    for op in (aten.mul.Tensor, aten.silu.default, aten.rsqrt.default, aten.add.Tensor):
+        assert _save_expensive_ops(None, op) == CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def test_compile_wraps_each_block_and_keeps_names():
+    model = Transformer(CFG)
+    names = [n for n, _ in model.named_parameters()]
+    apply_compile(model)  # lazy: nothing is compiled until the first forward
+    assert all(block._compiled_call_impl is not None for block in model.layers)
+    assert [n for n, _ in model.named_parameters()] == names
+
+
+def test_cpu_offload_policy_is_chosen_only_when_asked():
+    assert isinstance(offload_policy(True), CPUOffloadPolicy)
+    assert offload_policy(False) is None
+
+
+def test_llama3_rope_scaling_keeps_high_and_divides_low_frequencies():
+    scaling = RopeScaling(
+        factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64
+    )
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 32, 2, dtype=torch.float32) / 32))
+    scaled = llama3_scaled_inv_freq(inv_freq, scaling)
+    wavelen = 2 * torch.pi / inv_freq
+    short, long = wavelen < 64 / 4, wavelen > 64 / 1
+    assert torch.equal(scaled[short], inv_freq[short])
+    torch.testing.assert_close(scaled[long], inv_freq[long] / 8)
+    between = ~(short | long)
+    assert between.any()  # the smooth band exists at these settings
+    assert ((scaled[between] < inv_freq[between]) & (scaled[between] > inv_freq[between] / 8)).all()
+
+
+@pytest.mark.parametrize(("name", "flops"), metrics.GPU_PEAK_BF16_FLOPS)
+def test_every_gpu_in_the_peak_table_is_found_by_its_device_name(name, flops):
+    # The names torch.cuda.get_device_name() reports, e.g. "NVIDIA H100 80GB HBM3".
+    assert metrics.peak_flops(f"NVIDIA {name} 80GB") == flops
+
+
+def test_specific_names_win_and_unknown_devices_have_no_peak():
+    assert metrics.peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert metrics.peak_flops("NVIDIA L40S") == 362e12  # not L4
+    assert metrics.peak_flops("NVIDIA A10G") == 125e12
+    assert metrics.peak_flops("Some Future GPU") is None
+    assert metrics.peak_flops(None) is None
+    assert metrics.mfu(1000.0, 1e9, None) is None
+
+
+def test_mfu_is_achieved_over_peak_flops():
+    per_token = metrics.flops_per_token(
+        n_params=1_000, n_embedding_params=200, n_layers=2, dim=8, seq_len=16
+    )
+    assert per_token == 6 * 800 + 12 * 2 * 8 * 16
+    assert metrics.mfu(tokens_per_s_per_device=1e6, flops_per_tok=per_token, peak=1e12) == (
+        pytest.approx(1e6 * per_token / 1e12)
+    )

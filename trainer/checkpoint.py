@@ -1,0 +1,254 @@
+"""Distributed checkpoints (torch.distributed.checkpoint): save, finalize, resume.
+
+Every rank writes its own shards; rank 0 (DCP's coordinator) writes the metadata only
+after every rank reported its writes, so when rank 0's save has returned the data is
+all on disk and rank 0 writes the COMPLETE marker (checkpoint_layout.py). A resumed
+run loads the newest complete checkpoint; DCP reshards it to the current world size.
+
+With async_save the state is copied to CPU memory (staged) while the loop waits, and
+written by a background thread while training goes on. Finalizing (marker, S3 upload,
+pruning) happens at a step where every rank agrees the write is done; the loop asks
+`pending_done()` and reduces the answers with the step's other collective values.
+
+An s3:// checkpoint_dir is staged in a local directory and uploaded after each save,
+the marker last; resume downloads the newest complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from trainer import storage
+from trainer.checkpoint_layout import (
+    CONFIG_FILE,
+    MARKER,
+    TOKENIZER_DIR,
+    is_complete,
+    newest_complete,
+    step_dir,
+    step_dirs,
+    step_of,
+)
+from trainer.config import CheckpointConfig
+
+
+@dataclass
+class _Pending:
+    step: int
+    path: Path
+    future: Future | None  # None: a synchronous save, already written
+    started: float
+
+
+class Checkpointer:
+    """Owns one run's checkpoint directory. Every method is called on every rank at
+    the same step (they contain collectives), except where noted."""
+
+    def __init__(
+        self,
+        cfg: CheckpointConfig,
+        rank: int,
+        emit: Callable[..., None],
+        run_config: dict[str, Any],
+        tokenizer_files: list[Path],
+        staging_root: Path,
+    ) -> None:
+        self.cfg = cfg
+        self.rank = rank
+        self.emit = emit
+        self.run_config = run_config
+        self.tokenizer_files = tokenizer_files
+        self.remote = cfg.checkpoint_dir if storage.is_s3(cfg.checkpoint_dir) else None
+        self.root = staging_root if self.remote else Path(str(cfg.checkpoint_dir))
+        # A gloo group of its own: async writes run collectives from a background
+        # thread, which must not interleave with the training loop's collectives.
+        self.group = dist.new_group(backend="gloo")
+        self.pending: _Pending | None = None
+        self.last_saved: str | None = None
+
+    # --- resume -------------------------------------------------------------------
+    def find_resumable(self) -> Path | None:
+        """The newest complete checkpoint (downloaded if remote); reports skipped ones."""
+        if not self.cfg.resume:
+            return None
+        return self._newest_complete_local()
+
+    def load(self, path: Path, state: dict[str, Any]) -> int:
+        """Load checkpoint `path` into `state` in place (tensors are filled, other
+        values replaced); returns its step."""
+        start = time.perf_counter()
+        dcp.load(state, checkpoint_id=str(path), process_group=self.group)
+        step = step_of(path) or 0
+        self.emit(
+            "checkpoint_loaded",
+            step=step,
+            path=self._public_path(path),
+            seconds=round(time.perf_counter() - start, 3),
+        )
+        return step
+
+    def _newest_complete_local(self) -> Path | None:
+        if self.remote:
+            return self._download_newest_complete()
+        path, skipped = newest_complete(self.root)
+        for incomplete in skipped:
+            self.emit("checkpoint_skipped", path=str(incomplete), reason="no COMPLETE marker")
+        return path
+
+    def _download_newest_complete(self) -> Path | None:
+        assert self.remote is not None
+        keys = storage.list_s3(self.remote.rstrip("/") + "/")
+        _, prefix = storage.split_s3(self.remote.rstrip("/") + "/")
+        steps: dict[int, bool] = {}
+        for key in keys:
+            parts = key[len(prefix) :].split("/")
+            step = step_of(parts[0])
+            if step is not None:
+                steps[step] = steps.get(step, False) or parts[-1] == MARKER
+        chosen = None
+        for step in sorted(steps, reverse=True):
+            if steps[step]:
+                chosen = step
+                break
+            self.emit(
+                "checkpoint_skipped",
+                path=storage.join(self.remote, f"step-{step}"),
+                reason="no COMPLETE marker",
+            )
+        if chosen is None:
+            return None
+        local = step_dir(self.root, chosen)
+        if self.rank == 0 or not local.exists():
+            # Every node needs every shard (DCP may reshard); one download per host
+            # would be enough, but ranks of a host share the cache dir idempotently.
+            fetched = storage.fetch(storage.join(self.remote, f"step-{chosen}") + "/")
+            if local.exists():
+                shutil.rmtree(local, ignore_errors=True)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(fetched, local, dirs_exist_ok=True)
+        dist.barrier(group=self.group)
+        return local
+
+    # --- save ---------------------------------------------------------------------
+    def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> float:
+        """Checkpoint `state` at `step`; returns the seconds the loop was blocked."""
+        start = time.perf_counter()
+        self.finalize(wait=True)  # one write in flight at a time
+        path = step_dir(self.root, step)
+        if self.rank == 0 and path.exists():
+            shutil.rmtree(path)  # a leftover of an interrupted attempt at this step
+        dist.barrier(group=self.group)
+        use_async = self.cfg.async_save and not force_sync
+        if use_async:
+            future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
+            self.pending = _Pending(step, path, future, start)
+        else:
+            dcp.save(state, checkpoint_id=str(path), process_group=self.group)
+            self.pending = _Pending(step, path, None, start)
+        blocked = time.perf_counter() - start
+        if not use_async:
+            self.finalize(wait=True, blocked_s=blocked)
+        return blocked
+
+    def pending_done(self) -> bool:
+        """This rank's view (no collective): is the write in flight finished?"""
+        return self.pending is None or self.pending.future is None or self.pending.future.done()
+
+    def finalize(self, *, wait: bool, blocked_s: float | None = None) -> None:
+        """Mark the pending checkpoint complete. Call on every rank at the same step,
+        with wait=False only when all ranks agreed their writes are done."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        if pending.future is not None:
+            pending.future.result()  # re-raises a failed write
+        if self.rank == 0:
+            self._write_sidecar_files(pending.path)
+        if self.remote:
+            self._upload(pending)
+        if self.rank == 0:
+            marker = {"step": pending.step, "world_size": dist.get_world_size()}
+            marker["saved_at"] = time.time()
+            (pending.path / MARKER).write_text(json.dumps(marker) + "\n")
+            if self.remote:
+                storage.upload_dir(pending.path, self._remote_step(pending.step), only=(MARKER,))
+            self._prune()
+        self.last_saved = self._public_path(pending.path)
+        self.emit(
+            "checkpoint_saved",
+            step=pending.step,
+            path=self.last_saved,
+            async_save=pending.future is not None,
+            blocked_s=round(blocked_s if blocked_s is not None else 0.0, 3),
+            seconds=round(time.perf_counter() - pending.started, 3),
+        )
+
+    def close(self) -> None:
+        """Finish a write in flight (e.g. the last good checkpoint before an error)."""
+        if self.pending is not None:
+            self.finalize(wait=True)
+
+    # --- helpers ------------------------------------------------------------------
+    def _write_sidecar_files(self, path: Path) -> None:
+        (path / CONFIG_FILE).write_text(json.dumps(self.run_config, indent=2) + "\n")
+        if self.tokenizer_files:
+            tok_dir = path / TOKENIZER_DIR
+            tok_dir.mkdir(exist_ok=True)
+            for file in self.tokenizer_files:
+                shutil.copy2(file, tok_dir / Path(file).name)
+
+    def _remote_step(self, step: int) -> str:
+        assert self.remote is not None
+        return storage.join(self.remote, f"step-{step}")
+
+    def _upload(self, pending: _Pending) -> None:
+        # Each rank uploads the shard files it wrote; rank 0 also the metadata and
+        # sidecars. The marker follows once every rank's upload is done.
+        mine = f"__{self.rank}_"
+        names = [p.name for p in pending.path.iterdir() if p.name.startswith(mine)]
+        if self.rank == 0:
+            names += [p.name for p in pending.path.iterdir() if not p.name.startswith("__")]
+        names = [n for n in names if n != MARKER]
+        storage.upload_dir(pending.path, self._remote_step(pending.step), only=tuple(names))
+        dist.barrier(group=self.group)
+
+    def _prune(self) -> None:
+        """Rank 0: drop complete checkpoints beyond keep_last and dead partial ones."""
+        dirs = step_dirs(self.root)
+        complete = [p for p in dirs if is_complete(p)]
+        doomed = complete[: -self.cfg.keep_last] if self.cfg.keep_last else []
+        if complete:  # partial saves older than the newest complete one can never resume
+            newest = step_of(complete[-1]) or 0
+            doomed += [p for p in dirs if not is_complete(p) and (step_of(p) or 0) < newest]
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
+            if self.remote:
+                storage.delete_prefix(self._remote_step(step_of(path) or 0))
+
+    def _public_path(self, path: Path) -> str:
+        step = step_of(path)
+        return self._remote_step(step or 0) if self.remote else str(path)
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
