@@ -1,36 +1,50 @@
-"""Tokenizer, corpus loading and packed, rank-sharded batches.
+"""Documents in, packed token batches out.
 
-The tokenizer is byte-level (UTF-8 bytes + a few special ids), so any text works and
-there is no vocabulary file to ship. Documents are tokenized as BOS + bytes + EOS,
-concatenated into one stream and cut into fixed windows of seq_len + 1 tokens
-(inputs are window[:-1], targets window[1:]); no padding is ever needed.
+    load_documents(dataset)      bundled corpus, .txt/.jsonl file or dir, s3://, hub name
+    tokenize_documents(docs, t)  one stream: BOS + doc + EOS, concatenated
+    split_tokens(tokens, share)  (train, validation): the validation share is the tail
+    PackedBatches(...)           endless shuffled training micro-batches for one rank,
+                                 resumable from state_dict(), even on another world size
+    eval_batches(...)            a fixed list of held-out batches for one rank
+
+The stream is cut into windows of seq_len + 1 tokens (inputs are window[:-1], targets
+window[1:]); documents run across window edges, so no padding is ever needed.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from trainer import storage
+from trainer.config import ConfigError
+from trainer.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
-class ByteTokenizer:
-    """ids 0-255 are raw bytes; specials follow."""
+__all__ = [
+    "ByteTokenizer",
+    "HFTokenizer",
+    "PackedBatches",
+    "bundled_documents",
+    "eval_batches",
+    "load_documents",
+    "render_chat",
+    "split_tokens",
+    "tokenize_documents",
+]
 
-    BOS = 256
-    EOS = 257
-    PAD = 258
-    n_vocab = 259  # the model's vocab_size must be >= this (presets use 512)
+DATA_SUFFIXES = (".txt", ".jsonl")
+HUB_INSTALL_HINT = "pip install 'fsdp-eks[hub]'"
 
-    def encode(self, text: str, bos: bool = True, eos: bool = True) -> list[int]:
-        ids = list(text.encode("utf-8"))
-        return ([self.BOS] if bos else []) + ids + ([self.EOS] if eos else [])
+Batch = tuple[torch.Tensor, torch.Tensor]
 
-    def decode(self, ids: list[int]) -> str:
-        # Special ids are dropped; a byte sequence cut mid-character decodes to U+FFFD.
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+# --- documents ------------------------------------------------------------------------
 
 
 def bundled_documents() -> list[str]:
@@ -40,45 +54,210 @@ def bundled_documents() -> list[str]:
     return [f.read_text(encoding="utf-8") for f in files]
 
 
-def _read_file(path: Path) -> list[str]:
-    if path.suffix == ".jsonl":
-        docs = []
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    docs.append(json.loads(line)["text"])
-        return docs
-    return [path.read_text(encoding="utf-8")]
+def render_chat(messages: Any) -> str:
+    """A chat as plain text, one block per message:
 
+        <|user|>
+        What is FSDP?
+        <|assistant|>
+        Fully sharded data parallelism.
 
-def load_documents(path: str | None) -> list[str]:
-    """Documents from the bundled corpus (path None), a .txt/.jsonl file, or a directory.
-
-    A .txt file is one document; a .jsonl file has one {"text": ...} object per line.
+    The markers are ordinary text (no tokenizer needs special tokens for them), so the
+    same template works with the byte tokenizer and any tokenizer.json. Raises
+    ValueError on anything that is not a list of {"role": str, "content": str}.
     """
-    if path is None:
-        return bundled_documents()
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.suffix in (".txt", ".jsonl"))
-        return [doc for f in files for doc in _read_file(f)]
-    return _read_file(p)
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list of {role, content} objects")
+    blocks = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"messages[{i}] is not an object")
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"messages[{i}].role must be a non-empty string")
+        if not isinstance(content, str):
+            raise ValueError(f"messages[{i}].content must be a string")
+        blocks.append(f"<|{role}|>\n{content}\n")
+    return "".join(blocks)
 
 
-def tokenize_documents(docs: list[str], tokenizer: ByteTokenizer) -> torch.Tensor:
-    ids: list[int] = []
-    for doc in docs:
-        ids.extend(tokenizer.encode(doc))
-    return torch.tensor(ids, dtype=torch.long)
+def _record_text(record: Any) -> str:
+    """The document in one JSONL record / hub row: its `text`, else its `messages`."""
+    if not isinstance(record, dict):
+        raise ValueError("expected a JSON object")
+    if "text" in record:
+        if not isinstance(record["text"], str):
+            raise ValueError("'text' must be a string")
+        return record["text"]
+    if "messages" in record:
+        return render_chat(record["messages"])
+    raise ValueError("expected a 'text' string or a chat 'messages' list")
+
+
+def _read_jsonl(path: Path) -> list[str]:
+    docs = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue  # blank lines (e.g. a trailing newline pair) are not records
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+                ) from exc
+            try:
+                docs.append(_record_text(record))
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{lineno}: bad record: {exc}") from exc
+    return docs
+
+
+def _read_file(path: Path) -> list[str]:
+    try:
+        if path.suffix == ".jsonl":
+            return _read_jsonl(path)
+        if path.suffix == ".txt":
+            return [path.read_text(encoding="utf-8")]
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from exc
+    raise ConfigError(
+        f"{path}: unsupported file type {path.suffix!r}; use .txt (one document) or "
+        '.jsonl (one {"text": ...} or {"messages": [...]} object per line)'
+    )
+
+
+def _read_local(path: Path) -> list[str]:
+    if not path.is_dir():
+        return _read_file(path)
+    # Recursive and sorted by relative path: the same documents in the same order on
+    # every rank and every run. Other files (.json metadata, READMEs) and hidden ones
+    # (editor/OS litter such as ._a.txt) are skipped.
+    files = sorted(
+        (
+            f
+            for f in path.rglob("*")
+            if f.is_file()
+            and f.suffix in DATA_SUFFIXES
+            and not any(part.startswith(".") for part in f.relative_to(path).parts)
+        ),
+        key=lambda f: f.relative_to(path).as_posix(),
+    )
+    if not files:
+        raise ConfigError(f"dataset directory {path} has no .txt or .jsonl files")
+    return [doc for f in files for doc in _read_file(f)]
+
+
+def _load_hub(name: str, config_name: str | None) -> list[str]:
+    try:
+        import datasets  # optional and heavy (pyarrow): only hub datasets need it
+    except ImportError as exc:
+        raise ConfigError(
+            f"dataset {name!r} is not a local path or s3:// URI, so it is read from the "
+            f"Hugging Face hub, which needs the datasets package: {HUB_INSTALL_HINT}"
+        ) from exc
+    try:
+        ds = datasets.load_dataset(name, config_name, split="train")
+    except Exception as exc:  # unknown name, missing config, no network: all land here
+        raise ConfigError(
+            f"could not load hub dataset {name!r} (config {config_name!r}): {exc}; "
+            "this host may have no internet: pass a local or s3:// .jsonl dataset"
+        ) from exc
+    columns = set(ds.column_names)
+    column = "text" if "text" in columns else "messages" if "messages" in columns else None
+    if column is None:
+        raise ConfigError(
+            f"hub dataset {name!r} has no 'text' or 'messages' column "
+            f"(columns: {', '.join(sorted(columns))})"
+        )
+    docs = []
+    for i, value in enumerate(ds[column]):
+        try:
+            docs.append(_record_text({column: value}))
+        except ValueError as exc:
+            raise ConfigError(f"hub dataset {name!r} row {i}: {exc}") from exc
+    return docs
+
+
+def load_documents(dataset: str | None, config_name: str | None = None) -> list[str]:
+    """The documents of `--dataset`, in a fixed order.
+
+    None              the bundled English corpus
+    file.txt          one document
+    file.jsonl        one document per line: {"text": "..."} or
+                      {"messages": [{"role": "user", "content": "..."}, ...]} (render_chat)
+    directory         every .txt/.jsonl below it, sorted by relative path
+    s3://bucket/key   an object or a prefix of them, downloaded (storage.fetch)
+    org/name          a Hugging Face hub dataset (needs `datasets`), split "train",
+                      its `text` or `messages` column; `config_name` picks the config
+
+    Empty or whitespace-only documents are dropped: they would only add BOS/EOS pairs.
+    Bad input raises ConfigError naming the file and line.
+    """
+    if dataset is None:
+        docs = bundled_documents()
+    elif storage.is_s3(dataset):
+        try:
+            local = storage.fetch(dataset)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"dataset {dataset!r}: no objects there") from exc
+        docs = _read_local(local)
+    elif Path(dataset).expanduser().exists():
+        docs = _read_local(Path(dataset).expanduser())
+    elif Path(dataset).suffix in (*DATA_SUFFIXES, ".json") or dataset.startswith(("/", ".", "~")):
+        raise ConfigError(f"dataset {dataset!r} does not exist")
+    else:
+        docs = _load_hub(dataset, config_name)
+    docs = [d for d in docs if d.strip()]
+    if not docs:
+        raise ConfigError(f"dataset {dataset!r} has no non-empty documents")
+    return docs
+
+
+def tokenize_documents(docs: list[str], tokenizer: Tokenizer) -> torch.Tensor:
+    """One int64 stream: BOS + doc + EOS for each document, in order."""
+    ids = tokenizer.encode_batch(docs)
+    return torch.tensor(list(itertools.chain.from_iterable(ids)), dtype=torch.long)
+
+
+def split_tokens(
+    tokens: torch.Tensor, validation_split: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, validation): the last `validation_split` share of the stream is held out.
+
+    A fixed cut, not a random sample: every rank and every resumed run agree on it
+    without communicating, and no training window can overlap a validation token.
+    """
+    if not 0 <= validation_split < 1:
+        raise ValueError(f"validation_split must be in [0, 1), got {validation_split}")
+    n_val = int(len(tokens) * validation_split)
+    cut = len(tokens) - n_val
+    return tokens[:cut], tokens[cut:]
+
+
+# --- batches --------------------------------------------------------------------------
+
+
+def _gather(tokens: torch.Tensor, starts: torch.Tensor, window: int) -> Batch:
+    rows = tokens[starts[:, None] + torch.arange(window)]
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 class PackedBatches:
-    """Endless (inputs, targets) batches of shape (batch_size, seq_len) for one rank.
+    """Endless (inputs, targets) micro-batches of shape (batch_size, seq_len) for one rank.
 
-    Every epoch the stream is cut at a new random offset and the windows are shuffled
-    with a generator seeded by (seed, epoch), identically on all ranks; rank r then
-    takes windows r, r + world_size, ... so ranks never see the same window in an
-    epoch, and all ranks get the same number of batches (they must step in lockstep).
+    Each epoch cuts the stream at a random offset into n_windows windows and shuffles
+    them, with a generator seeded by (seed, epoch) only, so every rank (and every world
+    size) sees the same permutation. `position` counts windows of that permutation
+    consumed by the whole job in this epoch: each next() consumes one global
+    micro-batch of batch_size * world_size windows, of which rank r takes the slice
+    [r * batch_size, (r + 1) * batch_size). Ranks therefore never share a window, and a
+    run of 2 ranks x 4 consumes exactly the windows of a run of 1 rank x 8 at every
+    step: a checkpoint resumes on another world size with the same global batches.
+
+    When fewer than one global micro-batch of windows is left, the next epoch starts
+    (the remainder is skipped; it is a different set each epoch). All ranks roll over
+    together, so they stay in lockstep.
     """
 
     def __init__(
@@ -90,35 +269,101 @@ class PackedBatches:
         world_size: int,
         seed: int,
     ) -> None:
-        self.tokens = tokens
+        if seq_len < 1 or batch_size < 1:
+            raise ValueError("seq_len and batch_size must be >= 1")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.tokens = torch.as_tensor(tokens, dtype=torch.long)
+        self.seq_len = seq_len
         self.window = seq_len + 1
         self.batch_size = batch_size
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
-        # Windows that fit whatever the offset (offset < window).
-        self.n_windows = max(0, (len(tokens) - seq_len) // self.window)
-        self.batches_per_epoch = (self.n_windows // world_size) // batch_size
+        self.global_batch = batch_size * world_size
+        # Windows that fit whatever the epoch's offset (offset < window). Depends on the
+        # data and seq_len only, not on the world size: part of the resumable state.
+        self.n_windows = max(0, (len(self.tokens) - seq_len) // self.window)
+        self.batches_per_epoch = self.n_windows // self.global_batch
         if self.batches_per_epoch == 0:
             raise ValueError(
-                f"dataset too small: {len(tokens)} tokens give {self.n_windows} windows of "
-                f"{self.window}, fewer than world_size x train_batch_size = "
-                f"{world_size * batch_size}"
+                f"dataset too small: {len(self.tokens)} training tokens give "
+                f"{self.n_windows} windows of seq_len + 1 = {self.window} tokens, fewer "
+                f"than world_size x train_batch_size = {self.global_batch}; use more data, "
+                "a smaller seq_len or a smaller train_batch_size"
             )
+        self.epoch = 0
+        self.position = 0
+        self._plan: tuple[int, int, torch.Tensor] | None = None  # (epoch, offset, order)
 
-    def epoch_batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        offset = int(torch.randint(0, self.window, (1,), generator=gen))
-        order = torch.randperm(self.n_windows, generator=gen)
-        mine = order[self.rank :: self.world_size]
-        for b in range(self.batches_per_epoch):
-            idx = mine[b * self.batch_size : (b + 1) * self.batch_size]
-            starts = offset + idx * self.window
-            rows = torch.stack([self.tokens[s : s + self.window] for s in starts.tolist()])
-            yield rows[:, :-1], rows[:, 1:]
+    def _epoch_plan(self) -> tuple[int, torch.Tensor]:
+        """This epoch's (offset, window order); cached, recomputed when epoch changes."""
+        if self._plan is None or self._plan[0] != self.epoch:
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            offset = int(torch.randint(0, self.window, (1,), generator=gen))
+            order = torch.randperm(self.n_windows, generator=gen)
+            self._plan = (self.epoch, offset, order)
+        return self._plan[1], self._plan[2]
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        epoch = 0
-        while True:
-            yield from self.epoch_batches(epoch)
-            epoch += 1
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        if self.position + self.global_batch > self.n_windows:
+            self.epoch += 1
+            self.position = 0
+        offset, order = self._epoch_plan()
+        first = self.position + self.rank * self.batch_size
+        idx = order[first : first + self.batch_size]
+        self.position += self.global_batch
+        return _gather(self.tokens, offset + idx * self.window, self.window)
+
+    def state_dict(self) -> dict[str, int]:
+        # Plain ints: stored as-is in a DCP checkpoint, identical on every rank.
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "n_windows": self.n_windows,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where `state` was taken (any rank count or batch split)."""
+        seed, n_windows = int(state["seed"]), int(state["n_windows"])
+        if seed != self.seed or n_windows != self.n_windows:
+            raise ValueError(
+                f"cannot resume the data order: the checkpoint was taken with seed {seed} "
+                f"and {n_windows} windows, this run has seed {self.seed} and "
+                f"{self.n_windows} windows (the dataset, tokenizer, seq_len or seed changed)"
+            )
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= self.n_windows:
+            raise ValueError(f"invalid data state: epoch {epoch}, position {position}")
+        self.epoch, self.position = epoch, position
+
+
+def eval_batches(
+    tokens: torch.Tensor,
+    seq_len: int,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    max_batches: int,
+) -> list[Batch]:
+    """Up to `max_batches` fixed held-out batches for one rank; [] when too little data.
+
+    Windows are cut from offset 0 without shuffling; rank r takes windows r,
+    r + world_size, ... The batch count comes from the global window count, so every
+    rank gets the same number (evaluation ends in a collective). Global batch b covers
+    windows [b * batch_size * world_size, (b + 1) * batch_size * world_size) whatever
+    the split into ranks, so 2 x 4 and 1 x 8 evaluate the same windows.
+    """
+    window = seq_len + 1
+    tokens = torch.as_tensor(tokens, dtype=torch.long)
+    per_rank = (len(tokens) // window) // world_size
+    n_batches = max(0, min(max_batches, per_rank // batch_size))
+    batches = []
+    for b in range(n_batches):
+        idx = (torch.arange(batch_size) + b * batch_size) * world_size + rank
+        batches.append(_gather(tokens, idx * window, window))
+    return batches
