@@ -49,6 +49,7 @@ class _Pending:
     path: Path
     future: Future | None  # None: a synchronous save, already written
     started: float
+    blocked_s: float = 0.0  # how long save() held up the training loop
 
 
 class Checkpointer:
@@ -157,15 +158,16 @@ class Checkpointer:
             dcp.save(state, checkpoint_id=str(path), process_group=self.group)
             self.pending = _Pending(step, path, None, start)
         blocked = time.perf_counter() - start
+        self.pending.blocked_s = blocked
         if not use_async:
-            self.finalize(wait=True, blocked_s=blocked)
+            self.finalize(wait=True)
         return blocked
 
     def pending_done(self) -> bool:
         """This rank's view (no collective): is the write in flight finished?"""
         return self.pending is None or self.pending.future is None or self.pending.future.done()
 
-    def finalize(self, *, wait: bool, blocked_s: float | None = None) -> None:
+    def finalize(self, *, wait: bool) -> None:
         """Mark the pending checkpoint complete. Call on every rank at the same step,
         with wait=False only when all ranks agreed their writes are done."""
         pending, self.pending = self.pending, None
@@ -190,7 +192,7 @@ class Checkpointer:
             step=pending.step,
             path=self.last_saved,
             async_save=pending.future is not None,
-            blocked_s=round(blocked_s if blocked_s is not None else 0.0, 3),
+            blocked_s=round(pending.blocked_s, 3),
             seconds=round(time.perf_counter() - pending.started, 3),
         )
 

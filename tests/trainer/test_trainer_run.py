@@ -11,8 +11,14 @@ import torch.nn.functional as F
 
 from trainer import train as train_mod
 
-STEP_KEYS = set("event step loss lr grad_norm tokens_per_s tokens elapsed_s mem_mb".split())
-SUMMARY_KEYS = set("event steps first_loss last_loss tokens_per_s elapsed_s world_size".split())
+STEP_KEYS = set(
+    "event step loss lr grad_norm tokens_per_s tokens_per_s_per_device mfu tokens elapsed_s"
+    " mem_mb".split()
+)
+SUMMARY_KEYS = set(
+    "event steps first_loss last_loss tokens_per_s elapsed_s world_size resumed_from"
+    " last_eval_loss checkpoint".split()
+)
 
 
 def lines(text: str) -> list[dict]:
@@ -23,7 +29,9 @@ def lines(text: str) -> list[dict]:
 def two_process_run(tmp_path_factory, run_trainer):
     out = tmp_path_factory.mktemp("run")
     proc, events = run_trainer(
-        ["--max_steps", "30", "--log_freq", "7", "--output_dir", str(out)], nproc=2
+        ["--max_steps", "30", "--log_freq", "7", "--validation_freq", "10"]
+        + ["--output_dir", str(out)],
+        nproc=2,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return events, out
@@ -31,15 +39,29 @@ def two_process_run(tmp_path_factory, run_trainer):
 
 def test_two_processes_train_and_the_loss_falls(two_process_run):
     events, _ = two_process_run
-    start, *steps, summary = events
+    start, summary = events[0], events[-1]
+    steps = [e for e in events if e["event"] == "step"]
     assert start["event"] == "start" and summary["event"] == "summary"
     assert (start["world_size"], start["device"], start["backend"]) == (2, "cpu", "gloo")
     assert start["tokens_per_step"] == 2 * start["train_batch_size"] * start["seq_len"]
     assert start["params"] > 100_000
     assert [s["step"] for s in steps] == [1, 7, 14, 21, 28, 30]  # first, every 7, last
     assert all(set(s) == STEP_KEYS for s in steps)
+    assert all(s["mfu"] is None for s in steps)  # no peak FLOP/s for a CPU
+    assert all(
+        s["tokens_per_s_per_device"] * 2 == pytest.approx(s["tokens_per_s"], abs=0.2) for s in steps
+    )
     assert summary["last_loss"] < summary["first_loss"] - 1.0
     assert 5.5 < summary["first_loss"] < 7.0  # ~ln(512): a healthy start
+
+
+def test_the_held_out_split_is_evaluated_every_validation_freq_steps(two_process_run):
+    events, _ = two_process_run
+    evals = [e for e in events if e["event"] == "eval"]
+    assert [e["step"] for e in evals] == [10, 20, 30]
+    assert evals[-1]["loss"] < evals[0]["loss"]
+    assert evals[-1]["perplexity"] == pytest.approx(math.exp(evals[-1]["loss"]), rel=1e-3)
+    assert events[-1]["last_eval_loss"] == evals[-1]["loss"]
 
 
 def test_summary_matches_the_step_lines(two_process_run):
@@ -78,7 +100,7 @@ def test_replicated_no_shard_matches_fully_sharded_training(two_process_run, run
 
 def test_plain_python_runs_as_a_world_of_one(no_dist_env, capsys):
     assert train_mod.main(["--max_steps", "3", "--log_freq", "2"]) == 0
-    start, *steps, summary = lines(capsys.readouterr().out)
+    start, *steps, summary = [e for e in lines(capsys.readouterr().out) if e["event"] != "eval"]
     assert (start["world_size"], start["backend"]) == (1, "gloo")
     assert start["tokens_per_step"] == start["train_batch_size"] * start["seq_len"]
     assert [s["step"] for s in steps] == [1, 2, 3]
