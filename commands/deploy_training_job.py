@@ -9,12 +9,23 @@ from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import (
+    ActivationCheckpointing,
+    AsyncSave,
+    CheckpointDir,
+    CheckpointFreq,
+    CpuOffload,
+    Dataset,
+    DatasetConfigName,
     DryRun,
     GpuPerNode,
+    GradAccumSteps,
     JobName,
     JobSpec,
+    KeepLast,
     LearningRate,
+    MaxRestarts,
     MaxSteps,
+    ModelNameOrPath,
     ModelType,
     NumNodes,
     RunsDirParam,
@@ -22,7 +33,9 @@ from skills.training_job_deployer.job_spec import (
     SeqLen,
     ShardingStrategy,
     Target,
+    Tokenizer,
     TrainBatchSize,
+    ValidationFreq,
     WaitSeconds,
 )
 from skills.training_job_deployer.models import DeployResult
@@ -43,6 +56,19 @@ def deploy_training_job(
     learning_rate: LearningRate = None,
     sharding_strategy: ShardingStrategy = "full",
     seed: Seed = 0,
+    model_name_or_path: ModelNameOrPath = None,
+    dataset: Dataset = None,
+    dataset_config_name: DatasetConfigName = None,
+    tokenizer: Tokenizer = None,
+    grad_accum_steps: GradAccumSteps = None,
+    activation_checkpointing: ActivationCheckpointing = None,
+    cpu_offload: CpuOffload = None,
+    checkpoint_dir: CheckpointDir = None,
+    checkpoint_freq: CheckpointFreq = None,
+    keep_last: KeepLast = None,
+    async_save: AsyncSave = None,
+    validation_freq: ValidationFreq = None,
+    max_restarts: MaxRestarts = 0,
     runs_dir: RunsDirParam = "runs",
     dry_run: DryRun = False,
     wait_seconds: WaitSeconds = None,
@@ -52,10 +78,13 @@ def deploy_training_job(
 
     target=local runs torchrun on this host (gloo on CPU, nccl on GPUs) in
     <runs_dir>/<job_name>/, streaming step, loss and tokens/s as progress.
-    dry_run=True returns the exact launch plan (argv, environment, directory)
-    and starts nothing. Returns the job's state: status, steps, first and last
-    loss, tokens/s, run directory and log path; a failed run carries the
-    trainer's error line and the log tail.
+    Checkpoints go to checkpoint_dir (local default: <runs_dir>/<job_name>/
+    checkpoints), so re-running the same job resumes from its newest complete
+    checkpoint. dry_run=True returns the exact launch plan (argv, environment,
+    directory) and starts nothing. Returns the job's state: status, steps, first
+    and last loss, eval loss, tokens/s, last checkpoint, run directory and log
+    path; a failed run carries the trainer's error line and the log tail, a
+    preempted one (SIGTERM, checkpoint saved) says from which step a re-run resumes.
     """
     spec = JobSpec(
         job_name=job_name,
@@ -68,6 +97,19 @@ def deploy_training_job(
         learning_rate=learning_rate,
         sharding_strategy=sharding_strategy,
         seed=seed,
+        model_name_or_path=model_name_or_path,
+        dataset=dataset,
+        dataset_config_name=dataset_config_name,
+        tokenizer=tokenizer,
+        grad_accum_steps=grad_accum_steps,
+        activation_checkpointing=activation_checkpointing,
+        cpu_offload=cpu_offload,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_freq=checkpoint_freq,
+        keep_last=keep_last,
+        async_save=async_save,
+        validation_freq=validation_freq,
+        max_restarts=max_restarts,
     )
     runner = get_target(target, runs_dir)
     plan = runner.plan(spec)

@@ -1,7 +1,9 @@
 """The local target: torchrun on this host. plan -> submit -> describe -> logs -> cancel.
 
 Each job lives in `<runs_dir>/<job_name>/`: `job.json` (pid, argv, log path, exit
-code), `logs/attempt-N.log` (torchrun's stdout+stderr) and the trainer's output.
+code), `logs/attempt-N.log` (torchrun's stdout+stderr), the trainer's output and,
+unless checkpoint_dir says otherwise, `checkpoints/`: a re-run of the job resumes
+from its newest complete checkpoint.
 The job runs in its own process session, so an agent's call can return while it
 trains and a later call (or another process) can follow, describe or cancel it.
 """
@@ -24,9 +26,12 @@ from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.models import JobState, LaunchPlan
-from skills.training_job_deployer.trainer_log import RunMetrics, parse_events
+from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
 
 RECORD = "job.json"
+CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
+# JobSpec fields that may be local paths (else s3:// URIs or Hugging Face hub names).
+PATH_FIELDS = ("model_name_or_path", "dataset", "tokenizer")
 POLL_S = 0.25
 LOG_TAIL_LINES = 40
 
@@ -50,6 +55,21 @@ def _pid_running(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def local_path(value: str | None, maybe_name: bool = False) -> str | None:
+    """An absolute path for a local path given relative to this process's directory
+    (the job runs in its run directory). s3:// URIs stay as they are, and so does a
+    value that may be a hub name (`maybe_name`) unless it starts with '.' or '~' or
+    exists here."""
+    if value is None or value.startswith("s3://"):
+        return value
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    if maybe_name and not (value.startswith((".", "~")) or path.exists()):
+        return value
+    return str(path.resolve())
 
 
 def _threads_per_process(nproc: int) -> int:
@@ -117,6 +137,11 @@ class LocalTarget:
         run_dir = self.run_dir(spec.job_name)
         attempt = self._next_attempt(run_dir)
         log_path = run_dir / "logs" / f"attempt-{attempt}.log"
+        # Checkpoints default to the run directory, so re-running the same job resumes
+        # from its newest complete checkpoint instead of starting over.
+        paths = {name: local_path(getattr(spec, name), maybe_name=True) for name in PATH_FIELDS}
+        paths["checkpoint_dir"] = local_path(spec.checkpoint_dir) or str(run_dir / CHECKPOINTS)
+        spec = spec.model_copy(update=paths)
         argv = [
             sys.executable,
             "-m",
@@ -124,6 +149,7 @@ class LocalTarget:
             "--standalone",
             "--nnodes=1",
             f"--nproc_per_node={spec.gpu_per_node}",
+            f"--max-restarts={spec.max_restarts}",
             "-m",
             "trainer",
             *spec.trainer_args(),
@@ -248,11 +274,20 @@ class LocalTarget:
     ) -> JobState:
         record = self._read_record(job_name) or record
         exit_code = record.get("exit_code")
+        message = metrics.outcome(exit_code) if done else None
         if not done:
             status = "running"
         elif record.get("cancelled"):
             status = "cancelled"
-        elif metrics.summary is not None and metrics.error is None and exit_code in (0, None):
+            message = "cancelled"
+            if metrics.checkpoint_step is not None:
+                message += (
+                    f": checkpoint saved at step {metrics.checkpoint_step}; "
+                    "re-run the same job to resume"
+                )
+        elif metrics.preempted is not None or exit_code == EXIT_PREEMPTED:
+            status = "preempted"
+        elif message is None:
             status = "succeeded"
         else:
             status = "failed"
@@ -269,6 +304,10 @@ class LocalTarget:
             last_loss=metrics.last_loss,
             tokens_per_s=metrics.tokens_per_s,
             world_size=metrics.world_size,
+            last_eval_loss=metrics.last_eval_loss,
+            resumed_from=metrics.resumed_from,
+            checkpoint_step=metrics.checkpoint_step,
+            checkpoint_path=metrics.checkpoint_path,
             run_dir=str(self.run_dir(job_name)),
             log_path=record["log_path"],
             exit_code=exit_code,
@@ -276,9 +315,15 @@ class LocalTarget:
             error=None
             if metrics.error is None
             else {k: redact(v) if isinstance(v, str) else v for k, v in metrics.error.items()},
+            message=None if message is None else redact(message),
         )
         if status == "failed":
             state.log_tail = self.logs(job_name, LOG_TAIL_LINES)
+        elif status in ("preempted", "cancelled") and metrics.checkpoint_step is not None:
+            state.next_step = (
+                f"deploy_training_job(job_name={job_name!r}, ...) with the same parameters "
+                f"(runs_dir, checkpoint_dir) resumes from step {metrics.checkpoint_step}."
+            )
         elif status == "running":
             state.next_step = (
                 f"get_training_job(job_name={job_name!r}, wait_seconds=...) to follow it; "

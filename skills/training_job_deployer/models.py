@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 
 from skills.shared.results import ToolResult
 
-JobStatus = Literal["planned", "running", "succeeded", "failed", "cancelled"]
+# preempted: stopped by SIGTERM (eviction, spot reclaim); a re-run of the job resumes.
+JobStatus = Literal["planned", "running", "succeeded", "failed", "preempted", "cancelled"]
 
 
 class LaunchPlan(BaseModel):
@@ -33,12 +34,25 @@ class JobState(ToolResult):
     last_loss: float | None = None
     tokens_per_s: float | None = None
     world_size: int | None = None
+    last_eval_loss: float | None = None
+    resumed_from: int | None = Field(
+        default=None, description="The checkpoint step this run resumed from, if any."
+    )
+    checkpoint_step: int | None = Field(
+        default=None, description="Step of the last checkpoint this run saved."
+    )
+    checkpoint_path: str | None = Field(
+        default=None, description="Where the last checkpoint this run saved is."
+    )
     run_dir: str
     log_path: str | None = None
     exit_code: int | None = None
     elapsed_s: float | None = None
     error: dict[str, Any] | None = Field(
         default=None, description="The trainer's error line, when it reported one."
+    )
+    message: str | None = Field(
+        default=None, description="How a run that did not succeed ended, in one line."
     )
     log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
     next_step: str | None = Field(default=None, description="What to call next, if anything.")
@@ -49,11 +63,20 @@ class JobState(ToolResult):
             rows.append(("steps", f"{self.steps}/{self.max_steps}"))
         if self.first_loss is not None and self.last_loss is not None:
             rows.append(("loss", f"{self.first_loss:.4f} -> {self.last_loss:.4f}"))
+        if self.last_eval_loss is not None:
+            rows.append(("eval loss", f"{self.last_eval_loss:.4f}"))
         if self.tokens_per_s:
             rows.append(("tokens/s", f"{self.tokens_per_s:,.0f}"))
+        if self.resumed_from is not None:
+            rows.append(("resumed from", f"step {self.resumed_from}"))
+        if self.checkpoint_path:
+            at = "" if self.checkpoint_step is None else f"step {self.checkpoint_step}: "
+            rows.append(("checkpoint", at + self.checkpoint_path))
         if self.elapsed_s is not None:
             rows.append(("elapsed", f"{self.elapsed_s:.1f} s"))
         rows += [("run dir", self.run_dir), ("log", self.log_path or "-")]
+        if self.message:
+            rows.append(("outcome", self.message))
         if self.error:
             rows.append(("error", f"{self.error.get('error_type')}: {self.error.get('message')}"))
         if self.log_tail and self.status == "failed":
@@ -63,7 +86,7 @@ class JobState(ToolResult):
         return rows
 
     def cli_exit_status(self) -> int:
-        return 1 if self.status in ("failed", "cancelled") else 0
+        return 1 if self.status in ("failed", "preempted", "cancelled") else 0
 
 
 class DeployResult(JobState):

@@ -25,9 +25,15 @@ def parse_events(text: str) -> list[dict[str, Any]]:
     return [event for event in map(parse_line, text.splitlines()) if event is not None]
 
 
+# The trainer's exit code after SIGTERM when it saved a checkpoint (128 + SIGTERM).
+EXIT_PREEMPTED = 143
+
+
 @dataclass
 class RunMetrics:
-    """What the events of one run add up to."""
+    """What the events of one run add up to. A `start` after torchrun restarted the
+    workers begins a new attempt: the outcome (summary, error, preempted) is that of
+    the last attempt; losses and checkpoints carry over."""
 
     max_steps: int | None = None
     world_size: int | None = None
@@ -35,6 +41,12 @@ class RunMetrics:
     first_loss: float | None = None
     last_loss: float | None = None
     tokens_per_s: float | None = None
+    last_eval_loss: float | None = None
+    resumed_from: int | None = None
+    checkpoint_step: int | None = None
+    checkpoint_path: str | None = None
+    skipped_checkpoints: list[str] = field(default_factory=list)
+    preempted: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     last_event: dict[str, Any] | None = field(default=None, repr=False)
@@ -45,21 +57,73 @@ class RunMetrics:
         if kind == "start":
             self.max_steps = event.get("max_steps", self.max_steps)
             self.world_size = event.get("world_size", self.world_size)
+            self.summary = self.error = self.preempted = None
+            if event.get("resumed_from") is not None:
+                self.resumed_from = int(event["resumed_from"])
+                self.steps = max(self.steps, self.resumed_from)
         elif kind == "step":
             self.steps = int(event["step"])
             if self.first_loss is None:
                 self.first_loss = float(event["loss"])
             self.last_loss = float(event["loss"])
             self.tokens_per_s = float(event.get("tokens_per_s") or 0.0)
+        elif kind == "eval":
+            self.last_eval_loss = _float(event.get("loss"))
+        elif kind == "checkpoint_saved":
+            self.checkpoint_step = int(event["step"])
+            self.checkpoint_path = event.get("path")
+        elif kind == "checkpoint_loaded":
+            self.resumed_from = int(event["step"])
+        elif kind == "checkpoint_skipped":
+            self.skipped_checkpoints.append(str(event.get("path")))
+        elif kind == "preempted":
+            self.preempted = event
+            if event.get("checkpoint") and self.checkpoint_path != event["checkpoint"]:
+                self.checkpoint_path, self.checkpoint_step = event["checkpoint"], event.get("step")
         elif kind == "summary":
             self.summary = event
             self.steps = int(event.get("steps", self.steps))
             self.tokens_per_s = event.get("tokens_per_s", self.tokens_per_s)
+            if event.get("last_eval_loss") is not None:
+                self.last_eval_loss = _float(event["last_eval_loss"])
+            if event.get("resumed_from") is not None:
+                self.resumed_from = int(event["resumed_from"])
+            if event.get("checkpoint") and self.checkpoint_path is None:
+                self.checkpoint_path = event["checkpoint"]
         elif kind == "error":
             self.error = event
 
     def progress_message(self) -> str:
         if self.last_loss is None:
-            return "starting"
+            return f"resumed from step {self.resumed_from}" if self.resumed_from else "starting"
         rate = f" · {self.tokens_per_s:,.0f} tok/s" if self.tokens_per_s else ""
         return f"loss {self.last_loss:.4f}{rate}"
+
+    def outcome(self, exit_code: int | None) -> str | None:
+        """One line on how a finished run that did not succeed ended (None: it succeeded)."""
+        if self.preempted is not None or exit_code == EXIT_PREEMPTED:
+            saved = self.preempted is None or self.preempted.get("checkpoint")
+            if saved and self.checkpoint_step is not None:
+                return (
+                    f"preempted: checkpoint saved at step {self.checkpoint_step}; "
+                    "re-run the same job to resume"
+                )
+            at = f" at step {self.preempted['step']}" if self.preempted else ""
+            if self.resumed_from:
+                return (
+                    f"preempted{at} without a new checkpoint; re-running the same job resumes "
+                    f"from step {self.resumed_from}"
+                )
+            return f"preempted{at} without a checkpoint; a re-run starts over"
+        if self.error is not None:
+            return f"failed: {self.error.get('error_type')}: {self.error.get('message')}"
+        code = "" if exit_code is None else f" with exit code {exit_code}"
+        if self.summary is None:
+            return f"failed: the trainer stopped{code} before its summary line; see the log tail"
+        if exit_code not in (0, None):
+            return f"failed: the job exited{code} after the trainer's summary; see the log tail"
+        return None
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)

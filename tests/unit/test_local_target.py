@@ -234,3 +234,164 @@ def test_plan_puts_this_project_on_the_jobs_path(tmp_path):
     plan = LocalTarget(tmp_path).plan(JobSpec(job_name="p"))
     root = str(Path(__file__).resolve().parents[2])
     assert plan.env["PYTHONPATH"].split(os.pathsep)[0] == root
+
+
+def test_plan_passes_max_restarts_to_torchrun_and_checkpoints_to_the_run_dir(tmp_path):
+    plan = LocalTarget(tmp_path).plan(JobSpec(job_name="ck", max_restarts=3))
+    trainer_at = plan.argv.index("trainer")
+    assert "--max-restarts=3" in plan.argv[:trainer_at]  # torchrun's flag, before `-m trainer`
+    args = plan.argv[trainer_at + 1 :]
+    assert args[args.index("--checkpoint_dir") + 1] == str(tmp_path / "ck" / "checkpoints")
+    assert args[args.index("--output_dir") + 1] == str(tmp_path / "ck")
+    assert args.count("--checkpoint_dir") == args.count("--output_dir") == 1
+    assert "--max-restarts=0" in LocalTarget(tmp_path).plan(JobSpec(job_name="ck")).argv
+
+
+@pytest.mark.parametrize(
+    ("given", "passed"),
+    [
+        ("s3://bucket/ckpt/ck", "s3://bucket/ckpt/ck"),
+        ("/mnt/fsx/ck", "/mnt/fsx/ck"),
+        ("shared/ck", "{cwd}/shared/ck"),  # the job runs in its run dir: made absolute
+    ],
+)
+def test_an_explicit_checkpoint_dir_overrides_the_default(tmp_path, monkeypatch, given, passed):
+    monkeypatch.chdir(tmp_path)
+    plan = LocalTarget(tmp_path / "runs").plan(JobSpec(job_name="ck", checkpoint_dir=given))
+    assert plan.argv[plan.argv.index("--checkpoint_dir") + 1] == passed.format(cwd=tmp_path)
+    assert plan.argv.count("--checkpoint_dir") == 1
+
+
+def test_local_paths_are_made_absolute_and_hub_names_left_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("text")
+    spec = JobSpec(
+        job_name="paths",
+        dataset="corpus.txt",
+        tokenizer="meta-llama/Llama-3.2-1B",
+        model_name_or_path="./models/llama",
+    )
+    argv = LocalTarget(tmp_path / "runs").plan(spec).argv
+    flag = {
+        name: argv[argv.index(f"--{name}") + 1] for name in spec.model_fields_set - {"job_name"}
+    }
+    assert flag == {
+        "dataset": str(tmp_path / "corpus.txt"),
+        "tokenizer": "meta-llama/Llama-3.2-1B",
+        "model_name_or_path": str(tmp_path / "models" / "llama"),
+    }
+
+
+def test_plan_passes_the_new_trainer_flags(tmp_path):
+    spec = JobSpec(
+        job_name="flags", cpu_offload=False, async_save=True, validation_freq=0, keep_last=1
+    )
+    argv = LocalTarget(tmp_path).plan(spec).argv
+    args = argv[argv.index("trainer") + 1 :]
+    pairs = dict(zip(args[::2], args[1::2], strict=True))  # flag, value, flag, value, ...
+    assert {k: pairs[k] for k in ("--cpu_offload", "--async_save", "--validation_freq")} == {
+        "--cpu_offload": "false",
+        "--async_save": "true",
+        "--validation_freq": "0",
+    }
+    assert pairs["--keep_last"] == "1" and "--activation_checkpointing" not in pairs
+
+
+PREEMPTED_RUN = (
+    EMIT
+    + """
+emit(event="start", world_size=2, max_steps=10, resumed_from=None)
+emit(event="step", step=1, loss=5.0, tokens_per_s=10.0, elapsed_s=0.1)
+emit(event="eval", step=2, loss=4.5, perplexity=90.0)
+emit(event="checkpoint_saved", step=3, path="/ck/step-3", blocked_s=0.1, **{"async": False})
+emit(event="preempted", step=3, signal=15, checkpoint="/ck/step-3")
+emit(event="summary", steps=3, first_loss=5.0, last_loss=4.8, tokens_per_s=10.0, elapsed_s=0.3,
+     world_size=2, resumed_from=None, last_eval_loss=4.5, checkpoint="/ck/step-3")
+sys.exit(143)
+"""
+)
+
+
+def test_a_preempted_run_says_where_a_rerun_resumes(tmp_path):
+    target = LocalTarget(tmp_path)
+    target.submit("pre", scripted_plan(target, "pre", PREEMPTED_RUN))
+    state = target.follow("pre")
+    assert (state.status, state.exit_code) == ("preempted", 143)
+    assert state.message == "preempted: checkpoint saved at step 3; re-run the same job to resume"
+    assert (state.checkpoint_step, state.checkpoint_path, state.last_eval_loss) == (
+        3,
+        "/ck/step-3",
+        4.5,
+    )
+    assert "resumes from step 3" in state.next_step and state.log_tail is None
+    assert state.cli_exit_status() == 1
+    assert ("outcome", state.message) in state.summary_rows()
+    # Another process reads the same state back from the run directory.
+    assert LocalTarget(tmp_path).describe("pre").status == "preempted"
+
+
+def test_exit_code_143_alone_means_preempted(tmp_path):
+    target = LocalTarget(tmp_path)
+    script = EMIT + 'emit(event="start", world_size=1, max_steps=5)\nsys.exit(143)'
+    target.submit("term", scripted_plan(target, "term", script))
+    state = target.follow("term")
+    assert state.status == "preempted"
+    assert state.message == "preempted without a checkpoint; a re-run starts over"
+
+
+def test_a_resumed_run_reports_where_it_resumed_and_its_eval_loss(tmp_path):
+    target = LocalTarget(tmp_path)
+    script = (
+        EMIT
+        + """
+emit(event="checkpoint_skipped", path="/ck/step-8", reason="no COMPLETE marker")
+emit(event="checkpoint_loaded", step=6, path="/ck/step-6", seconds=0.2)
+emit(event="start", world_size=2, max_steps=8, resumed_from=6)
+emit(event="step", step=7, loss=3.0, tokens_per_s=50.0)
+emit(event="step", step=8, loss=2.5, tokens_per_s=60.0)
+emit(event="eval", step=8, loss=2.75, perplexity=15.6)
+emit(event="checkpoint_saved", step=8, path="/ck/step-8", blocked_s=0.0, **{"async": False})
+emit(event="summary", steps=8, first_loss=3.0, last_loss=2.5, tokens_per_s=55.0, elapsed_s=0.2,
+     world_size=2, resumed_from=6, last_eval_loss=2.75, checkpoint="/ck/step-8")
+"""
+    )
+    target.submit("resumed", scripted_plan(target, "resumed", script))
+    progress = CollectingProgress()
+    state = target.follow("resumed", progress)
+    assert state.status == "succeeded" and state.message is None
+    assert (state.resumed_from, state.steps, state.last_eval_loss) == (6, 8, 2.75)
+    assert (state.checkpoint_step, state.checkpoint_path) == (8, "/ck/step-8")
+    assert [e.completed for e in progress.events] == [6, 7, 8]
+
+
+def test_a_failed_run_has_a_message(tmp_path):
+    target = LocalTarget(tmp_path)
+    target.submit("crash2", scripted_plan(target, "crash2", "sys.exit(3)"))
+    state = target.follow("crash2")
+    assert state.status == "failed"
+    assert state.message == (
+        "failed: the trainer stopped with exit code 3 before its summary line; see the log tail"
+    )
+
+
+def test_cancel_after_a_checkpoint_says_a_rerun_resumes(tmp_path):
+    target = LocalTarget(tmp_path)
+    script = (
+        EMIT
+        + """
+import signal
+def on_term(*_):
+    emit(event="checkpoint_saved", step=2, path="/ck/step-2", blocked_s=0.0, **{"async": False})
+    emit(event="preempted", step=2, signal=15, checkpoint="/ck/step-2")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+emit(event="start", world_size=1, max_steps=100)
+emit(event="step", step=2, loss=4.0, tokens_per_s=1.0)
+time.sleep(60)
+"""
+    )
+    target.submit("stop", scripted_plan(target, "stop", script))
+    assert target.follow("stop", wait_seconds=1.0).status == "running"
+    state = target.cancel("stop", grace_s=10)
+    assert state.status == "cancelled" and state.checkpoint_step == 2
+    assert state.message == "cancelled: checkpoint saved at step 2; re-run the same job to resume"

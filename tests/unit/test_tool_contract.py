@@ -43,6 +43,19 @@ def test_input_model_comes_from_the_signature():
         ({"job_name": "ok", "max_steps": "many"}, "max_steps"),
         ({"job_name": "ok", "no_such_flag": 1}, "no_such_flag"),
         ({}, "job_name"),
+        ({"job_name": "ok", "grad_accum_steps": 0}, "grad_accum_steps"),
+        ({"job_name": "ok", "activation_checkpointing": "most"}, "activation_checkpointing"),
+        ({"job_name": "ok", "cpu_offload": "sometimes"}, "cpu_offload"),
+        ({"job_name": "ok", "checkpoint_dir": "gs://b/ck"}, "checkpoint_dir"),
+        ({"job_name": "ok", "checkpoint_freq": -1}, "checkpoint_freq"),
+        ({"job_name": "ok", "keep_last": -2}, "keep_last"),
+        ({"job_name": "ok", "async_save": "soon"}, "async_save"),
+        ({"job_name": "ok", "validation_freq": -5}, "validation_freq"),
+        ({"job_name": "ok", "max_restarts": -1}, "max_restarts"),
+        ({"job_name": "ok", "dataset": "-x"}, "dataset"),
+        ({"job_name": "ok", "dataset_config_name": "a/b"}, "dataset_config_name"),
+        ({"job_name": "ok", "tokenizer": ""}, "tokenizer"),
+        ({"job_name": "ok", "model_name_or_path": "hf://m"}, "model_name_or_path"),
     ],
 )
 def test_bad_input_is_a_coded_failure_naming_the_field(args, field):
@@ -88,6 +101,70 @@ def test_cli_dry_run_json_is_the_result_model(tmp_path, capsys):
     assert result["status"] == "planned"
     assert result["plan"]["argv"][1:4] == ["-m", "torch.distributed.run", "--standalone"]
     assert not (tmp_path / "plan-me").exists(), "a dry run starts and writes nothing"
+
+
+def test_cli_new_flags_reach_the_plan(tmp_path, capsys):
+    code = run_cli(
+        deploy_training_job,
+        [
+            "--job-name", "flags",
+            "--dry-run",
+            "--json",
+            "--runs-dir", str(tmp_path),
+            "--cpu-offload",
+            "--no-async-save",
+            "--grad-accum-steps", "4",
+            "--activation-checkpointing", "full",
+            "--checkpoint-freq", "0",
+            "--keep-last", "2",
+            "--validation-freq", "0",
+            "--max-restarts", "2",
+            "--dataset", "roneneldan/TinyStories",
+        ],
+    )  # fmt: skip
+    assert code == 0
+    argv = json.loads(capsys.readouterr().out)["plan"]["argv"]
+    trainer_at = argv.index("trainer")
+    assert "--max-restarts=2" in argv[:trainer_at]
+    args = argv[trainer_at + 1 :]
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    assert given == {
+        "--model_type": "debug",
+        "--dataset": "roneneldan/TinyStories",
+        "--grad_accum_steps": "4",
+        "--sharding_strategy": "full",
+        "--activation_checkpointing": "full",
+        "--cpu_offload": "true",
+        "--checkpoint_dir": str(tmp_path / "flags" / "checkpoints"),
+        "--checkpoint_freq": "0",
+        "--keep_last": "2",
+        "--async_save": "false",
+        "--validation_freq": "0",
+        "--seed": "0",
+        "--output_dir": str(tmp_path / "flags"),
+    }
+
+
+def test_new_parameters_are_in_the_tool_schema():
+    schema = spec_of(deploy_training_job).params.model_json_schema()["properties"]
+    for name in (
+        "model_name_or_path",
+        "dataset",
+        "dataset_config_name",
+        "tokenizer",
+        "grad_accum_steps",
+        "activation_checkpointing",
+        "cpu_offload",
+        "checkpoint_dir",
+        "checkpoint_freq",
+        "keep_last",
+        "async_save",
+        "validation_freq",
+        "max_restarts",
+    ):
+        assert schema[name]["description"], name
+    assert schema["max_restarts"]["default"] == 0 and schema["max_restarts"]["minimum"] == 0
+    assert "<runs_dir>/<job_name>/checkpoints" in schema["checkpoint_dir"]["description"]
 
 
 def test_cli_bad_input_exits_2_with_message_and_hint(capsys):
