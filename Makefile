@@ -43,6 +43,7 @@ test: system-deps setup-dev
 bench: setup-dev
 	$(PY) benchmarks/mcp_cold_start.py
 	$(PY) benchmarks/demo_wall_time.py
+	$(PY) benchmarks/trainer_bench.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

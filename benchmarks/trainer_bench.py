@@ -1,0 +1,120 @@
+"""Trainer benchmarks, each a ratio against a baseline measured in the same run
+(2 processes, gloo, CPU; medians of --repeats alternating runs):
+
+1. step time: `python -m trainer` vs the bare FSDP2 loop (benchmarks/bare_fsdp2_loop.py)
+   on the same model, batch and world size.                          goal <= 1.05x
+2. tokens/s: our model vs Hugging Face LlamaForCausalLM of the same dims, both in
+   the bare loop under the same FSDP2 wrapping and batch.             goal >= 1.0x
+3. time the loop is blocked by a checkpoint save: async vs sync.      goal <= 0.25x
+
+    python benchmarks/trainer_bench.py [--repeats 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Big enough that compute, not per-step bookkeeping noise, dominates a step.
+MODEL = ["--model_type", "debug_large", "--seq_len", "128", "--train_batch_size", "4"]
+WARMUP, STEPS = 5, 30
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
+    return e
+
+
+def torchrun(args: list[str]) -> list[dict]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    done = subprocess.run(
+        argv + args, cwd=ROOT, env=env(), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        sys.exit(f"benchmark run failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def bare(impl: str) -> dict:
+    args = [str(ROOT / "benchmarks" / "bare_fsdp2_loop.py"), "--impl", impl]
+    (line,) = torchrun(args + ["--steps", str(STEPS), "--warmup", str(WARMUP), *MODEL])
+    return line
+
+
+def trainer_step_s() -> float:
+    """Seconds per step after the same warm-up, from the trainer's own step lines."""
+    events = torchrun(
+        ["-m", "trainer", *MODEL, "--max_steps", str(WARMUP + STEPS), "--log_freq", str(WARMUP)]
+        + ["--validation_freq", "0"]
+    )
+    elapsed = {e["step"]: e["elapsed_s"] for e in events if e["event"] == "step"}
+    return (elapsed[WARMUP + STEPS] - elapsed[WARMUP]) / STEPS
+
+
+def blocked_s(async_save: bool) -> float:
+    """Mean seconds the loop waited per periodic checkpoint (the final, always
+    synchronous save is left out)."""
+    with tempfile.TemporaryDirectory() as ckpt:
+        events = torchrun(
+            ["-m", "trainer", *MODEL, "--max_steps", "21", "--log_freq", "100"]
+            + ["--validation_freq", "0", "--checkpoint_dir", ckpt, "--checkpoint_freq", "5"]
+            + ["--async_save", str(async_save).lower()]
+        )
+    saves = [e for e in events if e["event"] == "checkpoint_saved" and e["step"] != 21]
+    assert all(s["async_save"] is async_save for s in saves), saves
+    return statistics.mean(s["blocked_s"] for s in saves)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    runs: dict[str, list[float]] = {
+        k: [] for k in ("bare", "trainer", "ours", "hf", "sync", "async")
+    }
+    for _ in range(args.repeats):  # alternate, so drift in machine load hits both sides
+        ours = bare("ours")
+        runs["bare"].append(ours["step_s"])
+        runs["ours"].append(ours["tokens_per_s"])
+        runs["trainer"].append(trainer_step_s())
+        runs["hf"].append(bare("hf")["tokens_per_s"])
+        runs["sync"].append(blocked_s(False))
+        runs["async"].append(blocked_s(True))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    results = {
+        "step_time_ratio_vs_bare_fsdp2": med["trainer"] / med["bare"],
+        "tokens_per_s_ratio_vs_hf_llama": med["ours"] / med["hf"],
+        "async_vs_sync_blocked_ratio": med["async"] / med["sync"],
+        "medians": med,
+        "repeats": args.repeats,
+    }
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"model {' '.join(MODEL)}, 2 processes (gloo, CPU), {args.repeats} repeats, medians")
+    print(
+        f"step time   trainer {med['trainer'] * 1e3:7.1f} ms  bare FSDP2 {med['bare'] * 1e3:7.1f}"
+        f" ms  ratio {results['step_time_ratio_vs_bare_fsdp2']:.3f}x (goal <= 1.05)"
+    )
+    print(
+        f"tokens/s    ours {med['ours']:9.0f}  HF Llama {med['hf']:9.0f}"
+        f"  ratio {results['tokens_per_s_ratio_vs_hf_llama']:.3f}x (goal >= 1.0)"
+    )
+    print(
+        f"ckpt block  async {med['async'] * 1e3:7.1f} ms  sync {med['sync'] * 1e3:7.1f} ms"
+        f"  ratio {results['async_vs_sync_blocked_ratio']:.3f}x (goal <= 0.25)"
+    )
+
+
+if __name__ == "__main__":
+    main()
