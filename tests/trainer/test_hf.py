@@ -88,11 +88,13 @@ def test_hf_state_dict_names_and_tied_lm_head():
     assert len(set(ptrs)) == len(ptrs) and all(t.is_contiguous() for t in tied.values())
 
 
-def test_hf_state_dict_copies_tensors_that_share_storage():
+def test_hf_state_dict_copies_tensors_that_share_storage(tmp_path):
     flat = torch.arange(8.0)
     out = hf.hf_state_dict({"norm.weight": flat[:4], "layers.0.x": flat[4:]}, SMALL)
     assert len({t.untyped_storage().data_ptr() for t in out.values()}) == 2
-    save_file(out, "/dev/null")  # safetensors accepts them
+    # safetensors accepts them. (Never "/dev/null": it writes a temp file and renames
+    # it over the target, which replaced the device with a root-only regular file.)
+    save_file(out, tmp_path / "shared.safetensors")
 
 
 def test_save_hf_single_file_and_metadata(tmp_path):
