@@ -1,0 +1,137 @@
+"""End to end through real trainer runs: checkpoints in (moto) S3 and a resume from
+them, and trainer checkpoint -> export -> transformers -> fine-tune from the export."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import uuid
+
+import pytest
+import torch
+
+from tests.trainer.conftest import ROOT, parse_lines, trainer_env
+from tests.trainer.test_checkpoint_resume import losses, of, torchrun
+
+SMALL = ["--seq_len", "64", "--train_batch_size", "4", "--validation_freq", "0"]
+SMALL += ["--log_freq", "1", "--warmup_steps", "3"]
+
+
+def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, list[dict], str]:
+    proc = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env={**trainer_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, parse_lines(proc.stdout), proc.stderr
+
+
+@pytest.mark.integration
+def test_checkpoints_in_s3_are_complete_pruned_and_resumed(moto_server, tmp_path):
+    import boto3
+
+    s3 = boto3.client("s3")
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    env = {**moto_server.env, "FSDP_EKS_CACHE_DIR": str(tmp_path / "cache")}
+    remote = f"s3://{bucket}/ckpt"
+
+    args = [*SMALL, "--checkpoint_dir", remote, "--checkpoint_freq", "5", "--keep_last", "1"]
+    code, events, err = run(
+        torchrun(2, [*args, "--max_steps", "10", "--output_dir", str(tmp_path / "a")]), env
+    )
+    assert code == 0, err[-3000:]
+    assert [e["path"] for e in of(events, "checkpoint_saved")] == [
+        f"{remote}/step-5",
+        f"{remote}/step-10",
+    ]
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    step10 = {k.split("/", 2)[2] for k in keys if k.startswith("ckpt/step-10/")}
+    assert {"COMPLETE", ".metadata", "__0_0.distcp", "__1_0.distcp", "train_config.json"} <= step10
+    assert not any(k.startswith("ckpt/step-5/") for k in keys)  # keep_last 1
+
+    # Another output dir, so no local staging copy exists: resume downloads step 10.
+    code, resumed, err = run(
+        torchrun(2, [*args, "--max_steps", "12", "--output_dir", str(tmp_path / "b")]), env
+    )
+    assert code == 0, err[-3000:]
+    assert of(resumed, "checkpoint_loaded")[0]["step"] == 10
+
+    # The reference: the same two runs with a local checkpoint_dir (the LR schedule
+    # follows max_steps, so an unbroken 12-step run is not the same training).
+    local = [*SMALL, "--checkpoint_dir", str(tmp_path / "local"), "--checkpoint_freq", "5"]
+    for steps in ("10", "12"):
+        code, reference, err = run(torchrun(2, [*local, "--max_steps", steps]))
+        assert code == 0, err[-3000:]
+    assert of(reference, "checkpoint_loaded")[0]["step"] == 10
+    assert losses(resumed)[11] == pytest.approx(losses(reference)[11], abs=2e-4)
+    assert losses(resumed)[12] == pytest.approx(losses(reference)[12], abs=2e-4)
+
+
+@pytest.mark.parametrize("tied", ["true", "false"])
+def test_trainer_checkpoint_exports_to_transformers_and_fine_tunes(tmp_path, tied):
+    from transformers import LlamaForCausalLM
+
+    from trainer import hf
+    from trainer.config import load_config
+    from trainer.model import Transformer
+
+    flags = [*SMALL, "--tie_word_embeddings", tied]
+    ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
+    code, events, err = run(
+        [sys.executable, "-m", "trainer", *flags, "--max_steps", "30"]
+        + ["--checkpoint_dir", str(ckpt)]
+    )
+    assert code == 0, err[-3000:]
+    trained_loss = of(events, "summary")[0]["last_loss"]
+
+    code, exported, err = run(
+        [sys.executable, "-m", "trainer.export", "--checkpoint", str(ckpt)] + ["--out", str(out)]
+    )
+    assert code == 0, err[-3000:]
+    assert exported[0]["event"] == "exported" and exported[0]["step"] == 30
+
+    cfg = load_config(flags, environ={})
+    ours = Transformer(cfg.model)
+    hf.load_hf_weights(ours, str(out))
+    theirs = LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    tokens = torch.randint(0, 259, (2, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(tokens).logits, ours(tokens), rtol=0, atol=1e-5)
+    config = json.loads((out / "config.json").read_text())
+    assert config["tie_word_embeddings"] is (tied == "true")
+
+    # Fine-tuning starts from the exported weights: the first loss is that of a
+    # trained model, not ln(vocab) of a random one.
+    code, tuned, err = run(
+        [sys.executable, "-m", "trainer", *SMALL, "--model_name_or_path", str(out)]
+        + ["--max_steps", "2", "--learning_rate", "1e-9", "--warmup_steps", "0"]
+    )
+    assert code == 0, err[-3000:]
+    first = losses(tuned)[1]
+    assert first < math.log(512) - 2.0
+    assert first == pytest.approx(trained_loss, abs=0.5)
+
+
+def test_a_wrong_shaped_hf_checkpoint_is_a_config_error(tmp_path):
+    from trainer import hf
+    from trainer.config import load_config
+    from trainer.model import Transformer
+
+    cfg = load_config([], environ={})
+    state = Transformer(cfg.model).state_dict()
+    state["norm.weight"] = torch.ones(cfg.model.dim + 1)
+    hf.save_hf(state, cfg.model, tmp_path)
+    (tmp_path / "config.json").write_text(
+        json.dumps(hf.hf_config_from_model(cfg.model))  # config says dim, tensor dim + 1
+    )
+    code, events, _ = run(
+        [sys.executable, "-m", "trainer", *SMALL, "--model_name_or_path", str(tmp_path)]
+    )
+    assert code == 2
+    assert events[-1]["error_type"] == "ConfigError" and "norm.weight" in events[-1]["message"]
