@@ -1,7 +1,8 @@
 """The tool surface: one module per tool, each holding one @tool function and main().
 
-Importing this package stays light: SDKs (boto3, kubernetes, docker, torch) load
-only when a tool runs.
+TOOL_NAMES is the one list of tools: the MCP server serves it, and a test proves the
+console scripts in pyproject.toml name exactly these. Importing this package stays
+light: SDKs (boto3, kubernetes, docker, torch) load only when a tool runs.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ TOOL_NAMES = (
     "deploy_training_job",
     "get_training_job",
     "get_training_job_logs",
+    "list_training_jobs",
     "cancel_training_job",
+    "get_operation",
+    "list_operations",
+    "cancel_operation",
 )
+
+
+def tool_spec(name: str) -> ToolSpec:
+    return spec_of(getattr(importlib.import_module(f"commands.{name}"), name))
 
 
 def all_tools() -> list[ToolSpec]:
     """Every tool's spec, in TOOL_NAMES order."""
-    return [spec_of(getattr(importlib.import_module(f"commands.{n}"), n)) for n in TOOL_NAMES]
+    return [tool_spec(name) for name in TOOL_NAMES]

@@ -10,20 +10,19 @@ from typing import Annotated
 from pydantic import Field
 
 from skills.shared.cli import main_for
-from skills.shared.errors import ToolFailure
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
-from skills.training_job_deployer.job_spec import JobName, RunsDirParam, Target
+from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets import get_target
+from skills.training_job_deployer.targets import TargetSettings, get_target
 
 
 @tool(read_only=False, destructive=True, idempotent=True)
 def cancel_training_job(
     *,
     job_name: JobName,
-    target: Target = "local",
-    runs_dir: RunsDirParam = "runs",
+    target: TargetSettings,
     confirm: Annotated[
         bool, Field(description="Must be true: cancelling stops training (checkpoints stay).")
     ] = False,
@@ -36,11 +35,11 @@ def cancel_training_job(
     """
     if not confirm:
         raise ToolFailure(
-            "confirmation_required",
+            ErrorCode.CONFIRMATION_REQUIRED,
             f"Cancelling {job_name!r} stops its training.",
             "Call again with confirm=true (CLI: --confirm) if that is what you want.",
         )
-    return get_target(target, runs_dir).cancel(job_name)
+    return get_target(target).cancel(job_name)
 
 
 main = main_for(cancel_training_job)

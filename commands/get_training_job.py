@@ -8,17 +8,16 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
-from skills.training_job_deployer.job_spec import JobName, RunsDirParam, Target, WaitSeconds
+from skills.training_job_deployer.job_spec import JobName, WaitSeconds
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets import get_target
+from skills.training_job_deployer.targets import TargetSettings, get_target
 
 
-@tool(read_only=True, idempotent=True)
+@tool(read_only=True, idempotent=True, long=True)
 def get_training_job(
     *,
     job_name: JobName,
-    target: Target = "local",
-    runs_dir: RunsDirParam = "runs",
+    target: TargetSettings,
     wait_seconds: WaitSeconds = 0,
     progress: Progress | None = None,
 ) -> JobState:
@@ -27,7 +26,7 @@ def get_training_job(
     wait_seconds > 0 follows the job (streaming progress) until it ends or the
     time passes. A failed job carries the trainer's error line and the log tail.
     """
-    return get_target(target, runs_dir).follow(job_name, progress, wait_seconds)
+    return get_target(target).follow(job_name, progress, wait_seconds)
 
 
 main = main_for(get_training_job)

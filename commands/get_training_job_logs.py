@@ -12,17 +12,16 @@ from pydantic import Field
 from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
-from skills.training_job_deployer.job_spec import JobName, RunsDirParam, Target
+from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobLogs
-from skills.training_job_deployer.targets import get_target
+from skills.training_job_deployer.targets import TargetSettings, get_target
 
 
 @tool(read_only=True, idempotent=True)
 def get_training_job_logs(
     *,
     job_name: JobName,
-    target: Target = "local",
-    runs_dir: RunsDirParam = "runs",
+    target: TargetSettings,
     tail_lines: Annotated[
         int, Field(ge=1, le=10_000, description="How many lines from the end to return.")
     ] = 100,
@@ -32,11 +31,11 @@ def get_training_job_logs(
 
     Secret values from this environment (HF_TOKEN, AWS keys) are masked as ***.
     """
-    runner = get_target(target, runs_dir)
+    runner = get_target(target)
     text = runner.logs(job_name, tail_lines)
     return JobLogs(
         job_name=job_name,
-        target=target,
+        target=runner.name,
         log_path=runner.log_path(job_name),
         lines=len(text.splitlines()),
         text=text,

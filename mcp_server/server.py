@@ -1,14 +1,16 @@
 """Builds the MCP server from the tool registry, so MCP and CLI share one function
 per tool. Tool errors reach the client as isError results carrying code, message
 and hint; progress reaches it as notifications/progress; blocking work runs on a
-worker thread, off the event loop."""
+worker thread, off the event loop. Every tool declared long gets a bounded default
+wait; an operation tool runs detached and returns its operation's state; a client's
+cancel reaches the work through the progress reporter."""
 
 from __future__ import annotations
 
 import inspect
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.from_thread
@@ -17,12 +19,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 from skills.shared.errors import ToolFailure
-from skills.shared.tooling import PROGRESS_PARAM, ToolSpec
+from skills.shared.progress import CancellableProgress
+from skills.shared.tooling import WAIT_PARAM, ToolSpec
 
 # Agents' tool calls time out (opencode after about 60 s): an MCP call that would
 # follow a job to its end follows it this long, then returns its state.
 MCP_DEFAULT_WAIT_S = 40.0
-WAIT_PARAM = "wait_seconds"
 
 INSTRUCTIONS = (
     "fsdp-eks takes a PyTorch FSDP training job from source to a running, monitored job. "
@@ -38,39 +40,67 @@ def error_result(failure: ToolFailure) -> CallToolResult:
     )
 
 
-class _ThreadProgress:
+class _ThreadProgress(CancellableProgress):
     """Forwards reports from the tool's worker thread to the client as progress
-    notifications (a no-op when the client sent no progress token)."""
+    notifications (a no-op when the client sent no progress token). Cancelled when
+    the client cancels the call: the tool's next report raises Cancelled."""
 
     def __init__(self, ctx: Context) -> None:
+        super().__init__()
         self._ctx = ctx
 
-    def report(self, completed: float, total: float | None = None, message: str = "") -> None:
+    def emit(self, completed: float, total: float | None, message: str) -> None:
         anyio.from_thread.run(self._ctx.report_progress, completed, total, message or None)
 
 
+def _run(spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress) -> Any:
+    if spec.operation:
+        from skills.shared import operations
+
+        return operations.call(spec, arguments, progress)
+    return spec.invoke(arguments, progress)
+
+
 def _mcp_function(spec: ToolSpec) -> Any:
-    """An async function with the tool's own signature (plus ctx), for the SDK to
-    publish as the tool's input and output schema."""
+    """An async function whose signature is the tool's input model (flattened fields
+    included), for the SDK to publish as the tool's input and output schema."""
 
     async def call(ctx: Context, **arguments: Any) -> Any:
+        progress = _ThreadProgress(ctx)
         try:
-            return await anyio.to_thread.run_sync(spec.invoke, arguments, _ThreadProgress(ctx))
+            return await anyio.to_thread.run_sync(
+                _run, spec, arguments, progress, abandon_on_cancel=True
+            )
         except ToolFailure as failure:
             return error_result(failure)
+        except anyio.get_cancelled_exc_class():
+            progress.cancel()  # the thread stops at its next report
+            raise
 
-    signature = inspect.signature(spec.fn, eval_str=True)
-    params = [p for p in signature.parameters.values() if p.name != PROGRESS_PARAM]
+    params = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if info.is_required() else info.default,
+            annotation=Annotated[info.annotation, info],
+        )
+        for name, info in spec.params.model_fields.items()
+    ]
     ctx_param = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context
     )
-    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[ctx_param, *params], return_annotation=spec.result
+    result = spec.result
+    if spec.operation:
+        from skills.shared.operations import state_model
+
+        result = state_model(spec.result)
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [ctx_param, *params], return_annotation=result
     )
     call.__annotations__ = {
         "ctx": Context,
         **{p.name: p.annotation for p in params},
-        "return": spec.result,
+        "return": result,
     }
     call.__name__ = spec.name
     return call
@@ -102,7 +132,7 @@ class ToolServer(MCPServer):
         spec = self.specs.get(name)
         if spec is not None:
             field = spec.params.model_fields.get(WAIT_PARAM)
-            if field is not None and field.default is None and WAIT_PARAM not in arguments:
+            if spec.long and field.default is None and WAIT_PARAM not in arguments:
                 arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
             try:
                 spec.parse(arguments)

@@ -5,6 +5,7 @@ Field descriptions. Values go to the same validation as MCP calls."""
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import json
 import sys
 import time
@@ -13,24 +14,30 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
-from skills.shared.errors import ToolFailure
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import CancellableProgress
 from skills.shared.results import ToolResult
-from skills.shared.tooling import ToolSpec, spec_of
+from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
+    """Usage errors are the project's invalid_input failure, as JSON under --json."""
+
+    as_json = False
+
     def error(self, message: str) -> typing.NoReturn:
         failure = ToolFailure(
-            "invalid_input", f"{self.prog}: {message}", f"Run `{self.prog} --help` for the flags."
+            ErrorCode.INVALID_INPUT,
+            f"{self.prog}: {message}",
+            f"Run `{self.prog} --help` for the flags.",
         )
-        _print_failure(failure, as_json="--json" in sys.argv[1:])
-        raise SystemExit(EXIT_USAGE)
+        _print_failure(failure, as_json=self.as_json)
+        raise SystemExit(failure.exit_status)
 
 
 def _rules(info: FieldInfo) -> list[str]:
@@ -46,17 +53,83 @@ def _rules(info: FieldInfo) -> list[str]:
     return rules
 
 
+def _without_none(annotation: Any) -> Any:
+    """`X | None` -> X (and Annotated[X, ...] -> X); anything else as it is."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(rest) == 1:
+            return _without_none(rest[0])
+    return annotation
+
+
 def _choices(annotation: Any) -> list[str]:
-    if typing.get_origin(annotation) is typing.Literal:
-        return [str(arg) for arg in typing.get_args(annotation)]
+    inner = _without_none(annotation)
+    if typing.get_origin(inner) is typing.Literal:
+        return [str(arg) for arg in typing.get_args(inner)]
     return []
 
 
-def _is_bool(annotation: Any) -> bool:
-    return annotation is bool or (
-        typing.get_origin(annotation) in (typing.Union, types.UnionType)
-        and set(typing.get_args(annotation)) == {bool, type(None)}
-    )
+def _kind(annotation: Any) -> str:
+    """How a field is spelled on the command line: bool, list, dict, model or value."""
+    inner = _without_none(annotation)
+    origin = typing.get_origin(inner) or inner
+    if inner is bool:
+        return "bool"
+    if origin in (list, tuple, set, frozenset):
+        return "list"
+    if origin in (dict, typing.Mapping, collections.abc.Mapping):
+        return "dict"
+    if isinstance(inner, type) and issubclass(inner, BaseModel):
+        return "model"
+    return "value"
+
+
+def _help(info: FieldInfo, kind: str) -> str:
+    parts = [info.description or ""]
+    if choices := _choices(info.annotation):
+        parts.append(f"one of: {', '.join(choices)}.")
+    if kind == "list":
+        parts.append("Repeat the flag for each item.")
+    elif kind == "dict":
+        parts.append("KEY=VALUE; repeat the flag for each key.")
+    if rules := _rules(info):
+        parts.append(f"Rules: {', '.join(rules)}.")
+    if info.is_required():
+        parts.append("Required.")
+    elif info.default is not None or kind == "bool":
+        parts.append(f"Default: {info.default}.")
+    return " ".join(part for part in parts if part)
+
+
+def _add_fields(
+    parser: argparse.ArgumentParser, model: type[BaseModel], prefix: str = ""
+) -> list[str]:
+    """One flag per field (a nested model's fields as dotted flags); returns the dict dests."""
+    dict_dests: list[str] = []
+    for name, info in model.model_fields.items():
+        dest = f"{prefix}{name}"
+        kind = _kind(info.annotation)
+        if kind == "model":
+            dict_dests += _add_fields(parser, _without_none(info.annotation), prefix=f"{dest}.")
+            continue
+        flags = [f"--{dest}"] + ([f"--{dest.replace('_', '-')}"] if "_" in dest else [])
+        common: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS}
+        common["help"] = _help(info, kind)
+        choices = _choices(info.annotation)
+        metavar = "{" + ",".join(choices) + "}" if choices else name.upper()
+        if kind == "bool":
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **common)
+        elif kind in ("list", "dict"):
+            parser.add_argument(*flags, action="append", metavar=metavar, **common)
+            if kind == "dict":
+                dict_dests.append(dest)
+        else:
+            # Strings go to pydantic (lax mode turns "4" into 4), so the CLI and MCP
+            # give the same errors for the same bad value.
+            parser.add_argument(*flags, metavar=metavar, **common)
+    return dict_dests
 
 
 def build_parser(spec: ToolSpec, prog: str | None = None) -> argparse.ArgumentParser:
@@ -65,26 +138,32 @@ def build_parser(spec: ToolSpec, prog: str | None = None) -> argparse.ArgumentPa
         description=spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for name, info in spec.params.model_fields.items():
-        flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
-        help_parts = [info.description or ""]
-        if choices := _choices(info.annotation):
-            help_parts.append(f"one of: {', '.join(choices)}.")
-        if rules := _rules(info):
-            help_parts.append(f"Rules: {', '.join(rules)}.")
-        if info.default is not PydanticUndefined:
-            help_parts.append(f"Default: {info.default}.")
-        else:
-            help_parts.append("Required.")
-        common = {"dest": name, "default": argparse.SUPPRESS, "help": " ".join(help_parts)}
-        if _is_bool(info.annotation):
-            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **common)
-        else:
-            # Strings go to pydantic (lax mode turns "4" into 4), so the CLI and MCP
-            # give the same errors for the same bad value.
-            parser.add_argument(*flags, metavar=name.upper(), **common)
+    parser.dict_flags = _add_fields(parser, spec.params)  # type: ignore[attr-defined]
     parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
     return parser
+
+
+def parse_flags(spec: ToolSpec, argv: Sequence[str]) -> tuple[dict[str, Any], bool]:
+    """Flags -> the tool's raw arguments (dotted flags nested, KEY=VALUE pairs as dicts)
+    and whether --json was given. Usage errors exit 2, as JSON under --json."""
+    parser = build_parser(spec)
+    parser.as_json = "--json" in argv  # type: ignore[attr-defined]
+    flat = vars(parser.parse_args(argv))
+    as_json = flat.pop("json")
+    for dest in parser.dict_flags:  # type: ignore[attr-defined]
+        if dest in flat:
+            pairs = [item.partition("=") for item in flat[dest]]
+            if bad := [key for key, eq, _ in pairs if not eq or not key]:
+                parser.error(f"--{dest} takes KEY=VALUE, got {len(bad)} item(s) without '='")
+            flat[dest] = {key: value for key, _, value in pairs}
+    raw: dict[str, Any] = {}
+    for dest, value in flat.items():
+        *parents, leaf = dest.split(".")
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return raw, as_json
 
 
 def _print_failure(failure: ToolFailure, as_json: bool) -> None:
@@ -111,11 +190,14 @@ def _print_result(result: ToolResult, as_json: bool) -> None:
     Console().print(table)
 
 
-class ConsoleProgress:
-    """A rich progress bar on a terminal; throttled plain lines when stderr is a pipe."""
+class ConsoleProgress(CancellableProgress):
+    """A rich progress bar on a terminal; throttled plain lines when stderr is a pipe.
+    (A person cancels with Ctrl-C, which arrives as KeyboardInterrupt.)"""
 
     def __init__(self, label: str) -> None:
         from rich.console import Console
+
+        super().__init__()
 
         self._console = Console(stderr=True)
         self._label = label
@@ -147,7 +229,7 @@ class ConsoleProgress:
         elif self._unprinted is not None:  # the final state, even if throttled
             self._console.print(self._unprinted, highlight=False)
 
-    def report(self, completed: float, total: float | None = None, message: str = "") -> None:
+    def emit(self, completed: float, total: float | None, message: str) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=completed, total=total, message=message)
             return
@@ -163,19 +245,27 @@ class ConsoleProgress:
 
 
 def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) -> int:
-    """Parse flags, call the tool with a progress bar, print the result; returns the exit code."""
+    """Parse flags, call the tool with a progress bar, print the result; returns the exit code.
+
+    An operation tool given --wait_seconds runs detached and returns its operation's
+    state when that time passes; without it, the CLI runs it here to the end."""
     spec = spec_of(fn)
-    args = vars(build_parser(spec).parse_args(argv))
-    as_json = args.pop("json")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, as_json = parse_flags(spec, argv)
     try:
         with ConsoleProgress(spec.name) as progress:
-            result = spec.invoke(args, progress)
+            if spec.operation and args.get(WAIT_PARAM) is not None:
+                from skills.shared import operations
+
+                result: ToolResult = operations.call(spec, args, progress)
+            else:
+                result = spec.invoke(args, progress)
     except ToolFailure as failure:
         _print_failure(failure, as_json)
-        return EXIT_USAGE if failure.code == "invalid_input" else EXIT_FAILED
+        return failure.exit_status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     _print_result(result, as_json)
     return result.cli_exit_status()
 

@@ -1,24 +1,80 @@
-"""The one error type a user or agent can act on."""
+"""The one error type a user or agent can act on, and the codes it carries."""
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from pydantic import ValidationError
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class ErrorCode(str, Enum):
+    """Every code a tool raises, with the CLI exit status it maps to: 2 when the caller
+    can fix the call itself (bad input, a missing confirm, a name that does not
+    exist), 1 when the call was right and the work or the environment failed."""
+
+    def __new__(cls, value: str, exit_status: int) -> ErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.exit_status = exit_status  # type: ignore[attr-defined]
+        return member
+
+    # The caller's input.
+    INVALID_INPUT = ("invalid_input", EXIT_BAD_INPUT)
+    CONFIRMATION_REQUIRED = ("confirmation_required", EXIT_BAD_INPUT)
+    JOB_NOT_FOUND = ("job_not_found", EXIT_BAD_INPUT)
+    OPERATION_NOT_FOUND = ("operation_not_found", EXIT_BAD_INPUT)
+    UNSUPPORTED_FOR_TARGET = ("unsupported_for_target", EXIT_BAD_INPUT)
+    NOT_ENOUGH_GPUS = ("not_enough_gpus", EXIT_BAD_INPUT)
+    NOT_FOUND = ("not_found", EXIT_BAD_INPUT)
+    AWS_PROFILE_NOT_FOUND = ("aws_profile_not_found", EXIT_BAD_INPUT)
+    KUBECONFIG_INVALID = ("kubeconfig_invalid", EXIT_BAD_INPUT)
+    NOT_A_DIRECTORY = ("not_a_directory", EXIT_BAD_INPUT)
+    IS_A_DIRECTORY = ("is_a_directory", EXIT_BAD_INPUT)
+    NAME_TOO_LONG = ("name_too_long", EXIT_BAD_INPUT)
+    # The state of things: the call was right, now is not the time.
+    JOB_RUNNING = ("job_running", EXIT_FAILED)
+    CONFLICT = ("conflict", EXIT_FAILED)
+    CANCELLED = ("cancelled", EXIT_FAILED)
+    # The environment: credentials, permissions, services, disks.
+    NO_CREDENTIALS = ("no_credentials", EXIT_FAILED)
+    ACCESS_DENIED = ("access_denied", EXIT_FAILED)
+    THROTTLED = ("throttled", EXIT_FAILED)
+    ENDPOINT_UNREACHABLE = ("endpoint_unreachable", EXIT_FAILED)
+    DOCKER_UNAVAILABLE = ("docker_unavailable", EXIT_FAILED)
+    PERMISSION_DENIED = ("permission_denied", EXIT_FAILED)
+    NO_SPACE_LEFT = ("no_space_left", EXIT_FAILED)
+    TRAINER_NOT_INSTALLED = ("trainer_not_installed", EXIT_FAILED)
+    LAUNCH_FAILED = ("launch_failed", EXIT_FAILED)
+    SERVICE_ERROR = ("service_error", EXIT_FAILED)
+    OPERATION_FAILED = ("operation_failed", EXIT_FAILED)
+    INTERNAL_ERROR = ("internal_error", EXIT_FAILED)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class ToolFailure(Exception):
     """An expected failure: a stable code, a one-line message and what to do next.
 
-    The CLI prints message and hint and exits non-zero; MCP returns it as an
-    isError result. Never put secrets in any field.
+    The CLI prints message and hint and exits with the code's status; MCP returns it
+    as an isError result. Never put secrets in any field.
     """
 
     def __init__(
-        self, code: str, message: str, hint: str = "", details: dict[str, Any] | None = None
+        self,
+        code: ErrorCode | str,
+        message: str,
+        hint: str = "",
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
-        self.code = code
+        known = code if isinstance(code, ErrorCode) else _known(code)
+        self.code = str(code)
+        self.exit_status = known.exit_status if known else EXIT_FAILED  # type: ignore[attr-defined]
         self.message = message
         self.hint = hint
         self.details = details or {}
@@ -33,8 +89,21 @@ class ToolFailure(Exception):
             }
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolFailure:
+        """The failure `to_dict()` wrote (an operation's recorded error, say)."""
+        error = data.get("error", data)
+        return cls(error["code"], error["message"], error.get("hint", ""), error.get("details"))
+
     def __str__(self) -> str:
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+def _known(code: str) -> ErrorCode | None:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return None
 
 
 def invalid_input(exc: ValidationError, what: str) -> ToolFailure:
@@ -47,9 +116,14 @@ def invalid_input(exc: ValidationError, what: str) -> ToolFailure:
     for err in exc.errors():
         field = ".".join(str(part) for part in err["loc"]) or what
         problems.append({"field": field, "problem": err["msg"]})
+    return bad_fields(problems, what)
+
+
+def bad_fields(problems: list[dict[str, str]], what: str) -> ToolFailure:
+    """An invalid_input failure from [{"field", "problem"}, ...]."""
     summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
     return ToolFailure(
-        code="invalid_input",
+        code=ErrorCode.INVALID_INPUT,
         message=f"Invalid input for {what}: {summary}",
         hint="Fix the named fields and call again; the tool schema (CLI: --help) gives each "
         "field's rules.",

@@ -1,33 +1,89 @@
 """The tool contract: one typed function per tool, from which the CLI and the MCP
 tool are both generated, so the two cannot drift.
 
-    @tool(read_only=False, destructive=False, idempotent=False)
-    def deploy_training_job(*, job_name: JobName = "demo", ...,
+    @tool(read_only=False, long=True)
+    def deploy_training_job(*, job: Annotated[JobSpec, Flatten()],
+                            target: Annotated[TargetSettings, Flatten("target")],
+                            dry_run: DryRun = False, wait_seconds: WaitSeconds = None,
                             progress: Progress | None = None) -> DeployResult: ...
 
 The keyword parameters (with pydantic `Field` descriptions and rules) become the
-tool's input model; `progress` is injected by the caller and is not an input.
-Every call, from Python, the CLI or MCP, is validated by that one model.
+tool's input model. A parameter marked `Flatten` is a model whose fields become the
+tool's own inputs (one CLI flag, one MCP property each) and are gathered back into
+that model for the call: a new JobSpec field is a new flag and schema property with
+no other edit. A union of models marked `Flatten(discriminator)` is told apart by
+that field (each target's settings). `progress` is injected by the caller.
+Every call, from Python, the CLI or MCP, is validated by the one input model, and an
+SDK or OS exception the user can act on comes out as a typed ToolFailure.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
-from skills.shared.errors import ToolFailure, invalid_input
+from skills.shared.error_mapping import failure_from_exception
+from skills.shared.errors import ToolFailure, bad_fields, invalid_input
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
 
 PROGRESS_PARAM = "progress"
+WAIT_PARAM = "wait_seconds"
 
 F = TypeVar("F", bound=Callable[..., ToolResult])
+
+WaitSeconds = Annotated[
+    float | None,
+    Field(
+        ge=0,
+        le=86_400,
+        description="Seconds to wait before returning the current state; None waits to the "
+        "end (CLI default). MCP calls default to 40 s: then poll.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Flatten:
+    """Marks a model parameter whose fields are the tool's own inputs. For a union of
+    models, `discriminator` names the field that picks the member."""
+
+    discriminator: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class FlatGroup:
+    """One flattened parameter: which flat fields it takes and how to rebuild it."""
+
+    param: str
+    members: Mapping[Any, type[BaseModel]]  # by discriminator value (None: the one model)
+    discriminator: str | None
+    fields: frozenset[str]
+
+    def build(self, args: BaseModel, tool_name: str) -> BaseModel:
+        given = args.model_fields_set
+        key = getattr(args, self.discriminator) if self.discriminator else None
+        model = self.members[key]
+        stray = sorted(n for n in self.fields & given if n not in model.model_fields)
+        if stray:
+            problem = f"does not apply to {self.discriminator}={key!r}"
+            raise bad_fields([{"field": n, "problem": problem} for n in stray], tool_name)
+        values = {n: getattr(args, n) for n in model.model_fields if n in given}
+        if self.discriminator:
+            values[self.discriminator] = key
+        try:
+            return model.model_validate(values)
+        except ValidationError as exc:
+            raise invalid_input(exc, tool_name) from None
 
 
 @dataclass(frozen=True)
@@ -40,6 +96,18 @@ class ToolSpec:
     read_only: bool
     destructive: bool
     idempotent: bool
+    # May run longer than an agent's call: MCP gives it a bounded wait_seconds.
+    long: bool = False
+    # Runs detached as an operation when a caller waits less than to the end.
+    operation: bool = False
+    groups: tuple[FlatGroup, ...] = ()
+    fn_params: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def entry(self) -> str:
+        """`module:function`, importable by an operation's worker process."""
+        module = self.fn.__module__
+        return f"{f'commands.{self.name}' if module == '__main__' else module}:{self.name}"
 
     def parse(self, raw: Mapping[str, Any]) -> BaseModel:
         """Validate raw arguments (strings from a CLI, JSON from MCP) or raise ToolFailure."""
@@ -48,15 +116,94 @@ class ToolSpec:
         except ValidationError as exc:
             raise invalid_input(exc, self.name) from None
 
+    def call_kwargs(self, args: BaseModel) -> dict[str, Any]:
+        """The function's keyword arguments: flat inputs gathered back into their models."""
+        kwargs = {group.param: group.build(args, self.name) for group in self.groups}
+        grouped = set().union(*(group.fields for group in self.groups))
+        for name in type(args).model_fields:
+            if name not in grouped and name in self.fn_params:
+                kwargs[name] = getattr(args, name)
+        return kwargs
+
     def invoke(self, raw: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
-        args = self.parse(raw)
-        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
-        return self.fn(**kwargs, **{PROGRESS_PARAM: progress or NullProgress()})
+        kwargs = self.call_kwargs(self.parse(raw))
+        try:
+            return self.fn(**kwargs, **{PROGRESS_PARAM: progress or NullProgress()})
+        except ToolFailure:
+            raise
+        except Exception as exc:
+            failure = failure_from_exception(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def expand(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Python callers may pass a flattened parameter as its model (job=JobSpec(...))."""
+        for group in self.groups:
+            value = kwargs.pop(group.param, None)
+            if isinstance(value, BaseModel):
+                kwargs = {**value.model_dump(), **kwargs}
+            elif value is not None:
+                kwargs[group.param] = value  # left for validation to name
+        return kwargs
 
 
-def _params_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
+def _members(annotation: Any) -> tuple[type[BaseModel], ...]:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0].rstrip(".") if text else ""
+
+
+def _flatten(
+    tool_name: str, param: str, annotation: Any, marker: Flatten
+) -> tuple[FlatGroup, dict[str, Any]]:
+    members = _members(annotation)
+    fields: dict[str, Any] = {}
+    seen: dict[str, FieldInfo] = {}
+    for model in members:
+        for name, info in model.model_fields.items():
+            if name == marker.discriminator:
+                continue
+            if name in seen and seen[name].annotation != info.annotation:
+                raise TypeError(f"tool {tool_name}: {param}.{name} has two types")
+            seen.setdefault(name, info)
+    by_key: dict[Any, type[BaseModel]] = {}
+    if marker.discriminator:
+        keys = []
+        for model in members:
+            (key,) = typing.get_args(model.model_fields[marker.discriminator].annotation)
+            by_key[key] = model
+            keys.append(key)
+        choices = "; ".join(f"'{k}' {_first_line(m.__doc__)}" for k, m in by_key.items())
+        fields[marker.discriminator] = (
+            Literal[tuple(keys)],  # type: ignore[valid-type]
+            Field(keys[0], description=f"{marker.description} {choices}.".strip()),
+        )
+    else:
+        (by_key[None],) = members
+    for name, info in seen.items():
+        owners = [m for m in members if name in m.model_fields]
+        flat = FieldInfo.merge_field_infos(info)
+        if len(owners) < len(members):  # one target's setting: optional for the others
+            flat.annotation = info.annotation | None  # type: ignore[operator]
+            if info.is_required():
+                flat.default = None
+        fields[name] = (flat.annotation, flat)
+    group = FlatGroup(param, by_key, marker.discriminator, frozenset(fields))
+    return group, fields
+
+
+def _params_model(
+    name: str, fn: Callable[..., Any], operation: bool
+) -> tuple[type[BaseModel], tuple[FlatGroup, ...], frozenset[str]]:
     signature = inspect.signature(fn, eval_str=True)
     fields: dict[str, Any] = {}
+    groups: list[FlatGroup] = []
+    fn_params: set[str] = set()
     for param in signature.parameters.values():
         if param.name == PROGRESS_PARAM:
             continue
@@ -64,35 +211,71 @@ def _params_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
             raise TypeError(f"tool {name}: parameter {param.name!r} must be keyword-only")
         if param.annotation is inspect.Parameter.empty:
             raise TypeError(f"tool {name}: parameter {param.name!r} needs a type annotation")
+        marker = next(
+            (m for m in getattr(param.annotation, "__metadata__", ()) if isinstance(m, Flatten)),
+            None,
+        )
+        if marker is not None:
+            group, flat = _flatten(name, param.name, typing.get_args(param.annotation)[0], marker)
+            if clash := set(flat) & set(fields):
+                raise TypeError(f"tool {name}: {sorted(clash)} named twice")
+            groups.append(group)
+            fields.update(flat)
+            continue
+        if param.name in fields:
+            raise TypeError(f"tool {name}: {param.name!r} named twice")
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (param.annotation, default)
+        fn_params.add(param.name)
+    if operation and WAIT_PARAM not in fields:
+        # How long this call waits; the work itself runs to its end either way.
+        fields[WAIT_PARAM] = (WaitSeconds, None)
     model_name = "".join(part.title() for part in name.split("_")) + "Input"
     # extra="forbid": a misspelt argument is an error, not silently ignored.
-    return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    model = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    return model, tuple(groups), frozenset(fn_params)
 
 
 def tool(
-    *, read_only: bool, destructive: bool = False, idempotent: bool = False
+    *,
+    read_only: bool,
+    destructive: bool = False,
+    idempotent: bool = False,
+    long: bool = False,
+    operation: bool = False,
 ) -> Callable[[F], F]:
-    """Register a function as a tool; calls through Python validate like CLI and MCP calls."""
+    """Register a function as a tool; calls through Python validate like CLI and MCP calls.
+
+    long: the call may outlast an agent's patience; it takes `wait_seconds` and returns
+    the current state when that passes (its work goes on: a job). operation: the work
+    itself would die with the call, so callers that wait less than to the end get it
+    run detached as an operation (a build, a push), polled with get_operation.
+    """
 
     def decorate(fn: F) -> F:
         result = typing.get_type_hints(fn)["return"]
+        params, groups, fn_params = _params_model(fn.__name__, fn, operation)
+        if (long or operation) and WAIT_PARAM not in params.model_fields:
+            raise TypeError(f"tool {fn.__name__}: a long tool takes {WAIT_PARAM}")
         spec = ToolSpec(
             name=fn.__name__,
             fn=fn,
-            params=_params_model(fn.__name__, fn),
+            params=params,
             result=result,
             description=inspect.getdoc(fn) or "",
             read_only=read_only,
             destructive=destructive,
             idempotent=idempotent,
+            long=long or operation,
+            operation=operation,
+            groups=groups,
+            fn_params=fn_params,
         )
 
         @functools.wraps(fn)
         def validated(**kwargs: Any) -> ToolResult:
             progress = kwargs.pop(PROGRESS_PARAM, None)
-            return spec.invoke(kwargs, progress)
+            return spec.invoke(spec.expand(kwargs), progress)
 
         validated.tool_spec = spec  # type: ignore[attr-defined]
         return validated  # type: ignore[return-value]
@@ -107,4 +290,4 @@ def spec_of(fn: Callable[..., Any]) -> ToolSpec:
         raise TypeError(f"{fn!r} is not decorated with @tool") from None
 
 
-__all__ = ["ToolFailure", "ToolSpec", "spec_of", "tool"]
+__all__ = ["Flatten", "ToolFailure", "ToolSpec", "WaitSeconds", "spec_of", "tool"]

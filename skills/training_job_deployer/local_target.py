@@ -19,19 +19,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from skills.shared.errors import ToolFailure
+from pydantic import Field
+
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
-from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.models import JobState, LaunchPlan
+from skills.training_job_deployer.job_spec import JobSpec, trainer_argv, trainer_flags
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.target import Plan, TargetSettings
 from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
 
 RECORD = "job.json"
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
-# JobSpec fields that may be local paths (else s3:// URIs or Hugging Face hub names).
-PATH_FIELDS = ("model_name_or_path", "dataset", "tokenizer")
 POLL_S = 0.25
 LOG_TAIL_LINES = 40
 
@@ -92,7 +93,7 @@ def check_gpu_fit(gpu_per_node: int, gpus: int) -> None:
     """One process per GPU: asking for more processes than GPUs would crash rank N."""
     if gpus and gpu_per_node > gpus:
         raise ToolFailure(
-            "not_enough_gpus",
+            ErrorCode.NOT_ENOUGH_GPUS,
             f"gpu_per_node={gpu_per_node} but this host has {gpus} usable GPU(s).",
             f"Use gpu_per_node={gpus} or fewer (CUDA_VISIBLE_DEVICES limits which are used).",
             {"gpus": gpus},
@@ -111,21 +112,53 @@ def _nvidia_smi_listing() -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-class LocalTarget:
-    name = "local"
+class LocalSettings(TargetSettings):
+    """launches torchrun on this host"""
 
-    def __init__(self, runs_dir: str | Path = "runs") -> None:
-        self.runs_dir = Path(runs_dir).resolve()
+    target: Literal["local"] = "local"
+    runs_dir: Annotated[
+        str, Field(description="Local target: the directory holding one run directory per job.")
+    ] = "runs"
+
+
+class LocalPlan(Plan):
+    """Exactly what submit runs: argv (never a shell string), added environment, directory."""
+
+    target: Literal["local"] = "local"
+    argv: list[str]
+    env: dict[str, str] = Field(description="Variables added to this host's environment.")
+    cwd: str
+    run_dir: str
+    log_path: str
+    nproc_per_node: int
+
+    def to_display(self) -> list[tuple[str, Any]]:
+        return [
+            ("argv", " ".join(self.argv)),
+            ("env", " ".join(f"{k}={v}" for k, v in self.env.items())),
+            ("run dir", self.run_dir),
+        ]
+
+
+class LocalTarget:
+    name: ClassVar[str] = "local"
+    settings_model: ClassVar[type[TargetSettings]] = LocalSettings
+    plan_model: ClassVar[type[Plan]] = LocalPlan
+
+    def __init__(self, settings: LocalSettings | str | Path = "runs") -> None:
+        if not isinstance(settings, LocalSettings):
+            settings = LocalSettings(runs_dir=str(settings))
+        self.runs_dir = Path(settings.runs_dir).resolve()
 
     def run_dir(self, job_name: str) -> Path:
         return self.runs_dir / job_name
 
     # plan ------------------------------------------------------------------
 
-    def plan(self, spec: JobSpec) -> LaunchPlan:
+    def plan(self, spec: JobSpec) -> LocalPlan:
         if spec.num_nodes != 1:
             raise ToolFailure(
-                "unsupported_for_target",
+                ErrorCode.UNSUPPORTED_FOR_TARGET,
                 f"The local target runs on one node; num_nodes={spec.num_nodes} was asked for.",
                 "Use num_nodes=1 locally (gpu_per_node sets the process count), or a cluster "
                 "target for several nodes.",
@@ -139,8 +172,12 @@ class LocalTarget:
         log_path = run_dir / "logs" / f"attempt-{attempt}.log"
         # Checkpoints default to the run directory, so re-running the same job resumes
         # from its newest complete checkpoint instead of starting over.
-        paths = {name: local_path(getattr(spec, name), maybe_name=True) for name in PATH_FIELDS}
-        paths["checkpoint_dir"] = local_path(spec.checkpoint_dir) or str(run_dir / CHECKPOINTS)
+        paths = {
+            name: local_path(getattr(spec, name), maybe_name=flag.hub_name)
+            for name, flag in trainer_flags(type(spec)).items()
+            if flag.path
+        }
+        paths["checkpoint_dir"] = paths["checkpoint_dir"] or str(run_dir / CHECKPOINTS)
         spec = spec.model_copy(update=paths)
         argv = [
             sys.executable,
@@ -152,7 +189,7 @@ class LocalTarget:
             f"--max-restarts={spec.max_restarts}",
             "-m",
             "trainer",
-            *spec.trainer_args(),
+            *trainer_argv(spec),
             "--output_dir",
             str(run_dir),
         ]
@@ -167,8 +204,7 @@ class LocalTarget:
                 p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
             ),
         }
-        return LaunchPlan(
-            target=self.name,
+        return LocalPlan(
             argv=argv,
             env=env,
             cwd=str(run_dir),
@@ -185,18 +221,18 @@ class LocalTarget:
 
     # submit ----------------------------------------------------------------
 
-    def submit(self, job_name: str, plan: LaunchPlan) -> None:
+    def submit(self, job_name: str, plan: LocalPlan) -> None:  # type: ignore[override]
         record = self._read_record(job_name)
         if record and self._alive(job_name, record):
             raise ToolFailure(
-                "job_running",
+                ErrorCode.JOB_RUNNING,
                 f"Job {job_name!r} is already running (pid {record['pid']}).",
                 "Follow it with get_training_job, cancel it first, or pick another job_name.",
                 {"run_dir": plan.run_dir},
             )
         if importlib.util.find_spec("torch") is None:
             raise ToolFailure(
-                "trainer_not_installed",
+                ErrorCode.TRAINER_NOT_INSTALLED,
                 "PyTorch is not installed in this Python environment, so torchrun cannot start.",
                 "Install the trainer extra: pip install 'torch==2.13.0' -e '.[trainer]' "
                 "(or run `make setup`).",
@@ -218,7 +254,7 @@ class LocalTarget:
                 )
             except OSError as exc:
                 raise ToolFailure(
-                    "launch_failed",
+                    ErrorCode.LAUNCH_FAILED,
                     f"Could not start torchrun: {exc.strerror}.",
                     "Install the trainer extra (pip install 'fsdp-eks[trainer]').",
                 ) from exc
@@ -346,6 +382,13 @@ class LocalTarget:
             lines = lines[-tail_lines:]
         return redact("\n".join(lines))
 
+    def list_jobs(self) -> list[JobState]:
+        """Every job with a record under runs_dir, newest first."""
+        records = sorted(
+            self.runs_dir.glob(f"*/{RECORD}"), key=lambda p: p.stat().st_mtime, reverse=True
+        )
+        return [self.describe(path.parent.name) for path in records]
+
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
         """SIGTERM the job's process group (torchrun passes it to every rank), then
         SIGKILL after `grace_s` seconds."""
@@ -403,7 +446,7 @@ class LocalTarget:
         record = self._read_record(job_name)
         if record is None:
             raise ToolFailure(
-                "job_not_found",
+                ErrorCode.JOB_NOT_FOUND,
                 f"No local job named {job_name!r} under {self.runs_dir}.",
                 "Check the job name and runs_dir, or start it with deploy_training_job.",
             )

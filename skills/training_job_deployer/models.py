@@ -1,27 +1,15 @@
-"""What the job tools return: the exact launch plan and the job's state."""
+"""What the job tools return: the job's state and its log."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skills.shared.results import ToolResult
 
 # preempted: stopped by SIGTERM (eviction, spot reclaim); a re-run of the job resumes.
 JobStatus = Literal["planned", "running", "succeeded", "failed", "preempted", "cancelled"]
-
-
-class LaunchPlan(BaseModel):
-    """Exactly what submit runs: argv (never a shell string), added environment, directory."""
-
-    target: str
-    argv: list[str]
-    env: dict[str, str] = Field(description="Variables added to this host's environment.")
-    cwd: str
-    run_dir: str
-    log_path: str
-    nproc_per_node: int
 
 
 class JobState(ToolResult):
@@ -44,7 +32,7 @@ class JobState(ToolResult):
     checkpoint_path: str | None = Field(
         default=None, description="Where the last checkpoint this run saved is."
     )
-    run_dir: str
+    run_dir: str | None = Field(default=None, description="Local target: the job's directory.")
     log_path: str | None = None
     exit_code: int | None = None
     elapsed_s: float | None = None
@@ -74,7 +62,9 @@ class JobState(ToolResult):
             rows.append(("checkpoint", at + self.checkpoint_path))
         if self.elapsed_s is not None:
             rows.append(("elapsed", f"{self.elapsed_s:.1f} s"))
-        rows += [("run dir", self.run_dir), ("log", self.log_path or "-")]
+        if self.run_dir:
+            rows.append(("run dir", self.run_dir))
+        rows.append(("log", self.log_path or "-"))
         if self.message:
             rows.append(("outcome", self.message))
         if self.error:
@@ -87,22 +77,6 @@ class JobState(ToolResult):
 
     def cli_exit_status(self) -> int:
         return 1 if self.status in ("failed", "preempted", "cancelled") else 0
-
-
-class DeployResult(JobState):
-    dry_run: bool = False
-    plan: LaunchPlan
-
-    def summary_rows(self) -> list[tuple[str, Any]]:
-        if self.status == "planned":
-            return [
-                ("job", self.job_name),
-                ("status", "planned (dry run: nothing was started)"),
-                ("argv", " ".join(self.plan.argv)),
-                ("env", " ".join(f"{k}={v}" for k, v in self.plan.env.items())),
-                ("run dir", self.run_dir),
-            ]
-        return super().summary_rows()
 
 
 class JobLogs(ToolResult):

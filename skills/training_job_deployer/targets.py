@@ -1,14 +1,53 @@
-"""Targets by name; each has plan -> submit -> describe/follow -> logs -> cancel."""
+"""The registry of targets: one line per target. Tools take `target` and its settings
+through `TargetSettings` (flattened into their inputs) and never branch on a name."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Annotated, Any, Union
 
+from pydantic import Field
+
+from skills.shared.tooling import Flatten
 from skills.training_job_deployer.local_target import LocalTarget
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.target import Target
+from skills.training_job_deployer.target import TargetSettings as _Settings
+
+TARGETS: dict[str, type[Target]] = {
+    LocalTarget.name: LocalTarget,
+}
 
 
-def get_target(name: str, runs_dir: str | Path = "runs") -> LocalTarget:
-    if name == "local":
-        return LocalTarget(runs_dir)
-    # Unreachable through the tools (their Target type admits only known names).
-    raise ValueError(f"unknown target {name!r}")
+def _one_of(models: list[type[Any]]) -> Any:
+    """A union of the models (a single model stays itself), told apart by `target`."""
+    if len(models) == 1:
+        return models[0]
+    return Annotated[Union[tuple(models)], Field(discriminator="target")]  # noqa: UP007
+
+
+# A tool parameter: `target` plus each target's own settings as flat inputs.
+TargetSettings = Annotated[
+    _one_of([t.settings_model for t in TARGETS.values()]),
+    Flatten("target", description="Where the job runs:"),
+]
+# Any target's plan, as a result field.
+AnyPlan = _one_of([t.plan_model for t in TARGETS.values()])
+
+
+def get_target(settings: _Settings) -> Target:
+    """The target its settings name, built from them."""
+    return TARGETS[settings.target](settings)  # type: ignore[attr-defined,call-arg]
+
+
+class DeployResult(JobState):
+    dry_run: bool = False
+    plan: AnyPlan  # type: ignore[valid-type]
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        if self.status == "planned":
+            return [
+                ("job", self.job_name),
+                ("status", "planned (dry run: nothing was started)"),
+                *self.plan.to_display(),
+            ]
+        return super().summary_rows()

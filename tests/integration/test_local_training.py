@@ -272,4 +272,10 @@ def test_read_only_server_hides_tools_that_write():
         async with Client(build_server(read_only=True)) as client:
             return [t.name for t in (await client.list_tools()).tools]
 
-    assert anyio.run(scenario) == ["get_training_job", "get_training_job_logs"]
+    assert anyio.run(scenario) == [
+        "get_training_job",
+        "get_training_job_logs",
+        "list_training_jobs",
+        "get_operation",
+        "list_operations",
+    ]

@@ -22,7 +22,7 @@ class Echo(ToolResult):
     wait_seconds: float | None = None
 
 
-@tool(read_only=True)
+@tool(read_only=True, long=True)
 def echo_wait(*, wait_seconds: WaitSeconds = None, progress: Progress | None = None) -> Echo:
     """Returns the wait it was given."""
     return Echo(wait_seconds=wait_seconds)

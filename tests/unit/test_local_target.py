@@ -18,15 +18,15 @@ from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.local_target import (
+    LocalPlan,
     LocalTarget,
     _pid_running,
     check_gpu_fit,
     visible_gpus,
 )
-from skills.training_job_deployer.models import LaunchPlan
 
 
-def scripted_plan(target: LocalTarget, job: str, script: str) -> LaunchPlan:
+def scripted_plan(target: LocalTarget, job: str, script: str) -> LocalPlan:
     plan = target.plan(JobSpec(job_name=job))
     code = "import json, sys, time\n" + textwrap.dedent(script)
     return plan.model_copy(update={"argv": [sys.executable, "-c", code]})

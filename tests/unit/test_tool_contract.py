@@ -19,11 +19,17 @@ def test_registry_lists_every_tool_with_its_gates():
         "deploy_training_job",
         "get_training_job",
         "get_training_job_logs",
+        "list_training_jobs",
         "cancel_training_job",
+        "get_operation",
+        "list_operations",
+        "cancel_operation",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["cancel_training_job"].destructive
     assert not specs["deploy_training_job"].read_only
+    assert specs["list_training_jobs"].read_only and specs["list_operations"].read_only
+    assert specs["get_operation"].read_only and specs["cancel_operation"].destructive
 
 
 def test_input_model_comes_from_the_signature():

@@ -1,0 +1,34 @@
+"""get_operation: an operation's status, progress and result; optionally follow it."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from skills.shared import operations
+from skills.shared.cli import main_for
+from skills.shared.operations import OperationId, OperationState
+from skills.shared.progress import Progress
+from skills.shared.tooling import WaitSeconds, tool
+
+
+@tool(read_only=True, idempotent=True, long=True)
+def get_operation(
+    *,
+    operation_id: OperationId,
+    wait_seconds: WaitSeconds = 0,
+    progress: Progress | None = None,
+) -> OperationState:
+    """Report a long operation (a build, a push, a test run): status, progress, recent
+    messages, and its result or error once it ended.
+
+    wait_seconds > 0 follows it (streaming progress) until it ends or the time passes.
+    """
+    return OperationState.of(operations.wait(operation_id, wait_seconds, progress))
+
+
+main = main_for(get_operation)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""list_operations: the operations recorded on this machine, newest first."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from skills.shared import operations
+from skills.shared.cli import main_for
+from skills.shared.operations import OperationState, OperationStatus
+from skills.shared.progress import Progress
+from skills.shared.results import ToolResult
+from skills.shared.tooling import tool
+
+
+class OperationList(ToolResult):
+    operations: list[OperationState]
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        if not self.operations:
+            return [("operations", "none")]
+        return [
+            (op.operation_id, f"{op.status} {op.completed:g} {op.message}".rstrip())
+            for op in self.operations
+        ]
+
+
+@tool(read_only=True, idempotent=True)
+def list_operations(
+    *,
+    tool_name: Annotated[
+        str | None, Field(pattern=r"^[a-z0-9_]+$", description="Only this tool's operations.")
+    ] = None,
+    status: Annotated[OperationStatus | None, Field(description="Only these.")] = None,
+    limit: Annotated[int, Field(ge=1, le=500, description="At most this many.")] = 20,
+    progress: Progress | None = None,
+) -> OperationList:
+    """List long operations (builds, pushes, test runs) recorded here, newest first:
+    their ids, status and progress. get_operation gives one in full."""
+    found = operations.list_records(tool=tool_name, status=status)[:limit]
+    return OperationList(operations=[OperationState.of(record) for record in found])
+
+
+main = main_for(list_operations)
+
+
+if __name__ == "__main__":
+    main()

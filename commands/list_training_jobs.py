@@ -1,0 +1,40 @@
+"""list_training_jobs: the training jobs a target knows, newest first."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from typing import Any
+
+from skills.shared.cli import main_for
+from skills.shared.progress import Progress
+from skills.shared.results import ToolResult
+from skills.shared.tooling import tool
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets import TargetSettings, get_target
+
+
+class JobList(ToolResult):
+    jobs: list[JobState]
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        if not self.jobs:
+            return [("jobs", "none")]
+        return [
+            (job.job_name, f"{job.status} {job.steps}/{job.max_steps or '?'} steps")
+            for job in self.jobs
+        ]
+
+
+@tool(read_only=True, idempotent=True)
+def list_training_jobs(*, target: TargetSettings, progress: Progress | None = None) -> JobList:
+    """List the training jobs a target knows, newest first, with status and steps."""
+    return JobList(jobs=get_target(target).list_jobs())
+
+
+main = main_for(list_training_jobs)
+
+
+if __name__ == "__main__":
+    main()

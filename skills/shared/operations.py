@@ -1,0 +1,442 @@
+"""Operations: work that can outlive one tool call (a build, a push, an NCCL test, a
+multi-attempt recovery) runs in a detached worker process that records itself, so
+a restarted MCP server, another shell or an agent's next call finds it again.
+
+    <state dir>/operations/<operation_id>/operation.json   the record (one writer at a time)
+                                          operation.lock   taken for every change
+                                          worker.log       the worker's own output
+
+`call()` starts one and waits up to `wait_seconds` (streaming its progress); `get`,
+`wait`, `cancel` and `list_records` read and steer it. The record is a pydantic
+model, written atomically from a unique temp file under the lock; the worker is
+named by pid and start time, checked before any signal. The state directory is
+FSDP_EKS_STATE_DIR, else $XDG_STATE_HOME/fsdp-eks, else ~/.local/state/fsdp-eks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from filelock import FileLock
+from pydantic import BaseModel, Field, ValidationError, create_model
+
+from skills.shared import processes
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import CancellableProgress, Cancelled, Progress
+from skills.shared.results import ToolResult
+from skills.shared.secrets import redact
+from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
+
+STATE_DIR_ENV = "FSDP_EKS_STATE_DIR"
+RECORD = "operation.json"
+POLL_S = 0.2
+WRITE_EVERY_S = 0.5  # progress writes are throttled; the final state always lands
+LOG_TAIL = 20
+CANCEL_GRACE_S = 15.0
+OPERATION_ID = r"^[a-z0-9_]+-\d{8}-\d{6}-[0-9a-f]{6}$"
+
+OperationStatus = Literal["running", "succeeded", "failed", "cancelled"]
+OperationId = Annotated[
+    str,
+    Field(
+        pattern=OPERATION_ID,
+        max_length=120,
+        description="The id a tool returned (list_operations shows them).",
+    ),
+]
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def state_dir() -> Path:
+    if explicit := os.environ.get(STATE_DIR_ENV):
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "fsdp-eks"
+
+
+def operations_dir() -> Path:
+    return state_dir() / "operations"
+
+
+class OperationProgress(BaseModel):
+    completed: float = 0
+    total: float | None = None
+    message: str = ""
+
+
+class OperationRecord(BaseModel):
+    """What is stored: everything a later call needs to report on or stop the work."""
+
+    operation_id: str
+    tool: str
+    entry: str = Field(description="module:function the worker runs.")
+    arguments: dict[str, Any]
+    cwd: str
+    status: OperationStatus = "running"
+    progress: OperationProgress = Field(default_factory=OperationProgress)
+    log_tail: list[str] = Field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    created_at: float
+    updated_at: float
+    ended_at: float | None = None
+    pid: int | None = None
+    pid_started: float | None = None
+    cancel_requested: bool = False
+
+
+class OperationState(ToolResult):
+    """An operation as a tool returns it; `result` is the tool's result once it succeeded."""
+
+    operation_id: str
+    tool: str
+    status: OperationStatus
+    completed: float = 0
+    total: float | None = None
+    message: str = Field(default="", description="The latest progress message.")
+    log_tail: list[str] = Field(default_factory=list, description="Recent progress messages.")
+    result: dict[str, Any] | None = Field(default=None, description="The tool's result, when done.")
+    error: dict[str, Any] | None = Field(default=None, description="code, message, hint, details.")
+    created_at: str
+    elapsed_s: float
+    next_step: str | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord) -> OperationState:
+        end = record.ended_at or time.time()
+        state = cls(
+            operation_id=record.operation_id,
+            tool=record.tool,
+            status=record.status,
+            completed=record.progress.completed,
+            total=record.progress.total,
+            message=record.progress.message,
+            log_tail=record.log_tail,
+            result=record.result,
+            error=record.error,
+            created_at=datetime.fromtimestamp(record.created_at, timezone.utc).isoformat(),
+            elapsed_s=round(end - record.created_at, 3),
+        )
+        if record.status == "running":
+            state.next_step = (
+                f"get_operation(operation_id={record.operation_id!r}, wait_seconds=...) to "
+                f"follow it; cancel_operation(operation_id={record.operation_id!r}, "
+                "confirm=true) to stop it."
+            )
+        return state
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        of_total = f"/{self.total:g}" if self.total is not None else ""
+        rows: list[tuple[str, Any]] = [
+            ("operation", self.operation_id),
+            ("tool", self.tool),
+            ("status", self.status),
+            ("progress", f"{self.completed:g}{of_total} {self.message}".rstrip()),
+            ("elapsed", f"{self.elapsed_s:.1f} s"),
+        ]
+        if self.error:
+            rows.append(("error", f"[{self.error.get('code')}] {self.error.get('message')}"))
+            if self.error.get("hint"):
+                rows.append(("hint", self.error["hint"]))
+        if self.result:
+            rows += [(f"result.{k}", v) for k, v in self.result.items() if v is not None
+                     and not isinstance(v, (dict, list))]  # fmt: skip
+        if self.next_step:
+            rows.append(("next", self.next_step))
+        return rows
+
+    def cli_exit_status(self) -> int:
+        return 1 if self.status in ("failed", "cancelled") else 0
+
+
+@cache
+def state_model(result: type[ToolResult]) -> type[OperationState]:
+    """OperationState whose `result` is typed as the tool's own result (its MCP schema)."""
+    return create_model(
+        f"{result.__name__}Operation",
+        __base__=OperationState,
+        result=(result | None, Field(default=None, description="The tool's result, when done.")),
+    )
+
+
+# --- the store --------------------------------------------------------------------
+
+
+def _path(operation_id: str) -> Path:
+    if not re.fullmatch(OPERATION_ID, operation_id):
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "operation_id is not an operation id.",
+            "Use an id that a tool returned, or list_operations to find one.",
+        )
+    return operations_dir() / operation_id
+
+
+def _lock(operation_id: str) -> FileLock:
+    return FileLock(str(_path(operation_id) / "operation.lock"), timeout=30)
+
+
+def _read(operation_id: str) -> OperationRecord:
+    path = _path(operation_id) / RECORD
+    try:
+        return OperationRecord.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise ToolFailure(
+            ErrorCode.OPERATION_NOT_FOUND,
+            f"No operation {operation_id!r} under {operations_dir()}.",
+            "list_operations shows the operations recorded here (set FSDP_EKS_STATE_DIR if "
+            "they were started with another state directory).",
+        ) from None
+    except (ValidationError, OSError) as exc:
+        raise ToolFailure(
+            ErrorCode.OPERATION_FAILED,
+            f"The record of operation {operation_id!r} cannot be read.",
+            f"Remove {path.parent} and start the work again.",
+            {"path": str(path)},
+        ) from exc
+
+
+def _write(record: OperationRecord) -> None:
+    """Atomically, from a temp file of its own: readers never see half a record."""
+    record.updated_at = time.time()
+    folder = _path(record.operation_id)
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".operation-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(record.model_dump_json(indent=2))
+        os.replace(tmp, folder / RECORD)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _update(operation_id: str, **changes: Any) -> OperationRecord:
+    """Read-modify-write under the lock. A terminal status is final."""
+    with _lock(operation_id):
+        record = _read(operation_id)
+        if record.status in TERMINAL:
+            changes.pop("status", None)
+            changes = {k: v for k, v in changes.items() if k in ("pid", "pid_started")}
+        for key, value in changes.items():
+            setattr(record, key, value)
+        _write(record)
+        return record
+
+
+def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: redact(v) if isinstance(v, str) else v for k, v in arguments.items()}
+
+
+# --- starting, following, stopping -------------------------------------------------
+
+
+def start(spec: ToolSpec, raw: Mapping[str, Any]) -> OperationRecord:
+    """Validate the call, record it and start its detached worker."""
+    args = spec.parse(raw)  # bad input fails here, before anything is recorded
+    arguments = args.model_dump(mode="json", exclude_unset=True)
+    arguments.pop(WAIT_PARAM, None)
+    now = time.time()
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%d-%H%M%S")
+    operation_id = f"{spec.name}-{stamp}-{secrets.token_hex(3)}"
+    folder = _path(operation_id)
+    folder.mkdir(parents=True)
+    record = OperationRecord(
+        operation_id=operation_id,
+        tool=spec.name,
+        entry=spec.entry,
+        arguments=arguments,
+        cwd=os.getcwd(),
+        created_at=now,
+        updated_at=now,
+    )
+    with _lock(operation_id):
+        _write(record)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
+    with open(folder / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "skills.shared.operations", operation_id],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives the caller, its terminal and its signals
+        )
+    return _update(operation_id, pid=worker.pid, pid_started=processes.start_time(worker.pid))
+
+
+def get(operation_id: str) -> OperationRecord:
+    record = _read(operation_id)
+    if record.status == "running" and record.pid is not None:
+        if not processes.is_alive(record.pid, record.pid_started):
+            time.sleep(POLL_S)  # it may have written its end just now
+            record = _read(operation_id)
+            if record.status == "running":
+                record = _update(
+                    operation_id,
+                    status="cancelled" if record.cancel_requested else "failed",
+                    ended_at=time.time(),
+                    error=None if record.cancel_requested else _worker_died(operation_id),
+                )
+    return record
+
+
+def _worker_died(operation_id: str) -> dict[str, Any]:
+    log = _path(operation_id) / "worker.log"
+    return ToolFailure(
+        ErrorCode.OPERATION_FAILED,
+        "The operation's worker process ended without recording a result.",
+        f"See {log}; start the work again.",
+        {"worker_log": str(log)},
+    ).to_dict()["error"]
+
+
+def wait(
+    operation_id: str, wait_seconds: float | None, progress: Progress | None = None
+) -> OperationRecord:
+    """Follow the operation until it ends or `wait_seconds` pass, reporting its progress.
+    Raises Cancelled if the caller's progress is cancelled (the operation goes on)."""
+    deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+    last: OperationProgress | None = None
+    while True:
+        record = get(operation_id)
+        if progress is not None and record.progress != last:
+            last = record.progress
+            progress.report(last.completed, last.total, last.message)
+        elif progress is not None and progress.cancelled:
+            raise Cancelled()
+        if record.status in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
+            return record
+        time.sleep(POLL_S)
+
+
+def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecord:
+    """Ask the worker to stop (SIGTERM to its group), SIGKILL after `grace_s`."""
+    record = get(operation_id)
+    if record.status in TERMINAL:
+        return record
+    record = _update(operation_id, cancel_requested=True)
+    processes.signal_group(record.pid, record.pid_started, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (record := get(operation_id)).status == "running" and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    if record.status == "running":
+        processes.signal_group(record.pid, record.pid_started, signal.SIGKILL)
+        record = _update(operation_id, status="cancelled", ended_at=time.time())
+    return record
+
+
+def list_records(tool: str | None = None, status: str | None = None) -> list[OperationRecord]:
+    """Newest first; records that cannot be read are left out."""
+    found = []
+    root = operations_dir()
+    for folder in root.iterdir() if root.is_dir() else ():
+        if not re.fullmatch(OPERATION_ID, folder.name):
+            continue
+        try:
+            record = get(folder.name)
+        except ToolFailure:
+            continue
+        if (tool is None or record.tool == tool) and (status is None or record.status == status):
+            found.append(record)
+    return sorted(found, key=lambda r: r.created_at, reverse=True)
+
+
+def call(spec: ToolSpec, raw: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
+    """Start the tool as an operation and wait `raw[wait_seconds]` for it. If the caller
+    cancels while waiting (an MCP client's cancel), the operation is cancelled too."""
+    wait_seconds = getattr(spec.parse(raw), WAIT_PARAM)
+    record = start(spec, raw)
+    try:
+        record = wait(record.operation_id, wait_seconds, progress)
+    except (Cancelled, KeyboardInterrupt):
+        cancel(record.operation_id)
+        raise
+    return state_model(spec.result).model_validate(OperationState.of(record).model_dump())
+
+
+# --- the worker ----------------------------------------------------------------------
+
+
+class RecordProgress(CancellableProgress):
+    """Writes progress into the record (throttled) and keeps the last messages."""
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__()
+        self.operation_id = operation_id
+        self.latest = OperationProgress()
+        self.tail: list[str] = []
+        self._written = 0.0
+
+    def emit(self, completed: float, total: float | None, message: str) -> None:
+        self.latest = OperationProgress(completed=completed, total=total, message=redact(message))
+        if message and (not self.tail or self.tail[-1] != self.latest.message):
+            self.tail = [*self.tail, self.latest.message][-LOG_TAIL:]
+        if time.monotonic() - self._written >= WRITE_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self._written = time.monotonic()
+        _update(self.operation_id, progress=self.latest, log_tail=self.tail)
+
+
+def resolve(entry: str) -> ToolSpec:
+    module, _, name = entry.partition(":")
+    return spec_of(getattr(importlib.import_module(module), name))
+
+
+def run_worker(operation_id: str) -> int:
+    """The detached process: run the recorded call to its end and record how it ended."""
+    record = _read(operation_id)
+    os.chdir(record.cwd)
+    progress = RecordProgress(operation_id)
+    _update(operation_id, pid=os.getpid(), pid_started=processes.start_time(os.getpid()))
+
+    def on_term(signum: int, _frame: Any) -> None:
+        progress.cancel()
+        raise Cancelled(f"Operation {operation_id}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    outcome: dict[str, Any]
+    try:
+        if record.cancel_requested:
+            raise Cancelled(f"Operation {operation_id}")
+        result = resolve(record.entry).invoke(record.arguments, progress)
+        outcome = {"status": "succeeded", "result": result.model_dump(mode="json")}
+    except Cancelled as failure:
+        outcome = {"status": "cancelled", "error": failure.to_dict()["error"]}
+    except ToolFailure as failure:
+        outcome = {"status": "failed", "error": failure.to_dict()["error"]}
+    except Exception as exc:  # a bug: the record says where to look, the log has the trace
+        traceback.print_exc()
+        outcome = {
+            "status": "failed",
+            "error": ToolFailure(
+                ErrorCode.INTERNAL_ERROR,
+                f"{record.tool} failed unexpectedly ({type(exc).__name__}).",
+                f"See {_path(operation_id) / 'worker.log'}; report it if it persists.",
+            ).to_dict()["error"],
+        }
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the end is being written: let it land
+    _update(operation_id, progress=progress.latest, log_tail=progress.tail,
+            ended_at=time.time(), **outcome)  # fmt: skip
+    return 0 if outcome["status"] == "succeeded" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_worker(sys.argv[1]))

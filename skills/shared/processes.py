@@ -1,0 +1,46 @@
+"""Process identity: a pid alone can be recycled, so a process we may signal is named
+by its pid and its start time, and both are checked before any signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+# /proc start times are in clock ticks; psutil rounds to 10 ms. Equal within this.
+_SAME_START_S = 0.05
+
+
+def start_time(pid: int) -> float | None:
+    """When the process started (seconds since the epoch); None if it does not exist."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def is_alive(pid: int | None, started: float | None) -> bool:
+    """True while that very process (pid and start time) runs and is not a zombie."""
+    if pid is None or started is None:
+        return False
+    try:
+        process = psutil.Process(pid)
+        return (
+            abs(process.create_time() - started) < _SAME_START_S
+            and process.status() != psutil.STATUS_ZOMBIE
+        )
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def signal_group(pid: int, started: float | None, sig: signal.Signals) -> bool:
+    """Signal the process group led by that very process; False if it is gone or
+    the pid now belongs to another process."""
+    if not is_alive(pid, started):
+        return False
+    try:
+        os.killpg(pid, sig)  # it leads its own session, so pgid == pid
+    except ProcessLookupError:
+        return False
+    return True
