@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from skills.shared.errors import ToolFailure
+from skills.shared.errors import ErrorCode, ToolFailure
 
 
 def aws_session(profile: str | None = None, region: str | None = None) -> Any:
@@ -20,7 +20,7 @@ def aws_session(profile: str | None = None, region: str | None = None) -> Any:
         return boto3.Session(profile_name=profile, region_name=region)
     except botocore.exceptions.ProfileNotFound as exc:
         raise ToolFailure(
-            "aws_profile_not_found",
+            ErrorCode.AWS_PROFILE_NOT_FOUND,
             f"AWS profile {profile!r} is not configured.",
             "Run `aws configure --profile NAME` or unset AWS_PROFILE.",
         ) from exc
@@ -36,7 +36,7 @@ def docker_client() -> Any:
         client.ping()
     except docker.errors.DockerException as exc:
         raise ToolFailure(
-            "docker_unavailable",
+            ErrorCode.DOCKER_UNAVAILABLE,
             "Cannot reach a Docker Engine API.",
             "Start Docker (or `podman system service`) and set DOCKER_HOST if it is not the "
             "default socket.",
@@ -58,7 +58,7 @@ def kube_api_client(
         config.load_kube_config(config_file=path, context=context, client_configuration=api_config)
     except (ConfigException, FileNotFoundError) as exc:
         raise ToolFailure(
-            "kubeconfig_invalid",
+            ErrorCode.KUBECONFIG_INVALID,
             f"Cannot load kubeconfig{f' context {context!r}' if context else ''}.",
             "Run `aws eks update-kubeconfig --name CLUSTER` or set KUBECONFIG.",
             {"kubeconfig": path or "~/.kube/config"},

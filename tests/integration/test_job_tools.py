@@ -1,0 +1,122 @@
+"""The job tools at their edges, with real 2-process torchrun jobs: the cancel tool and
+its confirm gate, Ctrl-C on a CLI deploy that follows its job, gradient accumulation,
+list_training_jobs, and the read-only MCP server as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from commands.cancel_training_job import cancel_training_job
+from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
+from commands.list_training_jobs import list_training_jobs
+from skills.shared import processes
+from skills.shared.errors import ToolFailure
+from skills.training_job_deployer.trainer_log import parse_events
+
+ROOT = Path(__file__).resolve().parents[2]
+ENDLESS = {"max_steps": 100_000, "checkpoint_freq": 0}
+
+
+def _wait_for_step(log_path: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log_path.read_text() if log_path.exists() else ""
+        if any(e["event"] == "step" for e in parse_events(text)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no step logged in {timeout} s:\n{text[-2000:]}")
+
+
+def _torchrun_pid(run_dir: Path) -> tuple[int, float | None]:
+    pid = json.loads((run_dir / "job.json").read_text())["pid"]
+    return pid, processes.start_time(pid)
+
+
+def test_cancel_tool_needs_confirm_then_stops_the_job_with_a_checkpoint(tmp_path):
+    started = deploy_training_job(
+        job_name="to-cancel", runs_dir=str(tmp_path), wait_seconds=0, **ENDLESS
+    )
+    assert started.status == "running"
+    _wait_for_step(Path(started.log_path))
+    try:
+        cancel_training_job(job_name="to-cancel", runs_dir=str(tmp_path))
+        raise AssertionError("cancel without confirm went through")
+    except ToolFailure as gate:
+        assert gate.code == "confirmation_required" and gate.exit_status == 2
+    assert get_training_job(job_name="to-cancel", runs_dir=str(tmp_path)).status == "running"
+
+    state = cancel_training_job(job_name="to-cancel", runs_dir=str(tmp_path), confirm=True)
+    assert state.status == "cancelled"
+    assert state.checkpoint_step is not None and state.checkpoint_step >= 1
+    assert f"checkpoint saved at step {state.checkpoint_step}" in state.message
+    pid, started_at = _torchrun_pid(tmp_path / "to-cancel")
+    assert not processes.is_alive(pid, started_at)
+    listed = list_training_jobs(runs_dir=str(tmp_path)).jobs
+    assert [(j.job_name, j.status) for j in listed] == [("to-cancel", "cancelled")]
+
+
+def test_ctrl_c_on_a_following_cli_deploy_stops_the_job(tmp_path):
+    cli = subprocess.Popen(
+        [sys.executable, str(ROOT / "commands" / "deploy_training_job.py"),
+         "--job_name", "interrupted", "--runs_dir", str(tmp_path),
+         "--max_steps", str(ENDLESS["max_steps"]), "--checkpoint_freq", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        _wait_for_step(tmp_path / "interrupted" / "logs" / "attempt-1.log")
+        cli.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the foreground CLI
+        _, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130 and "interrupted" in err
+    assert "Traceback" not in err
+    state = get_training_job(job_name="interrupted", runs_dir=str(tmp_path))
+    assert state.status == "cancelled"
+    pid, started_at = _torchrun_pid(tmp_path / "interrupted")
+    assert not processes.is_alive(pid, started_at)
+
+
+def test_gradient_accumulation_runs_with_the_global_batch_it_implies(tmp_path):
+    result = deploy_training_job(
+        job_name="accum", runs_dir=str(tmp_path), max_steps=4, grad_accum_steps=2,
+        train_batch_size=2,
+    )  # fmt: skip
+    assert result.status == "succeeded", result.log_tail
+    argv = result.plan.argv
+    assert argv[argv.index("--grad_accum_steps") + 1] == "2"
+    (start,) = [e for e in parse_events(Path(result.log_path).read_text()) if e["event"] == "start"]
+    assert start["grad_accum_steps"] == 2
+    assert start["global_batch_size"] == 2 * 2 * start["world_size"]  # batch x accum x ranks
+    assert result.steps == 4 and result.last_loss is not None
+
+
+def test_read_only_server_process_serves_only_tools_that_change_nothing():
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_server", "--read-only"], cwd=str(ROOT),
+        env=dict(os.environ),
+    )  # fmt: skip
+
+    async def scenario():
+        async with Client(params) as client:
+            tools = (await client.list_tools()).tools
+            refused = await client.call_tool("deploy_training_job", {"job_name": "x"})
+            return tools, refused
+
+    tools, refused = anyio.run(scenario)
+    assert tools and all(t.annotations.read_only_hint for t in tools)
+    assert {t.name for t in tools} == {
+        "get_training_job", "get_training_job_logs", "list_training_jobs",
+        "get_operation", "list_operations",
+    }  # fmt: skip
+    assert refused.is_error

@@ -1,0 +1,209 @@
+"""Operations: work that outlives the call runs in a detached worker that records
+itself; get_operation / list_operations / cancel_operation read and steer it from
+any process, an MCP client's cancel reaches the work, and a dead worker is reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from commands.cancel_operation import cancel_operation
+from commands.get_operation import get_operation
+from commands.list_operations import list_operations
+from mcp_server import build_server
+from skills.shared import operations, processes
+from skills.shared.cli import run_cli
+from skills.shared.errors import ToolFailure
+from skills.shared.progress import CollectingProgress
+from skills.shared.tooling import spec_of
+from tests.sample_tools import count_slowly
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNT = spec_of(count_slowly)
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv(operations.STATE_DIR_ENV, str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def _until(check, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_an_operation_runs_detached_and_streams_its_progress():
+    progress = CollectingProgress()
+    state = operations.call(COUNT, {"steps": 3, "wait_seconds": 60}, progress)
+    assert state.status == "succeeded" and state.error is None
+    assert state.result.counted == 3  # typed as the tool's own result
+    assert state.log_tail == ["counted 1", "counted 2", "counted 3"]
+    assert progress.events[-1].completed == 3 and progress.events[-1].total == 3
+    record = operations.get(state.operation_id)
+    assert record.pid != os.getpid() and record.tool == "count_slowly"
+    assert record.entry == "tests.sample_tools:count_slowly"
+
+
+def test_a_short_wait_returns_running_and_get_operation_follows_it_to_the_end():
+    state = operations.call(COUNT, {"steps": 10, "step_s": 0.2, "wait_seconds": 0})
+    assert state.status == "running" and state.result is None
+    assert "get_operation" in state.next_step and state.operation_id in state.next_step
+    done = get_operation(operation_id=state.operation_id, wait_seconds=60)
+    assert done.status == "succeeded" and done.result == {"counted": 10}
+    assert done.completed == 10 and done.next_step is None
+
+
+def test_a_failing_operation_records_the_typed_error():
+    state = operations.call(COUNT, {"steps": 5, "fail_at": 2, "wait_seconds": 60})
+    assert state.status == "failed" and state.cli_exit_status() == 1
+    assert state.error["code"] == "service_error" and state.error["hint"] == "Count less."
+
+
+def test_bad_input_fails_before_anything_is_recorded(state_dir):
+    with pytest.raises(ToolFailure) as caught:
+        operations.call(COUNT, {"steps": "many", "wait_seconds": 0})
+    assert caught.value.code == "invalid_input"
+    assert not (state_dir / "operations").exists()
+
+
+def test_cancel_needs_confirm_and_then_reaches_the_work(tmp_path):
+    state = operations.call(
+        COUNT, {"steps": 300, "step_s": 0.1, "marker_dir": str(tmp_path), "wait_seconds": 0.5}
+    )
+    with pytest.raises(ToolFailure) as gate:
+        cancel_operation(operation_id=state.operation_id)
+    assert gate.value.code == "confirmation_required" and gate.value.exit_status == 2
+    assert get_operation(operation_id=state.operation_id).status == "running"
+
+    cancelled = cancel_operation(operation_id=state.operation_id, confirm=True)
+    assert cancelled.status == "cancelled" and cancelled.error["code"] == "cancelled"
+    stopped_at = int((tmp_path / "cancelled-at").read_text())
+    assert 0 < stopped_at < 300
+    record = operations.get(state.operation_id)
+    assert not processes.is_alive(record.pid, record.pid_started)
+    # Cancelling again changes nothing.
+    assert cancel_operation(operation_id=state.operation_id, confirm=True).status == "cancelled"
+
+
+def test_a_worker_killed_outright_is_reported_failed_with_its_log():
+    state = operations.call(COUNT, {"steps": 300, "step_s": 0.1, "wait_seconds": 0.5})
+    record = operations.get(state.operation_id)
+    os.killpg(record.pid, signal.SIGKILL)
+    failed = _until(
+        lambda: (s := get_operation(operation_id=state.operation_id)).status != "running" and s
+    )
+    assert failed.status == "failed" and failed.error["code"] == "operation_failed"
+    assert failed.error["details"]["worker_log"].endswith("worker.log")
+
+
+def test_list_operations_newest_first_and_filtered():
+    first = operations.call(COUNT, {"steps": 1, "wait_seconds": 60})
+    second = operations.call(COUNT, {"steps": 100, "step_s": 0.1, "wait_seconds": 0})
+    listed = list_operations()
+    assert [op.operation_id for op in listed.operations] == [
+        second.operation_id,
+        first.operation_id,
+    ]
+    assert [op.operation_id for op in list_operations(status="succeeded").operations] == [
+        first.operation_id
+    ]
+    assert list_operations(tool_name="build_image").operations == []
+    cancel_operation(operation_id=second.operation_id, confirm=True)
+
+
+@pytest.mark.parametrize(
+    ("operation_id", "code"),
+    [
+        ("../../etc", "invalid_input"),
+        ("count_slowly-20260101-000000-abcdef", "operation_not_found"),
+    ],
+)
+def test_unknown_or_malformed_ids_are_typed_errors(operation_id, code):
+    with pytest.raises(ToolFailure) as caught:
+        get_operation(operation_id=operation_id)
+    assert caught.value.code == code and caught.value.exit_status == 2 and caught.value.hint
+
+
+def test_cli_detaches_with_wait_seconds_and_runs_in_process_without(capsys):
+    assert run_cli(count_slowly, ["--steps", "50", "--wait_seconds", "0", "--json"]) == 0
+    detached = json.loads(capsys.readouterr().out)
+    assert detached["status"] == "running" and detached["operation_id"]
+    cancel_operation(operation_id=detached["operation_id"], confirm=True)
+
+    assert run_cli(count_slowly, ["--steps", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"counted": 2}
+    assert len(list_operations().operations) == 1  # the in-process run recorded nothing
+
+
+def _server():
+    return build_server(specs=[COUNT, spec_of(get_operation)])
+
+
+def test_mcp_publishes_the_operation_state_typed_with_the_tools_result():
+    async def scenario():
+        async with Client(_server()) as client:
+            return {t.name: t for t in (await client.list_tools()).tools}
+
+    tools = anyio.run(scenario)
+    schema = tools["count_slowly"].output_schema
+    assert {"operation_id", "status", "result", "next_step"} <= set(schema["properties"])
+    assert "counted" in json.dumps(schema)  # the result is the tool's own model
+    assert "wait_seconds" in tools["count_slowly"].input_schema["properties"]
+
+
+def test_work_started_over_mcp_outlives_the_server_and_a_new_server_finds_it(state_dir):
+    async def start():
+        async with Client(_server()) as client:
+            return await client.call_tool("count_slowly", {"steps": 15, "step_s": 0.2,
+                                                           "wait_seconds": 0.5})  # fmt: skip
+
+    started = anyio.run(start)
+    assert not started.is_error and started.structured_content["status"] == "running"
+    operation_id = started.structured_content["operation_id"]
+
+    env = {**os.environ, operations.STATE_DIR_ENV: str(state_dir)}
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_server"], cwd=str(ROOT), env=env
+    )
+
+    async def follow():
+        async with Client(params) as client:
+            return await client.call_tool(
+                "get_operation", {"operation_id": operation_id, "wait_seconds": 30}
+            )
+
+    followed = anyio.run(follow)
+    assert not followed.is_error, followed.content
+    assert followed.structured_content["status"] == "succeeded"
+    assert followed.structured_content["result"] == {"counted": 15}
+
+
+def test_an_mcp_clients_cancel_reaches_the_operation(tmp_path):
+    async def scenario():
+        async with Client(_server()) as client:
+            with anyio.move_on_after(2):  # the client gives up: its scope is cancelled
+                await client.call_tool(
+                    "count_slowly",
+                    {"steps": 300, "step_s": 0.1, "marker_dir": str(tmp_path), "wait_seconds": 60},
+                    progress_callback=lambda *_: anyio.sleep(0),
+                )
+
+    anyio.run(scenario)
+    (record,) = operations.list_records()
+    record = _until(lambda: (r := operations.get(record.operation_id)).status != "running" and r)
+    assert record.status == "cancelled"
+    assert 0 < int(_until(lambda: (tmp_path / "cancelled-at").exists() and
+                          (tmp_path / "cancelled-at").read_text())) < 300  # fmt: skip
