@@ -24,7 +24,8 @@ setup: $(VENV)/.trainer
 
 setup-dev: $(VENV)/.dev
 
-# The local test services (TEST-STACK.md): podman's Docker API and a registry.
+# The local test services that pytest starts (tests/services/): podman's Docker API and
+# Debian's docker-registry.
 system-deps:
 	@missing=""; for bin in podman docker-registry; do \
 	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/bin/$$bin ] || missing="$$missing $$bin"; done; \

@@ -25,15 +25,11 @@ def deploy_training_job(
 ) -> DeployResult:
     """Launch a distributed PyTorch FSDP2 training job and follow it.
 
-    target=local runs torchrun on this host (gloo on CPU, nccl on GPUs) in
-    <runs_dir>/<job_name>/, streaming step, loss and tokens/s as progress.
-    Checkpoints go to checkpoint_dir (local default: <runs_dir>/<job_name>/
-    checkpoints), so re-running the same job resumes from its newest complete
-    checkpoint. dry_run=True returns the exact launch plan (argv, environment,
-    directory) and starts nothing. Returns the job's state: status, steps, first
-    and last loss, eval loss, tokens/s, last checkpoint, run directory and log
-    path; a failed run carries the trainer's error line and the log tail, a
-    preempted one (SIGTERM, checkpoint saved) says from which step a re-run resumes.
+    target=local runs torchrun here in <runs_dir>/<job_name>/. A re-run of the same
+    job resumes from its newest complete checkpoint. dry_run=true returns the exact
+    plan and starts nothing. Returns status, steps, losses, tokens/s and checkpoint;
+    a failed job adds the trainer's error and log tail, a preempted one where a
+    re-run resumes.
     """
     runner = get_target(target)
     plan = runner.plan(job)

@@ -7,6 +7,7 @@ cancel reaches the work through the progress reporter."""
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 from collections.abc import Iterable
@@ -25,6 +26,11 @@ from skills.shared.tooling import WAIT_PARAM, ToolSpec
 # Agents' tool calls time out (opencode after about 60 s): an MCP call that would
 # follow a job to its end follows it this long, then returns its state.
 MCP_DEFAULT_WAIT_S = 40.0
+
+# The arguments exactly as the client sent them. The SDK hands the function every field,
+# defaults included; the tool's own model must see which ones were given (a setting of
+# another target given on purpose is an error, a default is not).
+_CLIENT_ARGUMENTS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("arguments")
 
 INSTRUCTIONS = (
     "fsdp-eks takes a PyTorch FSDP training job from source to a running, monitored job. "
@@ -66,6 +72,7 @@ def _mcp_function(spec: ToolSpec) -> Any:
     included), for the SDK to publish as the tool's input and output schema."""
 
     async def call(ctx: Context, **arguments: Any) -> Any:
+        arguments = _CLIENT_ARGUMENTS.get(arguments)
         progress = _ThreadProgress(ctx)
         try:
             return await anyio.to_thread.run_sync(
@@ -91,7 +98,7 @@ def _mcp_function(spec: ToolSpec) -> Any:
     )
     result = spec.result
     if spec.operation:
-        from skills.shared.operations import state_model
+        from skills.shared.operation_state import state_model
 
         result = state_model(spec.result)
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -104,6 +111,49 @@ def _mcp_function(spec: ToolSpec) -> Any:
     }
     call.__name__ = spec.name
     return call
+
+
+_SUBSCHEMAS = ("items", "additionalProperties", "not")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "$defs", "patternProperties")
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """{"anyOf": [{"type": T, ...}, {"type": "null"}]} as {"type": [T, "null"], ...}: the
+    same rule (keywords like minimum or pattern apply only to their own type), shorter."""
+    branches = schema.get("anyOf")
+    if not (isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches):
+        return schema
+    (other,) = [b for b in branches if b != {"type": "null"}]
+    if not isinstance(other.get("type"), str) or "const" in other:
+        return schema
+    merged = {**{k: v for k, v in schema.items() if k != "anyOf"}, **other}
+    merged["type"] = [other["type"], "null"]
+    if "enum" in other:
+        merged["enum"] = [*other["enum"], None]
+    return merged
+
+
+def compact_schema(schema: Any, drop: tuple[str, ...]) -> Any:
+    """The schema without the annotation keywords in `drop` at any depth (property
+    names are left alone), nullable types written short. An agent pays for every byte
+    of tools/list in every session: pydantic's generated titles repeat the names, and
+    an output schema's descriptions and defaults repeat the tool's own."""
+    if not isinstance(schema, dict):
+        return schema
+    schema = _nullable(schema)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in drop and not isinstance(value, (dict, list)):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            value = {name: compact_schema(sub, drop) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            value = [compact_schema(sub, drop) for sub in value]
+        elif key in _SUBSCHEMAS:
+            value = compact_schema(value, drop)
+        out[key] = value
+    return out
 
 
 class ToolServer(MCPServer):
@@ -126,6 +176,16 @@ class ToolServer(MCPServer):
                 ),
             )
 
+    async def list_tools(self) -> list[Any]:
+        tools = await super().list_tools()
+        for listed in tools:
+            listed.input_schema = compact_schema(listed.input_schema, ("title",))
+            if listed.output_schema is not None:
+                listed.output_schema = compact_schema(
+                    listed.output_schema, ("title", "description", "default")
+                )
+        return tools
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> Any:
@@ -138,6 +198,7 @@ class ToolServer(MCPServer):
                 spec.parse(arguments)
             except ToolFailure as failure:
                 return error_result(failure)
+            _CLIENT_ARGUMENTS.set(arguments)
         return await super().call_tool(name, arguments, context)
 
 

@@ -51,8 +51,7 @@ class TrainerFlag:
 JobName = Annotated[
     str,
     Field(
-        description="Job name: a DNS-1123 label (lowercase letters, digits, '-'; starts and ends "
-        "alphanumeric; at most 63 chars). Also the run directory's name.",
+        description="Job name: a DNS-1123 label (a-z, 0-9, '-'; at most 63 chars).",
         pattern=DNS1123_LABEL,
         max_length=63,
     ),
@@ -73,8 +72,7 @@ class JobSpec(BaseModel):
         int,
         Field(
             ge=1,
-            description="GPUs per node, one training process each; on a host without GPUs, "
-            "the number of CPU worker processes.",
+            description="GPUs per node (one process each); CPU processes on a host without GPUs.",
         ),
     ] = 2
     model_type: Annotated[
@@ -87,9 +85,8 @@ class JobSpec(BaseModel):
     model_name_or_path: Annotated[
         Location | None,
         Field(
-            description="An HF Llama checkpoint directory (config.json + *.safetensors; local "
-            "path or s3:// URI) to start from; its config.json defines the model instead of "
-            "model_type (default: none, a random init of the preset).",
+            description="HF Llama checkpoint dir (local or s3://) to start from; its config "
+            "replaces model_type.",
         ),
         TrainerFlag(path=True, hub_name=True),
     ] = None
@@ -111,9 +108,8 @@ class JobSpec(BaseModel):
     dataset: Annotated[
         Location | None,
         Field(
-            description="Training text: a .txt/.jsonl file or directory, an s3:// URI of either, "
-            "or a Hugging Face hub dataset name (default: the English corpus bundled with the "
-            "trainer).",
+            description=".txt/.jsonl file or dir, s3:// URI or hub dataset (default: the "
+            "bundled corpus).",
         ),
         TrainerFlag(path=True, hub_name=True),
     ] = None
@@ -126,8 +122,7 @@ class JobSpec(BaseModel):
     tokenizer: Annotated[
         Location | None,
         Field(
-            description="A tokenizer.json file, a directory holding one, an s3:// URI of either, "
-            "or a hub model name (default: the trainer's byte-level tokenizer).",
+            description="tokenizer.json (file, dir, s3://) or hub model name (default: bytes).",
         ),
         TrainerFlag(path=True, hub_name=True),
     ] = None
@@ -143,35 +138,28 @@ class JobSpec(BaseModel):
     ] = None
     sharding_strategy: Annotated[
         Literal["full", "shard_grad_op", "hybrid", "no_shard"],
-        Field(
-            description="FSDP sharding: full (reshard after forward), shard_grad_op (keep params "
-            "gathered), hybrid (replicate across nodes, shard within), no_shard."
-        ),
+        Field(description="FSDP sharding; hybrid = replicate across nodes, shard within."),
         TrainerFlag(),
     ] = "full"
     activation_checkpointing: Annotated[
         Literal["none", "selective", "full"] | None,
         Field(
-            description="Recompute activations in backward to save memory: none, selective "
-            "(keep matmul/attention outputs, recompute the cheap ops) or full (keep only each "
-            "block's input); default: the trainer's (none).",
+            description="Recompute activations to save memory (default: none).",
         ),
         TrainerFlag(),
     ] = None
     cpu_offload: Annotated[
         bool | None,
         Field(
-            description="Keep parameters, gradients and optimizer state on CPU: slower, for "
-            "models that do not fit in GPU memory (default: the trainer's, off).",
+            description="Keep params, grads and optimizer state on CPU (slower; default off).",
         ),
         TrainerFlag(),
     ] = None
     checkpoint_dir: Annotated[
         Location | None,
         Field(
-            description="Where checkpoints go: a local directory or an s3:// URI. A re-run of a "
-            "job with the same checkpoint_dir resumes from its newest complete checkpoint (local "
-            "target default: <runs_dir>/<job_name>/checkpoints).",
+            description="Local dir or s3:// URI; a re-run resumes from it (local default: "
+            "<runs_dir>/<job_name>/checkpoints).",
         ),
         TrainerFlag(path=True),
     ] = None
@@ -179,8 +167,7 @@ class JobSpec(BaseModel):
         int | None,
         Field(
             ge=0,
-            description="Save a checkpoint every N steps; 0 = only at the end (the last step and "
-            "a SIGTERM always save; default: the trainer's).",
+            description="Checkpoint every N steps; 0 = only at the end and on SIGTERM.",
         ),
         TrainerFlag(),
     ] = None
@@ -192,8 +179,7 @@ class JobSpec(BaseModel):
     async_save: Annotated[
         bool | None,
         Field(
-            description="Write checkpoints in the background while training goes on (default: "
-            "the trainer's, off).",
+            description="Write checkpoints in the background (default off).",
         ),
         TrainerFlag(),
     ] = None
@@ -201,8 +187,7 @@ class JobSpec(BaseModel):
         int | None,
         Field(
             ge=0,
-            description="Evaluate on held-out data every N steps (and at the last step); 0 = off "
-            "(default: the trainer's).",
+            description="Evaluate on held-out data every N steps; 0 = off.",
         ),
         TrainerFlag(),
     ] = None
@@ -216,8 +201,7 @@ class JobSpec(BaseModel):
         int,
         Field(
             ge=0,
-            description="Restart all workers up to N times after a worker fails; each restart "
-            "resumes from the newest complete checkpoint.",
+            description="Restart all workers up to N times on failure, resuming each time.",
         ),
     ] = 0
 
@@ -260,16 +244,13 @@ TRAINER_FIELDS = tuple(trainer_flags())
 # Fields of the job tools that are not part of the job itself.
 DryRun = Annotated[
     bool,
-    Field(
-        description="Return the exact launch plan (argv, environment, directory); start nothing."
-    ),
+    Field(description="Return the exact plan; start nothing."),
 ]
 WaitSeconds = Annotated[
     float | None,
     Field(
         ge=0,
-        description="Seconds to follow the job before returning its current state; "
-        "None follows it to the end (the CLI's default). MCP calls default to 40 s so an "
-        "agent is never blocked: poll with get_training_job.",
+        description="Seconds to follow the job, then return its state; None: to the end "
+        "(CLI default; MCP: 40, then poll get_training_job).",
     ),
 ]

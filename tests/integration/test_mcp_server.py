@@ -5,6 +5,7 @@ and what a crash looks like to the client."""
 from __future__ import annotations
 
 import threading
+import time
 
 import anyio
 import pytest
@@ -12,7 +13,7 @@ from mcp import Client
 
 from mcp_server import build_server
 from mcp_server.server import MCP_DEFAULT_WAIT_S
-from skills.shared.progress import Progress
+from skills.shared.progress import Cancelled, Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import spec_of, tool
 from skills.training_job_deployer.job_spec import WaitSeconds
@@ -47,8 +48,27 @@ def crashes(*, progress: Progress | None = None) -> Echo:
     raise RuntimeError("internal detail /secret/path")
 
 
+STOPPED = threading.Event()
+
+
+@tool(read_only=True, long=True)
+def follows_until_cancelled(
+    *, wait_seconds: WaitSeconds = None, progress: Progress | None = None
+) -> Echo:
+    """Follows something for a minute, reporting as it goes (like get_training_job)."""
+    try:
+        for done in range(1200):
+            progress.report(done, None, "following")
+            time.sleep(0.05)
+    except Cancelled:
+        STOPPED.set()
+        raise
+    return Echo()
+
+
 def _server():
-    return build_server(specs=[spec_of(f) for f in (echo_wait, blocks_until_released, crashes)])
+    tools = (echo_wait, blocks_until_released, crashes, follows_until_cancelled)
+    return build_server(specs=[spec_of(f) for f in tools])
 
 
 def test_agents_get_a_bounded_wait_unless_they_ask_otherwise():
@@ -120,3 +140,18 @@ def test_every_tool_publishes_descriptions_and_annotations(read_only):
         for name, schema in listed.input_schema["properties"].items():
             assert schema.get("description"), (listed.name, name)
         assert listed.output_schema is not None
+
+
+def test_a_clients_cancel_reaches_a_long_tools_work():
+    STOPPED.clear()
+
+    async def scenario():
+        async with Client(_server()) as client:
+            with anyio.move_on_after(1):  # the client gives up: its call is cancelled
+                await client.call_tool(
+                    "follows_until_cancelled", {}, progress_callback=lambda *_: anyio.sleep(0)
+                )
+
+    anyio.run(scenario)
+    # The worker thread saw Cancelled at its next report instead of running a minute on.
+    assert STOPPED.wait(timeout=5)

@@ -286,3 +286,19 @@ def test_serving_the_tools_imports_no_cloud_sdk():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_over_mcp_only_the_fields_a_client_sent_count_as_given():
+    async def scenario():
+        async with Client(build_server(specs=[spec_of(which_target)])) as client:
+            fake = await client.call_tool("which_target", {"target": "fake"})
+            stray = await client.call_tool("which_target", {"target": "fake", "runs_dir": "x"})
+            return fake, stray
+
+    fake, stray = anyio.run(scenario)
+    assert not fake.is_error, fake.content
+    assert fake.structured_content["settings"] == {"target": "fake", "queue": "default"}
+    assert stray.is_error
+    assert json.loads(stray.content[0].text)["error"]["details"]["problems"] == [
+        {"field": "runs_dir", "problem": "does not apply to target='fake'"}
+    ]
