@@ -220,19 +220,24 @@ def wait(
 
 
 def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecord:
-    """Ask the worker to stop (SIGTERM to its group), SIGKILL after `grace_s`."""
+    """Ask the worker to stop (SIGTERM to its group), SIGKILL after `grace_s`; returns
+    once the record is final and the worker is gone."""
     record = get(operation_id)
     if record.status in TERMINAL:
         return record
     record = _update(operation_id, cancel_requested=True)
     processes.signal_group(record.pid, record.pid_started, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while (record := get(operation_id)).status == "running" and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        record = get(operation_id)
+        if record.status != "running" and not processes.is_alive(record.pid, record.pid_started):
+            return record
         time.sleep(POLL_S)
-    if record.status == "running":
-        processes.signal_group(record.pid, record.pid_started, signal.SIGKILL)
-        record = _update(operation_id, status="cancelled", ended_at=time.time())
-    return record
+    processes.signal_group(record.pid, record.pid_started, signal.SIGKILL)
+    deadline = time.monotonic() + 5  # SIGKILL is not refused; allow the kernel a moment
+    while processes.is_alive(record.pid, record.pid_started) and time.monotonic() < deadline:
+        time.sleep(POLL_S / 4)
+    return _update(operation_id, status="cancelled", ended_at=time.time())
 
 
 def list_records(tool: str | None = None, status: str | None = None) -> list[OperationRecord]:
