@@ -50,7 +50,9 @@ def _from_botocore(exc: BaseException) -> ToolFailure | None:
             "Set AWS_PROFILE (after `aws configure` or `aws sso login`) or "
             "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then call again.",
         )
-    if _is(exc, "botocore", "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError"):
+    # botocore's ConnectionError: refused, connect timeout, proxy, TLS; its HTTPClientError:
+    # read timeout, connection closed or reset mid-request.
+    if _is(exc, "botocore", "ConnectionError", "HTTPClientError"):
         endpoint = str(getattr(exc, "kwargs", {}).get("endpoint_url", ""))
         return ToolFailure(
             ErrorCode.ENDPOINT_UNREACHABLE,
@@ -121,6 +123,15 @@ def _from_kubernetes(exc: BaseException) -> ToolFailure | None:
             "Check KUBECONFIG and its current context, and that the cluster endpoint is "
             "reachable from here.",
         )
+    # After those (urllib3's NewConnectionError is a TimeoutError too): a request that
+    # is not retried (a POST) raises urllib3's own read timeout, not MaxRetryError.
+    if _is(exc, "urllib3", "TimeoutError"):
+        return ToolFailure(
+            ErrorCode.ENDPOINT_UNREACHABLE,
+            "The Kubernetes API server did not answer in time.",
+            "Check that the cluster endpoint in KUBECONFIG is reachable from here and the API "
+            "server is healthy, then call again.",
+        )
     return None
 
 
@@ -139,6 +150,13 @@ def _from_docker(exc: BaseException) -> ToolFailure | None:
             "Cannot reach a Docker Engine API.",
             "Start Docker (or `podman system service`) and set DOCKER_HOST if it is not the "
             "default socket.",
+        )
+    if _is(exc, "requests", "Timeout"):  # ReadTimeout is not a ConnectionError
+        return ToolFailure(
+            ErrorCode.DOCKER_UNAVAILABLE,
+            "The Docker Engine API did not answer in time.",
+            "Check that Docker (or `podman system service`) at DOCKER_HOST is running and "
+            "not stuck, then call again.",
         )
     return None
 
