@@ -17,7 +17,9 @@ the marker last; resume downloads the newest complete one.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -130,14 +132,19 @@ class Checkpointer:
         if chosen is None:
             return None
         local = step_dir(self.root, chosen)
-        if self.rank == 0 or not local.exists():
-            # Every node needs every shard (DCP may reshard); one download per host
-            # would be enough, but ranks of a host share the cache dir idempotently.
+        if int(os.environ.get("LOCAL_RANK", self.rank)) == 0:
+            # Every node needs every shard (DCP may reshard): one download per host, since
+            # ranks of a host that fetched into one cache at once saw each other's
+            # half-written temp files. Staged beside the step dir, then renamed into place.
             fetched = storage.fetch(storage.join(self.remote, f"step-{chosen}") + "/")
-            if local.exists():
-                shutil.rmtree(local, ignore_errors=True)
             local.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(fetched, local, dirs_exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{local.name}-", dir=local.parent))
+            shutil.copytree(fetched, staging, dirs_exist_ok=True)
+            shutil.rmtree(local, ignore_errors=True)
+            try:
+                staging.rename(local)
+            except OSError:  # another host sharing this directory placed it first
+                shutil.rmtree(staging, ignore_errors=True)
         dist.barrier(group=self.group)
         return local
 
