@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from skills.shared import processes
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -140,7 +140,10 @@ def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def start(spec: ToolSpec, raw: Mapping[str, Any]) -> OperationRecord:
     """Validate the call, record it and start its detached worker."""
-    args = spec.parse(raw)  # bad input fails here, before anything is recorded
+    return _launch(spec, spec.parse(raw))  # bad input fails here, before anything is recorded
+
+
+def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
     arguments = args.model_dump(mode="json", exclude_unset=True)
     arguments.pop(WAIT_PARAM, None)
     now = time.time()
@@ -259,10 +262,10 @@ def list_records(tool: str | None = None, status: str | None = None) -> list[Ope
 def call(spec: ToolSpec, raw: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
     """Start the tool as an operation and wait `raw[wait_seconds]` for it. If the caller
     cancels while waiting (an MCP client's cancel), the operation is cancelled too."""
-    wait_seconds = getattr(spec.parse(raw), WAIT_PARAM)
-    record = start(spec, raw)
+    args = spec.parse(raw)
+    record = _launch(spec, args)
     try:
-        record = wait(record.operation_id, wait_seconds, progress)
+        record = wait(record.operation_id, getattr(args, WAIT_PARAM), progress)
     except (Cancelled, KeyboardInterrupt):
         cancel(record.operation_id)
         raise
