@@ -22,7 +22,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Mapping
@@ -30,8 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from skills.shared import processes
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -44,6 +42,7 @@ from skills.shared.operation_state import (
     state_model,
 )
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
+from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.shared.results import ToolResult
 from skills.shared.secrets import redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
@@ -80,55 +79,42 @@ def _path(operation_id: str) -> Path:
     return operations_dir() / operation_id
 
 
-def _lock(operation_id: str) -> FileLock:
-    return FileLock(str(_path(operation_id) / "operation.lock"), timeout=30)
+def _file(operation_id: str) -> RecordFile[OperationRecord]:
+    return RecordFile(_path(operation_id) / RECORD, OperationRecord)
 
 
 def _read(operation_id: str) -> OperationRecord:
-    path = _path(operation_id) / RECORD
+    file = _file(operation_id)
     try:
-        return OperationRecord.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
+        record = file.read()
+    except RecordCorrupt as exc:
+        raise ToolFailure(
+            ErrorCode.OPERATION_FAILED,
+            f"The record of operation {operation_id!r} cannot be read ({exc.reason}).",
+            f"Remove {file.path.parent} and start the work again.",
+            {"path": str(file.path)},
+        ) from None
+    if record is None:
         raise ToolFailure(
             ErrorCode.OPERATION_NOT_FOUND,
             f"No operation {operation_id!r} under {operations_dir()}.",
             "list_operations shows the operations recorded here (set FSDP_EKS_STATE_DIR if "
             "they were started with another state directory).",
-        ) from None
-    except (ValidationError, OSError) as exc:
-        raise ToolFailure(
-            ErrorCode.OPERATION_FAILED,
-            f"The record of operation {operation_id!r} cannot be read.",
-            f"Remove {path.parent} and start the work again.",
-            {"path": str(path)},
-        ) from exc
-
-
-def _write(record: OperationRecord) -> None:
-    """Atomically, from a temp file of its own: readers never see half a record."""
-    record.updated_at = time.time()
-    folder = _path(record.operation_id)
-    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".operation-", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(record.model_dump_json(indent=2))
-        os.replace(tmp, folder / RECORD)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        )
+    return record
 
 
 def _update(operation_id: str, **changes: Any) -> OperationRecord:
     """Read-modify-write under the lock. A terminal status is final."""
-    with _lock(operation_id):
-        record = _read(operation_id)
+
+    def change(record: OperationRecord | None) -> OperationRecord:
+        record = record or _read(operation_id)
+        kept = changes
         if record.status in TERMINAL:
-            changes.pop("status", None)
-            changes = {k: v for k, v in changes.items() if k in ("pid", "pid_started")}
-        for key, value in changes.items():
-            setattr(record, key, value)
-        _write(record)
-        return record
+            kept = {k: v for k, v in changes.items() if k in ("pid", "pid_started")}
+        return record.model_copy(update={**kept, "updated_at": time.time()})
+
+    return _file(operation_id).update(change)  # type: ignore[return-value]
 
 
 def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,8 +146,7 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         created_at=now,
         updated_at=now,
     )
-    with _lock(operation_id):
-        _write(record)
+    _file(operation_id).write(record)
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from skills.shared.paths import LocalPath
+
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
 # One argv element the trainer reads as a value: no control characters, and no leading
@@ -41,11 +43,8 @@ Location = Annotated[
 @dataclass(frozen=True)
 class TrainerFlag:
     """Marks a JobSpec field the trainer takes as `--<field> VALUE` (unset: the trainer's
-    default). `path`: the value may be a local path, which a target resolves for where
-    the trainer runs; `hub_name`: it may also be a Hugging Face hub name."""
-
-    path: bool = False
-    hub_name: bool = False
+    default). A field that is also `LocalPath` is resolved by each target for where the
+    trainer runs."""
 
 
 JobName = Annotated[
@@ -88,7 +87,8 @@ class JobSpec(BaseModel):
             description="HF Llama checkpoint dir (local or s3://) to start from; its config "
             "replaces model_type.",
         ),
-        TrainerFlag(path=True, hub_name=True),
+        TrainerFlag(),
+        LocalPath(hub_name=True),
     ] = None
     max_steps: Annotated[
         int | None,
@@ -111,7 +111,8 @@ class JobSpec(BaseModel):
             description=".txt/.jsonl file or dir, s3:// URI or hub dataset (default: the "
             "bundled corpus).",
         ),
-        TrainerFlag(path=True, hub_name=True),
+        TrainerFlag(),
+        LocalPath(hub_name=True),
     ] = None
     dataset_config_name: Annotated[
         Annotated[str, StringConstraints(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -124,7 +125,8 @@ class JobSpec(BaseModel):
         Field(
             description="tokenizer.json (file, dir, s3://) or hub model name (default: bytes).",
         ),
-        TrainerFlag(path=True, hub_name=True),
+        TrainerFlag(),
+        LocalPath(hub_name=True),
     ] = None
     learning_rate: Annotated[
         float | None,
@@ -161,7 +163,8 @@ class JobSpec(BaseModel):
             description="Local dir or s3:// URI; a re-run resumes from it (local default: "
             "<runs_dir>/<job_name>/checkpoints).",
         ),
-        TrainerFlag(path=True),
+        TrainerFlag(),
+        LocalPath(),
     ] = None
     checkpoint_freq: Annotated[
         int | None,

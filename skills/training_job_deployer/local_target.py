@@ -24,9 +24,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import LocalPath, path_fields
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
-from skills.training_job_deployer.job_spec import JobSpec, trainer_argv, trainer_flags
+from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.target import Plan, TargetSettings
 from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
@@ -117,7 +118,9 @@ class LocalSettings(TargetSettings):
 
     target: Literal["local"] = "local"
     runs_dir: Annotated[
-        str, Field(description="Local target: the directory holding one run directory per job.")
+        str,
+        Field(description="Local target: the directory holding one run directory per job."),
+        LocalPath(),
     ] = "runs"
 
 
@@ -173,9 +176,8 @@ class LocalTarget:
         # Checkpoints default to the run directory, so re-running the same job resumes
         # from its newest complete checkpoint instead of starting over.
         paths = {
-            name: local_path(getattr(spec, name), maybe_name=flag.hub_name)
-            for name, flag in trainer_flags(type(spec)).items()
-            if flag.path
+            name: local_path(getattr(spec, name), maybe_name=marker.hub_name)
+            for name, marker in path_fields(type(spec)).items()
         }
         paths["checkpoint_dir"] = paths["checkpoint_dir"] or str(run_dir / CHECKPOINTS)
         spec = spec.model_copy(update=paths)
