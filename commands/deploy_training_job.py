@@ -7,6 +7,8 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 
 from typing import Annotated
 
+from pydantic import Field
+
 from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, tool
@@ -20,6 +22,13 @@ def deploy_training_job(
     job: Annotated[JobSpec, Flatten()],
     target: TargetSettings,
     dry_run: DryRun = False,
+    replace_corrupt_record: Annotated[
+        bool,
+        Field(
+            strict=True,
+            description="Start over when the job's record is unreadable (it is set aside).",
+        ),
+    ] = False,
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> DeployResult:
@@ -44,7 +53,7 @@ def deploy_training_job(
             run_dir=getattr(plan, "run_dir", None),
             log_path=getattr(plan, "log_path", None),
         )
-    runner.submit(job.job_name, plan)
+    runner.submit(job.job_name, plan, replace_corrupt_record=replace_corrupt_record)
     try:
         state = runner.follow(job.job_name, progress, wait_seconds)
     except KeyboardInterrupt:

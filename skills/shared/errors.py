@@ -35,9 +35,13 @@ class ErrorCode(str, Enum):
     NOT_A_DIRECTORY = ("not_a_directory", EXIT_BAD_INPUT)
     IS_A_DIRECTORY = ("is_a_directory", EXIT_BAD_INPUT)
     NAME_TOO_LONG = ("name_too_long", EXIT_BAD_INPUT)
+    # A path outside the roots the MCP server lets its callers use.
+    PATH_NOT_ALLOWED = ("path_not_allowed", EXIT_BAD_INPUT)
     # The state of things: the call was right, now is not the time.
     JOB_RUNNING = ("job_running", EXIT_FAILED)
     CONFLICT = ("conflict", EXIT_FAILED)
+    # A record on disk (a job's) that cannot be read: damaged or edited by hand.
+    JOB_RECORD_CORRUPT = ("job_record_corrupt", EXIT_FAILED)
     CANCELLED = ("cancelled", EXIT_FAILED)
     # The environment: credentials, permissions, services, disks.
     NO_CREDENTIALS = ("no_credentials", EXIT_FAILED)

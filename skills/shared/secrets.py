@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 
 SECRET_ENV_VARS = (
     "HF_TOKEN",
@@ -14,11 +15,14 @@ SECRET_ENV_VARS = (
 MASK = "***"
 
 
-def redact(text: str) -> str:
-    """Replace the value of every secret variable set in this environment with ***."""
-    for name in SECRET_ENV_VARS:
-        value = os.environ.get(name, "")
-        # Very short values would mask ordinary words; real tokens are long.
-        if len(value) >= 8:
-            text = text.replace(value, MASK)
+def secret_values(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The values of the secret variables set in `environ`. Very short values would
+    mask ordinary words; real tokens are long."""
+    return tuple(v for name in SECRET_ENV_VARS if len(v := environ.get(name, "")) >= 8)
+
+
+def redact(text: str, values: Iterable[str] | None = None) -> str:
+    """Replace each secret value (None: those of this environment) with ***."""
+    for value in secret_values() if values is None else values:
+        text = text.replace(value, MASK)
     return text

@@ -65,12 +65,13 @@ class JobSpec(BaseModel):
 
     job_name: JobName
     num_nodes: Annotated[
-        int, Field(ge=1, description="Number of nodes (the local target has one).")
+        int, Field(ge=1, le=1024, description="Number of nodes (the local target has one).")
     ] = 1
     gpu_per_node: Annotated[
         int,
         Field(
             ge=1,
+            le=64,
             description="GPUs per node (one process each); CPU processes on a host without GPUs.",
         ),
     ] = 2
@@ -92,17 +93,19 @@ class JobSpec(BaseModel):
     ] = None
     max_steps: Annotated[
         int | None,
-        Field(ge=1, description="Optimizer steps to train (default: the trainer's)."),
+        Field(ge=1, le=10**9, description="Optimizer steps to train (default: the trainer's)."),
         TrainerFlag(),
     ] = None
     train_batch_size: Annotated[
         int | None,
-        Field(ge=1, description="Sequences per process per step (default: the trainer's)."),
+        Field(
+            ge=1, le=2**16, description="Sequences per process per step (default: the trainer's)."
+        ),
         TrainerFlag(),
     ] = None
     seq_len: Annotated[
         int | None,
-        Field(ge=8, description="Tokens per sequence (default: the trainer's)."),
+        Field(ge=8, le=2**20, description="Tokens per sequence (default: the trainer's)."),
         TrainerFlag(),
     ] = None
     dataset: Annotated[
@@ -135,7 +138,11 @@ class JobSpec(BaseModel):
     ] = None
     grad_accum_steps: Annotated[
         int | None,
-        Field(ge=1, description="Micro-batches per optimizer step (default: the trainer's, 1)."),
+        Field(
+            ge=1,
+            le=2**16,
+            description="Micro-batches per optimizer step (default: the trainer's, 1).",
+        ),
         TrainerFlag(),
     ] = None
     sharding_strategy: Annotated[
@@ -170,13 +177,18 @@ class JobSpec(BaseModel):
         int | None,
         Field(
             ge=0,
+            le=10**9,
             description="Checkpoint every N steps; 0 = only at the end and on SIGTERM.",
         ),
         TrainerFlag(),
     ] = None
     keep_last: Annotated[
         int | None,
-        Field(ge=0, description="Complete checkpoints to keep; 0 = all (default: the trainer's)."),
+        Field(
+            ge=0,
+            le=10_000,
+            description="Complete checkpoints to keep; 0 = all (default: the trainer's).",
+        ),
         TrainerFlag(),
     ] = None
     async_save: Annotated[
@@ -190,13 +202,14 @@ class JobSpec(BaseModel):
         int | None,
         Field(
             ge=0,
+            le=10**9,
             description="Evaluate on held-out data every N steps; 0 = off.",
         ),
         TrainerFlag(),
     ] = None
     seed: Annotated[
         int,
-        Field(ge=0, description="Random seed: same seed, same data order and init."),
+        Field(ge=0, le=2**32 - 1, description="Random seed: same seed, same data order and init."),
         TrainerFlag(),
     ] = 0
     # torchrun's (or the scheduler's) restarts, not a trainer flag.
@@ -204,9 +217,17 @@ class JobSpec(BaseModel):
         int,
         Field(
             ge=0,
+            le=100,
             description="Restart all workers up to N times on failure, resuming each time.",
         ),
     ] = 0
+    adopt_checkpoint_dir: Annotated[
+        bool,
+        Field(
+            strict=True,
+            description="Take over a checkpoint_dir another job owns and resume from it.",
+        ),
+    ] = False
 
     def trainer_args(self) -> list[str]:
         return trainer_argv(self)

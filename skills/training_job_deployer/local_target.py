@@ -1,17 +1,16 @@
 """The local target: torchrun on this host. plan -> submit -> describe -> logs -> cancel.
 
-Each job lives in `<runs_dir>/<job_name>/`: `job.json` (pid, argv, log path, exit
-code), `logs/attempt-N.log` (torchrun's stdout+stderr), the trainer's output and,
-unless checkpoint_dir says otherwise, `checkpoints/`: a re-run of the job resumes
-from its newest complete checkpoint.
-The job runs in its own process session, so an agent's call can return while it
-trains and a later call (or another process) can follow, describe or cancel it.
+Each job lives in `<runs_dir>/<job_name>/` (job_record.RunDir): `job.json`, its
+record; `logs/attempt-N.log`, torchrun's output with secrets masked; the trainer's
+output and, unless checkpoint_dir says otherwise, `checkpoints/`, so a re-run of the
+job resumes from its newest complete checkpoint. A detached supervisor per attempt
+(supervisor.py) runs torchrun and records how it ended, so an agent's call can return
+while it trains and a later call, from any process, can follow, describe or cancel it.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -23,40 +22,28 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from skills.shared import processes
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import LocalPath, path_fields
 from skills.shared.progress import Progress
+from skills.shared.record_store import RecordCorrupt
 from skills.shared.secrets import redact
+from skills.training_job_deployer.checkpoint_owner import check_owner, claim
+from skills.training_job_deployer.job_record import (
+    RECORD,
+    JobRecord,
+    ProcessIdentity,
+    RunDir,
+    corrupt_record,
+)
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.target import Plan, TargetSettings
 from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
 
-RECORD = "job.json"
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
 POLL_S = 0.25
 LOG_TAIL_LINES = 40
-
-# Processes started by this Python process, so their exit codes can be collected.
-_children: dict[Path, subprocess.Popen[bytes]] = {}  # by run directory
-
-
-def _pid_running(pid: int) -> bool:
-    """True while the process exists and is not a zombie waiting to be reaped."""
-    if Path("/proc/self/stat").exists():
-        try:
-            # The state letter follows the parenthesised command name.
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def local_path(value: str | None, maybe_name: bool = False) -> str | None:
@@ -90,14 +77,23 @@ def visible_gpus(nvidia_smi_listing: str | None, cuda_visible_devices: str | Non
     return min(listed, len(chosen))
 
 
-def check_gpu_fit(gpu_per_node: int, gpus: int) -> None:
-    """One process per GPU: asking for more processes than GPUs would crash rank N."""
+def check_gpu_fit(gpu_per_node: int, gpus: int, cpus: int | None = None) -> None:
+    """One process per GPU: asking for more processes than GPUs would crash rank N. On
+    a host without GPUs each process is a CPU worker: at most one per CPU."""
     if gpus and gpu_per_node > gpus:
         raise ToolFailure(
             ErrorCode.NOT_ENOUGH_GPUS,
             f"gpu_per_node={gpu_per_node} but this host has {gpus} usable GPU(s).",
             f"Use gpu_per_node={gpus} or fewer (CUDA_VISIBLE_DEVICES limits which are used).",
             {"gpus": gpus},
+        )
+    if not gpus and cpus is not None and gpu_per_node > cpus:
+        raise ToolFailure(
+            ErrorCode.NOT_ENOUGH_GPUS,
+            f"gpu_per_node={gpu_per_node} but this host has no GPU and {cpus} CPU(s): "
+            "each process would be a CPU worker.",
+            f"Use gpu_per_node={min(cpus, 2)} (at most {cpus}) here, or a GPU host.",
+            {"gpus": 0, "cpus": cpus},
         )
 
 
@@ -119,7 +115,12 @@ class LocalSettings(TargetSettings):
     target: Literal["local"] = "local"
     runs_dir: Annotated[
         str,
-        Field(description="Local target: the directory holding one run directory per job."),
+        Field(
+            min_length=1,
+            max_length=4096,
+            pattern=r"^[^\x00-\x1f\x7f]+$",
+            description="Local target: the directory holding one run directory per job.",
+        ),
         LocalPath(),
     ] = "runs"
 
@@ -132,8 +133,11 @@ class LocalPlan(Plan):
     env: dict[str, str] = Field(description="Variables added to this host's environment.")
     cwd: str
     run_dir: str
+    attempt: int = Field(ge=1)
     log_path: str
     nproc_per_node: int
+    checkpoint_dir: str = Field(description="Where checkpoints go (local path or s3://).")
+    adopt_checkpoint_dir: bool = False
 
     def to_display(self) -> list[tuple[str, Any]]:
         return [
@@ -151,10 +155,13 @@ class LocalTarget:
     def __init__(self, settings: LocalSettings | str | Path = "runs") -> None:
         if not isinstance(settings, LocalSettings):
             settings = LocalSettings(runs_dir=str(settings))
-        self.runs_dir = Path(settings.runs_dir).resolve()
+        self.runs_dir = Path(settings.runs_dir).expanduser().resolve()
 
     def run_dir(self, job_name: str) -> Path:
         return self.runs_dir / job_name
+
+    def _run(self, job_name: str) -> RunDir:
+        return RunDir(self.run_dir(job_name))
 
     # plan ------------------------------------------------------------------
 
@@ -169,17 +176,26 @@ class LocalTarget:
         check_gpu_fit(
             spec.gpu_per_node,
             visible_gpus(_nvidia_smi_listing(), os.environ.get("CUDA_VISIBLE_DEVICES")),
+            os.cpu_count(),
         )
-        run_dir = self.run_dir(spec.job_name)
-        attempt = self._next_attempt(run_dir)
-        log_path = run_dir / "logs" / f"attempt-{attempt}.log"
+        run = self._run(spec.job_name)
+        if run.path.exists() and not run.path.is_dir():
+            raise ToolFailure(
+                ErrorCode.NOT_A_DIRECTORY,
+                f"{run.path} exists and is not a directory, so it cannot hold the job.",
+                "Pick another runs_dir or job_name, or move that file away.",
+                {"path": str(run.path)},
+            )
+        attempt = run.next_attempt()
         # Checkpoints default to the run directory, so re-running the same job resumes
         # from its newest complete checkpoint instead of starting over.
         paths = {
             name: local_path(getattr(spec, name), maybe_name=marker.hub_name)
             for name, marker in path_fields(type(spec)).items()
         }
-        paths["checkpoint_dir"] = paths["checkpoint_dir"] or str(run_dir / CHECKPOINTS)
+        paths["checkpoint_dir"] = paths["checkpoint_dir"] or str(run.path / CHECKPOINTS)
+        if not paths["checkpoint_dir"].startswith("s3://"):
+            check_owner(Path(paths["checkpoint_dir"]), run.path, spec.adopt_checkpoint_dir)
         spec = spec.model_copy(update=paths)
         argv = [
             sys.executable,
@@ -189,11 +205,12 @@ class LocalTarget:
             "--nnodes=1",
             f"--nproc_per_node={spec.gpu_per_node}",
             f"--max-restarts={spec.max_restarts}",
+            f"--log-dir={run.torchelastic}",
             "-m",
             "trainer",
             *trainer_argv(spec),
             "--output_dir",
-            str(run_dir),
+            str(run.path),
         ]
         # The job runs in its run directory: put this project (checkout or install) on
         # the path so `-m trainer` imports the trainer that belongs to these tools.
@@ -205,33 +222,28 @@ class LocalTarget:
             "PYTHONPATH": os.pathsep.join(
                 p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
             ),
+            # torchelastic and the ranks make temp files: they stay in the run dir.
+            "TMPDIR": str(run.scratch),
         }
         return LocalPlan(
             argv=argv,
             env=env,
-            cwd=str(run_dir),
-            run_dir=str(run_dir),
-            log_path=str(log_path),
+            cwd=str(run.path),
+            run_dir=str(run.path),
+            attempt=attempt,
+            log_path=str(run.log(attempt)),
             nproc_per_node=spec.gpu_per_node,
+            checkpoint_dir=paths["checkpoint_dir"],
+            adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
         )
-
-    @staticmethod
-    def _next_attempt(run_dir: Path) -> int:
-        logs = run_dir / "logs"
-        existing = [p for p in logs.glob("attempt-*.log")] if logs.is_dir() else []
-        return len(existing) + 1
 
     # submit ----------------------------------------------------------------
 
-    def submit(self, job_name: str, plan: LocalPlan) -> None:  # type: ignore[override]
-        record = self._read_record(job_name)
-        if record and self._alive(job_name, record):
-            raise ToolFailure(
-                ErrorCode.JOB_RUNNING,
-                f"Job {job_name!r} is already running (pid {record['pid']}).",
-                "Follow it with get_training_job, cancel it first, or pick another job_name.",
-                {"run_dir": plan.run_dir},
-            )
+    def submit(  # type: ignore[override]
+        self, job_name: str, plan: LocalPlan, *, replace_corrupt_record: bool = False
+    ) -> None:
+        """Start the plan's attempt under the job's lock: one writer per job, and a
+        second deploy of a running job is job_running."""
         if importlib.util.find_spec("torch") is None:
             raise ToolFailure(
                 ErrorCode.TRAINER_NOT_INSTALLED,
@@ -240,39 +252,71 @@ class LocalTarget:
                 "(or run `make setup`).",
                 {"python": sys.executable},
             )
-        log_path = Path(plan.log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **plan.env}
-        with open(log_path, "wb") as log:
-            try:
-                proc = subprocess.Popen(
-                    plan.argv,
-                    cwd=plan.cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
+        run = self._run(job_name)
+        run.path.mkdir(parents=True, exist_ok=True)
+        with run.record_file.lock():
+            record = self._previous(run, replace_corrupt_record)
+            if record is not None and record.active():
                 raise ToolFailure(
-                    ErrorCode.LAUNCH_FAILED,
-                    f"Could not start torchrun: {exc.strerror}.",
-                    "Install the trainer extra (pip install 'fsdp-eks[trainer]').",
-                ) from exc
-        _children[self.run_dir(job_name)] = proc
-        self._write_record(
-            job_name,
-            {
-                "job_name": job_name,
-                "pid": proc.pid,
-                "argv": plan.argv,
-                "log_path": plan.log_path,
-                "started_at": time.time(),
-                "exit_code": None,
-                "cancelled": False,
-            },
-        )
+                    ErrorCode.JOB_RUNNING,
+                    f"Job {job_name!r} is already running (attempt {record.attempt}).",
+                    "Follow it with get_training_job, stop it with cancel_training_job, or "
+                    "deploy under another job_name.",
+                    {"run_dir": str(run.path)},
+                )
+            if run.log(plan.attempt).exists() or (record and record.attempt >= plan.attempt):
+                raise ToolFailure(
+                    ErrorCode.CONFLICT,
+                    f"Attempt {plan.attempt} of job {job_name!r} was started meanwhile by "
+                    "another call.",
+                    "Look at it with get_training_job, then deploy again if needed.",
+                )
+            if not plan.checkpoint_dir.startswith("s3://"):
+                claim(Path(plan.checkpoint_dir), run.path, plan.adopt_checkpoint_dir)
+            run.log(plan.attempt).parent.mkdir(parents=True, exist_ok=True)
+            record = JobRecord(
+                job_name=job_name, attempt=plan.attempt, argv=plan.argv, submitted_at=time.time()
+            )
+            run.record_file.write(record)
+            supervisor = self._spawn_supervisor(run, plan)
+            run.record_file.write(
+                record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor.pid)})
+            )
+
+    @staticmethod
+    def _previous(run: RunDir, replace_corrupt: bool) -> JobRecord | None:
+        try:
+            return run.record_file.read()
+        except RecordCorrupt as exc:
+            if not replace_corrupt:
+                raise corrupt_record(exc) from None
+            # Set aside, not deleted: it may be worth a look.
+            aside = exc.path.with_name(f"{exc.path.name}.corrupt-{int(time.time())}")
+            os.replace(exc.path, aside)
+            return None
+
+    @staticmethod
+    def _spawn_supervisor(run: RunDir, plan: LocalPlan) -> subprocess.Popen[bytes]:
+        project_root = str(Path(__file__).resolve().parents[2])
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
+            ),
+        }
+        with open(run.supervisor_log, "ab") as log:
+            supervisor = subprocess.Popen(
+                [sys.executable, "-m", "skills.training_job_deployer.supervisor", str(run.path)],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives the caller, its terminal and its signals
+            )
+        assert supervisor.stdin is not None
+        supervisor.stdin.write(plan.model_dump_json().encode())
+        supervisor.stdin.close()
+        return supervisor
 
     # describe / follow -----------------------------------------------------
 
@@ -284,14 +328,17 @@ class LocalTarget:
     ) -> JobState:
         """Read the job's events as they come, until it ends or `wait_seconds` pass
         (None: until it ends). Progress gets one report per logged step."""
-        record = self._require_record(job_name)
+        run = self._run(job_name)
+        record = run.require()
         deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
         metrics = RunMetrics()
         pending = b""
         offset = 0
-        log_path = Path(record["log_path"])
+        log_path = run.log(record.attempt)
         while True:
-            done = not self._alive(job_name, record)
+            # The record first: once it says ended, the log holds every line.
+            record = run.require()
+            done = record.ended or not record.active()
             chunk = self._read_from(log_path, offset)
             offset += len(chunk)
             pending += chunk
@@ -305,17 +352,15 @@ class LocalTarget:
             if done or (deadline is not None and time.monotonic() >= deadline):
                 break
             time.sleep(POLL_S)
-        return self._state(job_name, record, metrics, done)
+        return self._state(run, record, metrics, done)
 
-    def _state(
-        self, job_name: str, record: dict[str, Any], metrics: RunMetrics, done: bool
-    ) -> JobState:
-        record = self._read_record(job_name) or record
-        exit_code = record.get("exit_code")
+    def _state(self, run: RunDir, record: JobRecord, metrics: RunMetrics, done: bool) -> JobState:
+        job_name = run.job_name
+        exit_code = record.exit_code
         message = metrics.outcome(exit_code) if done else None
         if not done:
             status = "running"
-        elif record.get("cancelled"):
+        elif record.cancel_requested_at is not None:  # cancelled wins
             status = "cancelled"
             message = "cancelled"
             if metrics.checkpoint_step is not None:
@@ -323,6 +368,14 @@ class LocalTarget:
                     f": checkpoint saved at step {metrics.checkpoint_step}; "
                     "re-run the same job to resume"
                 )
+        elif record.failure is not None:
+            status, message = "failed", record.failure.message
+        elif not record.ended:
+            status = "failed"
+            message = (
+                "failed: the job's supervisor stopped without recording how the job ended "
+                f"(killed?); see the log and {run.supervisor_log}"
+            )
         elif metrics.preempted is not None or exit_code == EXIT_PREEMPTED:
             status = "preempted"
         elif message is None:
@@ -346,8 +399,8 @@ class LocalTarget:
             resumed_from=metrics.resumed_from,
             checkpoint_step=metrics.checkpoint_step,
             checkpoint_path=metrics.checkpoint_path,
-            run_dir=str(self.run_dir(job_name)),
-            log_path=record["log_path"],
+            run_dir=str(run.path),
+            log_path=str(run.log(record.attempt)),
             exit_code=exit_code,
             elapsed_s=elapsed,
             error=None
@@ -356,7 +409,10 @@ class LocalTarget:
             message=None if message is None else redact(message),
         )
         if status == "failed":
-            state.log_tail = self.logs(job_name, LOG_TAIL_LINES)
+            tail = self._tail(run, record, LOG_TAIL_LINES)
+            state.log_tail = "\n".join(
+                [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
+            )
         elif status in ("preempted", "cancelled") and metrics.checkpoint_step is not None:
             state.next_step = (
                 f"deploy_training_job(job_name={job_name!r}, ...) with the same parameters "
@@ -372,62 +428,95 @@ class LocalTarget:
     # logs / cancel ---------------------------------------------------------
 
     def log_path(self, job_name: str) -> str:
-        return self._require_record(job_name)["log_path"]
+        run = self._run(job_name)
+        return str(run.log(run.require().attempt))
 
     def logs(self, job_name: str, tail_lines: int | None = None) -> str:
+        run = self._run(job_name)
+        return self._tail(run, run.require(), tail_lines)
+
+    def _tail(self, run: RunDir, record: JobRecord, tail_lines: int | None) -> str:
         try:
-            text = Path(self.log_path(job_name)).read_text(errors="replace")
+            text = run.log(record.attempt).read_text(errors="replace")
         except FileNotFoundError:
             return ""
         lines = text.splitlines()
         if tail_lines is not None:
             lines = lines[-tail_lines:]
+        # Masked when written; masked again for values only this reader knows.
         return redact("\n".join(lines))
 
     def list_jobs(self) -> list[JobState]:
-        """Every job with a record under runs_dir, newest first."""
+        """Every job with a record under runs_dir, newest first; a record that cannot
+        be read is listed with status unknown and why."""
+        if not self.runs_dir.is_dir():
+            return []
         records = sorted(
-            self.runs_dir.glob(f"*/{RECORD}"), key=lambda p: p.stat().st_mtime, reverse=True
+            (p for p in self.runs_dir.glob(f"*/{RECORD}")),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
         )
-        return [self.describe(path.parent.name) for path in records]
+        states = []
+        for path in records:
+            try:
+                states.append(self.describe(path.parent.name))
+            except ToolFailure as failure:
+                states.append(
+                    JobState(
+                        job_name=path.parent.name,
+                        target=self.name,
+                        status="unknown",
+                        run_dir=str(path.parent),
+                        message=f"{failure.code}: {failure.message}",
+                        next_step=failure.hint,
+                    )
+                )
+        return states
 
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
-        """SIGTERM the job's process group (torchrun passes it to every rank), then
-        SIGKILL after `grace_s` seconds."""
-        record = self._require_record(job_name)
-        if self._alive(job_name, record):
-            record["cancelled"] = True
-            self._write_record(job_name, record)
-            self._signal(record["pid"], signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while self._alive(job_name, record) and time.monotonic() < deadline:
-                time.sleep(POLL_S)
-            if self._alive(job_name, record):
-                self._signal(record["pid"], signal.SIGKILL)
-                while self._alive(job_name, record):
-                    time.sleep(POLL_S)
+        """Ask the job's supervisor to stop it: SIGTERM to every rank (they checkpoint),
+        SIGKILL after `grace_s`. Returns once the record says the job ended. A job that
+        ended already is left as it is."""
+        run = self._run(job_name)
+
+        def request(record: JobRecord | None) -> JobRecord | None:
+            if record is None:
+                run.require()  # raises job_not_found
+            if record is None or record.ended or record.cancel_requested_at is not None:
+                return None
+            return record.model_copy(
+                update={"cancel_requested_at": time.time(), "cancel_grace_s": grace_s}
+            )
+
+        try:
+            record = run.record_file.update(request)
+        except RecordCorrupt as exc:
+            raise corrupt_record(exc) from None
+        assert record is not None
+        if not record.ended:
+            self._stop(run, record, grace_s)
         return self.describe(job_name)
 
-    @staticmethod
-    def _signal(pid: int, sig: signal.Signals) -> None:
-        try:
-            os.killpg(pid, sig)  # the job leads its own session, so pgid == pid
-        except ProcessLookupError:
-            pass
-
-    # the job record --------------------------------------------------------
-
-    def _alive(self, job_name: str, record: dict[str, Any]) -> bool:
-        proc = _children.get(self.run_dir(job_name))
-        if proc is not None and proc.pid == record["pid"]:
-            code = proc.poll()
-            if code is None:
-                return True
-            if record.get("exit_code") is None:
-                record["exit_code"] = code
-                self._write_record(job_name, record)
-            return False
-        return _pid_running(record["pid"])
+    def _stop(self, run: RunDir, record: JobRecord, grace_s: float) -> None:
+        supervisor = record.supervisor
+        if supervisor is not None:
+            processes.signal_group(supervisor.pid, supervisor.started, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s + 10
+        while time.monotonic() < deadline:
+            record = run.require()
+            if record.ended:
+                return
+            if supervisor is None or not supervisor.alive():
+                break  # no supervisor to stop it and record it: do both here
+            time.sleep(POLL_S)
+        trainer = record.trainer
+        if trainer is not None and trainer.alive():
+            processes.signal_group(trainer.pid, trainer.started, signal.SIGTERM)
+            stop_by = time.monotonic() + grace_s
+            while trainer.alive() and time.monotonic() < stop_by:
+                time.sleep(POLL_S)
+            processes.signal_group(trainer.pid, trainer.started, signal.SIGKILL)
+        run.record_file.update(lambda r: None if r is None or r.ended else r.finished(None))
 
     @staticmethod
     def _read_from(path: Path, offset: int) -> bytes:
@@ -437,26 +526,3 @@ class LocalTarget:
                 return handle.read()
         except FileNotFoundError:
             return b""
-
-    def _read_record(self, job_name: str) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.run_dir(job_name) / RECORD).read_text())
-        except FileNotFoundError:
-            return None
-
-    def _require_record(self, job_name: str) -> dict[str, Any]:
-        record = self._read_record(job_name)
-        if record is None:
-            raise ToolFailure(
-                ErrorCode.JOB_NOT_FOUND,
-                f"No local job named {job_name!r} under {self.runs_dir}.",
-                "Check the job name and runs_dir, or start it with deploy_training_job.",
-            )
-        return record
-
-    def _write_record(self, job_name: str, record: dict[str, Any]) -> None:
-        path = self.run_dir(job_name) / RECORD
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        tmp.replace(path)  # atomic: a reader never sees half a record

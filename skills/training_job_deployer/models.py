@@ -9,7 +9,10 @@ from pydantic import Field
 from skills.shared.results import ToolResult
 
 # preempted: stopped by SIGTERM (eviction, spot reclaim); a re-run of the job resumes.
-JobStatus = Literal["planned", "running", "succeeded", "failed", "preempted", "cancelled"]
+# unknown: its record cannot be read (the message says why).
+JobStatus = Literal[
+    "planned", "running", "succeeded", "failed", "preempted", "cancelled", "unknown"
+]
 
 
 class JobState(ToolResult):

@@ -40,9 +40,10 @@ class Target(Protocol):
     def plan(self, spec: JobSpec) -> Plan:
         """The exact request submit would make; starts and writes nothing."""
 
-    def submit(self, spec: JobSpec, plan: Plan) -> None:
-        """Make the request the plan describes; a job of that name already running is
-        a job_running failure."""
+    def submit(self, job_name: str, plan: Plan, *, replace_corrupt_record: bool = False) -> None:
+        """Make the request the plan describes, holding the job's lock: a job of that name
+        already running is a job_running failure; an unreadable record of the job is
+        job_record_corrupt unless `replace_corrupt_record` sets it aside."""
 
     def follow(
         self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None

@@ -37,9 +37,9 @@ def _wait_for_step(log_path: Path, timeout: float = 120.0) -> None:
     raise AssertionError(f"no step logged in {timeout} s:\n{text[-2000:]}")
 
 
-def _torchrun_pid(run_dir: Path) -> tuple[int, float | None]:
-    pid = json.loads((run_dir / "job.json").read_text())["pid"]
-    return pid, processes.start_time(pid)
+def _torchrun_pid(run_dir: Path) -> tuple[int, float]:
+    trainer = json.loads((run_dir / "job.json").read_text())["trainer"]
+    return trainer["pid"], trainer["started"]
 
 
 def test_cancel_tool_needs_confirm_then_stops_the_job_with_a_checkpoint(tmp_path):

@@ -80,7 +80,8 @@ def test_a_new_job_option_reaches_cli_mcp_schema_and_trainer_argv(tmp_path):
 def test_deploy_takes_every_jobspec_field_and_only_the_settings_beyond_it():
     fields = set(spec_of(deploy_training_job).params.model_fields)
     assert set(JobSpec.model_fields) <= fields
-    assert fields - set(JobSpec.model_fields) == {"target", "runs_dir", "dry_run", "wait_seconds"}
+    beyond = {"target", "runs_dir", "dry_run", "replace_corrupt_record", "wait_seconds"}
+    assert fields - set(JobSpec.model_fields) == beyond
 
 
 def test_trainer_argv_is_the_same_function_for_a_jobspec_and_the_local_plan(tmp_path):

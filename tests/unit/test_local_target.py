@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from skills.shared.errors import ToolFailure
@@ -20,7 +21,6 @@ from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.local_target import (
     LocalPlan,
     LocalTarget,
-    _pid_running,
     check_gpu_fit,
     visible_gpus,
 )
@@ -110,7 +110,7 @@ time.sleep(60)
         target.submit("slow", scripted_plan(target, "slow", script))
     assert again.value.code == "job_running"
 
-    record = json.loads((tmp_path / "slow" / "job.json").read_text())
+    record = json.loads((tmp_path / "slow" / "job.json").read_text())["trainer"]
     child_pid = next(
         json.loads(line)["pid"] for line in target.logs("slow").splitlines() if '"child"' in line
     )
@@ -118,9 +118,9 @@ time.sleep(60)
     assert state.status == "cancelled"
     for pid in (record["pid"], child_pid):  # the whole group got the signal
         deadline = time.monotonic() + 5
-        while _pid_running(pid) and time.monotonic() < deadline:
+        while psutil.pid_exists(pid) and time.monotonic() < deadline:
             time.sleep(0.1)  # the orphaned child is reaped by init, not by us
-        assert not _pid_running(pid)
+        assert not psutil.pid_exists(pid)
 
 
 def test_another_process_sees_the_state_from_the_run_directory(tmp_path):
@@ -171,7 +171,8 @@ def test_secrets_in_the_log_are_masked(tmp_path, monkeypatch):
     assert token not in state.model_dump_json()
 
 
-def test_plan_is_an_argv_list_with_the_trainer_flags(tmp_path):
+def test_plan_is_an_argv_list_with_the_trainer_flags(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)  # 4 CPU processes fit this "host"
     spec = JobSpec(job_name="p", gpu_per_node=4, max_steps=7, learning_rate=0.01)
     plan = LocalTarget(tmp_path).plan(spec)
     assert plan.argv[plan.argv.index("-m", 3) + 1] == "trainer"
@@ -203,15 +204,23 @@ def test_visible_gpus(listing, visible, gpus):
 
 @pytest.mark.parametrize(
     ("procs", "gpus", "fits"),
-    [(2, 0, True), (8, 0, True), (2, 2, True), (1, 2, True), (4, 2, False)],
+    [(2, 0, True), (8, 0, True), (2, 2, True), (1, 2, True), (4, 2, False), (9, 0, False)],
 )
-def test_one_process_per_gpu(procs, gpus, fits):
+def test_one_process_per_gpu_or_per_cpu_without_gpus(procs, gpus, fits):
+    cpus = 8
     if fits:
-        check_gpu_fit(procs, gpus)
+        check_gpu_fit(procs, gpus, cpus)
     else:
         with pytest.raises(ToolFailure) as caught:
-            check_gpu_fit(procs, gpus)
+            check_gpu_fit(procs, gpus, cpus)
         assert caught.value.code == "not_enough_gpus" and "gpu_per_node=2" in caught.value.hint
+
+
+def test_a_huge_process_count_is_refused_before_planning(tmp_path):
+    # Reproduction 9: --gpu_per_node 100000 on a CPU host planned 100000 processes.
+    with pytest.raises(ToolFailure) as caught:
+        LocalTarget(tmp_path).plan(JobSpec(job_name="p", gpu_per_node=64))
+    assert caught.value.code == "not_enough_gpus" or os.cpu_count() >= 64
 
 
 def test_missing_torch_is_a_coded_failure_before_anything_starts(tmp_path, monkeypatch):
