@@ -22,6 +22,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CancellableProgress
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
+from skills.shared.workspace import Workspace
 
 # Agents' tool calls time out (opencode after about 60 s): an MCP call that would
 # follow a job to its end follows it this long, then returns its state.
@@ -158,10 +159,15 @@ def compact_schema(schema: Any, drop: tuple[str, ...]) -> Any:
 
 class ToolServer(MCPServer):
     """MCPServer whose tool calls validate through the tool's own input model first,
-    so bad input comes back with the project's error code and hint."""
+    so bad input comes back with the project's error code and hint. With a workspace,
+    every local path in a call must lie where the workspace allows (checked here, not
+    in the tools: the CLI's caller owns the machine, an MCP caller does not)."""
 
-    def __init__(self, specs: Iterable[ToolSpec], **kwargs: Any) -> None:
+    def __init__(
+        self, specs: Iterable[ToolSpec], workspace: Workspace | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
+        self.workspace = workspace
         self.specs: dict[str, ToolSpec] = {}
         for spec in specs:
             self.specs[spec.name] = spec
@@ -195,18 +201,29 @@ class ToolServer(MCPServer):
             if spec.long and field.default is None and WAIT_PARAM not in arguments:
                 arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
             try:
-                spec.parse(arguments)
+                args = spec.parse(arguments)
+                if self.workspace is not None:
+                    arguments = self.workspace.confine(spec, args, arguments)
             except ToolFailure as failure:
                 return error_result(failure)
             _CLIENT_ARGUMENTS.set(arguments)
         return await super().call_tool(name, arguments, context)
 
 
-def build_server(read_only: bool = False, specs: Iterable[ToolSpec] | None = None) -> ToolServer:
-    """The server with every registered tool; read_only=True hides tools that write."""
+def build_server(
+    read_only: bool = False,
+    specs: Iterable[ToolSpec] | None = None,
+    workspace: Workspace | None = None,
+) -> ToolServer:
+    """The server with every registered tool; read_only=True hides tools that write.
+    `workspace` confines the paths of every call (`python -m mcp_server` always gives
+    one); without it, paths are unconfined, as for an in-process caller."""
     if specs is None:
         from commands import all_tools
 
         specs = all_tools()
     chosen = [spec for spec in specs if spec.read_only or not read_only]
-    return ToolServer(chosen, name="fsdp-eks", instructions=INSTRUCTIONS, log_level="WARNING")
+    instructions = INSTRUCTIONS + (f" {workspace.describe()}" if workspace else "")
+    return ToolServer(
+        chosen, workspace, name="fsdp-eks", instructions=instructions, log_level="WARNING"
+    )

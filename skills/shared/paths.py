@@ -13,9 +13,17 @@ from pydantic import BaseModel
 class LocalPath:
     """A field whose value may be a local path. s3:// URIs are not local paths;
     `hub_name`: the value may also be a Hugging Face hub name (no '/' prefix, not
-    starting with '.' or '~', and not an existing path)."""
+    starting with '.' or '~', and not an existing path). `writable`: the tool may
+    write there, so an MCP caller must keep it inside the server's workspace; left
+    unsaid, a field that may be a hub name is an input and any other is taken as
+    written (the stricter reading)."""
 
     hub_name: bool = False
+    writable: bool | None = None
+
+    @property
+    def may_write(self) -> bool:
+        return (not self.hub_name) if self.writable is None else self.writable
 
 
 @cache

@@ -1,0 +1,184 @@
+"""Where an MCP caller's paths may point. The MCP server holds one Workspace and checks
+every call against it before the tool runs; the CLI and Python callers own the machine
+and are not confined. Tools mark their path inputs with `LocalPath` (paths.py).
+
+A marked value is allowed when it is an s3:// URI, a hub name (fields that take one),
+or a path that resolves (~ expanded, relative to the server's directory, symlinks
+followed) inside the workspace root, or, for a field the tool only reads, inside one
+of the extra read roots (`--allow-path`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import LocalPath, path_fields
+
+if TYPE_CHECKING:
+    from skills.shared.tooling import ToolSpec
+
+WORKSPACE_ENV = "FSDP_EKS_WORKSPACE"
+ALLOW_PATHS_ENV = "FSDP_EKS_ALLOW_PATHS"
+# Under the server's directory: where the CLI's default runs_dir puts jobs, too.
+DEFAULT_WORKSPACE = "runs"
+
+# A hub id is one or two names; each starts with a letter or digit, so no '.'/'..' part.
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+# A bucket and a key with no '.' or '..' part: some tools read such a value as a path.
+_S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/(?!\.\.?(/|$))[^/]*)*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The writable root, the extra read-only roots, and the directory relative paths
+    start from (the server's, as the tools' own)."""
+
+    root: Path
+    read_roots: tuple[Path, ...] = ()
+    base: Path = field(default_factory=Path.cwd)
+
+    @classmethod
+    def create(
+        cls,
+        root: str | None = None,
+        allow: Iterable[str] = (),
+        environ: Mapping[str, str] = os.environ,
+    ) -> Workspace:
+        """From the server's flags, else its environment, else `runs/` here."""
+        base = Path.cwd()
+        root = root or environ.get(WORKSPACE_ENV) or DEFAULT_WORKSPACE
+        allow = list(allow) or environ.get(ALLOW_PATHS_ENV, "").split(os.pathsep)
+        return cls(
+            root=_resolve(root, base),
+            read_roots=tuple(_resolve(a, base) for a in allow if a),
+            base=base,
+        )
+
+    def describe(self) -> str:
+        """One sentence for the server's instructions: where paths may point."""
+        text = f"Local paths must lie under the workspace {self.root}"
+        if self.read_roots:
+            text += " (inputs also under " + ", ".join(map(str, self.read_roots)) + ")"
+        return text + "; s3:// URIs and hub names are fine."
+
+    def confine(
+        self, spec: ToolSpec, args: BaseModel, arguments: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The call's arguments once every marked path in them is allowed, or
+        ToolFailure(PATH_NOT_ALLOWED). A written path the caller left at a default
+        that lies outside (runs_dir "runs" with another --workspace) becomes the
+        workspace root: the caller did not ask for that place, the server's owner did."""
+        confined = dict(arguments)
+        for name, marker, value, given in _marked_values(spec, args):
+            if value is None:
+                continue
+            if not given and marker.may_write and not self._allows(name, value, marker):
+                confined[name] = str(self.root)
+            else:
+                self.check(name, value, marker)
+        return confined
+
+    def check(self, name: str, value: str, marker: LocalPath) -> None:
+        """Raises ToolFailure(PATH_NOT_ALLOWED) unless `value` may go in field `name`."""
+        if not value or _CONTROL.search(value):
+            what = "is empty" if not value else "holds control characters"
+            raise ToolFailure(
+                ErrorCode.PATH_NOT_ALLOWED,
+                f"{name} {what}.",
+                "Give a path under the workspace, an s3:// URI or a hub name.",
+                {"field": name, "roots": self._roots(marker)},
+            )
+        if value.startswith("s3://") and _S3_URI.fullmatch(value):
+            return
+        if marker.hub_name and self._is_hub_name(value):
+            return
+        path = self._resolve_or_refuse(name, value, marker)
+        if not any(path.is_relative_to(root) for root in self._roots_of(marker)):
+            raise self._refusal(name, path, marker)
+
+    # --------------------------------------------------------------------------
+
+    def _allows(self, name: str, value: str, marker: LocalPath) -> bool:
+        try:
+            self.check(name, value, marker)
+        except ToolFailure:
+            return False
+        return True
+
+    def _is_hub_name(self, value: str) -> bool:
+        # The tools' own rule (local_path): not '.'/'~'-led and not an existing path.
+        if not _HUB_NAME.fullmatch(value):
+            return False
+        try:
+            return not (self.base / value).exists()
+        except OSError:
+            return False
+
+    def _resolve_or_refuse(self, name: str, value: str, marker: LocalPath) -> Path:
+        try:
+            return _resolve(value, self.base)
+        except (OSError, RuntimeError, ValueError):  # ~nobody, a name too long
+            raise ToolFailure(
+                ErrorCode.PATH_NOT_ALLOWED,
+                f"{name} cannot be resolved to a path on the server.",
+                self._hint(marker),
+                {"field": name, "roots": self._roots(marker)},
+            ) from None
+
+    def _roots_of(self, marker: LocalPath) -> tuple[Path, ...]:
+        return (self.root,) if marker.may_write else (self.root, *self.read_roots)
+
+    def _roots(self, marker: LocalPath) -> list[str]:
+        return [str(root) for root in self._roots_of(marker)]
+
+    def _hint(self, marker: LocalPath) -> str:
+        if marker.may_write:
+            return (
+                f"The tool writes there: use a path under the workspace {self.root} "
+                f"(the server's --workspace DIR or {WORKSPACE_ENV} sets it), or an s3:// URI "
+                "where the field takes one."
+            )
+        return (
+            f"Use a path under the workspace {self.root}, an s3:// URI or a hub name, or "
+            f"start the server with --allow-path DIR (or {ALLOW_PATHS_ENV}) to let it read DIR."
+        )
+
+    def _refusal(self, name: str, path: Path, marker: LocalPath) -> ToolFailure:
+        read_only = marker.may_write and any(path.is_relative_to(r) for r in self.read_roots)
+        where = (
+            "is under a read-only root, and the tool writes there"
+            if read_only
+            else "is outside the roots this server allows"
+        )
+        return ToolFailure(
+            ErrorCode.PATH_NOT_ALLOWED,
+            f"{name}: {path} {where} (allowed: {', '.join(self._roots(marker))}).",
+            self._hint(marker),
+            {"field": name, "path": str(path), "roots": self._roots(marker)},
+        )
+
+
+def _resolve(value: str, base: Path) -> Path:
+    # Path.resolve follows symlinks, so a link inside a root cannot lead out of it.
+    return (base / Path(value).expanduser()).resolve()
+
+
+def _marked_values(spec: ToolSpec, args: BaseModel) -> Iterator[tuple[str, LocalPath, Any, bool]]:
+    """(field, marker, value, given by the caller) for every marked input the tool will
+    get: fields of the models its flat inputs are gathered into (the chosen target's
+    only), then its own marked parameters."""
+    for value in spec.call_kwargs(args).values():
+        if isinstance(value, BaseModel):
+            for name, marker in path_fields(type(value)).items():
+                yield name, marker, getattr(value, name), name in value.model_fields_set
+    own = path_fields(spec.params)
+    for name in sorted(spec.fn_params & own.keys()):
+        yield name, own[name], getattr(args, name), name in args.model_fields_set
