@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from skills.shared import processes
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -97,6 +97,28 @@ def check_gpu_fit(gpu_per_node: int, gpus: int, cpus: int | None = None) -> None
         )
 
 
+def check_can_create(path: Path) -> None:
+    """The nearest existing part of `path` is a directory this process may write in,
+    so a plan does not promise a run directory that cannot be made."""
+    existing = path
+    while not existing.exists():  # ENAMETOOLONG raises: a typed error upstream
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ToolFailure(
+            ErrorCode.NOT_A_DIRECTORY,
+            f"{existing} is not a directory, so {path} cannot be made.",
+            "Pick another runs_dir or job_name, or move that file away.",
+            {"path": str(existing)},
+        )
+    if not os.access(existing, os.W_OK):
+        raise ToolFailure(
+            ErrorCode.PERMISSION_DENIED,
+            f"This user may not create files in {existing}.",
+            "Pick a runs_dir you can write to (the default is ./runs).",
+            {"path": str(existing)},
+        )
+
+
 def _nvidia_smi_listing() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
@@ -107,6 +129,12 @@ def _nvidia_smi_listing() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def _not_a_uri(value: str) -> str:
+    if "://" in value:
+        raise ValueError("runs_dir is a local directory, not a URI")
+    return value
 
 
 class LocalSettings(TargetSettings):
@@ -122,6 +150,7 @@ class LocalSettings(TargetSettings):
             description="Local target: the directory holding one run directory per job.",
         ),
         LocalPath(),
+        AfterValidator(_not_a_uri),
     ] = "runs"
 
 
@@ -179,13 +208,7 @@ class LocalTarget:
             os.cpu_count(),
         )
         run = self._run(spec.job_name)
-        if run.path.exists() and not run.path.is_dir():
-            raise ToolFailure(
-                ErrorCode.NOT_A_DIRECTORY,
-                f"{run.path} exists and is not a directory, so it cannot hold the job.",
-                "Pick another runs_dir or job_name, or move that file away.",
-                {"path": str(run.path)},
-            )
+        check_can_create(run.path)
         attempt = run.next_attempt()
         # Checkpoints default to the run directory, so re-running the same job resumes
         # from its newest complete checkpoint instead of starting over.

@@ -156,9 +156,18 @@ class Supervisor:
             )
 
     def _watch(self, line: str) -> None:
-        """A configuration error cannot succeed on retry: stop torchrun's restarts."""
+        """A configuration error cannot succeed on retry: stop torchrun's restarts. A
+        full disk is named as the cause, whatever the trainer was writing."""
         event = parse_line(line)
-        if event is None or event["event"] != "error" or event.get("retryable") is not False:
+        if event is None or event["event"] != "error":
+            return
+        if "[Errno 28]" in str(event.get("message")) and self.failure is None:
+            self.failure = JobFailure(
+                code=ErrorCode.NO_SPACE_LEFT,
+                message=f"failed: no space left on the device: {event.get('message')}; free "
+                "space and re-run the job to resume from its last complete checkpoint",
+            )
+        if event.get("retryable") is not False:
             return
         if self.failure is None:
             self.failure = JobFailure(

@@ -185,7 +185,11 @@ def test_cli_and_in_memory_mcp_return_the_same_job(runs_dir, cli_result):
 
 
 def test_stdio_mcp_subprocess_returns_the_same_job(runs_dir, cli_result):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"], cwd=str(ROOT))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_server", "--workspace", str(runs_dir)],
+        cwd=str(ROOT),
+    )
 
     async def scenario():
         async with Client(params) as client:
@@ -204,7 +208,8 @@ def _free_port() -> int:
 def test_streamable_http_server_serves_the_same_tools(runs_dir):
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "mcp_server", "--http", "--port", str(port)],
+        [sys.executable, "-m", "mcp_server", "--http", "--port", str(port),
+         "--workspace", str(runs_dir)],  # fmt: skip
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -1,0 +1,470 @@
+"""The local job record and the tool edge, tried as an attacker and a clumsy user
+would (issue 9's reproductions), with real CLI runs, real torchrun jobs and real
+processes: concurrent deploys, damaged and tampered records, lost cancels, a killed
+follower, secrets, file-system errors and bounds."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from commands.cancel_training_job import cancel_training_job
+from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
+from skills.shared.cli import run_cli
+from skills.shared.errors import ToolFailure
+from skills.training_job_deployer.trainer_log import parse_events
+
+ROOT = Path(__file__).resolve().parents[2]
+ENDLESS = {"max_steps": 100_000, "checkpoint_freq": 0}
+TOOLS = ("get_training_job", "get_training_job_logs", "cancel_training_job", "deploy_training_job")
+
+
+def cli(tool: str, *argv: str) -> tuple[int, str, str]:
+    """The tool's CLI in this process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = run_cli(getattr(importlib.import_module(f"commands.{tool}"), tool), list(argv))
+        except SystemExit as exc:  # argparse's own errors
+            status = exc.code if isinstance(exc.code, int) else 2
+    return status, out.getvalue(), err.getvalue()
+
+
+def cli_process(tool: str, *argv: str, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "commands" / f"{tool}.py"), *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, **popen,
+    )  # fmt: skip
+
+
+def wait_for_step(log: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        if any(e["event"] == "step" for e in parse_events(text)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no step logged in {timeout} s:\n{text[-2000:]}")
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "job.json").read_text())
+
+
+def stop(runs: Path, job: str) -> None:
+    with contextlib.suppress(ToolFailure):
+        cancel_training_job(job_name=job, runs_dir=str(runs), confirm=True)
+
+
+# 1. one writer per job --------------------------------------------------------------
+
+
+def test_eight_concurrent_deploys_in_threads_start_one_trainer(tmp_path):
+    outcomes: list[str] = []
+
+    def deploy() -> None:
+        try:
+            state = deploy_training_job(
+                job_name="dup", runs_dir=str(tmp_path), wait_seconds=0, **ENDLESS
+            )
+            outcomes.append(state.status)
+        except ToolFailure as failure:
+            outcomes.append(failure.code)
+
+    threads = [threading.Thread(target=deploy) for _ in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(outcomes) == ["job_running"] * 7 + ["running"], outcomes
+        wait_for_step(tmp_path / "dup" / "logs" / "attempt-1.log")
+        assert [p.name for p in (tmp_path / "dup" / "logs").iterdir()] == ["attempt-1.log"]
+        assert record(tmp_path / "dup")["attempt"] == 1  # the record parses
+    finally:
+        stop(tmp_path, "dup")
+
+
+def test_eight_concurrent_cli_deploys_start_one_trainer(tmp_path):
+    argv = ["--job_name", "dup", "--runs_dir", str(tmp_path), "--wait_seconds", "0", "--json",
+            "--max_steps", "100000", "--checkpoint_freq", "0"]  # fmt: skip
+    procs = [cli_process("deploy_training_job", *argv) for _ in range(8)]
+    try:
+        results = [(p.wait(120), *p.communicate()) for p in procs]
+        for _, out, err in results:
+            assert "Traceback" not in out + err
+        statuses = sorted(
+            json.loads(out).get("status") or json.loads(out)["error"]["code"]
+            for _, out, _ in results
+        )
+        assert statuses == ["job_running"] * 7 + ["running"], statuses
+        assert sorted(code for code, _, _ in results) == [0] + [1] * 7
+        trainers = [
+            p for p in psutil.process_iter(["cmdline"])
+            if "torch.distributed.run" in " ".join(p.info["cmdline"] or ())
+            and str(tmp_path) in " ".join(p.info["cmdline"] or ())
+        ]  # fmt: skip
+        assert len(trainers) == 1
+        assert record(tmp_path / "dup")["trainer"]["pid"] == trainers[0].pid
+    finally:
+        stop(tmp_path, "dup")
+
+
+# 2. a record that cannot be read ----------------------------------------------------
+
+DAMAGED = {
+    "truncated": '{"job_name": "bad", "attempt": 1, "argv": ["x"], "submitted',
+    "not json": "{not json",
+    "empty": "",
+    "a list": "[1, 2]",
+    "no processes or times": '{"job_name": "bad"}',
+    "a path pointed elsewhere": None,  # filled in below: a good record plus log_path
+    "a directory": "DIR",
+}
+
+
+def _damage(run_dir: Path, how: str) -> None:
+    path = run_dir / "job.json"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        path.rmdir()
+    if DAMAGED[how] == "DIR":
+        path.mkdir()
+    elif DAMAGED[how] is None:
+        good = {"job_name": "bad", "attempt": 1, "argv": ["x"], "submitted_at": 1.0}
+        path.write_text(json.dumps({**good, "log_path": "/etc/passwd"}))
+    else:
+        path.write_text(DAMAGED[how])
+
+
+@pytest.mark.parametrize("how", list(DAMAGED))
+def test_a_damaged_record_is_a_typed_error_in_every_tool(tmp_path, how):
+    _damage(tmp_path / "bad", how)
+    for tool in TOOLS:
+        extra = ["--confirm"] if tool == "cancel_training_job" else []
+        status, out, err = cli(tool, "--job_name", "bad", "--runs_dir", str(tmp_path),
+                               "--json", *extra)  # fmt: skip
+        assert "Traceback" not in out + err
+        error = json.loads(out)["error"]
+        assert (status, error["code"]) == (1, "job_record_corrupt"), (tool, out)
+        assert str(tmp_path / "bad" / "job.json") in error["message"]
+        assert "--replace_corrupt_record" in error["hint"]
+        assert "root:" not in out  # /etc/passwd was never read
+    status, out, _ = cli("list_training_jobs", "--runs_dir", str(tmp_path), "--json")
+    (listed,) = json.loads(out)["jobs"]
+    assert (status, listed["status"]) == (0, "unknown")
+    assert "job_record_corrupt" in listed["message"]
+
+
+def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(tmp_path):
+    _damage(tmp_path / "bad", "not json")
+    state = deploy_training_job(
+        job_name="bad", runs_dir=str(tmp_path), max_steps=2, replace_corrupt_record=True
+    )
+    assert state.status == "succeeded", state.log_tail
+    assert [p.name.split("-")[0] for p in (tmp_path / "bad").glob("job.json.corrupt-*")] == [
+        "job.json.corrupt"
+    ]
+
+
+# 3. cancel is never lost ------------------------------------------------------------
+
+
+def test_cancel_from_another_shell_wins_over_a_following_cli_deploy(tmp_path):
+    follower = cli_process("deploy_training_job", "--job_name", "c", "--runs_dir",
+                           str(tmp_path), "--json", "--max_steps", "100000",
+                           "--checkpoint_freq", "0")  # fmt: skip
+    try:
+        wait_for_step(tmp_path / "c" / "logs" / "attempt-1.log")
+        canceller = cli_process("cancel_training_job", "--job_name", "c", "--runs_dir",
+                                str(tmp_path), "--confirm", "--json")  # fmt: skip
+        cancel_out, _ = canceller.communicate(timeout=90)
+        follow_out, follow_err = follower.communicate(timeout=90)
+    finally:
+        follower.kill()
+    assert json.loads(cancel_out)["status"] == "cancelled"
+    assert json.loads(follow_out)["status"] == "cancelled", follow_err
+    assert record(tmp_path / "c")["cancel_requested_at"] is not None
+    assert get_training_job(job_name="c", runs_dir=str(tmp_path)).status == "cancelled"
+
+
+def test_cancel_right_after_submit_is_cancelled_not_failed(tmp_path):
+    started = deploy_training_job(job_name="early", runs_dir=str(tmp_path), wait_seconds=0)
+    assert started.status == "running"
+    state = cancel_training_job(job_name="early", runs_dir=str(tmp_path), confirm=True)
+    assert state.status == "cancelled"
+    assert get_training_job(job_name="early", runs_dir=str(tmp_path)).status == "cancelled"
+
+
+# 4. a record is not trusted blindly; the end is recorded whoever follows -----------
+
+
+def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path):
+    # Started well before the job: start times tell processes apart to about 10 ms.
+    foreign = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    time.sleep(0.5)
+    started = deploy_training_job(job_name="t", runs_dir=str(tmp_path), wait_seconds=0, **ENDLESS)
+    try:
+        wait_for_step(Path(started.log_path))
+        stop(tmp_path, "t")
+        tampered = record(tmp_path / "t")
+        for who in ("supervisor", "trainer"):  # a recycled pid looks exactly like this
+            tampered[who]["pid"] = foreign.pid
+        tampered["ended_at"] = tampered["exit_code"] = tampered["cancel_requested_at"] = None
+        (tmp_path / "t" / "job.json").write_text(json.dumps(tampered))
+        state = get_training_job(job_name="t", runs_dir=str(tmp_path))
+        assert state.status == "failed" and "supervisor stopped" in state.message
+        cancel_training_job(job_name="t", runs_dir=str(tmp_path), confirm=True)
+        assert foreign.poll() is None  # not signalled: its start time is not the record's
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_killing_the_following_cli_leaves_the_end_recorded(tmp_path):
+    follower = cli_process("deploy_training_job", "--job_name", "k", "--runs_dir",
+                           str(tmp_path), "--max_steps", "12")  # fmt: skip
+    wait_for_step(tmp_path / "k" / "logs" / "attempt-1.log")
+    follower.send_signal(signal.SIGKILL)
+    follower.wait()
+    state = get_training_job(job_name="k", runs_dir=str(tmp_path), wait_seconds=180)
+    assert (state.status, state.exit_code, state.steps) == ("succeeded", 0, 12)
+    assert record(tmp_path / "k")["ended_at"] is not None
+
+
+# 5. checkpoint directories --------------------------------------------------------
+
+
+def test_another_jobs_checkpoints_are_taken_only_when_told(tmp_path):
+    first = deploy_training_job(job_name="a", runs_dir=str(tmp_path), max_steps=2)
+    assert first.status == "succeeded"
+    theirs = str(tmp_path / "a" / "checkpoints")
+    status, out, _ = cli("deploy_training_job", "--job_name", "b", "--runs_dir", str(tmp_path),
+                         "--checkpoint_dir", theirs, "--keep_last", "1", "--dry_run",
+                         "--json")  # fmt: skip
+    error = json.loads(out)["error"]
+    assert (status, error["code"]) == (1, "conflict") and "--adopt_checkpoint_dir" in error["hint"]
+    adopted = deploy_training_job(
+        job_name="b", runs_dir=str(tmp_path), checkpoint_dir=theirs, max_steps=3,
+        adopt_checkpoint_dir=True,
+    )  # fmt: skip
+    assert (adopted.status, adopted.resumed_from) == ("succeeded", 2)
+
+
+# 6. secrets --------------------------------------------------------------------------
+
+CANARY = {
+    "HF_TOKEN": "hf_" + "Canary7" * 6,
+    "AWS_ACCESS_KEY_ID": "AKIA" + "CANARY7" * 2 + "XY",
+    "AWS_SECRET_ACCESS_KEY": "canarySecret/" + "7q" * 14,
+}
+
+# Loaded by every rank (PYTHONPATH reaches them): prints the secrets from the job's
+# environment and makes the trainer fail with one in its exception, which torchrun
+# writes to its error file.
+LEAKY_SITECUSTOMIZE = """
+import os, sys
+if os.environ.get("RANK") is not None and os.environ.get("LEAK_CANARIES"):
+    for name in ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        print(f"{name}={os.environ[name]}", flush=True)
+        print(f"aws_secret_access_key = {os.environ['AWS_SECRET_ACCESS_KEY']}", file=sys.stderr)
+    import trainer.train as t
+
+    def leak(argv):
+        raise RuntimeError("cannot reach the hub with " + os.environ["HF_TOKEN"])
+
+    t.load_config = leak
+"""
+
+
+def _files_containing(root: Path, needles: list[str], newer_than: float) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and path.stat().st_mtime >= newer_than:
+                data = path.read_bytes()
+                found += [f"{path}: {n[:6]}..." for n in needles if n.encode() in data]
+        except OSError:
+            continue
+    return found
+
+
+def test_canary_secrets_appear_nowhere(tmp_path, monkeypatch):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(LEAKY_SITECUSTOMIZE))
+    for name, value in CANARY.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LEAK_CANARIES", "1")
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    begun = time.time() - 1
+    runs = tmp_path / "runs"
+    argv = ["--job_name", "leaky", "--runs_dir", str(runs), "--json", "--max_steps", "2"]
+    status, out, err = cli("deploy_training_job", *argv)
+    assert status == 1 and json.loads(out)["status"] == "failed"
+    assert "cannot reach the hub with ***" in json.loads(out)["message"]
+    # A token pasted into a field is refused, not planned.
+    pasted = cli("deploy_training_job", "--job_name", "p", "--runs_dir", str(runs), "--dry_run",
+                 "--json", "--tokenizer", CANARY["HF_TOKEN"])  # fmt: skip
+    # Read back without the secrets in the reader's environment.
+    for name in CANARY:
+        monkeypatch.delenv(name)
+    logs = cli("get_training_job_logs", "--job_name", "leaky", "--runs_dir", str(runs), "--json",
+               "--tail_lines", "10000")  # fmt: skip
+    described = cli("get_training_job", "--job_name", "leaky", "--runs_dir", str(runs), "--json")
+    assert "HF_TOKEN=***" in json.loads(logs[1])["text"]
+    needles = list(CANARY.values())
+    everything = out + err + "".join(pasted[1:]) + "".join(logs[1:]) + "".join(described[1:])
+    assert [n for n in needles if n in everything] == []
+    assert json.loads(pasted[1])["error"]["code"] == "invalid_input"
+    assert _files_containing(runs, needles, begun) == []
+    assert list((runs / "leaky" / "torchelastic").rglob("error.json"))  # it was written, masked
+    assert _files_containing(Path("/tmp"), needles, begun) == []
+    assert not (runs / "leaky" / "tmp").exists()
+
+
+# 7. file-system errors ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("runs_dir", "code"),
+    [
+        ("/etc/passwd", "not_a_directory"),
+        ("/proc/1", None),  # permission_denied or not_found, depending on the kernel
+        ("/tmp/" + "x" * 300, "name_too_long"),
+        ("/tmp/" + "d/" * 2500, "invalid_input"),  # longer than any path may be
+        ("", "invalid_input"),
+        ("runs\x07bell", "invalid_input"),
+    ],
+)
+def test_unusable_runs_dirs_are_typed_errors(runs_dir, code):
+    for dry_run in (["--dry_run"], []):
+        status, out, err = cli("deploy_training_job", "--job_name", "fs", "--runs_dir", runs_dir,
+                               "--json", "--max_steps", "1", *dry_run)  # fmt: skip
+        assert "Traceback" not in out + err
+        if code is None and dry_run and status == 0:
+            continue  # only trying to write there can tell
+        error = json.loads(out)["error"]
+        assert error["hint"] and status in (1, 2)
+        if code is not None:
+            assert error["code"] == code, error
+
+
+def _in_a_small_filesystem(script: str, size: str) -> subprocess.CompletedProcess[str]:
+    """Run `script` (bash) with a fresh tmpfs of `size` mounted at $SMALL: a full disk
+    without touching this machine's. Needs user namespaces."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    probe = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"user namespaces are not allowed here: {probe.stderr.decode().strip()}")
+    wrapper = f'set -e; SMALL=$(mktemp -d); mount -t tmpfs -o size={size} tmpfs "$SMALL"; {script}'
+    return subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "bash", "-c", wrapper],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_full_disk_at_deploy_is_a_typed_error_and_leaves_no_temp_file(tmp_path):
+    python = sys.executable
+    done = _in_a_small_filesystem(
+        f"""
+        mkdir "$SMALL/runs"; mkdir "$SMALL/runs/full"
+        dd if=/dev/zero of="$SMALL/filler" bs=4k 2>/dev/null || true
+        {python} commands/deploy_training_job.py --job_name full --runs_dir "$SMALL/runs" \
+            --max_steps 2 --json > {tmp_path}/out.json 2> {tmp_path}/err.txt || echo "exit $?"
+        find "$SMALL/runs" -name '*.tmp' -o -name '.*.tmp' > {tmp_path}/tmp-files.txt
+        """,
+        "1m",
+    )
+    assert "exit 1" in done.stdout, done.stdout + done.stderr
+    error = json.loads((tmp_path / "out.json").read_text())["error"]
+    assert error["code"] == "no_space_left" and error["hint"]
+    assert "Traceback" not in (tmp_path / "err.txt").read_text()
+    assert (tmp_path / "tmp-files.txt").read_text() == ""
+
+
+def test_a_disk_that_fills_during_the_run_is_named_as_the_cause(tmp_path):
+    python = sys.executable
+    done = _in_a_small_filesystem(
+        f"""
+        {python} commands/deploy_training_job.py --job_name filling --runs_dir "$SMALL" \
+            --max_steps 40 --checkpoint_freq 1 --keep_last 0 --json > {tmp_path}/out.json \
+            2> {tmp_path}/err.txt || true
+        {python} commands/get_training_job.py --job_name filling --runs_dir "$SMALL" --json \
+            > {tmp_path}/get.json || true
+        """,
+        "6m",
+    )
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["status"] == "failed", (out, done.stderr)
+    assert "no space left" in out["message"].lower()
+    assert "Traceback" not in (tmp_path / "err.txt").read_text()
+    assert json.loads((tmp_path / "get.json").read_text())["message"] == out["message"]
+    assert out["log_tail"]
+
+
+# 9. bounds and permanent errors ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--gpu_per_node", "100000"],
+        ["--seed", "1e29"],
+        ["--max_restarts", "1000000"],
+        ["--max_steps", "99999999999"],
+    ],
+)
+def test_out_of_range_numbers_are_bad_input(tmp_path, flags):
+    status, out, err = cli("deploy_training_job", "--job_name", "b", "--runs_dir", str(tmp_path),
+                           "--dry_run", "--json", *flags)  # fmt: skip
+    assert (status, json.loads(out)["error"]["code"]) == (2, "invalid_input")
+    assert flags[0].lstrip("-") in json.loads(out)["error"]["message"]
+
+
+def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
+    state = deploy_training_job(
+        job_name="cfg", runs_dir=str(tmp_path), dataset=str(tmp_path / "missing.txt"),
+        max_restarts=5,
+    )  # fmt: skip
+    assert state.status == "failed"
+    assert "not restarted" in state.message and "missing.txt" in state.message
+    events = parse_events((tmp_path / "cfg" / "logs" / "attempt-1.log").read_text())
+    rank0_errors = [e for e in events if e["event"] == "error" and "rank" not in e]
+    assert len(rank0_errors) == 1  # one attempt, not six
+
+
+def test_no_run_leaves_files_in_tmp(tmp_path):
+    before = {p.name for p in Path("/tmp").glob("torchelastic_*")}
+    state = deploy_training_job(job_name="clean", runs_dir=str(tmp_path), max_steps=2)
+    assert state.status == "succeeded"
+    assert {p.name for p in Path("/tmp").glob("torchelastic_*")} == before
+    assert not (tmp_path / "clean" / "tmp").exists()
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_trainers(tmp_path):
+    yield
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if str(tmp_path) in " ".join(proc.info["cmdline"] or ()):
+                os.killpg(proc.pid, signal.SIGKILL) if proc.pid == os.getpgid(proc.pid) else None
