@@ -45,6 +45,7 @@ bench: setup-dev
 	$(PY) benchmarks/mcp_cold_start.py
 	$(PY) benchmarks/demo_wall_time.py
 	$(PY) benchmarks/trainer_bench.py
+	$(PY) benchmarks/job_record_write.py
 
 lint: setup-dev
 	$(PY) -m ruff check .
