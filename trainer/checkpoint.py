@@ -12,6 +12,10 @@ pruning) happens at a step where every rank agrees the write is done; the loop a
 
 An s3:// checkpoint_dir is staged in a local directory and uploaded after each save,
 the marker last; resume downloads the newest complete one.
+
+A complete checkpoint is verified before it is trusted (checkpoint_layout.py); a
+damaged one is skipped for the one before. If every complete one is damaged the run
+stops with a ConfigError rather than silently starting over.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
 from trainer import storage
 from trainer.checkpoint_layout import (
@@ -37,12 +42,18 @@ from trainer.checkpoint_layout import (
     MARKER,
     TOKENIZER_DIR,
     is_complete,
-    newest_complete,
+    newest_intact,
     step_dir,
     step_dirs,
     step_of,
+    verify_checkpoint,
 )
-from trainer.config import CheckpointConfig
+from trainer.config import CheckpointConfig, ConfigError
+
+
+class CheckpointReadError(RuntimeError):
+    """A checkpoint that verified could not be read for a reason that may pass on
+    retry (an I/O error); a damaged one is a ConfigError instead."""
 
 
 @dataclass
@@ -79,6 +90,8 @@ class Checkpointer:
         self.group = dist.new_group(backend="gloo")
         self.pending: _Pending | None = None
         self.last_saved: str | None = None
+        # Local step dirs that have a marker but failed verification (see _prune).
+        self.damaged: set[Path] = set()
 
     # --- resume -------------------------------------------------------------------
     def find_resumable(self) -> Path | None:
@@ -91,7 +104,10 @@ class Checkpointer:
         """Load checkpoint `path` into `state` in place (tensors are filled, other
         values replaced); returns its step."""
         start = time.perf_counter()
-        dcp.load(state, checkpoint_id=str(path), process_group=self.group)
+        try:
+            dcp.load(state, checkpoint_id=str(path), process_group=self.group)
+        except CheckpointException as exc:  # raised on every rank, its str a traceback each
+            raise load_error(path, exc) from exc
         step = step_of(path) or 0
         self.emit(
             "checkpoint_loaded",
@@ -104,9 +120,16 @@ class Checkpointer:
     def _newest_complete_local(self) -> Path | None:
         if self.remote:
             return self._download_newest_complete()
-        path, skipped = newest_complete(self.root)
-        for incomplete in skipped:
-            self.emit("checkpoint_skipped", path=str(incomplete), reason="no COMPLETE marker")
+        # Every rank checks the same files, so all reach the same choice on their own.
+        path, skipped = newest_intact(self.root)
+        damaged = []
+        for passed, reason in skipped:
+            self.emit("checkpoint_skipped", path=str(passed), reason=reason)
+            if is_complete(passed):
+                self.damaged.add(passed)
+                damaged.append((passed.name, reason))
+        if path is None and damaged:
+            raise all_damaged_error(str(self.cfg.checkpoint_dir), damaged)
         return path
 
     def _download_newest_complete(self) -> Path | None:
@@ -119,24 +142,31 @@ class Checkpointer:
             step = step_of(parts[0])
             if step is not None:
                 steps[step] = steps.get(step, False) or parts[-1] == MARKER
-        chosen = None
+        damaged = []
         for step in sorted(steps, reverse=True):
-            if steps[step]:
-                chosen = step
-                break
-            self.emit(
-                "checkpoint_skipped",
-                path=storage.join(self.remote, f"step-{step}"),
-                reason="no COMPLETE marker",
-            )
-        if chosen is None:
-            return None
-        local = step_dir(self.root, chosen)
+            if not steps[step]:
+                reason = "no COMPLETE marker"
+            else:
+                local = self._download(step)
+                problem = self._agree(verify_checkpoint(local))
+                if problem is None:
+                    return local
+                reason = f"damaged: {problem}"
+                self.damaged.add(local)
+                damaged.append((local.name, reason))
+            self.emit("checkpoint_skipped", path=self._remote_step(step), reason=reason)
+        if damaged:
+            raise all_damaged_error(self.remote, damaged)
+        return None
+
+    def _download(self, step: int) -> Path:
+        """Stage remote step `step` in the local root; every rank returns its path."""
+        local = step_dir(self.root, step)
         if int(os.environ.get("LOCAL_RANK", self.rank)) == 0:
             # Every node needs every shard (DCP may reshard): one download per host, since
             # ranks of a host that fetched into one cache at once saw each other's
             # half-written temp files. Staged beside the step dir, then renamed into place.
-            fetched = storage.fetch(storage.join(self.remote, f"step-{chosen}") + "/")
+            fetched = storage.fetch(self._remote_step(step) + "/")
             local.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{local.name}-", dir=local.parent))
             shutil.copytree(fetched, staging, dirs_exist_ok=True)
@@ -148,6 +178,13 @@ class Checkpointer:
         dist.barrier(group=self.group)
         return local
 
+    def _agree(self, problem: str | None) -> str | None:
+        """The first problem any rank found. Each host checks its own download, and
+        all ranks must choose alike: what follows (another download, load) is collective."""
+        found: list[str | None] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(found, problem, group=self.group)
+        return next((p for p in found if p is not None), None)
+
     # --- save ---------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> float:
         """Checkpoint `state` at `step`; returns the seconds the loop was blocked."""
@@ -156,6 +193,7 @@ class Checkpointer:
         path = step_dir(self.root, step)
         if self.rank == 0 and path.exists():
             shutil.rmtree(path)  # a leftover of an interrupted attempt at this step
+        self.damaged.discard(path)  # a damaged one it replaces
         dist.barrier(group=self.group)
         use_async = self.cfg.async_save and not force_sync
         if use_async:
@@ -235,11 +273,13 @@ class Checkpointer:
     def _prune(self) -> None:
         """Rank 0: drop complete checkpoints beyond keep_last and dead partial ones."""
         dirs = step_dirs(self.root)
-        complete = [p for p in dirs if is_complete(p)]
+        # A damaged dir skipped at resume is no checkpoint: counted towards keep_last,
+        # a newer damaged one would get the good ones deleted.
+        complete = [p for p in dirs if is_complete(p) and p not in self.damaged]
         doomed = complete[: -self.cfg.keep_last] if self.cfg.keep_last else []
         if complete:  # partial saves older than the newest complete one can never resume
             newest = step_of(complete[-1]) or 0
-            doomed += [p for p in dirs if not is_complete(p) and (step_of(p) or 0) < newest]
+            doomed += [p for p in dirs if p not in complete and (step_of(p) or 0) < newest]
         for path in doomed:
             shutil.rmtree(path, ignore_errors=True)
             if self.remote:
@@ -248,6 +288,60 @@ class Checkpointer:
     def _public_path(self, path: Path) -> str:
         step = step_of(path)
         return self._remote_step(step or 0) if self.remote else str(path)
+
+
+def all_damaged_error(where: str, damaged: list[tuple[str, str]]) -> ConfigError:
+    """Complete checkpoints exist but none verifies: starting over silently would
+    throw the run away, so stop and say what to do. `damaged`: (name, reason), newest first."""
+    name, reason = damaged[0]
+    older = len(damaged) - 1
+    more = f"; {older} older one{'s' if older > 1 else ''} too" if older else ""
+    problem = reason.removeprefix("damaged: ")
+    return ConfigError(
+        f"checkpoint_dir {where}: every complete checkpoint is damaged ({name}: {problem}{more}); "
+        "move it aside or delete the damaged step directories to start over, or set "
+        "checkpoint_dir to another directory"
+    )
+
+
+def load_error(path: Path, exc: CheckpointException) -> Exception:
+    """One line for a load that failed although the checkpoint verified (e.g. corrupt
+    bytes). I/O errors may pass on retry; anything else will fail the same way again."""
+    causes = [_cause(failure) for failure in exc.failures.values()]
+    detail = failure_summary(exc)
+    if causes and all(_transient(c) for c in causes):
+        return CheckpointReadError(f"cannot read checkpoint {path} ({detail})")
+    # The detail goes last: where the line is cut short, the next step survives.
+    return ConfigError(
+        f"cannot load checkpoint {path}; if it is damaged, delete that step directory or "
+        f"move it aside to resume from the one before ({detail})"
+    )
+
+
+def failure_summary(exc: CheckpointException) -> str:
+    """'rank R: Type: first line' of DCP's first failure; its str is a traceback per rank."""
+    if not exc.failures:
+        return first_line(str(exc), 160)
+    rank = min(exc.failures)
+    cause = _cause(exc.failures[rank])
+    text = f"rank {rank}: {type(cause).__name__}: {first_line(str(cause), 160)}"
+    others = len(exc.failures) - 1
+    return text + (f" (and {others} more rank{'s' if others > 1 else ''})" if others else "")
+
+
+def first_line(text: str, limit: int) -> str:
+    """The first non-empty line of `text`, at most `limit` characters ('…' when cut)."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def _cause(failure: Any) -> BaseException | Any:
+    return failure[0] if isinstance(failure, tuple) else failure
+
+
+def _transient(cause: Any) -> bool:
+    # A file gone is not coming back; EIO, ESTALE, a timeout on a network volume may.
+    return isinstance(cause, OSError) and not isinstance(cause, FileNotFoundError)
 
 
 def rng_state() -> dict[str, torch.Tensor]:

@@ -7,6 +7,8 @@
         COMPLETE                       written last: {"step", "world_size", "saved_at"}
 
 A directory without COMPLETE is a save that was interrupted; it is never resumed from.
+One with COMPLETE is still checked before it is trusted (verify_checkpoint): a shard
+deleted or cut short afterwards would otherwise fail every resume inside DCP.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+
+from torch.distributed.checkpoint import FileSystemReader
 
 MARKER = "COMPLETE"
 CONFIG_FILE = "train_config.json"
@@ -50,6 +54,51 @@ def newest_complete(root: str | Path) -> tuple[Path | None, list[Path]]:
         if is_complete(path):
             return path, skipped
         skipped.append(path)
+    return None, skipped
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """What is wrong with step dir `path`, or None when it looks loadable: its DCP
+    metadata reads, and every file the metadata names is there and at least as long
+    as the last byte it points into. Corrupt bytes inside a file of the right size
+    pass; the load itself catches those."""
+    path = Path(path)
+    try:
+        metadata = FileSystemReader(str(path)).read_metadata()
+    except FileNotFoundError:
+        return ".metadata missing"
+    except Exception as exc:  # a cut-off or garbled pickle fails in many ways
+        return f".metadata unreadable ({type(exc).__name__})"
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    if not needed:
+        return ".metadata names no shard files"
+    for name, size in sorted(needed.items()):
+        try:
+            actual = (path / name).stat().st_size
+        except FileNotFoundError:
+            return f"shard {name} missing"
+        if actual < size:
+            return f"shard {name} truncated ({actual} of {size} bytes)"
+    if not (path / CONFIG_FILE).is_file():  # resume and export read the run's config
+        return f"{CONFIG_FILE} missing"
+    return None
+
+
+def newest_intact(root: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(newest complete step dir that verifies, or None; the newer dirs passed over,
+    newest first, each with the reason)."""
+    skipped: list[tuple[Path, str]] = []
+    for path in reversed(step_dirs(root)):
+        if not is_complete(path):
+            skipped.append((path, "no COMPLETE marker"))
+            continue
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path, skipped
+        skipped.append((path, f"damaged: {problem}"))
     return None, skipped
 
 

@@ -18,6 +18,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,7 +43,13 @@ from torch.distributed.tensor import DTensor
 from trainer import device as devices
 from trainer import hf
 from trainer import metrics as perf
-from trainer.checkpoint import Checkpointer, rng_state, set_rng_state
+from trainer.checkpoint import (
+    Checkpointer,
+    failure_summary,
+    first_line,
+    rng_state,
+    set_rng_state,
+)
 from trainer.checkpoint_layout import CONFIG_FILE
 from trainer.config import ConfigError, TrainConfig, load_config
 from trainer.data import (
@@ -69,6 +76,8 @@ EXIT_FAILURE = 1
 # Kubeflow ExitCode restart policy treat as retryable; distinct from the -15 of a
 # process that was killed by the signal without saving.
 EXIT_PREEMPTED = 143
+# The error line's message: one line this long at most; the traceback goes to stderr.
+MESSAGE_LIMIT = 300
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=10)
 
 
@@ -550,11 +559,24 @@ def _round(value: float | None, digits: int) -> float | None:
     return round(value, digits)
 
 
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """The error event's fields. `retryable` false tells a supervisor to stop restarting:
+    the same configuration fails the same way again."""
+    # DCP's own str is a traceback per rank; its failures say what happened.
+    text = failure_summary(exc) if isinstance(exc, CheckpointException) else str(exc)
+    return {
+        "error_type": type(exc).__name__,
+        "message": first_line(text, MESSAGE_LIMIT),
+        "retryable": not isinstance(exc, ConfigError),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a training job; returns the process exit code.
 
     Expected failures (bad config, divergence) become an error line and an exit code,
     and are written to torchrun's error file so its failure report names the cause.
+    The line's message is one bounded line; `retryable` is false for a ConfigError.
     Anything else also gets an error line, then is re-raised so `record` (on the entry
     point in __main__.py) writes it to the error file and the traceback reaches
     stderr. SIGTERM -> checkpoint -> EXIT_PREEMPTED.
@@ -563,8 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     metrics = MetricsEmitter(env.rank)
     stop = StopRequest()
 
-    def report(exc: BaseException) -> None:
-        fields = {"error_type": type(exc).__name__, "message": str(exc)}
+    def report(exc: BaseException, *, reraised: bool = False) -> None:
+        fields = error_fields(exc)
+        if not reraised and exc.__cause__ is not None:
+            # A handled error that wraps another: the one-line message leaves out the
+            # cause's detail, which belongs in the log (a re-raised one prints its own).
+            traceback.print_exception(exc, file=sys.stderr)
         if env.rank == 0:
             metrics.emit("error", **fields)
         else:  # stdout belongs to rank 0; other ranks still say what went wrong
@@ -582,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         report(exc)
         return EXIT_FAILURE
     except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
-        report(exc)
+        report(exc, reraised=True)
         raise
     finally:
         stop.uninstall()

@@ -71,7 +71,12 @@ def test_cli_bad_config_prints_one_error_line_and_exits_2(run_trainer, argv, fra
     proc, events = run_trainer(argv)
     assert proc.returncode == 2, proc.stderr
     assert events == [
-        {"event": "error", "error_type": "ConfigError", "message": events[0]["message"]}
+        {
+            "event": "error",
+            "error_type": "ConfigError",
+            "message": events[0]["message"],
+            "retryable": False,
+        }
     ]
     assert fragment in events[0]["message"]
 

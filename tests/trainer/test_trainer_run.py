@@ -127,7 +127,12 @@ def test_unexpected_exception_gets_an_error_line_and_propagates(no_dist_env, cap
     with pytest.raises(RuntimeError, match="disk on fire"):
         train_mod.main(["--max_steps", "2"])
     (error,) = lines(capsys.readouterr().out)
-    assert error == {"event": "error", "error_type": "RuntimeError", "message": "disk on fire"}
+    assert error == {
+        "event": "error",
+        "error_type": "RuntimeError",
+        "message": "disk on fire",
+        "retryable": True,
+    }
 
 
 def test_expected_failures_reach_torchruns_error_file(no_dist_env, capsys, monkeypatch, tmp_path):
