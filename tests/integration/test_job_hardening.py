@@ -468,3 +468,53 @@ def _no_stray_trainers(tmp_path):
         with contextlib.suppress(psutil.Error):
             if str(tmp_path) in " ".join(proc.info["cmdline"] or ()):
                 os.killpg(proc.pid, signal.SIGKILL) if proc.pid == os.getpgid(proc.pid) else None
+
+
+# Over MCP: the same record and the same cancel, through one server -----------------
+
+
+def _mcp(calls):  # type: ignore[no-untyped-def]
+    """Run `calls(client)` against one in-process server confined to nothing."""
+    import anyio
+    from mcp import Client
+
+    from mcp_server.server import build_server
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        async with Client(build_server()) as client:
+            return await calls(client)
+
+    return anyio.run(scenario)
+
+
+def test_a_damaged_record_over_mcp_is_a_typed_error_with_a_hint(tmp_path):
+    _damage(tmp_path / "bad", "not json")
+
+    async def calls(client):  # type: ignore[no-untyped-def]
+        return [
+            await client.call_tool(tool, {"job_name": "bad", "runs_dir": str(tmp_path)})
+            for tool in ("get_training_job", "get_training_job_logs")
+        ]
+
+    for result in _mcp(calls):
+        assert result.is_error
+        error = json.loads(result.content[0].text)["error"]
+        assert error["code"] == "job_record_corrupt" and error["hint"]
+
+
+def test_one_mcp_server_agrees_with_itself_about_a_cancel(tmp_path):
+    args = {"job_name": "m", "runs_dir": str(tmp_path)}
+
+    async def calls(client):  # type: ignore[no-untyped-def]
+        started = await client.call_tool(
+            "deploy_training_job", {**args, **ENDLESS, "wait_seconds": 0}
+        )
+        wait_for_step(tmp_path / "m" / "logs" / "attempt-1.log")
+        cancelled = await client.call_tool("cancel_training_job", {**args, "confirm": True})
+        again = await client.call_tool("get_training_job", args)
+        return started, cancelled, again
+
+    started, cancelled, again = _mcp(calls)
+    assert started.structured_content["status"] == "running"
+    assert cancelled.structured_content["status"] == "cancelled"
+    assert again.structured_content["status"] == "cancelled"
