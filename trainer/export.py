@@ -30,8 +30,9 @@ from trainer.checkpoint_layout import (
     MARKER,
     TOKENIZER_DIR,
     is_complete,
-    newest_complete,
+    newest_intact,
     step_of,
+    verify_checkpoint,
 )
 from trainer.config import ConfigError, ModelConfig, RopeScaling
 from trainer.model import Transformer
@@ -78,11 +79,14 @@ def resolve_step(checkpoint: str, download_root: Path) -> tuple[Path, int]:
     if step is not None:
         if not is_complete(path):
             raise ConfigError(f"checkpoint {path} is not complete (no {MARKER})")
+        if problem := verify_checkpoint(path):
+            raise ConfigError(f"checkpoint {path} is damaged: {problem}")
         return path, step
-    newest, incomplete = newest_complete(path)
+    # The newest complete step that verifies: a damaged newer one is passed over.
+    newest, skipped = newest_intact(path)
     if newest is None:
-        seen = f" (incomplete: {', '.join(p.name for p in incomplete)})" if incomplete else ""
-        raise ConfigError(f"no complete checkpoint under {path}{seen}")
+        seen = f" ({'; '.join(f'{p.name}: {why}' for p, why in skipped)})" if skipped else ""
+        raise ConfigError(f"no complete, intact checkpoint under {path}{seen}")
     return newest, step_of(newest)
 
 

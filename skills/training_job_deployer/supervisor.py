@@ -172,8 +172,8 @@ class Supervisor:
         if self.failure is None:
             self.failure = JobFailure(
                 code=ErrorCode.INVALID_INPUT,
-                message=f"failed: {event.get('error_type')}: {event.get('message')} (a "
-                "configuration error: not restarted; fix the job's parameters)",
+                message=f"failed: {event.get('error_type')}: {event.get('message')} (not "
+                "restarted: retrying the same job cannot succeed)",
             )
         self._signal_trainer(signal.SIGTERM)
 

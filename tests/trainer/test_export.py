@@ -152,7 +152,7 @@ def test_export_of_a_step_dir_in_bfloat16(checkpoints, tmp_path):
 @pytest.mark.parametrize(
     "target, message",
     [
-        ("empty-root", "no complete checkpoint under"),
+        ("empty-root", "no complete, intact checkpoint under"),
         ("step-7", "is not complete"),
         ("missing", "does not exist"),
         ("wrong-config", "does not match its train_config.json: layers.2."),
