@@ -518,3 +518,21 @@ def test_one_mcp_server_agrees_with_itself_about_a_cancel(tmp_path):
     assert started.structured_content["status"] == "running"
     assert cancelled.structured_content["status"] == "cancelled"
     assert again.structured_content["status"] == "cancelled"
+
+
+# 8. a damaged checkpoint ----------------------------------------------------------------
+
+
+def test_a_damaged_newest_checkpoint_is_passed_over_and_all_damaged_is_one_line(tmp_path):
+    args = {"job_name": "ck", "runs_dir": str(tmp_path), "checkpoint_freq": 2, "keep_last": 0}
+    assert deploy_training_job(**args, max_steps=4).status == "succeeded"
+    checkpoints = tmp_path / "ck" / "checkpoints"
+    for shard in (checkpoints / "step-4").glob("*.distcp"):
+        shard.unlink()  # its COMPLETE marker stays
+    state = deploy_training_job(**args, max_steps=6)
+    assert (state.status, state.resumed_from, state.steps) == ("succeeded", 2, 6), state.log_tail
+    for shard in checkpoints.glob("step-*/*.distcp"):
+        shard.unlink()
+    state = deploy_training_job(**args, max_steps=8)
+    assert state.status == "failed" and "\n" not in state.message
+    assert "every complete checkpoint is damaged" in state.message and len(state.message) < 600
