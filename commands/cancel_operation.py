@@ -20,7 +20,11 @@ from skills.shared.tooling import tool
 def cancel_operation(
     *,
     operation_id: OperationId,
-    confirm: Annotated[bool, Field(description="Must be true: the work stops part-way.")] = False,
+    confirm: Annotated[
+        bool,
+        # strict: only a real true opens a write; "true" or 1 is a mistake to name.
+        Field(strict=True, description="Must be true: the work stops part-way."),
+    ] = False,
     progress: Progress | None = None,
 ) -> OperationState:
     """Stop a running operation: SIGTERM to its worker, SIGKILL after 15 s.

@@ -24,7 +24,11 @@ def cancel_training_job(
     job_name: JobName,
     target: TargetSettings,
     confirm: Annotated[
-        bool, Field(description="Must be true: cancelling stops training (checkpoints stay).")
+        bool,
+        # strict: only a real true opens a write; "true" or 1 is a mistake to name.
+        Field(
+            strict=True, description="Must be true: cancelling stops training (checkpoints stay)."
+        ),
     ] = False,
     progress: Progress | None = None,
 ) -> JobState:

@@ -135,6 +135,8 @@ def _add_fields(
 def build_parser(spec: ToolSpec, prog: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog or spec.name,
+        # `--conf` is not `--confirm`: a flag is spelled out, as in the trainer.
+        allow_abbrev=False,
         description=spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -166,27 +168,39 @@ def parse_flags(spec: ToolSpec, argv: Sequence[str]) -> tuple[dict[str, Any], bo
     return raw, as_json
 
 
+def _printable(text: str) -> str:
+    """`text` as any UTF-8 stream can take it: an undecodable byte from argv (a lone
+    surrogate) is written as its escape instead of crashing the print."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _say(text: str, stream: typing.TextIO | None = None) -> None:
+    print(_printable(text), file=stream or sys.stdout)
+
+
 def _print_failure(failure: ToolFailure, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(failure.to_dict(), indent=2))
-    print(f"error [{failure.code}]: {failure.message}", file=sys.stderr)
+        _say(json.dumps(failure.to_dict(), indent=2))
+    _say(f"error [{failure.code}]: {failure.message}", sys.stderr)
     if failure.hint:
-        print(f"hint: {failure.hint}", file=sys.stderr)
+        _say(f"hint: {failure.hint}", sys.stderr)
 
 
 def _print_result(result: ToolResult, as_json: bool) -> None:
     if as_json:
-        print(result.to_json())
+        _say(result.to_json())
         return
     if (text := result.plain_text()) is not None:
-        print(text)
+        _say(text)
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_header=False, box=None, pad_edge=False)
     for key, value in result.summary_rows():
-        table.add_row(f"[bold]{key}[/bold]", str(value))
+        # Text, not markup: a value like "[/x]" is data, not a style tag.
+        table.add_row(Text(_printable(str(key)), style="bold"), Text(_printable(str(value))))
     Console().print(table)
 
 
@@ -216,7 +230,7 @@ class ConsoleProgress(CancellableProgress):
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                TextColumn("{task.fields[message]}"),
+                TextColumn("{task.fields[message]}", markup=False),
                 console=self._console,
             )
             self._bar.start()
@@ -227,10 +241,11 @@ class ConsoleProgress(CancellableProgress):
         if self._bar is not None:
             self._bar.stop()
         elif self._unprinted is not None:  # the final state, even if throttled
-            self._console.print(self._unprinted, highlight=False)
+            self._console.print(self._unprinted, highlight=False, markup=False)
 
     def emit(self, completed: float, total: float | None, message: str) -> None:
         if self._bar is not None:
+            message = _printable(message)
             self._bar.update(self._task, completed=completed, total=total, message=message)
             return
         of_total = f"/{total:g}" if total is not None else ""
@@ -238,10 +253,10 @@ class ConsoleProgress(CancellableProgress):
         now = time.monotonic()
         if now - self._last_line >= 2.0 or (total is not None and completed >= total):
             self._last_line = now
-            self._console.print(line, highlight=False)
+            self._console.print(_printable(line), highlight=False, markup=False)
             self._unprinted = None
         else:
-            self._unprinted = line
+            self._unprinted = _printable(line)
 
 
 def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) -> int:

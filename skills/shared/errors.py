@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any
 
 from pydantic import ValidationError
+
+from skills.shared.secrets import redact
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -65,8 +68,14 @@ class ToolFailure(Exception):
     """An expected failure: a stable code, a one-line message and what to do next.
 
     The CLI prints message and hint and exits with the code's status; MCP returns it
-    as an isError result. Never put secrets in any field.
+    as an isError result. Message, hint and every string in details are masked
+    (skills.shared.secrets.redact) whenever they are set, so no way of showing the
+    failure (str, args, to_dict, a log of the exception) can carry a secret; message
+    and hint are kept to one line of printable text, whatever a caller's input held.
     """
+
+    _MASKED = frozenset({"message", "hint", "details"})
+    _ONE_LINE = frozenset({"message", "hint"})
 
     def __init__(
         self,
@@ -75,13 +84,18 @@ class ToolFailure(Exception):
         hint: str = "",
         details: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message)
         known = code if isinstance(code, ErrorCode) else _known(code)
         self.code = str(code)
         self.exit_status = known.exit_status if known else EXIT_FAILED  # type: ignore[attr-defined]
         self.message = message
         self.hint = hint
         self.details = details or {}
+        super().__init__(self.message)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._ONE_LINE and isinstance(value, str):
+            value = _one_line(value)
+        super().__setattr__(name, _redacted(value) if name in self._MASKED else value)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +115,26 @@ class ToolFailure(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+# Line breaks and tabs read as a space; any other control character (an escape sequence
+# a terminal would obey, NUL) is shown as its \xNN escape.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _one_line(text: str) -> str:
+    return _CONTROL.sub(lambda m: " " if m[0] in "\r\n\t" else f"\\x{ord(m[0]):02x}", text)
+
+
+def _redacted(value: Any) -> Any:
+    """`value` with every string in it (keys too, at any depth) masked."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_redacted(k): _redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redacted(v) for v in value)
+    return value
 
 
 def _known(code: str) -> ErrorCode | None:

@@ -1,28 +1,92 @@
-"""Keeps secret values out of results, logs and error text."""
+"""Keeps secret values out of results, logs, error text and tool arguments.
+
+Two nets: the values of this environment's secret variables (exact strings), and the
+shapes of well-known tokens, which are masked even when the variable is not set here
+(a token pasted into a config file, a log line from another host)."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 
 SECRET_ENV_VARS = (
     "HF_TOKEN",
     "HUGGING_FACE_HUB_TOKEN",
+    "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "WANDB_API_KEY",
+    "DOCKER_PASSWORD",
+    "REGISTRY_PASSWORD",
+    "CR_PAT",
+    "GITHUB_TOKEN",
 )
 MASK = "***"
+MIN_SECRET_LEN = 8
+
+# Whole tokens: the match is masked.
+_HF_TOKEN = r"hf_[A-Za-z0-9]{30,}"
+# Key ids are exactly 20 characters: the boundaries keep longer upper-case words intact.
+_AWS_KEY_ID = r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"
+_TOKENS = re.compile(f"{_HF_TOKEN}|{_AWS_KEY_ID}")
+_TOKEN_STARTS = ("hf_", "AKIA", "ASIA")
+# A named secret: the name stays (it says what was masked), the value goes. Quotes
+# around the name or value cover JSON and INI spellings as well as `key = value`.
+_NAMED = re.compile(
+    r"""(?ix)
+    ( aws_secret_access_key ["']? \s* [=:] \s* ["']?
+    | authorization ["']? \s* [=:] \s* ["']? bearer \s+ )
+    [^\s"',]+
+    """
+)
+_NAMED_STARTS = ("aws_secret_access_key", "authorization")
+# What an AWS secret access key looks like on its own: 40 base64 characters.
+_AWS_SECRET_KEY = re.compile(r"[A-Za-z0-9/+]{40}")
 
 
 def secret_values(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
     """The values of the secret variables set in `environ`. Very short values would
     mask ordinary words; real tokens are long."""
-    return tuple(v for name in SECRET_ENV_VARS if len(v := environ.get(name, "")) >= 8)
+    found = (environ.get(name, "") for name in SECRET_ENV_VARS)
+    return tuple(value for value in found if len(value) >= MIN_SECRET_LEN)
 
 
 def redact(text: str, values: Iterable[str] | None = None) -> str:
-    """Replace each secret value (None: those of this environment) with ***."""
-    for value in secret_values() if values is None else values:
-        text = text.replace(value, MASK)
+    """`text` with every well-known token shape and each secret value (None: those of
+    this environment) replaced by ***."""
+    # Shapes first: a short value inside a token would otherwise break its shape.
+    text = _mask_shapes(text)
+    # Longest first: a value that contains another is masked whole.
+    for value in sorted(secret_values() if values is None else values, key=len, reverse=True):
+        if value:  # "" would match between every two characters
+            text = text.replace(value, MASK)
     return text
+
+
+def _mask_shapes(text: str) -> str:
+    # Substring checks first: most log lines hold no token, and the regexes cost more.
+    if any(start in text for start in _TOKEN_STARTS):
+        text = _TOKENS.sub(MASK, text)
+    lowered = text.lower()
+    if any(name in lowered for name in _NAMED_STARTS):
+        text = _NAMED.sub(rf"\g<1>{MASK}", text)
+    return text
+
+
+def looks_like_secret(value: str) -> bool:
+    """Whether `value` holds a token: a well-known token shape anywhere in it, or the
+    whole value shaped like an AWS secret key (40 base64 characters mixing upper and
+    lower case and digits; an absolute path is never one)."""
+    if _TOKENS.search(value) or _NAMED.search(value):
+        return True
+    return (
+        _AWS_SECRET_KEY.fullmatch(value) is not None
+        and not value.startswith("/")
+        and any(c.isdigit() for c in value)
+        and any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+    )
+
+
+__all__ = ["MASK", "SECRET_ENV_VARS", "looks_like_secret", "redact", "secret_values"]

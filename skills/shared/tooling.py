@@ -31,9 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from skills.shared.error_mapping import failure_from_exception
-from skills.shared.errors import ToolFailure, bad_fields, invalid_input
+from skills.shared.errors import ErrorCode, ToolFailure, bad_fields, invalid_input
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
+from skills.shared.secrets import looks_like_secret
 
 PROGRESS_PARAM = "progress"
 WAIT_PARAM = "wait_seconds"
@@ -111,6 +112,7 @@ class ToolSpec:
 
     def parse(self, raw: Mapping[str, Any]) -> BaseModel:
         """Validate raw arguments (strings from a CLI, JSON from MCP) or raise ToolFailure."""
+        refuse_secrets(raw)
         try:
             return self.params.model_validate(dict(raw))
         except ValidationError as exc:
@@ -146,6 +148,45 @@ class ToolSpec:
             elif value is not None:
                 kwargs[group.param] = value  # left for validation to name
         return kwargs
+
+
+SECRET_HINT = (
+    "Set it in the environment instead (e.g. HF_TOKEN=... for Hugging Face, AWS_* for "
+    "AWS); the job inherits it."
+)
+
+
+def _strings(value: Any) -> typing.Iterator[tuple[str, str]]:
+    """(where, text) for every string in an argument: values, items, keys, at any depth
+    (a loop, not recursion: a client's JSON may nest deeper than Python's stack)."""
+    pending: list[tuple[str, Any]] = [("", value)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, str):
+            yield where, value
+        elif isinstance(value, BaseModel):
+            pending.append((where, value.model_dump()))
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                pending.append((f"{where}.{key}" if where else str(key), item))
+                # A key's own text may be the secret: name the mapping, not the key; it
+                # is pushed last so it is checked before anything named after it.
+                pending.append((f"a key of {where or 'the arguments'}", key))
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+
+
+def refuse_secrets(raw: Mapping[str, Any]) -> None:
+    """Tokens are never arguments: they would land in plans, records and logs. Checked
+    before validation, so no later message can quote one. The value is never echoed."""
+    for where, text in _strings(dict(raw)):
+        if looks_like_secret(text):
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"{where} looks like a secret token; tokens are never passed as arguments",
+                SECRET_HINT,
+                {"problems": [{"field": where, "problem": "looks like a secret token"}]},
+            )
 
 
 def _members(annotation: Any) -> tuple[type[BaseModel], ...]:

@@ -303,3 +303,51 @@ def test_over_mcp_only_the_fields_a_client_sent_count_as_given():
     assert json.loads(stray.content[0].text)["error"]["details"]["problems"] == [
         {"field": "runs_dir", "problem": "does not apply to target='fake'"}
     ]
+
+
+# Codes whose fix is the caller's: a different call. The set is spelled out so a new
+# code has to be placed on one side on purpose.
+BAD_INPUT_CODES = {
+    "invalid_input", "confirmation_required", "job_not_found", "operation_not_found",
+    "unsupported_for_target", "not_enough_gpus", "not_found", "aws_profile_not_found",
+    "kubeconfig_invalid", "not_a_directory", "is_a_directory", "name_too_long",
+    "path_not_allowed",
+}  # fmt: skip
+
+
+def test_exactly_the_bad_input_codes_exit_2():
+    for code in ErrorCode:
+        assert code.exit_status == (2 if code.value in BAD_INPUT_CODES else 1), code
+        assert ToolFailure(code.value, "m").exit_status == code.exit_status
+    assert ToolFailure("not_a_known_code", "m").exit_status == 1
+
+
+@pytest.mark.parametrize(
+    ("tool", "argv", "code"),
+    [
+        ("get_training_job_logs", ["--job_name", "j", "--tail_lines", "0"], "invalid_input"),
+        ("cancel_training_job", ["--job_name", "j", "--confirm", "true"], "invalid_input"),
+        ("cancel_training_job", ["--job_name", "j"], "confirmation_required"),
+        ("cancel_training_job", ["--job_name", "j", "--confirm"], "job_not_found"),
+        ("get_training_job", ["--job_name", "j"], "job_not_found"),
+        ("get_operation", ["--operation_id", "x-20250101-120000-abcdef"], "operation_not_found"),
+        ("deploy_training_job", ["--job_name", "j", "--num_nodes", "2", "--dry_run"],
+         "unsupported_for_target"),
+        ("deploy_training_job", ["--job_name", "j", "--gpu_per_node", "64", "--dry_run"],
+         "not_enough_gpus"),
+        ("deploy_training_job", ["--job_name", "j", "--runs_dir", "a-file", "--dry_run"],
+         "not_a_directory"),
+    ],
+)  # fmt: skip
+def test_the_cli_exits_2_for_each_bad_input(tool, argv, code, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # runs/ and a-file are relative to here
+    monkeypatch.setenv("FSDP_EKS_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")  # no GPU: one process per CPU...
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # ...and 64 are too many
+    (tmp_path / "a-file").write_text("")
+    module = __import__(f"commands.{tool}", fromlist=[tool])
+    try:
+        status = run_cli(getattr(module, tool), [*argv, "--json"])
+    except SystemExit as exc:  # argparse's own usage errors
+        status = exc.code
+    assert (status, json.loads(capsys.readouterr().out)["error"]["code"]) == (2, code)
