@@ -229,7 +229,7 @@ def check_same_model(path: Path, cfg: TrainConfig) -> None:
         diffs = ", ".join(f"{k} {saved.get(k)!r} -> {ours[k]!r}" for k in changed[:4])
         raise ConfigError(
             f"checkpoint {path} holds a different model ({diffs}); use a new "
-            "--checkpoint_dir, or --resume false to start over"
+            "--checkpoint_dir (or a new job name) to start over"
         )
 
 
@@ -303,7 +303,8 @@ def _train(
     if cfg.model.vocab_size < tokenizer.n_vocab:
         raise ConfigError(
             f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tokenizer.n_vocab}; "
-            f"pass --vocab_size {tokenizer.n_vocab} (or more)"
+            f"pick a --model_type or --model_name_or_path whose vocabulary has at least "
+            f"{tokenizer.n_vocab} entries, or another --tokenizer"
         )
     tokens = tokenize_documents(
         load_documents(cfg.data.dataset, cfg.data.dataset_config_name), tokenizer
@@ -371,7 +372,7 @@ def _train(
         except ValueError as exc:  # the dataset, tokenizer, seq_len or seed changed
             raise ConfigError(
                 f"cannot resume from {resume_from}: {exc}; use a new --checkpoint_dir "
-                "or --resume false to start over"
+                "(or a new job name) to start over"
             ) from exc
 
     if cfg.output_dir and rank == 0:
@@ -452,7 +453,7 @@ def _train(
                 checkpointer.close()
             raise NonFiniteLossError(
                 f"non-finite loss {step_loss} / grad_norm {grad_norm} at step {step}; "
-                "lower --learning_rate or raise --warmup_steps"
+                "lower --learning_rate"
             )
 
         lr = scheduler.get_last_lr()[0]  # the LR this step is taken with

@@ -266,9 +266,10 @@ TRAINER_FIELDS = tuple(trainer_flags())
 
 
 # Fields of the job tools that are not part of the job itself.
+# Strict: over MCP, "false" or 0 must not start a job by accident.
 DryRun = Annotated[
     bool,
-    Field(description="Return the exact plan; start nothing."),
+    Field(strict=True, description="Return the exact plan; start nothing."),
 ]
 WaitSeconds = Annotated[
     float | None,

@@ -35,12 +35,6 @@ ALLOWED: dict[str, str] = {}
 TRAINER_ONLY: dict[tuple[str, str], str] = {
     ("trainer/config.py", "--config"): "the trainer's own YAML option: deploy never passes "
     "--config, so only a direct `python -m trainer` user can get this error",
-    ("trainer/train.py", "--resume"): "reported: deploy has no resume flag; say 'use a new "
-    "checkpoint_dir (or job_name) to start over'",
-    ("trainer/train.py", "--vocab_size"): "reported: deploy has no vocab_size; say which "
-    "model_type or tokenizer fits",
-    ("trainer/train.py", "--warmup_steps"): "reported: deploy has no warmup_steps; say "
-    "'lower learning_rate'",
 }
 
 
