@@ -1,0 +1,1 @@
+"""Dockerfile analysis, CUDA/PyTorch compatibility data, and the fixes the build loop applies."""
