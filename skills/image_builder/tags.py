@@ -1,0 +1,133 @@
+"""The tag a build gets. An explicit `tag` always wins; otherwise `tag_strategy`:
+
+- `semantic`: the next patch above the highest `vX.Y.Z` tag of the repository among
+  the daemon's local images and, when the repository names a registry host, that
+  registry's tags (`v1.4.2` -> `v1.4.3`); `v0.1.0` when there is none. Tags that are
+  not exactly `vX.Y.Z` (`latest`, a git sha, `v1.2`) are ignored.
+- `git-sha`: the short commit of the build context's git repository (`git rev-parse
+  --short HEAD`), with `-dirty` appended when tracked files have uncommitted changes
+  (an image is never labelled with a commit it was not built from); a context outside
+  a git repository is an invalid_input error.
+- `latest`: `latest`.
+- `auto`: `git-sha` inside a git repository, else `semantic`.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from skills.shared.errors import ErrorCode, ToolFailure
+
+TagStrategy = Literal["auto", "semantic", "git-sha", "latest"]
+TAG_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+# Docker's repository grammar: [HOST[:PORT]/]component(/component)*, lowercase.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REPOSITORY_PATTERN = (
+    rf"^(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(?::\d+)?/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*$"
+)
+FIRST_VERSION = "v0.1.0"
+_SEMVER = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+
+
+def next_semantic(tags: Iterable[str]) -> str:
+    """The next patch above the highest vX.Y.Z in `tags`, else FIRST_VERSION."""
+    versions = [tuple(map(int, m.groups())) for t in tags if (m := _SEMVER.match(t))]
+    if not versions:
+        return FIRST_VERSION
+    major, minor, patch = max(versions)
+    return f"v{major}.{minor}.{patch + 1}"
+
+
+def _git(context: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-C", str(context), *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def in_git_repo(context: Path) -> bool:
+    try:
+        done = _git(context, "rev-parse", "--is-inside-work-tree")
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and done.stdout.strip() == "true"
+
+
+def git_sha_tag(context: Path) -> str:
+    if not in_git_repo(context):
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"tag_strategy git-sha needs a git repository, and {context} is not in one.",
+            "Use tag_strategy semantic or latest, pass a tag, or build from a git checkout.",
+            {"problems": [{"field": "tag_strategy", "problem": "context is not a git repo"}]},
+        )
+    sha = _git(context, "rev-parse", "--short", "HEAD")
+    if sha.returncode != 0:  # a repository with no commit yet
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"The git repository at {context} has no commit yet.",
+            "Commit first, or use tag_strategy semantic or latest, or pass a tag.",
+            {"problems": [{"field": "tag_strategy", "problem": "no commit yet"}]},
+        )
+    dirty = _git(context, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return sha.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def _normalized(name: str) -> str:
+    """podman names `trainer` as docker.io/library/trainer (and localhost/trainer)."""
+    for prefix in ("docker.io/library/", "docker.io/", "localhost/"):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def local_tags(client: Any, repository: str) -> list[str]:
+    """Tags of `repository` among the daemon's images."""
+    wanted = _normalized(repository)
+    found = []
+    for image in client.api.images():
+        for repo_tag in image.get("RepoTags") or []:
+            name, _, tag = repo_tag.rpartition(":")
+            if name and _normalized(name) == wanted:
+                found.append(tag)
+    return found
+
+
+def registry_tags(repository: str) -> list[str]:
+    """Tags in the repository's registry, when it names a registry host."""
+    from skills.image_builder.registry_check import list_tags, parse_image
+
+    if parse_image(repository + ":x").on_docker_hub:
+        return []  # a bare name is a local image here; Docker Hub is not where builds go
+    return list_tags(repository)
+
+
+def concrete_strategy(strategy: TagStrategy, context: Path) -> TagStrategy:
+    """`auto` made concrete: git-sha inside a git repository, else semantic."""
+    if strategy == "auto":
+        return "git-sha" if in_git_repo(context) else "semantic"
+    return strategy
+
+
+def choose_tag(
+    *,
+    tag: str | None,
+    strategy: TagStrategy,
+    repository: str,
+    context: Path,
+    client: Any,
+) -> tuple[str, str]:
+    """(tag, how it was chosen)."""
+    if tag:
+        return tag, "explicit"
+    strategy = concrete_strategy(strategy, context)
+    if strategy == "latest":
+        return "latest", "latest"
+    if strategy == "git-sha":
+        return git_sha_tag(context), "git-sha"
+    existing = local_tags(client, repository) + registry_tags(repository)
+    return next_semantic(existing), "semantic"

@@ -1,0 +1,108 @@
+"""Tag strategies: an explicit tag wins; semantic, git-sha, latest and auto each pick
+their tag (semantic against a daemon's images: tests/integration/test_build_image.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skills.image_builder.tags import (
+    REPOSITORY_PATTERN,
+    TAG_PATTERN,
+    choose_tag,
+    concrete_strategy,
+    git_sha_tag,
+    next_semantic,
+)
+from skills.shared.errors import ToolFailure
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          env=env, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    _git(tmp_path, "add", "Dockerfile")
+    _git(tmp_path, "commit", "-q", "-m", "first")
+    return tmp_path
+
+
+SEMANTIC = [
+    ([], "v0.1.0"),
+    (["latest", "abc1234", "v1.2", "1.2.3"], "v0.1.0"),  # none is exactly vX.Y.Z
+    (["v0.1.0"], "v0.1.1"),
+    (["v1.4.2", "v1.10.0", "v1.9.9", "latest"], "v1.10.1"),  # numeric, not text order
+    (["v2.0.0", "v10.0.0"], "v10.0.1"),
+    (["v1.2.3-rc1", "v1.2.2"], "v1.2.3"),
+]
+
+
+@pytest.mark.parametrize(("tags", "expected"), SEMANTIC)
+def test_semantic_is_the_next_patch_above_the_highest_version(tags, expected):
+    assert next_semantic(tags) == expected
+
+
+def test_git_sha_is_the_short_commit(repo):
+    tag = git_sha_tag(repo)
+    assert tag == _git(repo, "rev-parse", "--short", "HEAD")
+    assert re.fullmatch(TAG_PATTERN, tag)
+
+
+def test_git_sha_marks_uncommitted_changes(repo):
+    (repo / "Dockerfile").write_text("FROM scratch\nLABEL a=b\n")
+    assert git_sha_tag(repo) == _git(repo, "rev-parse", "--short", "HEAD") + "-dirty"
+
+
+def test_git_sha_outside_a_repository_is_a_typed_error(tmp_path):
+    with pytest.raises(ToolFailure) as caught:
+        git_sha_tag(tmp_path)
+    assert caught.value.code == "invalid_input" and caught.value.exit_status == 2
+    assert "tag_strategy" in caught.value.hint
+
+
+def test_latest_is_latest(tmp_path):
+    assert choose_tag(tag=None, strategy="latest", repository="r", context=tmp_path,
+                      client=None) == ("latest", "latest")  # fmt: skip
+
+
+def test_auto_is_git_sha_in_a_repository_and_semantic_outside(repo, tmp_path_factory):
+    assert concrete_strategy("auto", repo) == "git-sha"
+    assert choose_tag(tag=None, strategy="auto", repository="r", context=repo,
+                      client=None) == (git_sha_tag(repo), "git-sha")  # fmt: skip
+    assert concrete_strategy("auto", tmp_path_factory.mktemp("plain")) == "semantic"
+
+
+def test_an_explicit_tag_wins_over_any_strategy(tmp_path):
+    for strategy in ("auto", "semantic", "git-sha", "latest"):
+        assert choose_tag(tag="v9", strategy=strategy, repository="r", context=tmp_path,
+                          client=None) == ("v9", "explicit")  # fmt: skip
+
+
+GOOD_REPOSITORIES = ["fsdp-eks-trainer", "localhost:5000/team/trainer",
+                     "123.dkr.ecr.us-east-1.amazonaws.com/trainer", "a__b/c.d"]  # fmt: skip
+
+
+@pytest.mark.parametrize("good", GOOD_REPOSITORIES)
+def test_repository_names_docker_accepts(good):
+    assert re.fullmatch(REPOSITORY_PATTERN, good)
+
+
+@pytest.mark.parametrize("bad", ["Upper", "-x", "a//b", "a/", "x:tag", "a b", ""])
+def test_repository_names_docker_refuses(bad):
+    assert not re.fullmatch(REPOSITORY_PATTERN, bad)
+
+
+@pytest.mark.parametrize("bad", ["", "-lead", ".lead", "a" * 129, "has space", "a:b", "ü"])
+def test_tags_docker_refuses(bad):
+    assert not re.fullmatch(TAG_PATTERN, bad)
