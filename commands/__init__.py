@@ -20,6 +20,7 @@ TOOL_NAMES = (
     "get_operation",
     "list_operations",
     "cancel_operation",
+    "build_image",
 )
 
 

@@ -1,0 +1,99 @@
+"""build_image: analyze a trainer Dockerfile, check its base image, build it, auto-fix."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from skills.image_builder.builder import BuildOptions, build
+from skills.image_builder.models import BuildResult
+from skills.image_builder.registry_check import MIRROR_PATTERN
+from skills.image_builder.tags import REPOSITORY_PATTERN, TAG_PATTERN, TagStrategy
+from skills.shared.cli import main_for
+from skills.shared.paths import LocalPath
+from skills.shared.progress import Progress
+from skills.shared.tooling import tool
+
+_KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+
+@tool(read_only=False, operation=True)
+def build_image(
+    *,
+    dockerfile: Annotated[
+        str, Field(min_length=1, max_length=4096, description="Dockerfile path."), LocalPath()
+    ] = "Dockerfile",
+    context: Annotated[
+        str | None,
+        Field(min_length=1, max_length=4096, description="Build context dir (default: its dir)."),
+        LocalPath(writable=False),
+    ] = None,
+    tag: Annotated[
+        str | None, Field(pattern=TAG_PATTERN, description="Image tag; wins over tag_strategy.")
+    ] = None,
+    repository: Annotated[
+        str, Field(pattern=REPOSITORY_PATTERN, max_length=255, description="Image name.")
+    ] = "fsdp-eks-trainer",
+    tag_strategy: Annotated[
+        TagStrategy, Field(description="auto: git sha in a repo, else next vX.Y.Z.")
+    ] = "auto",
+    auto_fix: Annotated[bool, Field(description="Fix known failures and rebuild.")] = True,
+    max_attempts: Annotated[int, Field(ge=1, le=10, description="Builds at most.")] = 3,
+    analyze_only: Annotated[bool, Field(description="Only analyze; build nothing.")] = False,
+    write: Annotated[
+        bool, Field(description="Apply a fix in place (else <Dockerfile>.fixed).")
+    ] = False,
+    base_image: Annotated[
+        str | None,
+        Field(pattern=r"^[^\s]{1,255}$", description="Replaces the last FROM's image."),
+    ] = None,
+    instance_type: Annotated[
+        str | None,
+        Field(pattern=r"^[a-z0-9.-]{1,40}$", description="GPU instance to check against."),
+    ] = None,
+    driver_version: Annotated[
+        str | None, Field(pattern=r"^\d{3}(\.\d+){0,2}$", description="Node NVIDIA driver.")
+    ] = None,
+    base_mirror: Annotated[
+        str | None,
+        Field(pattern=MIRROR_PATTERN, description="Pull Docker Hub bases via HOST[:PORT]/PREFIX."),
+    ] = None,
+    build_args: Annotated[
+        dict[Annotated[str, Field(pattern=_KEY)], Annotated[str, Field(max_length=4096)]],
+        Field(max_length=64, description="Build args KEY=VALUE."),
+    ] = {},  # noqa: B006 - pydantic copies defaults
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Build the trainer image: analyze the Dockerfile (torch/CUDA/cuDNN/Python, GPU and
+    driver fit), check the base image exists, build, and on a known failure fix the
+    Dockerfile (<Dockerfile>.fixed) and rebuild. Returns every attempt with its error
+    class, evidence and diff, and the image id, tags and size."""
+    options = BuildOptions(
+        dockerfile=Path(dockerfile).expanduser().absolute(),
+        context=Path(context).expanduser().absolute() if context else None,
+        tag=tag,
+        repository=repository,
+        tag_strategy=tag_strategy,
+        auto_fix=auto_fix,
+        max_attempts=max_attempts,
+        analyze_only=analyze_only,
+        write=write,
+        base_image=base_image,
+        instance_type=instance_type,
+        driver_version=driver_version,
+        base_mirror=base_mirror,
+        build_args=dict(build_args),
+    )
+    return build(options, progress)
+
+
+main = main_for(build_image)
+
+
+if __name__ == "__main__":
+    main()

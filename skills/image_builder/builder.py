@@ -1,0 +1,372 @@
+"""The build loop: analyze -> (analyze_only: stop) -> attempt: base image check + build ->
+on failure classify the log; a class with a known fix asks the analyzer + fixer for an
+edited Dockerfile (written as <Dockerfile>.fixed, or in place with write=True) and
+builds again, up to max_attempts; a failure with no known fix stops at once.
+
+Builds go through the docker SDK's low-level API (`client.api.build(decode=True)`): a
+failed build is an `error`/`errorDetail` entry in the stream, not an exception, so
+every entry is checked. Each `Step N/M` (Docker) / `STEP N/M:` (podman) line is
+reported as progress. The text sent to the daemon is the working Dockerfile with
+pulled images rewritten through the base mirror; the user's file is never edited
+unless write=True.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skills.image_builder.build_errors import BuildError, classify
+from skills.image_builder.models import Attempt, BuildResult, Versions
+from skills.image_builder.registry_check import (
+    check_image,
+    from_lines,
+    mirror_setting,
+    rewrite_from,
+)
+from skills.image_builder.tags import TagStrategy, choose_tag, concrete_strategy
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import NullProgress, Progress
+
+LOG_TAIL = 40
+_STEP = re.compile(r"^\s*step\s+(\d+)/(\d+)\s*:?", re.IGNORECASE)
+_BUILT = re.compile(r"^Successfully built ([0-9a-f]+)")
+
+
+@dataclass
+class BuildOptions:
+    dockerfile: Path
+    context: Path | None = None
+    tag: str | None = None
+    repository: str = "fsdp-eks-trainer"
+    tag_strategy: TagStrategy = "auto"
+    auto_fix: bool = True
+    max_attempts: int = 3
+    analyze_only: bool = False
+    write: bool = False
+    base_image: str | None = None
+    instance_type: str | None = None
+    driver_version: str | None = None
+    base_mirror: str | None = None
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Outcome:
+    ok: bool
+    lines: list[str]
+    image_id: str | None = None
+    error: str | None = None
+
+
+def _inputs(options: BuildOptions) -> tuple[str, Path]:
+    """The Dockerfile's text and the context directory, or a typed error (exit 2)."""
+    path = options.dockerfile
+    if not path.exists():
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"No Dockerfile at {path}.",
+            "Pass dockerfile as the path of an existing Dockerfile.",
+            {"field": "dockerfile", "path": str(path)},
+        )
+    if path.is_dir():
+        raise ToolFailure(
+            ErrorCode.IS_A_DIRECTORY,
+            f"dockerfile {path} is a directory.",
+            "Pass the Dockerfile itself (the context is its directory unless you pass context).",
+            {"field": "dockerfile", "path": str(path)},
+        )
+    if not path.is_file():  # a device, a FIFO, /proc/self/fd/N: nothing to build from
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"dockerfile {path} is not a regular file.",
+            "Pass the path of a Dockerfile.",
+            {"problems": [{"field": "dockerfile", "problem": "not a regular file"}]},
+        )
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"dockerfile {path} is not text.",
+            "Pass the path of a Dockerfile.",
+            {"problems": [{"field": "dockerfile", "problem": "not UTF-8 text"}]},
+        ) from None
+    if not from_lines(text, options.build_args):
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"dockerfile {path} has no FROM instruction.",
+            "Pass the path of a Dockerfile (it starts from a base image: FROM IMAGE).",
+            {"problems": [{"field": "dockerfile", "problem": "no FROM instruction"}]},
+        )
+    context = options.context or path.parent
+    if not context.exists():
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"No build context directory at {context}.",
+            "Pass context as an existing directory (default: the Dockerfile's directory).",
+            {"field": "context", "path": str(context)},
+        )
+    if not context.is_dir():
+        raise ToolFailure(
+            ErrorCode.NOT_A_DIRECTORY,
+            f"context {context} is not a directory.",
+            "Pass context as a directory (default: the Dockerfile's directory).",
+            {"field": "context", "path": str(context)},
+        )
+    if not os.access(context, os.R_OK | os.X_OK):
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"The build context {context} cannot be read by this user.",
+            "Pass a context directory this user may read, or fix its mode.",
+            {"problems": [{"field": "context", "problem": "not readable"}]},
+        )
+    return text, context
+
+
+def _analyze(text: str, options: BuildOptions, context: Path) -> Any:
+    from skills.image_builder.dockerfile_analyzer import analyze
+
+    return analyze(
+        text,
+        base_image=None,  # already in the text (see _working_text)
+        instance_type=options.instance_type,
+        driver_version=options.driver_version,
+        build_args=options.build_args or None,
+        context_dir=context,
+    )
+
+
+def _working_text(text: str, options: BuildOptions) -> str:
+    """The Dockerfile as it will be built: base_image (if given) in the last FROM."""
+    if not options.base_image:
+        return text
+    working, _ = rewrite_from(text, None, options.build_args, options.base_image)
+    return working
+
+
+def _versions(analysis: Any) -> Versions:
+    resolved = getattr(analysis, "resolved", None)
+    return Versions(**resolved.model_dump()) if resolved is not None else Versions()
+
+
+def build(options: BuildOptions, progress: Progress | None = None) -> BuildResult:
+    progress = progress or NullProgress()
+    text, context = _inputs(options)
+    mirror = mirror_setting(options.base_mirror)
+    working = _working_text(text, options)
+    analysis = _analyze(working, options, context)
+    findings = [f.model_dump() for f in analysis.findings]
+    label = str(options.dockerfile)
+    if options.analyze_only:
+        return BuildResult(
+            status="analyzed", dockerfile=label, resolved=_versions(analysis), findings=findings
+        )
+
+    from skills.shared.clients import docker_client
+
+    def tag_with(client: Any) -> tuple[str, str]:
+        return choose_tag(
+            tag=options.tag,
+            strategy=options.tag_strategy,
+            repository=options.repository,
+            context=context,
+            client=client,
+        )
+
+    # A tag that needs no daemon (explicit, latest, git-sha) is checked before one is
+    # reached: a context outside git is the caller's to fix, whatever the daemon.
+    semantic = not options.tag and concrete_strategy(options.tag_strategy, context) == "semantic"
+    tag, source = ("", "") if semantic else tag_with(None)
+    client = docker_client()
+    if semantic:
+        tag, source = tag_with(client)
+    image_name = f"{options.repository}:{tag}"
+    attempts: list[Attempt] = []
+    avoid: set[str] = set()
+    for number in range(1, options.max_attempts + 1):
+        started = time.monotonic()
+        sent, pulled = rewrite_from(working, mirror, options.build_args)
+        attempt = Attempt(number=number, ok=False, base_images=[target for _, target in pulled])
+        attempts.append(attempt)
+        progress.report(0, None, f"attempt {number}: checking base images")
+        outcome = _check_bases(client, pulled, avoid)
+        if outcome.ok:
+            outcome = _build(client, sent, context, image_name, options, number, progress)
+        attempt.duration_s = round(time.monotonic() - started, 3)
+        attempt.log_tail = outcome.lines[-LOG_TAIL:]
+        if outcome.ok:
+            attempt.ok = True
+            inspected = client.api.inspect_image(image_name)
+            return BuildResult(
+                status="built",
+                dockerfile=label,
+                image_id=inspected.get("Id") or outcome.image_id,
+                tags=[image_name],
+                tag_source=source,
+                size_bytes=inspected.get("Size"),
+                resolved=_versions(analysis),
+                findings=findings,
+                attempts=attempts,
+            )
+        error = classify([*outcome.lines, outcome.error or ""])
+        attempt.message = outcome.error
+        attempt.error_class = error.error_class if error else None
+        attempt.evidence = error.evidence if error else ([outcome.error] if outcome.error else [])
+        stop = _why_stop(error, options, number)
+        if stop is None:
+            fixed = _fix(working, options, context, avoid, attempt)
+            if fixed is not None:
+                working, analysis = fixed
+                continue
+            stop = (
+                f"{error.fix if error else ''}; the analyzer found no edit for this Dockerfile."
+            ).lstrip("; ")
+        return BuildResult(
+            status="failed",
+            dockerfile=label,
+            tags=[],
+            tag_source=source,
+            resolved=_versions(analysis),
+            findings=findings,
+            attempts=attempts,
+            error_class=attempt.error_class,
+            hint=stop,
+        )
+    raise AssertionError("unreachable: the loop returns")  # pragma: no cover
+
+
+def _why_stop(error: BuildError | None, options: BuildOptions, number: int) -> str | None:
+    """The hint when the loop stops after this failed attempt; None to try a fix."""
+    if error is None:
+        return "The failure matches no known signature: read the log tail and fix the Dockerfile."
+    if not error.auto_fix:
+        return f"{error.cause}: {error.fix}."
+    if not options.auto_fix:
+        return f"{error.fix} (auto_fix is off: call with auto_fix=true to let it try)."
+    if number >= options.max_attempts:
+        return f"{error.fix} ({number} attempts made; raise max_attempts to try more)."
+    return None
+
+
+def _fix(
+    working: str, options: BuildOptions, context: Path, avoid: set[str], attempt: Attempt
+) -> tuple[str, Any] | None:
+    from skills.image_builder.dockerfile_fixer import fix, write_fixed
+
+    analysis = _analyze(working, options, context)
+    result = fix(
+        working, analysis, path_label=options.dockerfile.name, avoid_images=frozenset(avoid)
+    )
+    if result is None or result.text == working:
+        return None
+    written = write_fixed(options.dockerfile, result, write=options.write)
+    attempt.fix_applied = list(result.changes)
+    attempt.diff = result.diff
+    attempt.fixed_dockerfile = str(written)
+    return result.text, _analyze(result.text, options, context)
+
+
+def _check_bases(client: Any, pulled: list[tuple[str, str]], avoid: set[str]) -> _Outcome:
+    """Every pulled base image exists (locally, or by a registry manifest request). A
+    registry that cannot tell (unreachable, no credentials) leaves it to the build."""
+    lines: list[str] = []
+    for original, target in pulled:
+        if _local(client, target):
+            lines.append(f"base image {target}: present locally")
+            continue
+        check = check_image(target)
+        lines.append(f"base image {target}: {check.message}")
+        if check.missing:
+            avoid.add(original)
+            return _Outcome(False, lines, error=check.message)
+    return _Outcome(True, lines)
+
+
+def _local(client: Any, image: str) -> bool:
+    import docker.errors
+
+    try:
+        client.api.inspect_image(image)
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError:
+        return False
+    return True
+
+
+def _build(
+    client: Any,
+    text: str,
+    context: Path,
+    image_name: str,
+    options: BuildOptions,
+    number: int,
+    progress: Progress,
+) -> _Outcome:
+    import docker.errors
+
+    lines: list[str] = []
+    image_id = None
+    error = None
+    # The context tar is made here, with the text to build added under a private name:
+    # the SDK's own way (a Dockerfile path outside the context) sends the `dockerfile`
+    # query parameter twice, and podman reads the second (the file's text) as the path.
+    from docker.utils import tar
+
+    name = f".dockerfile.fsdp-eks.{number}"
+    with tar(str(context), exclude=_dockerignore(context), dockerfile=(name, text)) as body:
+        try:
+            stream = client.api.build(
+                fileobj=body,
+                custom_context=True,
+                dockerfile=name,
+                tag=image_name,
+                buildargs=options.build_args or None,
+                decode=True,
+                rm=True,
+                forcerm=True,
+            )
+            for entry in stream:
+                error = error or _entry_error(entry)
+                for line in _entry_lines(entry):
+                    lines.append(line)
+                    if step := _STEP.match(line):
+                        progress.report(int(step[1]), int(step[2]), f"attempt {number}: {line}")
+                    elif built := _BUILT.match(line):
+                        image_id = built[1]
+                if aux := entry.get("aux"):
+                    image_id = aux.get("ID") or image_id
+        except docker.errors.APIError as exc:  # refused before streaming (a bad Dockerfile)
+            error = str(exc.explanation or exc)
+    if error:
+        lines.append(error)
+    return _Outcome(error is None, lines, image_id, error)
+
+
+def _dockerignore(context: Path) -> list[str] | None:
+    """The context's .dockerignore patterns, read as the docker SDK reads them."""
+    path = context / ".dockerignore"
+    if not path.is_file():
+        return None
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _entry_error(entry: dict[str, Any]) -> str | None:
+    if "error" in entry or "errorDetail" in entry:
+        detail = entry.get("errorDetail") or {}
+        return str(entry.get("error") or detail.get("message") or "build failed").strip()
+    return None
+
+
+def _entry_lines(entry: dict[str, Any]) -> Iterable[str]:
+    for key in ("stream", "status"):
+        text = entry.get(key)
+        if isinstance(text, str):
+            yield from (line for line in text.splitlines() if line.strip())

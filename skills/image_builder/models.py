@@ -1,0 +1,68 @@
+"""build_image's result: every attempt, the image, and the versions it resolves to."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from skills.shared.results import ToolResult
+
+
+class Versions(BaseModel):
+    base_image: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    python: str | None = None
+    flavor: str | None = None
+
+
+class Attempt(BaseModel):
+    number: int
+    ok: bool
+    base_images: list[str] = Field(default_factory=list)
+    error_class: str | None = None
+    message: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    fix_applied: list[str] = Field(default_factory=list)
+    diff: str | None = None
+    fixed_dockerfile: str | None = None
+    log_tail: list[str] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class BuildResult(ToolResult):
+    status: Literal["built", "failed", "analyzed"]
+    dockerfile: str
+    image_id: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    tag_source: str | None = None
+    size_bytes: int | None = None
+    resolved: Versions = Field(default_factory=Versions)
+    findings: list[dict[str, Any]] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)
+    error_class: str | None = None
+    hint: str | None = None
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [("status", self.status), ("dockerfile", self.dockerfile)]
+        if self.image_id:
+            rows += [("image", self.image_id[:19]), ("tags", ", ".join(self.tags))]
+        if self.size_bytes is not None:
+            rows.append(("size", f"{self.size_bytes / 1e6:.1f} MB"))
+        versions = self.resolved.model_dump(exclude_none=True)
+        if versions:
+            rows.append(("resolved", ", ".join(f"{k} {v}" for k, v in versions.items())))
+        for finding in self.findings:
+            rows.append((f"finding {finding.get('code')}", finding.get("explanation", "")))
+        for attempt in self.attempts:
+            what = "ok" if attempt.ok else f"failed: {attempt.error_class or 'unclassified'}"
+            fixed = f"; fixed: {'; '.join(attempt.fix_applied)}" if attempt.fix_applied else ""
+            rows.append((f"attempt {attempt.number}", what + fixed))
+        if self.hint:
+            rows.append(("hint", self.hint))
+        return rows
+
+    def cli_exit_status(self) -> int:
+        return 1 if self.status == "failed" else 0

@@ -1,0 +1,319 @@
+"""Base images before a build: which images a Dockerfile's FROM lines name, the same
+text with Docker Hub names pulled through a mirror, and whether a tag exists (a
+registry manifest request, the same one `docker manifest inspect` makes).
+
+Mirror (`base_mirror` / FSDP_EKS_BASE_MIRROR): `HOST[:PORT][/PREFIX]`, e.g.
+`localhost:5000` or an ECR pull-through cache
+`<acct>.dkr.ecr.<region>.amazonaws.com/docker-hub`. A Docker Hub name is rewritten to
+`<mirror>/<namespace>/<name>:<tag>`, official images with their `library/` namespace
+(`ubuntu:22.04` -> `<mirror>/library/ubuntu:22.04`, as ECR's pull-through cache wants
+them). Only the text sent to the daemon changes; the user's Dockerfile is not edited.
+
+Credentials for a registry come from the environment (REGISTRY_USERNAME +
+REGISTRY_PASSWORD, for the mirror or any registry the check talks to) or from the
+docker config (`docker login` writes it; DOCKER_CONFIG; credential helpers included),
+never from tool arguments, and never appear in results or errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+from skills.shared.errors import ErrorCode, ToolFailure
+
+MIRROR_ENV = "FSDP_EKS_BASE_MIRROR"
+USERNAME_ENV = "REGISTRY_USERNAME"
+PASSWORD_ENV = "REGISTRY_PASSWORD"
+DOCKER_HUB = "docker.io"
+_HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+_HUB_API = "registry-1.docker.io"
+MANIFEST_TYPES = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
+TIMEOUT_S = 15.0
+
+# HOST[:PORT][/PREFIX]: a registry host (with a dot or a port, or localhost) and an
+# optional repository prefix of lowercase path components.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(?::\d+)?"
+MIRROR_PATTERN = rf"^{_HOST}(?:/{_COMPONENT})*$"
+_FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
+_ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+][^}]*)?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    registry: str  # "docker.io", "localhost:5000", "nvcr.io"
+    repository: str  # "pytorch/pytorch", "library/ubuntu"
+    tag: str
+    digest: str | None = None
+
+    @property
+    def reference(self) -> str:
+        return self.digest or self.tag
+
+    def __str__(self) -> str:
+        name = f"{self.registry}/{self.repository}"
+        return f"{name}@{self.digest}" if self.digest else f"{name}:{self.tag}"
+
+    @property
+    def on_docker_hub(self) -> bool:
+        return self.registry == DOCKER_HUB
+
+
+def parse_image(image: str) -> ImageRef:
+    """An image reference as Docker reads it (default registry docker.io, official images
+    under library/, default tag latest)."""
+    name, digest = (image.split("@", 1) + [None])[:2] if "@" in image else (image, None)
+    tag = "latest"
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, tag = name.rsplit(":", 1)
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, repository = first, rest
+    else:
+        registry, repository = DOCKER_HUB, name
+    if registry in _HUB_ALIASES:
+        registry = DOCKER_HUB
+        if "/" not in repository:
+            repository = f"library/{repository}"
+    return ImageRef(registry, repository, tag, digest)
+
+
+def mirrored(image: str, mirror: str | None) -> str:
+    """`image` pulled through `mirror` when it is a Docker Hub name; else unchanged."""
+    if not mirror:
+        return image
+    ref = parse_image(image)
+    if not ref.on_docker_hub:
+        return image
+    suffix = f"@{ref.digest}" if ref.digest else f":{ref.tag}"
+    return f"{mirror.rstrip('/')}/{ref.repository}{suffix}"
+
+
+@dataclass(frozen=True)
+class FromLine:
+    line: int  # 1-based
+    written: str  # as in the file
+    image: str  # ARG references resolved
+    stage: str | None  # "AS name"
+    is_stage_ref: bool  # FROM an earlier stage, or scratch: nothing to pull
+
+
+def from_lines(text: str, build_args: dict[str, str] | None = None) -> list[FromLine]:
+    """Every FROM line, with ARG defaults before the first FROM and build args applied."""
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    found: list[FromLine] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not found and (match := _ARG.match(line)):
+            name, default = match.group(1), match.group(2)
+            args[name] = (build_args or {}).get(name, default or "")
+            continue
+        match = _FROM.match(line)
+        if not match:
+            continue
+        written = match.group(3)
+        image = _VAR.sub(lambda m: args.get(m.group(1) or m.group(2), ""), written)
+        rest = match.group(4).split()
+        stage = rest[1] if len(rest) >= 2 and rest[0].lower() == "as" else None
+        is_ref = image.lower() == "scratch" or image in stages
+        found.append(FromLine(number, written, image, stage, is_ref))
+        if stage:
+            stages.add(stage)
+    return found
+
+
+def rewrite_from(
+    text: str,
+    mirror: str | None,
+    build_args: dict[str, str] | None = None,
+    base_image: str | None = None,
+) -> tuple[str, list[tuple[str, str]]]:
+    """The text to send to the daemon: the last FROM's image replaced by `base_image`
+    when given, and every pulled image through `mirror`. Returns (text, [(image as the
+    Dockerfile names it, image as pulled)])."""
+    lines = text.splitlines(keepends=True)
+    froms = from_lines(text, build_args)
+    pulled: list[tuple[str, str]] = []
+    for index, entry in enumerate(froms):
+        image = entry.image
+        if base_image and index == len(froms) - 1:
+            image = base_image
+        elif entry.is_stage_ref:
+            continue
+        target = mirrored(image, mirror)
+        pulled.append((image, target))
+        if target != entry.written:
+            original = lines[entry.line - 1]
+            body = original.rstrip("\r\n")
+            match = _FROM.match(body)
+            if match is None:  # pragma: no cover - from_lines matched this line
+                continue
+            lines[entry.line - 1] = (
+                f"{match.group(1)}{match.group(2)}{target}{match.group(4)}{original[len(body) :]}"
+            )
+    return "".join(lines), pulled
+
+
+# --- the manifest request ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    image: str
+    exists: bool | None  # None: could not tell (unreachable, refused)
+    status: int | None
+    message: str  # the registry's own answer, one line
+
+    @property
+    def missing(self) -> bool:
+        return self.exists is False
+
+
+def _scheme(registry: str) -> str:
+    host = registry.split(":")[0]
+    return "http" if host in ("localhost", "127.0.0.1") or host.endswith(".localhost") else "https"
+
+
+def _api_host(registry: str) -> str:
+    return _HUB_API if registry == DOCKER_HUB else registry
+
+
+def credentials(registry: str) -> tuple[str, str] | None:
+    """(username, password) for `registry`: the environment first, then the docker config."""
+    user, password = os.environ.get(USERNAME_ENV), os.environ.get(PASSWORD_ENV)
+    if user and password:
+        return user, password
+    try:
+        import docker.auth
+
+        config = docker.auth.load_config()
+        names = [registry] + (["https://index.docker.io/v1/"] if registry == DOCKER_HUB else [])
+        for name in names:
+            found = config.resolve_authconfig(name)
+            if found and found.get("username") and found.get("password"):
+                return str(found["username"]), str(found["password"])
+    except Exception:  # an unreadable config or a failing helper: check anonymously
+        return None
+    return None
+
+
+def _basic(creds: tuple[str, str]) -> str:
+    return "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
+
+
+def _challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, params = header.partition(" ")
+    return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', params))
+
+
+def _bearer_token(
+    params: dict[str, str], repository: str, creds: tuple[str, str] | None
+) -> str | None:
+    """The anonymous (or credentialed) token flow of Docker Hub-like registries."""
+    realm = params.get("realm")
+    if not realm:
+        return None
+    query = {"scope": params.get("scope") or f"repository:{repository}:pull"}
+    if params.get("service"):
+        query["service"] = params["service"]
+    request = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(query)}")
+    if creds:
+        request.add_header("Authorization", _basic(creds))
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        body = json.loads(response.read() or b"{}")
+    return body.get("token") or body.get("access_token")
+
+
+def _registry_message(body: bytes, status: int) -> str:
+    try:
+        errors = json.loads(body).get("errors") or []
+        return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors) or str(status)
+    except (ValueError, AttributeError):
+        return f"HTTP {status}"
+
+
+def _request(url: str, authorization: str | None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers={"Accept": MANIFEST_TYPES})
+    if authorization:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def registry_get(registry: str, repository: str, path: str) -> tuple[int, bytes, str]:
+    """GET /v2/<repository>/<path> with the registry's auth flow: (status, body, url)."""
+    url = f"{_scheme(registry)}://{_api_host(registry)}/v2/{repository}/{path}"
+    creds = credentials(registry)
+    status, headers, body = _request(url, None)
+    if status == 401:
+        scheme, params = _challenge(headers.get("Www-Authenticate", ""))
+        if scheme == "bearer":
+            token = _bearer_token(params, repository, creds)
+            if token:
+                status, headers, body = _request(url, f"Bearer {token}")
+        elif scheme == "basic" and creds:
+            status, headers, body = _request(url, _basic(creds))
+    return status, body, url
+
+
+def check_image(image: str) -> Check:
+    """Whether `image` exists in its registry: GET /v2/<name>/manifests/<tag>."""
+    ref = parse_image(image)
+    try:
+        status, body, url = registry_get(ref.registry, ref.repository, f"manifests/{ref.reference}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return Check(image, None, None, f"cannot reach {ref.registry}: {reason}")
+    if status == 200:
+        return Check(image, True, status, "manifest found")
+    message = f"GET {url}: {status} {_registry_message(body, status)}"
+    if status == 404:
+        return Check(image, False, status, message)
+    return Check(image, None, status, message)
+
+
+def list_tags(repository_ref: str) -> list[str]:
+    """The tags of `REGISTRY/REPO` ([] when the registry has none or cannot tell)."""
+    ref = parse_image(repository_ref + ":x")
+    try:
+        status, body, _ = registry_get(ref.registry, ref.repository, "tags/list")
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    if status != 200:
+        return []
+    return list(json.loads(body or b"{}").get("tags") or [])
+
+
+def mirror_setting(given: str | None) -> str | None:
+    """The tool input, else FSDP_EKS_BASE_MIRROR; checked against HOST[:PORT][/PREFIX]."""
+    value = given or os.environ.get(MIRROR_ENV) or None
+    if value is None:
+        return None
+    value = value.strip().removeprefix("https://").removeprefix("http://").rstrip("/")
+    if not re.fullmatch(MIRROR_PATTERN, value):
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"{MIRROR_ENV} is not a registry HOST[:PORT][/PREFIX].",
+            "Set it like localhost:5000 or <acct>.dkr.ecr.<region>.amazonaws.com/docker-hub.",
+            {"problems": [{"field": MIRROR_ENV, "problem": "not HOST[:PORT][/PREFIX]"}]},
+        )
+    return value
