@@ -133,6 +133,8 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["dry_run"] = True
     if tool == "cancel_training_job" and args.get("confirm") not in (None, False):
         args["runs_dir"] = EMPTY_RUNS
+    if tool == "build_image":
+        args["analyze_only"] = True  # no daemon is asked to build anything
     return args
 
 

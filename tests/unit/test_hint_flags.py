@@ -27,7 +27,16 @@ FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 FOREIGN_COMMAND = re.compile(r"`(?:aws|kubectl|docker|git|pip|make)\s[^`]*`")
 
 # Flags of no parser here that a text may still name, each with why.
-ALLOWED: dict[str, str] = {}
+PIP_FLAGS = (
+    "--abi --cache-dir --constraint --editable --extra-index-url --find-links "
+    "--implementation --index-url --no-build-isolation --platform --prefix --progress-bar "
+    "--python-version --requirement --root --src --trusted-host"
+)
+GIT_FLAGS = "--is-inside-work-tree --porcelain --short --untracked-files"
+ALLOWED: dict[str, str] = {
+    **dict.fromkeys(PIP_FLAGS.split(), "pip's: the Dockerfile analyzer reads and fixes pip lines"),
+    **dict.fromkeys(GIT_FLAGS.split(), "git's: the argv tags.py runs to find the commit"),
+}
 
 # Trainer errors reach a deploy_training_job user as the job's message, so the flags
 # they suggest must be ones deploy takes. These are known, reported to the trainer's

@@ -24,6 +24,7 @@ def test_registry_lists_every_tool_with_its_gates():
         "get_operation",
         "list_operations",
         "cancel_operation",
+        "build_image",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["cancel_training_job"].destructive
