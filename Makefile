@@ -46,6 +46,8 @@ bench: setup-dev
 	$(PY) benchmarks/demo_wall_time.py
 	$(PY) benchmarks/trainer_bench.py
 	$(PY) benchmarks/job_record_write.py
+	$(PY) benchmarks/dockerfile_analyzer.py
+	$(PY) benchmarks/image_rebuild.py
 
 lint: setup-dev
 	$(PY) -m ruff check .
