@@ -429,11 +429,14 @@ def nearest_valid(
     avoid: frozenset[str] = frozenset(),
 ) -> Combo | None:
     """The valid combination nearest the user's torch: the same torch minor when any of its
-    CUDAs fits (the GPU, the driver at full features, the Python, not in `avoid`), else the
-    closest minor (newer on a tie); within a minor, the newest CUDA."""
+    CUDAs fits (the GPU, the driver, the Python, not in `avoid`), else the closest minor
+    (newer on a tie). Within a minor, a CUDA the driver runs with full features comes
+    first, then one it runs through minor-version compatibility (valid, with a warning):
+    keeping the user's torch beats a driver's full feature set. Then the newest CUDA."""
     def fits(c: Combo) -> bool:
         return ((gpu_name is None or cuda_ok_for_gpu(c.cuda, gpu_name))
-                and (driver_version is None or driver_supports(driver_version, c.cuda))
+                and (driver_version is None
+                     or driver_supports(driver_version, c.cuda, minor_compat=True))
                 and (python is None or source != "wheel" or python_ok(c.torch, python))
                 and not _avoided(c, avoid))
 
@@ -446,7 +449,8 @@ def nearest_valid(
     def rank(c: Combo) -> tuple:
         minor = vtuple(c.torch)[:2]
         distance = abs((minor[0] - want[0]) * 100 + minor[1] - want[1])
-        return (distance, tuple(-p for p in minor), tuple(-p for p in vtuple(c.cuda)))
+        limited = driver_version is not None and not driver_supports(driver_version, c.cuda)
+        return (distance, limited, tuple(-p for p in minor), tuple(-p for p in vtuple(c.cuda)))
 
     best = min(ok, key=rank)
     if keep_patch and torch_minor(keep_patch) == torch_minor(best.torch):

@@ -55,7 +55,13 @@ class BuildResult(ToolResult):
         if versions:
             rows.append(("resolved", ", ".join(f"{k} {v}" for k, v in versions.items())))
         for finding in self.findings:
-            rows.append((f"finding {finding.get('code')}", finding.get("explanation", "")))
+            where = f" (line {finding['line']})" if finding.get("line") else ""
+            rows.append(
+                (
+                    f"{finding.get('severity', 'finding')} {finding.get('code')}{where}",
+                    f"{finding.get('explanation', '')}\nfix: {finding.get('fix', '')}",
+                )
+            )
         for attempt in self.attempts:
             what = "ok" if attempt.ok else f"failed: {attempt.error_class or 'unclassified'}"
             fixed = f"; fixed: {'; '.join(attempt.fix_applied)}" if attempt.fix_applied else ""
@@ -65,4 +71,7 @@ class BuildResult(ToolResult):
         return rows
 
     def cli_exit_status(self) -> int:
-        return 1 if self.status == "failed" else 0
+        """1 for a failed build, and for an analysis that found errors (so a script or
+        CI step can gate on `--analyze_only`)."""
+        errors = any(f.get("severity") == "error" for f in self.findings)
+        return 1 if self.status == "failed" or (self.status == "analyzed" and errors) else 0

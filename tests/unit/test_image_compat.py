@@ -198,8 +198,15 @@ NEAREST = [
       "avoid": frozenset({"pytorch/pytorch:2.13.0-cuda13.2-cudnn9-devel"})},
      ("2.13.0", "13.0", "2.13.0-cuda13.0-cudnn9-devel")),
     ({"torch": "2.5.1", "source": "wheel", "gpu_name": "B200"}, ("2.7.1", "12.8", None)),
+    # 585 runs CUDA 13.3 only through minor-version compatibility: valid (a warning), and
+    # keeping the user's torch comes first.
     ({"torch": "2.13.0", "source": "dlc", "dlc_repository": "pytorch", "driver_version": "585"},
-     ("2.12.1", "13.0", "2.12.1-cu130-amzn2023")),
+     ("2.13.0", "13.3", "2.13.0-cu133-amzn2023")),
+    ({"torch": "2.13.0", "source": "wheel", "driver_version": "535.104.05"},
+     ("2.13.0", "12.6", None)),
+    # No 12.x image of 2.12 or 2.13 is published: the nearest torch that has one.
+    ({"torch": "2.13.0", "source": "official", "driver_version": "535.104.05"},
+     ("2.11.0", "12.8", "2.11.0-cuda12.8-cudnn9-runtime")),
 ]
 
 
