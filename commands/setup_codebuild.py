@@ -1,0 +1,97 @@
+"""setup_codebuild: the CodeBuild pipeline of the trainer image, created or brought up to date."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from skills.codebuild_pipeline import plan
+from skills.codebuild_pipeline.apply import apply
+from skills.codebuild_pipeline.inputs import ProjectName, Region, check_region
+from skills.codebuild_pipeline.models import PipelineResult
+from skills.shared.cli import main_for
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import Progress
+from skills.shared.tooling import tool
+
+
+@tool(read_only=False, idempotent=True)
+def setup_codebuild(
+    *,
+    project_name: ProjectName,
+    region: Region,
+    ecr_repository: Annotated[
+        str,
+        Field(
+            pattern=r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$",
+            min_length=2,
+            max_length=256,
+            description="ECR repository name.",
+        ),
+    ],
+    source_url: Annotated[
+        str,
+        Field(min_length=6, max_length=1024, description="GitHub/CodeCommit https URL or s3://bucket/key."),
+    ],
+    branch: Annotated[
+        str, Field(pattern=r"^[A-Za-z0-9._/-]{1,200}$", description="Branch to build.")
+    ] = "main",
+    webhook: Annotated[bool, Field(description="Build on push to branch (GitHub).")] = False,
+    compute_type: Annotated[
+        str, Field(pattern=r"^BUILD_[A-Z0-9_]{1,40}$", description="CodeBuild compute type.")
+    ] = "BUILD_GENERAL1_MEDIUM",
+    image: Annotated[
+        str, Field(pattern=r"^[^\s]{1,255}$", description="Build image.")
+    ] = "aws/codebuild/standard:7.0",
+    log_retention_days: Annotated[
+        Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
+                2557, 2922, 3288, 3653],
+        Field(description="Log retention (CloudWatch values)."),
+    ] = 30,  # fmt: skip
+    test_level: Annotated[
+        Literal["quick", "standard", "full"], Field(description="TEST_LEVEL for the buildspec.")
+    ] = "quick",
+    tag_strategy: Annotated[
+        Literal["auto", "semantic", "git-sha", "latest"], Field(description="TAG_STRATEGY.")
+    ] = "git-sha",
+    dry_run: Annotated[bool, Field(description="Only list the writes it would make.")] = False,
+    progress: Progress | None = None,
+) -> PipelineResult:
+    """Create or update the CodeBuild pipeline (idempotent): ECR repository (scan on
+    push), least-privilege IAM service role, log group with retention, privileged
+    project with Docker layer cache and buildspec.yml, optional push webhook. Each
+    resource is created/updated/unchanged; dry_run lists every write with parameters."""
+    check_region(region)
+    settings = plan.Settings(
+        project_name=project_name,
+        region=region,
+        ecr_repository=ecr_repository,
+        source_url=source_url,
+        branch=branch,
+        webhook=webhook,
+        compute_type=compute_type,
+        image=image,
+        log_retention_days=log_retention_days,
+        test_level=test_level,
+        tag_strategy=tag_strategy,
+    )
+    source = plan.parse_source(source_url)
+    if webhook and source.type != "GITHUB":
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"webhook needs a GitHub source; this one is {source.type}.",
+            "Drop --webhook, or trigger builds from EventBridge/CodePipeline for this source.",
+            {"problems": [{"field": "webhook", "problem": "needs a GitHub source"}]},
+        )
+    return apply(settings, dry_run, progress)
+
+
+main = main_for(setup_codebuild)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Bring an account to the desired pipeline: read each resource, compare, write only the
+difference (or, on a dry run, record the writes it would make)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from skills.codebuild_pipeline import plan
+from skills.codebuild_pipeline.models import PipelineResult, PlannedCall, ResourceChange
+from skills.shared.clients import aws_session
+from skills.shared.progress import NullProgress, Progress
+
+STEPS = 5
+# IAM is eventually consistent: a role just created may not be assumable by CodeBuild yet.
+ROLE_PROPAGATION_TRIES = 10
+
+
+def _code(exc: Exception) -> str:
+    return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+
+
+class Applier:
+    def __init__(self, settings: plan.Settings, dry_run: bool, session: Any = None) -> None:
+        self.s = settings
+        self.dry_run = dry_run
+        session = session or aws_session(region=settings.region)
+        self.client = lambda name: session.client(name, region_name=settings.region)
+        self.ecr, self.iam, self.logs = self.client("ecr"), self.client("iam"), self.client("logs")
+        self.codebuild = self.client("codebuild")
+        self.calls: list[PlannedCall] = []
+        self.resources: list[ResourceChange] = []
+        self.role_created = False
+
+    def write(self, service: str, operation: str, fn: Callable[..., Any], **params: Any) -> Any:
+        self.calls.append(PlannedCall(service=service, operation=operation, params=params))
+        return None if self.dry_run else fn(**params)
+
+    def record(self, kind: str, name: str, arn: str | None, existed: bool, changes: list[str]) -> None:
+        if not existed:
+            action = "would_create" if self.dry_run else "created"
+        elif changes:
+            action = "would_update" if self.dry_run else "updated"
+        else:
+            action = "unchanged"
+        self.resources.append(
+            ResourceChange(kind=kind, name=name, arn=arn, action=action, changes=changes)  # type: ignore[arg-type]
+        )
+
+    # --- resources -------------------------------------------------------------------
+
+    def repository(self, arn: str) -> None:
+        name = self.s.ecr_repository
+        try:
+            repo = self.ecr.describe_repositories(repositoryNames=[name])["repositories"][0]
+        except self.ecr.exceptions.RepositoryNotFoundException:
+            self.write("ecr", "create_repository", self.ecr.create_repository,
+                       repositoryName=name,
+                       imageScanningConfiguration={"scanOnPush": True})  # fmt: skip
+            return self.record("ecr_repository", name, arn, False, [])
+        changes = []
+        if not repo.get("imageScanningConfiguration", {}).get("scanOnPush"):
+            changes.append("imageScanningConfiguration.scanOnPush")
+            self.write("ecr", "put_image_scanning_configuration",
+                       self.ecr.put_image_scanning_configuration, repositoryName=name,
+                       imageScanningConfiguration={"scanOnPush": True})  # fmt: skip
+        self.record("ecr_repository", name, repo["repositoryArn"], True, changes)
+
+    def role(self, account: str) -> None:
+        name = plan.role_name(self.s.project_name)
+        arn = plan.arns(self.s, account).role
+        policy = plan.role_policy(self.s, account)
+        trust = json.dumps(plan.TRUST_POLICY)
+        try:
+            role = self.iam.get_role(RoleName=name)["Role"]
+        except self.iam.exceptions.NoSuchEntityException:
+            self.write("iam", "create_role", self.iam.create_role, RoleName=name,
+                       AssumeRolePolicyDocument=trust,
+                       Description=f"CodeBuild service role of {self.s.project_name} (fsdp-eks)")  # fmt: skip
+            self.write("iam", "put_role_policy", self.iam.put_role_policy, RoleName=name,
+                       PolicyName=plan.POLICY_NAME, PolicyDocument=json.dumps(policy))  # fmt: skip
+            self.role_created = True
+            return self.record("iam_role", name, arn, False, [])
+        changes = []
+        if plan.normalized_policy(role["AssumeRolePolicyDocument"]) != plan.normalized_policy(
+            plan.TRUST_POLICY
+        ):
+            changes.append("AssumeRolePolicyDocument")
+            self.write("iam", "update_assume_role_policy", self.iam.update_assume_role_policy,
+                       RoleName=name, PolicyDocument=trust)  # fmt: skip
+        try:
+            current = self.iam.get_role_policy(RoleName=name, PolicyName=plan.POLICY_NAME)
+            same = plan.normalized_policy(current["PolicyDocument"]) == plan.normalized_policy(policy)
+        except self.iam.exceptions.NoSuchEntityException:
+            same = False
+        if not same:
+            changes.append(f"inline policy {plan.POLICY_NAME}")
+            self.write("iam", "put_role_policy", self.iam.put_role_policy, RoleName=name,
+                       PolicyName=plan.POLICY_NAME, PolicyDocument=json.dumps(policy))  # fmt: skip
+        self.record("iam_role", name, role["Arn"], True, changes)
+
+    def log_group(self, arn: str) -> None:
+        name = plan.log_group_name(self.s.project_name)
+        days = self.s.log_retention_days
+        groups = self.logs.describe_log_groups(logGroupNamePrefix=name).get("logGroups", [])
+        group = next((g for g in groups if g["logGroupName"] == name), None)
+        if group is None:
+            self.write("logs", "create_log_group", self.logs.create_log_group, logGroupName=name)
+        if group is None or group.get("retentionInDays") != days:
+            self.write("logs", "put_retention_policy", self.logs.put_retention_policy,
+                       logGroupName=name, retentionInDays=days)  # fmt: skip
+        changes = [] if group is None or group.get("retentionInDays") == days else ["retentionInDays"]
+        self.record("log_group", name, arn, group is not None, changes)
+
+    def project(self, account: str) -> dict[str, Any] | None:
+        desired = plan.project_params(self.s, account)
+        found = self.codebuild.batch_get_projects(names=[self.s.project_name]).get("projects", [])
+        current = found[0] if found else None
+        if current is None:
+            self._create_project(desired)
+            self.record("codebuild_project", self.s.project_name, None, False, [])
+            return None
+        changes = plan.project_differences(current, desired)
+        if changes:
+            self.write("codebuild", "update_project", self.codebuild.update_project, **desired)
+        self.record("codebuild_project", self.s.project_name, current.get("arn"), True, changes)
+        return current
+
+    def _create_project(self, desired: dict[str, Any]) -> None:
+        for attempt in range(ROLE_PROPAGATION_TRIES):
+            try:
+                self.write("codebuild", "create_project", self.codebuild.create_project, **desired)
+                return
+            except self.codebuild.exceptions.InvalidInputException as exc:
+                young_role = self.role_created and "sts:AssumeRole" in str(exc)
+                if not young_role or attempt == ROLE_PROPAGATION_TRIES - 1:
+                    raise
+                self.calls.pop()
+                time.sleep(3)
+
+    def webhook(self, current: dict[str, Any] | None) -> None:
+        desired = plan.webhook_params(self.s)
+        hook = (current or {}).get("webhook")
+        if not hook:
+            self.write("codebuild", "create_webhook", self.codebuild.create_webhook, **desired)
+            return self.record("webhook", self.s.project_name, None, False, [])
+        have = [sorted((f["type"], f["pattern"]) for f in g) for g in hook.get("filterGroups", [])]
+        want = [sorted((f["type"], f["pattern"]) for f in g) for g in desired["filterGroups"]]
+        changes = [] if sorted(have) == sorted(want) else ["filterGroups"]
+        if changes:
+            self.write("codebuild", "update_webhook", self.codebuild.update_webhook, **desired)
+        self.record("webhook", self.s.project_name, None, True, changes)
+
+
+def apply(
+    settings: plan.Settings, dry_run: bool, progress: Progress | None = None, session: Any = None
+) -> PipelineResult:
+    progress = progress or NullProgress()
+    source = plan.parse_source(settings.source_url)
+    applier = Applier(settings, dry_run, session)
+    account = applier.client("sts").get_caller_identity()["Account"]
+    arns = plan.arns(settings, account)
+    progress.report(0, STEPS, f"ECR repository {settings.ecr_repository}")
+    applier.repository(arns.repository)
+    progress.report(1, STEPS, "IAM service role")
+    applier.role(account)
+    progress.report(2, STEPS, "log group")
+    applier.log_group(arns.log_group)
+    progress.report(3, STEPS, f"CodeBuild project {settings.project_name}")
+    current = applier.project(account)
+    if settings.webhook:
+        progress.report(4, STEPS, "webhook")
+        applier.webhook(current)
+    progress.report(STEPS, STEPS, "done")
+    actions = {r.action for r in applier.resources}
+    if dry_run:
+        status = "planned"
+    elif actions == {"unchanged"}:
+        status = "unchanged"
+    else:
+        status = "created" if "created" in actions else "updated"
+    return PipelineResult(
+        status=status,  # type: ignore[arg-type]
+        dry_run=dry_run,
+        project_name=settings.project_name,
+        region=settings.region,
+        source_type=source.type,
+        resources=applier.resources,
+        calls=applier.calls,
+        next_step=None if dry_run else f"start_codebuild(project_name={settings.project_name!r})",
+    )
