@@ -21,6 +21,9 @@ TOOL_NAMES = (
     "list_operations",
     "cancel_operation",
     "build_image",
+    "setup_codebuild",
+    "start_codebuild",
+    "get_codebuild_build",
 )
 
 

@@ -135,6 +135,8 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["runs_dir"] = EMPTY_RUNS
     if tool == "build_image":
         args["analyze_only"] = True  # no daemon is asked to build anything
+    if tool == "setup_codebuild":
+        args["dry_run"] = True  # plans only; and no AWS is reachable (no_aws below)
     return args
 
 
@@ -214,6 +216,20 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         for name in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"):
             patch.delenv(name, raising=False)
         yield home
+
+
+@pytest.fixture(autouse=True)
+def no_aws(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CodeBuild tools reach no AWS: no credentials anywhere (every call fails fast
+    as no_credentials), and an endpoint that refuses connections in case one appears."""
+    if "codebuild" in request.node.name:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -25,6 +25,9 @@ def test_registry_lists_every_tool_with_its_gates():
         "list_operations",
         "cancel_operation",
         "build_image",
+        "setup_codebuild",
+        "start_codebuild",
+        "get_codebuild_build",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["cancel_training_job"].destructive
