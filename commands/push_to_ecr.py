@@ -1,0 +1,93 @@
+"""push_to_ecr: push a local image to Amazon ECR (repository ensured, digest verified)."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from skills.ecr_publisher.models import PushResult
+from skills.ecr_publisher.push import PushOptions, publish
+from skills.image_builder.registry_check import _HOST
+from skills.image_builder.tags import TAG_PATTERN
+from skills.shared.cli import main_for
+from skills.shared.progress import Progress
+from skills.shared.tooling import tool
+
+# ECR's repository name grammar (2-256 chars, lowercase path components).
+ECR_REPOSITORY = r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$"
+
+
+def _grammar(pattern: str, what: str) -> AfterValidator:
+    """Checked outside the published schema (long regexes cost every agent bytes)."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(pattern, value):
+            raise ValueError(f"not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+@tool(read_only=False, operation=True)
+def push_to_ecr(
+    *,
+    image: Annotated[
+        str, Field(min_length=1, max_length=512, pattern=r"^\S+$", description="Local image ref.")
+    ],
+    repository: Annotated[
+        str,
+        Field(min_length=2, max_length=256, description="ECR repository (created if absent)."),
+        _grammar(ECR_REPOSITORY, "an ECR repository name"),
+    ],
+    region: Annotated[
+        str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$", description="AWS region.")
+    ],
+    tag: Annotated[
+        str | None, Field(pattern=TAG_PATTERN, description="Tag (default: the image's).")
+    ] = None,
+    scan_on_push: Annotated[
+        bool | None, Field(description="Scan on push (new repo default true).")
+    ] = None,
+    immutable_tags: Annotated[
+        bool | None, Field(description="Immutable tags (new repo default false).")
+    ] = None,
+    keep_last: Annotated[
+        int | None, Field(ge=1, le=10_000, description="Lifecycle: keep last N (default 30).")
+    ] = None,
+    confirm: Annotated[
+        bool, Field(strict=True, description="Allow moving an existing tag.")
+    ] = False,
+    registry_host: Annotated[
+        str | None,
+        Field(max_length=255, description="Push via HOST[:PORT] (proxy/cache)."),
+        _grammar(rf"^{_HOST}$", "HOST[:PORT]"),
+    ] = None,
+    progress: Progress | None = None,
+) -> PushResult:
+    """Push a local image to ECR: create/align the repository (scan, tag mutability,
+    lifecycle), log in with the ECR token, push, verify the registry's digest. Returns
+    the image URI and its @sha256 form. Settings left out keep an existing repo's."""
+    options = PushOptions(
+        image=image,
+        repository=repository,
+        region=region,
+        tag=tag,
+        scan_on_push=scan_on_push,
+        immutable_tags=immutable_tags,
+        keep_last=keep_last,
+        confirm=confirm,
+        registry_host=registry_host,
+    )
+    return publish(options, progress)
+
+
+main = main_for(push_to_ecr)
+
+
+if __name__ == "__main__":
+    main()

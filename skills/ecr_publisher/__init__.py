@@ -1,0 +1,1 @@
+"""Publish a local image to Amazon ECR: repository settings, login, push, digest check."""

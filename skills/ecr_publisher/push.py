@@ -1,0 +1,279 @@
+"""The push: tag, log in with the ECR token, push (every stream entry checked), verify the
+digest the registry serves, return the ECR URIs."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from skills.ecr_publisher.models import PushResult
+from skills.ecr_publisher.repository import ecr_client, ensure_repository
+from skills.image_builder.registry_check import MANIFEST_TYPES, _scheme
+from skills.shared.clients import docker_client
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import NullProgress, Progress
+from skills.shared.secrets import redact
+
+REGISTRY_HOST_ENV = "FSDP_EKS_ECR_REGISTRY_HOST"
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    image: str
+    repository: str
+    region: str
+    tag: str | None = None
+    scan_on_push: bool | None = None
+    immutable_tags: bool | None = None
+    keep_last: int | None = None
+    confirm: bool = False
+    registry_host: str | None = None
+
+
+def known_region(region: str) -> None:
+    import boto3
+
+    session = boto3.Session()
+    known = {
+        r
+        for partition in session.get_available_partitions()
+        for r in session.get_available_regions("ecr", partition_name=partition)
+    }
+    if known and region not in known:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"region {region!r} is not an AWS region with ECR.",
+            "Pass a region such as us-east-1 (see `aws ec2 describe-regions`).",
+            {"problems": [{"field": "region", "problem": "unknown region"}]},
+        )
+
+
+def image_tag(image: str) -> str:
+    """The tag of a local image reference (`latest` when it names none)."""
+    from docker.utils import parse_repository_tag
+
+    name, tag = parse_repository_tag(image)
+    return tag if tag and not tag.startswith("sha256:") and "@" not in image else "latest"
+
+
+def ecr_login(ecr: Any) -> tuple[str, str]:
+    """(user, password) from get_authorization_token. The password is a secret: it only
+    goes into auth headers, never into a result, log or message."""
+    data = ecr.get_authorization_token()["authorizationData"][0]
+    user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+    return user, password
+
+
+def manifest_digest(host: str, repository: str, tag: str, auth: tuple[str, str]) -> str | None:
+    """The registry's Docker-Content-Digest of <repository>:<tag> (None: no such tag)."""
+    import urllib.error
+    import urllib.request
+
+    token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    request = urllib.request.Request(
+        f"{_scheme(host)}://{host}/v2/{repository}/manifests/{tag}",
+        method="HEAD",
+        headers={"Accept": MANIFEST_TYPES, "Authorization": f"Basic {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.headers.get("Docker-Content-Digest")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        if exc.code in (401, 403):
+            raise ToolFailure(
+                ErrorCode.ACCESS_DENIED,
+                f"The registry {host} refused the ECR login (HTTP {exc.code}).",
+                "Check the credentials' ecr:GetAuthorizationToken and push permissions, and "
+                f"that {REGISTRY_HOST_ENV} (registry_host) names the right registry.",
+                {"registry": host},
+            ) from None
+        raise ToolFailure(
+            ErrorCode.SERVICE_ERROR, f"The registry {host} answered HTTP {exc.code}.",
+            "Retry; if it persists, check the registry's health.", {"registry": host},
+        ) from None  # fmt: skip
+    except OSError as exc:
+        raise ToolFailure(
+            ErrorCode.ENDPOINT_UNREACHABLE, f"Cannot reach the registry {host}: {exc}.",
+            f"Check the network, or unset {REGISTRY_HOST_ENV} / registry_host.",
+            {"registry": host},
+        ) from None  # fmt: skip
+
+
+_DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+
+
+class _Layers:
+    """Bytes per layer, reported as one total: from the push stream's progressDetail
+    (Docker), else (podman streams none) each layer's size from the image history,
+    reported as the push completes."""
+
+    def __init__(self, progress: Progress, known: list[tuple[str, int]]) -> None:
+        self.progress = progress
+        self.known = known
+        self.sizes: dict[str, tuple[int, int]] = {}
+
+    def finish(self) -> None:
+        if self.sizes or not self.known:
+            return
+        total = sum(size for _, size in self.known)
+        done = 0
+        for layer, size in self.known:
+            done += size
+            self.sizes[layer] = (size, size)
+            self.progress.report(done, total, f"layer {layer[:12]}: {size} bytes pushed")
+
+    def update(self, entry: dict) -> None:
+        layer, detail = entry.get("id"), entry.get("progressDetail") or {}
+        if not layer:
+            return
+        current, total = int(detail.get("current") or 0), int(detail.get("total") or 0)
+        done, size = self.sizes.get(layer, (0, 0))
+        if str(entry.get("status", "")).lower() in ("pushed", "layer already exists"):
+            current = max(current, done, size)
+        self.sizes[layer] = (max(done, current), max(size, total, current))
+        done_all = sum(d for d, _ in self.sizes.values())
+        total_all = sum(s for _, s in self.sizes.values()) or None
+        self.progress.report(done_all, total_all, f"layer {layer[:12]}: {entry.get('status', '')}")
+
+
+def image_layers(client: Any, image: str) -> list[tuple[str, int]]:
+    """(id, bytes) of each non-empty layer, base first."""
+    history = client.api.history(image) or []
+    found = [(str(h.get("Id") or f"layer-{i}"), int(h.get("Size") or 0))
+             for i, h in enumerate(reversed(history))]  # fmt: skip
+    return [(layer, size) for layer, size in found if size > 0]
+
+
+def _push(
+    client: Any,
+    ref: str,
+    tag: str,
+    auth: tuple[str, str],
+    progress: Progress,
+    known: list[tuple[str, int]] | None = None,
+) -> tuple[str | None, _Layers]:
+    """Push through the Engine API. The SDK does not raise on a failed push: every entry
+    is checked for `error`/`errorDetail`."""
+    layers = _Layers(progress, known or [])
+    digest = None
+    stream = client.api.push(ref, tag=tag, stream=True, decode=True,
+                             auth_config={"username": auth[0], "password": auth[1]})  # fmt: skip
+    for entry in stream:
+        if "error" in entry or "errorDetail" in entry:
+            text = redact(str(entry.get("error") or entry["errorDetail"].get("message", "")),
+                          [auth[1]])  # fmt: skip
+            lowered = text.lower()
+            if any(
+                w in lowered for w in ("unauthorized", "authentication", "denied", "401", "403")
+            ):
+                raise ToolFailure(
+                    ErrorCode.ACCESS_DENIED,
+                    f"The registry refused the push of {ref}:{tag}: {text}",
+                    "Check the credentials' ECR push permissions (ecr:InitiateLayerUpload, "
+                    "ecr:PutImage...) and that registry_host names the right registry.",
+                    {"pushed_to": f"{ref}:{tag}"},
+                )  # fmt: skip
+            raise ToolFailure(
+                ErrorCode.SERVICE_ERROR, f"The push of {ref}:{tag} failed: {text}",
+                "Check that the Docker engine can reach the registry (and trusts it), then retry.",
+                {"pushed_to": f"{ref}:{tag}"},
+            )  # fmt: skip
+        aux = entry.get("aux") or {}
+        found = _DIGEST.search(str(entry.get("status", "")))  # podman: "TAG: digest: ..."
+        digest = aux.get("Digest") or (found[1] if found else None) or digest
+        layers.update(entry)
+    layers.finish()
+    return digest, layers
+
+
+def publish(options: PushOptions, progress: Progress | None = None) -> PushResult:
+    progress = progress or NullProgress()
+    started = time.monotonic()
+    known_region(options.region)
+    client = docker_client()
+    import docker.errors
+
+    try:
+        client.api.inspect_image(options.image)
+    except docker.errors.ImageNotFound:
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND, f"No local image {options.image!r}.",
+            "Build it first (build_image) or pass the name `docker images` shows.",
+            {"problems": [{"field": "image", "problem": "no such local image"}]},
+        ) from None  # fmt: skip
+    tag = options.tag or image_tag(options.image)
+    progress.report(0, None, f"repository {options.repository}")
+    ecr = ecr_client(options.region)
+    repo = ensure_repository(
+        ecr,
+        options.repository,
+        scan_on_push=options.scan_on_push,
+        immutable_tags=options.immutable_tags,
+        keep_last=options.keep_last,
+    )
+    ecr_host = repo.uri.split("/", 1)[0]
+    host = (options.registry_host or os.environ.get(REGISTRY_HOST_ENV) or ecr_host).strip()
+    host = host.removeprefix("https://").removeprefix("http://").rstrip("/")
+    auth = ecr_login(ecr)
+
+    existing = manifest_digest(host, repo.name, tag, auth)
+    if existing and repo.immutable:
+        raise ToolFailure(
+            ErrorCode.CONFLICT,
+            f"Tag {tag!r} already exists in the immutable repository {repo.name!r}.",
+            "Push under a new tag (e.g. build_image tag_strategy semantic or git-sha).",
+            {"tag": tag, "existing_digest": existing},
+        )
+    if existing and not options.confirm:
+        raise ToolFailure(
+            ErrorCode.CONFIRMATION_REQUIRED,
+            f"Tag {tag!r} already exists in {repo.name!r} ({existing[:19]}); pushing moves it.",
+            "Call again with confirm=true (CLI: --confirm) to overwrite, or use a new tag.",
+            {"tag": tag, "existing_digest": existing},
+        )
+
+    ref = f"{host}/{repo.name}"
+    client.api.tag(options.image, ref, tag=tag)
+    known = image_layers(client, options.image)
+    total = sum(size for _, size in known)
+    progress.report(0, total or None, f"pushing {len(known)} layers to {ref}:{tag}")
+    pushed_digest, layers = _push(client, ref, tag, auth, progress, known)
+    served = manifest_digest(host, repo.name, tag, auth)
+    if served is None or (pushed_digest and served != pushed_digest):
+        raise ToolFailure(
+            ErrorCode.SERVICE_ERROR,
+            f"The push of {ref}:{tag} reported success but the registry serves "
+            f"{served or 'no such tag'} (pushed {pushed_digest or 'unknown'}).",
+            "Retry the push; if it repeats, check the registry (or proxy) in between.",
+            {"pushed_to": f"{ref}:{tag}", "served_digest": served},
+        )
+    # No put_image into ECR here: on AWS the push above is what records the image (a
+    # put_image would be a second write of the same manifest, and fails on immutable
+    # tags). Only the local test stack lacks a data plane behind moto; its tests record
+    # images in moto themselves, playing ECR's part.
+    progress.report(1, 1, f"pushed {served}")
+    return PushResult(
+        image_uri=f"{repo.uri}:{tag}",
+        image_uri_digest=f"{repo.uri}@{served}",
+        digest=served,
+        repository=repo.name,
+        region=options.region,
+        tag=tag,
+        pushed_to=f"{ref}:{tag}",
+        repository_action=repo.action,  # type: ignore[arg-type]
+        repository_changes=repo.changes,
+        scan_on_push=repo.scan_on_push,
+        immutable_tags=repo.immutable,
+        keep_last=repo.keep_last,
+        overwrote_tag=bool(existing),
+        layers=len(layers.sizes),
+        bytes_pushed=sum(s for _, s in layers.sizes.values()),
+        duration_s=round(time.monotonic() - started, 3),
+    )
