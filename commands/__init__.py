@@ -24,6 +24,7 @@ TOOL_NAMES = (
     "setup_codebuild",
     "start_codebuild",
     "get_codebuild_build",
+    "push_to_ecr",
 )
 
 

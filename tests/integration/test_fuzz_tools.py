@@ -137,6 +137,8 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["analyze_only"] = True  # no daemon is asked to build anything
     if tool == "setup_codebuild":
         args["dry_run"] = True  # plans only; and no AWS is reachable (no_aws below)
+    if tool == "push_to_ecr":  # nothing to push, and nowhere it could land
+        args["image"], args["registry_host"] = "fuzz-absent-image:none", "localhost:9"
     return args
 
 
