@@ -36,6 +36,7 @@ GIT_FLAGS = "--is-inside-work-tree --porcelain --short --untracked-files"
 ALLOWED: dict[str, str] = {
     **dict.fromkeys(PIP_FLAGS.split(), "pip's: the Dockerfile analyzer reads and fixes pip lines"),
     **dict.fromkeys(GIT_FLAGS.split(), "git's: the argv tags.py runs to find the commit"),
+    "--junitxml": "pytest's: the buildspec's test step (commands/_buildspec.py)",
 }
 
 # Trainer errors reach a deploy_training_job user as the job's message, so the flags

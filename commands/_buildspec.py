@@ -1,0 +1,125 @@
+"""Steps of buildspec.yml that need logic (kept here, not in YAML). Not a tool.
+
+    python commands/_buildspec.py test               # tests at TEST_LEVEL, JUnit XML in reports/
+    python commands/_buildspec.py tag-flag           # `--tag <sha>` for git-sha without .git
+    python commands/_buildspec.py pull-cache         # pull the repository's newest image
+    python commands/_buildspec.py image build.json   # the image build_image made
+    python commands/_buildspec.py image-detail push.json   # writes imageDetail.json
+
+Environment (CodeBuild's and the project's): TEST_LEVEL (none | quick | standard |
+full), TEST_PATHS (overrides the level's paths), TAG_STRATEGY,
+CODEBUILD_RESOLVED_SOURCE_VERSION, ECR_REPOSITORY, AWS_REGION.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+LEVELS = {
+    "none": [],
+    "quick": ["tests/unit"],
+    "standard": ["tests/unit", "tests/integration"],
+    "full": ["tests"],
+}
+SHORT_SHA = 7
+
+
+def run_tests() -> int:
+    level = os.environ.get("TEST_LEVEL", "quick")
+    if level not in LEVELS:
+        print(f"TEST_LEVEL {level!r} is not one of {', '.join(LEVELS)}", file=sys.stderr)
+        return 2
+    paths = os.environ.get("TEST_PATHS", "").split() or LEVELS[level]
+    if not paths:
+        print("TEST_LEVEL none: no tests run")
+        return 0
+    Path("reports").mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "pytest", *paths, "-q", "--junitxml=reports/junit.xml"]
+    return subprocess.run(argv, check=False).returncode
+
+
+def tag_flag() -> str:
+    """git-sha (or auto) where the source has no .git (CodeBuild's S3/CodePipeline
+    sources): the tag comes from CODEBUILD_RESOLVED_SOURCE_VERSION, as build_image's
+    own `git rev-parse --short HEAD` would give it in a checkout."""
+    strategy = os.environ.get("TAG_STRATEGY", "auto")
+    sha = os.environ.get("CODEBUILD_RESOLVED_SOURCE_VERSION", "")
+    in_repo = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], capture_output=True,
+                             text=True, check=False).stdout.strip() == "true"  # fmt: skip
+    if strategy in ("git-sha", "auto") and not in_repo and len(sha) >= SHORT_SHA:
+        return f"--tag {sha[:SHORT_SHA].lower()}"
+    return ""
+
+
+def pull_cache() -> int:
+    """Pull the repository's newest image so its layers are local (best effort: a cache
+    miss only makes the build slower, never fails it)."""
+    from skills.ecr_publisher.push import REGISTRY_HOST_ENV, ecr_login
+    from skills.ecr_publisher.repository import ecr_client, latest_image
+    from skills.shared.clients import docker_client
+
+    try:
+        repository, region = os.environ["ECR_REPOSITORY"], os.environ["AWS_REGION"]
+        newest = latest_image(repository, region)
+        if newest is None:
+            print("cache: the repository has no image yet")
+            return 0
+        host = os.environ.get(REGISTRY_HOST_ENV)
+        ref = f"{host}/{newest.split('/', 1)[1]}" if host else newest
+        user, password = ecr_login(ecr_client(region))
+        name, tag = ref.rsplit(":", 1) if "@" not in ref else (ref, None)
+        docker_client().api.pull(name, tag=tag, auth_config={"username": user,
+                                                             "password": password})  # fmt: skip
+        print(f"cache: pulled {ref}")
+    except Exception as exc:  # noqa: BLE001 - a cache is an optimization
+        print(f"cache: none ({type(exc).__name__})")
+    return 0
+
+
+def built_image(build_json: str) -> str:
+    result = json.loads(Path(build_json).read_text())
+    if result.get("status") != "built" or not result.get("tags"):
+        raise SystemExit(f"{build_json}: no image was built")
+    return str(result["tags"][0])
+
+
+def image_detail(push_json: str) -> None:
+    result = json.loads(Path(push_json).read_text())
+    detail = {
+        "ImageURI": result["image_uri"],
+        "ImageDigest": result["digest"],
+        "ImageTag": result["tag"],
+        "ImageURIWithDigest": result["image_uri_digest"],
+    }
+    Path("imageDetail.json").write_text(json.dumps(detail, indent=2) + "\n")
+    print(f"imageDetail.json: {detail['ImageURI']}")
+
+
+def main(argv: list[str]) -> int:
+    step, *rest = argv or ["?"]
+    if step == "test":
+        return run_tests()
+    if step == "tag-flag":
+        print(tag_flag())
+        return 0
+    if step == "pull-cache":
+        return pull_cache()
+    if step == "image" and rest:
+        print(built_image(rest[0]))
+        return 0
+    if step == "image-detail" and rest:
+        image_detail(rest[0])
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
