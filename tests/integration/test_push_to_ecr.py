@@ -110,7 +110,7 @@ def test_push_lands_verified_with_repository_settings_and_overwrite_needs_confir
     assert again.repository_changes == ["keep_last=5"] and again.digest == result.digest
 
 
-def test_env_registry_host_and_the_cli_progress(image, registry, monkeypatch):
+def test_env_registry_host_over_the_cli_json(image, registry, monkeypatch):
     monkeypatch.setenv("FSDP_EKS_ECR_REGISTRY_HOST", registry.host)
     status, out, err = cli("--image", image, "--repository", "cli-repo", "--region",
                            "us-east-1", "--tag", "v1", "--json")  # fmt: skip
@@ -144,7 +144,7 @@ def test_a_wrong_token_is_a_typed_error_not_a_silent_success(image, registry):
     client.api.tag(image, f"{registry.host}/denied", tag="x")
     with pytest.raises(ToolFailure) as caught:
         _push(client, f"{registry.host}/denied", "x", ("AWS", "wrong-token"), NullProgress())
-    assert caught.value.code in ("access_denied", "service_error")
+    assert caught.value.code == "access_denied"
     assert "wrong-token" not in str(caught.value)
     assert registry.tags("denied") == []
 
