@@ -3,6 +3,7 @@
     python commands/_buildspec.py test               # tests at TEST_LEVEL, JUnit XML in reports/
     python commands/_buildspec.py tag-flag           # `--tag <sha>` for git-sha without .git
     python commands/_buildspec.py pull-cache         # pull the repository's newest image
+    python commands/_buildspec.py cache-flag         # --cache_from <that image>, if any
     python commands/_buildspec.py image build.json   # the image build_image made
     python commands/_buildspec.py image-detail push.json   # writes imageDetail.json
 
@@ -30,6 +31,9 @@ LEVELS = {
 }
 SHORT_SHA = 7
 
+
+# Where pull-cache leaves the reference of the image it pulled, for cache-flag.
+CACHE_FILE = ".cache-from"
 
 def run_tests() -> int:
     level = os.environ.get("TEST_LEVEL", "quick")
@@ -78,9 +82,18 @@ def pull_cache() -> int:
         docker_client().api.pull(name, tag=tag, auth_config={"username": user,
                                                              "password": password})  # fmt: skip
         print(f"cache: pulled {ref}")
+        Path(CACHE_FILE).write_text(ref)
     except Exception as exc:  # noqa: BLE001 - a cache is an optimization
         print(f"cache: none ({type(exc).__name__})")
     return 0
+
+
+def cache_flag() -> str:
+    """`--cache_from REF` for the image pull-cache pulled, else nothing."""
+    try:
+        return f"--cache_from {Path(CACHE_FILE).read_text().strip()}"
+    except FileNotFoundError:
+        return ""
 
 
 def built_image(build_json: str) -> str:
@@ -111,6 +124,9 @@ def main(argv: list[str]) -> int:
         return 0
     if step == "pull-cache":
         return pull_cache()
+    if step == "cache-flag":
+        print(cache_flag())
+        return 0
     if step == "image" and rest:
         print(built_image(rest[0]))
         return 0

@@ -83,6 +83,10 @@ def build_image(
         dict[Annotated[str, Field(pattern=_KEY)], Annotated[str, Field(max_length=4096)]],
         Field(max_length=64, description="Build args KEY=VALUE."),
     ] = {},  # noqa: B006 - pydantic copies defaults
+    cache_from: Annotated[
+        list[Annotated[str, Field(pattern=r"^[^\s]{1,255}$")]],
+        Field(max_length=16, description="Images whose layers may be reused."),
+    ] = [],  # noqa: B006 - pydantic copies defaults
     progress: Progress | None = None,
 ) -> BuildResult:
     """Build the trainer image: analyze the Dockerfile (torch/CUDA/cuDNN/Python, GPU and
@@ -104,6 +108,7 @@ def build_image(
         driver_version=driver_version,
         base_mirror=base_mirror,
         build_args=dict(build_args),
+        cache_from=list(cache_from),
     )
     return build(options, progress)
 

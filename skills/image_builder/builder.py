@@ -54,6 +54,8 @@ class BuildOptions:
     driver_version: str | None = None
     base_mirror: str | None = None
     build_args: dict[str, str] = field(default_factory=dict)
+    # Images whose layers the daemon may reuse (e.g. the repository's newest, pulled).
+    cache_from: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -328,6 +330,7 @@ def _build(
                 dockerfile=name,
                 tag=image_name,
                 buildargs=options.build_args or None,
+                cache_from=options.cache_from or None,
                 decode=True,
                 rm=True,
                 forcerm=True,

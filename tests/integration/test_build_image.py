@@ -111,6 +111,17 @@ def test_a_clean_build_returns_id_size_and_the_tag_of_each_strategy(hub, tmp_pat
         assert again.tags == [f"{repository}:v0.1.1"]
 
 
+def test_a_rebuild_may_reuse_a_previous_images_layers(hub, tmp_path):
+    # CI pulls the repository's newest image and passes it here (buildspec: cache-flag).
+    dockerfile = _project(tmp_path)
+    first = build_image(dockerfile=str(dockerfile), tag="cache-1", base_mirror=hub)
+    (tmp_path / "train.py").write_text("print('training, changed')\n")
+    again = build_image(dockerfile=str(dockerfile), tag="cache-2", base_mirror=hub,
+                        cache_from=["fsdp-eks-trainer:cache-1"])  # fmt: skip
+    assert (first.status, again.status) == ("built", "built")
+    assert again.image_id != first.image_id  # the changed file is in the new image
+
+
 def test_a_missing_base_tag_is_fixed_and_the_second_attempt_builds(hub, tmp_path):
     dockerfile = _project(tmp_path, base=MISSING_BASE)
     original = dockerfile.read_text()
