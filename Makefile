@@ -48,6 +48,8 @@ bench: setup-dev
 	$(PY) benchmarks/job_record_write.py
 	$(PY) benchmarks/dockerfile_analyzer.py
 	$(PY) benchmarks/image_rebuild.py
+	$(PY) benchmarks/ecr_push.py
+	$(PY) benchmarks/codebuild_setup.py
 
 lint: setup-dev
 	$(PY) -m ruff check .
