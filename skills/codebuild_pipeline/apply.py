@@ -38,7 +38,9 @@ class Applier:
         self.calls.append(PlannedCall(service=service, operation=operation, params=params))
         return None if self.dry_run else fn(**params)
 
-    def record(self, kind: str, name: str, arn: str | None, existed: bool, changes: list[str]) -> None:
+    def record(
+        self, kind: str, name: str, arn: str | None, existed: bool, changes: list[str]
+    ) -> None:
         if not existed:
             action = "would_create" if self.dry_run else "created"
         elif changes:
@@ -76,9 +78,9 @@ class Applier:
         try:
             role = self.iam.get_role(RoleName=name)["Role"]
         except self.iam.exceptions.NoSuchEntityException:
+            about = f"CodeBuild role of {self.s.project_name} (fsdp-eks)"
             self.write("iam", "create_role", self.iam.create_role, RoleName=name,
-                       AssumeRolePolicyDocument=trust,
-                       Description=f"CodeBuild service role of {self.s.project_name} (fsdp-eks)")  # fmt: skip
+                       AssumeRolePolicyDocument=trust, Description=about)  # fmt: skip
             self.write("iam", "put_role_policy", self.iam.put_role_policy, RoleName=name,
                        PolicyName=plan.POLICY_NAME, PolicyDocument=json.dumps(policy))  # fmt: skip
             self.role_created = True
@@ -92,7 +94,9 @@ class Applier:
                        RoleName=name, PolicyDocument=trust)  # fmt: skip
         try:
             current = self.iam.get_role_policy(RoleName=name, PolicyName=plan.POLICY_NAME)
-            same = plan.normalized_policy(current["PolicyDocument"]) == plan.normalized_policy(policy)
+            same = plan.normalized_policy(current["PolicyDocument"]) == plan.normalized_policy(
+                policy
+            )
         except self.iam.exceptions.NoSuchEntityException:
             same = False
         if not same:
@@ -111,7 +115,9 @@ class Applier:
         if group is None or group.get("retentionInDays") != days:
             self.write("logs", "put_retention_policy", self.logs.put_retention_policy,
                        logGroupName=name, retentionInDays=days)  # fmt: skip
-        changes = [] if group is None or group.get("retentionInDays") == days else ["retentionInDays"]
+        changes = (
+            [] if group is None or group.get("retentionInDays") == days else ["retentionInDays"]
+        )
         self.record("log_group", name, arn, group is not None, changes)
 
     def project(self, account: str) -> dict[str, Any] | None:

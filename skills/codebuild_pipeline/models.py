@@ -65,7 +65,9 @@ class CodeBuildBuild(ToolResult):
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("build", self.build_id), ("status", self.status)]
-        rows += [(f"phase {p.name}", f"{p.status or '-'} {p.duration_s or 0}s") for p in self.phases]
+        rows += [
+            (f"phase {p.name}", f"{p.status or '-'} {p.duration_s or 0}s") for p in self.phases
+        ]
         if self.log_tail:
             rows.append(("log", "\n".join(self.log_tail[-20:])))
         if self.next_step:

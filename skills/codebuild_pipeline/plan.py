@@ -121,8 +121,18 @@ def role_policy(s: Settings, account: str) -> dict[str, Any]:
     a = arns(s, account)
     statements: list[dict[str, Any]] = [
         # AWS requires "*" for this one: it is not scoped to a repository.
-        {"Sid": "EcrAuth", "Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
-        {"Sid": "EcrPushPull", "Effect": "Allow", "Action": ECR_PUSH_PULL, "Resource": a.repository},
+        {
+            "Sid": "EcrAuth",
+            "Effect": "Allow",
+            "Action": ["ecr:GetAuthorizationToken"],
+            "Resource": "*",
+        },
+        {
+            "Sid": "EcrPushPull",
+            "Effect": "Allow",
+            "Action": ECR_PUSH_PULL,
+            "Resource": a.repository,
+        },
         {
             "Sid": "Logs",
             "Effect": "Allow",

@@ -45,8 +45,9 @@ def test_status_and_log_tail(project):
     logs = boto3.client("logs")
     group, stream = "/aws/codebuild/cb-ctl", build_id.rpartition(":")[2]
     logs.create_log_stream(logGroupName=group, logStreamName=stream)
-    logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=[
-        {"timestamp": int(time.time() * 1000) + i, "message": f"line {i}\n"} for i in range(5)])  # fmt: skip
+    now_ms = int(time.time() * 1000)
+    events = [{"timestamp": now_ms + i, "message": f"line {i}\n"} for i in range(5)]
+    logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
     build = get_codebuild_build(build_id=build_id, region="us-east-1", log_lines=3)
     assert build.status == "SUCCEEDED"
     assert build.log_tail == ["line 2", "line 3", "line 4"]

@@ -283,4 +283,5 @@ def test_read_only_server_hides_tools_that_write():
         "list_training_jobs",
         "get_operation",
         "list_operations",
+        "get_codebuild_build",
     ]

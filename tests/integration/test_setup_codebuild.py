@@ -47,8 +47,12 @@ def test_changed_retention_updates_only_the_log_group(moto_server):
     _run("cb-retention")
     changed = _run("cb-retention", log_retention_days=90)
     assert changed.status == "updated"
-    assert _actions(changed) == {"ecr_repository": "unchanged", "iam_role": "unchanged",
-                                 "log_group": "updated", "codebuild_project": "unchanged"}  # fmt: skip
+    assert _actions(changed) == {
+        "ecr_repository": "unchanged",
+        "iam_role": "unchanged",
+        "log_group": "updated",
+        "codebuild_project": "unchanged",
+    }
     assert [c.operation for c in changed.calls] == ["put_retention_policy"]
     group = boto3.client("logs").describe_log_groups(
         logGroupNamePrefix="/aws/codebuild/cb-retention")["logGroups"][0]  # fmt: skip
@@ -85,8 +89,12 @@ def test_role_policy_is_least_privilege(moto_server):
     group = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/codebuild/cb-policy"
     expected = {"ecr:GetAuthorizationToken": {"*"}}
     expected |= {a: {repo} for a in plan.ECR_PUSH_PULL}
-    expected |= {a: {group, f"{group}:log-stream:*"} for a in ("logs:CreateLogStream", "logs:PutLogEvents")}
-    expected |= {a: {"arn:aws:s3:::src-bucket/trainer.zip"} for a in ("s3:GetObject", "s3:GetObjectVersion")}
+    expected |= {
+        a: {group, f"{group}:log-stream:*"} for a in ("logs:CreateLogStream", "logs:PutLogEvents")
+    }
+    expected |= {
+        a: {"arn:aws:s3:::src-bucket/trainer.zip"} for a in ("s3:GetObject", "s3:GetObjectVersion")
+    }
     expected |= {a: {"arn:aws:s3:::src-bucket"} for a in ("s3:GetBucketLocation", "s3:ListBucket")}
     assert grants == expected
     assert not any(a.endswith(":*") or a == "*" for a in grants)
