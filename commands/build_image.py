@@ -5,11 +5,10 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
@@ -19,20 +18,9 @@ from skills.shared.cli import main_for
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
+from skills.shared.validators import grammar
 
 _KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-
-
-def _grammar(pattern: str, what: str) -> AfterValidator:
-    """A check that stays out of the published schema (long regexes cost every agent
-    bytes in tools/list); the error still names the field."""
-
-    def check(value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(pattern, value):
-            raise ValueError(f"not {what}")
-        return value
-
-    return AfterValidator(check)
 
 
 @tool(read_only=False, operation=True)
@@ -52,7 +40,7 @@ def build_image(
     repository: Annotated[
         str,
         Field(max_length=255, description="Image name."),
-        _grammar(REPOSITORY_PATTERN, "a docker repository name"),
+        grammar(REPOSITORY_PATTERN, "a docker repository name"),
     ] = "fsdp-eks-trainer",
     tag_strategy: Annotated[
         TagStrategy, Field(description="auto: git sha in a repo, else next vX.Y.Z.")
@@ -77,7 +65,7 @@ def build_image(
     base_mirror: Annotated[
         str | None,
         Field(max_length=255, description="Pull Docker Hub bases via HOST[:PORT][/PREFIX]."),
-        _grammar(MIRROR_PATTERN, "HOST[:PORT][/PREFIX]"),
+        grammar(MIRROR_PATTERN, "HOST[:PORT][/PREFIX]"),
     ] = None,
     build_args: Annotated[
         dict[Annotated[str, Field(pattern=_KEY)], Annotated[str, Field(max_length=4096)]],

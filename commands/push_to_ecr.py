@@ -5,10 +5,9 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.push import PushOptions, publish
@@ -17,20 +16,10 @@ from skills.image_builder.tags import TAG_PATTERN
 from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
+from skills.shared.validators import grammar
 
 # ECR's repository name grammar (2-256 chars, lowercase path components).
 ECR_REPOSITORY = r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$"
-
-
-def _grammar(pattern: str, what: str) -> AfterValidator:
-    """Checked outside the published schema (long regexes cost every agent bytes)."""
-
-    def check(value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(pattern, value):
-            raise ValueError(f"not {what}")
-        return value
-
-    return AfterValidator(check)
 
 
 @tool(read_only=False, operation=True)
@@ -42,7 +31,7 @@ def push_to_ecr(
     repository: Annotated[
         str,
         Field(min_length=2, max_length=256, description="ECR repository (created if absent)."),
-        _grammar(ECR_REPOSITORY, "an ECR repository name"),
+        grammar(ECR_REPOSITORY, "an ECR repository name"),
     ],
     region: Annotated[
         str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$", description="AWS region.")
@@ -65,7 +54,7 @@ def push_to_ecr(
     registry_host: Annotated[
         str | None,
         Field(max_length=255, description="Push via HOST[:PORT] (proxy/cache)."),
-        _grammar(rf"^{_HOST}$", "HOST[:PORT]"),
+        grammar(rf"^{_HOST}$", "HOST[:PORT]"),
     ] = None,
     progress: Progress | None = None,
 ) -> PushResult:
