@@ -157,6 +157,46 @@ def compact_schema(schema: Any, drop: tuple[str, ...]) -> Any:
     return out
 
 
+def outline_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """An output schema cut to its top-level fields and their JSON types: what a result
+    holds, without the nested models (which the tool's description and each field's
+    name already tell). A full JobState or operation schema costs every agent 1-2 KB of
+    tools/list per tool; a client still validates structured content against this."""
+    defs = schema.get("$defs", {})
+    outline: dict[str, Any] = {"type": "object"}
+    properties = {name: {"type": _json_types(sub, defs)} for name, sub in
+                  schema.get("properties", {}).items()}  # fmt: skip
+    outline["properties"] = {
+        name: ({} if not types else {"type": types[0] if len(types) == 1 else types})
+        for name, sub in properties.items()
+        for types in [sub["type"]]
+    }
+    if schema.get("required"):
+        outline["required"] = schema["required"]
+    return outline
+
+
+def _json_types(schema: dict[str, Any], defs: dict[str, Any]) -> list[str]:
+    """The JSON types a value of `schema` may have; [] when any type may come."""
+    if "$ref" in schema:
+        target = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
+        return _json_types(target, defs) if target else ["object"]
+    if "enum" in schema or "const" in schema:
+        values = schema.get("enum", [schema.get("const")])
+        names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+        return sorted({names.get(type(v), "null") for v in values})
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if branches:
+        found = [_json_types(b, defs) for b in branches]
+        if any(not f for f in found):
+            return []
+        return sorted({t for f in found for t in f})
+    declared = schema.get("type")
+    if declared is None:
+        return []
+    return [declared] if isinstance(declared, str) else sorted(declared)
+
+
 class ToolServer(MCPServer):
     """MCPServer whose tool calls validate through the tool's own input model first,
     so bad input comes back with the project's error code and hint. With a workspace,
@@ -187,9 +227,7 @@ class ToolServer(MCPServer):
         for listed in tools:
             listed.input_schema = compact_schema(listed.input_schema, ("title",))
             if listed.output_schema is not None:
-                listed.output_schema = compact_schema(
-                    listed.output_schema, ("title", "description", "default")
-                )
+                listed.output_schema = outline_schema(listed.output_schema)
         return tools
 
     async def call_tool(

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Literal
 
 import anyio
+import jsonschema
 import pytest
 from mcp import Client
 
@@ -155,3 +157,34 @@ def test_a_clients_cancel_reaches_a_long_tools_work():
     anyio.run(scenario)
     # The worker thread saw Cancelled at its next report instead of running a minute on.
     assert STOPPED.wait(timeout=5)
+
+
+def test_output_schemas_are_outlines_a_result_validates_against():
+    from pydantic import BaseModel
+
+    from mcp_server.server import outline_schema
+
+    class Inner(BaseModel):
+        x: int
+
+    class Result(BaseModel):
+        name: str
+        count: int | None = None
+        inner: Inner
+        items: list[Inner] = []
+        mode: Literal["a", "b"] = "a"
+        extra: dict[str, Any] = {}
+        anything: Any = None
+
+    outline = outline_schema(Result.model_json_schema())
+    assert outline["required"] == ["name", "inner"]
+    assert outline["properties"] == {
+        "name": {"type": "string"},
+        "count": {"type": ["integer", "null"]},
+        "inner": {"type": "object"},
+        "items": {"type": "array"},
+        "mode": {"type": "string"},
+        "extra": {"type": "object"},
+        "anything": {},
+    }
+    jsonschema.validate(Result(name="n", inner=Inner(x=1)).model_dump(mode="json"), outline)
