@@ -20,7 +20,6 @@ import os
 import re
 import secrets
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -147,19 +146,10 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         updated_at=now,
     )
     _file(operation_id).write(record)
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
-    with open(folder / "worker.log", "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "skills.shared.operations", operation_id],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives the caller, its terminal and its signals
-        )
-    return _update(operation_id, pid=worker.pid, pid_started=processes.start_time(worker.pid))
+    pid = processes.spawn_module(
+        "skills.shared.operations", operation_id, log=folder / "worker.log"
+    )
+    return _update(operation_id, pid=pid, pid_started=processes.start_time(pid))
 
 
 def get(operation_id: str) -> OperationRecord:

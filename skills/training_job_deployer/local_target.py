@@ -237,14 +237,11 @@ class LocalTarget:
         ]
         # The job runs in its run directory: put this project (checkout or install) on
         # the path so `-m trainer` imports the trainer that belongs to these tools.
-        project_root = str(Path(__file__).resolve().parents[2])
         env = {
             # Whole lines reach the log as they are printed, so progress streams.
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": str(_threads_per_process(spec.gpu_per_node)),
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
-            ),
+            "PYTHONPATH": processes.project_pythonpath(),
             # torchelastic and the ranks make temp files: they stay in the run dir.
             "TMPDIR": str(run.scratch),
         }
@@ -301,9 +298,14 @@ class LocalTarget:
                 job_name=job_name, attempt=plan.attempt, argv=plan.argv, submitted_at=time.time()
             )
             run.record_file.write(record)
-            supervisor = self._spawn_supervisor(run, plan)
+            supervisor = processes.spawn_module(
+                "skills.training_job_deployer.supervisor",
+                str(run.path),
+                log=run.supervisor_log,
+                stdin=plan.model_dump_json().encode(),  # the plan, exactly: never re-read
+            )
             run.record_file.write(
-                record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor.pid)})
+                record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor)})
             )
 
     @staticmethod
@@ -317,29 +319,6 @@ class LocalTarget:
             aside = exc.path.with_name(f"{exc.path.name}.corrupt-{int(time.time())}")
             os.replace(exc.path, aside)
             return None
-
-    @staticmethod
-    def _spawn_supervisor(run: RunDir, plan: LocalPlan) -> subprocess.Popen[bytes]:
-        project_root = str(Path(__file__).resolve().parents[2])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (project_root, os.environ.get("PYTHONPATH", "")) if p
-            ),
-        }
-        with open(run.supervisor_log, "ab") as log:
-            supervisor = subprocess.Popen(
-                [sys.executable, "-m", "skills.training_job_deployer.supervisor", str(run.path)],
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # outlives the caller, its terminal and its signals
-            )
-        assert supervisor.stdin is not None
-        supervisor.stdin.write(plan.model_dump_json().encode())
-        supervisor.stdin.close()
-        return supervisor
 
     # describe / follow -----------------------------------------------------
 
