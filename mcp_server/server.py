@@ -157,6 +157,16 @@ def compact_schema(schema: Any, drop: tuple[str, ...]) -> Any:
     return out
 
 
+def _without_null_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """`"default": null` on an input says nothing a property's absence from `required`
+    does not: leaving it out means None. Other defaults stay."""
+    properties = {
+        name: {k: v for k, v in sub.items() if not (k == "default" and v is None)}
+        for name, sub in schema.get("properties", {}).items()
+    }
+    return {**schema, "properties": properties} if properties else schema
+
+
 def outline_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """An output schema cut to its top-level fields and their JSON types: what a result
     holds, without the nested models (which the tool's description and each field's
@@ -225,7 +235,9 @@ class ToolServer(MCPServer):
     async def list_tools(self) -> list[Any]:
         tools = await super().list_tools()
         for listed in tools:
-            listed.input_schema = compact_schema(listed.input_schema, ("title",))
+            listed.input_schema = _without_null_defaults(
+                compact_schema(listed.input_schema, ("title",))
+            )
             if listed.output_schema is not None:
                 listed.output_schema = outline_schema(listed.output_schema)
         return tools
