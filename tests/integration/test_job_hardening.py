@@ -115,6 +115,8 @@ def test_eight_concurrent_cli_deploys_start_one_trainer(tmp_path):
         )
         assert statuses == ["job_running"] * 7 + ["running"], statuses
         assert sorted(code for code, _, _ in results) == [0] + [1] * 7
+        # wait_seconds=0 returns before the detached supervisor has started torchrun
+        wait_for_step(tmp_path / "dup" / "logs" / "attempt-1.log")
         trainers = [
             p for p in psutil.process_iter(["cmdline"])
             if "torch.distributed.run" in " ".join(p.info["cmdline"] or ())
