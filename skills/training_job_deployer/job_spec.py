@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from skills.shared.paths import LocalPath
+from skills.shared.validators import grammar
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
@@ -35,7 +36,10 @@ def _location(value: str) -> str:
 # A local path, an s3:// URI or (where the field says so) a Hugging Face hub name.
 Location = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=1024, pattern=ARG_VALUE),
+    StringConstraints(min_length=1, max_length=1024),
+    grammar(
+        ARG_VALUE, "a path, s3:// URI or name (no leading '-' or space, no control characters)"
+    ),
     AfterValidator(_location),
 ]
 
