@@ -85,7 +85,8 @@ class Finding(BaseModel):
     def one_line(self) -> str:
         where = f" on {self.pod}" if self.pod else ""
         rank = f" (node rank {self.rank})" if self.rank is not None else ""
-        seen = f": {self.evidence[0]}" if self.evidence else ""
+        first = self.evidence[0] if self.evidence else ""
+        seen = f": {first[:157]}..." if len(first) > 160 else f": {first}" if first else ""
         return f"{self.code}{where}{rank}{seen}"
 
 
