@@ -15,6 +15,7 @@ TOOL_NAMES = (
     "deploy_training_job",
     "get_training_job",
     "get_training_job_logs",
+    "diagnose_training_job",
     "list_training_jobs",
     "cancel_training_job",
     "get_operation",

@@ -40,6 +40,8 @@ class ErrorCode(str, Enum):
     NAME_TOO_LONG = ("name_too_long", EXIT_BAD_INPUT)
     # A path outside the roots the MCP server lets its callers use.
     PATH_NOT_ALLOWED = ("path_not_allowed", EXIT_BAD_INPUT)
+    # A saved pod-doctor snapshot that is not one (not JSON, or the wrong shape).
+    SNAPSHOT_INVALID = ("snapshot_invalid", EXIT_BAD_INPUT)
     # The state of things: the call was right, now is not the time.
     JOB_RUNNING = ("job_running", EXIT_FAILED)
     CONFLICT = ("conflict", EXIT_FAILED)

@@ -139,6 +139,8 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["dry_run"] = True  # plans only; and no AWS is reachable (no_aws below)
     if tool == "push_to_ecr":  # nothing to push, and nowhere it could land
         args["image"], args["registry_host"] = "fuzz-absent-image:none", "localhost:9"
+    if tool == "diagnose_training_job":  # no cluster is reached, whatever KUBECONFIG says
+        args["kubeconfig"] = "absent-kubeconfig"
     return args
 
 

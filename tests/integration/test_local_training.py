@@ -280,6 +280,7 @@ def test_read_only_server_hides_tools_that_write():
     assert anyio.run(scenario) == [
         "get_training_job",
         "get_training_job_logs",
+        "diagnose_training_job",
         "list_training_jobs",
         "get_operation",
         "list_operations",

@@ -19,6 +19,7 @@ def test_registry_lists_every_tool_with_its_gates():
         "deploy_training_job",
         "get_training_job",
         "get_training_job_logs",
+        "diagnose_training_job",
         "list_training_jobs",
         "cancel_training_job",
         "get_operation",
@@ -31,6 +32,7 @@ def test_registry_lists_every_tool_with_its_gates():
         "push_to_ecr",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
+    assert specs["diagnose_training_job"].read_only
     assert specs["cancel_training_job"].destructive
     assert not specs["deploy_training_job"].read_only
     assert specs["list_training_jobs"].read_only and specs["list_operations"].read_only

@@ -1,0 +1,174 @@
+"""diagnose_training_job: why a PyTorchJob's pods fail, root cause first (the pod doctor)."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from skills.shared.cli import main_for
+from skills.shared.errors import ErrorCode, ToolFailure, bad_fields
+from skills.shared.paths import LocalPath
+from skills.shared.progress import NullProgress, Progress
+from skills.shared.results import ToolResult
+from skills.shared.tooling import tool
+from skills.training_job_deployer.job_spec import JobName
+from skills.training_job_deployer.pod_doctor import Diagnosis, diagnose, validate_snapshot
+
+# A snapshot file larger than this is not one this tool wrote (logs are tailed).
+MAX_SNAPSHOT_BYTES = 512 * 2**20
+
+_PATH = Field(min_length=1, max_length=4096)
+
+
+class DiagnosisResult(Diagnosis, ToolResult):
+    source: str = Field(description="Where the snapshot came from.")
+    saved_snapshot: str | None = None
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [("job", self.job_name or "-"), ("source", self.source)]
+        if self.job_status:
+            rows.append(("job status", self.job_status))
+        rows.append(("pods", self.pods))
+        rows.append(("diagnosis", self.summary))
+        root = self.root
+        if root:
+            rows += [("root cause", root.root_cause), ("fix", root.remediation)]
+            rows.append(("retryable", "yes" if root.retryable else "no (permanent)"))
+            rows.append(("evidence", "\n" + "\n".join(root.evidence)))
+        if len(self.findings) > 1:
+            others = [f"{f.code} [{f.role}] {f.pod} (rank {f.rank})" for f in self.findings[1:]]
+            rows.append(("also seen", "\n" + "\n".join(others)))
+        if self.logs_cut:
+            rows.append(("logs cut", ", ".join(self.logs_cut)))
+        if self.saved_snapshot:
+            rows.append(("saved", self.saved_snapshot))
+        return rows
+
+
+@tool(read_only=True, idempotent=True)
+def diagnose_training_job(
+    *,
+    job_name: JobName | None = None,
+    namespace: Annotated[
+        str,
+        Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63, description="Namespace."),
+    ] = "default",
+    kubeconfig: Annotated[
+        str | None, _PATH, Field(description="Default: KUBECONFIG."), LocalPath(writable=False)
+    ] = None,
+    context: Annotated[
+        str | None, Field(pattern=r"^[^\s]{1,253}$", description="kubeconfig context.")
+    ] = None,
+    snapshot: Annotated[
+        str | None,
+        _PATH,
+        Field(description="Diagnose this saved snapshot offline."),
+        LocalPath(writable=False),
+    ] = None,  # fmt: skip
+    save_snapshot: Annotated[
+        str | None,
+        _PATH,
+        Field(description="Also write the live snapshot (secrets masked)."),
+        LocalPath(writable=True),
+    ] = None,  # fmt: skip
+    progress: Progress | None = None,
+) -> DiagnosisResult:
+    """Diagnose a PyTorchJob's failing pods: findings (code, pod, rank, evidence, root
+    cause, fix, retryable), root cause first. Live: job_name (+ namespace,
+    kubeconfig/context). Offline: snapshot. Read-only on the cluster.
+    """
+    progress = progress or NullProgress()
+    if (job_name is None) == (snapshot is None):
+        raise bad_fields(
+            [{"field": "job_name", "problem": "give job_name (live) or snapshot (a file)"}],
+            "diagnose_training_job",
+        )
+    if snapshot is not None:
+        if save_snapshot is not None:
+            raise bad_fields(
+                [{"field": "save_snapshot", "problem": "saves a live snapshot: give job_name"}],
+                "diagnose_training_job",
+            )
+        data = _read_snapshot(Path(snapshot).expanduser())
+        return DiagnosisResult(source=f"snapshot {snapshot}", **_fields(diagnose(data)))
+
+    from skills.shared.clients import kube_api_client
+    from skills.training_job_deployer.job_snapshot import redacted, snapshot_from_cluster
+
+    progress.report(0, 2, f"reading {namespace}/{job_name}")
+    api = kube_api_client(kubeconfig, context)
+    with api:
+        data = snapshot_from_cluster(api, namespace, job_name)  # type: ignore[arg-type]
+    progress.report(1, 2, "diagnosing")
+    saved = None
+    if save_snapshot is not None:
+        data = redacted(data)
+        saved = str(_write_snapshot(Path(save_snapshot), data))
+    result = DiagnosisResult(
+        source=f"cluster {namespace}/{job_name}", saved_snapshot=saved, **_fields(diagnose(data))
+    )
+    progress.report(2, 2, result.summary)
+    return result
+
+
+def _fields(diagnosis: Diagnosis) -> dict[str, Any]:
+    return {name: getattr(diagnosis, name) for name in Diagnosis.model_fields}
+
+
+def _read_snapshot(path: Path) -> Any:
+    """The file's JSON; a file that is not one is SNAPSHOT_INVALID, never a traceback (a
+    FIFO or device is refused before it is read: it could block or never end)."""
+    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise _invalid(path, "is not a regular file")
+        if info.st_size > MAX_SNAPSHOT_BYTES:
+            raise _invalid(path, f"is larger than {MAX_SNAPSHOT_BYTES // 2**20} MiB")
+        raw = handle.read(MAX_SNAPSHOT_BYTES + 1)
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _invalid(path, f"is not JSON ({type(exc).__name__})") from None
+    validate_snapshot(data, f"snapshot file {path}")
+    return data
+
+
+def _invalid(path: Path, problem: str) -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.SNAPSHOT_INVALID,
+        f"The snapshot file {path} {problem}.",
+        "Give a file that --save_snapshot wrote (JSON: job, pods, events, logs).",
+        {"path": str(path)},
+    )
+
+
+def _write_snapshot(path: Path, data: dict[str, Any]) -> Path:
+    """Written whole or not at all (a temporary file renamed over the target)."""
+    path = path.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path.resolve()
+
+
+main = main_for(diagnose_training_job)
+
+
+if __name__ == "__main__":
+    main()
