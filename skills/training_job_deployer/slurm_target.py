@@ -352,7 +352,6 @@ class SlurmTarget:
         return PartitionInfo.from_sinfo(wanted, rows[wanted])
 
     def plan(self, spec: JobSpec) -> SlurmPlan:
-        settings = self.settings
         run = self._run(spec.job_name)
         if (run.path / RECORD).exists():
             raise ToolFailure(
@@ -361,7 +360,12 @@ class SlurmTarget:
                 "Use another job_name or runs_dir for the Slurm job.",
                 {"run_dir": str(run.path)},
             )
-        info = self.partition()
+        return self.plan_for(spec, self.partition())
+
+    def plan_for(self, spec: JobSpec, info: PartitionInfo) -> SlurmPlan:
+        """The plan for a partition whose nodes are as `info` says (no scheduler asked)."""
+        settings = self.settings
+        run = self._run(spec.job_name)
         shape = layout(spec.num_nodes, spec.gpu_per_node, info)
         remote = settings.ssh_host is not None
         if not remote:  # paths on this host (and so on the nodes) are made absolute

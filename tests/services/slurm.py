@@ -29,6 +29,7 @@ from ._common import find_binary, free_port, log_tail, wait_until
 
 APT_PACKAGES = "slurm-wlm munge"
 PARTITION = "debug"
+SHORT_PARTITION = "short"
 NODE_CPUS = 2
 
 
@@ -94,6 +95,9 @@ def _slurm_conf(root: Path, ctld_port: int, slurmd_port: int, user: str) -> str:
             "KillWait=10",
             f"NodeName=localhost CPUs={NODE_CPUS} RealMemory=4000 State=UNKNOWN",
             f"PartitionName={PARTITION} Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
+            # A partition whose limit sbatch enforces: a longer time_limit is refused.
+            f"PartitionName={SHORT_PARTITION} Nodes=localhost MaxTime=1 State=UP",
+            "EnforcePartLimits=ALL",
             "",
         ]
     )
@@ -122,7 +126,8 @@ def _node_idle(env: dict[str, str]) -> bool:
         text=True,
         timeout=10,
     )
-    return done.returncode == 0 and done.stdout.strip() == "idle"
+    states = done.stdout.split()
+    return done.returncode == 0 and bool(states) and all(s == "idle" for s in states)
 
 
 @contextlib.contextmanager
