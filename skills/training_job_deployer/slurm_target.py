@@ -148,6 +148,10 @@ class SlurmPlan(Plan):
             ("script", "\n" + self.script),
         ]
 
+    def plain_text(self) -> str:
+        """The CLI's --dry_run prints the script exactly, ready for sbatch."""
+        return self.script
+
 
 class SlurmEnd(BaseModel):
     """The scheduler's last word on a job, kept once it is final."""
@@ -441,7 +445,7 @@ class SlurmTarget:
             record = self._previous(run, replace_corrupt_record)
             if record is not None:
                 self._check_host(record)
-                if record.end is None and self._scheduler_end(record) is None:
+                if self._active(record):
                     raise ToolFailure(
                         ErrorCode.JOB_RUNNING,
                         f"Job {job_name!r} is already in Slurm (job {record.slurm_job_id}).",
@@ -498,12 +502,12 @@ class SlurmTarget:
 
     # describe / follow -----------------------------------------------------
 
-    def _scheduler_end(self, record: SlurmRecord) -> SlurmEnd | None:
-        """The job's end as the scheduler reports it now; None while it is not final."""
+    def _active(self, record: SlurmRecord) -> bool:
+        """Queued or running (a job the scheduler no longer knows has ended)."""
+        if record.end is not None:
+            return False
         state = self._scheduler_state(record)
-        if state is None or state.state not in FINAL_STATES:
-            return None
-        return state
+        return state is not None and state.state not in FINAL_STATES
 
     def _scheduler_state(self, record: SlurmRecord) -> SlurmEnd | None:
         """The job's state now (None: the scheduler no longer knows it)."""
@@ -713,7 +717,7 @@ class SlurmTarget:
         )
         self.scheduler.check(["scancel", str(record.slurm_job_id)])
         deadline = time.monotonic() + grace_s + 30
-        while time.monotonic() < deadline and self._scheduler_end(record) is None:
+        while time.monotonic() < deadline and self._active(record):
             time.sleep(POLL_S)
         return self.describe(job_name)
 

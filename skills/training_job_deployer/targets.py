@@ -53,3 +53,6 @@ class DeployResult(JobState):
                 *self.plan.to_display(),
             ]
         return super().summary_rows()
+
+    def plain_text(self) -> str | None:
+        return self.plan.plain_text() if self.status == "planned" else None

@@ -56,7 +56,13 @@ def _wait_for_step(log: Path, timeout: float = 120.0) -> list[dict]:
 def cli_run(slurm_cluster, runs, tmp_path_factory) -> tuple[dict, Path, Path]:
     work = tmp_path_factory.mktemp("work")  # sbatch's directory: the job's cwd
     checkpoints = work / HOSTILE_DIR
-    done = subprocess.run(
+    done = _deploy_cli(runs, checkpoints, "--json", cwd=work)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout), work, checkpoints
+
+
+def _deploy_cli(runs: Path, checkpoints: Path, *extra: str, cwd: Path):
+    return subprocess.run(
         [
             sys.executable,
             str(ROOT / "commands" / "deploy_training_job.py"),
@@ -70,16 +76,14 @@ def cli_run(slurm_cluster, runs, tmp_path_factory) -> tuple[dict, Path, Path]:
             "20",
             "--checkpoint_dir",
             str(checkpoints),
-            "--json",
+            *extra,
         ],
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=work,
+        cwd=cwd,
         env={**os.environ, "HF_TOKEN": SECRET},
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout), work, checkpoints
 
 
 def test_deploy_through_the_cli_trains_two_processes_to_succeeded(cli_run, runs):
@@ -98,6 +102,13 @@ def test_deploy_through_the_cli_trains_two_processes_to_succeeded(cli_run, runs)
     assert script == result["plan"]["script"]
     for text in (script, json.dumps(result), Path(result["log_path"]).read_text()):
         assert SECRET not in text
+
+
+def test_a_dry_run_prints_exactly_the_script_that_was_submitted(cli_run, runs):
+    result, work, checkpoints = cli_run
+    done = _deploy_cli(runs, checkpoints, "--dry_run", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == result["plan"]["script"] + "\n"
 
 
 def test_get_logs_and_list_read_the_job_back(cli_run, runs):

@@ -31,14 +31,13 @@ APT_PACKAGES = "slurm-wlm munge"
 PARTITION = "debug"
 SHORT_PARTITION = "short"
 NODE_CPUS = 2
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "scontrol", "sinfo", "scancel", "squeue")
 
 
 def check() -> dict[str, str]:
     """The daemons and clients this cluster needs, or MissingBinary with the apt hint."""
-    return {
-        name: find_binary(name, apt=APT_PACKAGES)
-        for name in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
-    }
+    return {name: find_binary(name, apt=APT_PACKAGES) for name in DAEMONS + CLIENTS}
 
 
 @dataclass
@@ -118,6 +117,24 @@ def _stop_by_pid_file(pid_file: Path, timeout: float = 10.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def _cancel_all(env: dict[str, str], user: str, timeout: float = 30.0) -> None:
+    """scancel every job of this cluster (all are this user's) and wait until none is left."""
+    run_env = {**os.environ, **env}
+    subprocess.run(["scancel", f"--user={user}"], env=run_env, capture_output=True, timeout=30)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = subprocess.run(
+            ["squeue", "--noheader", "--format=%i"],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if left.returncode != 0 or not left.stdout.strip():
+            return
+        time.sleep(0.5)
+
+
 def _node_idle(env: dict[str, str]) -> bool:
     done = subprocess.run(
         ["sinfo", "--noheader", "--format=%t"],
@@ -152,6 +169,7 @@ def slurm_cluster(timeout: float = 30.0) -> Iterator[SlurmCluster]:
                 log=root / "slurmctld.log",
             )
             yield SlurmCluster(root=root, conf=Path(env["SLURM_CONF"]), env=env)
+            _cancel_all(env, user)  # no job step may outlive its slurmd
         finally:
             for pid_file in reversed(pid_files):
                 _stop_by_pid_file(pid_file)
