@@ -86,7 +86,7 @@ def _matching(pattern: str, rule: str) -> AfterValidator:
 
 
 class SlurmSettings(TargetSettings):
-    """submits a batch job to a Slurm cluster (srun torchrun on each node)"""
+    """sbatch on a Slurm cluster (srun torchrun per node)"""
 
     target: Literal["slurm"]
     runs_dir: Annotated[
@@ -95,7 +95,7 @@ class SlurmSettings(TargetSettings):
     ] = "runs"
     partition: Annotated[
         str | None,
-        Field(description="Slurm partition (default: the cluster's)."),
+        Field(description="Slurm partition (default: the default one)."),
         _matching(SLURM_NAME, "letters, digits, _ . - (at most 64)"),
     ] = None
     account: Annotated[
@@ -110,17 +110,17 @@ class SlurmSettings(TargetSettings):
     ] = None
     venv: Annotated[
         str | None,
-        Field(max_length=4096, description="Slurm: Python env on the nodes (<venv>/bin/python)."),
+        Field(max_length=4096, description="Slurm: venv on the nodes, for its bin/python."),
         _matching(r"[^-\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*", "a path, not an option"),
     ] = None
     container_image: Annotated[
         str | None,
-        Field(max_length=512, description="Slurm: run in this image (pyxis/enroot)."),
+        Field(max_length=512, description="Slurm: container image (pyxis)."),
         _matching(r"[A-Za-z0-9][A-Za-z0-9._/:@+#-]*", "an image reference"),
     ] = None
     ssh_host: Annotated[
         str | None,
-        Field(description="Slurm: run Slurm's commands on this login node over ssh."),
+        Field(description="Slurm: login node to ssh to."),
         _matching(SSH_HOST, "[user@]host or an ssh_config alias"),
     ] = None
 
