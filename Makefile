@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 # Pinned: an unpinned torch pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := podman docker-registry
+APT_PACKAGES := podman docker-registry slurm-wlm munge
 
 .PHONY: setup setup-dev system-deps demo test bench lint clean
 
@@ -24,11 +24,11 @@ setup: $(VENV)/.trainer
 
 setup-dev: $(VENV)/.dev
 
-# The local test services that pytest starts (tests/services/): podman's Docker API and
-# Debian's docker-registry.
+# The local test services that pytest starts (tests/services/): podman's Docker API,
+# Debian's docker-registry, and a one-node Slurm (slurm-wlm + munge).
 system-deps:
-	@missing=""; for bin in podman docker-registry; do \
-	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/bin/$$bin ] || missing="$$missing $$bin"; done; \
+	@missing=""; for bin in podman docker-registry sbatch slurmctld slurmd munged; do \
+	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/bin/$$bin ] || [ -x /usr/sbin/$$bin ] || missing="$$missing $$bin"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  $(SUDO) apt-get update -qq && \
@@ -51,6 +51,7 @@ bench: setup-dev
 	$(PY) benchmarks/ecr_push.py
 	$(PY) benchmarks/codebuild_setup.py
 	$(PY) benchmarks/pod_doctor.py
+	$(PY) benchmarks/slurm_overhead.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

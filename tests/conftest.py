@@ -16,6 +16,7 @@ import pytest
 
 from tests.services import kube, moto, podman
 from tests.services import registry as registry_service
+from tests.services import slurm as slurm_service
 from tests.services._common import MissingBinary
 
 
@@ -75,4 +76,12 @@ def docker_api(registry: registry_service.RegistryService) -> Iterator[podman.Po
 def kube_api() -> Iterator[kube.KubeService]:
     """kmock Kubernetes API; KUBECONFIG (context "kmock") in the env."""
     with kube.kube_server() as cluster, _environment(cluster.env):
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[slurm_service.SlurmCluster]:
+    """A one-node Slurm (munged, slurmctld, slurmd; private paths); SLURM_CONF in the env."""
+    _require(slurm_service.check)
+    with slurm_service.slurm_cluster() as cluster, _environment(cluster.env):
         yield cluster

@@ -54,6 +54,9 @@ class ErrorCode(str, Enum):
     THROTTLED = ("throttled", EXIT_FAILED)
     ENDPOINT_UNREACHABLE = ("endpoint_unreachable", EXIT_FAILED)
     DOCKER_UNAVAILABLE = ("docker_unavailable", EXIT_FAILED)
+    # Slurm's clients missing or its controller unreachable; a refusal names the reason.
+    SLURM_UNAVAILABLE = ("slurm_unavailable", EXIT_FAILED)
+    SLURM_REJECTED = ("slurm_rejected", EXIT_BAD_INPUT)
     PERMISSION_DENIED = ("permission_denied", EXIT_FAILED)
     NO_SPACE_LEFT = ("no_space_left", EXIT_FAILED)
     TRAINER_NOT_INSTALLED = ("trainer_not_installed", EXIT_FAILED)

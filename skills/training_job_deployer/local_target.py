@@ -137,21 +137,25 @@ def _not_a_uri(value: str) -> str:
     return value
 
 
+# One input for every target that keeps jobs in run directories.
+RunsDir = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=4096,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="The directory holding one run directory per job.",
+    ),
+    LocalPath(),
+    AfterValidator(_not_a_uri),
+]
+
+
 class LocalSettings(TargetSettings):
     """launches torchrun on this host"""
 
     target: Literal["local"] = "local"
-    runs_dir: Annotated[
-        str,
-        Field(
-            min_length=1,
-            max_length=4096,
-            pattern=r"^[^\x00-\x1f\x7f]+$",
-            description="Local target: the directory holding one run directory per job.",
-        ),
-        LocalPath(),
-        AfterValidator(_not_a_uri),
-    ] = "runs"
+    runs_dir: RunsDir = "runs"
 
 
 class LocalPlan(Plan):

@@ -39,6 +39,7 @@ class JobState(ToolResult):
     log_path: str | None = None
     exit_code: int | None = None
     elapsed_s: float | None = None
+    restarts: int | None = Field(default=None, description="Times the scheduler restarted the job.")
     error: dict[str, Any] | None = Field(
         default=None, description="The trainer's error line, when it reported one."
     )

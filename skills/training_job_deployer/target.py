@@ -31,6 +31,10 @@ class Plan(BaseModel):
         """Rows a person reads for a dry run."""
         raise NotImplementedError
 
+    def plain_text(self) -> str | None:
+        """What a dry run prints as it is instead of the rows (a batch script), if any."""
+        return None
+
 
 class Target(Protocol):
     name: ClassVar[str]

@@ -10,11 +10,13 @@ from pydantic import Field
 from skills.shared.tooling import Flatten
 from skills.training_job_deployer.local_target import LocalTarget
 from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.slurm_target import SlurmTarget
 from skills.training_job_deployer.target import Target
 from skills.training_job_deployer.target import TargetSettings as _Settings
 
 TARGETS: dict[str, type[Target]] = {
     LocalTarget.name: LocalTarget,
+    SlurmTarget.name: SlurmTarget,
 }
 
 
@@ -51,3 +53,6 @@ class DeployResult(JobState):
                 *self.plan.to_display(),
             ]
         return super().summary_rows()
+
+    def plain_text(self) -> str | None:
+        return self.plan.plain_text() if self.status == "planned" else None

@@ -1,0 +1,94 @@
+"""The scheduler's overhead: time from the CLI call (`deploy_training_job.py --target X`)
+to the first training step in the job's log, on a one-node Slurm (the test stack's:
+munge + slurmctld + slurmd, private paths) against the local target, in the same run
+on the same machine, alternating. Same job both ways: 2 CPU processes (gloo), 4 steps.
+Prints each target's median and the ratio; Slurm adds sbatch, the scheduler's pick,
+slurmd's launch of the batch script and srun's of the step."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from skills.training_job_deployer.trainer_log import parse_events  # noqa: E402
+from tests.services.slurm import slurm_cluster  # noqa: E402
+
+ROUNDS = 3
+STEPS = 4
+
+
+def first_step(target: str, runs: Path, job: str) -> tuple[float, float]:
+    """(seconds from the CLI call to the first step line, seconds to the CLI's exit)."""
+    start = time.perf_counter()
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "commands" / "deploy_training_job.py"),
+            "--target",
+            target,
+            "--job_name",
+            job,
+            "--runs_dir",
+            str(runs),
+            "--max_steps",
+            str(STEPS),
+            "--json",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    stepped = None
+    while stepped is None:
+        for log in (runs / job / "logs").glob("*.log"):
+            text = log.read_text(errors="replace")
+            if any(e["event"] == "step" for e in parse_events(text)):
+                stepped = time.perf_counter() - start
+        if stepped is None:
+            if cli.poll() is not None:
+                raise RuntimeError(f"{target}: the CLI exited {cli.returncode} before a step")
+            time.sleep(0.02)
+    if cli.wait(timeout=300) != 0:
+        raise RuntimeError(f"{target}: the CLI exited {cli.returncode}")
+    return stepped, time.perf_counter() - start
+
+
+def main() -> None:
+    runs = Path(tempfile.mkdtemp(prefix="slurm-bench-"))
+    times: dict[str, list[tuple[float, float]]] = {"local": [], "slurm": []}
+    try:
+        with slurm_cluster() as cluster:
+            os.environ.update(cluster.env)
+            for i in range(ROUNDS):
+                for target in times:
+                    times[target].append(first_step(target, runs, f"{target}-{i}"))
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
+    medians = {}
+    for target, runs_ in times.items():
+        step = statistics.median(t for t, _ in runs_)
+        total = statistics.median(t for _, t in runs_)
+        medians[target] = step
+        each = ", ".join(f"{t:.1f}" for t, _ in runs_)
+        print(
+            f"{target:5}: CLI call -> first step {step:5.1f} s (median of {each}); "
+            f"to exit {total:5.1f} s"
+        )
+    extra = medians["slurm"] - medians["local"]
+    print(
+        f"slurm / local: {medians['slurm'] / medians['local']:.2f}x "
+        f"({extra:+.1f} s for sbatch, scheduling and srun)"
+    )
+
+
+if __name__ == "__main__":
+    main()

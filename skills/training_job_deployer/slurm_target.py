@@ -1,0 +1,745 @@
+"""The Slurm target: one batch job (sbatch) that runs `srun torchrun` on every node.
+plan -> submit -> describe -> logs -> cancel, over Slurm's own clients.
+
+plan reads the partition (sinfo) and renders the batch script (slurm_script.py);
+submit pipes exactly that script to `sbatch --parsable`; describe reads
+`scontrol show job` (`sacct` once the controller has forgotten the job, where
+accounting exists) and the trainer's JSON lines in the job's output file; cancel is
+`scancel` (SIGTERM: the trainer checkpoints). With `ssh_host`, every one of these
+commands runs on that login node (argv quoted for its shell, the script over stdin).
+
+Each job has `<runs_dir>/<job_name>/` on the cluster (logs/slurm-<id>.log, default
+checkpoints) and, on this host, the same directory holding `slurm.json`: the Slurm job
+id and how it ended, so any process finds the job. With no ssh_host both are one
+directory, which the nodes must see (a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from skills.shared import processes
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import path_fields
+from skills.shared.progress import Progress
+from skills.shared.record_store import RecordCorrupt, RecordFile
+from skills.shared.secrets import redact
+from skills.training_job_deployer.checkpoint_owner import check_owner, claim
+from skills.training_job_deployer.job_record import LOCK_TIMEOUT_S, RECORD, corrupt_record
+from skills.training_job_deployer.job_spec import JobName, JobSpec, trainer_argv
+from skills.training_job_deployer.local_target import RunsDir, local_path
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.slurm_script import (
+    SBATCH_PATH,
+    PartitionInfo,
+    layout,
+    render,
+)
+from skills.training_job_deployer.target import Plan, TargetSettings
+from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
+
+SLURM_RECORD = "slurm.json"
+CHECKPOINTS = "checkpoints"
+POLL_S = 1.0
+LOG_TAIL_LINES = 40
+COMMAND_TIMEOUT_S = 60
+# Slurm's job states that are final; every other (PENDING, RUNNING, REQUEUED, ...) is not.
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+SLURM_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+SLURM_TIME = r"^(\d{1,7}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$"
+# An ssh destination ([user@]host or an ssh_config alias); never an option.
+SSH_HOST = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,253}$"
+
+
+def _matching(pattern: str, rule: str) -> AfterValidator:
+    """A pattern checked by validation but kept out of the tools' schemas (every job
+    tool carries these fields); the error says the rule in words."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(pattern, value):
+            raise ValueError(rule)
+        return value
+
+    return AfterValidator(check)
+
+
+class SlurmSettings(TargetSettings):
+    """sbatch on a Slurm cluster (srun torchrun per node)"""
+
+    target: Literal["slurm"]
+    runs_dir: Annotated[
+        RunsDir,
+        _matching(r"(~/)?" + SBATCH_PATH.strip("^"), "on Slurm: letters, digits, _ . / + = @ -"),
+    ] = "runs"
+    partition: Annotated[
+        str | None,
+        Field(description="Slurm partition (default: the default one)."),
+        _matching(SLURM_NAME, "letters, digits, _ . - (at most 64)"),
+    ] = None
+    account: Annotated[
+        str | None,
+        Field(description="Slurm account to charge."),
+        _matching(SLURM_NAME, "letters, digits, _ . - (at most 64)"),
+    ] = None
+    time_limit: Annotated[
+        str | None,
+        Field(description="Slurm time limit, e.g. 24:00:00 or 2-00:00:00."),
+        _matching(SLURM_TIME, "Slurm's time format: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S"),
+    ] = None
+    venv: Annotated[
+        str | None,
+        Field(max_length=4096, description="Slurm: venv on the nodes, for its bin/python."),
+        _matching(r"[^-\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*", "a path, not an option"),
+    ] = None
+    container_image: Annotated[
+        str | None,
+        Field(max_length=512, description="Slurm: container image (pyxis)."),
+        _matching(r"[A-Za-z0-9][A-Za-z0-9._/:@+#-]*", "an image reference"),
+    ] = None
+    ssh_host: Annotated[
+        str | None,
+        Field(description="Slurm: login node to ssh to."),
+        _matching(SSH_HOST, "[user@]host or an ssh_config alias"),
+    ] = None
+
+
+class SlurmPlan(Plan):
+    """Exactly what submit does: pipe `script` to `sbatch --parsable` (on ssh_host)."""
+
+    target: Literal["slurm"] = "slurm"
+    script: str = Field(description="The batch script, exactly as sbatch gets it.")
+    sbatch: list[str] = Field(description="The submit command (argv, the script on stdin).")
+    partition: str
+    nodes: int
+    nproc_per_node: int
+    gpus_per_node: int | None = Field(description="None: CPU processes (no GPU on the nodes).")
+    efa: bool
+    run_dir: str = Field(description="The job's directory on the cluster.")
+    log_path: str = Field(description="The job's output file (%j: the Slurm job id).")
+    checkpoint_dir: str
+    adopt_checkpoint_dir: bool = False
+
+    def to_display(self) -> list[tuple[str, Any]]:
+        return [
+            ("submit", shlex.join(self.sbatch) + " < script"),
+            ("run dir", self.run_dir),
+            ("script", "\n" + self.script),
+        ]
+
+    def plain_text(self) -> str:
+        """The CLI's --dry_run prints the script exactly, ready for sbatch."""
+        return self.script
+
+
+class SlurmEnd(BaseModel):
+    """The scheduler's last word on a job, kept once it is final."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: str = Field(pattern=r"^[A-Z_]{1,32}$")
+    exit_code: int | None = None
+    restarts: int = Field(default=0, ge=0)
+    reason: str | None = Field(default=None, max_length=200)
+
+
+class SlurmRecord(BaseModel):
+    """The job this host submitted: facts only (every path is derived from the run dir)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_name: JobName
+    slurm_job_id: int = Field(ge=1, lt=2**32)
+    ssh_host: str | None = Field(default=None, pattern=SSH_HOST)
+    submitted_at: float
+    cancel_requested_at: float | None = None
+    end: SlurmEnd | None = None
+
+
+class Scheduler:
+    """Slurm's client commands, run here or, with `ssh_host`, on that host over ssh."""
+
+    def __init__(self, ssh_host: str | None) -> None:
+        self.ssh_host = ssh_host
+
+    def argv(self, argv: list[str]) -> list[str]:
+        if self.ssh_host is None:
+            return argv
+        # ssh hands the remote shell one string: each argument quoted for it.
+        return ["ssh", "-o", "BatchMode=yes", "--", self.ssh_host, shlex.join(argv)]
+
+    def run(
+        self, argv: list[str], stdin: bytes | None = None, timeout: float = COMMAND_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[bytes]:
+        full = self.argv(argv)
+        if shutil.which(full[0]) is None:
+            where = "" if self.ssh_host is None else f" (needed to reach {self.ssh_host})"
+            raise ToolFailure(
+                ErrorCode.SLURM_UNAVAILABLE,
+                f"{full[0]} is not on PATH{where}.",
+                "Run this on a Slurm login node (Slurm's clients installed), or set ssh_host "
+                "to one."
+                if self.ssh_host is None
+                else "Install an OpenSSH client.",
+                {"command": full[0]},
+            )
+        try:
+            done = subprocess.run(
+                full, input=stdin, capture_output=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise ToolFailure(
+                ErrorCode.SLURM_UNAVAILABLE,
+                f"{argv[0]} did not answer within {timeout:.0f} s.",
+                "Check that slurmctld is up (sinfo) and reachable from here.",
+                {"command": argv[0]},
+            ) from None
+        if self.ssh_host is not None and done.returncode == 255:
+            raise ToolFailure(
+                ErrorCode.ENDPOINT_UNREACHABLE,
+                f"ssh to {self.ssh_host} failed: {_text(done.stderr)}",
+                "Check that `ssh <ssh_host>` works without a password prompt (keys, ssh_config).",
+                {"ssh_host": self.ssh_host},
+            )
+        return done
+
+    def check(self, argv: list[str], stdin: bytes | None = None) -> str:
+        """stdout of a command that must succeed; a failure carries Slurm's message."""
+        done = self.run(argv, stdin)
+        if done.returncode != 0:
+            raise _slurm_failure(argv, done)
+        return done.stdout.decode(errors="replace")
+
+
+def _text(data: bytes) -> str:
+    return " ".join(data.decode(errors="replace").split())[:500]
+
+
+def _slurm_failure(argv: list[str], done: subprocess.CompletedProcess[bytes]) -> ToolFailure:
+    said = _text(done.stderr) or _text(done.stdout) or f"exit status {done.returncode}"
+    if "Unable to contact slurm controller" in said or "Could not establish" in said:
+        return ToolFailure(
+            ErrorCode.SLURM_UNAVAILABLE,
+            f"{argv[0]}: {said}",
+            "Check that slurmctld runs and SLURM_CONF (or the login node's setup) points "
+            "at it: `sinfo` should list partitions.",
+            {"command": argv[0]},
+        )
+    return ToolFailure(
+        ErrorCode.SLURM_REJECTED,
+        f"{argv[0]} refused: {said}",
+        "Fix what Slurm names (partition, account, time limit, GPUs) and call again; "
+        "`sinfo` lists partitions and their limits.",
+        {"command": argv[0]},
+    )
+
+
+def _fields(line: str) -> dict[str, str]:
+    """`Key=Value` pairs of one `scontrol -o` line (values with spaces are cut)."""
+    return dict(re.findall(r"(?:^|\s)([A-Za-z]+)=(\S*)", line))
+
+
+def _exit_code(value: str | None) -> int | None:
+    """Slurm's `exit:signal` as one number (128 + signal when a signal ended it)."""
+    if not value or ":" not in value:
+        return None
+    code, sig = value.split(":", 1)
+    try:
+        return 128 + int(sig) if int(sig) else int(code)
+    except ValueError:
+        return None
+
+
+class SlurmRunDir:
+    """`<runs_dir>/<job_name>/`: on this host the record, on the cluster the job's files."""
+
+    def __init__(self, record_dir: Path, cluster_dir: str) -> None:
+        self.path = record_dir
+        self.cluster_dir = cluster_dir
+        self.record_file = RecordFile(
+            record_dir / SLURM_RECORD, SlurmRecord, lock_timeout_s=LOCK_TIMEOUT_S
+        )
+
+    @property
+    def job_name(self) -> str:
+        return self.path.name
+
+    def log(self, job_id: int | str) -> str:
+        return f"{self.cluster_dir}/logs/slurm-{job_id}.log"  # the template's --output
+
+    def read(self) -> SlurmRecord | None:
+        try:
+            return self.record_file.read()
+        except RecordCorrupt as exc:
+            raise corrupt_record(exc) from None
+
+    def require(self) -> SlurmRecord:
+        record = self.read()
+        if record is None:
+            raise ToolFailure(
+                ErrorCode.JOB_NOT_FOUND,
+                f"No Slurm job named {self.job_name!r} under {self.path.parent}.",
+                "Check the job name and runs_dir, or start it with deploy_training_job.",
+            )
+        return record
+
+
+class SlurmTarget:
+    name: ClassVar[str] = "slurm"
+    settings_model: ClassVar[type[TargetSettings]] = SlurmSettings
+    plan_model: ClassVar[type[Plan]] = SlurmPlan
+
+    def __init__(self, settings: SlurmSettings) -> None:
+        self.settings = settings
+        self.scheduler = Scheduler(settings.ssh_host)
+        runs = settings.runs_dir
+        self.runs_dir = Path(runs).expanduser().resolve()
+        # On the cluster: the same path, or with ssh, relative to the login home.
+        self.cluster_runs = str(self.runs_dir) if settings.ssh_host is None else runs
+        if settings.ssh_host is not None:
+            self.cluster_runs = runs.removeprefix("~/")
+
+    def _run(self, job_name: str) -> SlurmRunDir:
+        return SlurmRunDir(self.runs_dir / job_name, f"{self.cluster_runs}/{job_name}")
+
+    # plan ------------------------------------------------------------------
+
+    def partition(self) -> PartitionInfo:
+        """The settings' partition (else the default one), as its nodes are now."""
+        out = self.scheduler.check(["sinfo", "--noheader", "--format=%P|%c|%G|%f|%D"])
+        rows: dict[str, list[tuple[str, str, str, str]]] = {}
+        default = None
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 5:
+                continue
+            name = parts[0].rstrip("*")
+            if parts[0].endswith("*"):
+                default = name
+            rows.setdefault(name, []).append((parts[1], parts[2], parts[3], parts[4]))
+        wanted = self.settings.partition or default
+        if wanted is None or wanted not in rows:
+            known = ", ".join(sorted(rows)) or "none"
+            said = (
+                "no default partition"
+                if wanted is None
+                else _text(self.scheduler.run(["scontrol", "show", "partition", wanted]).stdout)
+                or f"partition {wanted} not found"
+            )
+            raise ToolFailure(
+                ErrorCode.NOT_FOUND,
+                f"Slurm: {said}.",
+                f"Pick one of the cluster's partitions: {known}.",
+                {"partitions": sorted(rows)},
+            )
+        return PartitionInfo.from_sinfo(wanted, rows[wanted])
+
+    def plan(self, spec: JobSpec) -> SlurmPlan:
+        run = self._run(spec.job_name)
+        if (run.path / RECORD).exists():
+            raise ToolFailure(
+                ErrorCode.CONFLICT,
+                f"{run.path} belongs to a local job of the same name.",
+                "Use another job_name or runs_dir for the Slurm job.",
+                {"run_dir": str(run.path)},
+            )
+        return self.plan_for(spec, self.partition())
+
+    def plan_for(self, spec: JobSpec, info: PartitionInfo) -> SlurmPlan:
+        """The plan for a partition whose nodes are as `info` says (no scheduler asked)."""
+        settings = self.settings
+        run = self._run(spec.job_name)
+        shape = layout(spec.num_nodes, spec.gpu_per_node, info)
+        remote = settings.ssh_host is not None
+        if not remote:  # paths on this host (and so on the nodes) are made absolute
+            spec = spec.model_copy(
+                update={
+                    name: local_path(getattr(spec, name), maybe_name=marker.hub_name)
+                    for name, marker in path_fields(type(spec)).items()
+                }
+            )
+        checkpoint_dir = spec.checkpoint_dir or f"{run.cluster_dir}/{CHECKPOINTS}"
+        if not remote and not checkpoint_dir.startswith("s3://"):
+            check_owner(Path(checkpoint_dir), run.path, spec.adopt_checkpoint_dir)
+        spec = spec.model_copy(update={"checkpoint_dir": checkpoint_dir})
+        if settings.container_image:
+            mounts = [run.cluster_dir]
+            if not checkpoint_dir.startswith("s3://"):
+                mounts.append(checkpoint_dir)
+            if any("," in m or ":" in m for m in mounts):
+                raise ToolFailure(
+                    ErrorCode.INVALID_INPUT,
+                    "With container_image, runs_dir and checkpoint_dir may not hold ',' or ':' "
+                    "(pyxis's --container-mounts syntax).",
+                    "Pick paths without them.",
+                )
+            container = [
+                f"--container-image={settings.container_image}",
+                f"--container-mounts={','.join(dict.fromkeys(mounts))}",
+            ]
+            python = "python"
+        else:
+            container = []
+            # Without ssh the nodes share this host's files: its Python serves them too.
+            default = "python3" if remote else sys.executable
+            python = f"{settings.venv}/bin/python" if settings.venv else default
+        script = render(
+            job_name=spec.job_name,
+            layout=shape,
+            trainer_args=[*trainer_argv(spec), "--output_dir", run.cluster_dir],
+            log_dir=f"{run.cluster_dir}/logs",
+            python=python,
+            max_restarts=spec.max_restarts,
+            partition=settings.partition,
+            account=settings.account,
+            time_limit=settings.time_limit,
+            efa=info.efa,
+            container_args=container,
+            # Here, the nodes see this checkout: they run these tools' trainer, as the
+            # local target does (a path a node lacks is skipped by Python).
+            code_dir=None if remote or settings.container_image else processes.PROJECT_ROOT,
+        )
+        return SlurmPlan(
+            script=script,
+            sbatch=self.scheduler.argv(["sbatch", "--parsable"]),
+            partition=info.name,
+            nodes=shape.nodes,
+            nproc_per_node=shape.nproc_per_node,
+            gpus_per_node=shape.gpus_per_node,
+            efa=info.efa and shape.gpus_per_node is not None,
+            run_dir=run.cluster_dir,
+            log_path=run.log("%j"),
+            checkpoint_dir=checkpoint_dir,
+            adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
+        )
+
+    # submit ----------------------------------------------------------------
+
+    def submit(  # type: ignore[override]
+        self, job_name: str, plan: SlurmPlan, *, replace_corrupt_record: bool = False
+    ) -> None:
+        run = self._run(job_name)
+        run.path.mkdir(parents=True, exist_ok=True)
+        with run.record_file.lock():
+            record = self._previous(run, replace_corrupt_record)
+            if record is not None:
+                self._check_host(record)
+                if self._active(record):
+                    raise ToolFailure(
+                        ErrorCode.JOB_RUNNING,
+                        f"Job {job_name!r} is already in Slurm (job {record.slurm_job_id}).",
+                        "Follow it with get_training_job, stop it with cancel_training_job, "
+                        "or deploy under another job_name.",
+                        {"slurm_job_id": record.slurm_job_id},
+                    )
+            # Slurm opens the output file but makes no directory.
+            if self.settings.ssh_host is None:
+                Path(run.cluster_dir, "logs").mkdir(parents=True, exist_ok=True)
+                if not plan.checkpoint_dir.startswith("s3://"):
+                    claim(Path(plan.checkpoint_dir), run.path, plan.adopt_checkpoint_dir)
+            else:
+                self.scheduler.check(["mkdir", "-p", "--", f"{run.cluster_dir}/logs"])
+            (run.path / "slurm-batch.sh").write_text(plan.script)
+            out = self.scheduler.check(["sbatch", "--parsable"], stdin=plan.script.encode())
+            job_id = out.strip().split(";")[0]
+            if not job_id.isdigit():
+                raise ToolFailure(
+                    ErrorCode.SLURM_REJECTED,
+                    f"sbatch answered {out.strip()[:200]!r}, not a job id.",
+                    "Look at the cluster's sbatch (a wrapper?) and call again.",
+                )
+            run.record_file.write(
+                SlurmRecord(
+                    job_name=job_name,
+                    slurm_job_id=int(job_id),
+                    ssh_host=self.settings.ssh_host,
+                    submitted_at=time.time(),
+                )
+            )
+
+    @staticmethod
+    def _previous(run: SlurmRunDir, replace_corrupt: bool) -> SlurmRecord | None:
+        try:
+            return run.record_file.read()
+        except RecordCorrupt as exc:
+            if not replace_corrupt:
+                raise corrupt_record(exc) from None
+            aside = exc.path.with_name(f"{exc.path.name}.corrupt-{int(time.time())}")
+            exc.path.replace(aside)
+            return None
+
+    def _check_host(self, record: SlurmRecord) -> None:
+        if record.ssh_host != self.settings.ssh_host:
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"Job {record.job_name!r} was submitted "
+                + (f"through ssh_host {record.ssh_host!r}" if record.ssh_host else "from here")
+                + ", not as this call says.",
+                "Call again with the ssh_host the job was deployed with.",
+                {"ssh_host": record.ssh_host},
+            )
+
+    # describe / follow -----------------------------------------------------
+
+    def _active(self, record: SlurmRecord) -> bool:
+        """Queued or running (a job the scheduler no longer knows has ended)."""
+        if record.end is not None:
+            return False
+        state = self._scheduler_state(record)
+        return state is not None and state.state not in FINAL_STATES
+
+    def _scheduler_state(self, record: SlurmRecord) -> SlurmEnd | None:
+        """The job's state now (None: the scheduler no longer knows it)."""
+        job = str(record.slurm_job_id)
+        done = self.scheduler.run(["scontrol", "show", "job", "-o", job])
+        if done.returncode == 0:
+            fields = _fields(done.stdout.decode(errors="replace").strip())
+            state = fields.get("JobState", "")
+            if re.fullmatch(r"[A-Z_]{1,32}", state):
+                reason = fields.get("Reason")
+                return SlurmEnd(
+                    state=state,
+                    exit_code=_exit_code(fields.get("ExitCode")),
+                    restarts=int(fields.get("Restarts", "0") or 0),
+                    reason=None if reason in (None, "None", "(null)") else reason[:200],
+                )
+        elif b"Invalid job id" not in done.stderr:
+            raise _slurm_failure(["scontrol"], done)
+        # Gone from the controller (MinJobAge): accounting, where the cluster has it.
+        acct = self.scheduler.run(
+            ["sacct", "--noheader", "--parsable2", "-X", "-j", job, "--format=State,ExitCode"]
+        )
+        line = acct.stdout.decode(errors="replace").strip().splitlines()
+        if acct.returncode == 0 and line and "|" in line[0]:
+            state, code = line[0].split("|", 1)
+            state = state.split()[0] if state else ""
+            if re.fullmatch(r"[A-Z_]{1,32}", state):
+                return SlurmEnd(state=state, exit_code=_exit_code(code))
+        return None
+
+    def describe(self, job_name: str) -> JobState:
+        return self.follow(job_name, wait_seconds=0)
+
+    def follow(
+        self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
+    ) -> JobState:
+        """Poll the scheduler and read the job's output file as it grows, until the job
+        ends or `wait_seconds` pass (None: until it ends). Progress gets one report per
+        logged step, across requeues."""
+        run = self._run(job_name)
+        record = run.require()
+        self._check_host(record)
+        deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+        metrics = RunMetrics()
+        pending = b""
+        offset = 0
+        log = run.log(record.slurm_job_id)
+        while True:
+            record = run.require()
+            state = record.end or self._scheduler_state(record)
+            done = state is None or state.state in FINAL_STATES
+            if done and record.end is None and state is not None:
+                record = self._keep_end(run, state)
+            chunk = self._read_from(log, offset)
+            offset += len(chunk)
+            pending += chunk
+            complete, _, pending = pending.rpartition(b"\n")
+            if done and pending:
+                complete, pending = complete + b"\n" + pending, b""
+            for event in parse_events(complete.decode("utf-8", errors="replace")):
+                metrics.add(event)
+                if progress is not None and event["event"] in ("start", "step"):
+                    progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
+            if done or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(POLL_S)
+        return self._state(run, record, state, metrics)
+
+    @staticmethod
+    def _keep_end(run: SlurmRunDir, end: SlurmEnd) -> SlurmRecord:
+        """Write the final state into the record: the controller forgets ended jobs."""
+        kept = run.record_file.update(
+            lambda r: None if r is None or r.end is not None else r.model_copy(update={"end": end})
+        )
+        assert kept is not None
+        return kept
+
+    def _state(
+        self, run: SlurmRunDir, record: SlurmRecord, slurm: SlurmEnd | None, metrics: RunMetrics
+    ) -> JobState:
+        job_name = run.job_name
+        log = run.log(record.slurm_job_id)
+        exit_code = None if slurm is None else slurm.exit_code
+        said = (
+            ""
+            if slurm is None
+            else f"Slurm {slurm.state}" + (f" ({slurm.reason})" if slurm.reason else "")
+        )
+        message: str | None = None
+        if slurm is None:
+            status = "unknown"
+            message = (
+                f"Slurm no longer knows job {record.slurm_job_id} and has no accounting; "
+                "see the log"
+            )
+        elif slurm.state not in FINAL_STATES:
+            status = "running"
+            if slurm.state != "RUNNING":
+                message = f"{said}; restarts: {slurm.restarts}"
+        elif record.cancel_requested_at is not None or slurm.state == "CANCELLED":
+            status, message = "cancelled", "cancelled"
+            if metrics.checkpoint_step is not None:
+                message += (
+                    f": checkpoint saved at step {metrics.checkpoint_step}; "
+                    "re-run the same job to resume"
+                )
+        elif slurm.state in ("TIMEOUT", "PREEMPTED") or (
+            metrics.preempted is not None or exit_code == EXIT_PREEMPTED
+        ):
+            status = "preempted"
+            message = f"{said}: " + (metrics.outcome(EXIT_PREEMPTED) or "")
+        else:
+            message = metrics.outcome(exit_code)
+            if slurm.state != "COMPLETED" and message is None:
+                message = f"failed: {said}, exit code {exit_code}"
+            status = "succeeded" if message is None else "failed"
+            if status == "failed" and slurm.state != "COMPLETED":
+                message = f"{said}: {message}"
+        elapsed = (metrics.summary or {}).get("elapsed_s")
+        if elapsed is None and metrics.last_event:
+            elapsed = metrics.last_event.get("elapsed_s")
+        state = JobState(
+            job_name=job_name,
+            target=self.name,
+            status=status,
+            steps=metrics.steps,
+            max_steps=metrics.max_steps,
+            first_loss=metrics.first_loss,
+            last_loss=metrics.last_loss,
+            tokens_per_s=metrics.tokens_per_s,
+            world_size=metrics.world_size,
+            last_eval_loss=metrics.last_eval_loss,
+            resumed_from=metrics.resumed_from,
+            checkpoint_step=metrics.checkpoint_step,
+            checkpoint_path=metrics.checkpoint_path,
+            run_dir=run.cluster_dir,
+            log_path=self._where(log),
+            exit_code=exit_code,
+            elapsed_s=elapsed,
+            restarts=None if slurm is None else slurm.restarts,
+            error=None
+            if metrics.error is None
+            else {k: redact(v) if isinstance(v, str) else v for k, v in metrics.error.items()},
+            message=None if message is None else redact(message),
+        )
+        if status == "failed":
+            state.log_tail = self._tail(log, LOG_TAIL_LINES)
+        elif status in ("preempted", "cancelled") and metrics.checkpoint_step is not None:
+            state.next_step = (
+                f"deploy_training_job(job_name={job_name!r}, target='slurm', ...) with the same "
+                f"parameters resumes from step {metrics.checkpoint_step}."
+            )
+        elif status == "running":
+            state.next_step = (
+                f"get_training_job(job_name={job_name!r}, target='slurm', wait_seconds=...) to "
+                f"follow it; cancel_training_job(job_name={job_name!r}, ...) to stop it."
+            )
+        return state
+
+    # logs / cancel / list --------------------------------------------------
+
+    def _where(self, path: str) -> str:
+        return path if self.settings.ssh_host is None else f"{self.settings.ssh_host}:{path}"
+
+    def log_path(self, job_name: str) -> str:
+        run = self._run(job_name)
+        return self._where(run.log(run.require().slurm_job_id))
+
+    def logs(self, job_name: str, tail_lines: int | None = None) -> str:
+        run = self._run(job_name)
+        record = run.require()
+        self._check_host(record)
+        return self._tail(run.log(record.slurm_job_id), tail_lines)
+
+    def _tail(self, log: str, tail_lines: int | None) -> str:
+        lines = self._read_from(log, 0).decode(errors="replace").splitlines()
+        if tail_lines is not None:
+            lines = lines[-tail_lines:]
+        return redact("\n".join(lines))
+
+    def _read_from(self, path: str, offset: int) -> bytes:
+        if self.settings.ssh_host is None:
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    return handle.read()
+            except FileNotFoundError:
+                return b""
+        done = self.scheduler.run(["tail", "-c", f"+{offset + 1}", "--", path])
+        return done.stdout if done.returncode == 0 else b""
+
+    def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
+        """scancel: Slurm sends SIGTERM to the steps and the batch script (the trainer
+        checkpoints), SIGKILL after the cluster's KillWait. Returns once the job ended
+        (or `grace_s` + 30 s passed). A job that ended already is left as it is."""
+        run = self._run(job_name)
+        record = run.require()
+        self._check_host(record)
+        if record.end is not None:
+            return self.describe(job_name)
+        run.record_file.update(
+            lambda r: (
+                None
+                if r is None or r.end is not None or r.cancel_requested_at is not None
+                else r.model_copy(update={"cancel_requested_at": time.time()})
+            )
+        )
+        self.scheduler.check(["scancel", str(record.slurm_job_id)])
+        deadline = time.monotonic() + grace_s + 30
+        while time.monotonic() < deadline and self._active(record):
+            time.sleep(POLL_S)
+        return self.describe(job_name)
+
+    def list_jobs(self) -> list[JobState]:
+        if not self.runs_dir.is_dir():
+            return []
+        records = sorted(
+            self.runs_dir.glob(f"*/{SLURM_RECORD}"), key=lambda p: p.stat().st_mtime, reverse=True
+        )
+        states = []
+        for path in records:
+            try:
+                states.append(self.describe(path.parent.name))
+            except ToolFailure as failure:
+                states.append(
+                    JobState(
+                        job_name=path.parent.name,
+                        target=self.name,
+                        status="unknown",
+                        run_dir=str(path.parent),
+                        message=f"{failure.code}: {failure.message}",
+                        next_step=failure.hint,
+                    )
+                )
+        return states

@@ -1,0 +1,193 @@
+"""The Slurm target on a real one-node Slurm (munge + slurmctld + slurmd): real sbatch,
+srun and a real 2-process torchrun (gloo on CPU) per job. Through the CLI to
+succeeded; get, logs and list; `scontrol requeue` mid-run (the trainer checkpoints on
+SIGTERM, the job runs again and resumes); cancel; and the scheduler's refusals as
+typed errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from commands.cancel_training_job import cancel_training_job
+from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
+from commands.get_training_job_logs import get_training_job_logs
+from commands.list_training_jobs import list_training_jobs
+from skills.shared.errors import ToolFailure
+from skills.shared.progress import CollectingProgress
+from skills.training_job_deployer.trainer_log import parse_events
+from tests.services.slurm import SHORT_PARTITION
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "hf_" + "Zx9" * 12
+# Quoted into the script's shell body, and a real directory the trainer writes to.
+HOSTILE_DIR = "ck $(touch PWNED) `touch PWNED2`;touch PWNED3"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("slurm-runs")
+
+
+def _slurm(runs: Path) -> dict[str, str]:
+    return {"target": "slurm", "runs_dir": str(runs)}
+
+
+def _wait_for_step(log: Path, timeout: float = 120.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = parse_events(log.read_text()) if log.exists() else []
+        if any(e["event"] == "step" for e in events):
+            return events
+        time.sleep(0.2)
+    raise AssertionError(f"no step in {log} after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def cli_run(slurm_cluster, runs, tmp_path_factory) -> tuple[dict, Path, Path]:
+    work = tmp_path_factory.mktemp("work")  # sbatch's directory: the job's cwd
+    checkpoints = work / HOSTILE_DIR
+    done = _deploy_cli(runs, checkpoints, "--json", cwd=work)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout), work, checkpoints
+
+
+def _deploy_cli(runs: Path, checkpoints: Path, *extra: str, cwd: Path):
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "commands" / "deploy_training_job.py"),
+            "--target",
+            "slurm",
+            "--job_name",
+            "e2e",
+            "--runs_dir",
+            str(runs),
+            "--max_steps",
+            "20",
+            "--checkpoint_dir",
+            str(checkpoints),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "HF_TOKEN": SECRET},
+    )
+
+
+def test_deploy_through_the_cli_trains_two_processes_to_succeeded(cli_run, runs):
+    result, work, checkpoints = cli_run
+    assert result["status"] == "succeeded", result
+    assert result["target"] == "slurm" and result["world_size"] == 2
+    assert result["steps"] == result["max_steps"] == 20
+    assert result["last_loss"] < result["first_loss"] - 0.5
+    assert result["restarts"] == 0 and result["exit_code"] == 0
+    assert result["plan"]["gpus_per_node"] is None and result["plan"]["nproc_per_node"] == 2
+    # The hostile path was one argument: checkpoints are in it, and nothing ran.
+    assert Path(result["checkpoint_path"]).parent == checkpoints
+    assert not list(work.glob("**/PWNED*")) and not list(runs.glob("**/PWNED*"))
+    # The secret reached neither the script nor the result nor the log.
+    script = (runs / "e2e" / "slurm-batch.sh").read_text()
+    assert script == result["plan"]["script"]
+    for text in (script, json.dumps(result), Path(result["log_path"]).read_text()):
+        assert SECRET not in text
+
+
+def test_a_dry_run_prints_exactly_the_script_that_was_submitted(cli_run, runs):
+    result, work, checkpoints = cli_run
+    done = _deploy_cli(runs, checkpoints, "--dry_run", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == result["plan"]["script"] + "\n"
+
+
+def test_get_logs_and_list_read_the_job_back(cli_run, runs):
+    result, _, _ = cli_run
+    state = get_training_job(job_name="e2e", **_slurm(runs))
+    same = ("status", "steps", "first_loss", "last_loss", "restarts", "log_path", "world_size")
+    assert {k: getattr(state, k) for k in same} == {k: result[k] for k in same}
+    logs = get_training_job_logs(job_name="e2e", tail_lines=3, **_slurm(runs))
+    assert logs.text.splitlines() == Path(result["log_path"]).read_text().splitlines()[-3:]
+    assert logs.text.splitlines()[-1] == "slurm: trainer exited with 0"
+    listed = list_training_jobs(**_slurm(runs)).jobs
+    assert [(j.job_name, j.status) for j in listed if j.job_name == "e2e"] == [("e2e", "succeeded")]
+
+
+def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
+    started = deploy_training_job(
+        job_name="requeued", max_steps=60, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)
+    )
+    assert started.status == "running"
+    job_id = Path(started.log_path).stem.removeprefix("slurm-")
+    _wait_for_step(Path(started.log_path))
+    slurm_cluster.scontrol("requeue", job_id)
+    deadline = time.monotonic() + 60
+    while slurm_cluster.job(job_id)["JobState"] != "PENDING":  # it waits a BeginTime
+        assert time.monotonic() < deadline, slurm_cluster.job(job_id)
+        time.sleep(0.5)
+    assert get_training_job(job_name="requeued", **_slurm(runs)).restarts == 1
+    slurm_cluster.scontrol("update", f"JobId={job_id}", "StartTime=now")
+    progress = CollectingProgress()
+    final = get_training_job(
+        job_name="requeued", wait_seconds=None, progress=progress, **_slurm(runs)
+    )
+    assert final.status == "succeeded", final.log_tail
+    assert final.restarts == 1 and final.steps == 60
+    events = parse_events(Path(final.log_path).read_text())
+    (saved_on_sigterm, *_) = [e for e in events if e["event"] == "checkpoint_saved"]
+    assert any(e["event"] == "preempted" for e in events)
+    assert final.resumed_from == saved_on_sigterm["step"] > 0
+    assert [e for e in events if e["event"] == "start"][-1]["resumed_from"] == final.resumed_from
+    assert progress.events[-1].completed == 60
+
+
+def test_cancel_stops_a_running_job_which_checkpoints(slurm_cluster, runs):
+    started = deploy_training_job(
+        job_name="endless", max_steps=100_000, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)
+    )
+    _wait_for_step(Path(started.log_path))
+    with pytest.raises(ToolFailure) as again:
+        deploy_training_job(job_name="endless", wait_seconds=0, **_slurm(runs))
+    assert again.value.code == "job_running"
+    state = cancel_training_job(job_name="endless", confirm=True, **_slurm(runs))
+    assert state.status == "cancelled", state
+    assert state.checkpoint_step is not None and "resume" in state.message
+    job_id = Path(started.log_path).stem.removeprefix("slurm-")
+    assert slurm_cluster.job(job_id)["JobState"] == "CANCELLED"
+    assert get_training_job(job_name="endless", **_slurm(runs)).status == "cancelled"
+
+
+def _failure(**kwargs) -> ToolFailure:
+    with pytest.raises(ToolFailure) as failure:
+        deploy_training_job(job_name="refused", max_steps=2, **kwargs)
+    return failure.value
+
+
+def test_the_schedulers_refusals_are_typed_errors_with_its_message(slurm_cluster, runs):
+    unknown = _failure(partition="nope", **_slurm(runs))
+    assert unknown.code == "not_found"
+    assert "Partition nope not found" in unknown.message and "debug" in unknown.hint
+    refused = _failure(partition=SHORT_PARTITION, time_limit="10", **_slurm(runs))
+    assert refused.code == "slurm_rejected"
+    assert "sbatch refused" in refused.message and "time limit" in refused.message.lower()
+    assert refused.hint
+
+
+def test_no_slurm_clients_or_no_ssh_route_are_typed_errors(slurm_cluster, runs, monkeypatch):
+    unreachable = _failure(ssh_host="no-such-host.invalid", dry_run=True, **_slurm(runs))
+    assert unreachable.code == "endpoint_unreachable"
+    assert "no-such-host.invalid" in unreachable.message and "ssh" in unreachable.hint
+    monkeypatch.setenv("PATH", str(runs / "no-bin"))
+    missing = _failure(dry_run=True, **_slurm(runs))
+    assert missing.code == "slurm_unavailable" and "not on PATH" in missing.message
+    assert "ssh_host" in missing.hint

@@ -1,0 +1,206 @@
+"""The Slurm batch script without a cluster: the 4 x 8-GPU EFA script as text and with
+`bash -n`, the CPU script of the test node, and what the shell makes of the user's
+values when the script really runs (bash, with `srun` and `scontrol` stand-ins that
+record their argv). Settings are refused at the edge, before any scheduler is asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commands.deploy_training_job import deploy_training_job
+from skills.shared.errors import ToolFailure
+from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
+from skills.training_job_deployer.slurm_script import EFA_ENV, PartitionInfo, layout
+from skills.training_job_deployer.slurm_target import (
+    Scheduler,
+    SlurmSettings,
+    SlurmTarget,
+    _exit_code,
+    _fields,
+)
+
+GPU_PARTITION = PartitionInfo(name="gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True)
+CPU_PARTITION = PartitionInfo(name="debug", nodes=1, cpus_per_node=2)
+# A checkpoint path a shell would run if it were not quoted.
+HOSTILE = "/mnt/shared/ck $(touch PWNED) `touch PWNED2`;touch PWNED3 'q\" $HOME"
+
+
+def _plan(info: PartitionInfo, tmp_path: Path, **settings: str):
+    spec = JobSpec(
+        job_name="llama-ft",
+        num_nodes=4 if info.gpus_per_node else 1,
+        gpu_per_node=8 if info.gpus_per_node else 2,
+        model_type="llama_v3_8b",
+        checkpoint_dir=HOSTILE,
+        max_steps=1000,
+    )
+    target = SlurmTarget(SlurmSettings(target="slurm", runs_dir=str(tmp_path / "runs"), **settings))
+    return spec, target.plan_for(spec, info)
+
+
+def _bash_n(script: str) -> None:
+    done = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_four_nodes_of_eight_gpus_with_efa_in_a_container(tmp_path):
+    spec, plan = _plan(
+        GPU_PARTITION,
+        tmp_path,
+        partition="gpu",
+        account="ml-team",
+        time_limit="24:00:00",
+        container_image="nvcr.io#nvidia/pytorch:24.07-py3",
+    )
+    script = plan.script
+    _bash_n(script)
+    lines = script.splitlines()
+    sbatch = [line for line in lines if line.startswith("#SBATCH ")]
+    assert sbatch == [
+        "#SBATCH --job-name=llama-ft",
+        "#SBATCH --nodes=4",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --cpus-per-task=96",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=ml-team",
+        "#SBATCH --time=24:00:00",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:TERM@120",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --output={tmp_path}/runs/llama-ft/logs/slurm-%j.log",
+    ]
+    for name, value in EFA_ENV.items():
+        assert f"export {name}={shlex.quote(value)}" in lines
+    assert "export OMP_NUM_THREADS=12" in lines  # 96 CPUs over 8 processes
+    assert "--nproc_per_node=8" in script and '--nnodes="${SLURM_JOB_NUM_NODES}"' in script
+    assert 'scontrol show hostnames "${SLURM_JOB_NODELIST}"' in script
+    assert '--rdzv_backend=c10d --rdzv_endpoint="${head_node}:${rdzv_port}"' in script
+    # In the container: its python, the run dir and checkpoints mounted; no host path.
+    assert "--container-image=nvcr.io#nvidia/pytorch:24.07-py3" in script
+    assert f"{tmp_path}/runs/llama-ft" in next(ln for ln in lines if "--container-mounts" in ln)
+    assert "  python -m torch.distributed.run \\" in lines
+    assert "PYTHONPATH" not in script
+    assert (plan.nodes, plan.nproc_per_node, plan.gpus_per_node, plan.efa) == (4, 8, 8, True)
+    assert plan.sbatch == ["sbatch", "--parsable"]
+
+
+def test_cpu_nodes_get_cpu_processes_no_gpus_and_no_efa(tmp_path):
+    _, plan = _plan(PartitionInfo("debug", 1, 2, 0, efa=True), tmp_path, venv="/opt/venv x")
+    script = plan.script
+    _bash_n(script)
+    assert "--gpus-per-node" not in script and "FI_PROVIDER" not in script
+    assert "#SBATCH --partition" not in script  # the cluster's default partition
+    assert "--nproc_per_node=2" in script and "export OMP_NUM_THREADS=1" in script
+    assert "  '/opt/venv x/bin/python' -m torch.distributed.run \\" in script.splitlines()
+    assert plan.gpus_per_node is None and not plan.efa
+
+
+def test_the_shell_passes_every_value_through_and_runs_none(tmp_path, monkeypatch):
+    """Run the script with bash: srun and scontrol are stand-ins that record their argv;
+    the trainer must get exactly trainer_argv's list, and no PWNED file may appear."""
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "a1B2" * 9)
+    spec, plan = _plan(CPU_PARTITION, tmp_path)
+    assert "hf_" not in plan.script and "HF_TOKEN" not in plan.model_dump_json()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "srun-argv.json"
+    for name, body in (
+        ("srun", f"import json,sys; json.dump(sys.argv[1:], open({str(record)!r}, 'w'))"),
+        ("scontrol", "print('node-a'); print('node-b')"),
+    ):
+        path = bin_dir / name
+        path.write_text(f"#!{sys.executable}\n{body}\n")
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_JOB_NUM_NODES": "1",
+    }
+    done = subprocess.run(
+        ["bash", "-c", plan.script], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(record.read_text())
+    trainer = argv[argv.index("trainer") + 1 :]
+    assert spec.checkpoint_dir == HOSTILE
+    assert trainer == [*trainer_argv(spec), "--output_dir", plan.run_dir]
+    assert "--rdzv_endpoint=node-a:24242" in argv
+    assert not list(work.iterdir()) and not list(tmp_path.glob("**/PWNED*"))
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("time_limit", "24h"),
+        ("time_limit", "1:00:00\n#SBATCH --uid=0"),
+        ("partition", "gpu;touch x"),
+        ("account", "$(id)"),
+        ("ssh_host", "-oProxyCommand=touch x"),
+        ("container_image", "img;touch x"),
+        ("venv", "--help"),
+        ("runs_dir", "runs dir"),
+        ("runs_dir", "runs%j"),
+    ],
+)
+def test_settings_that_cannot_be_put_in_a_script_are_refused_at_the_edge(field, value):
+    with pytest.raises(ToolFailure) as failure:
+        deploy_training_job(job_name="j", target="slurm", dry_run=True, **{field: value})
+    assert failure.value.code == "invalid_input"
+    assert failure.value.details["problems"][0]["field"] == field
+
+
+def test_a_job_name_with_shell_metacharacters_is_refused():
+    with pytest.raises(ToolFailure) as failure:
+        deploy_training_job(job_name="a;touch x", target="slurm", dry_run=True)
+    assert failure.value.code == "invalid_input"
+
+
+def test_partition_facts_from_sinfo_rows():
+    rows = [
+        ("192", "gpu:h100:8(S:0-1)", "static,p5.48xlarge,efa,gpu", "12"),
+        ("96+", "gpu:8", "dynamic,p5.48xlarge,EFA", "4"),
+    ]
+    info = PartitionInfo.from_sinfo("gpu", rows)
+    assert info == PartitionInfo("gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True)
+    cpu = PartitionInfo.from_sinfo("debug", [("2", "(null)", "(null)", "1")])
+    assert (cpu.gpus_per_node, cpu.efa) == (0, False)
+
+
+def test_a_job_that_does_not_fit_the_partition_is_refused_before_submit():
+    with pytest.raises(ToolFailure) as failure:
+        layout(4, 16, GPU_PARTITION)
+    assert failure.value.code == "not_enough_gpus" and "8 GPU" in failure.value.message
+    with pytest.raises(ToolFailure) as failure:
+        layout(32, 8, GPU_PARTITION)
+    assert failure.value.code == "invalid_input" and "16 node" in failure.value.message
+    with pytest.raises(ToolFailure) as failure:
+        layout(1, 4, CPU_PARTITION)
+    assert failure.value.code == "not_enough_gpus" and "no GPU" in failure.value.message
+
+
+def test_ssh_hands_the_remote_shell_each_argument_quoted():
+    argv = ["tail", "-c", "+1", "--", "runs/j/logs/a b;$(x)"]
+    full = Scheduler("me@login-1").argv(argv)
+    assert full[:5] == ["ssh", "-o", "BatchMode=yes", "--", "me@login-1"]
+    assert shlex.split(full[5]) == argv
+    assert Scheduler(None).argv(argv) == argv
+
+
+def test_scontrol_fields_and_exit_codes():
+    line = "JobId=7 JobName=j JobState=PENDING Reason=BeginTime Restarts=1 ExitCode=0:15"
+    fields = _fields(line)
+    assert [fields[k] for k in ("JobState", "Reason", "Restarts")] == ["PENDING", "BeginTime", "1"]
+    assert [_exit_code(v) for v in ("0:0", "1:0", "0:15", None, "x")] == [0, 1, 143, None, None]
