@@ -25,6 +25,7 @@ TOOL_NAMES = (
     "start_codebuild",
     "get_codebuild_build",
     "push_to_ecr",
+    "manage_eks_cluster",
 )
 
 
