@@ -20,6 +20,7 @@ OPERATOR = ("apps/v1/deployments", "kubeflow", "training-operator")
 CRD = ("apiextensions.k8s.io/v1/customresourcedefinitions", None, "pytorchjobs.kubeflow.org")
 PVC = ("v1/persistentvolumeclaims", "default", "ckpt")
 ETCD = ("v1/services", "default", "etcd")
+PYTORCHJOB_RESOURCE = "kubeflow.org/v1/pytorchjobs"
 
 
 def node(
