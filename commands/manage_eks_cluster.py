@@ -38,7 +38,10 @@ def _within(lo: int, hi: int) -> AfterValidator:
     return AfterValidator(check)
 
 
-Size = Annotated[int | None, _within(0, 1000)]
+def _size(description: str) -> object:
+    return Annotated[int | None, Field(description=description), _within(0, 1000)]
+
+
 # The schema says what a field is; the rules stay in validators (no bytes in tools/list).
 Wait = Annotated[
     float | None, Field(ge=0, le=86_400, description="nccl_test: seconds to wait, then poll.")
@@ -46,8 +49,7 @@ Wait = Annotated[
 
 
 def _str(description: str, pattern: str, what: str = "a name") -> object:
-    field = Field(description=description) if description else Field()
-    return Annotated[str | None, field, grammar(pattern, what)]
+    return Annotated[str | None, Field(description=description), grammar(pattern, what)]
 
 
 def _path(description: str, writable: bool) -> object:
@@ -62,11 +64,11 @@ def _path(description: str, writable: bool) -> object:
 @tool(read_only=False, destructive=True, long=True)
 def manage_eks_cluster(
     *,
-    action: Action = "validate",
-    cluster_name: _str("", _NAME) = None,
-    region: _str("", r"[a-z]{2}(-[a-z]+)+-\d", "a region") = None,
+    action: Annotated[Action, Field(description="See above.")] = "validate",
+    cluster_name: _str("EKS cluster.", _NAME) = None,
+    region: _str("AWS region.", r"[a-z]{2}(-[a-z]+)+-\d", "a region") = None,
     kubeconfig: _path("To use; action=kubeconfig writes it.", True) = None,
-    context: _str("", r"[^\s]{1,253}", "a context") = None,
+    context: _str("Kubeconfig context.", r"[^\s]{1,253}", "a context") = None,
     namespace: Annotated[
         str, Field(description="For PVC, etcd, NCCL job."), grammar(_DNS, "a namespace")
     ] = "default",
@@ -74,11 +76,13 @@ def manage_eks_cluster(
     auto_fix: Annotated[bool, Field(description="Apply fixes of failed checks.")] = False,
     confirm: Annotated[bool, Field(description="Apply auto_fix; scale to 0; run eksctl.")] = False,
     checkpoint_pvc: _str("PVC that must be Bound.", _DNS, "a PVC name") = None,
-    rdzv_backend: Literal["c10d", "etcd"] = "c10d",
-    nodegroup: _str("", _NAME) = None,
-    min_size: Size = None,
-    max_size: Size = None,
-    desired_size: Size = None,
+    rdzv_backend: Annotated[
+        Literal["c10d", "etcd"], Field(description="etcd: check its Service.")
+    ] = "c10d",
+    nodegroup: _str("For scale.", _NAME) = None,
+    min_size: _size("Node group min.") = None,
+    max_size: _size("Max.") = None,
+    desired_size: _size("Desired.") = None,
     nodes: Annotated[int, Field(description="GPU nodes."), _within(1, 256)] = 2,
     instance_type: _str("e.g. p5.48xlarge.", r"[a-z0-9.-]{1,40}", "an instance type") = None,
     image: _str("Image with torch for nccl_test.", r"[^\s]{1,255}", "an image") = None,
