@@ -278,3 +278,38 @@ def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypat
     assert nccl["verdict"] == "pass" and nccl["transport"] == "efa" and nccl["nodes"] == 2
     assert nccl["peak_busbw_gbps"] == 383.66
     assert not exists(kube, jobs[0]) and not exists(kube, ("v1/configmaps", namespace, name))
+
+
+def test_through_mcp_validate_answers_and_a_plan_writes_nothing(kube):
+    import anyio
+    from mcp import Client
+
+    from mcp_server import build_server
+
+    del kube.emulator.objects[seed.NVIDIA_DS]
+    args = {"kubeconfig": str(kube.kubeconfig)}
+
+    async def scenario():
+        async with Client(build_server()) as client:
+            checked = await client.call_tool("manage_eks_cluster", args)
+            planned = await client.call_tool("manage_eks_cluster", {**args, "action": "auto_fix"})
+            return checked, planned
+
+    checked, planned = anyio.run(scenario)
+    assert not checked.is_error and not planned.is_error
+    statuses = {c["name"]: c["status"] for c in checked.structured_content["checks"]}
+    assert statuses["nvidia_device_plugin"] == "failed"
+    assert [p["action"] for p in planned.structured_content["plan"]] == ["apply"]
+    assert not exists(kube, seed.NVIDIA_DS)
+
+
+def test_no_token_in_any_result(moto_server, tmp_path):
+    from skills.eks_cluster_manager.access import TOKEN_PREFIX
+
+    make_cluster("secret-a", {"gpu": ("p5.48xlarge", 0, 1, 2)})
+    common = {"cluster_name": "secret-a", "region": REGION}
+    described = manage_eks_cluster(action="describe", **common)  # signs a token, in memory
+    written = manage_eks_cluster(action="kubeconfig", kubeconfig=str(tmp_path / "kc"), **common)
+    for report in (described, written):
+        assert TOKEN_PREFIX not in report.to_json()
+    assert TOKEN_PREFIX not in (tmp_path / "kc").read_text()
