@@ -53,16 +53,24 @@ def main() -> None:
         config = str(kube.kubeconfig)
         seed.seed_healthy(kube)
         manage_eks_cluster(kubeconfig=config)  # warm: imports and the first connection
-        print(f"{'nodes':>5} {'validate ms':>12} {'calls':>6} {'per-node ms':>12} {'calls':>6} "
-              f"{'time ratio':>10} {'call ratio':>10}")  # fmt: skip
+        print(
+            f"{'nodes':>5} {'validate ms':>12} {'calls':>6} {'per-node ms':>12} {'calls':>6} "
+            f"{'time ratio':>10} {'call ratio':>10}"
+        )
         for size in SIZES:
             kube.reset()
             seed.seed_healthy(kube, gpu_nodes=size)
-            ours, our_calls = measure(kube, lambda: manage_eks_cluster(
-                kubeconfig=config, checkpoint_pvc="ckpt", rdzv_backend="etcd"))  # fmt: skip
+            ours, our_calls = measure(
+                kube,
+                lambda: manage_eks_cluster(
+                    kubeconfig=config, checkpoint_pvc="ckpt", rdzv_backend="etcd"
+                ),
+            )
             base, base_calls = measure(kube, lambda: per_node_baseline(config))
-            print(f"{size:>5} {ours * 1000:>12.1f} {our_calls:>6} {base * 1000:>12.1f} "
-                  f"{base_calls:>6} {ours / base:>10.2f} {our_calls / base_calls:>10.3f}")  # fmt: skip
+            print(
+                f"{size:>5} {ours * 1000:>12.1f} {our_calls:>6} {base * 1000:>12.1f} "
+                f"{base_calls:>6} {ours / base:>10.2f} {our_calls / base_calls:>10.3f}"
+            )
 
 
 if __name__ == "__main__":

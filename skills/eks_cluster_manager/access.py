@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import os
 import sys
@@ -164,12 +165,19 @@ class TokenRefresher:
 
 
 def _ca_file(ca_data: str) -> str:
-    """The cluster CA as a file (the kubernetes client takes a path). Public data."""
+    """The cluster CA as a file (the kubernetes client takes a path), one per CA under
+    the state directory, not one per call in /tmp. Public data."""
+    from skills.shared.operations import state_dir
+
     pem = base64.b64decode(ca_data)
-    handle, path = tempfile.mkstemp(prefix="fsdp-eks-ca-", suffix=".crt")
-    with os.fdopen(handle, "wb") as out:
-        out.write(pem)
-    return path
+    path = state_dir() / "eks-ca" / f"{hashlib.sha256(pem).hexdigest()[:32]}.crt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ca-")
+        with os.fdopen(handle, "wb") as out:
+            out.write(pem)
+        os.replace(tmp, path)
+    return str(path)
 
 
 def eks_api_client(cluster_name: str, region: str | None = None, profile: str | None = None) -> Any:

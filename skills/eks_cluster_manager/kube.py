@@ -101,7 +101,7 @@ class Kube:
         try:
             response = self.client.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
             response.read()
-        except ApiException:
+        except (ApiException, ToolFailure):  # ToolFailure: the token refresh (credentials)
             raise
         except Exception as exc:  # urllib3: refused, DNS, TLS, timeout
             raise ToolFailure(

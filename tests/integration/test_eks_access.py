@@ -7,6 +7,7 @@ through its exec plugin (this module, no aws CLI)."""
 from __future__ import annotations
 
 import base64
+import os
 import urllib.parse
 
 import boto3
@@ -23,6 +24,14 @@ from skills.eks_cluster_manager.access import (
 from skills.shared.errors import ToolFailure
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    """The cluster CA files and operation records land here, not in the home directory."""
+    monkeypatch.setenv("FSDP_EKS_STATE_DIR", str(tmp_path / "state"))
+
+
 REGION = "us-east-1"
 
 
@@ -78,6 +87,9 @@ def test_api_client_has_endpoint_and_bearer_token_and_renews_it(moto_server):
     api = eks_api_client("access-a", region=REGION)
     config = api.configuration
     assert config.host == endpoint
+    # moto's CA is base64 of fake PEM text: written once, under the state directory.
+    assert config.ssl_ca_cert.startswith(os.environ["FSDP_EKS_STATE_DIR"])
+    assert eks_api_client("access-a", region=REGION).configuration.ssl_ca_cert == config.ssl_ca_cert
     header = config.auth_settings()["BearerToken"]["value"]
     assert header.startswith(f"Bearer {TOKEN_PREFIX}")
     assert "x-k8s-aws-id" in urllib.parse.unquote(decode(header.split()[1]).query)

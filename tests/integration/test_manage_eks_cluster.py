@@ -19,6 +19,12 @@ from tests.services import eks_cluster as seed
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    """The cluster CA files and operation records land here, not in the home directory."""
+    monkeypatch.setenv("FSDP_EKS_STATE_DIR", str(tmp_path / "state"))
+
+
 def exists(kube, key) -> bool:
     try:
         return not kube.emulator.objects[key].deleted
@@ -237,7 +243,6 @@ NCCL_LOG = """NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (
 def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypatch):
     from commands.get_operation import get_operation
 
-    monkeypatch.setenv("FSDP_EKS_STATE_DIR", str(tmp_path / "state"))
     started = manage_eks_cluster(
         action="nccl_test",
         kubeconfig=str(kube.kubeconfig),
