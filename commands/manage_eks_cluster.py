@@ -133,6 +133,32 @@ def _need(value: str | None, field: str, action: str, hint: str) -> str:
     )
 
 
+def _gpu_nodes_for(access: actions.Access, instance_type: str, nodes: int) -> str:
+    """Enough Ready nodes of that instance type (one list of nodes) before a job waits
+    for them; returns the type as the nodes' label spells it (HyperPod: `ml.`)."""
+    from skills.eks_cluster_manager.checks import known_instance
+    from skills.image_builder.compat import instance_spec
+    from skills.shared.gpu_nodes import node_gpu_facts
+
+    wanted = instance_spec(instance_type)
+    facts = [node_gpu_facts(n) for n in access.kube().items("/api/v1/nodes")]
+    ready = [
+        f
+        for f in facts
+        if f.ready and getattr(known_instance(f.instance_type), "name", None) == wanted.name
+    ]
+    if len(ready) < nodes:
+        present = sorted({f.instance_type for f in facts if f.ready and f.instance_type})
+        raise ToolFailure(
+            ErrorCode.NOT_ENOUGH_GPUS,
+            f"nccl_test wants {nodes} Ready {wanted.name} node(s); the cluster has {len(ready)}.",
+            "Lower nodes, scale the node group up (action=scale), or name an instance type "
+            f"the cluster has: {', '.join(present) or 'none Ready'}.",
+            {"ready": len(ready), "instance_types": present},
+        )
+    return ready[0].instance_type or wanted.name
+
+
 def _nccl(
     access: actions.Access,
     namespace: str,
@@ -177,6 +203,7 @@ def _nccl(
         "Pass an image with torch and NCCL (the trainer image or an AWS DLC), or "
         "nccl_output to analyze a saved run.",
     )
+    instance = _gpu_nodes_for(access, instance, nodes)
     from skills.eks_cluster_manager.nccl_job import run_nccl_test
     from skills.shared import operations
     from skills.shared.operation_state import OperationState

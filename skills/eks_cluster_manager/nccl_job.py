@@ -129,7 +129,8 @@ def run_nccl_test(
     spec = instance_spec(instance_type)
     kube = Kube(api_client(cluster_name, region, profile, kubeconfig, context))
     job_name = f"nccl-test-{secrets.token_hex(3)}"
-    objects = manifests(job_name, namespace, nodes, spec.name, image)
+    # The nodeSelector as the nodes spell it (a HyperPod node says ml.p5.48xlarge).
+    objects = manifests(job_name, namespace, nodes, instance_type.strip(), image)
     base = f"/api/v1/namespaces/{namespace}"
     job_path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{job_name}"
     progress.report(0, None, f"creating {job_name} ({nodes} x {spec.name})")

@@ -240,8 +240,32 @@ NCCL_LOG = """NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (
 """  # noqa: E501
 
 
+def test_nccl_test_needs_enough_ready_nodes_of_the_type(kube):
+    common = {"action": "nccl_test", "kubeconfig": str(kube.kubeconfig), "image": "trainer:1"}
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(instance_type="p5.48xlarge", nodes=2, **common)
+    assert failure.value.code == "not_enough_gpus"
+    assert "p4d.24xlarge" in failure.value.hint and failure.value.details["ready"] == 0
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(instance_type="p4d.24xlarge", nodes=3, **common)
+    assert failure.value.details["ready"] == 2
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(
+            action="nccl_test",
+            kubeconfig=str(kube.kubeconfig),
+            nodes=2,
+            instance_type="p4d.24xlarge",
+        )
+    assert failure.value.code == "invalid_input" and "image" in failure.value.message
+
+
 def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypatch):
     from commands.get_operation import get_operation
+
+    for i in range(2):  # HyperPod nodes: the label says ml.p5.48xlarge
+        kube.emulator.objects["v1/nodes", None, f"gpu-{i}"] = seed.node(
+            f"gpu-{i}", "ml.p5.48xlarge"
+        )
 
     started = manage_eks_cluster(
         action="nccl_test",
@@ -269,6 +293,8 @@ def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypat
     assert worker["replicas"] == 1
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
+    selector = worker["template"]["spec"]["nodeSelector"]
+    assert selector == {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"}
     bench = kube.emulator.objects["v1/configmaps", namespace, name]["data"]["allreduce_bench.py"]
     assert "busbw = algbw * 2(n-1)/n" in bench
     # Play the training operator: the master pod ran and logged; the job succeeded.
