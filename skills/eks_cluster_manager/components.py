@@ -159,7 +159,17 @@ _OPERATOR_RULES = [
         "resources": ["podgroups"],
         "verbs": ["create", "delete", "get", "list", "update", "watch"],
     },
+    # The operator's own webhook certificate: it fills the Secret and the caBundle.
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "update", "watch"]},
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["validatingwebhookconfigurations"],
+        "verbs": ["get", "list", "update", "watch"],
+    },
 ]
+WEBHOOK_SECRET = "training-operator-webhook-cert"  # the operator's --webhook-secret-name
+WEBHOOK_CONFIG = "validator.training-operator.kubeflow.org"
+CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # noqa: S108 - inside the operator's pod
 
 
 def _training_operator(c: Component, ns: str) -> list[dict[str, Any]]:
@@ -177,7 +187,11 @@ def _training_operator(c: Component, ns: str) -> list[dict[str, Any]]:
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
             }
         ],
-        "ports": [{"containerPort": 8080, "name": "metrics"}],
+        "ports": [
+            {"containerPort": 8080, "name": "metrics"},
+            {"containerPort": 9443, "name": "webhook-server"},
+        ],
+        "volumeMounts": [{"name": "cert", "mountPath": CERT_DIR, "readOnly": True}],
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8081}},
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8081}},
         "securityContext": {"allowPrivilegeEscalation": False},
@@ -212,11 +226,32 @@ def _training_operator(c: Component, ns: str) -> list[dict[str, Any]]:
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {"serviceAccountName": name, "containers": [container]},
+                    "spec": {
+                        "serviceAccountName": name,
+                        "containers": [container],
+                        "volumes": [{"name": "cert", "secret": {"secretName": WEBHOOK_SECRET}}],
+                    },
                 },
             },
         },
-    ]
+        # Empty: the operator writes its self-signed webhook certificate into it.
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": WEBHOOK_SECRET, "namespace": ns}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+         "spec": {"selector": labels, "ports": [
+             {"name": "monitoring-port", "port": 8080, "targetPort": 8080},
+             {"name": "webhook-server", "port": 443, "targetPort": 9443}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+         "metadata": {"name": WEBHOOK_CONFIG},
+         "webhooks": [{
+             "name": "validator.pytorchjob.training-operator.kubeflow.org",
+             "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+             "clientConfig": {"service": {"name": name, "namespace": ns,
+                                          "path": "/validate-kubeflow-org-v1-pytorchjob"}},
+             "rules": [{"apiGroups": ["kubeflow.org"], "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"], "resources": ["pytorchjobs"]}],
+         }]},
+    ]  # fmt: skip
 
 
 def _etcd(c: Component, ns: str) -> list[dict[str, Any]]:

@@ -33,6 +33,11 @@ KINDS: dict[str, tuple[str, str, bool]] = {
         False,
     ),
     "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs", True),
+    "ValidatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingwebhookconfigurations",
+        False,
+    ),
 }
 
 

@@ -173,7 +173,11 @@ def test_auto_fix_plans_then_applies_then_revalidates(kube):
         ("training_operator", "ClusterRole", "training-operator"),
         ("training_operator", "ClusterRoleBinding", "training-operator"),
         ("training_operator", "Deployment", "training-operator"),
-    }
+        ("training_operator", "Secret", "training-operator-webhook-cert"),
+        ("training_operator", "Service", "training-operator"),
+        ("training_operator", "ValidatingWebhookConfiguration",
+         "validator.training-operator.kubeflow.org"),
+    }  # fmt: skip
     assert {p.action for p in planned.plan} == {"apply"}
     assert not exists(kube, seed.NVIDIA_DS)  # a plan writes nothing
     assert "confirm=true" in planned.next_step

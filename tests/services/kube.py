@@ -62,6 +62,11 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "v1/serviceaccounts": ("ServiceAccount", True, ()),
     "rbac.authorization.k8s.io/v1/clusterroles": ("ClusterRole", False, ()),
     "rbac.authorization.k8s.io/v1/clusterrolebindings": ("ClusterRoleBinding", False, ()),
+    "admissionregistration.k8s.io/v1/validatingwebhookconfigurations": (
+        "ValidatingWebhookConfiguration",
+        False,
+        (),
+    ),
 }
 # Namespaces a real cluster always has.
 DEFAULT_NAMESPACES = ("default", "kube-system")
