@@ -147,7 +147,14 @@ class ClusterReport(ToolResult):
                     f"{self.operation.get('operation_id')} {self.operation.get('status')}",
                 )
             )
-        for key, value in (self.changes or {}).items():
+        changes = dict(self.changes or {})
+        if self.action == "auto_fix":  # checks before -> after, only those that moved
+            before, after = changes.pop("before", {}), changes.pop("after", None)
+            if after is not None:
+                moved = [f"{k}: {before.get(k)} -> {v}" for k, v in after.items()
+                         if before.get(k) != v]  # fmt: skip
+                rows.append(("before -> after", "; ".join(moved) or "no check changed"))
+        for key, value in changes.items():
             rows.append((key, " ".join(value) if isinstance(value, list) else value))
         if self.api_calls is not None:
             rows.append(("api_calls", self.api_calls))
