@@ -52,6 +52,7 @@ bench: setup-dev
 	$(PY) benchmarks/codebuild_setup.py
 	$(PY) benchmarks/pod_doctor.py
 	$(PY) benchmarks/slurm_overhead.py
+	$(PY) benchmarks/eks_validate.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

@@ -26,6 +26,7 @@ TOOL_NAMES = (
     "start_codebuild",
     "get_codebuild_build",
     "push_to_ecr",
+    "manage_eks_cluster",
 )
 
 

@@ -141,6 +141,14 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["image"], args["registry_host"] = "fuzz-absent-image:none", "localhost:9"
     if tool == "diagnose_training_job":  # no cluster is reached, whatever KUBECONFIG says
         args["kubeconfig"] = "absent-kubeconfig"
+    if tool == "manage_eks_cluster":  # reads only, from nowhere real; no eksctl, no writes
+        if args.get("action") not in ("describe", "validate", "create_config"):
+            args["action"] = "validate"
+        args["auto_fix"] = args["confirm"] = False
+        if args.get("kubeconfig") is None:  # never the KUBECONFIG of whoever runs this
+            args["kubeconfig"] = "absent-kubeconfig"
+        if "output" in args:  # create_config writes it: only here, in the sandbox
+            args["output"] = "fuzz-eksctl.yaml"
     return args
 
 
@@ -226,7 +234,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def no_aws(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CodeBuild tools reach no AWS: no credentials anywhere (every call fails fast
     as no_credentials), and an endpoint that refuses connections in case one appears."""
-    if "codebuild" in request.node.name:
+    if "codebuild" in request.node.name or "manage_eks" in request.node.name:
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
                      "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
             monkeypatch.delenv(name, raising=False)

@@ -17,6 +17,8 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
 * discovery answers `/api/`, `/apis/`, `/version/` too (the generated clients' paths) and
   `/api` in the full shape the pydantic-based client 37 validates;
 * `/api/v1/namespaces[/NAME]` works (kmock 0.8 misparses it; patched in process, once);
+* server-side apply (PATCH with application/apply-patch+yaml) of a missing object
+  creates it (then merges, as kmock patches);
 * pods/log answers text/plain from `set_pod_log` ('' if unset, 404 for a missing pod)
   instead of the pod's JSON.
 
@@ -53,6 +55,18 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "v1/configmaps": ("ConfigMap", True, ()),
     "v1/secrets": ("Secret", True, ()),
     PYTORCHJOB: ("PyTorchJob", True, ("status",)),
+    "apps/v1/daemonsets": ("DaemonSet", True, ("status",)),
+    "apps/v1/deployments": ("Deployment", True, ("status",)),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, ()),
+    "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True, ("status",)),
+    "v1/serviceaccounts": ("ServiceAccount", True, ()),
+    "rbac.authorization.k8s.io/v1/clusterroles": ("ClusterRole", False, ()),
+    "rbac.authorization.k8s.io/v1/clusterrolebindings": ("ClusterRoleBinding", False, ()),
+    "admissionregistration.k8s.io/v1/validatingwebhookconfigurations": (
+        "ValidatingWebhookConfiguration",
+        False,
+        (),
+    ),
 }
 # Namespaces a real cluster always has.
 DEFAULT_NAMESPACES = ("default", "kube-system")
@@ -109,6 +123,13 @@ def emulator_class() -> type:
 
         async def _handle(self, request: Any) -> Any:
             data, action = request.data, request.action
+            # Server-side apply (PATCH, application/apply-patch+yaml) creates a missing
+            # object, as an API server does; kmock alone answers 404.
+            apply = "apply-patch" in request.headers.get("Content-Type", "")
+            if apply and action == kmock.action.UPDATE and isinstance(data, dict):
+                key = (request.resource, request.namespace, request.name)
+                if key not in self.objects or self.objects[key].deleted:
+                    self.objects[key] = {}
             writes = (kmock.action.CREATE, kmock.action.UPDATE)
             if request.resource is not None and isinstance(data, dict) and action in writes:
                 meta = data.setdefault("metadata", {})

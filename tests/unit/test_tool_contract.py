@@ -30,6 +30,7 @@ def test_registry_lists_every_tool_with_its_gates():
         "start_codebuild",
         "get_codebuild_build",
         "push_to_ecr",
+        "manage_eks_cluster",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["diagnose_training_job"].read_only

@@ -1,0 +1,327 @@
+"""Reaching an EKS cluster's Kubernetes API without the aws CLI.
+
+The bearer token is what `aws eks get-token` prints: `k8s-aws-v1.` followed by the
+base64url (unpadded) of a presigned STS GetCallerIdentity URL whose signature covers
+the `x-k8s-aws-id: <cluster>` header. EKS accepts it for 15 minutes; the client made
+here keeps it in memory only and makes a new one before that.
+
+    api = eks_api_client("my-cluster", region="us-east-1")  # kubernetes.client.ApiClient
+
+`write_kubeconfig` writes a context whose user runs this module as an exec credential
+plugin (`python -m skills.eks_cluster_manager.access --cluster-name C --region R`), so
+kubectl and the kubernetes client get fresh tokens with no aws CLI either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from skills.shared.clients import aws_session
+from skills.shared.errors import ErrorCode, ToolFailure
+
+TOKEN_PREFIX = "k8s-aws-v1."
+CLUSTER_ID_HEADER = "x-k8s-aws-id"
+# EKS accepts a token for 15 minutes from its signing time; renew well before.
+TOKEN_LIFETIME_S = 15 * 60
+REFRESH_AFTER_S = 10 * 60
+PRESIGN_EXPIRES_S = 60  # what aws-iam-authenticator and the aws CLI sign with
+
+
+def _no_credentials() -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.NO_CREDENTIALS,
+        "No AWS credentials were found to sign an EKS token.",
+        "Set AWS_PROFILE (after `aws configure` or `aws sso login`) or "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then call again.",
+    )
+
+
+def eks_token(cluster_name: str, session: Any) -> str:
+    """A bearer token for `cluster_name` signed with `session`'s credentials."""
+    if session.get_credentials() is None:
+        raise _no_credentials()
+    sts = session.client("sts", region_name=session.region_name or "us-east-1")
+
+    def add_header(request: Any, **_: Any) -> None:
+        request.headers[CLUSTER_ID_HEADER] = cluster_name
+
+    sts.meta.events.register("before-sign.sts.GetCallerIdentity", add_header)
+    url = sts.generate_presigned_url(
+        "get_caller_identity", Params={}, ExpiresIn=PRESIGN_EXPIRES_S, HttpMethod="GET"
+    )
+    return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+# --- the cluster as EKS describes it ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    region: str
+    arn: str
+    endpoint: str
+    ca_data: str  # base64 PEM, as EKS returns it
+    version: str
+    status: str
+    raw: dict[str, Any]
+
+
+def region_of(session: Any) -> str:
+    if not session.region_name:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "No AWS region is set.",
+            "Pass region (e.g. us-east-1) or set AWS_REGION.",
+            {"problems": [{"field": "region", "problem": "required"}]},
+        )
+    return session.region_name
+
+
+def cluster_names(eks: Any) -> list[str]:
+    names: list[str] = []
+    for page in eks.get_paginator("list_clusters").paginate():
+        names += page.get("clusters", [])
+    return sorted(names)
+
+
+def describe_cluster(cluster_name: str, session: Any) -> ClusterInfo:
+    """EKS's view of the cluster; an unknown name lists the clusters in the region."""
+    import botocore.exceptions
+
+    region = region_of(session)
+    if session.get_credentials() is None:
+        raise _no_credentials()
+    eks = session.client("eks")
+    try:
+        cluster = eks.describe_cluster(name=cluster_name)["cluster"]
+    except botocore.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        known = cluster_names(eks)
+        listed = ", ".join(known) if known else "none"
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"No EKS cluster {cluster_name!r} in {region}; clusters there: {listed}.",
+            "Pass one of the listed names, or the region the cluster is in (region / AWS_REGION).",
+            {"cluster_name": cluster_name, "region": region, "clusters": known},
+        ) from None
+    return ClusterInfo(
+        name=cluster["name"],
+        region=region,
+        arn=cluster.get("arn", ""),
+        endpoint=cluster.get("endpoint", ""),
+        ca_data=(cluster.get("certificateAuthority") or {}).get("data", ""),
+        version=cluster.get("version", ""),
+        status=cluster.get("status", ""),
+        raw=cluster,
+    )
+
+
+# --- an API client with a token that renews itself ---------------------------------------
+
+
+class TokenRefresher:
+    """The kubernetes Configuration's refresh_api_key_hook: signs a new token when the
+    current one is older than REFRESH_AFTER_S (checked before every request)."""
+
+    def __init__(
+        self,
+        cluster_name: str,
+        session: Any,
+        clock: Callable[[], float] = time.monotonic,
+        refresh_after_s: float = REFRESH_AFTER_S,
+    ) -> None:
+        self.cluster_name = cluster_name
+        self.session = session
+        self.clock = clock
+        self.refresh_after_s = refresh_after_s
+        self.signed_at: float | None = None
+        self.renewals = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, configuration: Any) -> None:
+        with self._lock:
+            now = self.clock()
+            if self.signed_at is not None and now - self.signed_at < self.refresh_after_s:
+                return
+            configuration.api_key["authorization"] = eks_token(self.cluster_name, self.session)
+            configuration.api_key_prefix["authorization"] = "Bearer"
+            self.renewals += self.signed_at is not None
+            self.signed_at = now
+
+
+def _ca_file(ca_data: str) -> str:
+    """The cluster CA as a file (the kubernetes client takes a path), one per CA under
+    the state directory, not one per call in /tmp. Public data."""
+    from skills.shared.operations import state_dir
+
+    pem = base64.b64decode(ca_data)
+    path = state_dir() / "eks-ca" / f"{hashlib.sha256(pem).hexdigest()[:32]}.crt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ca-")
+        with os.fdopen(handle, "wb") as out:
+            out.write(pem)
+        os.replace(tmp, path)
+    return str(path)
+
+
+def eks_api_client(cluster_name: str, region: str | None = None, profile: str | None = None) -> Any:
+    """A kubernetes ApiClient for the EKS cluster: endpoint and CA from describe_cluster,
+    a bearer token held in memory and renewed before its 15-minute expiry."""
+    from kubernetes import client
+
+    session = aws_session(profile, region)
+    info = describe_cluster(cluster_name, session)
+    configuration = client.Configuration()
+    configuration.host = info.endpoint
+    if info.ca_data:
+        try:
+            configuration.ssl_ca_cert = _ca_file(info.ca_data)
+        except ValueError:  # not base64 at all: leave verification to the system CAs
+            pass
+    configuration.api_key = {}
+    configuration.api_key_prefix = {}
+    refresher = TokenRefresher(info.name, session)
+    refresher(configuration)  # sign now: no credentials fails here, not on first request
+    configuration.refresh_api_key_hook = refresher
+    return client.ApiClient(configuration)
+
+
+# --- kubeconfig ----------------------------------------------------------------------------
+
+
+def default_kubeconfig() -> Path:
+    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    return Path(first).expanduser() if first else Path.home() / ".kube" / "config"
+
+
+def _upsert(entries: list[dict[str, Any]], name: str, key: str, value: dict[str, Any]) -> None:
+    for entry in entries:
+        if entry.get("name") == name:
+            entry[key] = value
+            return
+    entries.append({"name": name, key: value})
+
+
+def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, Any]:
+    """The kubeconfig user: this module as an exec credential plugin (no aws CLI)."""
+    from skills.shared.processes import project_pythonpath
+
+    args = [
+        "-m",
+        "skills.eks_cluster_manager.access",
+        "--cluster-name",
+        cluster_name,
+        "--region",
+        region,
+    ]
+    env = [{"name": "PYTHONPATH", "value": project_pythonpath()}]
+    if profile:
+        env.append({"name": "AWS_PROFILE", "value": profile})
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+            "args": args,
+            "env": env,
+            "interactiveMode": "Never",
+            "provideClusterInfo": False,
+        }
+    }
+
+
+def write_kubeconfig(
+    info: ClusterInfo, path: Path, profile: str | None = None, alias: str | None = None
+) -> tuple[str, bool]:
+    """Add or update the cluster's cluster, user and context entries in `path` (other
+    entries kept) and make it the current context. Returns (context name, created)."""
+    import yaml
+
+    created = not path.exists()
+    try:
+        config = {} if created else (yaml.safe_load(path.read_text()) or {})
+    except yaml.YAMLError as exc:
+        raise ToolFailure(
+            ErrorCode.KUBECONFIG_INVALID,
+            f"{path} is not valid YAML; it was left as it is.",
+            "Fix or move the file, or pass another kubeconfig path.",
+            {"kubeconfig": str(path), "problem": str(exc).splitlines()[0]},
+        ) from None
+    if not isinstance(config, dict):
+        raise ToolFailure(
+            ErrorCode.KUBECONFIG_INVALID,
+            f"{path} is not a kubeconfig (not a mapping); it was left as it is.",
+            "Pass another kubeconfig path.",
+            {"kubeconfig": str(path)},
+        )
+    name = info.arn or f"{info.region}/{info.name}"
+    context = alias or name
+    config.setdefault("apiVersion", "v1")
+    config.setdefault("kind", "Config")
+    config.setdefault("preferences", {})
+    for key in ("clusters", "users", "contexts"):
+        if not isinstance(config.get(key), list):
+            config[key] = []
+    cluster: dict[str, Any] = {"server": info.endpoint}
+    if info.ca_data:
+        cluster["certificate-authority-data"] = info.ca_data
+    _upsert(config["clusters"], name, "cluster", cluster)
+    _upsert(config["users"], name, "user", exec_user(info.name, info.region, profile))
+    _upsert(config["contexts"], context, "context", {"cluster": name, "user": name})
+    config["current-context"] = context
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as out:
+        yaml.safe_dump(config, out, sort_keys=False)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return context, created
+
+
+def exec_credential(cluster_name: str, region: str | None, profile: str | None) -> dict:
+    """The ExecCredential a kubeconfig exec plugin prints."""
+    token = eks_token(cluster_name, aws_session(profile, region))
+    expires = datetime.now(timezone.utc) + timedelta(seconds=REFRESH_AFTER_S)
+    return {
+        "kind": "ExecCredential",
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "spec": {},
+        "status": {
+            "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "token": token,
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="EKS token as a kubeconfig exec credential.")
+    parser.add_argument("--cluster-name", required=True)
+    parser.add_argument("--region")
+    parser.add_argument("--profile")
+    args = parser.parse_args(argv)
+    try:
+        credential = exec_credential(args.cluster_name, args.region, args.profile)
+    except ToolFailure as failure:
+        print(f"error [{failure.code}]: {failure}", file=sys.stderr)
+        return failure.exit_status
+    print(json.dumps(credential))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""manage_eks_cluster's actions, one function each, over the pieces of this package."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skills.eks_cluster_manager import checks as checklist
+from skills.eks_cluster_manager import fix, nodegroups
+from skills.eks_cluster_manager.kube import Kube, api_client
+from skills.eks_cluster_manager.models import ClusterReport
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import Progress
+
+
+@dataclass(frozen=True)
+class Access:
+    cluster_name: str | None
+    region: str | None
+    profile: str | None
+    kubeconfig: str | None
+    context: str | None
+
+    def session(self) -> Any:
+        from skills.shared.clients import aws_session
+
+        return aws_session(self.profile, self.region)
+
+    def need_cluster(self, action: str) -> str:
+        if not self.cluster_name:
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"action={action} needs cluster_name (an EKS cluster).",
+                "Pass cluster_name (and region, or set AWS_REGION).",
+                {"problems": [{"field": "cluster_name", "problem": f"required for {action}"}]},
+            )
+        return self.cluster_name
+
+    def kube(self) -> Kube:
+        return Kube(
+            api_client(self.cluster_name, self.region, self.profile, self.kubeconfig, self.context)
+        )
+
+    def identity(self) -> str | None:
+        """The caller's AWS identity, for an EKS cluster reached by name."""
+        if not self.cluster_name or self.kubeconfig or self.context:
+            return None
+        return self.session().client("sts").get_caller_identity().get("Arn")
+
+
+def _cluster_summary(info: Any) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "status": info.status,
+        "version": info.version,
+        "endpoint": info.endpoint,
+        "region": info.region,
+    }
+
+
+def describe(access: Access, progress: Progress) -> ClusterReport:
+    report = ClusterReport(action="describe")
+    notes = []
+    if access.cluster_name:
+        from skills.eks_cluster_manager.access import describe_cluster
+
+        session = access.session()
+        info = describe_cluster(access.cluster_name, session)
+        report.cluster = _cluster_summary(info)
+        progress.report(1, 3, "node groups")
+        report.nodegroups = nodegroups.describe_all(session.client("eks"), info.name)
+    progress.report(2, 3, "nodes")
+    try:
+        kube = access.kube()
+        snapshot_nodes = kube.items("/api/v1/nodes")
+        pods = kube.items("/api/v1/pods", [("fieldSelector", "status.phase=Running")])
+    except ToolFailure as failure:
+        if not access.cluster_name or failure.code != ErrorCode.ENDPOINT_UNREACHABLE:
+            raise
+        notes.append(f"Kubernetes API not reachable ({failure.message})")
+    else:
+        snapshot = checklist.Snapshot(
+            version={},
+            nodes=snapshot_nodes,
+            pods=[p for p in pods if (p.get("status") or {}).get("phase") == "Running"],
+            daemonsets=[],
+            deployments=[],
+            crd=None,
+        )
+        report.nodes = checklist.node_rows(snapshot)
+        total = sum(n.gpus_allocatable for n in report.nodes)
+        used = sum(n.gpus_in_use for n in report.nodes)
+        report.gpus = {"allocatable": total, "in_use": used, "free": max(total - used, 0)}
+        report.api_calls = kube.calls
+        ready = sum(n.ready for n in report.nodes)
+        notes.append(f"{ready}/{len(report.nodes)} nodes Ready, GPUs {used}/{total} in use")
+    if report.nodegroups is not None:
+        notes.insert(0, f"{len(report.nodegroups)} node group(s)")
+    report.summary = "; ".join(notes)
+    progress.report(3, 3, "described")
+    return report
+
+
+def _statuses(checks: list[Any]) -> dict[str, str]:
+    return {c.name: c.status for c in checks}
+
+
+def _summary(checks: list[Any]) -> str:
+    counts = {s: sum(c.status == s for c in checks) for s in ("ok", "warning", "failed")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def validate(access: Access, options: checklist.Options, progress: Progress) -> ClusterReport:
+    kube = access.kube()
+    progress.report(0, 1, "reading the cluster")
+    snapshot = checklist.read_snapshot(kube, options, access.identity())
+    checks = checklist.run_checks(snapshot, options)
+    progress.report(1, 1, "checked")
+    report = ClusterReport(
+        action="validate", checks=checks, summary=_summary(checks), api_calls=kube.calls
+    )
+    if fix.components_for(checks):
+        report.next_step = (
+            "action=auto_fix shows the plan; confirm=true (CLI --auto_fix) applies it."
+        )
+    return report
+
+
+def auto_fix(
+    access: Access, options: checklist.Options, apply: bool, progress: Progress
+) -> ClusterReport:
+    kube = access.kube()
+    progress.report(0, 3, "reading the cluster")
+    before = checklist.run_checks(
+        checklist.read_snapshot(kube, options, access.identity()), options
+    )
+    items, manifests = fix.plan(before, options.namespace)
+    report = ClusterReport(
+        action="auto_fix", checks=before, plan=items, changes={"before": _statuses(before)}
+    )
+    if not items:
+        report.summary = "nothing auto_fix can apply: " + _summary(before)
+        report.api_calls = kube.calls
+        return report
+    if not apply:
+        report.summary = f"plan: {len(items)} object(s) to apply; nothing applied"
+        report.next_step = "Call again with confirm=true (CLI: --auto_fix) to apply this plan."
+        report.api_calls = kube.calls
+        return report
+    report.plan = fix.apply(kube, items, manifests, progress)
+    after = checklist.run_checks(checklist.read_snapshot(kube, options, None), options)
+    report.checks = after
+    report.changes = {"before": _statuses(before), "after": _statuses(after)}
+    failed = [p for p in report.plan if p.action == "failed"]
+    report.summary = (
+        f"applied {len(report.plan) - len(failed)}/{len(report.plan)} object(s); "
+        f"after: {_summary(after)}"
+    )
+    if any(c.status != "ok" for c in after):
+        report.next_step = (
+            "Controllers need a moment to start what was applied: run "
+            "action=validate again in a minute."
+        )
+    report.api_calls = kube.calls
+    return report
+
+
+def scale(
+    access: Access,
+    nodegroup: str | None,
+    sizes: tuple[int | None, int | None, int | None],
+    confirm: bool,
+) -> ClusterReport:
+    from skills.eks_cluster_manager.access import describe_cluster
+
+    cluster = access.need_cluster("scale")
+    if not nodegroup:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "action=scale needs nodegroup.",
+            "Pass nodegroup (action=describe lists them).",
+            {"problems": [{"field": "nodegroup", "problem": "required for scale"}]},
+        )
+    session = access.session()
+    info = describe_cluster(cluster, session)
+    group, change = nodegroups.scale(session.client("eks"), info.name, nodegroup, *sizes, confirm)
+    after = change["after"]
+    summary = (
+        f"{nodegroup}: min/desired/max {after['min_size']}/{after['desired_size']}/"
+        f"{after['max_size']}" + ("" if change["update"] else " (unchanged)")
+    )
+    return ClusterReport(
+        action="scale",
+        cluster=_cluster_summary(info),
+        nodegroups=[group],
+        changes=change,
+        summary=summary,
+    )
+
+
+def kubeconfig(access: Access) -> ClusterReport:
+    from skills.eks_cluster_manager.access import (
+        default_kubeconfig,
+        describe_cluster,
+        write_kubeconfig,
+    )
+
+    cluster = access.need_cluster("kubeconfig")
+    session = access.session()
+    info = describe_cluster(cluster, session)
+    path = Path(access.kubeconfig).expanduser() if access.kubeconfig else default_kubeconfig()
+    name, created = write_kubeconfig(info, path, access.profile, access.context)
+    return ClusterReport(
+        action="kubeconfig",
+        cluster=_cluster_summary(info),
+        changes={"kubeconfig": str(path), "context": name, "created": created},
+        summary=f"{'wrote' if created else 'updated'} {path}: context {name} (token from STS, "
+        "no aws CLI)",
+        next_step=f"kubectl --context {name} get nodes",
+    )

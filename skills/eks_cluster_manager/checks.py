@@ -1,0 +1,390 @@
+"""The cluster checklist. Reads are batched into one snapshot (one list per kind: nodes,
+pods, DaemonSets, Deployments; one get for the CRD, the PVC, the Services), then every
+check is a pure function of that snapshot: ok / warning / failed, with evidence and
+the fix (and the component auto_fix would apply)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
+from skills.eks_cluster_manager.kube import Kube, access_failure
+from skills.eks_cluster_manager.models import Check, NodeInfo
+from skills.image_builder.compat import InstanceSpec, instance_spec
+from skills.shared.errors import ToolFailure
+from skills.shared.gpu_nodes import GPU_RESOURCE, NodeGpuFacts, node_gpu_facts
+
+NVIDIA_PLUGIN_NAMES = ("nvidia-device-plugin",)
+EFA_PLUGIN_NAMES = ("efa-k8s-device-plugin", "aws-efa")
+FSX_NAMES = ("fsx-csi-node", "fsx-csi-controller")
+OPERATOR_NAME = "training-operator"
+
+
+@dataclass
+class Snapshot:
+    version: dict[str, Any]
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    daemonsets: list[dict[str, Any]]
+    deployments: list[dict[str, Any]]
+    crd: dict[str, Any] | None
+    pvc: dict[str, Any] | None = None
+    services: list[dict[str, Any]] = field(default_factory=list)
+    identity: str | None = None
+
+
+@dataclass(frozen=True)
+class Options:
+    namespace: str = "default"
+    checkpoint_pvc: str | None = None
+    rdzv_backend: str = "c10d"
+
+
+def read_snapshot(kube: Kube, options: Options, identity: str | None = None) -> Snapshot:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        version = kube.get("/version/")
+        nodes = kube.items("/api/v1/nodes")
+    except ApiException as exc:
+        raise access_failure(exc, kube.host) or exc from None
+    # Running pods only: finished ones hold no GPUs (kmock ignores selectors: filtered below too).
+    pods = kube.items("/api/v1/pods", [("fieldSelector", "status.phase=Running")])
+    snapshot = Snapshot(
+        version=version,
+        nodes=nodes,
+        pods=[p for p in pods if (p.get("status") or {}).get("phase") == "Running"],
+        daemonsets=kube.items("/apis/apps/v1/daemonsets"),
+        deployments=kube.items("/apis/apps/v1/deployments"),
+        crd=kube.get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"),
+        identity=identity,
+    )
+    if options.checkpoint_pvc:
+        snapshot.pvc = kube.get_or_none(
+            f"/api/v1/namespaces/{options.namespace}/persistentvolumeclaims/{options.checkpoint_pvc}"
+        )
+    if options.rdzv_backend == "etcd":
+        snapshot.services = kube.items(f"/api/v1/namespaces/{options.namespace}/services")
+    return snapshot
+
+
+def known_instance(name: str | None) -> InstanceSpec | None:
+    if not name:
+        return None
+    try:
+        return instance_spec(name)
+    except ToolFailure:
+        return None
+
+
+def gpu_nodes(snapshot: Snapshot) -> list[tuple[NodeGpuFacts, InstanceSpec | None]]:
+    """Nodes of a GPU instance type, or with GPUs allocatable whatever their type."""
+    found = []
+    for node in snapshot.nodes:
+        facts = node_gpu_facts(node)
+        spec = known_instance(facts.instance_type)
+        if spec is not None or facts.gpus_allocatable > 0:
+            found.append((facts, spec))
+    return found
+
+
+def gpus_in_use(snapshot: Snapshot) -> dict[str, int]:
+    """GPUs requested by running pods, per node."""
+    used: dict[str, int] = {}
+    for pod in snapshot.pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or ():
+            resources = container.get("resources") or {}
+            asked = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+                resources.get("requests") or {}
+            ).get(GPU_RESOURCE)
+            try:
+                used[node] = used.get(node, 0) + int(str(asked or 0))
+            except ValueError:
+                continue
+    return used
+
+
+def node_rows(snapshot: Snapshot) -> list[NodeInfo]:
+    used = gpus_in_use(snapshot)
+    rows = []
+    for node in snapshot.nodes:
+        f = node_gpu_facts(node)
+        rows.append(
+            NodeInfo(
+                name=f.name,
+                ready=f.ready,
+                instance_type=f.instance_type,
+                gpus_allocatable=f.gpus_allocatable,
+                gpus_in_use=used.get(f.name, 0),
+                efa_allocatable=f.efa_allocatable,
+                driver_version=f.driver_version,
+            )
+        )
+    return rows
+
+
+def _named(objects: list[dict[str, Any]], fragments: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [o for o in objects if any(f in o["metadata"]["name"] for f in fragments)]
+
+
+def _where(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+# --- the checks ---------------------------------------------------------------------------
+
+
+def check_api(s: Snapshot) -> Check:
+    version = s.version.get("gitVersion") or s.version.get("git_version") or "?"
+    evidence = [f"server {version}", f"{len(s.nodes)} nodes listed"]
+    if s.identity:
+        evidence.append(f"as {s.identity}")
+    return Check(name="api_access", status="ok", evidence=evidence)
+
+
+def check_nodes_ready(s: Snapshot) -> Check:
+    facts = [node_gpu_facts(n) for n in s.nodes]
+    if not facts:
+        return Check(
+            name="nodes_ready",
+            status="failed",
+            evidence=["no nodes"],
+            fix="Scale a node group up (action=scale, desired_size>=1).",
+        )
+    bad = [f.name for f in facts if not f.ready]
+    if not bad:
+        return Check(name="nodes_ready", status="ok", evidence=[f"{len(facts)}/{len(facts)} Ready"])
+    return Check(
+        name="nodes_ready",
+        status="failed" if len(bad) == len(facts) else "warning",
+        evidence=[f"{len(facts) - len(bad)}/{len(facts)} Ready", f"not Ready: {', '.join(bad)}"],
+        fix="`kubectl describe node NAME` for the kubelet's condition; replace the node "
+        "(terminate the instance: the node group starts another).",
+    )
+
+
+def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
+    nodes = gpu_nodes(s)
+    if not nodes:
+        return Check(
+            name="gpu_allocatable",
+            status="failed",
+            evidence=["no GPU nodes"],
+            fix="Add a GPU node group (action=create_config) or scale one up.",
+        )
+    evidence, bad = [], 0
+    for facts, spec in nodes:
+        expected = spec.gpus if spec else None
+        line = f"{facts.name} ({facts.instance_type}): {GPU_RESOURCE} {facts.gpus_allocatable}"
+        if expected is not None and facts.gpus_allocatable != expected:
+            bad += 1
+            line += f", expected {expected}"
+        evidence.append(line)
+    if not bad:
+        return Check(name="gpu_allocatable", status="ok", evidence=evidence)
+    if not plugin_ok:
+        fix = "Install the NVIDIA device plugin (auto_fix); it advertises the GPUs."
+        return Check(
+            name="gpu_allocatable",
+            status="failed",
+            evidence=evidence,
+            fix=fix,
+            component="nvidia_device_plugin",
+        )
+    fix = (
+        "The device plugin runs but the node advertises fewer GPUs: read its pod's log on "
+        "that node (driver/NVML errors, Xid); replace the node if a GPU is lost."
+    )
+    return Check(name="gpu_allocatable", status="failed", evidence=evidence, fix=fix)
+
+
+def _daemonset_check(
+    name: str, s: Snapshot, fragments: tuple[str, ...], component: str, node_count: int
+) -> Check:
+    sets = _named(s.daemonsets, fragments)
+    title = BY_KEY[component].title
+    if not sets:
+        return Check(
+            name=name,
+            status="failed",
+            evidence=[f"no {title} DaemonSet"],
+            fix=f"Install the {title} {BY_KEY[component].version} (auto_fix).",
+            component=component,
+        )
+    evidence, status = [], "ok"
+    for ds in sets:
+        st = ds.get("status") or {}
+        desired, ready = st.get("desiredNumberScheduled", 0), st.get("numberReady", 0)
+        evidence.append(f"{_where(ds)}: {ready}/{desired} ready")
+        if desired == 0 or ready < desired:
+            status = "failed"
+        elif desired < node_count and status == "ok":
+            status = "warning"
+            evidence.append(f"scheduled on {desired} of {node_count} nodes that need it")
+    fix = None
+    if status != "ok":
+        fix = (
+            f"`kubectl -n {sets[0]['metadata'].get('namespace')} describe ds "
+            f"{sets[0]['metadata']['name']}`: check its tolerations and node affinity match "
+            "the GPU nodes' taints and instance types, and its pods' logs."
+        )
+    return Check(name=name, status=status, evidence=evidence, fix=fix)  # type: ignore[arg-type]
+
+
+def check_nvidia_plugin(s: Snapshot) -> Check:
+    count = len(gpu_nodes(s))
+    return _daemonset_check(
+        "nvidia_device_plugin", s, NVIDIA_PLUGIN_NAMES, "nvidia_device_plugin", count
+    )
+
+
+def check_efa_plugin(s: Snapshot) -> Check:
+    efa_nodes = [f for f, spec in gpu_nodes(s) if spec is not None and spec.efa]
+    if not efa_nodes:
+        return Check(
+            name="efa_device_plugin", status="ok", evidence=["no EFA-capable nodes: not needed"]
+        )
+    check = _daemonset_check(
+        "efa_device_plugin", s, EFA_PLUGIN_NAMES, "efa_device_plugin", len(efa_nodes)
+    )
+    no_efa = [f.name for f in efa_nodes if f.efa_allocatable == 0]
+    if no_efa and check.status == "ok":
+        check.status = "warning"
+        check.evidence.append(f"vpc.amazonaws.com/efa 0 on {', '.join(no_efa)}")
+        check.fix = "Create the node group with EFA interfaces (eksctl efaEnabled: true)."
+    return check
+
+
+def check_training_operator(s: Snapshot) -> Check:
+    found = [d for d in s.deployments if d["metadata"]["name"] == OPERATOR_NAME]
+    component = BY_KEY["training_operator"]
+    if not found:
+        return Check(
+            name="training_operator",
+            status="failed",
+            evidence=[f"no Deployment {OPERATOR_NAME} in any namespace"],
+            fix=f"Install the Training Operator {component.version} (auto_fix).",
+            component="training_operator",
+        )
+    d = found[0]
+    st, want = d.get("status") or {}, (d.get("spec") or {}).get("replicas", 1)
+    ready = st.get("readyReplicas", 0)
+    image = ((d.get("spec") or {}).get("template", {}).get("spec", {}).get("containers") or [{}])[
+        0
+    ].get("image", "?")
+    evidence = [f"{_where(d)}: {ready}/{want} ready", f"image {image}"]
+    if ready >= max(want, 1):
+        return Check(name="training_operator", status="ok", evidence=evidence)
+    return Check(
+        name="training_operator",
+        status="failed",
+        evidence=evidence,
+        fix=f"`kubectl -n {d['metadata'].get('namespace', TRAINING_NAMESPACE)} logs "
+        f"deploy/{OPERATOR_NAME}`; check image pulls and RBAC.",
+    )
+
+
+def check_crd(s: Snapshot) -> Check:
+    if s.crd is None:
+        return Check(
+            name="pytorchjob_crd",
+            status="failed",
+            evidence=[f"no CRD {CRD_NAME}"],
+            fix="Install the Training Operator's PyTorchJob CRD (auto_fix).",
+            component="training_operator",
+        )
+    served = [v["name"] for v in (s.crd.get("spec") or {}).get("versions") or () if v.get("served")]
+    if "v1" not in served:
+        return Check(
+            name="pytorchjob_crd",
+            status="failed",
+            evidence=[f"{CRD_NAME} serves {served or 'nothing'}, not v1"],
+            fix="Apply the v1.9 CRD (auto_fix).",
+            component="training_operator",
+        )
+    return Check(name="pytorchjob_crd", status="ok", evidence=[f"{CRD_NAME} v1 served"])
+
+
+def check_fsx(s: Snapshot) -> Check:
+    found = _named(s.daemonsets + s.deployments, FSX_NAMES)
+    if not found:
+        return Check(
+            name="fsx_csi_driver",
+            status="failed",
+            evidence=["no fsx-csi-node DaemonSet or fsx-csi-controller Deployment"],
+            fix="Install the EKS add-on: `aws eks create-addon --cluster-name C "
+            "--addon-name aws-fsx-csi-driver` (and its IAM role).",
+        )
+    return Check(name="fsx_csi_driver", status="ok", evidence=[_where(o) for o in found])
+
+
+def check_pvc(s: Snapshot, options: Options) -> Check:
+    name = f"{options.namespace}/{options.checkpoint_pvc}"
+    if s.pvc is None:
+        return Check(
+            name="checkpoint_pvc",
+            status="failed",
+            evidence=[f"no PVC {name}"],
+            fix="Create the PVC (FSx for Lustre storage class, ReadWriteMany) "
+            "or name an existing one.",
+        )
+    phase = (s.pvc.get("status") or {}).get("phase", "Unknown")
+    spec = s.pvc.get("spec") or {}
+    evidence = [
+        f"{name}: {phase}",
+        f"storageClass {spec.get('storageClassName', '-')}",
+        f"access {','.join(spec.get('accessModes') or ['-'])}",
+    ]
+    if phase == "Bound":
+        return Check(name="checkpoint_pvc", status="ok", evidence=evidence)
+    return Check(
+        name="checkpoint_pvc",
+        status="failed",
+        evidence=evidence,
+        fix=f"`kubectl -n {options.namespace} describe pvc {options.checkpoint_pvc}`: "
+        "the events say why (no FSx CSI driver, storage class, subnet/security "
+        "group of the file system).",
+    )
+
+
+def check_etcd(s: Snapshot, options: Options) -> Check:
+    found = [
+        sv
+        for sv in s.services
+        if sv["metadata"]["name"] == "etcd"
+        or any(p.get("port") == 2379 for p in (sv.get("spec") or {}).get("ports") or ())
+    ]
+    if not found:
+        return Check(
+            name="etcd_service",
+            status="failed",
+            evidence=[f"no etcd Service (port 2379) in {options.namespace}"],
+            fix="Deploy the etcd service (auto_fix), or use rdzv_backend c10d.",
+            component="etcd",
+        )
+    return Check(
+        name="etcd_service", status="ok", evidence=[f"{_where(sv)} port 2379" for sv in found]
+    )
+
+
+def run_checks(s: Snapshot, options: Options) -> list[Check]:
+    plugin = check_nvidia_plugin(s)
+    checks = [
+        check_api(s),
+        check_nodes_ready(s),
+        check_gpu_allocatable(s, plugin.status != "failed"),
+        plugin,
+        check_efa_plugin(s),
+        check_training_operator(s),
+        check_crd(s),
+    ]
+    if options.checkpoint_pvc:
+        checks += [check_fsx(s), check_pvc(s, options)]
+    if options.rdzv_backend == "etcd":
+        checks.append(check_etcd(s, options))
+    return checks

@@ -1,0 +1,118 @@
+"""An eksctl ClusterConfig for a GPU training cluster: a small system node group, a GPU
+node group (instance type, EFA with its placement group and single AZ, optional
+capacity reservation, root volume), OIDC and the add-ons a training job uses. No
+credentials ever go in: eksctl signs with the caller's own AWS identity."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skills.image_builder.compat import instance_spec
+from skills.shared.errors import ErrorCode, ToolFailure
+
+SYSTEM_INSTANCE = "m5.xlarge"
+ADDONS = (
+    "vpc-cni",
+    "coredns",
+    "kube-proxy",
+    "eks-pod-identity-agent",
+    "aws-ebs-csi-driver",
+    "aws-fsx-csi-driver",
+)
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    cluster_name: str
+    region: str
+    instance_type: str
+    nodes: int
+    kubernetes_version: str = "1.32"
+    volume_size: int = 500
+    capacity_reservation_id: str | None = None
+    availability_zone: str | None = None
+
+
+def cluster_config(spec: ConfigSpec) -> dict[str, Any]:
+    gpu = instance_spec(spec.instance_type)
+    name = gpu.name  # the EC2 name (a SageMaker ml. name is HyperPod's, not eksctl's)
+    group: dict[str, Any] = {
+        "name": f"gpu-{name.split('.')[0]}",
+        "instanceType": name,
+        "minSize": 0,
+        "maxSize": max(spec.nodes, 1),
+        "desiredCapacity": spec.nodes,
+        "volumeSize": spec.volume_size,
+        "volumeType": "gp3",
+        "privateNetworking": True,
+        "labels": {"workload": "training"},
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        "iam": {"withAddonPolicies": {"fsx": True, "imageBuilder": True}},
+    }
+    if gpu.efa:
+        # EFA wants the nodes in one AZ; eksctl then also makes a cluster placement group.
+        group["efaEnabled"] = True
+        group["availabilityZones"] = [spec.availability_zone or f"{spec.region}a"]
+    if spec.capacity_reservation_id:
+        group["capacityReservation"] = {
+            "capacityReservationTarget": {"capacityReservationID": spec.capacity_reservation_id}
+        }
+    return {
+        "apiVersion": "eksctl.io/v1alpha5",
+        "kind": "ClusterConfig",
+        "metadata": {
+            "name": spec.cluster_name,
+            "region": spec.region,
+            "version": spec.kubernetes_version,
+            "tags": {"created-by": "fsdp-eks"},
+        },
+        "iam": {"withOIDC": True},
+        "addons": [{"name": a} for a in ADDONS],
+        "managedNodeGroups": [
+            {
+                "name": "system",
+                "instanceType": SYSTEM_INSTANCE,
+                "minSize": 1,
+                "maxSize": 3,
+                "desiredCapacity": 2,
+                "volumeSize": 100,
+                "volumeType": "gp3",
+                "privateNetworking": True,
+                "labels": {"workload": "system"},
+            },
+            group,
+        ],
+    }
+
+
+def render(config: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def create_command(path: Path) -> list[str]:
+    return ["eksctl", "create", "cluster", "-f", str(path)]
+
+
+def run_create(path: Path) -> tuple[bool, str]:
+    """Run eksctl when it is on PATH: (ran, output tail). Not there: (False, '')."""
+    binary = shutil.which("eksctl")
+    if binary is None:
+        return False, ""
+    done = subprocess.run(
+        [binary, *create_command(path)[1:]], capture_output=True, text=True, check=False
+    )
+    tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+    if done.returncode != 0:
+        raise ToolFailure(
+            ErrorCode.OPERATION_FAILED,
+            f"eksctl create cluster exited {done.returncode}.",
+            "Read its output in details; fix and rerun the command with the same file.",
+            {"output_tail": tail, "config_path": str(path)},
+        )
+    return True, tail

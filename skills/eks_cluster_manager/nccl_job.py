@@ -1,0 +1,177 @@
+"""The NCCL test as a job on the cluster, run as an operation (it outlives an agent's
+tool call): a PyTorchJob of N pods, one per GPU node, each asking for all the node's
+GPUs and EFA devices, running allreduce_bench.py under torchrun from a ConfigMap. The
+worker waits for the job to end, reads rank 0's log, parses it (nccl.parse) and
+deletes what it created.
+
+`run_nccl_test` is registered like a tool (for the operation worker to import) but is
+not in commands.TOOL_NAMES: manage_eks_cluster(action="nccl_test") starts it."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from skills.eks_cluster_manager.kube import Kube, api_client
+from skills.eks_cluster_manager.models import NcclReport
+from skills.eks_cluster_manager.nccl import parse
+from skills.image_builder.compat import instance_spec
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import NullProgress, Progress
+from skills.shared.results import ToolResult
+from skills.shared.tooling import WaitSeconds, tool
+
+BENCH = Path(__file__).with_name("allreduce_bench.py")
+POLL_S = 1.0
+LABEL = "fsdp-eks/nccl-test"
+
+
+class NcclJobResult(ToolResult):
+    job_name: str
+    namespace: str
+    nccl: NcclReport
+    log_tail: list[str] = Field(default_factory=list)
+
+
+def manifests(
+    job_name: str, namespace: str, nodes: int, instance_type: str, image: str
+) -> list[dict[str, Any]]:
+    spec = instance_spec(instance_type)
+    limits: dict[str, Any] = {"nvidia.com/gpu": spec.gpus}
+    env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    if spec.efa:
+        limits["vpc.amazonaws.com/efa"] = spec.efa_devices or 1
+        env += [
+            {"name": "FI_PROVIDER", "value": "efa"},
+            {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
+        ]
+    labels = {LABEL: job_name}
+    container = {
+        "name": "pytorch",
+        "image": image,
+        "command": ["torchrun", "/bench/allreduce_bench.py"],
+        "env": env,
+        "resources": {"limits": limits, "requests": dict(limits)},
+        "volumeMounts": [
+            {"name": "bench", "mountPath": "/bench"},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+    }
+    pod = {
+        "metadata": {"labels": labels},
+        "spec": {
+            "containers": [container],
+            "volumes": [
+                {"name": "bench", "configMap": {"name": job_name}},
+                {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            ],
+            "nodeSelector": {"node.kubernetes.io/instance-type": instance_type},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+    }
+    replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": pod}}
+    if nodes > 1:
+        replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never", "template": pod}
+    meta = {"name": job_name, "namespace": namespace, "labels": labels}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta,
+            "data": {"allreduce_bench.py": BENCH.read_text()},
+        },
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": meta,
+            "spec": {
+                "nprocPerNode": str(spec.gpus),
+                "runPolicy": {"backoffLimit": 0},
+                "pytorchReplicaSpecs": replicas,
+            },
+        },
+    ]
+
+
+def _ended(job: dict[str, Any]) -> str | None:
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if condition.get("status") == "True" and condition.get("type") in ("Succeeded", "Failed"):
+            return condition["type"]
+    return None
+
+
+@tool(read_only=False, operation=True)
+def run_nccl_test(
+    *,
+    nodes: Annotated[int, Field(ge=1, le=256)],
+    instance_type: str,
+    image: str,
+    namespace: str = "default",
+    cluster_name: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    timeout_s: Annotated[float, Field(gt=0, le=7200)] = 1800,
+    wait_seconds: WaitSeconds = None,
+    progress: Progress | None = None,
+) -> NcclJobResult:
+    """Run the NCCL all-reduce test job on the cluster and parse rank 0's output."""
+    from kubernetes.client.exceptions import ApiException
+
+    progress = progress or NullProgress()
+    spec = instance_spec(instance_type)
+    kube = Kube(api_client(cluster_name, region, profile, kubeconfig, context))
+    job_name = f"nccl-test-{secrets.token_hex(3)}"
+    # The nodeSelector as the nodes spell it (a HyperPod node says ml.p5.48xlarge).
+    objects = manifests(job_name, namespace, nodes, instance_type.strip(), image)
+    base = f"/api/v1/namespaces/{namespace}"
+    job_path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{job_name}"
+    progress.report(0, None, f"creating {job_name} ({nodes} x {spec.name})")
+    kube.request("POST", f"{base}/configmaps", body=objects[0])
+    try:
+        kube.request("POST", job_path.rsplit("/", 1)[0], body=objects[1])
+        deadline = time.monotonic() + timeout_s
+        state = None
+        while state is None:
+            job = kube.get(job_path)
+            state = _ended(job)
+            if state is None:
+                if time.monotonic() > deadline:
+                    raise ToolFailure(
+                        ErrorCode.OPERATION_FAILED,
+                        f"The NCCL test job {job_name} did not end within {timeout_s:g} s.",
+                        f"`kubectl -n {namespace} describe pytorchjob {job_name}`: pods "
+                        "Pending for GPUs/EFA, or image pulls; the job was deleted.",
+                        {"job_name": job_name},
+                    )
+                progress.report(0, None, f"{job_name}: waiting for the job to end")
+                time.sleep(POLL_S)
+        try:
+            log = kube.request("GET", f"{base}/pods/{job_name}-master-0/log", raw=True)
+        except ApiException as exc:
+            raise ToolFailure(
+                ErrorCode.OPERATION_FAILED,
+                f"The NCCL test job {job_name} ended ({state}) but its log cannot be read "
+                f"(HTTP {exc.status}).",
+                f"`kubectl -n {namespace} get pods -l {LABEL}={job_name}`.",
+                {"job_name": job_name},
+            ) from None
+        report = parse(log, spec)
+        if state == "Failed" and report.verdict == "pass":
+            report.verdict, report.reason = "fail", f"job Failed; {report.reason}"
+        progress.report(1, 1, f"{job_name}: {report.verdict}")
+        tail = log.splitlines()[-20:]
+        return NcclJobResult(job_name=job_name, namespace=namespace, nccl=report, log_tail=tail)
+    finally:
+        for path in (job_path, f"{base}/configmaps/{job_name}"):
+            try:
+                kube.request("DELETE", path)
+            except (ApiException, ToolFailure):
+                pass

@@ -1,0 +1,158 @@
+"""A GPU training cluster seeded into kmock, healthy by default, for the cluster checks:
+p4d GPU nodes with the NVIDIA and EFA device plugins, the Training Operator and its
+PyTorchJob CRD, the FSx CSI driver, a Bound checkpoint PVC and an etcd Service. Tests
+break one piece at a time (`seed_healthy(kube); del kube.emulator.objects[...]`).
+
+Also plays the controllers after auto_fix: `play_controllers(kube)` marks what was
+applied ready, as the DaemonSet/Deployment controllers and the device plugins would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skills.image_builder.compat import instance_spec
+from tests.services.kube import KubeService
+
+NVIDIA_DS = ("apps/v1/daemonsets", "kube-system", "nvidia-device-plugin-daemonset")
+EFA_DS = ("apps/v1/daemonsets", "kube-system", "aws-efa-k8s-device-plugin-daemonset")
+FSX_DS = ("apps/v1/daemonsets", "kube-system", "fsx-csi-node")
+OPERATOR = ("apps/v1/deployments", "kubeflow", "training-operator")
+CRD = ("apiextensions.k8s.io/v1/customresourcedefinitions", None, "pytorchjobs.kubeflow.org")
+PVC = ("v1/persistentvolumeclaims", "default", "ckpt")
+ETCD = ("v1/services", "default", "etcd")
+PYTORCHJOB_RESOURCE = "kubeflow.org/v1/pytorchjobs"
+
+
+def node(
+    name: str,
+    instance_type: str,
+    *,
+    ready: bool = True,
+    gpus: int | None = None,
+    efa: int | None = None,
+    driver: str | None = "550.127.08",
+) -> dict[str, Any]:
+    spec = instance_spec(instance_type) if not instance_type.startswith("m5") else None
+    allocatable = {"cpu": "96", "memory": "1100Gi"}
+    if spec is not None:
+        allocatable["nvidia.com/gpu"] = str(spec.gpus if gpus is None else gpus)
+        allocatable["vpc.amazonaws.com/efa"] = str((spec.efa_devices or 0) if efa is None else efa)
+    labels = {"node.kubernetes.io/instance-type": instance_type}
+    if driver and spec is not None:
+        labels["nvidia.com/cuda.driver-version.full"] = driver
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def daemonset(name: str, namespace: str, desired: int, ready: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"template": {"spec": {"containers": [{"name": name, "image": "x"}]}}},
+        "status": {"desiredNumberScheduled": desired, "numberReady": ready},
+    }
+
+
+def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4d.24xlarge"):
+    objects = kube.emulator.objects
+    for i in range(gpu_nodes):
+        objects["v1/nodes", None, f"gpu-{i}"] = node(f"gpu-{i}", instance_type)
+    objects["v1/nodes", None, "system-0"] = node("system-0", "m5.xlarge")
+    objects["v1/pods", "default", "train-0"] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train-0", "namespace": "default"},
+        "spec": {
+            "nodeName": "gpu-0",
+            "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    objects[NVIDIA_DS] = daemonset(NVIDIA_DS[2], "kube-system", gpu_nodes, gpu_nodes)
+    objects[EFA_DS] = daemonset(EFA_DS[2], "kube-system", gpu_nodes, gpu_nodes)
+    objects[FSX_DS] = daemonset(FSX_DS[2], "kube-system", gpu_nodes + 1, gpu_nodes + 1)
+    objects[OPERATOR] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "training-operator", "namespace": "kubeflow"},
+        "spec": {
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "training-operator", "image": "kubeflow/training-operator:v1.9.2"}
+                    ]
+                }
+            },
+        },
+        "status": {"readyReplicas": 1, "replicas": 1},
+    }
+    objects[CRD] = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD[2]},
+        "spec": {
+            "group": "kubeflow.org",
+            "versions": [{"name": "v1", "served": True, "storage": True}],
+        },
+    }
+    objects[PVC] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ckpt", "namespace": "default"},
+        "spec": {"storageClassName": "fsx-sc", "accessModes": ["ReadWriteMany"]},
+        "status": {"phase": "Bound"},
+    }
+    objects[ETCD] = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "etcd", "namespace": "default"},
+        "spec": {"ports": [{"name": "client", "port": 2379}]},
+    }
+
+
+def play_controllers(kube: KubeService) -> None:
+    """What the controllers would do with applied objects: DaemonSets and Deployments
+    become ready; the device plugins advertise each GPU node's GPUs and EFA devices."""
+    objects = kube.emulator.objects
+    gpu_names = []
+    for key in list(objects):
+        resource, namespace, name = key
+        obj = objects[key]
+        if obj.deleted:
+            continue
+        kind = obj.get("kind")
+        if kind == "Node":
+            labels = obj.get("metadata", {}).get("labels", {})
+            itype = labels.get("node.kubernetes.io/instance-type", "")
+            if not itype.startswith("m5"):
+                gpu_names.append(key)
+        elif kind == "Deployment":
+            replicas = obj.get("spec", {}).get("replicas", 1)
+            obj.patch({"status": {"readyReplicas": replicas, "replicas": replicas}})
+    for key in gpu_names:
+        labels = objects[key]["metadata"]["labels"]
+        spec = instance_spec(labels["node.kubernetes.io/instance-type"])
+        objects[key].patch(
+            {
+                "status": {
+                    "allocatable": {
+                        "nvidia.com/gpu": str(spec.gpus),
+                        "vpc.amazonaws.com/efa": str(spec.efa_devices or 0),
+                    }
+                }
+            }
+        )
+    for key in list(objects):
+        obj = objects[key]
+        if not obj.deleted and obj.get("kind") == "DaemonSet":
+            count = len(gpu_names)
+            obj.patch({"status": {"desiredNumberScheduled": count, "numberReady": count}})

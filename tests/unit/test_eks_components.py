@@ -1,0 +1,230 @@
+"""The pinned component table, a test per row: every manifest is valid Kubernetes (the
+offline schemas of kubernetes-validate), pinned (no :latest), and the GPU plugins run on
+exactly the GPU (EFA) instance types of the one instance table. The NCCL job validates
+against the real PyTorchJob CRD; the eksctl config against eksctl's ClusterConfig fields
+(a subset of its schema written from eksctl's documentation) and holds no credentials."""
+
+from __future__ import annotations
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from commands.manage_eks_cluster import manage_eks_cluster
+from skills.eks_cluster_manager.components import COMPONENTS, CRD_NAME, pytorchjob_crd
+from skills.eks_cluster_manager.kube import KINDS, object_path
+from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
+from skills.image_builder.compat import INSTANCES
+from skills.shared.errors import ToolFailure
+from skills.shared.secrets import looks_like_secret
+
+K8S = "1.31"
+
+
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.key)
+def test_every_component_manifest_is_valid_and_pinned(component):
+    objects = component.manifests("jobs")
+    assert objects
+    for obj in objects:
+        assert obj["kind"] in KINDS and object_path(obj).startswith(("/api/v1", "/apis/"))
+        if obj["kind"] != "CustomResourceDefinition":  # 600 KB: checked below on its own
+            kubernetes_validate.validate(obj, K8S, strict=True)
+        for container in _containers(obj):
+            image = container["image"]
+            assert image.endswith(component.version) and ":latest" not in image
+    if component.namespace is None:  # etcd goes where the job runs
+        assert {o["metadata"]["namespace"] for o in objects} == {"jobs"}
+
+
+def _containers(obj):
+    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return spec.get("containers", [])
+
+
+def test_device_plugins_run_on_the_gpu_and_efa_instance_types():
+    by_key = {c.key: c for c in COMPONENTS}
+
+    def types(key):
+        (ds,) = by_key[key].manifests()
+        terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        return set(terms[0]["matchExpressions"][0]["values"])
+
+    assert types("nvidia_device_plugin") == {i.name for i in INSTANCES} | {
+        f"ml.{i.name}" for i in INSTANCES
+    }
+    efa = types("efa_device_plugin")
+    assert "p5.48xlarge" in efa and "ml.p5.48xlarge" in efa and "g5.xlarge" not in efa
+
+
+def test_the_crd_is_the_v1_9_pytorchjob_crd():
+    crd = pytorchjob_crd()
+    assert crd["metadata"]["name"] == CRD_NAME
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
+
+
+def test_the_nccl_job_fits_the_pytorchjob_schema():
+    config_map, job = nccl_manifests("nccl-test-abc123", "default", 4, "p4d.24xlarge", "img:1")
+    kubernetes_validate.validate(config_map, K8S, strict=True)
+    schema = pytorchjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    jsonschema.validate(job, schema)
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 3
+    assert job["spec"]["nprocPerNode"] == "8"
+    limits = replicas["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}
+    (_, single) = nccl_manifests("nccl-test-abc123", "default", 1, "g5.xlarge", "img:1")
+    assert "Worker" not in single["spec"]["pytorchReplicaSpecs"]
+    env = single["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert "vpc.amazonaws.com/efa" not in env["resources"]["limits"]  # g5.xlarge has no EFA
+
+
+# What eksctl's ClusterConfig (eksctl.io/v1alpha5) accepts, for the fields written here.
+_TAINT = {
+    "type": "object",
+    "required": ["key", "effect"],
+    "additionalProperties": False,
+    "properties": {
+        "key": {"type": "string"},
+        "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+    },
+}
+_MNG = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-zA-Z0-9][a-zA-Z0-9-]*$"},
+        "instanceType": {"type": "string"},
+        "minSize": {"type": "integer", "minimum": 0},
+        "maxSize": {"type": "integer", "minimum": 1},
+        "desiredCapacity": {"type": "integer", "minimum": 0},
+        "volumeSize": {"type": "integer", "minimum": 1},
+        "volumeType": {"enum": ["gp2", "gp3", "io1", "io2"]},
+        "privateNetworking": {"type": "boolean"},
+        "efaEnabled": {"type": "boolean"},
+        "availabilityZones": {"type": "array", "items": {"type": "string"}, "maxItems": 1},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "taints": {"type": "array", "items": _TAINT},
+        "iam": {
+            "type": "object",
+            "properties": {
+                "withAddonPolicies": {"type": "object", "additionalProperties": {"type": "boolean"}}
+            },
+        },
+        "capacityReservation": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "capacityReservationTarget": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"capacityReservationID": {"type": "string"}},
+                }
+            },
+        },
+    },
+}
+EKSCTL_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "eksctl.io/v1alpha5"},
+        "kind": {"const": "ClusterConfig"},
+        "metadata": {
+            "type": "object",
+            "required": ["name", "region"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string"},
+                "region": {"type": "string"},
+                "version": {"type": "string", "pattern": r"^1\.\d+$"},
+                "tags": {"type": "object"},
+            },
+        },
+        "iam": {"type": "object", "properties": {"withOIDC": {"type": "boolean"}}},
+        "addons": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+        "managedNodeGroups": {"type": "array", "items": _MNG},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "nodes", "reservation", "efa"),
+    [
+        ("p5.48xlarge", 4, "cr-0123456789abcdef0", True),
+        ("g5.xlarge", 1, None, False),
+        ("ml.p4d.24xlarge", 2, None, True),
+    ],
+)
+def test_create_config_yaml_follows_the_parameters(
+    tmp_path, instance_type, nodes, reservation, efa
+):
+    out = tmp_path / "cluster.yaml"
+    report = manage_eks_cluster(
+        action="create_config",
+        cluster_name="train",
+        region="us-west-2",
+        instance_type=instance_type,
+        nodes=nodes,
+        volume_size=800,
+        capacity_reservation_id=reservation,
+        output=str(out),
+    )
+    config = yaml.safe_load(out.read_text())
+    assert config == yaml.safe_load(report.config_yaml)
+    jsonschema.validate(config, EKSCTL_SCHEMA)
+    system, gpu = config["managedNodeGroups"]
+    assert system["name"] == "system" and "taints" not in system
+    assert gpu["instanceType"] == instance_type.removeprefix("ml.")
+    assert (gpu["desiredCapacity"], gpu["maxSize"], gpu["volumeSize"]) == (nodes, nodes, 800)
+    assert gpu.get("efaEnabled", False) is efa
+    assert ("availabilityZones" in gpu) is efa  # EFA: one AZ (and a placement group)
+    target = gpu.get("capacityReservation", {}).get("capacityReservationTarget", {})
+    assert target.get("capacityReservationID") == reservation
+    assert {"aws-fsx-csi-driver", "vpc-cni"} <= {a["name"] for a in config["addons"]}
+    assert report.changes["command"] == ["eksctl", "create", "cluster", "-f", str(out)]
+    for line in report.config_yaml.splitlines():  # no credentials, ever
+        assert not looks_like_secret(line.split(":", 1)[-1].strip())
+        assert "aws_access_key" not in line.lower() and "secret" not in line.lower()
+
+
+def test_create_config_without_eksctl_returns_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no eksctl here
+    report = manage_eks_cluster(
+        action="create_config",
+        cluster_name="train",
+        region="us-west-2",
+        instance_type="p5.48xlarge",
+        output=str(tmp_path / "c.yaml"),
+        confirm=True,
+    )
+    assert "eksctl is not on PATH" in report.summary and "eksctl create cluster" in report.next_step
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"capacity_reservation_id": "not-a-cr"}, "capacity_reservation_id"),
+        ({"volume_size": 5}, "volume_size"),
+        ({"nodes": 0}, "nodes"),
+        ({"cluster_name": "bad name"}, "cluster_name"),
+        ({"region": "mars"}, "region"),
+        ({"action": "destroy"}, "action"),
+    ],
+)
+def test_bad_input_names_its_field(args, field):
+    base = {
+        "action": "create_config",
+        "cluster_name": "c",
+        "region": "us-east-1",
+        "instance_type": "p5.48xlarge",
+    }
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(**{**base, **args})
+    assert failure.value.code == "invalid_input" and failure.value.exit_status == 2
+    assert [p["field"] for p in failure.value.details["problems"]] == [field]
