@@ -388,30 +388,14 @@ class LocalTarget:
             status = "succeeded"
         else:
             status = "failed"
-        elapsed = (metrics.summary or {}).get("elapsed_s")
-        if elapsed is None and metrics.last_event:
-            elapsed = metrics.last_event.get("elapsed_s")
         state = JobState(
             job_name=job_name,
             target=self.name,
             status=status,
-            steps=metrics.steps,
-            max_steps=metrics.max_steps,
-            first_loss=metrics.first_loss,
-            last_loss=metrics.last_loss,
-            tokens_per_s=metrics.tokens_per_s,
-            world_size=metrics.world_size,
-            last_eval_loss=metrics.last_eval_loss,
-            resumed_from=metrics.resumed_from,
-            checkpoint_step=metrics.checkpoint_step,
-            checkpoint_path=metrics.checkpoint_path,
+            **metrics.state_fields(),
             run_dir=str(run.path),
             log_path=str(run.log(record.attempt)),
             exit_code=exit_code,
-            elapsed_s=elapsed,
-            error=None
-            if metrics.error is None
-            else {k: redact(v) if isinstance(v, str) else v for k, v in metrics.error.items()},
             message=None if message is None else redact(message),
         )
         if status == "failed":

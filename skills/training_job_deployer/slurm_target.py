@@ -626,31 +626,15 @@ class SlurmTarget:
             status = "succeeded" if message is None else "failed"
             if status == "failed" and slurm.state != "COMPLETED":
                 message = f"{said}: {message}"
-        elapsed = (metrics.summary or {}).get("elapsed_s")
-        if elapsed is None and metrics.last_event:
-            elapsed = metrics.last_event.get("elapsed_s")
         state = JobState(
             job_name=job_name,
             target=self.name,
             status=status,
-            steps=metrics.steps,
-            max_steps=metrics.max_steps,
-            first_loss=metrics.first_loss,
-            last_loss=metrics.last_loss,
-            tokens_per_s=metrics.tokens_per_s,
-            world_size=metrics.world_size,
-            last_eval_loss=metrics.last_eval_loss,
-            resumed_from=metrics.resumed_from,
-            checkpoint_step=metrics.checkpoint_step,
-            checkpoint_path=metrics.checkpoint_path,
+            **metrics.state_fields(),
             run_dir=run.cluster_dir,
             log_path=self._where(log),
             exit_code=exit_code,
-            elapsed_s=elapsed,
             restarts=None if slurm is None else slurm.restarts,
-            error=None
-            if metrics.error is None
-            else {k: redact(v) if isinstance(v, str) else v for k, v in metrics.error.items()},
             message=None if message is None else redact(message),
         )
         if status == "failed":

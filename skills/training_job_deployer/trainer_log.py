@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from skills.shared.secrets import redact
+
 
 def parse_line(line: str) -> dict[str, Any] | None:
     """The event on this line, or None for anything that is not a trainer event."""
@@ -92,6 +94,30 @@ class RunMetrics:
                 self.checkpoint_path = event["checkpoint"]
         elif kind == "error":
             self.error = event
+
+    def state_fields(self) -> dict[str, Any]:
+        """The JobState fields these events give, the same on every target; the error
+        line's strings masked."""
+        elapsed = (self.summary or {}).get("elapsed_s")
+        if elapsed is None and self.last_event:
+            elapsed = self.last_event.get("elapsed_s")
+        error = None
+        if self.error is not None:
+            error = {k: redact(v) if isinstance(v, str) else v for k, v in self.error.items()}
+        return {
+            "steps": self.steps,
+            "max_steps": self.max_steps,
+            "first_loss": self.first_loss,
+            "last_loss": self.last_loss,
+            "tokens_per_s": self.tokens_per_s,
+            "world_size": self.world_size,
+            "last_eval_loss": self.last_eval_loss,
+            "resumed_from": self.resumed_from,
+            "checkpoint_step": self.checkpoint_step,
+            "checkpoint_path": self.checkpoint_path,
+            "elapsed_s": elapsed,
+            "error": error,
+        }
 
     def progress_message(self) -> str:
         if self.last_loss is None:
