@@ -17,6 +17,7 @@ TOOL_NAMES = (
     "get_training_job_logs",
     "list_training_jobs",
     "cancel_training_job",
+    "delete_training_job",
     "get_operation",
     "list_operations",
     "cancel_operation",

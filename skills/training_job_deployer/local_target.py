@@ -433,7 +433,13 @@ class LocalTarget:
         run = self._run(job_name)
         return str(run.log(run.require().attempt))
 
-    def logs(self, job_name: str, tail_lines: int | None = None) -> str:
+    def logs(self, job_name: str, tail_lines: int | None = None, **options: object) -> str:
+        if options:
+            raise ToolFailure(
+                ErrorCode.UNSUPPORTED_FOR_TARGET,
+                f"The local target has one log per job; {', '.join(options)} do not apply.",
+                "Leave them out: the local log holds torchrun's and every rank's lines.",
+            )
         run = self._run(job_name)
         return self._tail(run, run.require(), tail_lines)
 
