@@ -50,6 +50,7 @@ bench: setup-dev
 	$(PY) benchmarks/image_rebuild.py
 	$(PY) benchmarks/ecr_push.py
 	$(PY) benchmarks/codebuild_setup.py
+	$(PY) benchmarks/k8s_submit.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

@@ -16,7 +16,7 @@ DEFAULT_HOST_PATH = "/mnt/k8s-disks/0/checkpoints"
 
 
 class KubernetesSettings(TargetSettings):
-    """creates a Kubeflow PyTorchJob on a Kubernetes (EKS) cluster"""
+    """creates a Kubeflow PyTorchJob on a cluster"""
 
     target: Literal["kubernetes"] = "kubernetes"
     cluster_name: Annotated[
@@ -47,7 +47,7 @@ class KubernetesSettings(TargetSettings):
 
 
 class KubernetesDeploySettings(KubernetesSettings):
-    """creates a Kubeflow PyTorchJob on a Kubernetes (EKS) cluster"""
+    """creates a Kubeflow PyTorchJob on a cluster"""
 
     instance_type: Annotated[
         str | None,
