@@ -131,8 +131,9 @@ def _nvidia_smi_listing() -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _not_a_uri(value: str) -> str:
-    if "://" in value:
+def _not_a_uri(value: str | None) -> str | None:
+    # None: another target's call (the tools flatten every target's settings).
+    if value is not None and "://" in value:
         raise ValueError("runs_dir is a local directory, not a URI")
     return value
 

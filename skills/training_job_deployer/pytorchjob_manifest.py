@@ -10,7 +10,7 @@ the /dev/shm size, NCCL/EFA environment, and where checkpoints live."""
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -21,7 +21,8 @@ from skills.shared.gpu_nodes import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LA
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
 
-PACKAGE = "skills.training_job_deployer"
+# Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
+HERE = Path(__file__).resolve().parent
 CRD_FILE = "kubeflow.org_pytorchjobs.v1.9.yaml"
 TEMPLATE = "pytorchjob.yaml.j2"
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
@@ -184,7 +185,7 @@ def _environment() -> Any:
     import jinja2
 
     return jinja2.Environment(
-        loader=jinja2.PackageLoader(PACKAGE, "templates"),
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # YAML, not HTML: every value goes through tojson instead
         keep_trailing_newline=True,
@@ -236,7 +237,7 @@ def render(
 @cache
 def crd_schema() -> dict[str, Any]:
     """spec.versions[v1].schema.openAPIV3Schema of the CRD shipped in this package."""
-    text = resources.files(PACKAGE).joinpath("crds", CRD_FILE).read_text()
+    text = (HERE / "crds" / CRD_FILE).read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
     (version,) = (v for v in crd["spec"]["versions"] if v["name"] == VERSION)
