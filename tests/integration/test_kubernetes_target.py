@@ -325,3 +325,13 @@ def test_snapshot_is_the_api_objects_and_masked_logs(operator):
     assert snapshot["logs"]["llama-master-0"] == ERROR_LOG
     assert snapshot["logs"]["llama-master-0/previous"] == "previous attempt\n"
     assert "llama-worker-0/previous" not in snapshot["logs"]
+
+
+def test_gpus_asked_beyond_those_free_is_a_warning_not_a_refusal(operator):
+    operator.add_nodes("p5.48xlarge", 1, efa=32)
+    operator.add_nodes("g5.12xlarge", 4, gpus=4)  # other instance types do not count
+    state = deploy(num_nodes=2, gpu_per_node=8)
+    assert state.status == "running"
+    assert any("16 GPUs asked, 8 free on Ready p5.48xlarge nodes" in w for w in state.warnings)
+    enough = deploy(job_name="small", num_nodes=1, gpu_per_node=8, replace=True)
+    assert not any("GPUs asked" in w for w in enough.warnings)
