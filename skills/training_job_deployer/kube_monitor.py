@@ -21,37 +21,73 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 CONTAINER = "pytorch"
 
 
-def _json(response: Any) -> Any:
-    return json.loads(response.data)
+JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
 
 class KubeReader:
-    """The API reads and writes of the Kubernetes target; `calls` counts requests."""
+    """The API reads and writes of the Kubernetes target, as raw JSON through the
+    ApiClient's REST client (its auth, TLS and proxy settings; none of the generated
+    API classes, whose import alone costs seconds). `calls` counts requests."""
 
     def __init__(self, api_client: Any, namespace: str) -> None:
-        from kubernetes import client
-
+        self.api = api_client
         self.namespace = namespace
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
         self.calls = 0
 
-    def _count(self) -> None:
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        missing_ok: tuple[int, ...] = (),
+    ) -> tuple[int, bytes]:
+        """(status, body); a status in `missing_ok` is returned, any other error raises
+        the client's ApiException (skills.shared.error_mapping types it)."""
+        from urllib.parse import urlencode
+
+        from kubernetes.client.exceptions import ApiException
+
+        config = self.api.configuration
+        query = {k: v for k, v in (query or {}).items() if v is not None}
+        url = config.host.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
+        headers = {"Accept": "application/json", "User-Agent": "fsdp-eks"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        for auth in config.auth_settings().values():  # refreshes an expiring token
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
         self.calls += 1
+        try:
+            response = self.api.rest_client.request(method, url, headers=headers, body=body)
+        except ApiException as exc:  # clients that raise on an error status
+            status, data = exc.status, exc.body or b""
+        else:
+            status = response.status
+            read = getattr(response, "read", None)
+            data = read() if callable(read) else response.data
+        data = data.encode() if isinstance(data, str) else data or b""
+        if 200 <= status < 300 or status in missing_ok:
+            return status, data
+        try:  # the API server's Status message says why
+            reason = str(json.loads(data).get("message") or "")
+        except (ValueError, AttributeError):
+            reason = data[:500].decode("utf-8", "replace")
+        raise ApiException(status=status, reason=reason[:500])
+
+    def _json(self, method: str, path: str, **options: Any) -> Any:
+        status, data = self.request(method, path, **options)
+        return None if status >= 300 else json.loads(data or b"{}")
+
+    def _jobs_path(self, name: str = "") -> str:
+        return JOB_PATH.format(namespace=self.namespace) + (f"/{name}" if name else "")
 
     # discovery and jobs -------------------------------------------------------
 
     def require_crd(self) -> None:
         """The cluster serves kubeflow.org/v1 pytorchjobs (the Training Operator's CRD)."""
-        from kubernetes.client.exceptions import ApiException
-
-        self._count()
-        try:
-            found = _json(self.custom.get_api_resources(GROUP, VERSION, _preload_content=False))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            found = {"resources": []}
+        found = self._json("GET", f"/apis/{GROUP}/{VERSION}", missing_ok=(404,)) or {}
         if not any(r.get("name") == PLURAL for r in found.get("resources") or []):
             raise ToolFailure(
                 ErrorCode.TRAINING_OPERATOR_MISSING,
@@ -63,75 +99,33 @@ class KubeReader:
             )
 
     def job(self, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        self._count()
-        try:
-            return _json(
-                self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._json("GET", self._jobs_path(name), missing_ok=(404,))
 
     def jobs(self) -> list[dict[str, Any]]:
-        self._count()
-        listed = _json(
-            self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, _preload_content=False
-            )
-        )
-        return list(listed.get("items") or [])
+        return list((self._json("GET", self._jobs_path()) or {}).get("items") or [])
 
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        self._count()
-        return _json(
-            self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, manifest, _preload_content=False
-            )
-        )
+        return self._json("POST", self._jobs_path(), body=manifest)
 
     def patch_job(self, name: str, patch: dict[str, Any]) -> None:
-        self._count()
-        self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, patch, _preload_content=False
+        self.request(
+            "PATCH", self._jobs_path(name), body=patch, content_type="application/merge-patch+json"
         )
 
     def delete_job(self, name: str) -> bool:
         """Delete the job and (foreground) its pods; False when there was none."""
-        from kubernetes.client.exceptions import ApiException
-
-        self._count()
-        try:
-            self.custom.delete_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                self.namespace,
-                PLURAL,
-                name,
-                propagation_policy="Foreground",
-                _preload_content=False,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}
+        status, _ = self.request("DELETE", self._jobs_path(name), body=body, missing_ok=(404,))
+        return status != 404
 
     # what belongs to a job ------------------------------------------------------
 
     def pods(self, job_name: str) -> list[dict[str, Any]]:
         """The job's pods, one LIST; ordered Master first, then by replica index."""
-        self._count()
-        listed = _json(
-            self.core.list_namespaced_pod(
-                self.namespace,
-                label_selector=f"{JOB_NAME_LABEL}={job_name}",
-                _preload_content=False,
-            )
+        listed = self._json(
+            "GET",
+            f"/api/v1/namespaces/{self.namespace}/pods",
+            query={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
         )
         pods = [
             p
@@ -142,8 +136,7 @@ class KubeReader:
 
     def events(self, job_name: str, pod_names: list[str]) -> list[dict[str, Any]]:
         """Events of the job and its pods, one LIST, oldest first."""
-        self._count()
-        listed = _json(self.core.list_namespaced_event(self.namespace, _preload_content=False))
+        listed = self._json("GET", f"/api/v1/namespaces/{self.namespace}/events")
         names = {job_name, *pod_names}
         found = [
             e
@@ -162,29 +155,26 @@ class KubeReader:
         limit_bytes: int | None = None,
     ) -> str:
         """A pod's log ('' when it has none yet: a pending pod, no previous container)."""
-        from kubernetes.client.exceptions import ApiException
-
-        self._count()
-        options: dict[str, Any] = {"container": CONTAINER, "previous": previous}
-        if tail_lines is not None:
-            options["tail_lines"] = tail_lines
-        if since_seconds is not None:
-            options["since_seconds"] = since_seconds
-        if limit_bytes is not None:
-            options["limit_bytes"] = limit_bytes
-        try:
-            response = self.core.read_namespaced_pod_log(
-                pod, self.namespace, _preload_content=False, **options
-            )
-        except ApiException as exc:
-            if exc.status in (400, 404):  # not started yet, or no previous container
-                return ""
-            raise
-        return response.data.decode("utf-8", errors="replace")
+        query = {
+            "container": CONTAINER,
+            "previous": "true" if previous else None,
+            "tailLines": tail_lines,
+            "sinceSeconds": since_seconds,
+            "limitBytes": limit_bytes,
+        }
+        status, data = self.request(
+            "GET",
+            f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+            query=query,
+            missing_ok=(400, 404),  # not started yet, or no previous container
+        )
+        return "" if status >= 300 else data.decode("utf-8", errors="replace")
 
     def nodes(self) -> list[dict[str, Any]]:
-        self._count()
-        return list(_json(self.core.list_node(_preload_content=False)).get("items") or [])
+        return list((self._json("GET", "/api/v1/nodes") or {}).get("items") or [])
+
+    def all_pods(self) -> list[dict[str, Any]]:
+        return list((self._json("GET", "/api/v1/pods") or {}).get("items") or [])
 
     # secrets ------------------------------------------------------------------------
 
@@ -192,8 +182,6 @@ class KubeReader:
         """Create the Secret, or update it if it exists: 'created' or 'updated'. Its value
         never comes back from here."""
         import base64
-
-        from kubernetes.client.exceptions import ApiException
 
         encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         body = {
@@ -203,16 +191,15 @@ class KubeReader:
             "type": "Opaque",
             "data": encoded,
         }
-        self._count()
-        try:
-            self.core.create_namespaced_secret(self.namespace, body, _preload_content=False)
+        path = f"/api/v1/namespaces/{self.namespace}/secrets"
+        status, _ = self.request("POST", path, body=body, missing_ok=(409,))
+        if status != 409:
             return "created"
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        self._count()
-        self.core.patch_namespaced_secret(
-            name, self.namespace, {"data": encoded}, _preload_content=False
+        self.request(
+            "PATCH",
+            f"{path}/{name}",
+            body={"data": encoded},
+            content_type="application/merge-patch+json",
         )
         return "updated"
 

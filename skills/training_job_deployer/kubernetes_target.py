@@ -245,21 +245,14 @@ class KubernetesTarget:
         allocatable = sum(n.gpus_allocatable for n in nodes if n.name in matching)
         used = 0
         if matching:
-            self.reader.calls += 1
-            listed = kube_monitor._json(
-                self.reader.core.list_pod_for_all_namespaces(_preload_content=False)
-            )
-            for pod in listed.get("items") or []:
-                status = (pod.get("status") or {}).get("phase")
-                if (pod.get("spec") or {}).get("nodeName") not in matching or status in (
-                    "Succeeded",
-                    "Failed",
-                ):
+            for pod in self.reader.all_pods():
+                phase = (pod.get("status") or {}).get("phase")
+                spec_ = pod.get("spec") or {}
+                if spec_.get("nodeName") not in matching or phase in ("Succeeded", "Failed"):
                     continue
-                for c in (pod.get("spec") or {}).get("containers") or []:
-                    used += int(
-                        ((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE, 0)
-                    )
+                for c in spec_.get("containers") or []:
+                    requests = (c.get("resources") or {}).get("requests") or {}
+                    used += int(requests.get(GPU_RESOURCE, 0))
         free = allocatable - used
         if asked > free:
             where = plan.instance_type or "GPU"

@@ -335,3 +335,10 @@ def test_gpus_asked_beyond_those_free_is_a_warning_not_a_refusal(operator):
     assert any("16 GPUs asked, 8 free on Ready p5.48xlarge nodes" in w for w in state.warnings)
     enough = deploy(job_name="small", num_nodes=1, gpu_per_node=8, replace=True)
     assert not any("GPUs asked" in w for w in enough.warnings)
+
+
+def test_an_api_error_is_typed(operator, kube_api):
+    jobs = "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"
+    kube_api.emulator[f"post {jobs}"] << 403 << {"kind": "Status", "message": "RBAC: no"}
+    denied = failure(deploy)
+    assert denied.code == "access_denied" and "RBAC: no" in denied.message
