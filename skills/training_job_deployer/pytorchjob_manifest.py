@@ -229,9 +229,25 @@ def render(
             resources=resources_,
         )
     )
-    manifest = yaml.safe_load(text)
+    manifest = _joined(yaml.safe_load(text))
     validate(manifest)
     return manifest
+
+
+def _joined(value: Any) -> Any:
+    """`value` with each JSON surrogate pair ("\\ud800\\udc00", how tojson writes a
+    character beyond U+FFFF) joined back into its character: YAML reads the two
+    escapes as two lone surrogates, which no JSON encoder accepts."""
+    if isinstance(value, str):
+        if any("\ud800" <= c <= "\udfff" for c in value):
+            # Lone surrogates never get here: JobSpec's strings refuse them.
+            return value.encode("utf-16", "surrogatepass").decode("utf-16")
+        return value
+    if isinstance(value, dict):
+        return {_joined(k): _joined(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_joined(v) for v in value]
+    return value
 
 
 @cache

@@ -5,6 +5,7 @@ resources, /dev/shm, NCCL env, checkpoints) is what a GPU cluster needs."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import jsonschema
@@ -236,6 +237,13 @@ def test_values_cannot_change_the_document_structure():
     manifest = render(dataset="x: {y: [z]} # - w", model_type="debug")
     command = container(manifest)["command"]
     assert command[command.index("--dataset") + 1] == "x: {y: [z]} # - w"
+
+
+def test_characters_beyond_the_bmp_survive_the_template():
+    manifest = render(model_name_or_path="org/𐀀-model")
+    command = container(manifest)["command"]
+    assert command[command.index("--model_name_or_path") + 1] == "org/𐀀-model"
+    json.dumps(manifest).encode()  # no lone surrogates
 
 
 def test_long_job_names_are_refused_before_the_cluster_does():
