@@ -338,9 +338,11 @@ class KubernetesTarget:
         if status == "failed" and (metrics.preempted is not None or code == EXIT_PREEMPTED):
             status = "preempted"
         if status in ("failed", "preempted"):
+            # The trainer's account first; the operator's condition when it gave none.
             message = metrics.outcome(code)
-            if message is None or (metrics.error is None and condition and condition.message):
-                message = f"failed: {condition.message}" if condition else message
+            if message is None:
+                said = condition.message if condition and condition.message else "no reason given"
+                message = f"failed: {said}"
         elif status == "cancelled":
             message = "cancelled (suspended: pods removed, checkpoints kept)"
         elif status == "running":

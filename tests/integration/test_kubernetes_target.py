@@ -342,3 +342,26 @@ def test_an_api_error_is_typed(operator, kube_api):
     kube_api.emulator[f"post {jobs}"] << 403 << {"kind": "Status", "message": "RBAC: no"}
     denied = failure(deploy)
     assert denied.code == "access_denied" and "RBAC: no" in denied.message
+
+
+def test_a_preempted_job_says_where_a_rerun_resumes(operator):
+    deploy()
+    # The trainer's lines up to its step-3 checkpoint, then its SIGTERM line (train.py:
+    # it saved step 4 on the way out).
+    lines = RUN_LOG.splitlines(keepends=True)
+    upto = next(i for i, line in enumerate(lines) if '"checkpoint_saved"' in line)
+    event = {
+        "event": "preempted",
+        "step": 4,
+        "signal": 15,
+        "checkpoint": "/checkpoints/llama/step-4",
+    }
+    preempted = json.dumps(event) + "\n"
+    log = "".join(lines[: upto + 1]) + preempted
+    operator.run("llama", outcome="Failed", exit_codes={"master-0": 143},
+                 rank_logs={"master-0": log})  # fmt: skip
+    state = get_training_job(job_name="llama", **K8S)
+    assert state.status == "preempted" and state.exit_code == 143
+    assert state.checkpoint_step == 4 and state.checkpoint_path == "/checkpoints/llama/step-4"
+    assert "checkpoint saved at step 4" in state.message
+    assert "replace=true" in state.next_step and "step 4" in state.next_step
