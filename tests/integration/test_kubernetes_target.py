@@ -365,3 +365,36 @@ def test_a_preempted_job_says_where_a_rerun_resumes(operator):
     assert state.checkpoint_step == 4 and state.checkpoint_path == "/checkpoints/llama/step-4"
     assert "checkpoint saved at step 4" in state.message
     assert "replace=true" in state.next_step and "step 4" in state.next_step
+
+
+def test_deploy_follows_a_live_job_to_the_end_with_progress(operator):
+    import threading
+
+    lines = RUN_LOG.splitlines(keepends=True)
+    first_step = next(i for i, line in enumerate(lines) if '"event": "step"' in line)
+
+    def operator_loop() -> None:
+        while not exists("llama"):
+            time.sleep(0.05)
+        operator.run(
+            "llama", outcome="Running", rank_logs={"master-0": "".join(lines[: first_step + 1])}
+        )
+        time.sleep(2.5)  # at least one poll sees the job mid-run
+        operator.run("llama", outcome="Succeeded")
+
+    thread = threading.Thread(target=operator_loop, daemon=True)
+    thread.start()
+    progress = CollectingProgress()
+    state = deploy(wait_seconds=30, progress=progress)
+    thread.join(5)
+    assert state.status == "succeeded" and state.steps == 6
+    steps = [event.completed for event in progress.events]
+    assert 1 in steps and steps[-1] == 6  # step 1 seen while running, then the end
+
+
+def test_logs_of_the_previous_container(operator):
+    deploy()
+    operator.run("llama", outcome="Running", restarts={"worker-0": 1},
+                 previous_logs={"worker-0": "NCCL error: unhandled system error\n"})  # fmt: skip
+    text = get_training_job_logs(job_name="llama", **K8S, replica="worker-0", previous=True).text
+    assert text == "NCCL error: unhandled system error"
