@@ -53,6 +53,7 @@ bench: setup-dev
 	$(PY) benchmarks/pod_doctor.py
 	$(PY) benchmarks/slurm_overhead.py
 	$(PY) benchmarks/eks_validate.py
+	$(PY) benchmarks/k8s_submit.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

@@ -18,6 +18,7 @@ TOOL_NAMES = (
     "diagnose_training_job",
     "list_training_jobs",
     "cancel_training_job",
+    "delete_training_job",
     "get_operation",
     "list_operations",
     "cancel_operation",

@@ -13,14 +13,14 @@ from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, tool
 from skills.training_job_deployer.job_spec import DryRun, JobSpec, WaitSeconds
-from skills.training_job_deployer.targets import DeployResult, TargetSettings, get_target
+from skills.training_job_deployer.targets import DeployResult, DeploySettings, get_target
 
 
 @tool(read_only=False, long=True)
 def deploy_training_job(
     *,
     job: Annotated[JobSpec, Flatten()],
-    target: TargetSettings,
+    target: DeploySettings,
     dry_run: DryRun = False,
     replace_corrupt_record: Annotated[
         bool,
@@ -34,8 +34,10 @@ def deploy_training_job(
 ) -> DeployResult:
     """Launch a distributed PyTorch FSDP2 training job and follow it.
 
-    target=local runs torchrun here in <runs_dir>/<job_name>/. A re-run of the same
-    job resumes from its newest complete checkpoint. dry_run=true returns the exact
+    target=local runs torchrun here in <runs_dir>/<job_name>/; target=kubernetes
+    creates a Kubeflow PyTorchJob (cluster_name or kubeconfig/context; the image is
+    image_uri or the newest in repository; a driver/CUDA check runs first). A re-run
+    of the same job resumes from its newest complete checkpoint. dry_run=true returns the exact
     plan and starts nothing. Returns status, steps, losses, tokens/s and checkpoint;
     a failed job adds the trainer's error and log tail, a preempted one where a
     re-run resumes.

@@ -44,6 +44,8 @@ class ErrorCode(str, Enum):
     SNAPSHOT_INVALID = ("snapshot_invalid", EXIT_BAD_INPUT)
     # The state of things: the call was right, now is not the time.
     JOB_RUNNING = ("job_running", EXIT_FAILED)
+    # A job of that name exists on the cluster (replace=true, or delete it first).
+    JOB_EXISTS = ("job_exists", EXIT_FAILED)
     CONFLICT = ("conflict", EXIT_FAILED)
     # A record on disk (a job's) that cannot be read: damaged or edited by hand.
     JOB_RECORD_CORRUPT = ("job_record_corrupt", EXIT_FAILED)
@@ -64,6 +66,12 @@ class ErrorCode(str, Enum):
     SERVICE_ERROR = ("service_error", EXIT_FAILED)
     OPERATION_FAILED = ("operation_failed", EXIT_FAILED)
     INTERNAL_ERROR = ("internal_error", EXIT_FAILED)
+    # A rendered manifest the CRD schema rejects (a template bug).
+    MANIFEST_INVALID = ("manifest_invalid", EXIT_FAILED)
+    # The cluster serves no kubeflow.org/v1 PyTorchJob (no Training Operator).
+    TRAINING_OPERATOR_MISSING = ("training_operator_missing", EXIT_FAILED)
+    # The image's CUDA cannot run on the nodes' driver or GPU (the gate before submit).
+    CUDA_INCOMPATIBLE = ("cuda_incompatible", EXIT_FAILED)
 
     def __str__(self) -> str:
         return self.value

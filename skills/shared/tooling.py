@@ -70,9 +70,24 @@ class FlatGroup:
     discriminator: str | None
     fields: frozenset[str]
 
+    def implied(self, given: set[str], default: Any) -> Any:
+        """The member the given fields imply when the discriminator is left out: the
+        default if they all belong to it, else the one member they all belong to."""
+        flat = self.fields & given
+
+        def fits(key: Any) -> bool:
+            return flat <= set(self.members[key].model_fields)
+
+        if fits(default):
+            return default
+        fitting = [key for key in self.members if fits(key)]
+        return fitting[0] if len(fitting) == 1 else default
+
     def build(self, args: BaseModel, tool_name: str) -> BaseModel:
         given = args.model_fields_set
         key = getattr(args, self.discriminator) if self.discriminator else None
+        if self.discriminator and self.discriminator not in given:
+            key = self.implied(given, key)
         model = self.members[key]
         stray = sorted(n for n in self.fields & given if n not in model.model_fields)
         if stray:

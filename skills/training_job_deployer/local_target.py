@@ -131,8 +131,9 @@ def _nvidia_smi_listing() -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _not_a_uri(value: str) -> str:
-    if "://" in value:
+def _not_a_uri(value: str | None) -> str | None:
+    # None: another target's call (the tools flatten every target's settings).
+    if value is not None and "://" in value:
         raise ValueError("runs_dir is a local directory, not a URI")
     return value
 
@@ -421,7 +422,13 @@ class LocalTarget:
         run = self._run(job_name)
         return str(run.log(run.require().attempt))
 
-    def logs(self, job_name: str, tail_lines: int | None = None) -> str:
+    def logs(self, job_name: str, tail_lines: int | None = None, **options: object) -> str:
+        if options:
+            raise ToolFailure(
+                ErrorCode.UNSUPPORTED_FOR_TARGET,
+                f"The local target has one log per job; {', '.join(options)} do not apply.",
+                "Leave them out: the local log holds torchrun's and every rank's lines.",
+            )
         run = self._run(job_name)
         return self._tail(run, run.require(), tail_lines)
 

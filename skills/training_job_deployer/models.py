@@ -48,6 +48,14 @@ class JobState(ToolResult):
     )
     log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
     next_step: str | None = Field(default=None, description="What to call next, if anything.")
+    restarts: int | None = Field(default=None, description="Times the scheduler restarted the job.")
+    pods: dict[str, str] | None = Field(default=None, description="Cluster targets: pod -> phase.")
+    conditions: list[str] | None = Field(
+        default=None, description="Cluster targets: the job's true conditions, in order."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="What did not stop the job but may slow it."
+    )
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("job", self.job_name), ("status", self.status)]
@@ -68,6 +76,11 @@ class JobState(ToolResult):
             rows.append(("elapsed", f"{self.elapsed_s:.1f} s"))
         if self.run_dir:
             rows.append(("run dir", self.run_dir))
+        if self.pods:
+            rows.append(("pods", ", ".join(f"{k} {v}" for k, v in self.pods.items())))
+        if self.restarts:
+            rows.append(("restarts", self.restarts))
+        rows += [("warning", w) for w in self.warnings]
         rows.append(("log", self.log_path or "-"))
         if self.message:
             rows.append(("outcome", self.message))

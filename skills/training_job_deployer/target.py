@@ -57,8 +57,10 @@ class Target(Protocol):
 
     def describe(self, job_name: str) -> JobState: ...
 
-    def logs(self, job_name: str, tail_lines: int | None = None) -> str:
-        """The last lines of the job's log, secrets masked."""
+    def logs(self, job_name: str, tail_lines: int | None = None, **options: Any) -> str:
+        """The last lines of the job's log, secrets masked. `options` (replica, previous,
+        since_seconds, all_ranks) are for cluster targets; others refuse them with
+        unsupported_for_target."""
 
     def log_path(self, job_name: str) -> str:
         """Where the log is, as a person would open it (a path, a pod, a file on a node)."""
@@ -68,3 +70,6 @@ class Target(Protocol):
 
     def list_jobs(self) -> list[JobState]:
         """Every job this target knows, newest first."""
+
+    # Optional: `deploy_settings_model` (deploy_training_job's settings when they extend
+    # settings_model) and `delete(job_name) -> JobState` (delete_training_job).

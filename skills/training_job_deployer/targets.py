@@ -8,6 +8,7 @@ from typing import Annotated, Any, Union
 from pydantic import Field
 
 from skills.shared.tooling import Flatten
+from skills.training_job_deployer.kubernetes_target import KubernetesTarget
 from skills.training_job_deployer.local_target import LocalTarget
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.slurm_target import SlurmTarget
@@ -16,6 +17,7 @@ from skills.training_job_deployer.target import TargetSettings as _Settings
 
 TARGETS: dict[str, type[Target]] = {
     LocalTarget.name: LocalTarget,
+    KubernetesTarget.name: KubernetesTarget,
     SlurmTarget.name: SlurmTarget,
 }
 
@@ -30,7 +32,13 @@ def _one_of(models: list[type[Any]]) -> Any:
 # A tool parameter: `target` plus each target's own settings as flat inputs.
 TargetSettings = Annotated[
     _one_of([t.settings_model for t in TARGETS.values()]),
-    Flatten("target", description="Where the job runs:"),
+    Flatten("target", description="Where the job runs (default: implied by the settings given):"),
+]
+# deploy_training_job's: each target's deploy settings (its settings plus how to place
+# a job), so the other job tools' inputs stay small.
+DeploySettings = Annotated[
+    _one_of([getattr(t, "deploy_settings_model", t.settings_model) for t in TARGETS.values()]),
+    Flatten("target", description="Where the job runs (default: implied by the settings given):"),
 ]
 # Any target's plan, as a result field.
 AnyPlan = _one_of([t.plan_model for t in TARGETS.values()])

@@ -36,6 +36,7 @@ from mcp_server import build_server
 from skills.shared.cli import run_cli
 from skills.shared.tooling import ToolSpec
 from skills.shared.workspace import Workspace
+from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +63,8 @@ PATHS = [
     "runs/../../x", "./runs", "~/x", "a" * 300, "a/" * 2100, "s3://bucket/key",
     "s3://b/../x", "file:///etc", "org/model-name", "empty-runs", "[/x]", "[bold]y",
 ]  # fmt: skip
+# The Kubernetes target's settings: a call with any of them goes to a cluster.
+CLUSTER_FIELDS = set(KubernetesDeploySettings.model_fields) - {"target"}
 # Confirmed or not, a cancel looks here, where nothing runs.
 EMPTY_RUNS = "empty-runs"
 
@@ -133,6 +136,13 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["dry_run"] = True
     if tool == "cancel_training_job" and args.get("confirm") not in (None, False):
         args["runs_dir"] = EMPTY_RUNS
+    on_cluster = args.get("target") == "kubernetes" or bool(CLUSTER_FIELDS & set(args))
+    if tool in ("cancel_training_job", "delete_training_job") and on_cluster:
+        # A confirmed delete or cancel on a cluster reaches no cluster: no kubeconfig.
+        args.pop("cluster_name", None), args.pop("context", None)
+        args["kubeconfig"] = "/nonexistent/kubeconfig"
+    if tool == "deploy_training_job" and on_cluster and args.get("image_uri") is None:
+        args["image_uri"] = "fuzz.invalid/trainer:1"  # no ECR lookup for the newest image
     if tool == "build_image":
         args["analyze_only"] = True  # no daemon is asked to build anything
     if tool == "setup_codebuild":
@@ -225,6 +235,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(home)
         patch.setenv("FSDP_EKS_STATE_DIR", str(home / "state"))
+        patch.setenv("KUBECONFIG", str(home / "no-kubeconfig"))  # no real cluster is reached
         for name in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"):
             patch.delenv(name, raising=False)
         yield home

@@ -22,6 +22,7 @@ def test_registry_lists_every_tool_with_its_gates():
         "diagnose_training_job",
         "list_training_jobs",
         "cancel_training_job",
+        "delete_training_job",
         "get_operation",
         "list_operations",
         "cancel_operation",
@@ -35,6 +36,7 @@ def test_registry_lists_every_tool_with_its_gates():
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["diagnose_training_job"].read_only
     assert specs["cancel_training_job"].destructive
+    assert specs["delete_training_job"].destructive
     assert not specs["deploy_training_job"].read_only
     assert specs["list_training_jobs"].read_only and specs["list_operations"].read_only
     assert specs["get_operation"].read_only and specs["cancel_operation"].destructive

@@ -1,0 +1,57 @@
+"""delete_training_job: delete a training job and its pods (needs confirm=True)."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from typing import Annotated
+
+from pydantic import Field
+
+from skills.shared.cli import main_for
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import Progress
+from skills.shared.tooling import tool
+from skills.training_job_deployer.job_spec import JobName
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets import TargetSettings, get_target
+
+
+@tool(read_only=False, destructive=True, idempotent=False)
+def delete_training_job(
+    *,
+    job_name: JobName,
+    target: TargetSettings,
+    confirm: Annotated[
+        bool,
+        Field(strict=True, description="Must be true: deleting stops it and removes its pods."),
+    ] = False,
+    progress: Progress | None = None,
+) -> JobState:
+    """Delete a training job on a cluster: the job object and its pods (a running job
+    stops). Checkpoints on volumes or S3 stay. Needs confirm=true. Returns the job's
+    last state.
+    """
+    runner = get_target(target)
+    delete = getattr(runner, "delete", None)
+    if delete is None:
+        raise ToolFailure(
+            ErrorCode.UNSUPPORTED_FOR_TARGET,
+            f"The {runner.name} target has no delete.",
+            "Use cancel_training_job to stop the job.",
+        )
+    if not confirm:
+        raise ToolFailure(
+            ErrorCode.CONFIRMATION_REQUIRED,
+            f"Deleting {job_name!r} removes the job and its pods (a running job stops).",
+            "Call again with confirm=true (CLI: --confirm) if that is what you want.",
+        )
+    return delete(job_name)
+
+
+main = main_for(delete_training_job)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,400 @@
+"""The kubernetes target against kmock, with tests/services/training_operator.py playing
+the Kubeflow Training Operator: submit -> monitor -> Succeeded with the trainer's
+metrics, the job tools (status, logs, list, cancel, delete), typed errors for bad
+input, the driver/CUDA gate, image auto-detection against moto's ECR, and a canary HF
+token that never shows."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import time
+
+import boto3
+import pytest
+import yaml
+
+from commands.cancel_training_job import cancel_training_job
+from commands.delete_training_job import delete_training_job
+from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
+from commands.get_training_job_logs import get_training_job_logs
+from commands.list_training_jobs import list_training_jobs
+from skills.shared.cli import run_cli
+from skills.shared.errors import ToolFailure
+from skills.shared.progress import CollectingProgress
+from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
+from skills.training_job_deployer.kubernetes_target import KubernetesTarget
+from tests.services.kube import PYTORCHJOB
+from tests.services.training_operator import ERROR_LOG, RUN_LOG, TrainingOperator
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "localhost:9/fsdp:v1"  # labels unreadable (nothing listens): the gate only warns
+CANARY = "hf_" + "CanaryToken" * 3
+K8S = {"target": "kubernetes"}
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+@pytest.fixture
+def operator(kube_api) -> TrainingOperator:
+    kube_api.reset()
+    return TrainingOperator(kube_api)
+
+
+def deploy(**kwargs):
+    args = {"job_name": "llama", "num_nodes": 2, "gpu_per_node": 8, "image_uri": IMAGE,
+            "instance_type": "p5.48xlarge", "max_steps": 6, "wait_seconds": 0}  # fmt: skip
+    args.update(kwargs)
+    return deploy_training_job(**args)
+
+
+def failure(call, *args, **kwargs) -> ToolFailure:
+    with pytest.raises(ToolFailure) as caught:
+        call(*args, **kwargs)
+    assert caught.value.hint, caught.value
+    return caught.value
+
+
+def push_labelled_image(registry, repository: str, tag: str, labels: dict) -> str:
+    """An image in the local registry that is only its config (labels) and manifest, as a
+    build would push it: the gate reads no layer."""
+    import hashlib
+    import urllib.request
+
+    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+
+    def call(method: str, url: str, body: bytes = b"", content_type: str = "") -> dict:
+        request = urllib.request.Request(url, data=body or None, method=method)
+        request.add_header("Authorization", f"Basic {auth}")
+        if content_type:
+            request.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return dict(response.headers)
+
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": labels},
+                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()  # fmt: skip
+    digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    location = call("POST", f"{registry.url}/v2/{repository}/blobs/uploads/")["Location"]
+    location = location if location.startswith("http") else registry.url + location
+    joiner = "&" if "?" in location else "?"
+    call("PUT", f"{location}{joiner}digest={digest}", config, "application/octet-stream")
+    manifest_type = "application/vnd.docker.distribution.manifest.v2+json"
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": manifest_type, "layers": [],
+                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                                      "size": len(config), "digest": digest}}).encode()  # fmt: skip
+    call("PUT", f"{registry.url}/v2/{repository}/manifests/{tag}", manifest, manifest_type)
+    return f"{registry.host}/{repository}:{tag}"
+
+
+def exists(name: str) -> bool:
+    return KubernetesTarget(KubernetesSettings()).reader.job(name) is not None
+
+
+def created(kube_api, name: str = "llama") -> dict:
+    return kube_api.emulator.objects[PYTORCHJOB, "default", name].raw
+
+
+def test_submit_monitor_succeeded_with_metrics(operator, kube_api):
+    operator.add_nodes("p5.48xlarge", 2, efa=32)
+    planned = deploy(dry_run=True)  # no --target: the kubernetes settings imply it
+    assert planned.target == "kubernetes" and planned.status == "planned"
+    state = deploy()
+    assert state.status == "running" and state.target == "kubernetes"
+    assert "Training Operator" in (state.message or "")
+    # dry_run returned exactly what was applied.
+    job = created(kube_api)
+    assert job["spec"] == planned.plan.manifest["spec"]
+    assert {k: job["metadata"][k] for k in ("name", "labels")} == {
+        k: planned.plan.manifest["metadata"][k] for k in ("name", "labels")
+    }
+    pods = operator.run("llama", outcome="Succeeded")
+    assert pods == ["llama-master-0", "llama-worker-0"]
+    progress = CollectingProgress()
+    done = get_training_job(job_name="llama", **K8S, wait_seconds=30, progress=progress)
+    assert done.status == "succeeded"
+    assert (done.steps, done.max_steps, done.world_size) == (6, 6, 2)
+    assert done.first_loss == pytest.approx(6.29749) and done.last_loss == pytest.approx(5.13931)
+    assert done.tokens_per_s == pytest.approx(10809.0)
+    assert done.checkpoint_step == 6 and done.checkpoint_path == "/checkpoints/llama/step-6"
+    assert done.pods == {"llama-master-0": "Succeeded", "llama-worker-0": "Succeeded"}
+    assert done.conditions == ["Created", "Succeeded"] and done.restarts == 0
+    assert done.log_path == "pod/llama-master-0 -n default"
+    last = progress.events[-1]
+    assert (last.completed, last.total) == (6, 6) and "loss 5.1393" in last.message
+    listed = list_training_jobs(**K8S)
+    assert [(j.job_name, j.status) for j in listed.jobs] == [("llama", "succeeded")]
+
+
+def test_a_failed_job_reports_the_trainers_error_and_restarts(operator):
+    deploy(num_nodes=3)
+    operator.run("llama", outcome="Failed", restarts={"worker-1": 2})
+    state = get_training_job(job_name="llama", **K8S)
+    assert state.status == "failed" and state.restarts == 2
+    assert state.error["error_type"] == "ConfigError"
+    assert "does not exist" in state.message and state.exit_code == 1
+    assert ERROR_LOG.strip() in state.log_tail
+
+
+def test_the_cli_call_creates_the_job(operator, kube_api):
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--kubeconfig", str(kube_api.kubeconfig), "--num_nodes", "2", "--gpu_per_node",
+            "8", "--instance_type", "p5.48xlarge", "--job_name", "llama3-8b", "--model_type",
+            "llama_v3_8b", "--max_steps", "1000", "--image_uri", IMAGE, "--wait_seconds", "0",
+            "--json"]  # fmt: skip
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = run_cli(deploy_training_job, argv)
+    assert status == 0, err.getvalue()
+    result = json.loads(out.getvalue())
+    assert result["target"] == "kubernetes" and result["status"] == "running"
+    command = created(kube_api, "llama3-8b")["spec"]["pytorchReplicaSpecs"]["Master"]
+    assert "--max_steps" in command["template"]["spec"]["containers"][0]["command"]
+
+
+def test_an_existing_name_is_a_typed_error_and_replace_starts_over(operator, kube_api):
+    deploy()
+    first_uid = created(kube_api)["metadata"]["uid"]
+    exists = failure(deploy)
+    assert exists.code == "job_exists" and "replace=true" in exists.hint
+    state = deploy(replace=True)
+    assert state.status == "running"
+    assert created(kube_api)["metadata"]["uid"] != first_uid
+
+
+def test_delete_needs_confirm(operator, kube_api):
+    deploy()
+    refused = failure(delete_training_job, job_name="llama", **K8S)
+    assert refused.code == "confirmation_required"
+    assert exists("llama")
+    last = delete_training_job(job_name="llama", **K8S, confirm=True)
+    assert not exists("llama")
+    assert last.status == "running" and last.message == "deleted (was running)"
+    gone = failure(get_training_job, job_name="llama", **K8S)
+    assert gone.code == "job_not_found"
+    unsupported = failure(delete_training_job, job_name="llama", confirm=True)
+    assert unsupported.code == "unsupported_for_target"
+
+
+def test_cancel_suspends_the_job(operator):
+    deploy()
+    operator.run("llama", outcome="Running")
+    state = cancel_training_job(job_name="llama", **K8S, confirm=True)
+    assert state.status == "cancelled"
+    assert operator.job("llama")["spec"]["runPolicy"]["suspend"] is True
+
+
+def test_logs_for_all_ranks_one_replica_and_a_bounded_size(operator):
+    deploy(num_nodes=3)
+    worker_log = "".join(f"worker-1 line {i}\n" for i in range(50))
+    operator.run("llama", rank_logs={"worker-1": worker_log})
+    everything = get_training_job_logs(job_name="llama", **K8S, all_ranks=True, tail_lines=30)
+    for pod in ("llama-master-0", "llama-worker-0", "llama-worker-1"):
+        assert f"==> {pod} <==" in everything.text
+    assert '"event": "summary"' in everything.text  # rank 0's last lines
+    assert "worker-1 line 49" in everything.text and "worker-1 line 0\n" not in everything.text
+    one = get_training_job_logs(job_name="llama", **K8S, replica="worker-1", tail_lines=5)
+    assert one.text.splitlines() == [f"worker-1 line {i}" for i in range(45, 50)]
+    rank0 = get_training_job_logs(job_name="llama", **K8S)
+    assert rank0.text == RUN_LOG.strip() and rank0.log_path == "pod/llama-master-0 -n default"
+    missing = failure(get_training_job_logs, job_name="llama", **K8S, replica="worker-7")
+    assert missing.code == "not_found" and "worker-1" in missing.hint
+    huge = "".join(f"{i:08d} " + "x" * 200 + "\n" for i in range(2000))
+    operator.run("llama", rank_logs={"master-0": huge})
+    bounded = get_training_job_logs(job_name="llama", **K8S, tail_lines=10_000)
+    assert len(bounded.text) <= 64_000 + 200
+    assert bounded.text.startswith("[... ") and "lines cut" in bounded.text.splitlines()[0]
+    assert bounded.text.endswith("x" * 200)
+    local = failure(get_training_job_logs, job_name="llama", all_ranks=True)
+    assert local.code == "unsupported_for_target"
+
+
+def test_a_canary_hf_token_never_shows(operator, kube_api, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    planned = deploy(dry_run=True)
+    state = deploy()
+    secret = kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"].raw
+    assert base64.b64decode(secret["data"]["token"]).decode() == CANARY  # it went there only
+    operator.run("llama", rank_logs={"master-0": RUN_LOG + f"token={CANARY}\n"})
+    logs = get_training_job_logs(job_name="llama", **K8S, all_ranks=True)
+    done = get_training_job(job_name="llama", **K8S)
+    exists = failure(deploy)
+    snapshot = KubernetesTarget(KubernetesSettings()).snapshot("llama")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        run_cli(deploy_training_job, ["--job_name", "llama", "--image_uri", IMAGE,
+                                      "--namespace", "default", "--dry_run"])  # fmt: skip
+    shown = [
+        planned.model_dump_json(),
+        yaml.safe_dump(created(kube_api)),
+        state.model_dump_json(),
+        logs.model_dump_json(),
+        done.model_dump_json(),
+        json.dumps(exists.to_dict()),
+        str(exists),
+        json.dumps(snapshot),
+        out.getvalue(),
+    ]
+    assert "***" in logs.text
+    for text in shown:
+        assert CANARY not in text
+
+
+def test_bad_input_gives_typed_errors_with_hints(operator, kube_api, monkeypatch, tmp_path):
+    unknown = failure(deploy, instance_type="p9.mega")
+    assert unknown.code == "invalid_input" and "p5.48xlarge" in unknown.hint
+    bad_context = failure(deploy, context="nowhere")
+    assert bad_context.code == "kubeconfig_invalid"
+    both = failure(deploy, cluster_name="c", context="kmock")
+    assert both.code == "invalid_input"
+    no_image = failure(deploy, image_uri=None, dry_run=True)
+    assert no_image.code == "invalid_input" and "repository" in no_image.hint
+    operator.uninstall()
+    no_crd = failure(deploy)
+    assert no_crd.code == "training_operator_missing" and "training-operator" in no_crd.hint
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    no_config = failure(get_training_job, job_name="llama", **K8S)
+    assert no_config.code == "kubeconfig_invalid"
+
+
+def test_the_gate_refuses_a_cu130_image_on_535_nodes(operator, kube_api, monkeypatch, registry):
+    operator.add_nodes("p5.48xlarge", 2, efa=32, driver="535.104.05")
+    labels = {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0"}
+    new = push_labelled_image(registry, "gate/trainer", "cu130", labels)
+    monkeypatch.setenv("REGISTRY_USERNAME", registry.username)
+    monkeypatch.setenv("REGISTRY_PASSWORD", registry.password)
+    refused = failure(deploy, image_uri=new)
+    assert refused.code == "cuda_incompatible"
+    assert "python commands/build_image.py --base_image pytorch/pytorch:" in refused.hint
+    assert "--driver_version 535.104.05" in refused.hint
+    assert not exists("llama")
+    assert deploy(image_uri=new, skip_gate=True).status == "running"
+    assert exists("llama")
+    kube_api.reset()  # the fleet upgraded: the same image passes
+    operator.add_nodes("p5.48xlarge", 2, efa=32, driver="580.65.06")
+    assert deploy(image_uri=new).status == "running"
+
+
+def test_image_auto_detection_takes_the_newest_in_ecr(operator, moto_server, monkeypatch):
+    ecr = boto3.client("ecr", region_name="us-east-1")
+    ecr.create_repository(repositoryName="fsdp-trainer")
+    for tag in ("v1", "v2"):
+        config = {"digest": f"sha256:{tag * 32}"[:71], "size": 1,
+                  "mediaType": "application/vnd.docker.container.image.v1+json"}  # fmt: skip
+        manifest = json.dumps({"schemaVersion": 2, "config": config, "layers": [],
+                               "mediaType": MANIFEST_V2})  # fmt: skip
+        ecr.put_image(repositoryName="fsdp-trainer", imageManifest=manifest, imageTag=tag)
+        time.sleep(1.1)  # moto's imagePushedAt has whole seconds
+    newest = "123456789012.dkr.ecr.us-east-1.amazonaws.com/fsdp-trainer:v2"
+    planned = deploy(image_uri=None, repository="fsdp-trainer", region="us-east-1", dry_run=True)
+    assert planned.plan.image_uri == newest and planned.plan.image_source == "ecr:fsdp-trainer"
+    monkeypatch.setenv("ECR_REPOSITORY", "fsdp-trainer")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    assert deploy(image_uri=None, dry_run=True).plan.image_uri == newest
+
+
+def test_one_request_per_kind_per_poll_whatever_the_pod_count(operator):
+    target = KubernetesTarget(KubernetesSettings())
+    for nodes, name in ((2, "small"), (8, "large")):
+        deploy(job_name=name, num_nodes=nodes)
+        operator.run(name, outcome="Running")
+        before = target.reader.calls
+        job, pods, events, log = target.poll(name)
+        assert len(pods) == nodes and target.reader.calls - before == 4
+        assert '"event": "step"' in log
+
+
+def test_snapshot_is_the_api_objects_and_masked_logs(operator):
+    deploy()
+    operator.run("llama", outcome="Failed", restarts={"master-0": 1},
+                 previous_logs={"master-0": "previous attempt\n"})  # fmt: skip
+    operator.add_event("llama-master-0", "BackOff", "Back-off restarting failed container")
+    snapshot = KubernetesTarget(KubernetesSettings()).snapshot("llama")
+    assert set(snapshot) == {"job", "pods", "events", "logs"}
+    assert (
+        snapshot["job"]["kind"] == "PyTorchJob" and "pytorchReplicaSpecs" in snapshot["job"]["spec"]
+    )
+    assert [p["metadata"]["name"] for p in snapshot["pods"]] == ["llama-master-0",
+                                                                 "llama-worker-0"]  # fmt: skip
+    status = snapshot["pods"][0]["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 1 and status["state"]["terminated"]["exitCode"] == 1
+    assert [e["reason"] for e in snapshot["events"]] == ["BackOff"]
+    assert snapshot["events"][0]["involvedObject"]["name"] == "llama-master-0"
+    assert snapshot["logs"]["llama-master-0"] == ERROR_LOG
+    assert snapshot["logs"]["llama-master-0/previous"] == "previous attempt\n"
+    assert "llama-worker-0/previous" not in snapshot["logs"]
+
+
+def test_gpus_asked_beyond_those_free_is_a_warning_not_a_refusal(operator):
+    operator.add_nodes("p5.48xlarge", 1, efa=32)
+    operator.add_nodes("g5.12xlarge", 4, gpus=4)  # other instance types do not count
+    state = deploy(num_nodes=2, gpu_per_node=8)
+    assert state.status == "running"
+    assert any("16 GPUs asked, 8 free on Ready p5.48xlarge nodes" in w for w in state.warnings)
+    enough = deploy(job_name="small", num_nodes=1, gpu_per_node=8, replace=True)
+    assert not any("GPUs asked" in w for w in enough.warnings)
+
+
+def test_an_api_error_is_typed(operator, kube_api):
+    jobs = "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"
+    kube_api.emulator[f"post {jobs}"] << 403 << {"kind": "Status", "message": "RBAC: no"}
+    denied = failure(deploy)
+    assert denied.code == "access_denied" and "RBAC: no" in denied.message
+
+
+def test_a_preempted_job_says_where_a_rerun_resumes(operator):
+    deploy()
+    # The trainer's lines up to its step-3 checkpoint, then its SIGTERM line (train.py:
+    # it saved step 4 on the way out).
+    lines = RUN_LOG.splitlines(keepends=True)
+    upto = next(i for i, line in enumerate(lines) if '"checkpoint_saved"' in line)
+    event = {
+        "event": "preempted",
+        "step": 4,
+        "signal": 15,
+        "checkpoint": "/checkpoints/llama/step-4",
+    }
+    preempted = json.dumps(event) + "\n"
+    log = "".join(lines[: upto + 1]) + preempted
+    operator.run("llama", outcome="Failed", exit_codes={"master-0": 143},
+                 rank_logs={"master-0": log})  # fmt: skip
+    state = get_training_job(job_name="llama", **K8S)
+    assert state.status == "preempted" and state.exit_code == 143
+    assert state.checkpoint_step == 4 and state.checkpoint_path == "/checkpoints/llama/step-4"
+    assert "checkpoint saved at step 4" in state.message
+    assert "replace=true" in state.next_step and "step 4" in state.next_step
+
+
+def test_deploy_follows_a_live_job_to_the_end_with_progress(operator):
+    import threading
+
+    lines = RUN_LOG.splitlines(keepends=True)
+    first_step = next(i for i, line in enumerate(lines) if '"event": "step"' in line)
+
+    def operator_loop() -> None:
+        while not exists("llama"):
+            time.sleep(0.05)
+        operator.run(
+            "llama", outcome="Running", rank_logs={"master-0": "".join(lines[: first_step + 1])}
+        )
+        time.sleep(2.5)  # at least one poll sees the job mid-run
+        operator.run("llama", outcome="Succeeded")
+
+    thread = threading.Thread(target=operator_loop, daemon=True)
+    thread.start()
+    progress = CollectingProgress()
+    state = deploy(wait_seconds=30, progress=progress)
+    thread.join(5)
+    assert state.status == "succeeded" and state.steps == 6
+    steps = [event.completed for event in progress.events]
+    assert 1 in steps and steps[-1] == 6  # step 1 seen while running, then the end
+
+
+def test_logs_of_the_previous_container(operator):
+    deploy()
+    operator.run("llama", outcome="Running", restarts={"worker-0": 1},
+                 previous_logs={"worker-0": "NCCL error: unhandled system error\n"})  # fmt: skip
+    text = get_training_job_logs(job_name="llama", **K8S, replica="worker-0", previous=True).text
+    assert text == "NCCL error: unhandled system error"

@@ -1,0 +1,252 @@
+"""The PyTorchJob manifest: every rendered variant validates against the Training
+Operator's CRD schema, and each placement decision (replicas, rendezvous, GPU and EFA
+resources, /dev/shm, NCCL env, checkpoints) is what a GPU cluster needs."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from skills.shared.errors import ToolFailure
+from skills.training_job_deployer import pytorchjob_manifest as pm
+from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer.kubernetes_settings import (
+    DEFAULT_HOST_PATH,
+    KubernetesDeploySettings,
+)
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/fsdp:v1"
+CRD = "/work/shared/reference/kubeflow.org_pytorchjobs.v1.9.yaml"
+
+
+def render(settings: dict | None = None, **job) -> dict:
+    spec = JobSpec(job_name=job.pop("job_name", "llama"), **job)
+    return pm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, pm.HF_SECRET)
+
+
+def container(manifest: dict, kind: str = None) -> dict:
+    replicas = manifest["spec"]["pytorchReplicaSpecs"]
+    return replicas[kind or next(iter(replicas))]["template"]["spec"]["containers"][0]
+
+
+def pod_spec(manifest: dict) -> dict:
+    return next(iter(manifest["spec"]["pytorchReplicaSpecs"].values()))["template"]["spec"]
+
+
+VARIANTS = {
+    "single-node": ({}, {"num_nodes": 1, "gpu_per_node": 1}),
+    "multi-node": ({"instance_type": "g5.12xlarge"}, {"num_nodes": 4, "gpu_per_node": 4}),
+    "elastic": ({"min_nodes": 2, "max_nodes": 8}, {"num_nodes": 4, "gpu_per_node": 8}),
+    "etcd": ({"etcd_endpoint": "etcd-client:2379"}, {"num_nodes": 2, "gpu_per_node": 8}),
+    "pvc": ({"checkpoint_volume": "pvc:fsx-claim"}, {"num_nodes": 2, "gpu_per_node": 8}),
+    "hostpath": ({"checkpoint_volume": "/mnt/nvme/ckpt"}, {"num_nodes": 1, "gpu_per_node": 8}),
+    "s3": ({}, {"num_nodes": 2, "gpu_per_node": 8, "checkpoint_dir": "s3://bucket/ckpt"}),
+    "p4d": ({"instance_type": "p4d.24xlarge"}, {"num_nodes": 2, "gpu_per_node": 8}),
+    "p5": ({"instance_type": "p5.48xlarge"}, {"num_nodes": 4, "gpu_per_node": 8}),
+    "hyperpod-ml": ({"instance_type": "ml.p5.48xlarge"}, {"num_nodes": 2, "gpu_per_node": 8}),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_validates_against_the_crd_schema(variant):
+    settings, job = VARIANTS[variant]
+    manifest = render(settings, **job)
+    # Validated by render itself, and again here, independently, with jsonschema.
+    jsonschema.validate(manifest, pm.crd_schema())
+    assert manifest["apiVersion"] == "kubeflow.org/v1" and manifest["kind"] == "PyTorchJob"
+    assert manifest["spec"]["nprocPerNode"] == str(job["gpu_per_node"])
+    assert container(manifest)["name"] == "pytorch"  # the operator's required name
+
+
+@pytest.mark.skipif(not Path(CRD).is_file(), reason="no reference CRD on this machine")
+def test_the_package_ships_the_same_crd_schema():
+    with open(CRD) as handle:
+        crd = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (v1,) = (v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    assert pm.crd_schema() == v1["schema"]["openAPIV3Schema"]
+
+
+def test_a_manifest_the_schema_rejects_is_a_typed_error():
+    manifest = copy.deepcopy(render())
+    manifest["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = "one"
+    with pytest.raises(ToolFailure) as caught:
+        pm.validate(manifest)
+    assert caught.value.code == "manifest_invalid"
+    assert caught.value.details["problems"][0]["path"].endswith("replicas")
+
+
+@pytest.mark.parametrize(
+    ("nodes", "elastic", "layout"),
+    [
+        (1, False, {"Master": 1}),
+        (4, False, {"Master": 1, "Worker": 3}),
+        (4, True, {"Worker": 4}),
+    ],
+)
+def test_replica_layout(nodes, elastic, layout):
+    assert pm.replica_layout(nodes, elastic) == layout
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "efa"),
+    [
+        ("p4d.24xlarge", 4),
+        ("p5.48xlarge", 32),
+        ("ml.p5.48xlarge", 32),
+        ("p5en.48xlarge", 16),
+        ("g5.48xlarge", 1),
+        ("g5.xlarge", 0),
+        ("p5.4xlarge", 1),  # the table only says it has EFA: one device
+        (None, 0),
+    ],
+)
+def test_efa_devices_follow_the_instance_table(instance_type, efa):
+    assert pm.efa_devices(instance_type) == efa
+    manifest = render({"instance_type": instance_type} if instance_type else {}, num_nodes=2)
+    resources = container(manifest)["resources"]
+    assert resources["limits"] == resources["requests"]
+    assert int(resources["limits"].get("vpc.amazonaws.com/efa", 0)) == efa
+    env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
+    assert (env.get("FI_PROVIDER") == "efa") == bool(efa)
+
+
+def test_gpu_resources_shm_and_scheduling():
+    manifest = render({"instance_type": "p5.48xlarge"}, num_nodes=2, gpu_per_node=8)
+    assert container(manifest)["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    spec = pod_spec(manifest)
+    shm = next(v for v in spec["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+    assert {"name": "shm", "mountPath": "/dev/shm"} in container(manifest)["volumeMounts"]
+    assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
+    assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"  # p-family: GPUDirect RDMA
+    assert pm.shm_size(1) == "8Gi"
+
+
+def test_hyperpod_nodes_are_selected_by_their_ml_name():
+    manifest = render({"instance_type": "ml.p5.48xlarge"}, num_nodes=2)
+    assert pod_spec(manifest)["nodeSelector"] == {
+        "node.kubernetes.io/instance-type": "ml.p5.48xlarge"
+    }
+
+
+def test_unknown_instance_type_is_a_typed_error_with_a_hint():
+    with pytest.raises(ToolFailure) as caught:
+        render({"instance_type": "p9.mega"})
+    assert caught.value.code == "invalid_input" and "p5.48xlarge" in caught.value.hint
+
+
+def test_fixed_multi_node_uses_c10d_on_master():
+    command = container(render(num_nodes=4, gpu_per_node=8, max_restarts=2))["command"]
+    assert command[0] == "torchrun"
+    assert "--nnodes=4" in command and "--rdzv_backend=c10d" in command
+    assert "--rdzv_endpoint=llama-master-0:23456" in command
+    assert "--nproc_per_node=8" in command and "--max_restarts=2" in command
+
+
+def test_single_node_is_standalone():
+    manifest = render(num_nodes=1)
+    assert "--standalone" in container(manifest)["command"]
+    assert "elasticPolicy" not in manifest["spec"]
+
+
+def test_elastic_policy_and_workers_only():
+    manifest = render({"min_nodes": 2, "max_nodes": 8}, num_nodes=4, max_restarts=3)
+    policy = manifest["spec"]["elasticPolicy"]
+    assert policy["minReplicas"] == 2 and policy["maxReplicas"] == 8
+    assert policy["maxRestarts"] == 3 and policy["rdzvBackend"] == "c10d"
+    assert list(manifest["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    command = container(manifest)["command"]
+    assert "--nnodes=2:8" in command and "--rdzv_endpoint=llama-worker-0:29400" in command
+
+
+def test_etcd_rendezvous():
+    manifest = render({"etcd_endpoint": "etcd-client:2379"}, num_nodes=2)
+    policy = manifest["spec"]["elasticPolicy"]
+    assert policy["rdzvBackend"] == "etcd-v2"
+    assert (policy["rdzvHost"], policy["rdzvPort"]) == ("etcd-client", 2379)
+    command = container(manifest)["command"]
+    assert "--rdzv_backend=etcd-v2" in command
+    assert "--rdzv_endpoint=etcd-client:2379" in command
+
+
+def test_num_nodes_outside_the_elastic_range_is_refused():
+    with pytest.raises(ToolFailure) as caught:
+        render({"min_nodes": 2, "max_nodes": 3}, num_nodes=4)
+    assert caught.value.code == "invalid_input"
+
+
+@pytest.mark.parametrize(
+    ("settings", "job", "volume", "checkpoint_dir"),
+    [
+        ({}, {}, {"hostPath": {"path": DEFAULT_HOST_PATH, "type": "DirectoryOrCreate"}},
+         "/checkpoints/llama"),
+        ({"checkpoint_volume": "pvc:fsx-claim"}, {},
+         {"persistentVolumeClaim": {"claimName": "fsx-claim"}}, "/checkpoints/llama"),
+        ({}, {"checkpoint_dir": "runs/a"}, None, "/checkpoints/runs/a"),
+        ({}, {"checkpoint_dir": "s3://bucket/ckpt"}, None, "s3://bucket/ckpt"),
+    ],
+)  # fmt: skip
+def test_checkpoint_placement(settings, job, volume, checkpoint_dir):
+    manifest = render(settings, **job)
+    command = container(manifest)["command"]
+    assert command[command.index("--checkpoint_dir") + 1] == checkpoint_dir
+    volumes = {v["name"]: v for v in pod_spec(manifest)["volumes"]}
+    if checkpoint_dir.startswith("s3://"):
+        assert "checkpoints" not in volumes
+    elif volume is not None:
+        assert {k: v for k, v in volumes["checkpoints"].items() if k != "name"} == volume
+        assert {"name": "checkpoints", "mountPath": "/checkpoints"} in container(manifest)[
+            "volumeMounts"
+        ]
+
+
+def test_trainer_flags_are_the_ones_every_target_passes():
+    from skills.training_job_deployer.job_spec import trainer_argv
+
+    spec = JobSpec(job_name="llama", max_steps=1000, learning_rate=3e-4, seq_len=2048)
+    command = container(render(job_name="llama", max_steps=1000, learning_rate=3e-4,
+                               seq_len=2048))["command"]  # fmt: skip
+    tail = command[command.index("trainer") + 1 :]
+    assert tail == trainer_argv(spec.model_copy(update={"checkpoint_dir": "/checkpoints/llama"}))
+
+
+def test_the_hf_token_is_a_secret_reference_never_a_value(monkeypatch):
+    canary = "hf_" + "Canary" * 6
+    monkeypatch.setenv("HF_TOKEN", canary)
+    manifest = render()
+    assert canary not in yaml.safe_dump(manifest)
+    env = {e["name"]: e for e in container(manifest)["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": pm.HF_SECRET,
+        "key": "token",
+        "optional": True,
+    }
+
+
+def test_values_cannot_change_the_document_structure():
+    # A model_type or dataset with YAML syntax stays one string in the argv.
+    manifest = render(dataset="x: {y: [z]} # - w", model_type="debug")
+    command = container(manifest)["command"]
+    assert command[command.index("--dataset") + 1] == "x: {y: [z]} # - w"
+
+
+def test_characters_beyond_the_bmp_survive_the_template():
+    manifest = render(model_name_or_path="org/𐀀-model")
+    command = container(manifest)["command"]
+    assert command[command.index("--model_name_or_path") + 1] == "org/𐀀-model"
+    json.dumps(manifest).encode()  # no lone surrogates
+
+
+def test_long_job_names_are_refused_before_the_cluster_does():
+    with pytest.raises(ToolFailure) as caught:
+        render(job_name="a" * 60)
+    assert caught.value.code == "invalid_input"
