@@ -237,13 +237,10 @@ def _nccl(
         report.summary = f"NCCL test running as operation {state.operation_id}"
         report.next_step = state.next_step
     else:
-        error = state.error or {}
-        raise ToolFailure(
-            error.get("code", ErrorCode.OPERATION_FAILED),
-            error.get("message", "The NCCL test failed."),
-            error.get("hint", ""),
-            {"operation_id": state.operation_id, **(error.get("details") or {})},
-        )
+        error = {"code": ErrorCode.OPERATION_FAILED, "message": "The NCCL test failed."}
+        error.update(state.error or {})
+        error["details"] = {"operation_id": state.operation_id, **(error.get("details") or {})}
+        raise ToolFailure.from_dict(error)
     return report
 
 

@@ -76,15 +76,8 @@ def cluster_api_client(settings: KubernetesSettings) -> Any:
     """The cluster's API client: the EKS cluster's token (cluster_name), else a
     kubeconfig (KUBECONFIG by default) and context."""
     if settings.cluster_name:
-        try:
-            from skills.eks_cluster_manager.access import eks_api_client
-        except ModuleNotFoundError as exc:  # an install without the EKS skill
-            raise ToolFailure(
-                ErrorCode.UNSUPPORTED_FOR_TARGET,
-                "cluster_name needs EKS access (skills.eks_cluster_manager), which this "
-                "install lacks.",
-                "Run `aws eks update-kubeconfig --name CLUSTER` and pass kubeconfig/context.",
-            ) from exc
+        from skills.eks_cluster_manager.access import eks_api_client
+
         return eks_api_client(settings.cluster_name, settings.region)
     from skills.shared.clients import kube_api_client
 

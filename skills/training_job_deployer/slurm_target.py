@@ -93,6 +93,16 @@ class SlurmSettings(TargetSettings):
         RunsDir,
         _matching(r"(~/)?" + SBATCH_PATH.strip("^"), "on Slurm: letters, digits, _ . / + = @ -"),
     ] = "runs"
+    ssh_host: Annotated[
+        str | None,
+        Field(description="Slurm: login node to ssh to."),
+        _matching(SSH_HOST, "[user@]host or an ssh_config alias"),
+    ] = None
+
+
+class SlurmDeploySettings(SlurmSettings):
+    """sbatch on a Slurm cluster (srun torchrun per node)"""
+
     partition: Annotated[
         str | None,
         Field(description="Slurm partition (default: the default one)."),
@@ -117,11 +127,6 @@ class SlurmSettings(TargetSettings):
         str | None,
         Field(max_length=512, description="Slurm: container image (pyxis)."),
         _matching(r"[A-Za-z0-9][A-Za-z0-9._/:@+#-]*", "an image reference"),
-    ] = None
-    ssh_host: Annotated[
-        str | None,
-        Field(description="Slurm: login node to ssh to."),
-        _matching(SSH_HOST, "[user@]host or an ssh_config alias"),
     ] = None
 
 
@@ -308,9 +313,13 @@ class SlurmRunDir:
 class SlurmTarget:
     name: ClassVar[str] = "slurm"
     settings_model: ClassVar[type[TargetSettings]] = SlurmSettings
+    deploy_settings_model: ClassVar[type[TargetSettings]] = SlurmDeploySettings
     plan_model: ClassVar[type[Plan]] = SlurmPlan
 
     def __init__(self, settings: SlurmSettings) -> None:
+        # The job tools pass the access settings; a plan reads the deploy ones (defaults).
+        if not isinstance(settings, SlurmDeploySettings):
+            settings = SlurmDeploySettings(**settings.model_dump())
         self.settings = settings
         self.scheduler = Scheduler(settings.ssh_host)
         runs = settings.runs_dir

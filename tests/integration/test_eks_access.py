@@ -177,3 +177,22 @@ def test_kubeconfig_keeps_other_contexts_and_reaches_the_cluster_with_its_exec_t
     other = client.Configuration()
     config.load_kube_config(str(path), context="kmock", client_configuration=other)
     assert other.host == kube_api.url
+
+
+def test_the_kubernetes_target_reaches_an_eks_cluster_by_name(moto_server):
+    """deploy_training_job and the job tools take cluster_name: the same EKS access,
+    no kubeconfig. (moto's endpoint is fake, so the client is checked, not called.)"""
+    from commands.get_training_job import get_training_job
+    from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
+    from skills.training_job_deployer.kubernetes_target import cluster_api_client
+
+    make_cluster("by-name")
+    api = cluster_api_client(KubernetesSettings(cluster_name="by-name", region=REGION))
+    endpoint = boto3.client("eks", region_name=REGION).describe_cluster(name="by-name")
+    assert api.configuration.host == endpoint["cluster"]["endpoint"]
+    assert api.configuration.auth_settings()["BearerToken"]["value"].startswith(
+        f"Bearer {TOKEN_PREFIX}"
+    )
+    with pytest.raises(ToolFailure) as failure:  # the target is implied by cluster_name
+        get_training_job(job_name="j", cluster_name="not-there", region=REGION)
+    assert failure.value.code == "not_found" and "by-name" in failure.value.message

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from commands import TOOL_NAMES, all_tools
 from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
 from mcp_server import build_server
 from skills.shared.cli import build_parser, parse_flags, run_cli
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -28,6 +29,7 @@ from skills.shared.tooling import Flatten, spec_of, tool
 from skills.training_job_deployer.job_spec import JobSpec, TrainerFlag, trainer_argv
 from skills.training_job_deployer.local_target import LocalSettings, LocalTarget
 from skills.training_job_deployer.target import TargetSettings
+from skills.training_job_deployer.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,8 +82,23 @@ def test_a_new_job_option_reaches_cli_mcp_schema_and_trainer_argv(tmp_path):
 def test_deploy_takes_every_jobspec_field_and_only_the_settings_beyond_it():
     fields = set(spec_of(deploy_training_job).params.model_fields)
     assert set(JobSpec.model_fields) <= fields
-    beyond = {"target", "runs_dir", "dry_run", "replace_corrupt_record", "wait_seconds"}
-    assert fields - set(JobSpec.model_fields) == beyond
+    settings = {
+        name
+        for target in TARGETS.values()
+        for name in getattr(target, "deploy_settings_model", target.settings_model).model_fields
+    }
+    assert {"target", "runs_dir", "cluster_name", "partition"} <= settings
+    beyond = {"dry_run", "replace_corrupt_record", "wait_seconds"}
+    assert fields - set(JobSpec.model_fields) == beyond | settings
+
+
+def test_the_read_job_tools_take_only_the_settings_that_find_a_job():
+    """Deploy-only settings (partition, instance_type, ...) stay out of get/logs/cancel:
+    an agent pays for each byte of every tool's schema."""
+    fields = set(spec_of(get_training_job).params.model_fields)
+    access = {n for t in TARGETS.values() for n in t.settings_model.model_fields}
+    assert fields == {"job_name", "wait_seconds"} | access
+    assert not {"partition", "account", "instance_type", "image_uri"} & fields
 
 
 def test_trainer_argv_is_the_same_function_for_a_jobspec_and_the_local_plan(tmp_path):
@@ -311,7 +328,7 @@ BAD_INPUT_CODES = {
     "invalid_input", "confirmation_required", "job_not_found", "operation_not_found",
     "unsupported_for_target", "not_enough_gpus", "not_found", "aws_profile_not_found",
     "kubeconfig_invalid", "not_a_directory", "is_a_directory", "name_too_long",
-    "path_not_allowed",
+    "path_not_allowed", "snapshot_invalid", "slurm_rejected",
 }  # fmt: skip
 
 

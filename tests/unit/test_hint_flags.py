@@ -24,7 +24,9 @@ PRODUCT_DIRS = ("skills", "commands", "mcp_server")
 
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 # A command of another program, quoted in a hint: its flags are that program's.
-FOREIGN_COMMAND = re.compile(r"`(?:aws|kubectl|docker|git|pip|make)\s[^`]*`")
+FOREIGN_COMMAND = re.compile(
+    r"`(?:aws|kubectl|docker|git|pip|make|eksctl|sbatch|sinfo|srun|sacct|scontrol)\s[^`]*`"
+)
 
 # Flags of no parser here that a text may still name, each with why.
 PIP_FLAGS = (
@@ -32,11 +34,18 @@ PIP_FLAGS = (
     "--implementation --index-url --no-build-isolation --platform --prefix --progress-bar "
     "--python-version --requirement --root --src --trusted-host"
 )
+SLURM_FLAGS = "--parsable --parsable2 --noheader --format --gpus-per-node --container-mounts"
+ETCD_FLAGS = "--data-dir --listen-client-urls --listen-peer-urls --advertise-client-urls"
 GIT_FLAGS = "--is-inside-work-tree --porcelain --short --untracked-files"
 ALLOWED: dict[str, str] = {
     **dict.fromkeys(PIP_FLAGS.split(), "pip's: the Dockerfile analyzer reads and fixes pip lines"),
     **dict.fromkeys(GIT_FLAGS.split(), "git's: the argv tags.py runs to find the commit"),
     "--junitxml": "pytest's: the buildspec's test step (commands/_buildspec.py)",
+    **dict.fromkeys(SLURM_FLAGS.split(), "Slurm's and pyxis's: the argv the Slurm target runs"),
+    **dict.fromkeys(ETCD_FLAGS.split(), "etcd's: the etcd Deployment auto_fix applies"),
+    "--enable-scheme": "the Training Operator's: its pinned Deployment (components.py)",
+    "--profile": "the kubeconfig exec plugin's own argv (eks_cluster_manager/access.py)",
+    "--flag": "a placeholder in a docstring (slurm_script.py)",
 }
 
 # Trainer errors reach a deploy_training_job user as the job's message, so the flags

@@ -21,7 +21,7 @@ from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.slurm_script import EFA_ENV, PartitionInfo, layout
 from skills.training_job_deployer.slurm_target import (
     Scheduler,
-    SlurmSettings,
+    SlurmDeploySettings,
     SlurmTarget,
     _exit_code,
     _fields,
@@ -42,7 +42,7 @@ def _plan(info: PartitionInfo, tmp_path: Path, **settings: str):
         checkpoint_dir=HOSTILE,
         max_steps=1000,
     )
-    target = SlurmTarget(SlurmSettings(target="slurm", runs_dir=str(tmp_path / "runs"), **settings))
+    target = SlurmTarget(SlurmDeploySettings(target="slurm", runs_dir=str(tmp_path / "runs"), **settings))
     return spec, target.plan_for(spec, info)
 
 
