@@ -42,7 +42,9 @@ def _plan(info: PartitionInfo, tmp_path: Path, **settings: str):
         checkpoint_dir=HOSTILE,
         max_steps=1000,
     )
-    target = SlurmTarget(SlurmDeploySettings(target="slurm", runs_dir=str(tmp_path / "runs"), **settings))
+    target = SlurmTarget(
+        SlurmDeploySettings(target="slurm", runs_dir=str(tmp_path / "runs"), **settings)
+    )
     return spec, target.plan_for(spec, info)
 
 
