@@ -20,6 +20,10 @@ class LocalPath:
 
     hub_name: bool = False
     writable: bool | None = None
+    # Read or written where the job runs: a path on this host only when the call's
+    # settings say the job runs here (see `runs_here`); elsewhere it names a path on
+    # the cluster, which no rule about this host's paths applies to.
+    where_job_runs: bool = False
 
     @property
     def may_write(self) -> bool:
@@ -35,3 +39,9 @@ def path_fields(model: type[BaseModel]) -> dict[str, LocalPath]:
         for marker in info.metadata
         if isinstance(marker, LocalPath)
     }
+
+
+def runs_here(models: list[BaseModel]) -> bool:
+    """False when one of a call's models (a target's settings) says the job runs on
+    another machine (`job_runs_here`), so its `where_job_runs` paths are not this host's."""
+    return all(getattr(m, "job_runs_here", True) for m in models)

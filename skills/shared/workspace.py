@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.paths import LocalPath, path_fields
+from skills.shared.paths import LocalPath, path_fields, runs_here
 
 if TYPE_CHECKING:
     from skills.shared.tooling import ToolSpec
@@ -175,9 +175,11 @@ def _marked_values(spec: ToolSpec, args: BaseModel) -> Iterator[tuple[str, Local
     """(field, marker, value, given by the caller) for every marked input the tool will
     get: fields of the models its flat inputs are gathered into (the chosen target's
     only), then its own marked parameters."""
-    for value in spec.call_kwargs(args).values():
-        if isinstance(value, BaseModel):
-            for name, marker in path_fields(type(value)).items():
+    models = [v for v in spec.call_kwargs(args).values() if isinstance(v, BaseModel)]
+    here = runs_here(models)
+    for value in models:
+        for name, marker in path_fields(type(value)).items():
+            if here or not marker.where_job_runs:
                 yield name, marker, getattr(value, name), name in value.model_fields_set
     own = path_fields(spec.params)
     for name in sorted(spec.fn_params & own.keys()):

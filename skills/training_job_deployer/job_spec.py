@@ -93,7 +93,7 @@ class JobSpec(BaseModel):
             "replaces model_type.",
         ),
         TrainerFlag(),
-        LocalPath(hub_name=True),
+        LocalPath(hub_name=True, where_job_runs=True),
     ] = None
     max_steps: Annotated[
         int | None,
@@ -119,7 +119,7 @@ class JobSpec(BaseModel):
             "bundled corpus).",
         ),
         TrainerFlag(),
-        LocalPath(hub_name=True),
+        LocalPath(hub_name=True, where_job_runs=True),
     ] = None
     dataset_config_name: Annotated[
         Annotated[str, StringConstraints(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -133,7 +133,7 @@ class JobSpec(BaseModel):
             description="tokenizer.json (file, dir, s3://) or hub model name (default: bytes).",
         ),
         TrainerFlag(),
-        LocalPath(hub_name=True),
+        LocalPath(hub_name=True, where_job_runs=True),
     ] = None
     learning_rate: Annotated[
         float | None,
@@ -175,7 +175,7 @@ class JobSpec(BaseModel):
             "<runs_dir>/<job_name>/checkpoints).",
         ),
         TrainerFlag(),
-        LocalPath(),
+        LocalPath(where_job_runs=True),
     ] = None
     checkpoint_freq: Annotated[
         int | None,

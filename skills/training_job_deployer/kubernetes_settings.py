@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from skills.shared.paths import LocalPath
 from skills.training_job_deployer.target import TargetSettings
 
 DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
@@ -29,6 +30,7 @@ class KubernetesSettings(TargetSettings):
     kubeconfig: Annotated[
         str | None,
         Field(min_length=1, max_length=4096, description="kubeconfig path (default KUBECONFIG)."),
+        LocalPath(writable=False),
     ] = None
     context: Annotated[
         str | None,
@@ -38,6 +40,10 @@ class KubernetesSettings(TargetSettings):
     namespace: Annotated[
         str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
     ] = "default"
+
+    @property
+    def job_runs_here(self) -> bool:
+        return False  # dataset, checkpoint_dir, ... are paths in the pods
 
     @model_validator(mode="after")
     def _one_way_in(self) -> KubernetesSettings:

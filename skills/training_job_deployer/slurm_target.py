@@ -99,6 +99,11 @@ class SlurmSettings(TargetSettings):
         _matching(SSH_HOST, "[user@]host or an ssh_config alias"),
     ] = None
 
+    @property
+    def job_runs_here(self) -> bool:
+        # Without ssh this host is a login node sharing the cluster's filesystem.
+        return self.ssh_host is None
+
 
 class SlurmDeploySettings(SlurmSettings):
     """sbatch on a Slurm cluster (srun torchrun per node)"""

@@ -22,6 +22,12 @@ class TargetSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @property
+    def job_runs_here(self) -> bool:
+        """Whether the job's own paths (dataset, checkpoint_dir, ...) are on this host;
+        a cluster's are not, so an MCP caller's workspace does not confine them."""
+        return True
+
 
 class Plan(BaseModel):
     """Exactly what submit will do, as data. Each target's subclass has a

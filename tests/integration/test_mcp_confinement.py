@@ -259,3 +259,34 @@ def test_http_with_a_token_answers_only_requests_that_carry_it(tmp_path):
     assert statuses == [401, 401, 401, 401]
     assert "deploy_training_job" in names
     assert token not in out + err
+
+
+def test_a_cluster_jobs_paths_are_the_clusters_and_not_confined(dirs, monkeypatch):
+    """On Kubernetes (or Slurm through ssh_host) dataset and checkpoint_dir name paths in
+    the pods, not on the server: the workspace does not judge them. The server's own
+    files (a kubeconfig it reads, a Slurm record's runs_dir) still are."""
+    monkeypatch.setenv("KUBECONFIG", str(dirs["outside"] / "absent"))  # a plan needs none
+    server = build_server(workspace=Workspace.create(str(dirs["ws"])))
+    on_cluster = {"dataset": "/fsx/data/train.jsonl", "checkpoint_dir": "/fsx/ckpt"}
+    calls = {
+        "k8s": {"target": "kubernetes", "image_uri": "registry.example/t:1", **on_cluster},
+        "k8s-kubeconfig": {"target": "kubernetes", "image_uri": "registry.example/t:1",
+                           "kubeconfig": "/etc/kubeconfig"},
+        "here": {"gpu_per_node": 1, **on_cluster},
+    }  # fmt: skip
+
+    async def scenario():
+        async with Client(server) as client:
+            return {
+                name: await client.call_tool(
+                    "deploy_training_job", {"job_name": name, "dry_run": True, **args}
+                )
+                for name, args in calls.items()
+            }
+
+    results = anyio.run(scenario)
+    assert not results["k8s"].is_error, results["k8s"].content
+    command = json.dumps(results["k8s"].structured_content["plan"]["manifest"])
+    assert "/fsx/data/train.jsonl" in command
+    assert _error(results["k8s-kubeconfig"])["details"]["field"] == "kubeconfig"
+    assert _error(results["here"])["details"]["field"] in ("dataset", "checkpoint_dir")

@@ -206,3 +206,10 @@ def test_scontrol_fields_and_exit_codes():
     fields = _fields(line)
     assert [fields[k] for k in ("JobState", "Reason", "Restarts")] == ["PENDING", "BeginTime", "1"]
     assert [_exit_code(v) for v in ("0:0", "1:0", "0:15", None, "x")] == [0, 1, 143, None, None]
+
+
+def test_through_ssh_the_jobs_paths_are_the_clusters():
+    # An MCP server's workspace then judges runs_dir (the record, here) but not dataset or
+    # checkpoint_dir (paths on the cluster): see skills/shared/paths.runs_here.
+    assert SlurmDeploySettings(target="slurm").job_runs_here
+    assert not SlurmDeploySettings(target="slurm", ssh_host="login1").job_runs_here
