@@ -235,8 +235,10 @@ class ToolServer(MCPServer):
     async def list_tools(self) -> list[Any]:
         tools = await super().list_tools()
         for listed in tools:
+            # Patterns stay out: the tool's own model still checks them, and a refusal
+            # quotes the pattern; listing them cost every session ~3 KB for 16 tools.
             listed.input_schema = _without_null_defaults(
-                compact_schema(listed.input_schema, ("title",))
+                compact_schema(listed.input_schema, ("title", "pattern"))
             )
             if listed.output_schema is not None:
                 listed.output_schema = outline_schema(listed.output_schema)

@@ -279,7 +279,6 @@ WaitSeconds = Annotated[
     float | None,
     Field(
         ge=0,
-        description="Seconds to follow the job, then return its state; None: to the end "
-        "(CLI default; MCP: 40, then poll get_training_job).",
+        description="Follow the job N s, then return its state (MCP default 40; CLI: to the end).",
     ),
 ]

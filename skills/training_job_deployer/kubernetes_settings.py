@@ -17,7 +17,7 @@ DEFAULT_HOST_PATH = "/mnt/k8s-disks/0/checkpoints"
 
 
 class KubernetesSettings(TargetSettings):
-    """creates a Kubeflow PyTorchJob on a cluster"""
+    """a Kubeflow PyTorchJob"""
 
     target: Literal["kubernetes"] = "kubernetes"
     cluster_name: Annotated[
@@ -53,7 +53,7 @@ class KubernetesSettings(TargetSettings):
 
 
 class KubernetesDeploySettings(KubernetesSettings):
-    """creates a Kubeflow PyTorchJob on a cluster"""
+    """a Kubeflow PyTorchJob"""
 
     instance_type: Annotated[
         str | None,

@@ -153,7 +153,7 @@ RunsDir = Annotated[
 
 
 class LocalSettings(TargetSettings):
-    """launches torchrun on this host"""
+    """runs torchrun here"""
 
     target: Literal["local"] = "local"
     runs_dir: RunsDir = "runs"

@@ -86,7 +86,7 @@ def _matching(pattern: str, rule: str) -> AfterValidator:
 
 
 class SlurmSettings(TargetSettings):
-    """sbatch on a Slurm cluster (srun torchrun per node)"""
+    """sbatch + srun torchrun"""
 
     target: Literal["slurm"]
     runs_dir: Annotated[
@@ -106,7 +106,7 @@ class SlurmSettings(TargetSettings):
 
 
 class SlurmDeploySettings(SlurmSettings):
-    """sbatch on a Slurm cluster (srun torchrun per node)"""
+    """sbatch + srun torchrun"""
 
     partition: Annotated[
         str | None,

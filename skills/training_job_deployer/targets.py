@@ -32,13 +32,13 @@ def _one_of(models: list[type[Any]]) -> Any:
 # A tool parameter: `target` plus each target's own settings as flat inputs.
 TargetSettings = Annotated[
     _one_of([t.settings_model for t in TARGETS.values()]),
-    Flatten("target", description="Where the job runs (default: implied by the settings given):"),
+    Flatten("target", description="Where the job runs (default: implied by the settings):"),
 ]
 # deploy_training_job's: each target's deploy settings (its settings plus how to place
 # a job), so the other job tools' inputs stay small.
 DeploySettings = Annotated[
     _one_of([getattr(t, "deploy_settings_model", t.settings_model) for t in TARGETS.values()]),
-    Flatten("target", description="Where the job runs (default: implied by the settings given):"),
+    Flatten("target", description="Where the job runs (default: implied by the settings):"),
 ]
 # Any target's plan, as a result field.
 AnyPlan = _one_of([t.plan_model for t in TARGETS.values()])

@@ -4,6 +4,7 @@ and what a crash looks like to the client."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any, Literal
@@ -188,3 +189,22 @@ def test_output_schemas_are_outlines_a_result_validates_against():
         "anything": {},
     }
     jsonschema.validate(Result(name="n", inner=Inner(x=1)).model_dump(mode="json"), outline)
+
+
+def test_patterns_are_checked_by_the_tool_not_listed():
+    """tools/list leaves `pattern` out (bytes every session pays); a call still gets the
+    tool's own check, and the refusal names the field."""
+
+    async def scenario():
+        async with Client(build_server()) as client:
+            tools = (await client.list_tools()).tools
+            refused = await client.call_tool(
+                "get_training_job", {"job_name": "Not A DNS Label", "runs_dir": "runs"}
+            )
+            return tools, refused
+
+    tools, refused = anyio.run(scenario)
+    assert '"pattern"' not in json.dumps([t.input_schema for t in tools])
+    error = json.loads(refused.content[0].text)["error"]
+    assert refused.is_error and error["code"] == "invalid_input"
+    assert [p["field"] for p in error["details"]["problems"]] == ["job_name"]
