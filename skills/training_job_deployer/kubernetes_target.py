@@ -498,17 +498,11 @@ class KubernetesTarget:
 
     def snapshot(self, job_name: str) -> dict[str, Any]:
         """{"job", "pods", "events", "logs": {"<pod>": text, "<pod>/previous": text}}: the
-        objects as the API returns them (camelCase), logs' secrets masked."""
-        job, pods, events, _ = self.poll(job_name)
-        logs: dict[str, str] = {}
-        for pod in pods:
-            name = pod_name(pod)
-            logs[name] = redact(self.reader.log(name, tail_lines=200))
-            if kube_monitor.restarts([pod]):
-                logs[f"{name}/previous"] = redact(
-                    self.reader.log(name, tail_lines=200, previous=True)
-                )
-        return {"job": job, "pods": pods, "events": events, "logs": logs}
+        objects as the API returns them (camelCase), logs' secrets masked; the same reads
+        as diagnose_training_job (job_snapshot.read_snapshot)."""
+        from skills.training_job_deployer.job_snapshot import read_snapshot
+
+        return read_snapshot(self.reader, job_name)
 
 
 def _bounded(text: str) -> str:
