@@ -8,8 +8,9 @@ trainer resumes from the newest complete checkpoint. A permanent finding stops a
 (its fix in `stop_reason`); the crash-loop breaker (remedies.decide) stops a finding that
 comes back after its remedy with nothing new to try. A job that never fails but cannot
 start (an image pull refused, a missing Secret, no GPUs free for long) counts as failed
-once the pod doctor names a cause for it. The result lists every attempt: finding (code,
-pod, rank, evidence), remedy, spec diff, resumed-from step. Evidence is masked by the
+once the pod doctor names a cause for it (the job is cancelled then: suspended). The
+result lists every attempt: finding (code, pod, rank, evidence), remedy, spec diff,
+resumed-from step. Evidence is masked by the
 pod doctor; logs and snapshots never enter the result.
 
 Only targets with a `snapshot(job_name)` (the pod doctor's input) take part; the loop
@@ -30,7 +31,7 @@ from skills.training_job_deployer.pod_doctor import Finding, diagnose
 from skills.training_job_deployer.remedies import Attempt, Remedy, decide, facts_from_snapshot
 from skills.training_job_deployer.target import Target, TargetSettings
 
-FOLLOW_CHUNK_S = 10.0  # follow this long, then look at a job that is not training yet
+FOLLOW_CHUNK_S = 5.0  # follow this long, then look at a job that is not training yet
 TERMINAL = ("succeeded", "failed", "preempted", "cancelled")
 # Causes that keep pods from starting without failing the job, and how long each may
 # last before the attempt counts as failed (the autoscaler may still add nodes).
@@ -148,8 +149,9 @@ def _follow(
             continue
         since = first_seen.setdefault(root.code, time.monotonic())
         if time.monotonic() - since >= STUCK_AFTER_S[root.code]:
+            runner.cancel(job_name)  # it would hold its place (and start later) otherwise
             state.status = "failed"
-            state.message = f"not starting: {root.one_line()}"
+            state.message = f"not starting (suspended): {root.one_line()}"
             return state, snapshot, root
 
 

@@ -78,6 +78,15 @@ def operator(kube_api, tmp_path, monkeypatch) -> TrainingOperator:
     return TrainingOperator(kube_api)
 
 
+def current_job(operator: TrainingOperator) -> dict | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return operator.job("llama")
+    except ApiException:  # not created yet, or being replaced
+        return None
+
+
 def play(operator: TrainingOperator, attempts: list[dict]) -> Callable[[], list[dict]]:
     """A thread that plays the operator: for each new PyTorchJob of `llama` (one the
     operator has not touched: no status), its pods from the new template (the old ones
@@ -89,10 +98,7 @@ def play(operator: TrainingOperator, attempts: list[dict]) -> Callable[[], list[
     def loop() -> None:
         for outcome in attempts:
             while not stop.is_set():
-                try:
-                    job = operator.job("llama")
-                except Exception:  # not created yet, or being replaced
-                    job = None
+                job = current_job(operator)
                 if job is not None and not job.get("status"):
                     break
                 time.sleep(0.05)
@@ -245,3 +251,41 @@ def test_max_retries_is_bounded_and_auto_retry_strict():
         with pytest.raises(ToolFailure) as caught:
             deploy(**bad)
         assert caught.value.code == "invalid_input"
+
+
+def test_pods_that_cannot_pull_their_image_end_the_attempt_without_a_job_failure(
+    operator, kube_api
+):
+    """The job stays Running while its pods wait in ErrImagePull: the pod doctor names
+    the cause (permanent: registry credentials), so the loop stops instead of waiting."""
+    operator.add_nodes("p5.48xlarge", 2)
+    denied = (
+        f'Failed to pull image "{IMAGE}": rpc error: code = Unknown desc = failed to pull and '
+        f'unpack image "{IMAGE}": failed to resolve reference "{IMAGE}": pull access denied, '
+        "repository does not exist or may require authorization: server message: "
+        "insufficient_scope: authorization failed"
+    )
+
+    def stuck() -> None:
+        while current_job(operator) is None:
+            time.sleep(0.05)
+        for pod in operator.create_pods("llama"):
+            status = {"phase": "Pending", "containerStatuses": [
+                {"name": "pytorch", "ready": False, "restartCount": 0, "image": IMAGE,
+                 "imageID": "", "started": False,
+                 "state": {"waiting": {"reason": "ErrImagePull", "message": denied}}}]}  # fmt: skip
+            operator.core.patch_namespaced_pod_status(
+                pod, operator.namespace, {"status": status}, _preload_content=False
+            )
+            operator.add_event(pod, "Failed", denied)
+
+    thread = threading.Thread(target=stuck, daemon=True)
+    thread.start()
+    result = deploy(max_retries=2)
+    thread.join(5)
+    assert created(kube_api) == 1
+    (only,) = result.attempts
+    assert (only.status, only.code, only.retryable) == ("failed", "image_pull_auth", False)
+    assert "image_pull_auth is permanent" in result.stop_reason
+    assert result.status == "failed" and "auto-retry stopped" in result.message
+    assert operator.job("llama")["spec"]["runPolicy"]["suspend"] is True  # not left waiting
