@@ -46,7 +46,8 @@ def deploy_training_job(
     of the same job resumes from its newest complete checkpoint. dry_run=true returns the exact
     plan and starts nothing. Returns status, steps, losses, tokens/s and checkpoint;
     a failed job adds the trainer's error and log tail, a preempted one where a
-    re-run resumes. auto_retry (kubernetes) runs as an operation: poll get_operation.
+    re-run resumes. auto_retry (kubernetes) with wait_seconds runs as an operation: poll
+    get_operation.
     """
     runner = get_target(target)
     if auto_retry:
