@@ -5,11 +5,13 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
+import contextlib
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from skills.shared.cli import main_for
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, tool
 from skills.training_job_deployer.auto_retry import require_support
@@ -68,10 +70,15 @@ def deploy_training_job(
         return _as_operation(job, target, max_retries, replace_corrupt_record, wait_seconds,
                              plan, progress)  # fmt: skip
     if auto_retry:  # the CLI (or the operation's worker): in the foreground
-        fields = auto_retry_loop(
-            job, target, max_retries=max_retries, progress=progress,
-            replace_corrupt_record=replace_corrupt_record,
-        )  # fmt: skip
+        try:
+            fields = auto_retry_loop(
+                job, target, max_retries=max_retries, progress=progress,
+                replace_corrupt_record=replace_corrupt_record,
+            )  # fmt: skip
+        except KeyboardInterrupt:  # a person's Ctrl-C: stop the job too, as below
+            with contextlib.suppress(ToolFailure):  # between attempts there may be none
+                get_target(target).cancel(job.job_name, grace_s=10)
+            raise
         return DeployResult(**fields)
     runner.submit(job.job_name, plan, replace_corrupt_record=replace_corrupt_record)
     try:
@@ -96,7 +103,6 @@ def _as_operation(
     """This same call, detached as an operation (its worker runs the loop to the end); the
     result once it ended within wait_seconds, else how to follow it."""
     from skills.shared import operations
-    from skills.shared.errors import ErrorCode, ToolFailure
     from skills.shared.tooling import spec_of
 
     arguments = {

@@ -112,12 +112,12 @@ def run(
             break
         fix = decision.remedy
         assert fix is not None
-        attempt.remedy = f"{fix.step}: {fix.description}"
-        attempt.spec_diff = list(fix.diff)
         settings, why_not = _apply(fix, settings)
         if why_not:
             stop = why_not
             break
+        attempt.remedy = f"{fix.step}: {fix.description}"
+        attempt.spec_diff = list(fix.diff)
         spec = fix.spec
         progress.report(state.steps, spec.max_steps, f"attempt {number}: {attempt.remedy}")
     # The last attempt's state, with the whole run's account.
@@ -170,9 +170,10 @@ def _apply(fix: Remedy, settings: TargetSettings) -> tuple[TargetSettings, str |
     fields = type(settings).model_fields
     missing = sorted(k for k in changes if k not in fields)
     if missing:
+        target = getattr(settings, "target", type(settings).__name__)
         return settings, (
-            f"{fix.step} needs {', '.join(missing)}, which target={settings.target!r} "  # type: ignore[attr-defined]
-            f"cannot set: {fix.description}"
+            f"{fix.step} needs {', '.join(missing)}, which target={target!r} cannot set: "
+            f"{fix.description}"
         )
     if "replace" in fields:
         changes["replace"] = True

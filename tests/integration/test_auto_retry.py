@@ -201,6 +201,25 @@ def test_a_permanent_finding_stops_at_once_with_its_fix(operator, kube_api):
     assert "HF_TOKEN=" in result.log_tail and CANARY not in result.model_dump_json()
 
 
+def test_an_image_the_driver_cannot_run_stops_with_the_build_image_call(operator, kube_api):
+    operator.add_nodes("p5.48xlarge", 2)
+    too_old = (
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 12020). "
+        "Please update your GPU driver by downloading and installing a new version from the "
+        "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
+        "https://pytorch.org to install a PyTorch version that has been compiled with your "
+        "version of the CUDA driver.\n"
+    )
+    join = play(operator, [{"outcome": "Failed", "rank_logs": {"master-0": too_old}}])
+    result = deploy()
+    join()
+    assert created(kube_api) == 1
+    (only,) = result.attempts
+    assert (only.code, only.remedy, only.spec_diff) == ("cuda_driver_too_old", None, [])
+    assert "python commands/build_image.py" in result.stop_reason
+    assert "--instance_type p5.48xlarge" in result.stop_reason
+
+
 def test_the_breaker_stops_the_same_failure_after_its_remedy(operator, kube_api):
     operator.add_nodes("p5.48xlarge", 2)
     failed = {"outcome": "Failed", "exit_codes": {"master-0": 1, "worker-0": 1},
