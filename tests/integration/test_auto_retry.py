@@ -87,10 +87,13 @@ def current_job(operator: TrainingOperator) -> dict | None:
         return None
 
 
-def play(operator: TrainingOperator, attempts: list[dict]) -> Callable[[], list[dict]]:
+def play(
+    operator: TrainingOperator, attempts: list[dict | Callable[[], None]]
+) -> Callable[[], list[dict]]:
     """A thread that plays the operator: for each new PyTorchJob of `llama` (one the
     operator has not touched: no status), its pods from the new template (the old ones
-    gone, as garbage collection would have it), then the attempt's outcome. Returns a
+    gone, as garbage collection would have it), then the attempt's outcome (operator.run's
+    arguments, or a function that plays it). Returns a
     join() that stops it and gives each attempt's job as created."""
     seen: list[dict] = []
     stop = threading.Event()
@@ -109,7 +112,10 @@ def play(operator: TrainingOperator, attempts: list[dict]) -> Callable[[], list[
                 operator.core.delete_namespaced_pod(
                     pod["metadata"]["name"], operator.namespace, _preload_content=False
                 )
-            operator.run("llama", **outcome)
+            if callable(outcome):
+                outcome()
+            else:
+                operator.run("llama", **outcome)
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
@@ -199,6 +205,38 @@ def test_a_permanent_finding_stops_at_once_with_its_fix(operator, kube_api):
     assert only.fix and only.fix in result.stop_reason  # the fix, said once more
     assert result.message.startswith("auto-retry stopped")
     assert "HF_TOKEN=" in result.log_tail and CANARY not in result.model_dump_json()
+
+
+def test_events_of_the_replaced_job_do_not_count_against_the_new_one(operator, kube_api):
+    """Attempt 1 is preempted (an event says so); attempt 2 reuses the pod names and hits
+    an OOM: the preemption event, older than attempt 2's job, is not its cause."""
+    operator.add_nodes("p5.48xlarge", 2)
+    preempted = json.dumps({"event": "preempted", "step": 3, "signal": 15,
+                            "checkpoint": "/checkpoints/llama/step-3"})  # fmt: skip
+    first_log = "".join(json.dumps(e) + "\n" for e in LINES[:3]) + preempted + "\n"
+
+    def preempt() -> None:
+        job = operator.job("llama")
+        time.sleep(1.1)  # the next job is created in a later second than this one
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "llama-master-0.preempted", "namespace": operator.namespace},
+            "involvedObject": {"kind": "Pod", "name": "llama-master-0",
+                               "namespace": operator.namespace},
+            "reason": "Preempted", "type": "Warning", "count": 1,
+            "message": "Preempted in order to admit critical pod",
+            "lastTimestamp": job["metadata"]["creationTimestamp"],
+        }  # fmt: skip
+        operator.core.create_namespaced_event(operator.namespace, event, _preload_content=False)
+        operator.run("llama", outcome="Failed", exit_codes={"master-0": 143},
+                     rank_logs={"master-0": first_log})  # fmt: skip
+
+    join = play(operator, [preempt, *OOM_THEN_RESUME])
+    result = deploy()
+    join()
+    assert [a.code for a in result.attempts] == ["preempted", "cuda_oom", None]
+    assert result.attempts[0].remedy.startswith("preempted/resubmit")
+    assert result.status == "succeeded" and created(kube_api) == 3
 
 
 def test_an_image_the_driver_cannot_run_stops_with_the_build_image_call(operator, kube_api):
