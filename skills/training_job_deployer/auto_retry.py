@@ -13,8 +13,9 @@ result lists every attempt: finding (code, pod, rank, evidence), remedy, spec di
 resumed-from step. Evidence is masked by the
 pod doctor; logs and snapshots never enter the result.
 
-Only targets with a `snapshot(job_name)` (the pod doctor's input) take part; the loop
-knows no target by name: remedy settings apply to whatever settings model has the
+Only targets with a `snapshot(job_name)` (the pod doctor's input) take part, and a
+`retry_facts()` (free GPUs, the newest image) informs the remedies; the loop knows no
+target by name: remedy settings apply to whatever settings model has the
 field (`env` names map to lower-cased fields, NCCL_SOCKET_IFNAME -> nccl_socket_ifname).
 """
 
@@ -31,7 +32,7 @@ from skills.training_job_deployer.pod_doctor import Finding, diagnose
 from skills.training_job_deployer.remedies import Attempt, Remedy, decide, facts_from_snapshot
 from skills.training_job_deployer.target import Target, TargetSettings
 
-FOLLOW_CHUNK_S = 5.0  # follow this long, then look at a job that is not training yet
+FOLLOW_CHUNK_S = 4.0  # follow this long, then look at a job that is not training yet
 TERMINAL = ("succeeded", "failed", "preempted", "cancelled")
 # Causes that keep pods from starting without failing the job, and how long each may
 # last before the attempt counts as failed (the autoscaler may still add nodes).
@@ -102,7 +103,9 @@ def run(
         if number > max_retries:
             stop = f"max_retries ({max_retries}) used up; last: {_said(finding)}"
             break
-        decision = decide(finding, spec, history, facts_from_snapshot(snapshot))
+        known = getattr(runner, "retry_facts", dict)()
+        facts = facts_from_snapshot(snapshot, **known)
+        decision = decide(finding, spec, history, facts)
         history.append(
             Attempt(number=number, finding=finding, remedy=decision.remedy,
                     resumed_from=state.resumed_from)

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 
 IMAGE = "localhost:9/fsdp:v1"  # labels unreadable: the CUDA gate only warns
 CANARY = "hf_" + "AutoRetryCanary" * 3
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 LINES = [json.loads(line) for line in RUN_LOG.splitlines()]
 
 # Rank 0 until the other rank died: steps, a checkpoint at step 3, then the watchdog.
@@ -127,6 +128,20 @@ def play(
         return seen
 
     return join
+
+
+def cannot_pull(operator: TrainingOperator, message: str) -> None:
+    """The job's pods as the kubelet leaves them when the pull fails: waiting in
+    ErrImagePull, with its Failed event; the job itself stays Running."""
+    for pod in operator.create_pods("llama"):
+        status = {"phase": "Pending", "containerStatuses": [
+            {"name": "pytorch", "ready": False, "restartCount": 0, "image": "", "imageID": "",
+             "started": False, "state": {"waiting": {"reason": "ErrImagePull",
+                                                     "message": message}}}]}  # fmt: skip
+        operator.core.patch_namespaced_pod_status(
+            pod, operator.namespace, {"status": status}, _preload_content=False
+        )
+        operator.add_event(pod, "Failed", message)
 
 
 def deploy(**kwargs):
@@ -239,6 +254,35 @@ def test_events_of_the_replaced_job_do_not_count_against_the_new_one(operator, k
     assert result.status == "succeeded" and created(kube_api) == 3
 
 
+def test_an_image_tag_that_is_not_there_is_replaced_by_the_newest_in_ecr(
+    operator, kube_api, moto_server
+):
+    import boto3
+
+    ecr = boto3.client("ecr", region_name="us-east-1")
+    ecr.create_repository(repositoryName="fsdp-retry")
+    config = {"digest": "sha256:" + "2" * 64, "size": 1,
+              "mediaType": "application/vnd.docker.container.image.v1+json"}  # fmt: skip
+    manifest = json.dumps({"schemaVersion": 2, "config": config, "layers": [],
+                           "mediaType": MANIFEST_V2})  # fmt: skip
+    ecr.put_image(repositoryName="fsdp-retry", imageManifest=manifest, imageTag="v2")
+    repo = "123456789012.dkr.ecr.us-east-1.amazonaws.com/fsdp-retry"
+    missing = f"{repo}:v9"
+    operator.add_nodes("p5.48xlarge", 2)
+    not_found = (
+        f'Failed to pull image "{missing}": rpc error: code = NotFound desc = failed to pull '
+        f'and unpack image "{missing}": failed to resolve reference "{missing}": {missing}: '
+        "not found"
+    )
+    join = play(operator, [lambda: cannot_pull(operator, not_found), {"outcome": "Succeeded"}])
+    result = deploy(image_uri=missing, skip_gate=True)
+    jobs = join()
+    assert [a.code for a in result.attempts] == ["image_not_found", None]
+    assert result.attempts[0].spec_diff == [f"image_uri: {missing} -> {repo}:v2"]
+    image = jobs[1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    assert image[0]["image"] == f"{repo}:v2" and result.status == "succeeded"
+
+
 def test_an_image_the_driver_cannot_run_stops_with_the_build_image_call(operator, kube_api):
     operator.add_nodes("p5.48xlarge", 2)
     too_old = (
@@ -326,15 +370,7 @@ def test_pods_that_cannot_pull_their_image_end_the_attempt_without_a_job_failure
     def stuck() -> None:
         while current_job(operator) is None:
             time.sleep(0.05)
-        for pod in operator.create_pods("llama"):
-            status = {"phase": "Pending", "containerStatuses": [
-                {"name": "pytorch", "ready": False, "restartCount": 0, "image": IMAGE,
-                 "imageID": "", "started": False,
-                 "state": {"waiting": {"reason": "ErrImagePull", "message": denied}}}]}  # fmt: skip
-            operator.core.patch_namespaced_pod_status(
-                pod, operator.namespace, {"status": status}, _preload_content=False
-            )
-            operator.add_event(pod, "Failed", denied)
+        cannot_pull(operator, denied)
 
     thread = threading.Thread(target=stuck, daemon=True)
     thread.start()
