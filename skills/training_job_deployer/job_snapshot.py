@@ -20,8 +20,8 @@ from typing import Any
 
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.secrets import redact
-from skills.training_job_deployer.kube_monitor import KubeReader
-from skills.training_job_deployer.pod_doctor import PREVIOUS, api_time, event_time
+from skills.training_job_deployer.kube_monitor import KubeReader, older_than
+from skills.training_job_deployer.pod_doctor import PREVIOUS
 
 # The operator names its container "pytorch"; the log of a pod is that container's.
 TRAINER_CONTAINER = "pytorch"
@@ -65,11 +65,10 @@ def read_snapshot(
         )
     names = {p["metadata"]["name"] for p in pods}
     nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
-    created = api_time(((job or {}).get("metadata") or {}).get("creationTimestamp"))
     events = [
         e
         for e in reader.namespace_events()
-        if _about(e, job_name, names, nodes) and not _before(e, created)
+        if _about(e, job_name, names, nodes) and not older_than(e, job)
     ]
     events.sort(key=_event_order)
     logs: dict[str, str] = {}
@@ -87,13 +86,6 @@ def read_snapshot(
             if text:
                 logs[name + (PREVIOUS if previous else "")] = redact(text)
     return {"job": job, "pods": pods, "events": events, "logs": logs}
-
-
-def _before(event: Mapping[str, Any], created: Any) -> bool:
-    """An event from before this job was created: about an earlier job of the same name
-    (a resubmission reuses the pod names; the API keeps events for an hour)."""
-    when = event_time(event)
-    return created is not None and when is not None and when < created
 
 
 def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:

@@ -223,6 +223,16 @@ def pod_order(pod: dict[str, Any]) -> tuple[int, int, str]:
     return kind, index, (pod.get("metadata") or {}).get("name", "")
 
 
+def older_than(event: dict[str, Any], job: dict[str, Any] | None) -> bool:
+    """An event from before `job` was created: about an earlier job of the same name (a
+    resubmission reuses the pod names; the API keeps events for an hour)."""
+    from skills.training_job_deployer.pod_doctor import api_time, event_time
+
+    created = api_time(((job or {}).get("metadata") or {}).get("creationTimestamp"))
+    when = event_time(event)
+    return created is not None and when is not None and when < created
+
+
 def pod_name(pod: dict[str, Any]) -> str:
     return (pod.get("metadata") or {}).get("name", "")
 

@@ -334,7 +334,11 @@ class KubernetesTarget:
         """One poll: the job, its pods, their events, rank 0's log (secrets masked)."""
         job = self._require(job_name)
         pods = self.reader.pods(job_name)
-        events = self.reader.events(job_name, [pod_name(p) for p in pods])
+        events = [
+            e
+            for e in self.reader.events(job_name, [pod_name(p) for p in pods])
+            if not kube_monitor.older_than(e, job)
+        ]
         rank0 = pods[0] if pods else None
         log = ""
         if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
