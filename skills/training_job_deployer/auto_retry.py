@@ -100,9 +100,6 @@ def run(
             finding = diagnose(snapshot).root
         _describe(attempt, finding)
         progress.report(state.steps, spec.max_steps, f"attempt {number}: {_said(finding)}")
-        if number > max_retries:
-            stop = f"max_retries ({max_retries}) used up; last: {_said(finding)}"
-            break
         known = getattr(runner, "retry_facts", dict)()
         facts = facts_from_snapshot(snapshot, **known)
         decision = decide(finding, spec, history, facts)
@@ -115,6 +112,9 @@ def run(
             break
         fix = decision.remedy
         assert fix is not None
+        if number > max_retries:
+            stop = f"max_retries ({max_retries}) used up; the next remedy: {fix.step}"
+            break
         settings, why_not = _apply(fix, settings)
         if why_not:
             stop = why_not

@@ -302,6 +302,15 @@ def test_an_image_the_driver_cannot_run_stops_with_the_build_image_call(operator
     assert "--instance_type p5.48xlarge" in result.stop_reason
 
 
+def test_max_retries_zero_diagnoses_and_stops_with_the_remedy_it_would_apply(operator, kube_api):
+    operator.add_nodes("p5.48xlarge", 2)
+    join = play(operator, OOM_THEN_RESUME[:1])
+    result = deploy(max_retries=0)
+    join()
+    assert created(kube_api) == 1 and [a.code for a in result.attempts] == ["cuda_oom"]
+    assert result.stop_reason == "max_retries (0) used up; the next remedy: cuda_oom/halve_batch"
+
+
 def test_the_breaker_stops_the_same_failure_after_its_remedy(operator, kube_api):
     operator.add_nodes("p5.48xlarge", 2)
     failed = {"outcome": "Failed", "exit_codes": {"master-0": 1, "worker-0": 1},
