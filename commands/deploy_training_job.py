@@ -5,13 +5,17 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-from typing import Annotated
+import contextlib
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from skills.shared.cli import main_for
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, tool
+from skills.training_job_deployer.auto_retry import require_support
+from skills.training_job_deployer.auto_retry import run as auto_retry_loop
 from skills.training_job_deployer.job_spec import DryRun, JobSpec, WaitSeconds
 from skills.training_job_deployer.targets import DeployResult, DeploySettings, get_target
 
@@ -29,6 +33,10 @@ def deploy_training_job(
             description="Start over when the job's record is unreadable (it is set aside).",
         ),
     ] = False,
+    auto_retry: Annotated[
+        bool, Field(strict=True, description="On failure: diagnose, fix, resubmit (resumes).")
+    ] = False,
+    max_retries: Annotated[int, Field(ge=0, le=20, description="auto_retry: most resubmits.")] = 3,
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> DeployResult:
@@ -40,9 +48,12 @@ def deploy_training_job(
     of the same job resumes from its newest complete checkpoint. dry_run=true returns the exact
     plan and starts nothing. Returns status, steps, losses, tokens/s and checkpoint;
     a failed job adds the trainer's error and log tail, a preempted one where a
-    re-run resumes.
+    re-run resumes. auto_retry (kubernetes) with wait_seconds runs as an operation: poll
+    get_operation.
     """
     runner = get_target(target)
+    if auto_retry:
+        require_support(runner)
     plan = runner.plan(job)
     if dry_run:
         return DeployResult(
@@ -55,6 +66,20 @@ def deploy_training_job(
             run_dir=getattr(plan, "run_dir", None),
             log_path=getattr(plan, "log_path", None),
         )
+    if auto_retry and wait_seconds is not None:  # an agent: never hold one call
+        return _as_operation(job, target, max_retries, replace_corrupt_record, wait_seconds,
+                             plan, progress)  # fmt: skip
+    if auto_retry:  # the CLI (or the operation's worker): in the foreground
+        try:
+            fields = auto_retry_loop(
+                job, target, max_retries=max_retries, progress=progress,
+                replace_corrupt_record=replace_corrupt_record,
+            )  # fmt: skip
+        except KeyboardInterrupt:  # a person's Ctrl-C: stop the job too, as below
+            with contextlib.suppress(ToolFailure):  # between attempts there may be none
+                get_target(target).cancel(job.job_name, grace_s=10)
+            raise
+        return DeployResult(**fields)
     runner.submit(job.job_name, plan, replace_corrupt_record=replace_corrupt_record)
     try:
         state = runner.follow(job.job_name, progress, wait_seconds)
@@ -64,6 +89,49 @@ def deploy_training_job(
         runner.cancel(job.job_name, grace_s=10)
         raise
     return DeployResult(**state.model_dump(), plan=plan)
+
+
+def _as_operation(
+    job: JobSpec,
+    target: Any,
+    max_retries: int,
+    replace_corrupt_record: bool,
+    wait_seconds: float,
+    plan: Any,
+    progress: Progress | None,
+) -> DeployResult:
+    """This same call, detached as an operation (its worker runs the loop to the end); the
+    result once it ended within wait_seconds, else how to follow it."""
+    from skills.shared import operations
+    from skills.shared.tooling import spec_of
+
+    arguments = {
+        **job.model_dump(mode="json", exclude_defaults=True),
+        **target.model_dump(mode="json", exclude_defaults=True),
+        "target": target.target,
+        "auto_retry": True,
+        "max_retries": max_retries,
+        "replace_corrupt_record": replace_corrupt_record,
+        "wait_seconds": wait_seconds,
+    }
+    state = operations.call(spec_of(deploy_training_job), arguments, progress)
+    if state.result is not None:
+        return state.result.model_copy(update={"operation_id": state.operation_id})
+    if state.status == "running":
+        return DeployResult(
+            job_name=job.job_name,
+            target=target.target,
+            status="running",
+            plan=plan,
+            max_steps=job.max_steps,
+            operation_id=state.operation_id,
+            message=f"auto-retry running as operation {state.operation_id}: {state.message}",
+            next_step=state.next_step,
+        )
+    error = {"code": ErrorCode.OPERATION_FAILED, "message": "The auto-retry run failed."}
+    error.update(state.error or {})
+    error["details"] = {"operation_id": state.operation_id, **(error.get("details") or {})}
+    raise ToolFailure.from_dict(error)
 
 
 main = main_for(deploy_training_job)

@@ -19,8 +19,9 @@ from skills.shared.errors import ErrorCode, ToolFailure, bad_fields
 from skills.shared.paths import LocalPath
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
-from skills.shared.tooling import tool
+from skills.shared.tooling import Flatten, tool
 from skills.training_job_deployer.job_spec import JobName
+from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
 from skills.training_job_deployer.pod_doctor import Diagnosis, diagnose, validate_snapshot
 
 # A snapshot file larger than this is not one this tool wrote (logs are tailed).
@@ -58,16 +59,7 @@ class DiagnosisResult(Diagnosis, ToolResult):
 def diagnose_training_job(
     *,
     job_name: JobName | None = None,
-    namespace: Annotated[
-        str,
-        Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63, description="Namespace."),
-    ] = "default",
-    kubeconfig: Annotated[
-        str | None, _PATH, Field(description="Default: KUBECONFIG."), LocalPath(writable=False)
-    ] = None,
-    context: Annotated[
-        str | None, Field(pattern=r"^[^\s]{1,253}$", description="kubeconfig context.")
-    ] = None,
+    cluster: Annotated[KubernetesSettings, Flatten("target", description="The cluster:")],
     snapshot: Annotated[
         str | None,
         _PATH,
@@ -83,8 +75,8 @@ def diagnose_training_job(
     progress: Progress | None = None,
 ) -> DiagnosisResult:
     """Diagnose a PyTorchJob's failing pods: findings (code, pod, rank, evidence, root
-    cause, fix, retryable), root cause first. Live: job_name (+ namespace,
-    kubeconfig/context). Offline: snapshot. Read-only on the cluster.
+    cause, fix, retryable), root cause first. Live: job_name (+ namespace, cluster_name
+    or kubeconfig/context). Offline: snapshot. Read-only on the cluster.
     """
     progress = progress or NullProgress()
     if (job_name is None) == (snapshot is None):
@@ -101,13 +93,12 @@ def diagnose_training_job(
         data = _read_snapshot(Path(snapshot).expanduser())
         return DiagnosisResult(source=f"snapshot {snapshot}", **_fields(diagnose(data)))
 
-    from skills.shared.clients import kube_api_client
-    from skills.training_job_deployer.job_snapshot import redacted, snapshot_from_cluster
+    from skills.training_job_deployer.job_snapshot import redacted
+    from skills.training_job_deployer.kubernetes_target import KubernetesTarget
 
+    namespace = cluster.namespace
     progress.report(0, 2, f"reading {namespace}/{job_name}")
-    api = kube_api_client(kubeconfig, context)
-    with api:
-        data = snapshot_from_cluster(api, namespace, job_name)  # type: ignore[arg-type]
+    data = KubernetesTarget(cluster).snapshot(job_name)  # type: ignore[arg-type]
     progress.report(1, 2, "diagnosing")
     saved = None
     if save_snapshot is not None:

@@ -5,37 +5,28 @@ diagnoses and what `--save_snapshot` writes (pod_doctor.py has the format).
 
 One list call per kind (pods by the operator's job-name label, events in the namespace)
 plus a log read per pod (and its previous container's, after a restart), never one
-call per object otherwise. Selectors are applied again here: an API server (or a
-stand-in) that ignores them must not bring in other jobs' pods. Objects are kept
+call per object otherwise, all through kube_monitor.KubeReader. Selectors are applied
+again there: an API server (or a stand-in) that ignores them must not bring in other
+jobs' pods. Objects are kept
 exactly as the API serves them (camelCase JSON), so a saved snapshot diagnoses the same
-as the live state it came from. The Kubernetes target's `snapshot(job_name)` is this
-function with its own client and namespace.
+as the live state it came from; logs are masked (skills.shared.secrets.redact) as read.
+The Kubernetes target's `snapshot(job_name)` is `read_snapshot` with its own reader.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.secrets import redact
-from skills.training_job_deployer.pod_doctor import JOB_NAME_LABEL, PREVIOUS
+from skills.training_job_deployer.kube_monitor import KubeReader, older_than
+from skills.training_job_deployer.pod_doctor import PREVIOUS
 
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 # The operator names its container "pytorch"; the log of a pod is that container's.
 TRAINER_CONTAINER = "pytorch"
 # Lines of each log read: the end, where a failure is.
 TAIL_LINES = 20_000
-
-
-def _json(response: Any) -> Any:
-    """The body of a `_preload_content=False` call: the API's own JSON (camelCase)."""
-    return json.loads(response.data)
-
-
-def _not_found(exc: BaseException) -> bool:
-    return getattr(exc, "status", None) == 404
 
 
 def snapshot_from_cluster(
@@ -46,29 +37,25 @@ def snapshot_from_cluster(
     tail_lines: int | None = TAIL_LINES,
     timestamps: bool = True,
 ) -> dict[str, Any]:
-    """{"job", "pods", "events", "logs"} for one PyTorchJob. A job that is gone but left
-    pods is still diagnosed (job None); no job and no pods: ToolFailure(JOB_NOT_FOUND).
-    Logs carry RFC 3339 timestamps (`timestamps`), which order findings across pods."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
+    """{"job", "pods", "events", "logs"} for one PyTorchJob, logs' secrets masked."""
+    return read_snapshot(
+        KubeReader(api_client, namespace), job_name, tail_lines=tail_lines, timestamps=timestamps
+    )
 
-    core = client.CoreV1Api(api_client)
-    custom = client.CustomObjectsApi(api_client)
-    try:
-        job = _json(
-            custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, job_name, _preload_content=False
-            )
-        )
-    except ApiException as exc:
-        if not _not_found(exc):
-            raise
-        job = None
-    selector = f"{JOB_NAME_LABEL}={job_name}"
-    listed = _json(core.list_namespaced_pod(namespace, label_selector=selector,
-                                            _preload_content=False))  # fmt: skip
-    pods = [p for p in listed.get("items") or [] if _labels(p).get(JOB_NAME_LABEL) == job_name]
-    pods.sort(key=lambda p: p.get("metadata", {}).get("name", ""))
+
+def read_snapshot(
+    reader: KubeReader,
+    job_name: str,
+    *,
+    tail_lines: int | None = TAIL_LINES,
+    timestamps: bool = True,
+) -> dict[str, Any]:
+    """The snapshot through `reader` (its client and namespace). A job that is gone but
+    left pods is still diagnosed (job None); no job and no pods: ToolFailure(JOB_NOT_FOUND).
+    Logs carry RFC 3339 timestamps (`timestamps`), which order findings across pods."""
+    namespace = reader.namespace
+    job = reader.job(job_name)
+    pods = reader.pods(job_name)  # the job's label, re-applied; Master first, then by index
     if job is None and not pods:
         raise ToolFailure(
             ErrorCode.JOB_NOT_FOUND,
@@ -80,9 +67,8 @@ def snapshot_from_cluster(
     nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
     events = [
         e
-        for e in _json(core.list_namespaced_event(namespace, _preload_content=False)).get("items")
-        or []
-        if _about(e, job_name, names, nodes)
+        for e in reader.namespace_events()
+        if _about(e, job_name, names, nodes) and not older_than(e, job)
     ]
     events.sort(key=_event_order)
     logs: dict[str, str] = {}
@@ -90,15 +76,16 @@ def snapshot_from_cluster(
         name = pod["metadata"]["name"]
         container, restarted = _trainer_container(pod)
         for previous in (False, True) if restarted else (False,):
-            text = _read_log(core, namespace, name, container, previous, tail_lines, timestamps)
+            text = reader.log(
+                name,
+                container=container,
+                previous=previous,
+                tail_lines=tail_lines,
+                timestamps=timestamps,
+            )
             if text:
-                logs[name + (PREVIOUS if previous else "")] = text
+                logs[name + (PREVIOUS if previous else "")] = redact(text)
     return {"job": job, "pods": pods, "events": events, "logs": logs}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = (obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, Mapping) else {}
 
 
 def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:
@@ -134,33 +121,6 @@ def _trainer_container(pod: Mapping[str, Any]) -> tuple[str | None, bool]:
     return (name if len(containers) > 1 else None), restarted
 
 
-def _read_log(
-    core: Any,
-    namespace: str,
-    pod: str,
-    container: str | None,
-    previous: bool,
-    tail_lines: int | None,
-    timestamps: bool,
-) -> str:
-    """The log's text; '' when there is none (a container that never started, a pod
-    deleted since it was listed: the API answers 400 or 404)."""
-    from kubernetes.client.exceptions import ApiException
-
-    kwargs: dict[str, Any] = {"previous": previous, "timestamps": timestamps}
-    if container:
-        kwargs["container"] = container
-    if tail_lines:
-        kwargs["tail_lines"] = tail_lines
-    try:
-        response = core.read_namespaced_pod_log(pod, namespace, _preload_content=False, **kwargs)
-    except ApiException as exc:
-        if getattr(exc, "status", None) in (400, 404):
-            return ""
-        raise
-    return response.data.decode("utf-8", errors="replace")
-
-
 def redacted(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """The snapshot with every string (logs, env values, messages) masked, for a file
     that leaves this machine (a bug report)."""
@@ -193,4 +153,4 @@ def _copy(value: Any, pending: list[Any]) -> Any:
     return value
 
 
-__all__ = ["redacted", "snapshot_from_cluster"]
+__all__ = ["read_snapshot", "redacted", "snapshot_from_cluster"]

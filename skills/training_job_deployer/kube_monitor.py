@@ -136,11 +136,10 @@ class KubeReader:
 
     def events(self, job_name: str, pod_names: list[str]) -> list[dict[str, Any]]:
         """Events of the job and its pods, one LIST, oldest first."""
-        listed = self._json("GET", f"/api/v1/namespaces/{self.namespace}/events")
         names = {job_name, *pod_names}
         found = [
             e
-            for e in listed.get("items") or []
+            for e in self.namespace_events()
             if (e.get("involvedObject") or {}).get("name") in names
         ]
         return sorted(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
@@ -153,11 +152,14 @@ class KubeReader:
         previous: bool = False,
         since_seconds: int | None = None,
         limit_bytes: int | None = None,
+        timestamps: bool = False,
+        container: str | None = CONTAINER,
     ) -> str:
         """A pod's log ('' when it has none yet: a pending pod, no previous container)."""
         query = {
-            "container": CONTAINER,
+            "container": container,
             "previous": "true" if previous else None,
+            "timestamps": "true" if timestamps else None,
             "tailLines": tail_lines,
             "sinceSeconds": since_seconds,
             "limitBytes": limit_bytes,
@@ -169,6 +171,13 @@ class KubeReader:
             missing_ok=(400, 404),  # not started yet, or no previous container
         )
         return "" if status >= 300 else data.decode("utf-8", errors="replace")
+
+    def namespace_events(self) -> list[dict[str, Any]]:
+        """Every event in the namespace, one LIST (the caller picks those it wants)."""
+        return list(
+            (self._json("GET", f"/api/v1/namespaces/{self.namespace}/events") or {}).get("items")
+            or []
+        )
 
     def nodes(self) -> list[dict[str, Any]]:
         return list((self._json("GET", "/api/v1/nodes") or {}).get("items") or [])
@@ -212,6 +221,16 @@ def pod_order(pod: dict[str, Any]) -> tuple[int, int, str]:
     except ValueError:
         index = 0
     return kind, index, (pod.get("metadata") or {}).get("name", "")
+
+
+def older_than(event: dict[str, Any], job: dict[str, Any] | None) -> bool:
+    """An event from before `job` was created: about an earlier job of the same name (a
+    resubmission reuses the pod names; the API keeps events for an hour)."""
+    from skills.training_job_deployer.pod_doctor import api_time, event_time
+
+    created = api_time(((job or {}).get("metadata") or {}).get("creationTimestamp"))
+    when = event_time(event)
+    return created is not None and when is not None and when < created
 
 
 def pod_name(pod: dict[str, Any]) -> str:

@@ -85,6 +85,13 @@ class KubernetesDeploySettings(KubernetesSettings):
     max_nodes: Annotated[
         int | None, Field(ge=1, le=1024, description="Elastic: most nodes to run on.")
     ] = None
+    shm_size_gib: Annotated[
+        int | None, Field(ge=1, le=2048, description="/dev/shm GiB (default 8 per process).")
+    ] = None
+    nccl_socket_ifname: Annotated[
+        str | None,
+        Field(pattern=r"^\^?[A-Za-z0-9_.,=^-]{1,200}$", description="NCCL_SOCKET_IFNAME."),
+    ] = None
     replace: Annotated[
         bool, Field(strict=True, description="Delete a job of the same name first.")
     ] = False

@@ -12,6 +12,7 @@ request per kind) and rank 0's log, parsed by the same reader as the local targe
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any, ClassVar, Literal
 
@@ -41,6 +42,9 @@ MAX_LOG_CHARS = 64_000  # what one logs call returns at most
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 TERMINAL = ("succeeded", "failed", "preempted", "cancelled")
+ECR_IMAGE = re.compile(
+    r"^\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
+)
 
 
 class KubernetesPlan(Plan):
@@ -230,23 +234,7 @@ class KubernetesTarget:
             * int(r["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE])
             for r in spec["pytorchReplicaSpecs"].values()
         )
-        matching = {
-            n.name
-            for n in nodes
-            if n.ready and (plan.instance_type is None or n.instance_type == plan.instance_type)
-        }
-        allocatable = sum(n.gpus_allocatable for n in nodes if n.name in matching)
-        used = 0
-        if matching:
-            for pod in self.reader.all_pods():
-                phase = (pod.get("status") or {}).get("phase")
-                spec_ = pod.get("spec") or {}
-                if spec_.get("nodeName") not in matching or phase in ("Succeeded", "Failed"):
-                    continue
-                for c in spec_.get("containers") or []:
-                    requests = (c.get("resources") or {}).get("requests") or {}
-                    used += int(requests.get(GPU_RESOURCE, 0))
-        free = allocatable - used
+        free = sum(self._free_gpus(nodes, plan.instance_type).values())
         if asked > free:
             where = plan.instance_type or "GPU"
             return [
@@ -254,6 +242,56 @@ class KubernetesTarget:
                 "Pending until the autoscaler adds nodes or GPUs free up"
             ]
         return []
+
+    def _free_gpus(self, nodes: list[Any], instance_type: str | None) -> dict[str, int]:
+        """Free GPUs per Ready node (of the instance type, when given): allocatable less
+        what the pods that run or wait there request."""
+        matching = {
+            n.name: n.gpus_allocatable
+            for n in nodes
+            if n.ready and (instance_type is None or n.instance_type == instance_type)
+        }
+        if not matching:
+            return {}
+        free = dict(matching)
+        for pod in self.reader.all_pods():
+            phase = (pod.get("status") or {}).get("phase")
+            spec_ = pod.get("spec") or {}
+            node = spec_.get("nodeName")
+            if node not in free or phase in ("Succeeded", "Failed"):
+                continue
+            for c in spec_.get("containers") or []:
+                requests = (c.get("resources") or {}).get("requests") or {}
+                free[node] -= int(requests.get(GPU_RESOURCE, 0))
+        return free
+
+    def retry_facts(self) -> dict[str, Any]:
+        """What auto-retry's remedies need beyond the snapshot (remedies.Facts): free GPUs
+        per Ready node of the instance type, and the newest image in the ECR repository
+        (`repository`/ECR_REPOSITORY, or the one image_uri names). Unknown ones are left
+        out."""
+        settings = self.settings
+        instance_type = getattr(settings, "instance_type", None)
+        nodes = [node_gpu_facts(n) for n in self.reader.nodes()]
+        facts: dict[str, Any] = {
+            "free_gpus": tuple(max(0, f) for f in self._free_gpus(nodes, instance_type).values())
+        }
+        image = getattr(settings, "image_uri", None)
+        ecr = ECR_IMAGE.match(image or "")
+        repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
+        region = settings.region or os.environ.get("AWS_REGION")
+        if ecr:
+            repository, region = ecr.group("repository"), ecr.group("region")
+        if repository and region:
+            from skills.ecr_publisher.repository import latest_image
+
+            try:
+                newest = latest_image(repository, region)
+            except ToolFailure:
+                newest = None
+            if newest:
+                facts["newest_image"] = newest
+        return facts
 
     # describe / follow ------------------------------------------------------------------
 
@@ -296,7 +334,11 @@ class KubernetesTarget:
         """One poll: the job, its pods, their events, rank 0's log (secrets masked)."""
         job = self._require(job_name)
         pods = self.reader.pods(job_name)
-        events = self.reader.events(job_name, [pod_name(p) for p in pods])
+        events = [
+            e
+            for e in self.reader.events(job_name, [pod_name(p) for p in pods])
+            if not kube_monitor.older_than(e, job)
+        ]
         rank0 = pods[0] if pods else None
         log = ""
         if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
@@ -498,17 +540,11 @@ class KubernetesTarget:
 
     def snapshot(self, job_name: str) -> dict[str, Any]:
         """{"job", "pods", "events", "logs": {"<pod>": text, "<pod>/previous": text}}: the
-        objects as the API returns them (camelCase), logs' secrets masked."""
-        job, pods, events, _ = self.poll(job_name)
-        logs: dict[str, str] = {}
-        for pod in pods:
-            name = pod_name(pod)
-            logs[name] = redact(self.reader.log(name, tail_lines=200))
-            if kube_monitor.restarts([pod]):
-                logs[f"{name}/previous"] = redact(
-                    self.reader.log(name, tail_lines=200, previous=True)
-                )
-        return {"job": job, "pods": pods, "events": events, "logs": logs}
+        objects as the API returns them (camelCase), logs' secrets masked; the same reads
+        as diagnose_training_job (job_snapshot.read_snapshot)."""
+        from skills.training_job_deployer.job_snapshot import read_snapshot
+
+        return read_snapshot(self.reader, job_name)
 
 
 def _bounded(text: str) -> str:

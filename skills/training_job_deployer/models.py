@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from skills.shared.results import ToolResult
 
@@ -94,6 +94,23 @@ class JobState(ToolResult):
 
     def cli_exit_status(self) -> int:
         return 1 if self.status in ("failed", "preempted", "cancelled") else 0
+
+
+class RetryAttempt(BaseModel):
+    """One submission of an auto-retry run: its root finding and the remedy applied after."""
+
+    number: int
+    status: str
+    code: str | None = None
+    pod: str | None = None
+    rank: int | None = None
+    evidence: list[str] = Field(default_factory=list)
+    retryable: bool | None = None
+    fix: str | None = None
+    remedy: str | None = None
+    spec_diff: list[str] = Field(default_factory=list)
+    resumed_from: int | None = None
+    checkpoint_step: int | None = None
 
 
 class JobLogs(ToolResult):

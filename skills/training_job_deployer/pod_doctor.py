@@ -262,6 +262,16 @@ def _event_time(event: Any) -> datetime | None:
     return None
 
 
+def event_time(event: Any) -> datetime | None:
+    """When an event last happened, from whichever time field the API filled in."""
+    return _event_time(event)
+
+
+def api_time(value: Any) -> datetime | None:
+    """An RFC 3339 time of the API as a datetime (None when it is not one)."""
+    return _time(value)
+
+
 def _event_signals(
     events: list[Any], pods: dict[str, PodInfo], by_node: dict[str, list[str]]
 ) -> Iterable[Signal]:

@@ -60,10 +60,19 @@ def efa_devices(instance_type: str | None) -> int:
     return spec.efa_devices or 1
 
 
-def shm_size(gpu_per_node: int) -> str:
-    """/dev/shm as a memory emptyDir: SHM_GIB_PER_PROCESS GiB per process (Docker's 64 MiB
-    default breaks NCCL and dataloader workers)."""
-    return f"{SHM_GIB_PER_PROCESS * gpu_per_node}Gi"
+def shm_size(gpu_per_node: int, gib: int | None = None) -> str:
+    """/dev/shm as a memory emptyDir: `gib`, else SHM_GIB_PER_PROCESS GiB per process
+    (Docker's 64 MiB default breaks NCCL and dataloader workers)."""
+    return f"{gib or SHM_GIB_PER_PROCESS * gpu_per_node}Gi"
+
+
+def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
+    """The trainer container's environment: unbuffered output, NCCL over EFA where the
+    instance has it, and NCCL_SOCKET_IFNAME when set."""
+    env = {"PYTHONUNBUFFERED": "1", **nccl_env(settings.instance_type)}
+    if settings.nccl_socket_ifname:
+        env["NCCL_SOCKET_IFNAME"] = settings.nccl_socket_ifname
+    return env
 
 
 def nccl_env(instance_type: str | None) -> dict[str, str]:
@@ -217,14 +226,14 @@ def render(
             ttl_seconds=TTL_SECONDS,
             replicas=replica_layout(spec.num_nodes, elastic is not None),
             node_selector=node_selector(settings.instance_type),
-            shm_size=shm_size(spec.gpu_per_node),
+            shm_size=shm_size(spec.gpu_per_node, settings.shm_size_gib),
             checkpoint_host_path=host_path,
             checkpoint_claim=claim,
             checkpoint_mount=CHECKPOINT_MOUNT if host_path or claim else None,
             image=image,
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
-            env={"PYTHONUNBUFFERED": "1", **nccl_env(settings.instance_type)},
+            env=container_env(settings),
             hf_secret=hf_secret,
             resources=resources_,
         )

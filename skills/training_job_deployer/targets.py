@@ -10,7 +10,7 @@ from pydantic import Field
 from skills.shared.tooling import Flatten
 from skills.training_job_deployer.kubernetes_target import KubernetesTarget
 from skills.training_job_deployer.local_target import LocalTarget
-from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.models import JobState, RetryAttempt
 from skills.training_job_deployer.slurm_target import SlurmTarget
 from skills.training_job_deployer.target import Target
 from skills.training_job_deployer.target import TargetSettings as _Settings
@@ -52,6 +52,9 @@ def get_target(settings: _Settings) -> Target:
 class DeployResult(JobState):
     dry_run: bool = False
     plan: AnyPlan  # type: ignore[valid-type]
+    attempts: list[RetryAttempt] | None = Field(default=None, description="auto_retry: each try.")
+    stop_reason: str | None = None
+    operation_id: str | None = None
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         if self.status == "planned":
@@ -60,7 +63,18 @@ class DeployResult(JobState):
                 ("status", "planned (dry run: nothing was started)"),
                 *self.plan.to_display(),
             ]
-        return super().summary_rows()
+        rows = super().summary_rows()
+        for a in self.attempts or []:
+            said = f"{a.code} on {a.pod} (rank {a.rank})" if a.code else a.status
+            rows.append((f"attempt {a.number}", said + (f" -> {a.remedy}" if a.remedy else "")))
+            rows += [("  diff", line) for line in a.spec_diff]
+            if a.resumed_from is not None:
+                rows.append(("  resumed from", f"step {a.resumed_from}"))
+        if self.stop_reason:
+            rows.append(("stopped", self.stop_reason))
+        if self.operation_id:
+            rows.append(("operation", self.operation_id))
+        return rows
 
     def plain_text(self) -> str | None:
         return self.plan.plain_text() if self.status == "planned" else None
