@@ -146,7 +146,8 @@ def test_each_target_gets_its_own_settings_model():
     assert which_target().settings == {"target": "local", "runs_dir": "runs"}
     assert which_target(target="fake", queue="q1").settings == {"target": "fake", "queue": "q1"}
     description = spec_of(which_target).params.model_fields["target"].description
-    assert "'local' runs torchrun here" in description and "'fake' submits to nowhere" in description
+    assert "'local' runs torchrun here" in description
+    assert "'fake' submits to nowhere" in description
 
 
 def test_a_setting_of_another_target_is_refused_by_name():
