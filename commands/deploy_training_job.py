@@ -37,6 +37,9 @@ def deploy_training_job(
         bool, Field(strict=True, description="On failure: diagnose, fix, resubmit (resumes).")
     ] = False,
     max_retries: Annotated[int, Field(ge=0, le=20, description="auto_retry: most resubmits.")] = 3,
+    monitor: Annotated[
+        bool, Field(strict=True, description="Follow the job once started; false: return then.")
+    ] = True,
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> DeployResult:
@@ -44,13 +47,16 @@ def deploy_training_job(
 
     target=local runs torchrun here in <runs_dir>/<job_name>/; target=kubernetes
     creates a Kubeflow PyTorchJob (cluster_name or kubeconfig/context; the image is
-    image_uri or the newest in repository; a driver/CUDA check runs first). A re-run
+    image_uri or the newest in repository; a driver/CUDA check runs first);
+    target=slurm submits a batch job (sbatch, srun torchrun per node). A re-run
     of the same job resumes from its newest complete checkpoint. dry_run=true returns the exact
     plan and starts nothing. Returns status, steps, losses, tokens/s and checkpoint;
     a failed job adds the trainer's error and log tail, a preempted one where a
     re-run resumes. auto_retry (kubernetes) with wait_seconds runs as an operation: poll
     get_operation.
     """
+    if not monitor:  # `--no-monitor`: start it and return (as wait_seconds=0)
+        wait_seconds = 0
     runner = get_target(target)
     if auto_retry:
         require_support(runner)

@@ -153,6 +153,38 @@ def test_the_cli_call_creates_the_job(operator, kube_api):
     assert "--max_steps" in command["template"]["spec"]["containers"][0]["command"]
 
 
+def test_the_issues_monitor_call_follows_the_job_to_its_end(operator, kube_api):
+    """The call as the issues write it (`--monitor --auto_retry --max_retries 3`): the CLI
+    follows the job with progress until the operator reports it Succeeded."""
+    import threading
+
+    argv = ["--kubeconfig", str(kube_api.kubeconfig), "--num_nodes", "2", "--gpu_per_node",
+            "8", "--instance_type", "p5.48xlarge", "--job_name", "llama", "--model_type",
+            "llama_v3_8b", "--max_steps", "6", "--image_uri", IMAGE, "--monitor",
+            "--auto_retry", "--max_retries", "3", "--json"]  # fmt: skip
+    out, err, status = io.StringIO(), io.StringIO(), []
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        cli = threading.Thread(target=lambda: status.append(run_cli(deploy_training_job, argv)))
+        cli.start()
+        deadline = time.monotonic() + 30
+        while not exists("llama") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        operator.run("llama", outcome="Succeeded")
+        cli.join(60)
+    assert status == [0], err.getvalue()
+    result = json.loads(out.getvalue())
+    assert (result["status"], result["steps"], result["attempts"][0]["number"]) == (
+        "succeeded", 6, 1)  # fmt: skip
+    # --no-monitor starts it and returns (without auto_retry: that would be an operation).
+    argv[argv.index("--monitor")] = "--no-monitor"
+    argv[argv.index("llama")] = "llama-2"
+    del argv[argv.index("--auto_retry") : argv.index("--json")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert run_cli(deploy_training_job, argv) == 0
+    assert json.loads(out.getvalue())["status"] == "running"
+
+
 def test_an_existing_name_is_a_typed_error_and_replace_starts_over(operator, kube_api):
     deploy()
     first_uid = created(kube_api)["metadata"]["uid"]

@@ -88,7 +88,8 @@ def test_deploy_takes_every_jobspec_field_and_only_the_settings_beyond_it():
         for name in getattr(target, "deploy_settings_model", target.settings_model).model_fields
     }
     assert {"target", "runs_dir", "cluster_name", "partition"} <= settings
-    beyond = {"dry_run", "replace_corrupt_record", "auto_retry", "max_retries", "wait_seconds"}
+    beyond = {"dry_run", "replace_corrupt_record", "auto_retry", "max_retries", "monitor",
+              "wait_seconds"}  # fmt: skip
     assert fields - set(JobSpec.model_fields) == beyond | settings
 
 
