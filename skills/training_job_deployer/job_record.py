@@ -5,6 +5,7 @@ never paths, so an edited record cannot point a tool at another file."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,6 +14,7 @@ from skills.shared import processes
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.training_job_deployer.job_spec import JobName
+from skills.training_job_deployer.models import JobState
 
 RECORD = "job.json"
 # Another deploy of the job waits this long for the lock, then gets conflict.
@@ -141,3 +143,31 @@ def corrupt_record(exc: RecordCorrupt) -> ToolFailure:
         "the job over: the record is set aside, checkpoints are kept and resumed from.",
         {"path": str(exc.path)},
     )
+
+
+def list_recorded_jobs(
+    runs_dir: Path, record_name: str, target: str, describe: Callable[[str], JobState]
+) -> list[JobState]:
+    """Every job with a record named `record_name` under runs_dir, newest first, as
+    `describe` tells it; one that cannot be described is listed as unknown, with why."""
+    if not runs_dir.is_dir():
+        return []
+    records = sorted(
+        runs_dir.glob(f"*/{record_name}"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    states = []
+    for path in records:
+        try:
+            states.append(describe(path.parent.name))
+        except ToolFailure as failure:
+            states.append(
+                JobState(
+                    job_name=path.parent.name,
+                    target=target,
+                    status="unknown",
+                    run_dir=str(path.parent),
+                    message=f"{failure.code}: {failure.message}",
+                    next_step=failure.hint,
+                )
+            )
+    return states

@@ -35,6 +35,7 @@ from skills.training_job_deployer.job_record import (
     ProcessIdentity,
     RunDir,
     corrupt_record,
+    list_recorded_jobs,
 )
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.models import JobState
@@ -446,29 +447,7 @@ class LocalTarget:
     def list_jobs(self) -> list[JobState]:
         """Every job with a record under runs_dir, newest first; a record that cannot
         be read is listed with status unknown and why."""
-        if not self.runs_dir.is_dir():
-            return []
-        records = sorted(
-            (p for p in self.runs_dir.glob(f"*/{RECORD}")),
-            key=lambda p: p.stat().st_mtime,
-            reverse=True,
-        )
-        states = []
-        for path in records:
-            try:
-                states.append(self.describe(path.parent.name))
-            except ToolFailure as failure:
-                states.append(
-                    JobState(
-                        job_name=path.parent.name,
-                        target=self.name,
-                        status="unknown",
-                        run_dir=str(path.parent),
-                        message=f"{failure.code}: {failure.message}",
-                        next_step=failure.hint,
-                    )
-                )
-        return states
+        return list_recorded_jobs(self.runs_dir, RECORD, self.name, self.describe)
 
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
         """Ask the job's supervisor to stop it: SIGTERM to every rank (they checkpoint),

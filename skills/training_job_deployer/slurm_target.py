@@ -34,7 +34,12 @@ from skills.shared.progress import Progress
 from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.shared.secrets import redact
 from skills.training_job_deployer.checkpoint_owner import check_owner, claim
-from skills.training_job_deployer.job_record import LOCK_TIMEOUT_S, RECORD, corrupt_record
+from skills.training_job_deployer.job_record import (
+    LOCK_TIMEOUT_S,
+    RECORD,
+    corrupt_record,
+    list_recorded_jobs,
+)
 from skills.training_job_deployer.job_spec import JobName, JobSpec, trainer_argv
 from skills.training_job_deployer.local_target import RunsDir, local_path
 from skills.training_job_deployer.models import JobState
@@ -720,24 +725,4 @@ class SlurmTarget:
         return self.describe(job_name)
 
     def list_jobs(self) -> list[JobState]:
-        if not self.runs_dir.is_dir():
-            return []
-        records = sorted(
-            self.runs_dir.glob(f"*/{SLURM_RECORD}"), key=lambda p: p.stat().st_mtime, reverse=True
-        )
-        states = []
-        for path in records:
-            try:
-                states.append(self.describe(path.parent.name))
-            except ToolFailure as failure:
-                states.append(
-                    JobState(
-                        job_name=path.parent.name,
-                        target=self.name,
-                        status="unknown",
-                        run_dir=str(path.parent),
-                        message=f"{failure.code}: {failure.message}",
-                        next_step=failure.hint,
-                    )
-                )
-        return states
+        return list_recorded_jobs(self.runs_dir, SLURM_RECORD, self.name, self.describe)
