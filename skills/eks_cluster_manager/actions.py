@@ -8,8 +8,9 @@ from typing import Any
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
-from skills.eks_cluster_manager.kube import Kube, api_client
+from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.shared.clients import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 
@@ -39,7 +40,9 @@ class Access:
 
     def kube(self) -> Kube:
         return Kube(
-            api_client(self.cluster_name, self.region, self.profile, self.kubeconfig, self.context)
+            cluster_api_client(
+                self.cluster_name, self.region, self.profile, self.kubeconfig, self.context
+            )
         )
 
     def identity(self) -> str | None:

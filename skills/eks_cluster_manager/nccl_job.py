@@ -16,10 +16,11 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from skills.eks_cluster_manager.kube import Kube, api_client
+from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import NcclReport
 from skills.eks_cluster_manager.nccl import parse
 from skills.image_builder.compat import instance_spec
+from skills.shared.clients import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
@@ -127,7 +128,7 @@ def run_nccl_test(
 
     progress = progress or NullProgress()
     spec = instance_spec(instance_type)
-    kube = Kube(api_client(cluster_name, region, profile, kubeconfig, context))
+    kube = Kube(cluster_api_client(cluster_name, region, profile, kubeconfig, context))
     job_name = f"nccl-test-{secrets.token_hex(3)}"
     # The nodeSelector as the nodes spell it (a HyperPod node says ml.p5.48xlarge).
     objects = manifests(job_name, namespace, nodes, instance_type.strip(), image)
@@ -154,7 +155,7 @@ def run_nccl_test(
                 progress.report(0, None, f"{job_name}: waiting for the job to end")
                 time.sleep(POLL_S)
         try:
-            log = kube.request("GET", f"{base}/pods/{job_name}-master-0/log", raw=True)
+            log = kube.request("GET", f"{base}/pods/{job_name}-master-0/log")[1].decode()
         except ApiException as exc:
             raise ToolFailure(
                 ErrorCode.OPERATION_FAILED,

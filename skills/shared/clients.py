@@ -64,3 +64,20 @@ def kube_api_client(
             {"kubeconfig": path or "~/.kube/config"},
         ) from exc
     return client.ApiClient(api_config)
+
+
+def cluster_api_client(
+    cluster_name: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> Any:
+    """A cluster's ApiClient: an explicit kubeconfig/context wins (any cluster, a proxy,
+    a test API); else the EKS cluster by name (its token in memory, no aws CLI); else
+    KUBECONFIG's current context."""
+    if kubeconfig or context or not cluster_name:
+        return kube_api_client(kubeconfig, context)
+    from skills.eks_cluster_manager.access import eks_api_client
+
+    return eks_api_client(cluster_name, region, profile)

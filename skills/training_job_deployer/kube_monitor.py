@@ -8,11 +8,11 @@ and emulators ignore them)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.kube_json import KubeJson
 from skills.training_job_deployer.pytorchjob_manifest import GROUP, PLURAL, VERSION
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -24,61 +24,13 @@ CONTAINER = "pytorch"
 JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
 
-class KubeReader:
-    """The API reads and writes of the Kubernetes target, as raw JSON through the
-    ApiClient's REST client (its auth, TLS and proxy settings; none of the generated
-    API classes, whose import alone costs seconds). `calls` counts requests."""
+class KubeReader(KubeJson):
+    """The API reads and writes of the Kubernetes target in one namespace (raw JSON:
+    skills.shared.kube_json). `calls` counts requests."""
 
     def __init__(self, api_client: Any, namespace: str) -> None:
-        self.api = api_client
+        super().__init__(api_client)
         self.namespace = namespace
-        self.calls = 0
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        missing_ok: tuple[int, ...] = (),
-    ) -> tuple[int, bytes]:
-        """(status, body); a status in `missing_ok` is returned, any other error raises
-        the client's ApiException (skills.shared.error_mapping types it)."""
-        from urllib.parse import urlencode
-
-        from kubernetes.client.exceptions import ApiException
-
-        config = self.api.configuration
-        query = {k: v for k, v in (query or {}).items() if v is not None}
-        url = config.host.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "fsdp-eks"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        for auth in config.auth_settings().values():  # refreshes an expiring token
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[auth["key"]] = auth["value"]
-        self.calls += 1
-        try:
-            response = self.api.rest_client.request(method, url, headers=headers, body=body)
-        except ApiException as exc:  # clients that raise on an error status
-            status, data = exc.status, exc.body or b""
-        else:
-            status = response.status
-            read = getattr(response, "read", None)
-            data = read() if callable(read) else response.data
-        data = data.encode() if isinstance(data, str) else data or b""
-        if 200 <= status < 300 or status in missing_ok:
-            return status, data
-        try:  # the API server's Status message says why
-            reason = str(json.loads(data).get("message") or "")
-        except (ValueError, AttributeError):
-            reason = data[:500].decode("utf-8", "replace")
-        raise ApiException(status=status, reason=reason[:500])
-
-    def _json(self, method: str, path: str, **options: Any) -> Any:
-        status, data = self.request(method, path, **options)
-        return None if status >= 300 else json.loads(data or b"{}")
 
     def _jobs_path(self, name: str = "") -> str:
         return JOB_PATH.format(namespace=self.namespace) + (f"/{name}" if name else "")
@@ -87,7 +39,7 @@ class KubeReader:
 
     def require_crd(self) -> None:
         """The cluster serves kubeflow.org/v1 pytorchjobs (the Training Operator's CRD)."""
-        found = self._json("GET", f"/apis/{GROUP}/{VERSION}", missing_ok=(404,)) or {}
+        found = self.json("GET", f"/apis/{GROUP}/{VERSION}", missing_ok=(404,)) or {}
         if not any(r.get("name") == PLURAL for r in found.get("resources") or []):
             raise ToolFailure(
                 ErrorCode.TRAINING_OPERATOR_MISSING,
@@ -99,13 +51,13 @@ class KubeReader:
             )
 
     def job(self, name: str) -> dict[str, Any] | None:
-        return self._json("GET", self._jobs_path(name), missing_ok=(404,))
+        return self.json("GET", self._jobs_path(name), missing_ok=(404,))
 
     def jobs(self) -> list[dict[str, Any]]:
-        return list((self._json("GET", self._jobs_path()) or {}).get("items") or [])
+        return list((self.json("GET", self._jobs_path()) or {}).get("items") or [])
 
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        return self._json("POST", self._jobs_path(), body=manifest)
+        return self.json("POST", self._jobs_path(), body=manifest)
 
     def patch_job(self, name: str, patch: dict[str, Any]) -> None:
         self.request(
@@ -122,7 +74,7 @@ class KubeReader:
 
     def pods(self, job_name: str) -> list[dict[str, Any]]:
         """The job's pods, one LIST; ordered Master first, then by replica index."""
-        listed = self._json(
+        listed = self.json(
             "GET",
             f"/api/v1/namespaces/{self.namespace}/pods",
             query={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
@@ -175,15 +127,15 @@ class KubeReader:
     def namespace_events(self) -> list[dict[str, Any]]:
         """Every event in the namespace, one LIST (the caller picks those it wants)."""
         return list(
-            (self._json("GET", f"/api/v1/namespaces/{self.namespace}/events") or {}).get("items")
+            (self.json("GET", f"/api/v1/namespaces/{self.namespace}/events") or {}).get("items")
             or []
         )
 
     def nodes(self) -> list[dict[str, Any]]:
-        return list((self._json("GET", "/api/v1/nodes") or {}).get("items") or [])
+        return list((self.json("GET", "/api/v1/nodes") or {}).get("items") or [])
 
     def all_pods(self) -> list[dict[str, Any]]:
-        return list((self._json("GET", "/api/v1/pods") or {}).get("items") or [])
+        return list((self.json("GET", "/api/v1/pods") or {}).get("items") or [])
 
     # secrets ------------------------------------------------------------------------
 

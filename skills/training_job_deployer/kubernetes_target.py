@@ -79,13 +79,11 @@ class KubernetesPlan(Plan):
 def cluster_api_client(settings: KubernetesSettings) -> Any:
     """The cluster's API client: the EKS cluster's token (cluster_name), else a
     kubeconfig (KUBECONFIG by default) and context."""
-    if settings.cluster_name:
-        from skills.eks_cluster_manager.access import eks_api_client
+    from skills.shared import clients
 
-        return eks_api_client(settings.cluster_name, settings.region)
-    from skills.shared.clients import kube_api_client
-
-    return kube_api_client(settings.kubeconfig, settings.context)
+    return clients.cluster_api_client(
+        settings.cluster_name, settings.region, None, settings.kubeconfig, settings.context
+    )
 
 
 def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
