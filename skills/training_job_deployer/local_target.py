@@ -405,16 +405,8 @@ class LocalTarget:
             state.log_tail = "\n".join(
                 [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
             )
-        elif status in ("preempted", "cancelled") and metrics.checkpoint_step is not None:
-            state.next_step = (
-                f"deploy_training_job(job_name={job_name!r}, ...) with the same parameters "
-                f"(runs_dir, checkpoint_dir) resumes from step {metrics.checkpoint_step}."
-            )
-        elif status == "running":
-            state.next_step = (
-                f"get_training_job(job_name={job_name!r}, wait_seconds=...) to follow it; "
-                f"cancel_training_job(job_name={job_name!r}) to stop it."
-            )
+        else:
+            state.suggest_next_step()
         return state
 
     # logs / cancel ---------------------------------------------------------

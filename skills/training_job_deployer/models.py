@@ -57,6 +57,21 @@ class JobState(ToolResult):
         default_factory=list, description="What did not stop the job but may slow it."
     )
 
+    def suggest_next_step(self, call_args: str = "") -> None:
+        """next_step for a job that may resume or is running: the calls to make, with
+        `call_args` (e.g. ", target='slurm'") naming where it runs."""
+        name = f"job_name={self.job_name!r}{call_args}"
+        if self.status in ("preempted", "cancelled") and self.checkpoint_step is not None:
+            self.next_step = (
+                f"deploy_training_job({name}, ...) with the same parameters (runs_dir, "
+                f"checkpoint_dir) resumes from step {self.checkpoint_step}."
+            )
+        elif self.status == "running":
+            self.next_step = (
+                f"get_training_job({name}, wait_seconds=...) to follow it; "
+                f"cancel_training_job({name}) to stop it."
+            )
+
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("job", self.job_name), ("status", self.status)]
         if self.max_steps:

@@ -658,16 +658,8 @@ class SlurmTarget:
         )
         if status == "failed":
             state.log_tail = self._tail(log, LOG_TAIL_LINES)
-        elif status in ("preempted", "cancelled") and metrics.checkpoint_step is not None:
-            state.next_step = (
-                f"deploy_training_job(job_name={job_name!r}, target='slurm', ...) with the same "
-                f"parameters resumes from step {metrics.checkpoint_step}."
-            )
-        elif status == "running":
-            state.next_step = (
-                f"get_training_job(job_name={job_name!r}, target='slurm', wait_seconds=...) to "
-                f"follow it; cancel_training_job(job_name={job_name!r}, ...) to stop it."
-            )
+        else:
+            state.suggest_next_step(", target='slurm'")
         return state
 
     # logs / cancel / list --------------------------------------------------
