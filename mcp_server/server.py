@@ -235,10 +235,11 @@ class ToolServer(MCPServer):
     async def list_tools(self) -> list[Any]:
         tools = await super().list_tools()
         for listed in tools:
-            # Patterns stay out: the tool's own model still checks them, and a refusal
-            # quotes the pattern; listing them cost every session ~3 KB for 16 tools.
+            # String grammar (pattern, lengths) stays out: the tool's own model still checks
+            # it and a refusal says the rule; listing it cost every session ~4.5 KB for 16
+            # tools. Numeric bounds and enums stay: they tell an agent what to choose.
             listed.input_schema = _without_null_defaults(
-                compact_schema(listed.input_schema, ("title", "pattern"))
+                compact_schema(listed.input_schema, ("title", "pattern", "minLength", "maxLength"))
             )
             if listed.output_schema is not None:
                 listed.output_schema = outline_schema(listed.output_schema)

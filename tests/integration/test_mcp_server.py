@@ -191,20 +191,25 @@ def test_output_schemas_are_outlines_a_result_validates_against():
     jsonschema.validate(Result(name="n", inner=Inner(x=1)).model_dump(mode="json"), outline)
 
 
-def test_patterns_are_checked_by_the_tool_not_listed():
-    """tools/list leaves `pattern` out (bytes every session pays); a call still gets the
-    tool's own check, and the refusal names the field."""
+def test_string_grammar_is_checked_by_the_tool_not_listed():
+    """tools/list leaves `pattern` and string lengths out (bytes every session pays); a
+    call still gets the tool's own check, and the refusal names the field."""
 
     async def scenario():
         async with Client(build_server()) as client:
             tools = (await client.list_tools()).tools
-            refused = await client.call_tool(
-                "get_training_job", {"job_name": "Not A DNS Label", "runs_dir": "runs"}
-            )
+            refused = [
+                await client.call_tool("get_training_job", {"job_name": name, "runs_dir": "r"})
+                for name in ("Not A DNS Label", "a" * 64)
+            ]
             return tools, refused
 
     tools, refused = anyio.run(scenario)
-    assert '"pattern"' not in json.dumps([t.input_schema for t in tools])
-    error = json.loads(refused.content[0].text)["error"]
-    assert refused.is_error and error["code"] == "invalid_input"
-    assert [p["field"] for p in error["details"]["problems"]] == ["job_name"]
+    listed = json.dumps([t.input_schema for t in tools])
+    for word in ('"pattern"', '"minLength"', '"maxLength"'):
+        assert word not in listed
+    assert '"minimum"' in listed  # numeric bounds stay: they tell an agent what to choose
+    for result in refused:
+        error = json.loads(result.content[0].text)["error"]
+        assert result.is_error and error["code"] == "invalid_input"
+        assert [p["field"] for p in error["details"]["problems"]] == ["job_name"]
