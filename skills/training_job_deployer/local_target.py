@@ -40,7 +40,11 @@ from skills.training_job_deployer.job_record import (
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.target import Plan, TargetSettings
-from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
+from skills.training_job_deployer.trainer_log import (
+    EXIT_PREEMPTED,
+    LogFollower,
+    RunMetrics,
+)
 
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
 POLL_S = 0.25
@@ -339,8 +343,7 @@ class LocalTarget:
         run = self._run(job_name)
         record = run.require()
         deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
-        metrics = RunMetrics()
-        pending = b""
+        follower = LogFollower()
         offset = 0
         log_path = run.log(record.attempt)
         while True:
@@ -349,18 +352,11 @@ class LocalTarget:
             done = record.ended or not record.active()
             chunk = self._read_from(log_path, offset)
             offset += len(chunk)
-            pending += chunk
-            complete, _, pending = pending.rpartition(b"\n")
-            if done and pending:  # the last line may lack its newline
-                complete, pending = complete + b"\n" + pending, b""
-            for event in parse_events(complete.decode("utf-8", errors="replace")):
-                metrics.add(event)
-                if progress is not None and event["event"] in ("start", "step"):
-                    progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
+            follower.feed(chunk, progress, final=done)
             if done or (deadline is not None and time.monotonic() >= deadline):
                 break
             time.sleep(POLL_S)
-        return self._state(run, record, metrics, done)
+        return self._state(run, record, follower.metrics, done)
 
     def _state(self, run: RunDir, record: JobRecord, metrics: RunMetrics, done: bool) -> JobState:
         job_name = run.job_name

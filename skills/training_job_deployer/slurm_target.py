@@ -50,7 +50,11 @@ from skills.training_job_deployer.slurm_script import (
     render,
 )
 from skills.training_job_deployer.target import Plan, TargetSettings
-from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
+from skills.training_job_deployer.trainer_log import (
+    EXIT_PREEMPTED,
+    LogFollower,
+    RunMetrics,
+)
 
 SLURM_RECORD = "slurm.json"
 CHECKPOINTS = "checkpoints"
@@ -570,8 +574,7 @@ class SlurmTarget:
         record = run.require()
         self._check_host(record)
         deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
-        metrics = RunMetrics()
-        pending = b""
+        follower = LogFollower()
         offset = 0
         log = run.log(record.slurm_job_id)
         while True:
@@ -582,18 +585,11 @@ class SlurmTarget:
                 record = self._keep_end(run, state)
             chunk = self._read_from(log, offset)
             offset += len(chunk)
-            pending += chunk
-            complete, _, pending = pending.rpartition(b"\n")
-            if done and pending:
-                complete, pending = complete + b"\n" + pending, b""
-            for event in parse_events(complete.decode("utf-8", errors="replace")):
-                metrics.add(event)
-                if progress is not None and event["event"] in ("start", "step"):
-                    progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
+            follower.feed(chunk, progress, final=done)
             if done or (deadline is not None and time.monotonic() >= deadline):
                 break
             time.sleep(POLL_S)
-        return self._state(run, record, state, metrics)
+        return self._state(run, record, state, follower.metrics)
 
     @staticmethod
     def _keep_end(run: SlurmRunDir, end: SlurmEnd) -> SlurmRecord:

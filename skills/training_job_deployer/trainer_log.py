@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 
 
@@ -153,3 +154,23 @@ class RunMetrics:
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+@dataclass
+class LogFollower:
+    """A log read in chunks as it grows: whole lines become events in `metrics`, with
+    one progress report per start or step; a partial last line waits for its newline
+    (or for `final`, when no more will come)."""
+
+    metrics: RunMetrics = field(default_factory=RunMetrics)
+    pending: bytes = b""
+
+    def feed(self, chunk: bytes, progress: Progress | None = None, final: bool = False) -> None:
+        complete, _, self.pending = (self.pending + chunk).rpartition(b"\n")
+        if final and self.pending:  # the last line may lack its newline
+            complete, self.pending = complete + b"\n" + self.pending, b""
+        for event in parse_events(complete.decode("utf-8", errors="replace")):
+            self.metrics.add(event)
+            if progress is not None and event["event"] in ("start", "step"):
+                m = self.metrics
+                progress.report(m.steps, m.max_steps, m.progress_message())
