@@ -30,7 +30,7 @@ from skills.training_job_deployer.kubernetes_settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
-from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.pytorchjob_manifest import HF_SECRET, render
 from skills.training_job_deployer.target import Plan, TargetSettings
 from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
@@ -41,7 +41,6 @@ LOG_TAIL_LINES = 40
 MAX_LOG_CHARS = 64_000  # what one logs call returns at most
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-TERMINAL = ("succeeded", "failed", "preempted", "cancelled")
 ECR_IMAGE = re.compile(
     r"^\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
 )
