@@ -6,8 +6,6 @@ from typing import Any
 
 from skills.shared.errors import ErrorCode, ToolFailure
 
-CONFIRM_HINT = "Call again with confirm=true (CLI: --confirm)"
-
 
 def require_confirm(
     confirm: bool,
@@ -20,7 +18,13 @@ def require_confirm(
     (details) holds the exact change, so the caller can judge before confirming."""
     if confirm:
         return
-    raise ToolFailure(ErrorCode.CONFIRMATION_REQUIRED, what_happens, f"{CONFIRM_HINT} {to}.", plan)
+    # The hint written here, in the call, so tests/unit/test_hint_flags.py checks its flag.
+    raise ToolFailure(
+        ErrorCode.CONFIRMATION_REQUIRED,
+        what_happens,
+        f"Call again with confirm=true (CLI: --confirm) {to}.",
+        plan,
+    )
 
 
-__all__ = ["CONFIRM_HINT", "require_confirm"]
+__all__ = ["require_confirm"]
