@@ -19,4 +19,3 @@ def test_operation_terminal_statuses_are_operation_statuses() -> None:
     assert set(get_args(operation_state.OperationStatus)) - set(operation_state.TERMINAL) == {
         "running"
     }
-
