@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from skills.shared.cli import main_for
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.confirm import require_confirm
 from skills.shared.operation_state import OperationId, OperationState
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -32,12 +32,7 @@ def cancel_operation(
     Destructive, so it needs confirm=true. An operation that already ended is
     reported as it is.
     """
-    if not confirm:
-        raise ToolFailure(
-            ErrorCode.CONFIRMATION_REQUIRED,
-            f"Cancelling {operation_id!r} stops its work part-way.",
-            "Call again with confirm=true (CLI: --confirm) if that is what you want.",
-        )
+    require_confirm(confirm, f"Cancelling {operation_id!r} stops its work part-way.")
     from skills.shared import operations  # the store loads on first use
 
     return OperationState.of(operations.cancel(operation_id))

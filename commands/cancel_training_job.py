@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from skills.shared.cli import main_for
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.confirm import require_confirm
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
@@ -37,12 +37,7 @@ def cancel_training_job(
     Destructive, so it needs confirm=true. Cancelling a job that already ended
     changes nothing and reports its final state.
     """
-    if not confirm:
-        raise ToolFailure(
-            ErrorCode.CONFIRMATION_REQUIRED,
-            f"Cancelling {job_name!r} stops its training.",
-            "Call again with confirm=true (CLI: --confirm) if that is what you want.",
-        )
+    require_confirm(confirm, f"Cancelling {job_name!r} stops its training.")
     return get_target(target).cancel(job_name)
 
 

@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from skills.shared.cli import main_for
+from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -41,12 +42,9 @@ def delete_training_job(
             f"The {runner.name} target has no delete.",
             "Use cancel_training_job to stop the job.",
         )
-    if not confirm:
-        raise ToolFailure(
-            ErrorCode.CONFIRMATION_REQUIRED,
-            f"Deleting {job_name!r} removes the job and its pods (a running job stops).",
-            "Call again with confirm=true (CLI: --confirm) if that is what you want.",
-        )
+    require_confirm(
+        confirm, f"Deleting {job_name!r} removes the job and its pods (a running job stops)."
+    )
     return delete(job_name)
 
 

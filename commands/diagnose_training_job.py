@@ -8,7 +8,6 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ from pydantic import Field
 
 from skills.shared.cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure, bad_fields
+from skills.shared.files import atomic_write_text
 from skills.shared.paths import LocalPath
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
@@ -146,15 +146,7 @@ def _write_snapshot(path: Path, data: dict[str, Any]) -> Path:
     """Written whole or not at all (a temporary file renamed over the target)."""
     path = path.expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
     return path.resolve()
 
 

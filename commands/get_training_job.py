@@ -7,8 +7,8 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 
 from skills.shared.cli import main_for
 from skills.shared.progress import Progress
-from skills.shared.tooling import tool
-from skills.training_job_deployer.job_spec import JobName, WaitSeconds
+from skills.shared.tooling import WaitSeconds, tool
+from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets import TargetSettings, get_target
 

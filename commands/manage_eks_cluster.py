@@ -18,7 +18,7 @@ from skills.shared.cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import LocalPath
 from skills.shared.progress import NullProgress, Progress
-from skills.shared.tooling import tool
+from skills.shared.tooling import WaitSeconds, tool
 from skills.shared.validators import grammar
 
 Action = Literal[
@@ -43,9 +43,8 @@ def _size(description: str) -> object:
 
 
 # The schema says what a field is; the rules stay in validators (no bytes in tools/list).
-Wait = Annotated[
-    float | None, Field(ge=0, le=86_400, description="nccl_test: seconds to wait, then poll.")
-]
+# The one WaitSeconds, with this tool's own description (only nccl_test waits).
+Wait = Annotated[WaitSeconds, Field(description="nccl_test: seconds to wait, then poll.")]
 
 
 def _str(description: str, pattern: str, what: str = "a name") -> object:

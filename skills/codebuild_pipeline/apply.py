@@ -10,6 +10,7 @@ from typing import Any
 
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.models import PipelineResult, PlannedCall, ResourceChange
+from skills.ecr_publisher.repository import ensure_repository
 from skills.shared.clients import aws_session
 from skills.shared.progress import NullProgress, Progress
 
@@ -54,21 +55,15 @@ class Applier:
     # --- resources -------------------------------------------------------------------
 
     def repository(self, arn: str) -> None:
-        name = self.s.ecr_repository
-        try:
-            repo = self.ecr.describe_repositories(repositoryNames=[name])["repositories"][0]
-        except self.ecr.exceptions.RepositoryNotFoundException:
-            self.write("ecr", "create_repository", self.ecr.create_repository,
-                       repositoryName=name,
-                       imageScanningConfiguration={"scanOnPush": True})  # fmt: skip
-            return self.record("ecr_repository", name, arn, False, [])
-        changes = []
-        if not repo.get("imageScanningConfiguration", {}).get("scanOnPush"):
-            changes.append("imageScanningConfiguration.scanOnPush")
-            self.write("ecr", "put_image_scanning_configuration",
-                       self.ecr.put_image_scanning_configuration, repositoryName=name,
-                       imageScanningConfiguration={"scanOnPush": True})  # fmt: skip
-        self.record("ecr_repository", name, repo["repositoryArn"], True, changes)
+        """push_to_ecr's ensure_repository: scan on push, a lifecycle policy, tag
+        mutability left as found; a concurrent create is aligned, not an error."""
+        repo = ensure_repository(
+            self.ecr, self.s.ecr_repository, scan_on_push=True, immutable_tags=None,
+            keep_last=None, write=lambda op, fn, **params: self.write("ecr", op, fn, **params),
+        )  # fmt: skip
+        created = repo.action == "created"
+        self.record("ecr_repository", repo.name, repo.arn or arn, not created,
+                    [] if created else repo.changes)  # fmt: skip
 
     def role(self, account: str) -> None:
         name = plan.role_name(self.s.project_name)

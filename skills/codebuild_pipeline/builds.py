@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
@@ -10,6 +9,7 @@ from skills.codebuild_pipeline.plan import log_group_name
 from skills.shared.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
+from skills.shared.waiting import poll_until
 
 POLL_S = 5.0
 
@@ -96,9 +96,10 @@ def start_and_follow(
         params["sourceVersion"] = source_version
     build_id = codebuild.start_build(**params)["build"]["id"]
     progress.report(0, None, f"started {build_id}")
-    deadline = time.monotonic() + follow_s
     seen = 0
-    while True:
+
+    def look() -> CodeBuildBuild:
+        nonlocal seen
         result = describe(codebuild, logs, build_id, lines)
         done = sum(1 for p in result.phases if p.status)
         new_lines = result.log_tail[seen:] if len(result.log_tail) > seen else []
@@ -106,6 +107,6 @@ def start_and_follow(
         for line in new_lines[-5:]:
             progress.report(done, None, line)
         progress.report(done, None, f"{result.current_phase or '-'} {result.status}")
-        if result.complete or time.monotonic() >= deadline:
-            return result
-        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        return result
+
+    return poll_until(look, lambda result: result.complete, follow_s, POLL_S)

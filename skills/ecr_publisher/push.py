@@ -14,6 +14,7 @@ from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.repository import ecr_client, ensure_repository
 from skills.image_builder.registry_check import MANIFEST_TYPES, _scheme
 from skills.shared.clients import docker_client
+from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.secrets import redact
@@ -231,11 +232,11 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
             "Push under a new tag (e.g. build_image tag_strategy semantic or git-sha).",
             {"tag": tag, "existing_digest": existing},
         )
-    if existing and not options.confirm:
-        raise ToolFailure(
-            ErrorCode.CONFIRMATION_REQUIRED,
+    if existing:
+        require_confirm(
+            options.confirm,
             f"Tag {tag!r} already exists in {repo.name!r} ({existing[:19]}); pushing moves it.",
-            "Call again with confirm=true (CLI: --confirm) to overwrite, or use a new tag.",
+            "to overwrite, or use a new tag",
             {"tag": tag, "existing_digest": existing},
         )
 

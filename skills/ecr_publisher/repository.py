@@ -1,8 +1,10 @@
-"""The ECR repository side: create or align its settings, and find its newest image."""
+"""The ECR repository side: create or align its settings, and find its newest image.
+ensure_repository is the one way a repository is made (push_to_ecr, setup_codebuild)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +51,16 @@ class Repository:
     keep_last: int | None
     action: str = "unchanged"
     changes: list[str] = field(default_factory=list)
+    arn: str | None = None  # None only on a dry run's would-be repository
+
+
+# How ensure_repository makes each write: write(operation, fn, **params) -> fn's answer.
+# setup_codebuild's dry run passes one that records the call and returns None.
+Write = Callable[..., Any]
+
+
+def _call(operation: str, fn: Callable[..., Any], **params: Any) -> Any:
+    return fn(**params)
 
 
 def ecr_client(region: str) -> Any:
@@ -82,46 +94,58 @@ def ensure_repository(
     scan_on_push: bool | None,
     immutable_tags: bool | None,
     keep_last: int | None,
+    write: Write = _call,
 ) -> Repository:
-    """Create `name` with the settings, or align an existing one with the settings GIVEN
-    (None leaves an existing repository's setting as it is: a push never silently turns
-    an immutable repository mutable)."""
+    """Create `name` with the settings and a lifecycle policy, or align an existing one
+    with the settings GIVEN (None leaves an existing repository's setting as it is: a
+    push never silently turns an immutable repository mutable). A repository created
+    concurrently (another push, another setup) between our look and our create is
+    aligned instead. Every write goes through `write` (see Write)."""
     found = _describe(ecr, name)
     if found is None:
         scan = True if scan_on_push is None else scan_on_push
         immutable = bool(immutable_tags)
         try:
-            found = ecr.create_repository(
+            created = write(
+                "create_repository",
+                ecr.create_repository,
                 repositoryName=name,
                 imageScanningConfiguration={"scanOnPush": scan},
                 imageTagMutability="IMMUTABLE" if immutable else "MUTABLE",
-            )["repository"]
-        except ecr.exceptions.RepositoryAlreadyExistsException:  # a concurrent push made it
+            )
+        except ecr.exceptions.RepositoryAlreadyExistsException:  # made concurrently
             found = _describe(ecr, name)
-            return _align(ecr, found, scan_on_push, immutable_tags, keep_last)
+            return _align(ecr, found, scan_on_push, immutable_tags, keep_last, write)
         keep = keep_last or DEFAULT_KEEP_LAST
-        ecr.put_lifecycle_policy(repositoryName=name, lifecyclePolicyText=lifecycle_policy(keep))
-        return Repository(name, found["repositoryUri"], scan, immutable, keep, "created",
+        write("put_lifecycle_policy", ecr.put_lifecycle_policy,
+              repositoryName=name, lifecyclePolicyText=lifecycle_policy(keep))  # fmt: skip
+        made = created["repository"] if created else {}  # a dry run made nothing
+        return Repository(name, made.get("repositoryUri", ""), scan, immutable, keep, "created",
                           ["created", f"scan_on_push={scan}", f"immutable_tags={immutable}",
-                           f"keep_last={keep}"])  # fmt: skip
-    return _align(ecr, found, scan_on_push, immutable_tags, keep_last)
+                           f"keep_last={keep}"], made.get("repositoryArn"))  # fmt: skip
+    return _align(ecr, found, scan_on_push, immutable_tags, keep_last, write)
 
 
-def _align(ecr: Any, found: dict, scan_on_push, immutable_tags, keep_last) -> Repository:
+def _align(
+    ecr: Any, found: dict, scan_on_push, immutable_tags, keep_last, write: Write = _call
+) -> Repository:
     name = found["repositoryName"]
     changes: list[str] = []
     scan = bool(found.get("imageScanningConfiguration", {}).get("scanOnPush"))
     if scan_on_push is not None and scan_on_push != scan:
-        ecr.put_image_scanning_configuration(
-            repositoryName=name, imageScanningConfiguration={"scanOnPush": scan_on_push}
+        write(
+            "put_image_scanning_configuration",
+            ecr.put_image_scanning_configuration,
+            repositoryName=name,
+            imageScanningConfiguration={"scanOnPush": scan_on_push},
         )
         scan = scan_on_push
         changes.append(f"scan_on_push={scan}")
     immutable = found.get("imageTagMutability", "MUTABLE").startswith("IMMUTABLE")
     if immutable_tags is not None and immutable_tags != immutable:
-        ecr.put_image_tag_mutability(
-            repositoryName=name, imageTagMutability="IMMUTABLE" if immutable_tags else "MUTABLE"
-        )
+        write("put_image_tag_mutability", ecr.put_image_tag_mutability,
+              repositoryName=name,
+              imageTagMutability="IMMUTABLE" if immutable_tags else "MUTABLE")  # fmt: skip
         immutable = immutable_tags
         changes.append(f"immutable_tags={immutable}")
     try:
@@ -131,11 +155,13 @@ def _align(ecr: Any, found: dict, scan_on_push, immutable_tags, keep_last) -> Re
     current = _keep_last_of(text)
     wanted = keep_last if keep_last is not None else (DEFAULT_KEEP_LAST if text is None else None)
     if wanted is not None and (current != wanted or text is None):
-        ecr.put_lifecycle_policy(repositoryName=name, lifecyclePolicyText=lifecycle_policy(wanted))
+        write("put_lifecycle_policy", ecr.put_lifecycle_policy,
+              repositoryName=name, lifecyclePolicyText=lifecycle_policy(wanted))  # fmt: skip
         current = wanted
         changes.append(f"keep_last={wanted}")
     return Repository(name, found["repositoryUri"], scan, immutable, current,
-                      "updated" if changes else "unchanged", changes)  # fmt: skip
+                      "updated" if changes else "unchanged", changes,
+                      found.get("repositoryArn"))  # fmt: skip
 
 
 def latest_image(repository: str, region: str) -> str | None:

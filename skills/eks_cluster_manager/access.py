@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any
 
 from skills.shared.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.files import atomic_write_bytes, atomic_write_text
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -173,10 +173,7 @@ def _ca_file(ca_data: str) -> str:
     path = state_dir() / "eks-ca" / f"{hashlib.sha256(pem).hexdigest()[:32]}.crt"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ca-")
-        with os.fdopen(handle, "wb") as out:
-            out.write(pem)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, pem)
     return str(path)
 
 
@@ -285,11 +282,7 @@ def write_kubeconfig(
     _upsert(config["contexts"], context, "context", {"cluster": name, "user": name})
     config["current-context"] = context
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as out:
-        yaml.safe_dump(config, out, sort_keys=False)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    atomic_write_text(path, yaml.safe_dump(config, sort_keys=False), mode=0o600)
     return context, created
 
 

@@ -10,7 +10,6 @@ not in commands.TOOL_NAMES: manage_eks_cluster(action="nccl_test") starts it."""
 from __future__ import annotations
 
 import secrets
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +24,7 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WaitSeconds, tool
+from skills.shared.waiting import poll_until
 
 BENCH = Path(__file__).with_name("allreduce_bench.py")
 POLL_S = 1.0
@@ -138,22 +138,22 @@ def run_nccl_test(
     kube.request("POST", f"{base}/configmaps", body=objects[0])
     try:
         kube.request("POST", job_path.rsplit("/", 1)[0], body=objects[1])
-        deadline = time.monotonic() + timeout_s
-        state = None
-        while state is None:
-            job = kube.get(job_path)
-            state = _ended(job)
+
+        def look() -> str | None:
+            state = _ended(kube.get(job_path))
             if state is None:
-                if time.monotonic() > deadline:
-                    raise ToolFailure(
-                        ErrorCode.OPERATION_FAILED,
-                        f"The NCCL test job {job_name} did not end within {timeout_s:g} s.",
-                        f"`kubectl -n {namespace} describe pytorchjob {job_name}`: pods "
-                        "Pending for GPUs/EFA, or image pulls; the job was deleted.",
-                        {"job_name": job_name},
-                    )
                 progress.report(0, None, f"{job_name}: waiting for the job to end")
-                time.sleep(POLL_S)
+            return state
+
+        state = poll_until(look, lambda state: state is not None, timeout_s, POLL_S)
+        if state is None:
+            raise ToolFailure(
+                ErrorCode.OPERATION_FAILED,
+                f"The NCCL test job {job_name} did not end within {timeout_s:g} s.",
+                f"`kubectl -n {namespace} describe pytorchjob {job_name}`: pods "
+                "Pending for GPUs/EFA, or image pulls; the job was deleted.",
+                {"job_name": job_name},
+            )
         try:
             log = kube.request("GET", f"{base}/pods/{job_name}-master-0/log")[1].decode()
         except ApiException as exc:

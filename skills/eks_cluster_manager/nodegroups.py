@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from skills.eks_cluster_manager.models import NodeGroupInfo
+from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 
 
@@ -100,12 +101,12 @@ def scale(
         "desired_size": current.desired_size,
     }
     after = {"min_size": lo, "max_size": hi, "desired_size": want}
-    if want == 0 and (current.desired_size or 0) > 0 and not confirm:
-        raise ToolFailure(
-            ErrorCode.CONFIRMATION_REQUIRED,
+    if want == 0 and (current.desired_size or 0) > 0:
+        require_confirm(
+            confirm,
             f"Scaling {nodegroup} to zero stops its {current.desired_size} node(s) and every "
             "pod on them.",
-            "Call again with confirm=true (CLI: --confirm) to scale to zero.",
+            "to scale to zero",
             {"nodegroup": nodegroup, "before": before, "after": after},
         )
     change = {"nodegroup": nodegroup, "before": before, "after": after}

@@ -21,14 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skills.image_builder import dockerfile_reader
 from skills.image_builder.build_errors import BuildError, classify
 from skills.image_builder.models import Attempt, BuildResult, Versions
-from skills.image_builder.registry_check import (
-    check_image,
-    from_lines,
-    mirror_setting,
-    rewrite_from,
-)
+from skills.image_builder.registry_check import check_image, mirror_setting, rewrite_from
 from skills.image_builder.tags import TagStrategy, choose_tag, concrete_strategy
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
@@ -99,7 +95,7 @@ def _inputs(options: BuildOptions) -> tuple[str, Path]:
             "Pass the path of a Dockerfile.",
             {"problems": [{"field": "dockerfile", "problem": "not UTF-8 text"}]},
         ) from None
-    if not from_lines(text, options.build_args):
+    if not dockerfile_reader.read(text, options.build_args).froms:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
             f"dockerfile {path} has no FROM instruction.",

@@ -9,18 +9,17 @@ installs (pins, `+cuXXX`, PyTorch index URLs, requirements files from the build 
 
 from __future__ import annotations
 
-import io
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from dockerfile_parse import DockerfileParser
 from pydantic import BaseModel
 
-from skills.image_builder import compat
+from skills.image_builder import compat, dockerfile_reader
 from skills.image_builder.compat import Combo
+from skills.image_builder.dockerfile_reader import assignments, substitute
 
 
 class Finding(BaseModel):
@@ -129,22 +128,6 @@ def parse_base(image: str) -> BaseImage:
 
 # --- Parsing --------------------------------------------------------------------------------
 
-_VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-+])([^}]*))?\}|(\w+))")
-
-
-def substitute(text: str, env: dict[str, str]) -> str:
-    """Docker's ${VAR}, $VAR, ${VAR:-default}, ${VAR:+alt}; an unknown VAR is left as is."""
-    def one(m: re.Match[str]) -> str:
-        name = m[1] or m[4]
-        value = env.get(name)
-        if m[2] and m[2].endswith("-"):
-            return value if value else substitute(m[3], env)
-        if m[2] and m[2].endswith("+"):
-            return substitute(m[3], env) if value else ""
-        return value if value is not None else m[0]
-    return _VAR.sub(one, text)
-
-
 @dataclass
 class Instruction:
     kind: str
@@ -193,72 +176,26 @@ class Parsed:
         return self.stages[-1]
 
 
-def _assignments(value: str) -> list[tuple[str, str | None]]:
-    """`A=1 B="x y"` / `NAME` / ENV's legacy `NAME value` -> [(name, value)]."""
-    try:
-        tokens = shlex.split(value)
-    except ValueError:
-        tokens = value.split()
-    if len(tokens) >= 2 and "=" not in tokens[0]:
-        return [(tokens[0], " ".join(tokens[1:]))]
-    return [(t.split("=", 1)[0], t.split("=", 1)[1] if "=" in t else None) for t in tokens]
-
-
-def _from_parts(value: str) -> tuple[str, str | None]:
-    tokens = [t for t in value.split() if not t.startswith("--")]  # --platform=...
-    name = tokens[2] if len(tokens) >= 3 and tokens[1].lower() == "as" else None
-    return (tokens[0] if tokens else ""), name
-
-
 def parse(text: str, *, build_args: dict[str, str] | None = None,
           base_image: str | None = None) -> Parsed:
     build_args = dict(build_args or {})
     if base_image:
         build_args.setdefault("BASE_IMAGE", base_image)
-    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()), env_replace=False)
-    global_args: dict[str, str] = {}
-    arg_lines: dict[str, tuple[int, str]] = {}
+    dockerfile = dockerfile_reader.read(text, build_args)
+    global_args, arg_lines = dockerfile.global_args, dockerfile.arg_lines
     stages: list[Stage] = []
-    env: dict[str, str] = {}
-    for item in parser.structure:
-        kind, line, end = item["instruction"], item["startline"] + 1, item["endline"] + 1
-        value = item["value"]
-        if kind == "FROM":
-            raw_image, name = _from_parts(value)
-            image = substitute(raw_image, global_args)
-            parent = next((s for s in stages if s.name and s.name == image.lower()), None)
-            source = ImageSource("from", line, raw_image)
-            if m := re.fullmatch(r"\$\{?(\w+)\}?", raw_image):
-                arg = m[1]
-                if arg in build_args:
-                    source = ImageSource("build_arg", None, build_args[arg], arg)
-                elif arg in arg_lines:
-                    source = ImageSource("arg", arg_lines[arg][0], arg_lines[arg][1], arg)
-            env = dict(parent_env(stages, parent))
-            stages.append(Stage(len(stages), name.lower() if name else None, line, image,
-                                parent, source))
-            continue
-        if kind == "ARG":
-            for arg, default in _assignments(value):
-                if not stages:
-                    if default is not None:
-                        arg_lines[arg] = (line, default)
-                    chosen = build_args.get(arg, default)
-                    if chosen is not None:
-                        global_args[arg] = substitute(chosen, global_args)
-                else:
-                    chosen = build_args.get(arg, default if default is not None
-                                            else global_args.get(arg))
-                    if chosen is not None:
-                        env[arg] = substitute(chosen, env)
-        elif kind == "ENV" and stages:
-            for key, val in _assignments(value):
-                if val is not None:
-                    env[key] = substitute(val, env)
-        if stages and kind not in ("COMMENT",):
-            stages[-1].instructions.append(
-                Instruction(kind, line, end, item["content"], substitute(value, env)))
-            stages[-1].env = dict(env)  # type: ignore[attr-defined]
+    for entry, items in zip(dockerfile.froms, dockerfile.stage_items, strict=True):
+        parent = stages[entry.parent] if entry.parent is not None else None
+        source = ImageSource("from", entry.line, entry.written)
+        if m := re.fullmatch(r"\$\{?(\w+)\}?", entry.written):
+            arg = m[1]
+            if arg in build_args:
+                source = ImageSource("build_arg", None, build_args[arg], arg)
+            elif arg in arg_lines:
+                source = ImageSource("arg", arg_lines[arg][0], arg_lines[arg][1], arg)
+        stage = Stage(entry.index, entry.name, entry.line, entry.image, parent, source)
+        stages.append(stage)
+        _read_stage(stage, items, dict(parent_env(stages, parent)), build_args, global_args)
     if base_image and stages:
         final = stages[-1]
         if final.source.where == "from" and final.parent is None:
@@ -267,6 +204,28 @@ def parse(text: str, *, build_args: dict[str, str] | None = None,
             final.image = base_image
             final.source = ImageSource("override", None, base_image, final.source.arg)
     return Parsed(stages, global_args, arg_lines)
+
+
+def _read_stage(stage: Stage, items: list[dict], env: dict[str, str],
+                build_args: dict[str, str], global_args: dict[str, str]) -> None:
+    """The stage's instructions with its ARG/ENV substituted as Docker would."""
+    for item in items:
+        kind, line, end = item["instruction"], item["startline"] + 1, item["endline"] + 1
+        value = item["value"]
+        if kind == "ARG":
+            for arg, default in assignments(value):
+                chosen = build_args.get(arg, default if default is not None
+                                        else global_args.get(arg))
+                if chosen is not None:
+                    env[arg] = substitute(chosen, env)
+        elif kind == "ENV":
+            for key, val in assignments(value):
+                if val is not None:
+                    env[key] = substitute(val, env)
+        if kind not in ("COMMENT",):
+            stage.instructions.append(
+                Instruction(kind, line, end, item["content"], substitute(value, env)))
+            stage.env = dict(env)  # type: ignore[attr-defined]
 
 
 def parent_env(stages: list[Stage], parent: Stage | None) -> dict[str, str]:

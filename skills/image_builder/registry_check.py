@@ -26,6 +26,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from skills.image_builder import dockerfile_reader
 from skills.shared.errors import ErrorCode, ToolFailure
 
 MIRROR_ENV = "FSDP_EKS_BASE_MIRROR"
@@ -49,9 +50,7 @@ TIMEOUT_S = 15.0
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(?::\d+)?"
 MIRROR_PATTERN = rf"^{_HOST}(?:/{_COMPONENT})*$"
-_FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
-_ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+][^}]*)?\}|([A-Za-z_][A-Za-z0-9_]*))")
+_FROM_KEYWORD = re.compile(r"^\s*FROM\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -105,39 +104,6 @@ def mirrored(image: str, mirror: str | None) -> str:
     return f"{mirror.rstrip('/')}/{ref.repository}{suffix}"
 
 
-@dataclass(frozen=True)
-class FromLine:
-    line: int  # 1-based
-    written: str  # as in the file
-    image: str  # ARG references resolved
-    stage: str | None  # "AS name"
-    is_stage_ref: bool  # FROM an earlier stage, or scratch: nothing to pull
-
-
-def from_lines(text: str, build_args: dict[str, str] | None = None) -> list[FromLine]:
-    """Every FROM line, with ARG defaults before the first FROM and build args applied."""
-    args: dict[str, str] = {}
-    stages: set[str] = set()
-    found: list[FromLine] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not found and (match := _ARG.match(line)):
-            name, default = match.group(1), match.group(2)
-            args[name] = (build_args or {}).get(name, default or "")
-            continue
-        match = _FROM.match(line)
-        if not match:
-            continue
-        written = match.group(3)
-        image = _VAR.sub(lambda m: args.get(m.group(1) or m.group(2), ""), written)
-        rest = match.group(4).split()
-        stage = rest[1] if len(rest) >= 2 and rest[0].lower() == "as" else None
-        is_ref = image.lower() == "scratch" or image in stages
-        found.append(FromLine(number, written, image, stage, is_ref))
-        if stage:
-            stages.add(stage)
-    return found
-
-
 def rewrite_from(
     text: str,
     mirror: str | None,
@@ -146,28 +112,36 @@ def rewrite_from(
 ) -> tuple[str, list[tuple[str, str]]]:
     """The text to send to the daemon: the last FROM's image replaced by `base_image`
     when given, and every pulled image through `mirror`. Returns (text, [(image as the
-    Dockerfile names it, image as pulled)])."""
-    lines = text.splitlines(keepends=True)
-    froms = from_lines(text, build_args)
+    Dockerfile names it, image as pulled)]). The FROMs are dockerfile_reader's (ARGs,
+    stages, `--platform`, continuations); only the image token of a FROM is edited."""
+    lines = text.split("\n")  # as dockerfile-parse numbers them
+    froms = dockerfile_reader.read(text, build_args).froms
     pulled: list[tuple[str, str]] = []
-    for index, entry in enumerate(froms):
+    for entry in froms:
         image = entry.image
-        if base_image and index == len(froms) - 1:
+        if base_image and entry.index == len(froms) - 1:
             image = base_image
         elif entry.is_stage_ref:
             continue
         target = mirrored(image, mirror)
         pulled.append((image, target))
         if target != entry.written:
-            original = lines[entry.line - 1]
-            body = original.rstrip("\r\n")
-            match = _FROM.match(body)
-            if match is None:  # pragma: no cover - from_lines matched this line
-                continue
-            lines[entry.line - 1] = (
-                f"{match.group(1)}{match.group(2)}{target}{match.group(4)}{original[len(body) :]}"
-            )
-    return "".join(lines), pulled
+            _replace_image(lines, entry, target)
+    return "\n".join(lines), pulled
+
+
+def _replace_image(lines: list[str], entry: dockerfile_reader.FromInstruction, image: str) -> None:
+    """`image` where the FROM writes its image: the first whole token equal to it after
+    the FROM keyword (only flags, which start with --, come between)."""
+    token = re.compile(rf"(?<!\S){re.escape(entry.written)}(?!\S)")
+    for number in range(entry.line - 1, entry.end_line):
+        body = lines[number]
+        start = 0
+        if number == entry.line - 1 and (keyword := _FROM_KEYWORD.match(body)):
+            start = keyword.end()
+        if hit := token.search(body, start):
+            lines[number] = body[: hit.start()] + image + body[hit.end() :]
+            return
 
 
 # --- the manifest request ---------------------------------------------------------------

@@ -14,6 +14,8 @@ from pydantic import BaseModel, Field, create_model
 from skills.shared.results import ToolResult
 
 OPERATION_ID = r"^[a-z0-9_]+-\d{8}-\d{6}-[0-9a-f]{6}$"
+# The statuses an operation does not leave (the one definition; jobs have their own in
+# training_job_deployer.models, with "preempted").
 TERMINAL = ("succeeded", "failed", "cancelled")
 OperationStatus = Literal["running", "succeeded", "failed", "cancelled"]
 OperationId = Annotated[
@@ -24,7 +26,6 @@ OperationId = Annotated[
         description="The id a tool returned (list_operations shows them).",
     ),
 ]
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 class OperationProgress(BaseModel):

@@ -45,6 +45,7 @@ from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.shared.results import ToolResult
 from skills.shared.secrets import redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
+from skills.shared.waiting import poll_until
 
 STATE_DIR_ENV = "FSDP_EKS_STATE_DIR"
 RECORD = "operation.json"
@@ -163,7 +164,11 @@ def get(operation_id: str) -> OperationRecord:
                     operation_id,
                     status="cancelled" if record.cancel_requested else "failed",
                     ended_at=time.time(),
-                    error=None if record.cancel_requested else _worker_died(operation_id),
+                    # killed by the cancel before its handler was set: the error the
+                    # worker would have written
+                    error=Cancelled(f"Operation {operation_id}").to_dict()["error"]
+                    if record.cancel_requested
+                    else _worker_died(operation_id),
                 )
     return record
 
@@ -183,18 +188,19 @@ def wait(
 ) -> OperationRecord:
     """Follow the operation until it ends or `wait_seconds` pass, reporting its progress.
     Raises Cancelled if the caller's progress is cancelled (the operation goes on)."""
-    deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
     last: OperationProgress | None = None
-    while True:
+
+    def look() -> OperationRecord:
+        nonlocal last
         record = get(operation_id)
         if progress is not None and record.progress != last:
             last = record.progress
             progress.report(last.completed, last.total, last.message)
         elif progress is not None and progress.cancelled:
             raise Cancelled()
-        if record.status in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
-            return record
-        time.sleep(POLL_S)
+        return record
+
+    return poll_until(look, lambda record: record.status in TERMINAL, wait_seconds, POLL_S)
 
 
 def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecord:
@@ -205,16 +211,19 @@ def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecor
         return record
     record = _update(operation_id, cancel_requested=True)
     processes.signal_group(record.pid, record.pid_started, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        record = get(operation_id)
-        if record.status != "running" and not processes.is_alive(record.pid, record.pid_started):
-            return record
-        time.sleep(POLL_S)
+
+    def stopped(record: OperationRecord) -> bool:
+        return record.status != "running" and not processes.is_alive(record.pid, record.pid_started)
+
+    record = poll_until(lambda: get(operation_id), stopped, grace_s, POLL_S)
+    if stopped(record):
+        return record
     processes.signal_group(record.pid, record.pid_started, signal.SIGKILL)
-    deadline = time.monotonic() + 5  # SIGKILL is not refused; allow the kernel a moment
-    while processes.is_alive(record.pid, record.pid_started) and time.monotonic() < deadline:
-        time.sleep(POLL_S / 4)
+    # SIGKILL is not refused; allow the kernel a moment
+    poll_until(
+        lambda: processes.is_alive(record.pid, record.pid_started), lambda alive: not alive,
+        5, POLL_S / 4,
+    )  # fmt: skip
     return _update(operation_id, status="cancelled", ended_at=time.time())
 
 

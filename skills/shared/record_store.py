@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, ValidationError
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.files import atomic_write_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -80,26 +80,11 @@ class RecordFile(Generic[M]):
         how a job ended still gets recorded."""
         text = record.model_dump_json(indent=1)
         try:
-            handle, tmp = tempfile.mkstemp(
-                dir=self.path.parent, prefix=f".{self.path.stem}-", suffix=".tmp"
-            )
+            atomic_write_text(self.path, text)
         except OSError as exc:
             if exc.errno != errno.ENOSPC or not self.path.is_file():
                 raise
             self._overwrite_in_place(text)
-            return
-        try:
-            with os.fdopen(handle, "w") as out:
-                out.write(text)
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
-            if exc.errno != errno.ENOSPC or not self.path.is_file():
-                raise
-            self._overwrite_in_place(text)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
 
     def _overwrite_in_place(self, text: str) -> None:
         data = text.encode()

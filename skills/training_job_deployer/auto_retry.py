@@ -27,13 +27,12 @@ from typing import Any
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.models import JobState, RetryAttempt
+from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt
 from skills.training_job_deployer.pod_doctor import Finding, diagnose
 from skills.training_job_deployer.remedies import Attempt, Remedy, decide, facts_from_snapshot
 from skills.training_job_deployer.target import Target, TargetSettings
 
 FOLLOW_CHUNK_S = 4.0  # follow this long, then look at a job that is not training yet
-TERMINAL = ("succeeded", "failed", "preempted", "cancelled")
 # Causes that keep pods from starting without failing the job, and how long each may
 # last before the attempt counts as failed (the autoscaler may still add nodes).
 STUCK_AFTER_S = {

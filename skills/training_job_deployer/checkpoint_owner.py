@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.files import atomic_write_text
 
 OWNER_FILE = ".fsdp-eks-owner"
 
@@ -45,9 +46,7 @@ def claim(checkpoint_dir: Path, run_dir: Path, adopt: bool) -> None:
     except FileExistsError:
         check_owner(checkpoint_dir, run_dir, adopt)
         if owner_of(checkpoint_dir) != str(run_dir):
-            tmp = marker.with_name(f"{OWNER_FILE}.{os.getpid()}.tmp")
-            tmp.write_text(str(run_dir))
-            tmp.replace(marker)
+            atomic_write_text(marker, str(run_dir), mode=0o644)
         return
     with os.fdopen(fd, "w") as out:
         out.write(str(run_dir))

@@ -275,10 +275,3 @@ DryRun = Annotated[
     bool,
     Field(strict=True, description="Return the exact plan; start nothing."),
 ]
-WaitSeconds = Annotated[
-    float | None,
-    Field(
-        ge=0,
-        description="Follow the job N s, then return its state (MCP default 40; CLI: to the end).",
-    ),
-]

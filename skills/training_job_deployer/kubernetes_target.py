@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Any, ClassVar, Literal
 
 import yaml
@@ -23,6 +22,7 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.gpu_nodes import GPU_RESOURCE, node_gpu_facts
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
+from skills.shared.waiting import poll_until
 from skills.training_job_deployer import cuda_gate, kube_monitor
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.kube_monitor import KubeReader, pod_name
@@ -30,7 +30,7 @@ from skills.training_job_deployer.kubernetes_settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
-from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.pytorchjob_manifest import HF_SECRET, render
 from skills.training_job_deployer.target import Plan, TargetSettings
 from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
@@ -41,7 +41,6 @@ LOG_TAIL_LINES = 40
 MAX_LOG_CHARS = 64_000  # what one logs call returns at most
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-TERMINAL = ("succeeded", "failed", "preempted", "cancelled")
 ECR_IMAGE = re.compile(
     r"^\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
 )
@@ -213,15 +212,13 @@ class KubernetesTarget:
 
     def _delete_and_wait(self, job_name: str) -> None:
         self.reader.delete_job(job_name)
-        deadline = time.monotonic() + REPLACE_TIMEOUT_S
-        while self.reader.job(job_name) is not None:
-            if time.monotonic() > deadline:
-                raise ToolFailure(
-                    ErrorCode.CONFLICT,
-                    f"The old PyTorchJob {job_name!r} is still being deleted.",
-                    "Wait a little and deploy again.",
-                )
-            time.sleep(1.0)
+        gone = poll_until(lambda: self.reader.job(job_name) is None, bool, REPLACE_TIMEOUT_S, 1.0)
+        if not gone:
+            raise ToolFailure(
+                ErrorCode.CONFLICT,
+                f"The old PyTorchJob {job_name!r} is still being deleted.",
+                "Wait a little and deploy again.",
+            )
 
     def _quota_warnings(self, plan: KubernetesPlan, nodes: list[Any]) -> list[str]:
         """GPUs asked vs allocatable GPUs on Ready nodes of the instance type, less those
@@ -303,9 +300,10 @@ class KubernetesTarget:
         or `wait_seconds` pass; None (a person at the CLI) detaches after DETACH_S."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
-        deadline = time.monotonic() + limit
         reported = -1
-        while True:
+
+        def look() -> JobState:
+            nonlocal reported
             job, pods, events, log = self.poll(job_name)
             metrics = RunMetrics()
             for event in parse_events(log):
@@ -313,10 +311,9 @@ class KubernetesTarget:
             if progress is not None and metrics.steps != reported:
                 reported = metrics.steps
                 progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
-            state = self._state(job_name, job, pods, events, metrics, log)
-            if state.status in TERMINAL or time.monotonic() >= deadline:
-                break
-            time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+            return self._state(job_name, job, pods, events, metrics, log)
+
+        state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
         if detach and state.status not in TERMINAL:
             state.next_step = (
                 f"Detached after {DETACH_S / 60:.0f} min; the job goes on. Check on it: python "

@@ -28,6 +28,7 @@ from skills.shared.paths import LocalPath, path_fields
 from skills.shared.progress import Progress
 from skills.shared.record_store import RecordCorrupt
 from skills.shared.secrets import redact
+from skills.shared.waiting import poll_until
 from skills.training_job_deployer.checkpoint_owner import check_owner, claim
 from skills.training_job_deployer.job_record import (
     RECORD,
@@ -342,20 +343,22 @@ class LocalTarget:
         (None: until it ends). Progress gets one report per logged step."""
         run = self._run(job_name)
         record = run.require()
-        deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
         follower = LogFollower()
         offset = 0
         log_path = run.log(record.attempt)
-        while True:
+        done = False
+
+        def look() -> JobRecord:
+            nonlocal offset, done
             # The record first: once it says ended, the log holds every line.
             record = run.require()
             done = record.ended or not record.active()
             chunk = self._read_from(log_path, offset)
             offset += len(chunk)
             follower.feed(chunk, progress, final=done)
-            if done or (deadline is not None and time.monotonic() >= deadline):
-                break
-            time.sleep(POLL_S)
+            return record
+
+        record = poll_until(look, lambda _: done, wait_seconds, POLL_S)
         return self._state(run, record, follower.metrics, done)
 
     def _state(self, run: RunDir, record: JobRecord, metrics: RunMetrics, done: bool) -> JobState:
@@ -465,20 +468,19 @@ class LocalTarget:
         supervisor = record.supervisor
         if supervisor is not None:
             processes.signal_group(supervisor.pid, supervisor.started, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s + 10
-        while time.monotonic() < deadline:
-            record = run.require()
-            if record.ended:
-                return
-            if supervisor is None or not supervisor.alive():
-                break  # no supervisor to stop it and record it: do both here
-            time.sleep(POLL_S)
+        # Without a supervisor to stop it and record it, do both here.
+        record = poll_until(
+            run.require,
+            lambda record: record.ended or supervisor is None or not supervisor.alive(),
+            grace_s + 10,
+            POLL_S,
+        )
+        if record.ended:
+            return
         trainer = record.trainer
         if trainer is not None and trainer.alive():
             processes.signal_group(trainer.pid, trainer.started, signal.SIGTERM)
-            stop_by = time.monotonic() + grace_s
-            while trainer.alive() and time.monotonic() < stop_by:
-                time.sleep(POLL_S)
+            poll_until(trainer.alive, lambda alive: not alive, grace_s, POLL_S)
             processes.signal_group(trainer.pid, trainer.started, signal.SIGKILL)
         run.record_file.update(lambda r: None if r is None or r.ended else r.finished(None))
 

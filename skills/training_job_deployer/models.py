@@ -13,6 +13,9 @@ from skills.shared.results import ToolResult
 JobStatus = Literal[
     "planned", "running", "succeeded", "failed", "preempted", "cancelled", "unknown"
 ]
+# The statuses a job does not leave (the one definition; targets, follow loops and
+# auto-retry read it). An operation's are operation_state.TERMINAL: no "preempted".
+TERMINAL: tuple[JobStatus, ...] = ("succeeded", "failed", "preempted", "cancelled")
 
 
 class JobState(ToolResult):

@@ -33,6 +33,7 @@ from skills.shared.paths import path_fields
 from skills.shared.progress import Progress
 from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.shared.secrets import redact
+from skills.shared.waiting import poll_until
 from skills.training_job_deployer.checkpoint_owner import check_owner, claim
 from skills.training_job_deployer.job_record import (
     LOCK_TIMEOUT_S,
@@ -573,11 +574,12 @@ class SlurmTarget:
         run = self._run(job_name)
         record = run.require()
         self._check_host(record)
-        deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
         follower = LogFollower()
         offset = 0
         log = run.log(record.slurm_job_id)
-        while True:
+
+        def look() -> tuple[SlurmRecord, SlurmEnd | None, bool]:
+            nonlocal offset
             record = run.require()
             state = record.end or self._scheduler_state(record)
             done = state is None or state.state in FINAL_STATES
@@ -586,9 +588,9 @@ class SlurmTarget:
             chunk = self._read_from(log, offset)
             offset += len(chunk)
             follower.feed(chunk, progress, final=done)
-            if done or (deadline is not None and time.monotonic() >= deadline):
-                break
-            time.sleep(POLL_S)
+            return record, state, done
+
+        record, state, _ = poll_until(look, lambda seen: seen[2], wait_seconds, POLL_S)
         return self._state(run, record, state, follower.metrics)
 
     @staticmethod
@@ -707,9 +709,7 @@ class SlurmTarget:
             )
         )
         self.scheduler.check(["scancel", str(record.slurm_job_id)])
-        deadline = time.monotonic() + grace_s + 30
-        while time.monotonic() < deadline and self._active(record):
-            time.sleep(POLL_S)
+        poll_until(lambda: self._active(record), lambda active: not active, grace_s + 30, POLL_S)
         return self.describe(job_name)
 
     def list_jobs(self) -> list[JobState]:

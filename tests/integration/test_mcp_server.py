@@ -18,8 +18,7 @@ from mcp_server import build_server
 from mcp_server.server import MCP_DEFAULT_WAIT_S
 from skills.shared.progress import Cancelled, Progress
 from skills.shared.results import ToolResult
-from skills.shared.tooling import spec_of, tool
-from skills.training_job_deployer.job_spec import WaitSeconds
+from skills.shared.tooling import WaitSeconds, spec_of, tool
 
 
 class Echo(ToolResult):

@@ -12,6 +12,7 @@ from botocore.stub import Stubber
 from commands.setup_codebuild import setup_codebuild
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.apply import Applier
+from skills.ecr_publisher.repository import DEFAULT_KEEP_LAST, lifecycle_policy
 
 pytestmark = pytest.mark.integration
 GITHUB = "https://github.com/acme/trainer"
@@ -105,9 +106,12 @@ def test_dry_run_creates_nothing(moto_server):
     assert planned.status == "planned"
     assert set(_actions(planned).values()) == {"would_create"}
     ops = [c.operation for c in planned.calls]
-    assert ops == ["create_repository", "create_role", "put_role_policy", "create_log_group",
-                   "put_retention_policy", "create_project", "create_webhook"]  # fmt: skip
-    policy = json.loads(planned.calls[2].params["PolicyDocument"])
+    # put_lifecycle_policy: the repository is made by ecr_publisher's ensure_repository
+    # (setup_codebuild's own copy set none; the shared version decides).
+    assert ops == ["create_repository", "put_lifecycle_policy", "create_role", "put_role_policy",
+                   "create_log_group", "put_retention_policy", "create_project",
+                   "create_webhook"]  # fmt: skip
+    policy = json.loads(planned.calls[3].params["PolicyDocument"])
     assert policy["Statement"][0]["Action"] == ["ecr:GetAuthorizationToken"]
     assert "cb-dry" not in boto3.client("codebuild").list_projects()["projects"]
     repos = boto3.client("ecr").describe_repositories()["repositories"]
@@ -136,3 +140,47 @@ def test_webhook_filters_push_on_the_branch(moto_server):
     existing = {"webhook": {"filterGroups": expected["filterGroups"]}}
     applier.webhook(existing)
     assert applier.resources[-1].action == "unchanged"
+
+
+def test_repository_gets_the_lifecycle_policy(moto_server):
+    _run("cb-life")
+    ecr = boto3.client("ecr")
+    text = ecr.get_lifecycle_policy(repositoryName="cb-life-repo")["lifecyclePolicyText"]
+    assert text == lifecycle_policy(DEFAULT_KEEP_LAST)
+    (repo,) = ecr.describe_repositories(repositoryNames=["cb-life-repo"])["repositories"]
+    assert repo["imageScanningConfiguration"]["scanOnPush"]
+
+
+class _LateLook:
+    """An ECR client that does not see the repository on its first look, as when
+    another setup (or a push) creates it between our describe and our create."""
+
+    def __init__(self, ecr):
+        self._ecr, self._looked = ecr, False
+
+    def describe_repositories(self, **params):
+        if not self._looked:
+            self._looked = True
+            raise self._ecr.exceptions.RepositoryNotFoundException(
+                {"Error": {"Code": "RepositoryNotFoundException"}}, "DescribeRepositories"
+            )
+        return self._ecr.describe_repositories(**params)
+
+    def __getattr__(self, name):
+        return getattr(self._ecr, name)
+
+
+def test_repository_created_concurrently_is_aligned_not_an_error(moto_server):
+    boto3.client("ecr").create_repository(repositoryName="cb-race-repo")  # the other setup
+    settings = plan.Settings(project_name="cb-race", region="us-east-1",
+                             ecr_repository="cb-race-repo", source_url=GITHUB)  # fmt: skip
+    applier = Applier(settings, dry_run=False)
+    applier.ecr = _LateLook(applier.ecr)
+    applier.repository("arn:unused")
+    (change,) = applier.resources
+    assert change.kind == "ecr_repository" and change.action == "updated"
+    assert change.arn.endswith(":repository/cb-race-repo")
+    ops = [c.operation for c in applier.calls]
+    assert ops == ["create_repository", "put_image_scanning_configuration", "put_lifecycle_policy"]
+    text = boto3.client("ecr").get_lifecycle_policy(repositoryName="cb-race-repo")
+    assert text["lifecyclePolicyText"] == lifecycle_policy(DEFAULT_KEEP_LAST)

@@ -1,0 +1,82 @@
+"""Writing a file whole or not at all: the one atomic write every module uses."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from skills.shared.errors import ErrorCode, ToolFailure
+
+
+class SymlinkDestination(ToolFailure):
+    """The destination is a symbolic link. Refused (O_NOFOLLOW semantics): renaming over
+    it would silently drop the link, and writing through it would land somewhere the
+    caller did not name."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            ErrorCode.PATH_NOT_ALLOWED,
+            f"{path} is a symbolic link; it is not written through or replaced.",
+            "Give the real file's path, or remove the link first.",
+            {"path": str(path)},
+        )
+        self.path = path
+
+
+def atomic_write_bytes(path: Path | str, data: bytes, mode: int | None = None) -> Path:
+    """Replace `path` with `data`: a temporary file in the same directory (so the rename
+    stays on one filesystem), flushed to disk, then renamed over the destination, so a
+    reader sees the old content or the new, never a part. `mode` None keeps mkstemp's
+    0o600. Raises SymlinkDestination for a link at `path`; OSError as the disk gives it
+    (the temporary file is removed)."""
+    path = Path(path)
+    if _is_symlink(path):
+        raise SymlinkDestination(path)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _sync_directory(path.parent)
+    return path
+
+
+def atomic_write_text(
+    path: Path | str, text: str, mode: int | None = None, encoding: str = "utf-8"
+) -> Path:
+    """atomic_write_bytes for text."""
+    return atomic_write_bytes(path, text.encode(encoding), mode)
+
+
+def _is_symlink(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the rename itself durable; best effort (some filesystems refuse a directory
+    fsync, and the content is already safe)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+__all__ = ["SymlinkDestination", "atomic_write_bytes", "atomic_write_text"]
