@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
+from skills.kube.efa import efa_devices
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer import pytorchjob_manifest as pm
 from skills.training_job_deployer.job_spec import JobSpec
@@ -102,17 +103,40 @@ def test_replica_layout(nodes, elastic, layout):
         ("g5.48xlarge", 1),
         ("g5.xlarge", 0),
         ("p5.4xlarge", 1),  # the table only says it has EFA: one device
+        ("p6-b200.48xlarge", 8),  # as AWS's EFA regression manifests request
         (None, 0),
     ],
 )
 def test_efa_devices_follow_the_instance_table(instance_type, efa):
-    assert pm.efa_devices(instance_type) == efa
+    assert efa_devices(instance_type) == efa
     manifest = render({"instance_type": instance_type} if instance_type else {}, num_nodes=2)
     resources = container(manifest)["resources"]
-    assert resources["limits"] == resources["requests"]
+    # EFA pods: huge pages as limit = request; memory as a request only (hugepages need a
+    # memory request, and a memory limit would cap the trainer)
+    requests = dict(resources["requests"])
+    assert requests.pop("memory", None) == ("8000Mi" if efa else None)
+    assert resources["limits"] == requests
+    assert resources["limits"].get("hugepages-2Mi") == ("5120Mi" if efa else None)
     assert int(resources["limits"].get("vpc.amazonaws.com/efa", 0)) == efa
     env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
     assert (env.get("FI_PROVIDER") == "efa") == bool(efa)
+    assert (env.get("FI_EFA_FORK_SAFE") == "1") == bool(efa)
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "rdma"),
+    [("p4d.24xlarge", True), ("p5.48xlarge", True), ("p6-b200.48xlarge", True),
+     ("g5.48xlarge", False), ("g6.48xlarge", False), ("g6e.48xlarge", False),
+     ("p3dn.24xlarge", False)],
+)  # fmt: skip
+def test_device_rdma_only_where_the_catalogue_says_rdma_read(instance_type, rdma):
+    # libfabric aborts when FI_EFA_USE_DEVICE_RDMA=1 meets an EFA device without RDMA read
+    # (p3dn starts with "p" but has none: the old p-family rule set it there).
+    env = {
+        e["name"]: e.get("value")
+        for e in container(render({"instance_type": instance_type}, num_nodes=2))["env"]
+    }
+    assert ("FI_EFA_USE_DEVICE_RDMA" in env) is rdma
 
 
 def test_gpu_resources_shm_and_scheduling():
@@ -123,8 +147,9 @@ def test_gpu_resources_shm_and_scheduling():
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
     assert {"name": "shm", "mountPath": "/dev/shm"} in container(manifest)["volumeMounts"]
     assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
-        "tolerations"
+    assert spec["tolerations"] == [  # EFA node groups carry the aws.amazon.com/efa taint
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "aws.amazon.com/efa", "operator": "Exists", "effect": "NoSchedule"},
     ]
     env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
     assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"  # p-family: GPUDirect RDMA
@@ -164,6 +189,9 @@ def test_elastic_policy_and_workers_only():
     assert policy["minReplicas"] == 2 and policy["maxReplicas"] == 8
     assert policy["maxRestarts"] == 3 and policy["rdzvBackend"] == "c10d"
     assert list(manifest["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    # The v1.9 webhook forbids elasticPolicy.nProcPerNode next to spec.nprocPerNode
+    # (pkg/webhooks/pytorch/pytorchjob_webhook.go, validateSpec): only the latter.
+    assert "nProcPerNode" not in policy and manifest["spec"]["nprocPerNode"].isdigit()
     command = container(manifest)["command"]
     assert "--nnodes=2:8" in command and "--rdzv_endpoint=llama-worker-0:29400" in command
 
@@ -172,6 +200,7 @@ def test_etcd_rendezvous():
     manifest = render({"etcd_endpoint": "etcd-client:2379"}, num_nodes=2)
     policy = manifest["spec"]["elasticPolicy"]
     assert policy["rdzvBackend"] == "etcd-v2"
+    assert "nProcPerNode" not in policy  # the webhook's rule, as for elastic
     assert (policy["rdzvHost"], policy["rdzvPort"]) == ("etcd-client", 2379)
     command = container(manifest)["command"]
     assert "--rdzv_backend=etcd-v2" in command
