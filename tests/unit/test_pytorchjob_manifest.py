@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -62,6 +63,16 @@ def test_every_variant_validates_against_the_crd_schema(variant):
     assert manifest["apiVersion"] == "kubeflow.org/v1" and manifest["kind"] == "PyTorchJob"
     assert manifest["spec"]["nprocPerNode"] == str(job["gpu_per_node"])
     assert container(manifest)["name"] == "pytorch"  # the operator's required name
+    # Each replica's pod template against the core schemas, strict (the CRD's embedded
+    # pod schema is looser), for the oldest and newest Kubernetes versions checked.
+    for k8s in ("1.30", "1.33"):
+        for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
+            template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}}
+            kubernetes_validate.validate(
+                {**template, "template": replica["template"]}, k8s, strict=True
+            )
+    # The v1.9 webhook: never both spec.nprocPerNode and elasticPolicy.nProcPerNode
+    assert "nProcPerNode" not in manifest["spec"].get("elasticPolicy", {})
 
 
 @pytest.mark.skipif(not Path(CRD).is_file(), reason="no reference CRD on this machine")
