@@ -2,8 +2,9 @@
 offline strict schemas of kubernetes-validate, for Kubernetes 1.30 and 1.33, CRDs
 included) and pinned (no :latest; that each is upstream's own manifest with only listed
 changes is test_eks_upstream.py). The NCCL job validates against the real PyTorchJob CRD
-and its pod template against the core schemas; the eksctl config against eksctl's ClusterConfig fields
-(a subset of its schema written from eksctl's documentation) and holds no credentials."""
+and its pod template against the core schemas; the eksctl config against eksctl's
+ClusterConfig fields (a subset of its schema written from eksctl's documentation) and
+holds no credentials."""
 
 from __future__ import annotations
 

@@ -121,3 +121,13 @@ def test_training_operator_image_and_probes_are_upstream_v1_9_2s():
         15, 20, 3)  # fmt: skip
     assert (ready["initialDelaySeconds"], ready["periodSeconds"], ready["timeoutSeconds"]) == (
         10, 15, 3)  # fmt: skip
+
+
+def test_an_unlisted_difference_is_found():
+    # The comparison itself: a change not in the table (here: a dropped probe) is caught.
+    ours = BY_KEY["training_operator"].manifests("jobs")
+    deployment = next(o for o in ours if o["kind"] == "Deployment")
+    del deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
+    theirs = upstream.upstream_objects("training_operator")
+    diffs = [d for a, b in zip(ours, theirs, strict=True) for d in _diffs(a, b)]
+    assert diffs == [("spec", "template", "spec", "containers", 0, "livenessProbe")]
