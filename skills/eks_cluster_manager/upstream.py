@@ -97,8 +97,9 @@ CHANGES: tuple[Change, ...] = (
     Change(_ETCD, "Pod", "etcd", ("metadata", "namespace"), lambda _o, ns: ns,
            "etcd runs in the namespace of the jobs (upstream: elastic-job)."),
     Change(_ETCD, "Pod", "etcd", ("spec", "containers", 0, "image"), lambda _o, _n: ETCD_IMAGE,
-           "Pinned instead of :latest; 3.5 still serves the v2 API with --enable-v2 "
-           "(torchrun's etcd backend speaks v2), 3.6 removed it."),
+           "Pinned instead of :latest; 3.5 still serves the v2 API when enabled (upstream's "
+           "command enables it), "
+           "and torchrun's etcd backend speaks v2; 3.6 removed it."),
     Change(_ETCD, "Pod", "etcd", ("spec", "containers", 0, "command", 7), _advertise,
            "Advertise the Service's name: 0.0.0.0 is not an address a client can reach."),
 )  # fmt: skip
