@@ -131,3 +131,24 @@ def test_an_unlisted_difference_is_found():
     theirs = upstream.upstream_objects("training_operator")
     diffs = [d for a, b in zip(ours, theirs, strict=True) for d in _diffs(a, b)]
     assert diffs == [("spec", "template", "spec", "containers", 0, "livenessProbe")]
+
+
+def test_the_hand_rendered_efa_chart_follows_the_charts_values():
+    # No helm here: the vendored render is checked against the chart's own values.yaml.
+    chart = upstream.UPSTREAM_DIR / "aws-efa-k8s-device-plugin-chart-v0.5.10"
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    (ds,) = upstream.upstream_objects("efa_device_plugin")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"{values['image']['repository']}:{values['image']['tag']}"
+    assert values["image"]["tag"] == meta["appVersion"] == BY_KEY["efa_device_plugin"].version
+    assert container["securityContext"] == values["securityContext"]
+    assert container["resources"] == values["resources"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    labels = values["supportedInstanceLabels"]
+    assert term["matchExpressions"][0]["key"] == labels["keys"][0]
+    assert term["matchExpressions"][0]["values"] == labels["values"]
+    assert ds["metadata"]["labels"]["helm.sh/chart"] == f"{meta['name']}-{meta['version']}"
