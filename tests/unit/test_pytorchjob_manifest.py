@@ -290,3 +290,59 @@ def test_long_job_names_are_refused_before_the_cluster_does():
     with pytest.raises(ToolFailure) as caught:
         render(job_name="a" * 60)
     assert caught.value.code == "invalid_input"
+
+
+def webhook_problems(job: dict) -> list[str]:
+    """The Training Operator v1.9.2 admission webhook's rules, transcribed from
+    pkg/webhooks/pytorch/pytorchjob_webhook.go (validatePyTorchJob, validateSpec,
+    validatePyTorchReplicaSpecs): what a real cluster refuses though the CRD allows it."""
+    import re
+
+    problems = []
+    if (
+        not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"])
+        or len(job["metadata"]["name"]) > 63
+    ):
+        problems.append("metadata.name: not a DNS-1035 label")
+    spec, replicas = job["spec"], job["spec"].get("pytorchReplicaSpecs") or {}
+    if "elasticPolicy" in spec:
+        if "Worker" not in replicas:
+            problems.append("Worker: must be configured if elastic policy is used")
+        if "nProcPerNode" in spec["elasticPolicy"] and "nprocPerNode" in spec:
+            problems.append("elasticPolicy.nProcPerNode: must not be used with nprocPerNode")
+    for role, replica in replicas.items():
+        containers = replica["template"]["spec"].get("containers") or []
+        if role not in ("Master", "Worker"):
+            problems.append(f"{role}: not a replica type")
+        if not containers or any(not c.get("image") for c in containers):
+            problems.append(f"{role}: containers and their images must be specified")
+        if not any(c["name"] == "pytorch" for c in containers):
+            problems.append(f"{role}: no container named pytorch")
+        if role == "Master" and replica.get("replicas") != 1:
+            problems.append("Master.replicas: must be 1")
+        if role == "Worker" and replica.get("replicas", 1) < 1:
+            problems.append("Worker.replicas: must be at least 1")
+    return problems
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_passes_the_operators_admission_webhook(variant):
+    settings, job = VARIANTS[variant]
+    assert webhook_problems(render(settings, **job)) == []
+
+
+def test_the_nccl_test_job_passes_the_operators_admission_webhook():
+    from skills.eks_cluster_manager.nccl_job import manifests
+
+    for nodes in (1, 4):
+        (_, job) = manifests("nccl-test-abc123", "default", nodes, "p5.48xlarge", "img:1")
+        assert webhook_problems(job) == []
+
+
+def test_the_webhook_transcription_refuses_both_nproc_fields():
+    # Today's old output (both fields on an elastic job) is what the webhook refused.
+    manifest = render({"min_nodes": 1, "max_nodes": 2}, num_nodes=2)
+    manifest["spec"]["elasticPolicy"]["nProcPerNode"] = 8
+    assert webhook_problems(manifest) == [
+        "elasticPolicy.nProcPerNode: must not be used with nprocPerNode"
+    ]
