@@ -20,6 +20,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "Service": ("/api/v1", "services", True),
     "Secret": ("/api/v1", "secrets", True),
+    "Pod": ("/api/v1", "pods", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),

@@ -136,7 +136,8 @@ def parse(text: str, spec: InstanceSpec | None = None) -> NcclReport:
         )
         report.warnings.append(
             "request vpc.amazonaws.com/efa in the pods; FI_PROVIDER=efa, "
-            "FI_EFA_USE_DEVICE_RDMA=1; an image with aws-ofi-nccl (DLC)"
+            "FI_EFA_USE_DEVICE_RDMA=1 where EFA has RDMA read (p4d/p5/p6); an image with "
+            "aws-ofi-nccl (DLC)"
         )
         return report
     if avg is None:

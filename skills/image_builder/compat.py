@@ -323,22 +323,27 @@ class InstanceSpec:
     efa_devices: int | None  # None: the table says only "yes"
     network: str
     usd_per_hour: float | None  # us-east-1 on-demand; None: capacity blocks only
+    # EFA with RDMA read (GPUDirect RDMA): FI_EFA_USE_DEVICE_RDMA=1 is for these only;
+    # libfabric aborts when it is set on an EFA device without it (g5/g6/g6e, p3dn).
+    rdma: bool = False
 
 
 def _i(name: str, gpu_name: str, gpus: int, gib: int, efa: int | bool, net: str,
-       price: float | None) -> InstanceSpec:
+       price: float | None, rdma: bool = False) -> InstanceSpec:
     devices = None if efa is True else int(efa)
-    return InstanceSpec(name, gpu_name, gpus, gib, bool(efa), devices, net, price)
+    return InstanceSpec(name, gpu_name, gpus, gib, bool(efa), devices, net, price, rdma)
 
 
+# p6-b200: 8 EFA devices, as AWS's own EFA regression manifests request (the EC2 page
+# lists 8 network cards of 400 Gb).
 INSTANCES: tuple[InstanceSpec, ...] = (
-    _i("p4d.24xlarge", "A100", 8, 40, 4, "4x100 Gb", 21.96),
-    _i("p4de.24xlarge", "A100", 8, 80, 4, "400 Gb", 27.45),
-    _i("p5.48xlarge", "H100", 8, 80, 32, "3200 Gb", 55.04),
-    _i("p5.4xlarge", "H100", 1, 80, True, "100 Gb", 6.88),
-    _i("p5e.48xlarge", "H200", 8, 141, 32, "3200 Gb", None),
-    _i("p5en.48xlarge", "H200", 8, 141, 16, "3200 Gb", 63.30),
-    _i("p6-b200.48xlarge", "B200", 8, 179, True, "3200 Gb", 113.93),
+    _i("p4d.24xlarge", "A100", 8, 40, 4, "4x100 Gb", 21.96, rdma=True),
+    _i("p4de.24xlarge", "A100", 8, 80, 4, "400 Gb", 27.45, rdma=True),
+    _i("p5.48xlarge", "H100", 8, 80, 32, "3200 Gb", 55.04, rdma=True),
+    _i("p5.4xlarge", "H100", 1, 80, True, "100 Gb", 6.88, rdma=True),
+    _i("p5e.48xlarge", "H200", 8, 141, 32, "3200 Gb", None, rdma=True),
+    _i("p5en.48xlarge", "H200", 8, 141, 16, "3200 Gb", 63.30, rdma=True),
+    _i("p6-b200.48xlarge", "B200", 8, 179, 8, "3200 Gb", 113.93, rdma=True),
     _i("g5.xlarge", "A10G", 1, 22, 0, "<=25 Gb", 1.006),
     _i("g5.2xlarge", "A10G", 1, 22, 0, "<=25 Gb", 1.212),
     _i("g5.4xlarge", "A10G", 1, 22, 0, "<=25 Gb", 1.624),

@@ -152,7 +152,8 @@ CODES: dict[str, Code] = {
     "efa_not_used": Code(
         "NCCL fell back to TCP sockets: EFA is not requested, not installed, or the "
         "aws-ofi-nccl plugin is missing from the image",
-        "request vpc.amazonaws.com/efa, set FI_PROVIDER=efa and FI_EFA_USE_DEVICE_RDMA=1, "
+        "request vpc.amazonaws.com/efa, set FI_PROVIDER=efa (FI_EFA_USE_DEVICE_RDMA=1 on "
+        "p4d/p5/p6 only), "
         "and build on an image with EFA (an AWS DLC base)",
         False,
     ),

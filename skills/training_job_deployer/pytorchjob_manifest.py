@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from skills.image_builder.compat import instance_spec
+from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.gpu_nodes import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABELS
+from skills.shared.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
 
@@ -49,17 +49,6 @@ def replica_layout(num_nodes: int, elastic: bool) -> dict[str, int]:
     return {"Master": 1, "Worker": num_nodes - 1}
 
 
-def efa_devices(instance_type: str | None) -> int:
-    """EFA devices to request: the instance table's count; 1 where it only says the type
-    has EFA; 0 without EFA or without an instance type."""
-    if instance_type is None:
-        return 0
-    spec = instance_spec(instance_type)
-    if not spec.efa:
-        return 0
-    return spec.efa_devices or 1
-
-
 def shm_size(gpu_per_node: int, gib: int | None = None) -> str:
     """/dev/shm as a memory emptyDir: `gib`, else SHM_GIB_PER_PROCESS GiB per process
     (Docker's 64 MiB default breaks NCCL and dataloader workers)."""
@@ -69,19 +58,11 @@ def shm_size(gpu_per_node: int, gib: int | None = None) -> str:
 def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
     """The trainer container's environment: unbuffered output, NCCL over EFA where the
     instance has it, and NCCL_SOCKET_IFNAME when set."""
-    env = {"PYTHONUNBUFFERED": "1", **nccl_env(settings.instance_type)}
+    env = {"PYTHONUNBUFFERED": "1", **efa_env_for(settings.instance_type)}
+    if env.get("FI_PROVIDER"):
+        env["NCCL_DEBUG"] = "WARN"
     if settings.nccl_socket_ifname:
         env["NCCL_SOCKET_IFNAME"] = settings.nccl_socket_ifname
-    return env
-
-
-def nccl_env(instance_type: str | None) -> dict[str, str]:
-    """NCCL over EFA (libfabric) on EFA instance types; GPUDirect RDMA on the p-family."""
-    if not efa_devices(instance_type):
-        return {}
-    env = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "NCCL_DEBUG": "WARN"}
-    if instance_spec(instance_type or "").name.startswith("p"):
-        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     return env
 
 
@@ -132,7 +113,9 @@ def rendezvous(
         "minReplicas": low,
         "maxReplicas": high,
         "maxRestarts": spec.max_restarts,
-        "nProcPerNode": spec.gpu_per_node,
+        # No nProcPerNode here: spec.nprocPerNode carries it, and the v1.9 webhook
+        # (pkg/webhooks/pytorch/pytorchjob_webhook.go, validateSpec) rejects both at once
+        # and calls this one deprecated.
     }
     flags = [f"--nnodes={low}:{high}", f"--rdzv_backend={backend}"]
     return [*flags, f"--rdzv_endpoint={host}:{port}"], policy
@@ -210,9 +193,7 @@ def render(
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
     # Quantities as strings, as the API returns them (the Pod schema's int-or-string).
-    resources_ = {GPU_RESOURCE: str(spec.gpu_per_node)}
-    if efa := efa_devices(settings.instance_type):
-        resources_[EFA_RESOURCE] = str(efa)
+    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type)}
     text = (
         _environment()
         .get_template(TEMPLATE)
@@ -235,7 +216,9 @@ def render(
             master_port=MASTER_PORT,
             env=container_env(settings),
             hf_secret=hf_secret,
-            resources=resources_,
+            requests={**limits, **efa_requests(settings.instance_type)},
+            limits=limits,
+            tolerations=list(GPU_TOLERATIONS),
         )
     )
     manifest = _joined(yaml.safe_load(text))

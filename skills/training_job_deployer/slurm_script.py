@@ -23,17 +23,15 @@ from pathlib import Path
 
 import jinja2
 
+from skills.kube.efa import efa_env, has_rdma
 from skills.shared.errors import ErrorCode, ToolFailure
 
 TEMPLATE = "slurm_batch.sh.j2"
 # Seconds between the time limit's SIGTERM and the kill: the trainer's checkpoint.
 GRACE_S = 120
-# Set where the nodes have EFA (see CUDA-AND-FAILURES: "EFA not used").
-EFA_ENV = {
-    "FI_PROVIDER": "efa",
-    "FI_EFA_USE_DEVICE_RDMA": "1",
-    "NCCL_SOCKET_IFNAME": "^lo,docker",
-}
+# Set where the nodes have EFA (see CUDA-AND-FAILURES: "EFA not used"), next to the
+# EFA variables of skills.kube.efa: the host's own interfaces include docker's.
+NCCL_SOCKET_IFNAME = "^lo,docker"
 # A path sbatch reads in `#SBATCH --output=` (no shell, no quoting): plain characters
 # only, and no '%' (Slurm's filename patterns).
 SBATCH_PATH = r"^[A-Za-z0-9_./+=@-]+$"
@@ -49,6 +47,9 @@ class PartitionInfo:
     cpus_per_node: int
     gpus_per_node: int = 0
     efa: bool = False
+    # RDMA read: every node names a catalogue instance type with it among its features
+    # (ParallelCluster lists the instance type there).
+    rdma: bool = False
 
     @classmethod
     def from_sinfo(cls, name: str, lines: list[tuple[str, str, str, str]]) -> PartitionInfo:
@@ -61,6 +62,9 @@ class PartitionInfo:
             cpus_per_node=min(int(cpus.rstrip("+")) for cpus, *_ in lines),
             gpus_per_node=min(gpus),
             efa=all("efa" in features.lower().split(",") for _, _, features, _ in lines),
+            rdma=all(
+                any(has_rdma(f) for f in features.lower().split(",")) for _, _, features, _ in lines
+            ),
         )
 
 
@@ -141,6 +145,13 @@ def _template() -> jinja2.Template:
     return env.get_template(TEMPLATE)
 
 
+def batch_env(efa: bool, rdma: bool) -> dict[str, str]:
+    """The variables the batch script exports for NCCL: skills.kube.efa's, and the
+    interfaces NCCL's bootstrap may use."""
+    env = efa_env(efa, rdma)
+    return {**env, "NCCL_SOCKET_IFNAME": NCCL_SOCKET_IFNAME} if env else {}
+
+
 def render(
     *,
     job_name: str,
@@ -153,6 +164,7 @@ def render(
     account: str | None = None,
     time_limit: str | None = None,
     efa: bool = False,
+    rdma: bool = False,
     container_args: list[str] | None = None,
     code_dir: str | None = None,
 ) -> str:
@@ -184,7 +196,7 @@ def render(
         time_limit=time_limit,
         grace_s=GRACE_S,
         log_dir=log_dir,
-        env=EFA_ENV if efa and layout.gpus_per_node else {},
+        env=batch_env(efa and bool(layout.gpus_per_node), rdma),
         code_dir=code_dir,
         container_args=container_args or [],
         python=python,

@@ -439,6 +439,7 @@ class SlurmTarget:
             account=settings.account,
             time_limit=settings.time_limit,
             efa=info.efa,
+            rdma=info.rdma,
             container_args=container,
             # Here, the nodes see this checkout: they run these tools' trainer, as the
             # local target does (a path a node lacks is skipped by Python).

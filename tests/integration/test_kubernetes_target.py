@@ -13,6 +13,7 @@ import json
 import time
 
 import boto3
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -248,6 +249,8 @@ def test_a_canary_hf_token_never_shows(operator, kube_api, monkeypatch):
     state = deploy()
     secret = kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"].raw
     assert base64.b64decode(secret["data"]["token"]).decode() == CANARY  # it went there only
+    for k8s in ("1.30", "1.33"):  # the Secret as sent, against the core schemas, strict
+        kubernetes_validate.validate(dict(secret), k8s, strict=True)
     operator.run("llama", rank_logs={"master-0": RUN_LOG + f"token={CANARY}\n"})
     logs = get_training_job_logs(job_name="llama", **K8S, all_ranks=True)
     done = get_training_job(job_name="llama", **K8S)
