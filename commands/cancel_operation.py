@@ -9,9 +9,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
+from skills.operations.operation_state import OperationId, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.operation_state import OperationId, OperationState
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 
@@ -38,7 +38,7 @@ def cancel_operation(
             f"Cancelling {operation_id!r} stops its work part-way.",
             "Call again with confirm=true (CLI: --confirm) if that is what you want.",
         )
-    from skills.shared import operations  # the store loads on first use
+    from skills.operations import operations  # the store loads on first use
 
     return OperationState.of(operations.cancel(operation_id))
 

@@ -11,10 +11,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
+from commands._cli import main_for
 from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.models import ClusterReport
-from skills.shared.cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import LocalPath
 from skills.shared.progress import NullProgress, Progress
@@ -136,9 +136,9 @@ def _need(value: str | None, field: str, action: str, hint: str) -> str:
 def _gpu_nodes_for(access: actions.Access, instance_type: str, nodes: int) -> str:
     """Enough Ready nodes of that instance type (one list of nodes) before a job waits
     for them; returns the type as the nodes' label spells it (HyperPod: `ml.`)."""
+    from skills.catalog.instances import instance_spec
     from skills.eks_cluster_manager.checks import known_instance
-    from skills.image_builder.compat import instance_spec
-    from skills.shared.gpu_nodes import node_gpu_facts
+    from skills.kube.gpu_nodes import node_gpu_facts
 
     wanted = instance_spec(instance_type)
     facts = [node_gpu_facts(n) for n in access.kube().items("/api/v1/nodes")]
@@ -169,8 +169,8 @@ def _nccl(
     wait_seconds: float | None,
     progress: Progress,
 ) -> ClusterReport:
+    from skills.catalog.instances import instance_spec
     from skills.eks_cluster_manager.nccl import parse
-    from skills.image_builder.compat import instance_spec
 
     spec = instance_spec(instance_type) if instance_type else None
     if nccl_output:
@@ -205,8 +205,8 @@ def _nccl(
     )
     instance = _gpu_nodes_for(access, instance, nodes)
     from skills.eks_cluster_manager.nccl_job import run_nccl_test
-    from skills.shared import operations
-    from skills.shared.operation_state import OperationState
+    from skills.operations import operations
+    from skills.operations.operation_state import OperationState
     from skills.shared.tooling import spec_of
 
     arguments = {

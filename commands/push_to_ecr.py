@@ -9,11 +9,11 @@ from typing import Annotated
 
 from pydantic import Field
 
+from commands._cli import main_for
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.push import PushOptions, publish
 from skills.image_builder.registry_check import _HOST
 from skills.image_builder.tags import TAG_PATTERN
-from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.shared.validators import grammar

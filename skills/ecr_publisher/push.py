@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skills.cloud.clients import docker_client
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.repository import ecr_client, ensure_repository
 from skills.image_builder.registry_check import MANIFEST_TYPES, _scheme
-from skills.shared.clients import docker_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.secrets import redact

@@ -10,7 +10,7 @@ from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
 from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport
-from skills.shared.clients import cluster_api_client
+from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 
@@ -24,7 +24,7 @@ class Access:
     context: str | None
 
     def session(self) -> Any:
-        from skills.shared.clients import aws_session
+        from skills.cloud.clients import aws_session
 
         return aws_session(self.profile, self.region)
 
@@ -66,7 +66,7 @@ def describe(access: Access, progress: Progress) -> ClusterReport:
     report = ClusterReport(action="describe")
     notes = []
     if access.cluster_name:
-        from skills.eks_cluster_manager.access import describe_cluster
+        from skills.kube.access import describe_cluster
 
         session = access.session()
         info = describe_cluster(access.cluster_name, session)
@@ -175,7 +175,7 @@ def scale(
     sizes: tuple[int | None, int | None, int | None],
     confirm: bool,
 ) -> ClusterReport:
-    from skills.eks_cluster_manager.access import describe_cluster
+    from skills.kube.access import describe_cluster
 
     cluster = access.need_cluster("scale")
     if not nodegroup:
@@ -203,7 +203,7 @@ def scale(
 
 
 def kubeconfig(access: Access) -> ClusterReport:
-    from skills.eks_cluster_manager.access import (
+    from skills.kube.access import (
         default_kubeconfig,
         describe_cluster,
         write_kubeconfig,

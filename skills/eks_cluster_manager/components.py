@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from skills.image_builder.compat import INSTANCES, SAGEMAKER_PREFIX
+from skills.catalog.instances import INSTANCES, SAGEMAKER_PREFIX
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 CRD_NAME = "pytorchjobs.kubeflow.org"

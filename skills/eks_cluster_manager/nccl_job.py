@@ -16,11 +16,11 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from skills.catalog.instances import instance_spec
 from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import NcclReport
 from skills.eks_cluster_manager.nccl import parse
-from skills.image_builder.compat import instance_spec
-from skills.shared.clients import cluster_api_client
+from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult

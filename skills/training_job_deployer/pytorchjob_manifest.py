@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from skills.image_builder.compat import instance_spec
+from skills.catalog.instances import instance_spec
+from skills.kube.gpu_nodes import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.gpu_nodes import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
 

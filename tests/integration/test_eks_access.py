@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from commands.manage_eks_cluster import manage_eks_cluster
-from skills.eks_cluster_manager.access import (
+from skills.kube.access import (
     TOKEN_PREFIX,
     TokenRefresher,
     eks_api_client,
@@ -151,7 +151,7 @@ def test_kubeconfig_keeps_other_contexts_and_reaches_the_cluster_with_its_exec_t
     assert {c["name"] for c in written["contexts"]} == {"kmock", context}
     assert written["current-context"] == context
     user = next(u for u in written["users"] if u["name"] == context)["user"]
-    assert user["exec"]["args"][:2] == ["-m", "skills.eks_cluster_manager.access"]
+    assert user["exec"]["args"][:2] == ["-m", "skills.kube.access"]
     assert "token" not in user and TOKEN_PREFIX not in path.read_text()  # no secret on disk
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     # A second run updates in place: still two contexts.
@@ -184,10 +184,11 @@ def test_the_kubernetes_target_reaches_an_eks_cluster_by_name(moto_server):
     no kubeconfig. (moto's endpoint is fake, so the client is checked, not called.)"""
     from commands.get_training_job import get_training_job
     from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-    from skills.training_job_deployer.kubernetes_target import cluster_api_client
+    from skills.training_job_deployer.kubernetes_target import KubernetesTarget
 
     make_cluster("by-name")
-    api = cluster_api_client(KubernetesSettings(cluster_name="by-name", region=REGION))
+    settings = KubernetesSettings(cluster_name="by-name", region=REGION)
+    api = KubernetesTarget(settings).reader.api
     endpoint = boto3.client("eks", region_name=REGION).describe_cluster(name="by-name")
     assert api.configuration.host == endpoint["cluster"]["endpoint"]
     assert api.configuration.auth_settings()["BearerToken"]["value"].startswith(

@@ -32,10 +32,10 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from commands import TOOL_NAMES, tool_spec
+from commands._cli import run_cli
 from mcp_server import build_server
-from skills.shared.cli import run_cli
+from mcp_server.workspace import Workspace
 from skills.shared.tooling import ToolSpec
-from skills.shared.workspace import Workspace
 from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from commands._cli import run_cli
 from commands.manage_eks_cluster import manage_eks_cluster
-from skills.shared.cli import run_cli
 from skills.shared.errors import ToolFailure
 from tests.integration.test_eks_access import REGION, make_cluster
 from tests.services import eks_cluster as seed
@@ -339,7 +339,7 @@ def test_through_mcp_validate_answers_and_a_plan_writes_nothing(kube):
 
 
 def test_no_token_in_any_result(moto_server, tmp_path):
-    from skills.eks_cluster_manager.access import TOKEN_PREFIX
+    from skills.kube.access import TOKEN_PREFIX
 
     make_cluster("secret-a", {"gpu": ("p5.48xlarge", 0, 1, 2)})
     common = {"cluster_name": "secret-a", "region": REGION}

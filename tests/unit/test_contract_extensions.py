@@ -18,10 +18,10 @@ from mcp import Client
 from pydantic import BaseModel, Field
 
 from commands import TOOL_NAMES, all_tools
+from commands._cli import build_parser, parse_flags, run_cli
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from mcp_server import build_server
-from skills.shared.cli import build_parser, parse_flags, run_cli
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from commands.manage_eks_cluster import manage_eks_cluster
+from skills.catalog.instances import INSTANCES
 from skills.eks_cluster_manager.components import COMPONENTS, CRD_NAME, pytorchjob_crd
 from skills.eks_cluster_manager.kube import KINDS, object_path
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
-from skills.image_builder.compat import INSTANCES
 from skills.shared.errors import ToolFailure
 from skills.shared.secrets import looks_like_secret
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from commands import all_tools
+from commands._cli import build_parser, run_cli
 from commands.deploy_training_job import deploy_training_job
-from skills.shared.cli import build_parser, run_cli
 from skills.shared.errors import ToolFailure
 from skills.shared.tooling import spec_of
 

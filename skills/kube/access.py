@@ -6,9 +6,10 @@ the `x-k8s-aws-id: <cluster>` header. EKS accepts it for 15 minutes; the client 
 here keeps it in memory only and makes a new one before that.
 
     api = eks_api_client("my-cluster", region="us-east-1")  # kubernetes.client.ApiClient
+    api = cluster_api_client(cluster_name, region, profile, kubeconfig, context)  # any
 
 `write_kubeconfig` writes a context whose user runs this module as an exec credential
-plugin (`python -m skills.eks_cluster_manager.access --cluster-name C --region R`), so
+plugin (`python -m skills.kube.access --cluster-name C --region R`), so
 kubectl and the kubernetes client get fresh tokens with no aws CLI either.
 """
 
@@ -29,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from skills.shared.clients import aws_session
+from skills.cloud.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 
 TOKEN_PREFIX = "k8s-aws-v1."
@@ -167,7 +168,7 @@ class TokenRefresher:
 def _ca_file(ca_data: str) -> str:
     """The cluster CA as a file (the kubernetes client takes a path), one per CA under
     the state directory, not one per call in /tmp. Public data."""
-    from skills.shared.operations import state_dir
+    from skills.operations.operations import state_dir
 
     pem = base64.b64decode(ca_data)
     path = state_dir() / "eks-ca" / f"{hashlib.sha256(pem).hexdigest()[:32]}.crt"
@@ -202,6 +203,42 @@ def eks_api_client(cluster_name: str, region: str | None = None, profile: str | 
     return client.ApiClient(configuration)
 
 
+def kube_api_client(
+    kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None
+) -> Any:
+    """A kubernetes ApiClient from a kubeconfig path (default: KUBECONFIG) and context."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = os.fspath(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
+    try:
+        api_config = client.Configuration()
+        config.load_kube_config(config_file=path, context=context, client_configuration=api_config)
+    except (ConfigException, FileNotFoundError) as exc:
+        raise ToolFailure(
+            ErrorCode.KUBECONFIG_INVALID,
+            f"Cannot load kubeconfig{f' context {context!r}' if context else ''}.",
+            "Run `aws eks update-kubeconfig --name CLUSTER` or set KUBECONFIG.",
+            {"kubeconfig": path or "~/.kube/config"},
+        ) from exc
+    return client.ApiClient(api_config)
+
+
+def cluster_api_client(
+    cluster_name: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> Any:
+    """A cluster's ApiClient: an explicit kubeconfig/context wins (any cluster, a proxy,
+    a test API); else the EKS cluster by name (its token in memory, no aws CLI); else
+    KUBECONFIG's current context."""
+    if kubeconfig or context or not cluster_name:
+        return kube_api_client(kubeconfig, context)
+    return eks_api_client(cluster_name, region, profile)
+
+
 # --- kubeconfig ----------------------------------------------------------------------------
 
 
@@ -220,11 +257,11 @@ def _upsert(entries: list[dict[str, Any]], name: str, key: str, value: dict[str,
 
 def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, Any]:
     """The kubeconfig user: this module as an exec credential plugin (no aws CLI)."""
-    from skills.shared.processes import project_pythonpath
+    from skills.operations.processes import project_pythonpath
 
     args = [
         "-m",
-        "skills.eks_cluster_manager.access",
+        "skills.kube.access",
         "--cluster-name",
         cluster_name,
         "--region",
