@@ -5,7 +5,7 @@ worker waits for the job to end, reads rank 0's log, parses it (nccl.parse) and
 deletes what it created.
 
 `run_nccl_test` is registered like a tool (for the operation worker to import) but is
-not in commands.TOOL_NAMES: manage_eks_cluster(action="nccl_test") starts it."""
+not a tool of its own: manage_eks_cluster(action="nccl_test") starts it."""
 
 from __future__ import annotations
 

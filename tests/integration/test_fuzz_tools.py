@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from commands import TOOL_NAMES, tool_spec
+from commands import tool_names, tool_spec
 from commands._cli import run_cli
 from mcp_server import build_server
 from mcp_server.workspace import Workspace
@@ -276,7 +276,7 @@ def summary(request: pytest.FixtureRequest) -> Iterator[None]:
 # --- the properties ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", TOOL_NAMES)
+@pytest.mark.parametrize("name", tool_names())
 def test_the_cli_answers_every_input_with_a_result_or_a_typed_error(name, sandbox):
     spec = tool_spec(name)
     stats = STATS[f"cli {name}"]
@@ -323,7 +323,7 @@ def mcp_client(sandbox: Path) -> Iterator[tuple[Any, Any]]:
         yield portal, client
 
 
-@pytest.mark.parametrize("name", TOOL_NAMES)
+@pytest.mark.parametrize("name", tool_names())
 def test_mcp_answers_every_input_with_a_result_or_a_typed_error(name, mcp_client):
     portal, client = mcp_client
     spec = tool_spec(name)
