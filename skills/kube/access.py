@@ -282,11 +282,30 @@ def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, 
     }
 
 
+def _refuse_repointing(config: dict[str, Any], context: str, target: dict[str, Any]) -> None:
+    """A context of that name that names another cluster or user stays as it is unless
+    the caller confirms (an alias equal to an existing context would re-point it)."""
+    for entry in config["contexts"]:
+        current = entry.get("context") if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and entry.get("name") == context and current != target:
+            raise ToolFailure(
+                ErrorCode.CONFIRMATION_REQUIRED,
+                f"Context {context!r} already exists and points elsewhere; it was left as is.",
+                "Pass another context alias, or confirm=true to re-point it.",
+                {"context": context, "points_to": current, "would_point_to": target},
+            )
+
+
 def write_kubeconfig(
-    info: ClusterInfo, path: Path, profile: str | None = None, alias: str | None = None
+    info: ClusterInfo,
+    path: Path,
+    profile: str | None = None,
+    alias: str | None = None,
+    confirm: bool = False,
 ) -> tuple[str, bool]:
     """Add or update the cluster's cluster, user and context entries in `path` (other
-    entries kept) and make it the current context. Returns (context name, created)."""
+    entries kept) and make it the current context. Returns (context name, created).
+    Re-pointing an existing context at this cluster needs `confirm`."""
     import yaml
 
     created = not path.exists()
@@ -317,6 +336,8 @@ def write_kubeconfig(
     cluster: dict[str, Any] = {"server": info.endpoint}
     if info.ca_data:
         cluster["certificate-authority-data"] = info.ca_data
+    if not confirm:
+        _refuse_repointing(config, context, {"cluster": name, "user": name})
     _upsert(config["clusters"], name, "cluster", cluster)
     _upsert(config["users"], name, "user", exec_user(info.name, info.region, profile))
     _upsert(config["contexts"], context, "context", {"cluster": name, "user": name})
