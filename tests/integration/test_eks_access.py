@@ -197,3 +197,55 @@ def test_the_kubernetes_target_reaches_an_eks_cluster_by_name(moto_server):
     with pytest.raises(ToolFailure) as failure:  # the target is implied by cluster_name
         get_training_job(job_name="j", cluster_name="not-there", region=REGION)
     assert failure.value.code == "not_found" and "by-name" in failure.value.message
+
+
+def test_kubeconfig_writes_only_a_named_file_except_on_the_cli(moto_server, tmp_path, monkeypatch):
+    """Over MCP or from Python the file is the caller's to name: the server's own
+    $KUBECONFIG / ~/.kube/config is never the default. The CLI (it owns the machine)
+    still defaults to $KUBECONFIG, as `aws eks update-kubeconfig` does."""
+    from commands.manage_eks_cluster import cli
+
+    make_cluster("kc-named")
+    servers = tmp_path / "servers-kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(servers))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(action="kubeconfig", cluster_name="kc-named", region=REGION)
+    assert failure.value.code == "invalid_input"
+    assert failure.value.details["problems"][0]["field"] == "kubeconfig"
+    assert not servers.exists() and not (tmp_path / "home").exists()
+
+    status = cli(["--action", "kubeconfig", "--cluster_name", "kc-named", "--region", REGION])
+    assert status == 0
+    assert yaml.safe_load(servers.read_text())["current-context"].endswith(":cluster/kc-named")
+
+
+def test_a_context_alias_that_exists_is_re_pointed_only_with_confirm(moto_server, tmp_path):
+    make_cluster("kc-alias")
+    path = tmp_path / "config"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "prod", "cluster": {"server": "https://prod.invalid"}}],
+                "users": [{"name": "prod", "user": {"token": "x"}}],
+                "contexts": [{"name": "prod", "context": {"cluster": "prod", "user": "prod"}}],
+                "current-context": "prod",
+            }
+        )
+    )
+    before = path.read_text()
+    common = {"action": "kubeconfig", "cluster_name": "kc-alias", "region": REGION}
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(**common, kubeconfig=str(path), context="prod")
+    assert failure.value.code == "confirmation_required"
+    assert failure.value.details["points_to"] == {"cluster": "prod", "user": "prod"}
+    assert path.read_text() == before  # nothing written, current-context kept
+
+    report = manage_eks_cluster(**common, kubeconfig=str(path), context="prod", confirm=True)
+    written = yaml.safe_load(path.read_text())
+    prod = next(c for c in written["contexts"] if c["name"] == "prod")["context"]
+    assert report.changes["context"] == "prod" and prod["cluster"].endswith(":cluster/kc-alias")
+    # The same alias for the same cluster again is an update, not a re-point: no confirm.
+    manage_eks_cluster(**common, kubeconfig=str(path), context="prod")

@@ -151,6 +151,8 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["image"], args["registry_host"] = "fuzz-absent-image:none", "localhost:9"
     if tool == "diagnose_training_job":  # no cluster is reached, whatever KUBECONFIG says
         args["kubeconfig"] = "absent-kubeconfig"
+    if tool == "inspect_eks_cluster" and args.get("kubeconfig") is None:
+        args["kubeconfig"] = "absent-kubeconfig"  # reads from nowhere real
     if tool == "manage_eks_cluster":  # reads only, from nowhere real; no eksctl, no writes
         if args.get("action") not in ("describe", "validate", "create_config"):
             args["action"] = "validate"
