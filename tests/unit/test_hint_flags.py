@@ -46,6 +46,10 @@ ALLOWED: dict[str, str] = {
     "--enable-scheme": "the Training Operator's: its pinned Deployment (components.py)",
     "--profile": "the kubeconfig exec plugin's own argv (kube/access.py)",
     "--flag": "a placeholder in a docstring (slurm_script.py)",
+    **dict.fromkeys(
+        ("--validate_components", "--validate-components"),
+        "the seed's CLI spelling manage_eks_cluster's main still takes (the default action)",
+    ),
 }
 
 # Trainer errors reach a deploy_training_job user as the job's message, so the flags
