@@ -1,7 +1,7 @@
 """The cluster components a training job needs, pinned: one row per component (version,
 image, where it lives) and the manifests auto_fix applies for it (server-side apply).
 
-The GPU node affinities come from the one instance table (skills.image_builder.compat),
+The GPU node affinities come from the one instance table (skills.catalog.instances),
 EC2 and SageMaker HyperPod (`ml.`) names both."""
 
 from __future__ import annotations
