@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress

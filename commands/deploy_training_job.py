@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, tool
@@ -108,7 +108,7 @@ def _as_operation(
 ) -> DeployResult:
     """This same call, detached as an operation (its worker runs the loop to the end); the
     result once it ended within wait_seconds, else how to follow it."""
-    from skills.shared import operations
+    from skills.operations import operations
     from skills.shared.tooling import spec_of
 
     arguments = {

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure, bad_fields
 from skills.shared.files import atomic_write_text
 from skills.shared.paths import LocalPath

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName

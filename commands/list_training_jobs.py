@@ -7,7 +7,7 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 
 from typing import Any
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import tool

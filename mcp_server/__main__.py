@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from mcp_server.server import build_server
-from skills.shared.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
+from mcp_server.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
 
 TOKEN_ENV = "FSDP_EKS_MCP_TOKEN"
 PROG = "fsdp-eks-mcp"

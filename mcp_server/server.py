@@ -19,10 +19,10 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
+from mcp_server.workspace import Workspace
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CancellableProgress
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
-from skills.shared.workspace import Workspace
 
 # Agents' tool calls time out (opencode after about 60 s): an MCP call that would
 # follow a job to its end follows it this long, then returns its state.
@@ -62,7 +62,7 @@ class _ThreadProgress(CancellableProgress):
 
 def _run(spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress) -> Any:
     if spec.operation:
-        from skills.shared import operations
+        from skills.operations import operations
 
         return operations.call(spec, arguments, progress)
     return spec.invoke(arguments, progress)
@@ -99,7 +99,7 @@ def _mcp_function(spec: ToolSpec) -> Any:
     )
     result = spec.result
     if spec.operation:
-        from skills.shared.operation_state import state_model
+        from skills.operations.operation_state import state_model
 
         result = state_model(spec.result)
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from skills.cloud.clients import aws_session
 from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
 from skills.codebuild_pipeline.plan import log_group_name
-from skills.shared.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.waiting import poll_until

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skills.cloud.clients import docker_client
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.repository import ecr_client, ensure_repository
-from skills.image_builder.registry_check import MANIFEST_TYPES, _scheme
-from skills.shared.clients import docker_client
+from skills.image_builder.registry_check import MANIFEST_TYPES, registry_scheme
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
@@ -77,7 +77,7 @@ def manifest_digest(host: str, repository: str, tag: str, auth: tuple[str, str])
 
     token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
     request = urllib.request.Request(
-        f"{_scheme(host)}://{host}/v2/{repository}/manifests/{tag}",
+        f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}",
         method="HEAD",
         headers={"Accept": MANIFEST_TYPES, "Authorization": f"Basic {token}"},
     )

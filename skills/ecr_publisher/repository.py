@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from skills.shared.clients import aws_session
+from skills.cloud.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 
 DEFAULT_KEEP_LAST = 30

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
+from skills.catalog.instances import InstanceSpec
 from skills.eks_cluster_manager.models import NcclReport, NcclRow
-from skills.image_builder.compat import InstanceSpec
 
 PASS_FRACTION = 0.7  # of expected: pass at or above
 DEGRADED_FRACTION = 0.4  # below this: fail

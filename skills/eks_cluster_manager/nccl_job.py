@@ -5,7 +5,7 @@ worker waits for the job to end, reads rank 0's log, parses it (nccl.parse) and
 deletes what it created.
 
 `run_nccl_test` is registered like a tool (for the operation worker to import) but is
-not in commands.TOOL_NAMES: manage_eks_cluster(action="nccl_test") starts it."""
+not a tool of its own: manage_eks_cluster(action="nccl_test") starts it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from skills.catalog.instances import instance_spec
 from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import NcclReport
 from skills.eks_cluster_manager.nccl import parse
-from skills.image_builder.compat import instance_spec
+from skills.kube.access import cluster_api_client
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
-from skills.shared.clients import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult

@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from skills.image_builder.compat import INSTANCES, SAGEMAKER_PREFIX
+from skills.catalog.instances import INSTANCES, SAGEMAKER_PREFIX
 from skills.kube.efa import GPU_TOLERATIONS
 
 UPSTREAM_DIR = Path(__file__).with_name("manifests") / "upstream"

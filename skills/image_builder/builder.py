@@ -166,7 +166,7 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
             status="analyzed", dockerfile=label, resolved=_versions(analysis), findings=findings
         )
 
-    from skills.shared.clients import docker_client
+    from skills.cloud.clients import docker_client
 
     def tag_with(client: Any) -> tuple[str, str]:
         return choose_tag(

@@ -48,8 +48,8 @@ TIMEOUT_S = 15.0
 # HOST[:PORT][/PREFIX]: a registry host (with a dot or a port, or localhost) and an
 # optional repository prefix of lowercase path components.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(?::\d+)?"
-MIRROR_PATTERN = rf"^{_HOST}(?:/{_COMPONENT})*$"
+HOST_PATTERN = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(?::\d+)?"
+MIRROR_PATTERN = rf"^{HOST_PATTERN}(?:/{_COMPONENT})*$"
 _FROM_KEYWORD = re.compile(r"^\s*FROM\b", re.IGNORECASE)
 
 
@@ -159,7 +159,7 @@ class Check:
         return self.exists is False
 
 
-def _scheme(registry: str) -> str:
+def registry_scheme(registry: str) -> str:
     host = registry.split(":")[0]
     return "http" if host in ("localhost", "127.0.0.1") or host.endswith(".localhost") else "https"
 
@@ -235,7 +235,7 @@ def _request(url: str, authorization: str | None) -> tuple[int, dict[str, str], 
 
 def registry_get(registry: str, repository: str, path: str) -> tuple[int, bytes, str]:
     """GET /v2/<repository>/<path> with the registry's auth flow: (status, body, url)."""
-    url = f"{_scheme(registry)}://{_api_host(registry)}/v2/{repository}/{path}"
+    url = f"{registry_scheme(registry)}://{_api_host(registry)}/v2/{repository}/{path}"
     creds = credentials(registry)
     status, headers, body = _request(url, None)
     if status == 401:

@@ -9,9 +9,9 @@ processes that fork, as dataloader workers do)."""
 
 from __future__ import annotations
 
-from skills.image_builder.compat import InstanceSpec, instance_spec
+from skills.catalog.instances import InstanceSpec, instance_spec
+from skills.kube.gpu_nodes import EFA_RESOURCE
 from skills.shared.errors import ToolFailure
-from skills.shared.gpu_nodes import EFA_RESOURCE
 
 EFA_TAINT = "aws.amazon.com/efa"
 HUGEPAGES_RESOURCE = "hugepages-2Mi"

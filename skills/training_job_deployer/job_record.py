@@ -10,9 +10,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from skills.shared import processes
+from skills.operations import processes
+from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
 

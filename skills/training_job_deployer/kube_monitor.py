@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from skills.kube.client import KubeJson
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.kube_json import KubeJson
 from skills.training_job_deployer.pytorchjob_manifest import GROUP, PLURAL, VERSION
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -26,7 +26,7 @@ JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
 class KubeReader(KubeJson):
     """The API reads and writes of the Kubernetes target in one namespace (raw JSON:
-    skills.shared.kube_json). `calls` counts requests."""
+    skills.kube.client). `calls` counts requests."""
 
     def __init__(self, api_client: Any, namespace: str) -> None:
         super().__init__(api_client)

@@ -18,8 +18,9 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import Field
 
+from skills.kube.access import cluster_api_client
+from skills.kube.gpu_nodes import GPU_RESOURCE, node_gpu_facts
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.gpu_nodes import GPU_RESOURCE, node_gpu_facts
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -75,16 +76,6 @@ class KubernetesPlan(Plan):
         return rows
 
 
-def cluster_api_client(settings: KubernetesSettings) -> Any:
-    """The cluster's API client: the EKS cluster's token (cluster_name), else a
-    kubeconfig (KUBECONFIG by default) and context."""
-    from skills.shared import clients
-
-    return clients.cluster_api_client(
-        settings.cluster_name, settings.region, None, settings.kubeconfig, settings.context
-    )
-
-
 def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
     """(image_uri, where it came from): as given, or the newest in the ECR repository."""
     if settings.image_uri:
@@ -137,7 +128,9 @@ class KubernetesTarget:
     @property
     def reader(self) -> KubeReader:
         if self._reader is None:
-            self._reader = KubeReader(cluster_api_client(self.settings), self.namespace)
+            s = self.settings
+            api = cluster_api_client(s.cluster_name, s.region, None, s.kubeconfig, s.context)
+            self._reader = KubeReader(api, self.namespace)
         return self._reader
 
     # plan -------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
+from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
 

@@ -176,7 +176,7 @@ def _insufficient_gpu(spec: JobSpec, facts: Facts, done: set[str]) -> Remedy | N
 def _insufficient_efa(spec: JobSpec, facts: Facts, done: set[str]) -> Remedy | None:
     if not facts.instance_type or "insufficient_efa/instance_count" in done:
         return None
-    from skills.image_builder.compat import instance_spec
+    from skills.catalog.instances import instance_spec
     from skills.shared.errors import ToolFailure
 
     try:

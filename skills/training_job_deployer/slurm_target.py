@@ -27,11 +27,11 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from skills.shared import processes
+from skills.operations import processes
+from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import path_fields
 from skills.shared.progress import Progress
-from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer.checkpoint_owner import check_owner, claim

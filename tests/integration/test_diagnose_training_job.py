@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from commands.diagnose_training_job import diagnose_training_job
-from skills.shared.clients import kube_api_client
+from skills.kube.access import kube_api_client
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_snapshot import snapshot_from_cluster
 from skills.training_job_deployer.pod_doctor import PREVIOUS, diagnose

@@ -17,13 +17,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from commands._cli import run_cli
 from commands.cancel_training_job import cancel_training_job
 from commands.delete_training_job import delete_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.get_training_job_logs import get_training_job_logs
 from commands.list_training_jobs import list_training_jobs
-from skills.shared.cli import run_cli
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.kubernetes_settings import KubernetesSettings

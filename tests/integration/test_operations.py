@@ -15,12 +15,12 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from commands._cli import run_cli
 from commands.cancel_operation import cancel_operation
 from commands.get_operation import get_operation
 from commands.list_operations import list_operations
 from mcp_server import build_server
-from skills.shared import operations, processes
-from skills.shared.cli import run_cli
+from skills.operations import operations, processes
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.shared.tooling import spec_of

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skills.image_builder.compat import instance_spec
+from skills.catalog.instances import instance_spec
 from tests.services.kube import KubeService
 
 NVIDIA_DS = ("apps/v1/daemonsets", "kube-system", "nvidia-device-plugin-daemonset")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from skills.catalog.instances import INSTANCES
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
-from skills.image_builder.compat import INSTANCES
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for
 from skills.training_job_deployer import pytorchjob_manifest as pm
 from skills.training_job_deployer.job_spec import JobSpec

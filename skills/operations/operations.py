@@ -30,9 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from skills.shared import processes
-from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.operation_state import (
+from skills.operations import processes
+from skills.operations.operation_state import (
     OPERATION_ID,
     TERMINAL,
     OperationProgress,
@@ -40,8 +39,9 @@ from skills.shared.operation_state import (
     OperationState,
     state_model,
 )
+from skills.operations.record_store import RecordCorrupt, RecordFile
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
-from skills.shared.record_store import RecordCorrupt, RecordFile
 from skills.shared.results import ToolResult
 from skills.shared.secrets import redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
@@ -148,7 +148,7 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
     )
     _file(operation_id).write(record)
     pid = processes.spawn_module(
-        "skills.shared.operations", operation_id, log=folder / "worker.log"
+        "skills.operations.operations", operation_id, log=folder / "worker.log"
     )
     return _update(operation_id, pid=pid, pid_started=processes.start_time(pid))
 

@@ -270,7 +270,7 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
     try:
         with ConsoleProgress(spec.name) as progress:
             if spec.operation and args.get(WAIT_PARAM) is not None:
-                from skills.shared import operations
+                from skills.operations import operations
 
                 result: ToolResult = operations.call(spec, args, progress)
             else:

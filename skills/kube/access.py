@@ -6,9 +6,10 @@ the `x-k8s-aws-id: <cluster>` header. EKS accepts it for 15 minutes; the client 
 here keeps it in memory only and makes a new one before that.
 
     api = eks_api_client("my-cluster", region="us-east-1")  # kubernetes.client.ApiClient
+    api = cluster_api_client(cluster_name, region, profile, kubeconfig, context)  # any
 
 `write_kubeconfig` writes a context whose user runs this module as an exec credential
-plugin (`python -m skills.eks_cluster_manager.access --cluster-name C --region R`), so
+plugin (`python -m skills.kube.access --cluster-name C --region R`), so
 kubectl and the kubernetes client get fresh tokens with no aws CLI either.
 """
 
@@ -28,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from skills.shared.clients import aws_session
+from skills.cloud.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import atomic_write_bytes, atomic_write_text
 
@@ -167,7 +168,7 @@ class TokenRefresher:
 def _ca_file(ca_data: str) -> str:
     """The cluster CA as a file (the kubernetes client takes a path), one per CA under
     the state directory, not one per call in /tmp. Public data."""
-    from skills.shared.operations import state_dir
+    from skills.operations.operations import state_dir
 
     pem = base64.b64decode(ca_data)
     path = state_dir() / "eks-ca" / f"{hashlib.sha256(pem).hexdigest()[:32]}.crt"
@@ -199,6 +200,42 @@ def eks_api_client(cluster_name: str, region: str | None = None, profile: str | 
     return client.ApiClient(configuration)
 
 
+def kube_api_client(
+    kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None
+) -> Any:
+    """A kubernetes ApiClient from a kubeconfig path (default: KUBECONFIG) and context."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = os.fspath(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
+    try:
+        api_config = client.Configuration()
+        config.load_kube_config(config_file=path, context=context, client_configuration=api_config)
+    except (ConfigException, FileNotFoundError) as exc:
+        raise ToolFailure(
+            ErrorCode.KUBECONFIG_INVALID,
+            f"Cannot load kubeconfig{f' context {context!r}' if context else ''}.",
+            "Run `aws eks update-kubeconfig --name CLUSTER` or set KUBECONFIG.",
+            {"kubeconfig": path or "~/.kube/config"},
+        ) from exc
+    return client.ApiClient(api_config)
+
+
+def cluster_api_client(
+    cluster_name: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> Any:
+    """A cluster's ApiClient: an explicit kubeconfig/context wins (any cluster, a proxy,
+    a test API); else the EKS cluster by name (its token in memory, no aws CLI); else
+    KUBECONFIG's current context."""
+    if kubeconfig or context or not cluster_name:
+        return kube_api_client(kubeconfig, context)
+    return eks_api_client(cluster_name, region, profile)
+
+
 # --- kubeconfig ----------------------------------------------------------------------------
 
 
@@ -217,11 +254,11 @@ def _upsert(entries: list[dict[str, Any]], name: str, key: str, value: dict[str,
 
 def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, Any]:
     """The kubeconfig user: this module as an exec credential plugin (no aws CLI)."""
-    from skills.shared.processes import project_pythonpath
+    from skills.operations.processes import project_pythonpath
 
     args = [
         "-m",
-        "skills.eks_cluster_manager.access",
+        "skills.kube.access",
         "--cluster-name",
         cluster_name,
         "--region",
@@ -242,11 +279,30 @@ def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, 
     }
 
 
+def _refuse_repointing(config: dict[str, Any], context: str, target: dict[str, Any]) -> None:
+    """A context of that name that names another cluster or user stays as it is unless
+    the caller confirms (an alias equal to an existing context would re-point it)."""
+    for entry in config["contexts"]:
+        current = entry.get("context") if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and entry.get("name") == context and current != target:
+            raise ToolFailure(
+                ErrorCode.CONFIRMATION_REQUIRED,
+                f"Context {context!r} already exists and points elsewhere; it was left as is.",
+                "Pass another context alias, or confirm=true to re-point it.",
+                {"context": context, "points_to": current, "would_point_to": target},
+            )
+
+
 def write_kubeconfig(
-    info: ClusterInfo, path: Path, profile: str | None = None, alias: str | None = None
+    info: ClusterInfo,
+    path: Path,
+    profile: str | None = None,
+    alias: str | None = None,
+    confirm: bool = False,
 ) -> tuple[str, bool]:
     """Add or update the cluster's cluster, user and context entries in `path` (other
-    entries kept) and make it the current context. Returns (context name, created)."""
+    entries kept) and make it the current context. Returns (context name, created).
+    Re-pointing an existing context at this cluster needs `confirm`."""
     import yaml
 
     created = not path.exists()
@@ -277,6 +333,8 @@ def write_kubeconfig(
     cluster: dict[str, Any] = {"server": info.endpoint}
     if info.ca_data:
         cluster["certificate-authority-data"] = info.ca_data
+    if not confirm:
+        _refuse_repointing(config, context, {"cluster": name, "user": name})
     _upsert(config["clusters"], name, "cluster", cluster)
     _upsert(config["users"], name, "user", exec_user(info.name, info.region, profile))
     _upsert(config["contexts"], context, "context", {"cluster": name, "user": name})

@@ -2,7 +2,7 @@
 client: its host, TLS, proxy and token refresh apply, but none of the generated API
 classes (their import alone costs seconds of every CLI call, and custom resources have
 no models anyway). Objects come back as the API serves them (camelCase), which is what
-skills.shared.gpu_nodes and the pod doctor read. The cluster checks and the Kubernetes
+skills.kube.gpu_nodes and the pod doctor read. The cluster checks and the Kubernetes
 target both talk to clusters through this one class; `calls` and `paths` count what
 they asked, for the "one list per kind" measures."""
 
