@@ -57,6 +57,7 @@ bench: setup-dev
 
 lint: setup-dev
 	$(PY) -m ruff check .
+	$(PY) -m basedpyright --pythonpath $(PY)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
