@@ -38,8 +38,17 @@ def _within(lo: int, hi: int) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _size(description: str) -> object:
-    return Annotated[int | None, Field(description=description), _within(0, 1000)]
+# Parameter types: Annotated aliases (a type checker allows no calls in annotations).
+_Size = Annotated[int | None, _within(0, 1000)]
+_Name = Annotated[str | None, grammar(_NAME, "a name")]
+_PvcName = Annotated[str | None, grammar(_DNS, "a PVC name")]
+_Region = Annotated[str | None, grammar(r"[a-z]{2}(-[a-z]+)+-\d", "a region")]
+_Context = Annotated[str | None, grammar(r"[^\s]{1,253}", "a context")]
+_InstanceType = Annotated[str | None, grammar(r"[a-z0-9.-]{1,40}", "an instance type")]
+_Image = Annotated[str | None, grammar(r"[^\s]{1,255}", "an image")]
+_ReservationId = Annotated[str | None, grammar(r"cr-[0-9a-f]{8,17}", "cr-<hex>")]
+_ReadPath = Annotated[str | None, grammar(_PATH, "a path"), LocalPath(writable=False)]
+_WritePath = Annotated[str | None, grammar(_PATH, "a path"), LocalPath(writable=True)]
 
 
 # The schema says what a field is; the rules stay in validators (no bytes in tools/list).
@@ -48,48 +57,39 @@ Wait = Annotated[
 ]
 
 
-def _str(description: str, pattern: str, what: str = "a name") -> object:
-    return Annotated[str | None, Field(description=description), grammar(pattern, what)]
-
-
-def _path(description: str, writable: bool) -> object:
-    return Annotated[
-        str | None,
-        Field(description=description),
-        grammar(_PATH, "a path"),
-        LocalPath(writable=writable),
-    ]
-
-
 @tool(read_only=False, destructive=True, long=True)
 def manage_eks_cluster(
     *,
     action: Annotated[Action, Field(description="See above.")] = "validate",
-    cluster_name: _str("EKS cluster.", _NAME) = None,
-    region: _str("AWS region.", r"[a-z]{2}(-[a-z]+)+-\d", "a region") = None,
-    kubeconfig: _path("To use; action=kubeconfig writes it.", True) = None,
-    context: _str("Kubeconfig context.", r"[^\s]{1,253}", "a context") = None,
+    cluster_name: Annotated[_Name, Field(description="EKS cluster.")] = None,
+    region: Annotated[_Region, Field(description="AWS region.")] = None,
+    kubeconfig: Annotated[
+        _WritePath, Field(description="To use; action=kubeconfig writes it.")
+    ] = None,
+    context: Annotated[_Context, Field(description="Kubeconfig context.")] = None,
     namespace: Annotated[
         str, Field(description="For PVC, etcd, NCCL job."), grammar(_DNS, "a namespace")
     ] = "default",
     validate_components: Annotated[bool, Field(description="= action validate.")] = False,
     auto_fix: Annotated[bool, Field(description="Apply fixes of failed checks.")] = False,
     confirm: Annotated[bool, Field(description="Apply auto_fix; scale to 0; run eksctl.")] = False,
-    checkpoint_pvc: _str("PVC that must be Bound.", _DNS, "a PVC name") = None,
+    checkpoint_pvc: Annotated[_PvcName, Field(description="PVC that must be Bound.")] = None,
     rdzv_backend: Annotated[
         Literal["c10d", "etcd"], Field(description="etcd: check its Service.")
     ] = "c10d",
-    nodegroup: _str("For scale.", _NAME) = None,
-    min_size: _size("Node group min.") = None,
-    max_size: _size("Max.") = None,
-    desired_size: _size("Desired.") = None,
+    nodegroup: Annotated[_Name, Field(description="For scale.")] = None,
+    min_size: Annotated[_Size, Field(description="Node group min.")] = None,
+    max_size: Annotated[_Size, Field(description="Max.")] = None,
+    desired_size: Annotated[_Size, Field(description="Desired.")] = None,
     nodes: Annotated[int, Field(description="GPU nodes."), _within(1, 256)] = 2,
-    instance_type: _str("e.g. p5.48xlarge.", r"[a-z0-9.-]{1,40}", "an instance type") = None,
-    image: _str("Image with torch for nccl_test.", r"[^\s]{1,255}", "an image") = None,
-    nccl_output: _path("all_reduce_perf output to analyze.", False) = None,
+    instance_type: Annotated[_InstanceType, Field(description="e.g. p5.48xlarge.")] = None,
+    image: Annotated[_Image, Field(description="Image with torch for nccl_test.")] = None,
+    nccl_output: Annotated[
+        _ReadPath, Field(description="all_reduce_perf output to analyze.")
+    ] = None,
     volume_size: Annotated[int, Field(description="GPU node GiB."), _within(20, 16384)] = 500,
-    capacity_reservation_id: _str("cr-...", r"cr-[0-9a-f]{8,17}", "cr-<hex>") = None,
-    output: _path("eksctl config file to write.", True) = None,
+    capacity_reservation_id: Annotated[_ReservationId, Field(description="cr-...")] = None,
+    output: Annotated[_WritePath, Field(description="eksctl config file to write.")] = None,
     wait_seconds: Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
@@ -204,7 +204,7 @@ def _nccl(
         "nccl_output to analyze a saved run.",
     )
     instance = _gpu_nodes_for(access, instance, nodes)
-    from skills.eks_cluster_manager.nccl_job import run_nccl_test
+    from skills.eks_cluster_manager.nccl_job import NcclJobResult, run_nccl_test
     from skills.shared import operations
     from skills.shared.operation_state import OperationState
     from skills.shared.tooling import spec_of
@@ -230,7 +230,7 @@ def _nccl(
     )
     report = ClusterReport(action="nccl_test", operation=operation)
     result = state.result
-    if result is not None:
+    if isinstance(result, NcclJobResult):  # the operation's model typed it so
         report.nccl = result.nccl
         report.summary = f"{result.nccl.verdict}: {result.nccl.reason}"
     elif state.status == "running":

@@ -97,7 +97,7 @@ def ensure_repository(
                 imageTagMutability="IMMUTABLE" if immutable else "MUTABLE",
             )["repository"]
         except ecr.exceptions.RepositoryAlreadyExistsException:  # a concurrent push made it
-            found = _describe(ecr, name)
+            found = ecr.describe_repositories(repositoryNames=[name])["repositories"][0]
             return _align(ecr, found, scan_on_push, immutable_tags, keep_last)
         keep = keep_last or DEFAULT_KEEP_LAST
         ecr.put_lifecycle_policy(repositoryName=name, lifecyclePolicyText=lifecycle_policy(keep))

@@ -20,7 +20,7 @@ from dockerfile_parse import DockerfileParser
 from pydantic import BaseModel
 
 from skills.image_builder import compat
-from skills.image_builder.compat import Combo
+from skills.image_builder.compat import Combo, Flavor
 
 
 class Finding(BaseModel):
@@ -215,7 +215,7 @@ def parse(text: str, *, build_args: dict[str, str] | None = None,
     build_args = dict(build_args or {})
     if base_image:
         build_args.setdefault("BASE_IMAGE", base_image)
-    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()), env_replace=False)
+    parser = DockerfileParser(fileobj=io.StringIO(text), env_replace=False)
     global_args: dict[str, str] = {}
     arg_lines: dict[str, tuple[int, str]] = {}
     stages: list[Stage] = []
@@ -461,7 +461,7 @@ def target_for(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | 
     return compat.nearest_valid(torch, source="wheel", python=python, **common)
 
 
-def render_base(base: BaseImage, target: Combo | None, flavor: str) -> str | None:
+def render_base(base: BaseImage, target: Combo | None, flavor: Flavor) -> str | None:
     """The base reference rewritten to `target` (mirror prefix kept); None: cannot."""
     pre = base.prefix + "/" if base.prefix else ""
     if base.kind == "official" and target is None and (m := _OFFICIAL_TAG.match(base.tag)):
@@ -489,7 +489,7 @@ def render_base(base: BaseImage, target: Combo | None, flavor: str) -> str | Non
     return None
 
 
-def stage_flavor(stage: Stage, base: BaseImage, context_dir: Path | None) -> str:
+def stage_flavor(stage: Stage, base: BaseImage, context_dir: Path | None) -> Flavor:
     return "devel" if base.flavor == "devel" or needs_devel(stage, context_dir) else (
         base.flavor or "runtime")
 
@@ -538,12 +538,14 @@ def _check_base(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path |
             "use a versioned pytorch/pytorch, nvidia/cuda or DLC tag, e.g. "
             f"{compat.official_image('2.13.0', '13.0', 9, 'runtime')}", "warning"))
         return
+    torch, cuda = base.torch, base.cuda  # official and DLC tags name both
     published = (
-        compat.image_published(base.torch, base.cuda)
-        and any(i.cudnn == base.cudnn for i in compat.official_images(base.torch))
+        torch is not None and cuda is not None and compat.image_published(torch, cuda)
+        and any(i.cudnn == base.cudnn for i in compat.official_images(torch))
         if base.kind == "official" else
-        any(compat.torch_minor(d.torch) == compat.torch_minor(base.torch) and d.cuda == base.cuda
-            for d in compat.DLC_IMAGES) if base.kind == "dlc" else True)
+        torch is not None
+        and any(compat.torch_minor(d.torch) == compat.torch_minor(torch) and d.cuda == cuda
+                for d in compat.DLC_IMAGES) if base.kind == "dlc" else True)
     if not published:
         out.append(_finding(
             "no_such_image", line, evidence,

@@ -285,7 +285,13 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
     return result.cli_exit_status()
 
 
-def main_for(fn: Callable[..., ToolResult]) -> Callable[[Sequence[str] | None], None]:
+class CommandMain(typing.Protocol):
+    """A command module's `main`: argv defaults to sys.argv[1:] (console scripts pass none)."""
+
+    def __call__(self, argv: Sequence[str] | None = None) -> None: ...
+
+
+def main_for(fn: Callable[..., ToolResult]) -> CommandMain:
     """The `main()` of a command module: run the tool's CLI and exit with its status."""
 
     def main(argv: Sequence[str] | None = None) -> None:

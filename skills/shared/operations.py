@@ -42,7 +42,6 @@ from skills.shared.operation_state import (
 )
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
 from skills.shared.record_store import RecordCorrupt, RecordFile
-from skills.shared.results import ToolResult
 from skills.shared.secrets import redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
 
@@ -234,7 +233,9 @@ def list_records(tool: str | None = None, status: str | None = None) -> list[Ope
     return sorted(found, key=lambda r: r.created_at, reverse=True)
 
 
-def call(spec: ToolSpec, raw: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
+def call(
+    spec: ToolSpec, raw: Mapping[str, Any], progress: Progress | None = None
+) -> OperationState:
     """Start the tool as an operation and wait `raw[wait_seconds]` for it. If the caller
     cancels while waiting (an MCP client's cancel), the operation is cancelled too."""
     args = spec.parse(raw)

@@ -368,7 +368,7 @@ def facts_from_snapshot(snapshot: Mapping[str, Any] | Snapshot, **known: Any) ->
         if isinstance(elastic.get("minReplicas"), int):
             found["min_nodes"] = elastic["minReplicas"]
     for pod in snap.pods:
-        pod_spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        pod_spec = raw if isinstance(raw := pod.get("spec"), dict) else {}
         selector = pod_spec.get("nodeSelector") or {}
         for label in INSTANCE_TYPE_LABELS:
             if isinstance(selector, dict) and isinstance(selector.get(label), str):

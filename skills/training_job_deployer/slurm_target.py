@@ -667,7 +667,13 @@ class SlurmTarget:
         run = self._run(job_name)
         return self._where(run.log(run.require().slurm_job_id))
 
-    def logs(self, job_name: str, tail_lines: int | None = None) -> str:
+    def logs(self, job_name: str, tail_lines: int | None = None, **options: object) -> str:
+        if options:  # the Target protocol's cluster options (replica, previous, ...)
+            raise ToolFailure(
+                ErrorCode.UNSUPPORTED_FOR_TARGET,
+                f"The Slurm target has one log per job; {', '.join(options)} do not apply.",
+                "Leave them out: the job's log holds every rank's lines.",
+            )
         run = self._run(job_name)
         record = run.require()
         self._check_host(record)
