@@ -102,7 +102,7 @@ def _mcp_function(spec: ToolSpec) -> Any:
         from skills.shared.operation_state import state_model
 
         result = state_model(spec.result)
-    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    call.__signature__ = inspect.Signature(
         [ctx_param, *params], return_annotation=result
     )
     call.__annotations__ = {

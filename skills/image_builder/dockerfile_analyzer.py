@@ -101,7 +101,7 @@ def parse_base(image: str) -> BaseImage:
         base = known(2, "official")
         if m := _OFFICIAL_TAG.match(tag):
             base.torch, base.cuda, base.cudnn = m[1], m[2], int(m[3])
-            base.flavor = m[4]  # type: ignore[assignment]
+            base.flavor = "devel" if m[4] == "devel" else "runtime"  # the tag's (runtime|devel)
             return base
     elif parts[-2:] == ["nvidia", "cuda"]:
         base = known(2, "nvidia")
@@ -173,6 +173,7 @@ class Stage:
     parent: Stage | None
     source: ImageSource
     instructions: list[Instruction] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # ENV as of the stage's last line
 
     @property
     def root(self) -> Stage:
@@ -258,7 +259,7 @@ def parse(text: str, *, build_args: dict[str, str] | None = None,
         if stages and kind not in ("COMMENT",):
             stages[-1].instructions.append(
                 Instruction(kind, line, end, item["content"], substitute(value, env)))
-            stages[-1].env = dict(env)  # type: ignore[attr-defined]
+            stages[-1].env = dict(env)
     if base_image and stages:
         final = stages[-1]
         if final.source.where == "from" and final.parent is None:
@@ -270,7 +271,7 @@ def parse(text: str, *, build_args: dict[str, str] | None = None,
 
 
 def parent_env(stages: list[Stage], parent: Stage | None) -> dict[str, str]:
-    return dict(getattr(parent, "env", {})) if parent else {}
+    return dict(parent.env) if parent else {}
 
 
 # --- pip installs ---------------------------------------------------------------------------

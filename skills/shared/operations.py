@@ -112,7 +112,9 @@ def _update(operation_id: str, **changes: Any) -> OperationRecord:
             kept = {k: v for k, v in changes.items() if k in ("pid", "pid_started")}
         return record.model_copy(update={**kept, "updated_at": time.time()})
 
-    return _file(operation_id).update(change)  # type: ignore[return-value]
+    updated = _file(operation_id).update(change)
+    assert updated is not None  # change() always returns a record
+    return updated
 
 
 def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -459,7 +459,7 @@ class SlurmTarget:
 
     # submit ----------------------------------------------------------------
 
-    def submit(  # type: ignore[override]
+    def submit(
         self, job_name: str, plan: SlurmPlan, *, replace_corrupt_record: bool = False
     ) -> None:
         run = self._run(job_name)
