@@ -38,7 +38,7 @@ system-deps:
 demo: setup
 	$(PY) commands/deploy_training_job.py --target local --job_name demo
 
-# One worker per core (pytest-xdist; services per worker, Slurm tests on one: tests/conftest.py).
+# One worker per core (pytest-xdist, a file per worker at a time; see tests/conftest.py).
 # Exit 5 is "no tests collected" (a selection that matched none), not a failure.
 TEST_WORKERS ?= auto
 

@@ -19,24 +19,18 @@ from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
 from tests.services._common import MissingBinary
 
-# Under xdist (`make test` runs pytest -n auto) each worker is its own session and starts
-# the services its tests ask for: every service takes free ports and private paths, so
-# workers never share one. Slurm is the exception: each cluster numbers its jobs from 1 and
-# the batch script derives the rendezvous port from the job id, so jobs of two clusters on
-# this host would bind the same port. Its tests therefore run on one worker (one cluster).
-SINGLE_WORKER_FIXTURES = {"slurm_cluster": "slurm"}
+# Under xdist (`make test` runs pytest -n auto --dist loadfile) each worker is its own
+# session and starts the services its files ask for: every service takes free ports and
+# private paths (Slurm also a random first job id, see services/slurm.py), so workers and
+# parallel sessions on one host never share or collide.
+
 # Tests that run real jobs on a local Slurm (seconds to a minute each).
 SLOW_FIXTURES = {"slurm_cluster"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        for fixture, group in SINGLE_WORKER_FIXTURES.items():
-            if fixture in names:
-                item.add_marker(pytest.mark.xdist_group(group))
-        if names & SLOW_FIXTURES:
+        if set(getattr(item, "fixturenames", ())) & SLOW_FIXTURES:
             item.add_marker(pytest.mark.slow)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from skills.shared.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -47,7 +47,7 @@ class Repository:
     scan_on_push: bool
     immutable: bool
     keep_last: int | None
-    action: str = "unchanged"
+    action: Literal["created", "updated", "unchanged"] = "unchanged"
     changes: list[str] = field(default_factory=list)
 
 
