@@ -6,7 +6,8 @@
 
 munged, slurmctld and slurmd run as this user (root on the test machines) with their
 key, sockets, state, spool, pid and log files in a temp dir, free ports and a random
-first job id (see _first_job_id); no file in /etc is read or written. Stopped by their pid files (only the daemons started here).
+first job id (see _first_job_id); no file in /etc is read or written. Stopped by their
+pid files (only the daemons started here).
 No accounting daemon: `sacct` says accounting is disabled; `scontrol show job` keeps an
 ended job for MinJobAge seconds.
 """
