@@ -29,6 +29,7 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors are the project's invalid_input failure, as JSON under --json."""
 
     as_json = False
+    dict_flags: list[str]  # the dests of KEY=VALUE flags (build_parser sets them)
 
     def error(self, message: str) -> typing.NoReturn:
         failure = ToolFailure(
@@ -132,7 +133,7 @@ def _add_fields(
     return dict_dests
 
 
-def build_parser(spec: ToolSpec, prog: str | None = None) -> argparse.ArgumentParser:
+def build_parser(spec: ToolSpec, prog: str | None = None) -> _Parser:
     parser = _Parser(
         prog=prog or spec.name,
         # `--conf` is not `--confirm`: a flag is spelled out, as in the trainer.
@@ -140,7 +141,7 @@ def build_parser(spec: ToolSpec, prog: str | None = None) -> argparse.ArgumentPa
         description=spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.dict_flags = _add_fields(parser, spec.params)  # type: ignore[attr-defined]
+    parser.dict_flags = _add_fields(parser, spec.params)
     parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
     return parser
 
@@ -149,10 +150,10 @@ def parse_flags(spec: ToolSpec, argv: Sequence[str]) -> tuple[dict[str, Any], bo
     """Flags -> the tool's raw arguments (dotted flags nested, KEY=VALUE pairs as dicts)
     and whether --json was given. Usage errors exit 2, as JSON under --json."""
     parser = build_parser(spec)
-    parser.as_json = "--json" in argv  # type: ignore[attr-defined]
+    parser.as_json = "--json" in argv
     flat = vars(parser.parse_args(argv))
     as_json = flat.pop("json")
-    for dest in parser.dict_flags:  # type: ignore[attr-defined]
+    for dest in parser.dict_flags:
         if dest in flat:
             pairs = [item.partition("=") for item in flat[dest]]
             if bad := [key for key, eq, _ in pairs if not eq or not key]:
@@ -285,7 +286,13 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
     return result.cli_exit_status()
 
 
-def main_for(fn: Callable[..., ToolResult]) -> Callable[[Sequence[str] | None], None]:
+class CommandMain(typing.Protocol):
+    """A command module's `main`: argv defaults to sys.argv[1:] (console scripts pass none)."""
+
+    def __call__(self, argv: Sequence[str] | None = None) -> None: ...
+
+
+def main_for(fn: Callable[..., ToolResult]) -> CommandMain:
     """The `main()` of a command module: run the tool's CLI and exit with its status."""
 
     def main(argv: Sequence[str] | None = None) -> None:

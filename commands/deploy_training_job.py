@@ -121,7 +121,7 @@ def _as_operation(
         "wait_seconds": wait_seconds,
     }
     state = operations.call(spec_of(deploy_training_job), arguments, progress)
-    if state.result is not None:
+    if isinstance(state.result, DeployResult):  # the operation's model typed it so
         return state.result.model_copy(update={"operation_id": state.operation_id})
     if state.status == "running":
         return DeployResult(

@@ -98,7 +98,8 @@ def diagnose_training_job(
 
     namespace = cluster.namespace
     progress.report(0, 2, f"reading {namespace}/{job_name}")
-    data = KubernetesTarget(cluster).snapshot(job_name)  # type: ignore[arg-type]
+    assert job_name is not None  # exactly one of job_name and snapshot (checked above)
+    data = KubernetesTarget(cluster).snapshot(job_name)
     progress.report(1, 2, "diagnosing")
     saved = None
     if save_snapshot is not None:

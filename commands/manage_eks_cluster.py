@@ -149,7 +149,7 @@ def _nccl(
         "nccl_output to analyze a saved run.",
     )
     instance = _gpu_nodes_for(access, instance, nodes)
-    from skills.eks_cluster_manager.nccl_job import run_nccl_test
+    from skills.eks_cluster_manager.nccl_job import NcclJobResult, run_nccl_test
     from skills.operations import operations
     from skills.operations.operation_state import OperationState
 
@@ -174,7 +174,7 @@ def _nccl(
     )
     report = ClusterReport(action="nccl_test", operation=operation)
     result = state.result
-    if result is not None:
+    if isinstance(result, NcclJobResult):  # the operation's model typed it so
         report.nccl = result.nccl
         report.summary = f"{result.nccl.verdict}: {result.nccl.reason}"
     elif state.status == "running":

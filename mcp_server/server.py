@@ -102,7 +102,7 @@ def _mcp_function(spec: ToolSpec) -> Any:
         from skills.operations.operation_state import state_model
 
         result = state_model(spec.result)
-    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    call.__signature__ = inspect.Signature(
         [ctx_param, *params], return_annotation=result
     )
     call.__annotations__ = {
@@ -251,7 +251,8 @@ class ToolServer(MCPServer):
         spec = self.specs.get(name)
         if spec is not None:
             field = spec.params.model_fields.get(WAIT_PARAM)
-            if spec.long and field.default is None and WAIT_PARAM not in arguments:
+            waits_until_done = field is not None and field.default is None
+            if spec.long and waits_until_done and WAIT_PARAM not in arguments:
                 arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
             try:
                 args = spec.parse(arguments)

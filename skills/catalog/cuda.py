@@ -258,7 +258,8 @@ def parse_dlc_tag(tag: str) -> DlcTag | None:
     """Either DLC tag form -> its parts; None when the tag is neither."""
     if m := DLC_TAG.match(tag):
         torch, py, cu, os_, platform = m.groups()[:5]
-        return DlcTag(torch, cuda_from_cu(cu), f"3.{py[3:]}", os_, platform)  # type: ignore[arg-type]
+        where = "sagemaker" if platform == "sagemaker" else "ec2"  # the tag's (ec2|sagemaker)
+        return DlcTag(torch, cuda_from_cu(cu), f"3.{py[3:]}", os_, where)
     if m := DLC_AL2023_TAG.match(tag):
         torch, cu, os_, sagemaker = m.groups()[:4]
         return DlcTag(torch, cuda_from_cu(cu), None, os_, "sagemaker" if sagemaker else "ec2")

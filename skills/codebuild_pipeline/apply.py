@@ -183,7 +183,7 @@ def apply(
     else:
         status = "created" if "created" in actions else "updated"
     return PipelineResult(
-        status=status,  # type: ignore[arg-type]
+        status=status,
         dry_run=dry_run,
         project_name=settings.project_name,
         region=settings.region,

@@ -233,7 +233,7 @@ def _daemonset_check(
             f"{sets[0]['metadata']['name']}`: check its tolerations and node affinity match "
             "the GPU nodes' taints and instance types, and its pods' logs."
         )
-    return Check(name=name, status=status, evidence=evidence, fix=fix)  # type: ignore[arg-type]
+    return Check(name=name, status=status, evidence=evidence, fix=fix)
 
 
 def check_nvidia_plugin(s: Snapshot) -> Check:

@@ -50,7 +50,9 @@ def network_gbps(spec: InstanceSpec) -> float:
     text = spec.network.replace("<=", "")
     if m := re.match(r"(\d+)x(\d+)", text):
         return float(m[1]) * float(m[2])
-    return float(re.match(r"[\d.]+", text)[0])  # type: ignore[index]
+    number = re.match(r"[\d.]+", text)
+    assert number is not None, text  # every network in the table starts with its Gbps
+    return float(number[0])
 
 
 def expected_busbw(spec: InstanceSpec | None, nodes: int, gpu_name: str | None) -> float | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -318,7 +319,8 @@ def _build(
     from docker.utils import tar
 
     name = f".dockerfile.fsdp-eks.{number}"
-    with tar(str(context), exclude=_dockerignore(context), dockerfile=(name, text)) as body:
+    with tempfile.TemporaryFile() as body:  # ours: tar() closes none it is given
+        tar(context, exclude=_dockerignore(context), dockerfile=(name, text), fileobj=body)
         try:
             stream = client.api.build(
                 fileobj=body,

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from skills.catalog import cuda as cuda_tables
 from skills.catalog import instances
-from skills.catalog.cuda import Combo
+from skills.catalog.cuda import Combo, Flavor
 from skills.image_builder import dockerfile_reader
 from skills.image_builder.dockerfile_reader import assignments, substitute
 
@@ -102,7 +102,7 @@ def parse_base(image: str) -> BaseImage:
         base = known(2, "official")
         if m := _OFFICIAL_TAG.match(tag):
             base.torch, base.cuda, base.cudnn = m[1], m[2], int(m[3])
-            base.flavor = m[4]  # type: ignore[assignment]
+            base.flavor = "devel" if m[4] == "devel" else "runtime"  # the tag's (runtime|devel)
             return base
     elif parts[-2:] == ["nvidia", "cuda"]:
         base = known(2, "nvidia")
@@ -158,6 +158,7 @@ class Stage:
     parent: Stage | None
     source: ImageSource
     instructions: list[Instruction] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # ENV as of the stage's last line
 
     @property
     def root(self) -> Stage:
@@ -231,7 +232,7 @@ def _read_stage(stage: Stage, items: list[dict], env: dict[str, str],
 
 
 def parent_env(stages: list[Stage], parent: Stage | None) -> dict[str, str]:
-    return dict(getattr(parent, "env", {})) if parent else {}
+    return dict(parent.env) if parent else {}
 
 
 # --- pip installs ---------------------------------------------------------------------------
@@ -422,7 +423,7 @@ def target_for(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | 
     return cuda_tables.nearest_valid(torch, source="wheel", python=python, **common)
 
 
-def render_base(base: BaseImage, target: Combo | None, flavor: str) -> str | None:
+def render_base(base: BaseImage, target: Combo | None, flavor: Flavor) -> str | None:
     """The base reference rewritten to `target` (mirror prefix kept); None: cannot."""
     pre = base.prefix + "/" if base.prefix else ""
     if base.kind == "official" and target is None and (m := _OFFICIAL_TAG.match(base.tag)):
@@ -450,7 +451,7 @@ def render_base(base: BaseImage, target: Combo | None, flavor: str) -> str | Non
     return None
 
 
-def stage_flavor(stage: Stage, base: BaseImage, context_dir: Path | None) -> str:
+def stage_flavor(stage: Stage, base: BaseImage, context_dir: Path | None) -> Flavor:
     return "devel" if base.flavor == "devel" or needs_devel(stage, context_dir) else (
         base.flavor or "runtime")
 
@@ -499,12 +500,14 @@ def _check_base(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path |
             "use a versioned pytorch/pytorch, nvidia/cuda or DLC tag, e.g. "
             f"{cuda_tables.official_image('2.13.0', '13.0', 9, 'runtime')}", "warning"))
         return
+    torch, cuda = base.torch, base.cuda  # official and DLC tags name both
     published = (
-        cuda_tables.image_published(base.torch, base.cuda)
-        and any(i.cudnn == base.cudnn for i in cuda_tables.official_images(base.torch))
+        torch is not None and cuda is not None and cuda_tables.image_published(torch, cuda)
+        and any(i.cudnn == base.cudnn for i in cuda_tables.official_images(torch))
         if base.kind == "official" else
-        any(cuda_tables.torch_minor(d.torch) == cuda_tables.torch_minor(base.torch)
-            and d.cuda == base.cuda for d in cuda_tables.DLC_IMAGES)
+        torch is not None
+        and any(cuda_tables.torch_minor(d.torch) == cuda_tables.torch_minor(torch)
+                and d.cuda == cuda for d in cuda_tables.DLC_IMAGES)
         if base.kind == "dlc" else True)
     if not published:
         out.append(_finding(

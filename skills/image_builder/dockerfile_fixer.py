@@ -139,7 +139,8 @@ def fix(
             continue
         leaf, base = members[-1], parse_base(root.image)
         # Any stage built on this root that compiles flash-attn needs the devel flavor.
-        flavor = max((stage_flavor(s, base, None) for s in members), key=lambda f: f == "devel")
+        flavors = {stage_flavor(s, base, None) for s in members}
+        flavor: cuda_tables.Flavor = "devel" if "devel" in flavors else "runtime"
         new_image = None
         if codes & CUDA_CODES:
             is_final = leaf is parsed.final

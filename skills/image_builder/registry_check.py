@@ -76,7 +76,8 @@ class ImageRef:
 def parse_image(image: str) -> ImageRef:
     """An image reference as Docker reads it (default registry docker.io, official images
     under library/, default tag latest)."""
-    name, digest = (image.split("@", 1) + [None])[:2] if "@" in image else (image, None)
+    name, at, after = image.partition("@")
+    digest = after if at else None
     tag = "latest"
     last = name.rsplit("/", 1)[-1]
     if ":" in last:

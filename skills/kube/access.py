@@ -196,7 +196,8 @@ def eks_api_client(cluster_name: str, region: str | None = None, profile: str | 
     configuration.api_key_prefix = {}
     refresher = TokenRefresher(info.name, session)
     refresher(configuration)  # sign now: no credentials fails here, not on first request
-    configuration.refresh_api_key_hook = refresher
+    # The untyped client declares the hook as `= None`; it is the documented refresh hook.
+    configuration.refresh_api_key_hook = refresher  # pyright: ignore[reportAttributeAccessIssue]
     return client.ApiClient(configuration)
 
 

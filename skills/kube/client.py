@@ -60,7 +60,7 @@ class KubeJson:
                 method, url, headers=headers, body=body, _request_timeout=REQUEST_TIMEOUT
             )
         except ApiException as exc:  # clients that raise on an error status
-            status, data = exc.status, exc.body or b""
+            status, data = exc.status or 0, exc.body or b""
         except ToolFailure:  # the token refresh (no credentials)
             raise
         except Exception as exc:  # urllib3: refused, DNS, TLS, timeout
@@ -75,7 +75,7 @@ class KubeJson:
             status = response.status
             read = getattr(response, "read", None)
             data = read() if callable(read) else response.data
-        data = data.encode() if isinstance(data, str) else data or b""
+        data = data.encode() if isinstance(data, str) else data if isinstance(data, bytes) else b""
         if 200 <= status < 300 or status in missing_ok:
             return status, data
         try:  # the API server's Status message says why

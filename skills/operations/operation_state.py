@@ -122,8 +122,9 @@ class OperationState(ToolResult):
 @cache
 def state_model(result: type[ToolResult]) -> type[OperationState]:
     """OperationState whose `result` is typed as the tool's own result (its MCP schema)."""
+    optional_result: Any = result | None  # a type built at run time (no static form)
     return create_model(
         f"{result.__name__}Operation",
         __base__=OperationState,
-        result=(result | None, Field(default=None, description="The tool's result, when done.")),
+        result=(optional_result, Field(default=None, description="The tool's result, when done.")),
     )

@@ -42,7 +42,6 @@ from skills.operations.operation_state import (
 from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
-from skills.shared.results import ToolResult
 from skills.shared.secrets import redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
 from skills.shared.waiting import poll_until
@@ -114,7 +113,9 @@ def _update(operation_id: str, **changes: Any) -> OperationRecord:
             kept = {k: v for k, v in changes.items() if k in ("pid", "pid_started")}
         return record.model_copy(update={**kept, "updated_at": time.time()})
 
-    return _file(operation_id).update(change)  # type: ignore[return-value]
+    updated = _file(operation_id).update(change)
+    assert updated is not None  # change() always returns a record
+    return updated
 
 
 def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,7 +244,9 @@ def list_records(tool: str | None = None, status: str | None = None) -> list[Ope
     return sorted(found, key=lambda r: r.created_at, reverse=True)
 
 
-def call(spec: ToolSpec, raw: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
+def call(
+    spec: ToolSpec, raw: Mapping[str, Any], progress: Progress | None = None
+) -> OperationState:
     """Start the tool as an operation and wait `raw[wait_seconds]` for it. If the caller
     cancels while waiting (an MCP client's cancel), the operation is cancelled too."""
     args = spec.parse(raw)

@@ -41,10 +41,10 @@ def is_alive(pid: int | None, started: float | None) -> bool:
         return False
 
 
-def signal_group(pid: int, started: float | None, sig: signal.Signals) -> bool:
+def signal_group(pid: int | None, started: float | None, sig: signal.Signals) -> bool:
     """Signal the process group led by that very process; False if it is gone or
     the pid now belongs to another process."""
-    if not is_alive(pid, started):
+    if pid is None or not is_alive(pid, started):
         return False
     try:
         os.killpg(pid, sig)  # it leads its own session, so pgid == pid

@@ -77,6 +77,8 @@ def run(
     attempts: list[RetryAttempt] = []
     history: list[Attempt] = []
     stop: str | None = None
+    state: JobState | None = None  # each attempt's; the loop runs at least once
+    plan: Any = None
     for number in range(1, max_retries + 2):
         runner = get_target(settings)
         require_support(runner)
@@ -123,6 +125,7 @@ def run(
         spec = fix.spec
         progress.report(state.steps, spec.max_steps, f"attempt {number}: {attempt.remedy}")
     # The last attempt's state, with the whole run's account.
+    assert state is not None  # max_retries >= 0 (the tool's input model): one attempt ran
     fields = state.model_dump()
     fields.update(attempts=attempts, stop_reason=stop, plan=plan)
     if stop:

@@ -175,7 +175,7 @@ class KubernetesTarget:
 
     # submit -----------------------------------------------------------------------------
 
-    def submit(  # type: ignore[override]
+    def submit(
         self, job_name: str, plan: KubernetesPlan, *, replace_corrupt_record: bool = False
     ) -> None:
         reader = self.reader

@@ -270,7 +270,7 @@ class LocalTarget:
 
     # submit ----------------------------------------------------------------
 
-    def submit(  # type: ignore[override]
+    def submit(
         self, job_name: str, plan: LocalPlan, *, replace_corrupt_record: bool = False
     ) -> None:
         """Start the plan's attempt under the job's lock: one writer per job, and a

@@ -242,7 +242,7 @@ def _nccl(spec: JobSpec, facts: Facts, done: set[str]) -> Remedy | None:
     )
 
 
-def _rebuild(code: str):  # type: ignore[no-untyped-def]
+def _rebuild(code: str):
     def ladder(spec: JobSpec, facts: Facts, done: set[str]) -> Remedy | None:
         step = f"{code}/rebuild_image"
         if step in done or not (facts.instance_type or facts.driver_version):
@@ -267,7 +267,7 @@ def _rebuild(code: str):  # type: ignore[no-untyped-def]
     return ladder
 
 
-def _resubmit(code: str, *, repeatable: bool = False):  # type: ignore[no-untyped-def]
+def _resubmit(code: str, *, repeatable: bool = False):
     def ladder(spec: JobSpec, facts: Facts, done: set[str]) -> Remedy | None:
         step = f"{code}/resubmit"
         if step in done and not repeatable:
@@ -368,7 +368,7 @@ def facts_from_snapshot(snapshot: Mapping[str, Any] | Snapshot, **known: Any) ->
         if isinstance(elastic.get("minReplicas"), int):
             found["min_nodes"] = elastic["minReplicas"]
     for pod in snap.pods:
-        pod_spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        pod_spec = raw if isinstance(raw := pod.get("spec"), dict) else {}
         selector = pod_spec.get("nodeSelector") or {}
         for label in INSTANCE_TYPE_LABELS:
             if isinstance(selector, dict) and isinstance(selector.get(label), str):

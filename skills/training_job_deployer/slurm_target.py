@@ -461,7 +461,7 @@ class SlurmTarget:
 
     # submit ----------------------------------------------------------------
 
-    def submit(  # type: ignore[override]
+    def submit(
         self, job_name: str, plan: SlurmPlan, *, replace_corrupt_record: bool = False
     ) -> None:
         run = self._run(job_name)
@@ -670,7 +670,13 @@ class SlurmTarget:
         run = self._run(job_name)
         return self._where(run.log(run.require().slurm_job_id))
 
-    def logs(self, job_name: str, tail_lines: int | None = None) -> str:
+    def logs(self, job_name: str, tail_lines: int | None = None, **options: object) -> str:
+        if options:  # the Target protocol's cluster options (replica, previous, ...)
+            raise ToolFailure(
+                ErrorCode.UNSUPPORTED_FOR_TARGET,
+                f"The Slurm target has one log per job; {', '.join(options)} do not apply.",
+                "Leave them out: the job's log holds every rank's lines.",
+            )
         run = self._run(job_name)
         record = run.require()
         self._check_host(record)

@@ -53,7 +53,8 @@ class Supervisor:
         code = None
         if outcome == "started":
             assert self.trainer is not None
-            self._pump(self.trainer.stdout)  # type: ignore[arg-type]
+            assert self.trainer.stdout is not None  # started with stdout=PIPE
+            self._pump(self.trainer.stdout)
             code = self.trainer.wait()
             self.trainer_reaped = True
         self._tidy()

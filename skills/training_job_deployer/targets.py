@@ -15,7 +15,7 @@ from skills.training_job_deployer.slurm_target import SlurmTarget
 from skills.training_job_deployer.target import Target
 from skills.training_job_deployer.target import TargetSettings as _Settings
 
-TARGETS: dict[str, type[Target]] = {
+TARGETS: dict[str, type[Target[Any]]] = {
     LocalTarget.name: LocalTarget,
     KubernetesTarget.name: KubernetesTarget,
     SlurmTarget.name: SlurmTarget,
@@ -44,7 +44,7 @@ DeploySettings = Annotated[
 AnyPlan = _one_of([t.plan_model for t in TARGETS.values()])
 
 
-def get_target(settings: _Settings) -> Target:
+def get_target(settings: _Settings) -> Target[Any]:
     """The target its settings name, built from them."""
     return TARGETS[settings.target](settings)  # type: ignore[attr-defined,call-arg]
 

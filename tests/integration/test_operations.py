@@ -87,6 +87,8 @@ def test_cancel_needs_confirm_and_then_reaches_the_work(tmp_path):
         cancel_operation(operation_id=state.operation_id)
     assert gate.value.code == "confirmation_required" and gate.value.exit_status == 2
     assert get_operation(operation_id=state.operation_id).status == "running"
+    # The worker catches SIGTERM once it runs the tool (its first step reported).
+    _until(lambda: get_operation(operation_id=state.operation_id).completed > 0)
 
     cancelled = cancel_operation(operation_id=state.operation_id, confirm=True)
     assert cancelled.status == "cancelled" and cancelled.error["code"] == "cancelled"
