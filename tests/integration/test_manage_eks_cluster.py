@@ -230,7 +230,7 @@ def test_the_seed_cli_call_prints_the_plan_then_applies(kube, capsys):
     )
     out, err = capsys.readouterr()
     printed = json.loads(out)
-    assert "plan: 1 object(s) to apply" in err and "aws-efa-k8s-device-plugin-daemonset" in err
+    assert "plan: 1 object(s) to apply" in err and "DaemonSet aws-efa-k8s-device-plugin" in err
     assert printed["action"] == "auto_fix"
     assert {p["name"] for p in printed["plan"]} == {"aws-efa-k8s-device-plugin"}
     assert kube.emulator.objects[seed.EFA_DS]["kind"] == "DaemonSet"
