@@ -15,7 +15,8 @@ from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets import TargetSettings, get_target
+from skills.training_job_deployer.targets.base import Capability
+from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
 
 @tool(read_only=False, destructive=True, idempotent=False)
@@ -34,20 +35,14 @@ def delete_training_job(
     last state.
     """
     runner = get_target(target)
-    delete = getattr(runner, "delete", None)
-    if delete is None:
-        raise ToolFailure(
-            ErrorCode.UNSUPPORTED_FOR_TARGET,
-            f"The {runner.name} target has no delete.",
-            "Use cancel_training_job to stop the job.",
-        )
+    runner.require(Capability.DELETE)
     if not confirm:
         raise ToolFailure(
             ErrorCode.CONFIRMATION_REQUIRED,
             f"Deleting {job_name!r} removes the job and its pods (a running job stops).",
             "Call again with confirm=true (CLI: --confirm) if that is what you want.",
         )
-    return delete(job_name)
+    return runner.delete(job_name)
 
 
 main = main_for(delete_training_job)

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from skills.job_doctor.diagnose import Diagnosis, diagnose, validate_snapshot
 from skills.shared.cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure, bad_fields
 from skills.shared.paths import LocalPath
@@ -21,8 +22,7 @@ from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import Flatten, tool
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-from skills.training_job_deployer.pod_doctor import Diagnosis, diagnose, validate_snapshot
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 
 # A snapshot file larger than this is not one this tool wrote (logs are tailed).
 MAX_SNAPSHOT_BYTES = 512 * 2**20
@@ -93,12 +93,12 @@ def diagnose_training_job(
         data = _read_snapshot(Path(snapshot).expanduser())
         return DiagnosisResult(source=f"snapshot {snapshot}", **_fields(diagnose(data)))
 
-    from skills.training_job_deployer.job_snapshot import redacted
-    from skills.training_job_deployer.kubernetes_target import KubernetesTarget
+    from skills.job_doctor.snapshot import redacted
+    from skills.training_job_deployer.targets.registry import get_target
 
     namespace = cluster.namespace
     progress.report(0, 2, f"reading {namespace}/{job_name}")
-    data = KubernetesTarget(cluster).snapshot(job_name)  # type: ignore[arg-type]
+    data = get_target(cluster).snapshot(job_name)  # type: ignore[arg-type]
     progress.report(1, 2, "diagnosing")
     saved = None
     if save_snapshot is not None:

@@ -36,7 +36,7 @@ from mcp_server import build_server
 from skills.shared.cli import run_cli
 from skills.shared.tooling import ToolSpec
 from skills.shared.workspace import Workspace
-from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 pytestmark = pytest.mark.integration
 
