@@ -145,6 +145,10 @@ class Target(ABC):
         """The job's state once it ends or `wait_seconds` pass (None: until it ends),
         reporting each logged step."""
 
+    def place(self, job_name: str) -> str:
+        """Where the job is, in a few words for messages ("<namespace>/<job>")."""
+        return job_name
+
     def describe(self, job_name: str) -> JobState:
         """The job's state now: follow with no wait."""
         return self.follow(job_name, wait_seconds=0)

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from skills.shared.tooling import Flatten
 from skills.training_job_deployer.models import JobState, RetryAttempt
-from skills.training_job_deployer.targets.base import Target
+from skills.training_job_deployer.targets.base import Capability, Target
 from skills.training_job_deployer.targets.base import TargetSettings as _Settings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from skills.training_job_deployer.targets.local.target import LocalTarget
@@ -39,6 +39,16 @@ TargetSettings = Annotated[
 DeploySettings = Annotated[
     _one_of([t.deploy_settings_model for t in TARGETS.values()]),
     Flatten("target", description="Where the job runs (default: implied by the settings):"),
+]
+# diagnose_training_job's: every target's settings, those the job doctor can read first,
+# so that `target` left out means the first of them (a cluster), and the others answer
+# unsupported_for_target rather than a schema error.
+DoctorSettings = Annotated[
+    _one_of(
+        [t.settings_model for t in TARGETS.values() if Capability.SNAPSHOT in t.capabilities]
+        + [t.settings_model for t in TARGETS.values() if Capability.SNAPSHOT not in t.capabilities]
+    ),
+    Flatten("target", description="The cluster:"),
 ]
 # Any target's plan, as a result field.
 AnyPlan = _one_of([t.plan_model for t in TARGETS.values()])

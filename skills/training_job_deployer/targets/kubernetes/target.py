@@ -345,6 +345,9 @@ class KubernetesTarget(Target):
             log = redact(self.reader.log(pod_name(rank0)))
         return job, pods, events, log
 
+    def place(self, job_name: str) -> str:
+        return f"{self.namespace}/{job_name}"
+
     def _require(self, job_name: str) -> dict[str, Any]:
         job = self.reader.job(job_name)
         if job is None:

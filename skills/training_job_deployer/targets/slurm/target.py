@@ -296,6 +296,7 @@ class SlurmRunDir(RecordedRun[SlurmRecord]):
     def log(self, job_id: int | str) -> str:
         return f"{self.cluster_dir}/logs/slurm-{job_id}.log"  # the template's --output
 
+
 class SlurmTarget(RunDirTarget):
     name: ClassVar[str] = "slurm"
     settings_model: ClassVar[type[TargetSettings]] = SlurmSettings
