@@ -1,6 +1,6 @@
 """The pod doctor: why a PyTorchJob's pods fail, as typed findings, root cause first.
 
-    diagnosis = diagnose(snapshot)          # offline (a saved file) or live (job_snapshot)
+    diagnosis = diagnose(snapshot)          # offline (a saved file) or live (snapshot.py)
     diagnosis.root                          # the finding to act on, or None
 
 A snapshot is what the Kubernetes API returns (camelCase JSON), gathered in one dict:

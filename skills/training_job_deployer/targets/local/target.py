@@ -1,6 +1,6 @@
 """The local target: torchrun on this host. plan -> submit -> describe -> logs -> cancel.
 
-Each job lives in `<runs_dir>/<job_name>/` (job_record.RunDir): `job.json`, its
+Each job lives in `<runs_dir>/<job_name>/` (record.RunDir): `job.json`, its
 record; `logs/attempt-N.log`, torchrun's output with secrets masked; the trainer's
 output and, unless checkpoint_dir says otherwise, `checkpoints/`, so a re-run of the
 job resumes from its newest complete checkpoint. A detached supervisor per attempt

@@ -1,7 +1,7 @@
 """The Slurm target: one batch job (sbatch) that runs `srun torchrun` on every node.
 plan -> submit -> describe -> logs -> cancel, over Slurm's own clients.
 
-plan reads the partition (sinfo) and renders the batch script (slurm_script.py);
+plan reads the partition (sinfo) and renders the batch script (script.py);
 submit pipes exactly that script to `sbatch --parsable`; describe reads
 `scontrol show job` (`sacct` once the controller has forgotten the job, where
 accounting exists) and the trainer's JSON lines in the job's output file; cancel is
