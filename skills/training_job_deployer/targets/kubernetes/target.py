@@ -1,6 +1,6 @@
 """The Kubernetes target: a Kubeflow PyTorchJob (kubeflow.org/v1) from the same JobSpec.
 plan -> submit -> follow/describe -> logs -> cancel, plus list_jobs, delete and
-snapshot (the pod doctor's input).
+snapshot (the job doctor's input).
 
 plan renders and validates the manifest (no cluster call: a dry run needs no cluster);
 submit checks the cluster serves PyTorchJobs, refuses an existing job of the name (or
