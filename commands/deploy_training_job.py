@@ -11,13 +11,13 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from commands._cli import main_for
+from skills.job_doctor.auto_retry import require_support
+from skills.job_doctor.auto_retry import run as auto_retry_loop
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, tool
-from skills.training_job_deployer.auto_retry import require_support
-from skills.training_job_deployer.auto_retry import run as auto_retry_loop
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
-from skills.training_job_deployer.targets import DeployResult, DeploySettings, get_target
+from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings, get_target
 
 
 @tool(read_only=False, long=True)

@@ -183,8 +183,8 @@ def test_the_kubernetes_target_reaches_an_eks_cluster_by_name(moto_server):
     """deploy_training_job and the job tools take cluster_name: the same EKS access,
     no kubeconfig. (moto's endpoint is fake, so the client is checked, not called.)"""
     from commands.get_training_job import get_training_job
-    from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-    from skills.training_job_deployer.kubernetes_target import KubernetesTarget
+    from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
+    from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 
     make_cluster("by-name")
     settings = KubernetesSettings(cluster_name="by-name", region=REGION)

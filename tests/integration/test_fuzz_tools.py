@@ -36,7 +36,7 @@ from commands._cli import run_cli
 from mcp_server import build_server
 from mcp_server.workspace import Workspace
 from skills.shared.tooling import ToolSpec
-from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 pytestmark = pytest.mark.integration
 

@@ -26,8 +26,8 @@ from commands.get_training_job_logs import get_training_job_logs
 from commands.list_training_jobs import list_training_jobs
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
-from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-from skills.training_job_deployer.kubernetes_target import KubernetesTarget
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
+from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from tests.services.kube import PYTORCHJOB
 from tests.services.training_operator import ERROR_LOG, RUN_LOG, TrainingOperator
 

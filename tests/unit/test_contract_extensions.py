@@ -28,9 +28,9 @@ from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import Flatten, spec_of, tool
 from skills.training_job_deployer.job_spec import JobSpec, TrainerFlag, trainer_argv
-from skills.training_job_deployer.local_target import LocalSettings, LocalTarget
-from skills.training_job_deployer.target import TargetSettings
-from skills.training_job_deployer.targets import TARGETS
+from skills.training_job_deployer.targets.base import TargetSettings
+from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
+from skills.training_job_deployer.targets.registry import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ import pytest
 from skills.catalog.instances import INSTANCES
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for
-from skills.training_job_deployer import pytorchjob_manifest as pm
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
-from skills.training_job_deployer.slurm_script import PartitionInfo, batch_env
+from skills.training_job_deployer.targets.kubernetes import manifest as pm
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.slurm.script import PartitionInfo, batch_env
 
 EFA_VARS = ("FI_PROVIDER", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA")
 

@@ -18,7 +18,7 @@ import pytest
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.local_target import (
+from skills.training_job_deployer.targets.local.target import (
     LocalPlan,
     LocalTarget,
     check_gpu_fit,

@@ -15,9 +15,9 @@ import yaml
 
 from skills.kube.efa import efa_devices
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer import pytorchjob_manifest as pm
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kubernetes_settings import (
+from skills.training_job_deployer.targets.kubernetes import manifest as pm
+from skills.training_job_deployer.targets.kubernetes.settings import (
     DEFAULT_HOST_PATH,
     KubernetesDeploySettings,
 )

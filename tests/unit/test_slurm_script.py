@@ -18,8 +18,8 @@ import pytest
 from commands.deploy_training_job import deploy_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
-from skills.training_job_deployer.slurm_script import PartitionInfo, batch_env, layout
-from skills.training_job_deployer.slurm_target import (
+from skills.training_job_deployer.targets.slurm.script import PartitionInfo, batch_env, layout
+from skills.training_job_deployer.targets.slurm.target import (
     Scheduler,
     SlurmDeploySettings,
     SlurmTarget,

@@ -19,7 +19,7 @@ from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_reques
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
-from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
 HERE = Path(__file__).resolve().parent

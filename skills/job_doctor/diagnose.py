@@ -1,6 +1,6 @@
 """The pod doctor: why a PyTorchJob's pods fail, as typed findings, root cause first.
 
-    diagnosis = diagnose(snapshot)          # offline (a saved file) or live (job_snapshot)
+    diagnosis = diagnose(snapshot)          # offline (a saved file) or live (snapshot.py)
     diagnosis.root                          # the finding to act on, or None
 
 A snapshot is what the Kubernetes API returns (camelCase JSON), gathered in one dict:
@@ -32,9 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.secrets import redact
-from skills.training_job_deployer.failure_signatures import (
+from skills.job_doctor.failure_signatures import (
     CODES,
     SIGNATURES,
     Role,
@@ -42,11 +40,14 @@ from skills.training_job_deployer.failure_signatures import (
     Source,
     rows_for,
 )
-
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-PREVIOUS = "/previous"
+from skills.kube.pods import PREVIOUS, PodInfo, event_time, has_master, pod_info
+from skills.kube.pods import api_time as _time
+from skills.kube.pods import as_int as _int
+from skills.kube.pods import get as _get
+from skills.kube.pods import items as _list
+from skills.kube.pods import text as _str
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.secrets import redact
 
 # Bounds that keep a diagnosis interactive whatever the logs hold.
 MAX_LINE = 2000  # characters of a line a regex sees
@@ -62,7 +63,6 @@ _LOG_ROWS = rows_for("log")
 _KEYWORDS = tuple(dict.fromkeys(k for row in _LOG_ROWS for k in row.keywords))
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ")
 _PROCESS_RANK = re.compile(r"\[rank(\d+)\]|\"rank\": (\d+)|^\s*rank\s*:\s*(\d+)")
-_NAME_RANK = re.compile(r"-(master|worker)-(\d+)$", re.IGNORECASE)
 
 
 class Finding(BaseModel):
@@ -142,97 +142,6 @@ def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
         ) from None
 
 
-# --- reading API objects defensively -----------------------------------------------------
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    name: str
-    rank: int | None
-    replica: str | None
-    node: str | None
-
-
-def _has_master(job: Any, pods: Iterable[Any]) -> bool:
-    specs = _get(job, "spec", "pytorchReplicaSpecs")
-    if isinstance(specs, Mapping) and any(str(k).lower() == "master" for k in specs):
-        return True
-    return any(
-        _str(_get(p, "metadata", "labels", REPLICA_TYPE_LABEL)).lower() == "master" for p in pods
-    )
-
-
-def _env_rank(pod: Any) -> int | None:
-    """The node rank the operator put in the pod's env (PET_NODE_RANK, else RANK)."""
-    for container in _list(_get(pod, "spec", "containers")):
-        env = {_str(_get(e, "name")): _get(e, "value") for e in _list(_get(container, "env"))}
-        for name in ("PET_NODE_RANK", "NODE_RANK", "RANK"):
-            rank = _int(env.get(name))
-            if rank is not None and rank >= 0:
-                return rank
-    return None
-
-
-def pod_info(pod: Any, has_master: bool) -> PodInfo:
-    """Name, node rank and replica of a pod: from the operator's labels (Master-0 is node
-    rank 0, Worker-i is i+1 beside a Master, else i), else its env, else its name."""
-    name = _str(_get(pod, "metadata", "name"))
-    labels = _get(pod, "metadata", "labels")
-    kind = _str(_get(labels, REPLICA_TYPE_LABEL)).lower()
-    index = _int(_get(labels, REPLICA_INDEX_LABEL))
-    if not kind or index is None:
-        matched = _NAME_RANK.search(name)
-        if matched:
-            kind, index = matched[1].lower(), int(matched[2])
-    rank: int | None = None
-    if kind == "master" and index is not None:
-        rank = index
-    elif kind == "worker" and index is not None:
-        rank = index + (1 if has_master else 0)
-    env_rank = _env_rank(pod)
-    if rank is None:
-        rank = env_rank
-    replica = f"{kind}-{index}" if kind and index is not None else None
-    node = _get(pod, "spec", "nodeName")
-    return PodInfo(name, rank, replica, node if isinstance(node, str) else None)
-
-
 # --- signals -------------------------------------------------------------------------------
 
 
@@ -246,30 +155,6 @@ class Signal:
     exit_code: int | None = None
     time: datetime | None = None
     process_rank: int | None = None
-
-
-def _event_time(event: Any) -> datetime | None:
-    for path in (
-        ("lastTimestamp",),
-        ("eventTime",),
-        ("series", "lastObservedTime"),
-        ("firstTimestamp",),
-        ("metadata", "creationTimestamp"),
-    ):
-        found = _time(_get(event, *path))
-        if found:
-            return found
-    return None
-
-
-def event_time(event: Any) -> datetime | None:
-    """When an event last happened, from whichever time field the API filled in."""
-    return _event_time(event)
-
-
-def api_time(value: Any) -> datetime | None:
-    """An RFC 3339 time of the API as a datetime (None when it is not one)."""
-    return _time(value)
 
 
 def _event_signals(
@@ -287,7 +172,7 @@ def _event_signals(
         reason = _str(_get(event, "reason"))
         message = _str(_get(event, "message") or _get(event, "note"))
         for pod in targets:
-            yield Signal(pod, "event", reason, message, f"event {reason}", time=_event_time(event))
+            yield Signal(pod, "event", reason, message, f"event {reason}", time=event_time(event))
 
 
 def _pod_signals(pod: Any, info: PodInfo) -> Iterable[Signal]:
@@ -455,11 +340,11 @@ def _evidence(signal: Signal) -> str:
 def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
     """The findings in a snapshot, root cause first (see the module's docstring)."""
     snap = snapshot if isinstance(snapshot, Snapshot) else validate_snapshot(snapshot)
-    has_master = _has_master(snap.job, snap.pods)
+    master = has_master(snap.job, snap.pods)
     pods: dict[str, PodInfo] = {}
     raw: dict[str, Any] = {}
     for pod in snap.pods:
-        info = pod_info(pod, has_master)
+        info = pod_info(pod, master)
         if info.name:
             pods[info.name], raw[info.name] = info, pod
     by_node: dict[str, list[str]] = {}

@@ -1,6 +1,6 @@
 """How a failing training pod shows its cause, as data: one table of signatures
 (CUDA-AND-FAILURES.md section 6, plus the section 5 run-time CUDA messages), read by
-the pod doctor (pod_doctor.py). A test per row (tests/unit/test_failure_signatures.py).
+the pod doctor (diagnose.py). A test per row (tests/unit/test_failure_signatures.py).
 
 Each row says where to look and what to look for:
 

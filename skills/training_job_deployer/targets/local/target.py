@@ -1,6 +1,6 @@
 """The local target: torchrun on this host. plan -> submit -> describe -> logs -> cancel.
 
-Each job lives in `<runs_dir>/<job_name>/` (job_record.RunDir): `job.json`, its
+Each job lives in `<runs_dir>/<job_name>/` (record.RunDir): `job.json`, its
 record; `logs/attempt-N.log`, torchrun's output with secrets masked; the trainer's
 output and, unless checkpoint_dir says otherwise, `checkpoints/`, so a re-run of the
 job resumes from its newest complete checkpoint. A detached supervisor per attempt
@@ -18,53 +18,40 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from skills.operations import processes
 from skills.operations.record_store import RecordCorrupt
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.paths import LocalPath, path_fields
-from skills.shared.progress import Progress
+from skills.shared.paths import path_fields
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer.checkpoint_owner import check_owner, claim
-from skills.training_job_deployer.job_record import (
+from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets.base import Plan, TargetSettings
+from skills.training_job_deployer.targets.local.record import (
     RECORD,
     JobRecord,
     ProcessIdentity,
     RunDir,
-    corrupt_record,
-    list_recorded_jobs,
 )
-from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
-from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.target import Plan, TargetSettings
+from skills.training_job_deployer.targets.run_dir import (
+    CHECKPOINTS,
+    LOG_TAIL_LINES,
+    RunDirTarget,
+    RunsDir,
+    cancelled_message,
+    corrupt_record,
+    local_path,
+)
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
-    LogFollower,
     RunMetrics,
 )
 
-CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
 POLL_S = 0.25
-LOG_TAIL_LINES = 40
-
-
-def local_path(value: str | None, maybe_name: bool = False) -> str | None:
-    """An absolute path for a local path given relative to this process's directory
-    (the job runs in its run directory). s3:// URIs stay as they are, and so does a
-    value that may be a hub name (`maybe_name`) unless it starts with '.' or '~' or
-    exists here."""
-    if value is None or value.startswith("s3://"):
-        return value
-    path = Path(value).expanduser()
-    if path.is_absolute():
-        return str(path)
-    if maybe_name and not (value.startswith((".", "~")) or path.exists()):
-        return value
-    return str(path.resolve())
 
 
 def _threads_per_process(nproc: int) -> int:
@@ -137,27 +124,6 @@ def _nvidia_smi_listing() -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _not_a_uri(value: str | None) -> str | None:
-    # None: another target's call (the tools flatten every target's settings).
-    if value is not None and "://" in value:
-        raise ValueError("runs_dir is a local directory, not a URI")
-    return value
-
-
-# One input for every target that keeps jobs in run directories.
-RunsDir = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=4096,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="The directory holding one run directory per job.",
-    ),
-    LocalPath(),
-    AfterValidator(_not_a_uri),
-]
-
-
 class LocalSettings(TargetSettings):
     """runs torchrun here"""
 
@@ -187,10 +153,12 @@ class LocalPlan(Plan):
         ]
 
 
-class LocalTarget:
+class LocalTarget(RunDirTarget):
     name: ClassVar[str] = "local"
     settings_model: ClassVar[type[TargetSettings]] = LocalSettings
     plan_model: ClassVar[type[Plan]] = LocalPlan
+    record_name: ClassVar[str] = RECORD
+    poll_s: ClassVar[float] = POLL_S
 
     def __init__(self, settings: LocalSettings | str | Path = "runs") -> None:
         if not isinstance(settings, LocalSettings):
@@ -220,6 +188,7 @@ class LocalTarget:
         )
         run = self._run(spec.job_name)
         check_can_create(run.path)
+        self.check_run_dir_free(run)
         attempt = run.next_attempt()
         # Checkpoints default to the run directory, so re-running the same job resumes
         # from its newest complete checkpoint instead of starting over.
@@ -228,8 +197,7 @@ class LocalTarget:
             for name, marker in path_fields(type(spec)).items()
         }
         paths["checkpoint_dir"] = paths["checkpoint_dir"] or str(run.path / CHECKPOINTS)
-        if not paths["checkpoint_dir"].startswith("s3://"):
-            check_owner(Path(paths["checkpoint_dir"]), run.path, spec.adopt_checkpoint_dir)
+        self.check_checkpoint_owner(paths["checkpoint_dir"], run, spec.adopt_checkpoint_dir)
         spec = spec.model_copy(update=paths)
         argv = [
             sys.executable,
@@ -286,7 +254,7 @@ class LocalTarget:
         run = self._run(job_name)
         run.path.mkdir(parents=True, exist_ok=True)
         with run.record_file.lock():
-            record = self._previous(run, replace_corrupt_record)
+            record = run.previous(replace_corrupt_record)
             if record is not None and record.active():
                 raise ToolFailure(
                     ErrorCode.JOB_RUNNING,
@@ -302,15 +270,14 @@ class LocalTarget:
                     "another call.",
                     "Look at it with get_training_job, then deploy again if needed.",
                 )
-            if not plan.checkpoint_dir.startswith("s3://"):
-                claim(Path(plan.checkpoint_dir), run.path, plan.adopt_checkpoint_dir)
+            self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
             run.log(plan.attempt).parent.mkdir(parents=True, exist_ok=True)
             record = JobRecord(
                 job_name=job_name, attempt=plan.attempt, argv=plan.argv, submitted_at=time.time()
             )
             run.record_file.write(record)
             supervisor = processes.spawn_module(
-                "skills.training_job_deployer.supervisor",
+                "skills.training_job_deployer.targets.local.supervisor",
                 str(run.path),
                 log=run.supervisor_log,
                 stdin=plan.model_dump_json().encode(),  # the plan, exactly: never re-read
@@ -319,62 +286,25 @@ class LocalTarget:
                 record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor)})
             )
 
-    @staticmethod
-    def _previous(run: RunDir, replace_corrupt: bool) -> JobRecord | None:
-        try:
-            return run.record_file.read()
-        except RecordCorrupt as exc:
-            if not replace_corrupt:
-                raise corrupt_record(exc) from None
-            # Set aside, not deleted: it may be worth a look.
-            aside = exc.path.with_name(f"{exc.path.name}.corrupt-{int(time.time())}")
-            os.replace(exc.path, aside)
-            return None
+    # follow (run_dir.RunDirTarget) ------------------------------------------
 
-    # describe / follow -----------------------------------------------------
+    def _log_of(self, run: RunDir, record: JobRecord) -> Path:  # type: ignore[override]
+        return run.log(record.attempt)
 
-    def describe(self, job_name: str) -> JobState:
-        return self.follow(job_name, wait_seconds=0)
-
-    def follow(
-        self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
-    ) -> JobState:
-        """Read the job's events as they come, until it ends or `wait_seconds` pass
-        (None: until it ends). Progress gets one report per logged step."""
-        run = self._run(job_name)
+    def _poll(self, run: RunDir) -> tuple[JobRecord, bool, None]:  # type: ignore[override]
         record = run.require()
-        follower = LogFollower()
-        offset = 0
-        log_path = run.log(record.attempt)
-        done = False
+        return record, record.ended or not record.active(), None
 
-        def look() -> JobRecord:
-            nonlocal offset, done
-            # The record first: once it says ended, the log holds every line.
-            record = run.require()
-            done = record.ended or not record.active()
-            chunk = self._read_from(log_path, offset)
-            offset += len(chunk)
-            follower.feed(chunk, progress, final=done)
-            return record
-
-        record = poll_until(look, lambda _: done, wait_seconds, POLL_S)
-        return self._state(run, record, follower.metrics, done)
-
-    def _state(self, run: RunDir, record: JobRecord, metrics: RunMetrics, done: bool) -> JobState:
+    def _state(  # type: ignore[override]
+        self, run: RunDir, record: JobRecord, polled: None, metrics: RunMetrics, done: bool
+    ) -> JobState:
         job_name = run.job_name
         exit_code = record.exit_code
         message = metrics.outcome(exit_code) if done else None
         if not done:
             status = "running"
         elif record.cancel_requested_at is not None:  # cancelled wins
-            status = "cancelled"
-            message = "cancelled"
-            if metrics.checkpoint_step is not None:
-                message += (
-                    f": checkpoint saved at step {metrics.checkpoint_step}; "
-                    "re-run the same job to resume"
-                )
+            status, message = "cancelled", cancelled_message(metrics)
         elif record.failure is not None:
             status, message = "failed", record.failure.message
         elif not record.ended:
@@ -400,7 +330,7 @@ class LocalTarget:
             message=None if message is None else redact(message),
         )
         if status == "failed":
-            tail = self._tail(run, record, LOG_TAIL_LINES)
+            tail = self._tail(run.log(record.attempt), LOG_TAIL_LINES)
             state.log_tail = "\n".join(
                 [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
             )
@@ -408,37 +338,7 @@ class LocalTarget:
             state.suggest_next_step()
         return state
 
-    # logs / cancel ---------------------------------------------------------
-
-    def log_path(self, job_name: str) -> str:
-        run = self._run(job_name)
-        return str(run.log(run.require().attempt))
-
-    def logs(self, job_name: str, tail_lines: int | None = None, **options: object) -> str:
-        if options:
-            raise ToolFailure(
-                ErrorCode.UNSUPPORTED_FOR_TARGET,
-                f"The local target has one log per job; {', '.join(options)} do not apply.",
-                "Leave them out: the local log holds torchrun's and every rank's lines.",
-            )
-        run = self._run(job_name)
-        return self._tail(run, run.require(), tail_lines)
-
-    def _tail(self, run: RunDir, record: JobRecord, tail_lines: int | None) -> str:
-        try:
-            text = run.log(record.attempt).read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        lines = text.splitlines()
-        if tail_lines is not None:
-            lines = lines[-tail_lines:]
-        # Masked when written; masked again for values only this reader knows.
-        return redact("\n".join(lines))
-
-    def list_jobs(self) -> list[JobState]:
-        """Every job with a record under runs_dir, newest first; a record that cannot
-        be read is listed with status unknown and why."""
-        return list_recorded_jobs(self.runs_dir, RECORD, self.name, self.describe)
+    # cancel ----------------------------------------------------------------
 
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
         """Ask the job's supervisor to stop it: SIGTERM to every rank (they checkpoint),
@@ -483,12 +383,3 @@ class LocalTarget:
             poll_until(trainer.alive, lambda alive: not alive, grace_s, POLL_S)
             processes.signal_group(trainer.pid, trainer.started, signal.SIGKILL)
         run.record_file.update(lambda r: None if r is None or r.ended else r.finished(None))
-
-    @staticmethod
-    def _read_from(path: Path, offset: int) -> bytes:
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read()
-        except FileNotFoundError:
-            return b""

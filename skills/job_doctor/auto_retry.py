@@ -13,10 +13,11 @@ result lists every attempt: finding (code, pod, rank, evidence), remedy, spec di
 resumed-from step. Evidence is masked by the
 pod doctor; logs and snapshots never enter the result.
 
-Only targets with a `snapshot(job_name)` (the pod doctor's input) take part, and a
-`retry_facts()` (free GPUs, the newest image) informs the remedies; the loop knows no
-target by name: remedy settings apply to whatever settings model has the
-field (`env` names map to lower-cased fields, NCCL_SOCKET_IFNAME -> nccl_socket_ifname).
+Only targets with Capability.AUTO_RETRY take part: their `snapshot(job_name)` is the
+doctor's input and their `retry_facts()` (free GPUs, the newest image) informs the
+remedies. The loop knows no target by name: remedy settings apply to whatever settings
+model has the field (`env` names map to lower-cased fields: NCCL_SOCKET_IFNAME ->
+nccl_socket_ifname).
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.job_doctor.diagnose import Finding, diagnose
+from skills.job_doctor.remedies import Attempt, Remedy, decide, facts_from_snapshot
 from skills.shared.progress import NullProgress, Progress
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt
-from skills.training_job_deployer.pod_doctor import Finding, diagnose
-from skills.training_job_deployer.remedies import Attempt, Remedy, decide, facts_from_snapshot
-from skills.training_job_deployer.target import Target, TargetSettings
+from skills.training_job_deployer.targets.base import Capability, Target, TargetSettings
 
 FOLLOW_CHUNK_S = 4.0  # follow this long, then look at a job that is not training yet
 # Causes that keep pods from starting without failing the job, and how long each may
@@ -46,19 +46,12 @@ STUCK_AFTER_S = {
 
 
 def supports(runner: Target) -> bool:
-    return callable(getattr(runner, "snapshot", None))
+    return runner.can(Capability.AUTO_RETRY)
 
 
 def require_support(runner: Target) -> None:
-    """unsupported_for_target for a target the pod doctor cannot read."""
-    if not supports(runner):
-        raise ToolFailure(
-            ErrorCode.UNSUPPORTED_FOR_TARGET,
-            f"auto_retry needs the pod doctor, which target={runner.name!r} does not have.",
-            "Use target=kubernetes for auto_retry, or deploy without it and re-run by hand "
-            "(a re-run resumes from the newest checkpoint).",
-            {"target": runner.name, "field": "auto_retry"},
-        )
+    """unsupported_for_target for a target the job doctor cannot read."""
+    runner.require(Capability.AUTO_RETRY, field="auto_retry")
 
 
 def run(
@@ -71,7 +64,7 @@ def run(
 ) -> dict[str, Any]:
     """The loop. Returns the DeployResult fields of the last attempt plus `attempts` and
     `stop_reason` (None when the job succeeded)."""
-    from skills.training_job_deployer.targets import get_target
+    from skills.training_job_deployer.targets.registry import get_target
 
     progress = progress or NullProgress()
     attempts: list[RetryAttempt] = []
@@ -97,11 +90,11 @@ def run(
             stop = None if state.status == "succeeded" else "cancelled"
             break
         if snapshot is None:
-            snapshot = runner.snapshot(spec.job_name)  # type: ignore[attr-defined]
+            snapshot = runner.snapshot(spec.job_name)
             finding = diagnose(snapshot).root
         _describe(attempt, finding)
         progress.report(state.steps, spec.max_steps, f"attempt {number}: {_said(finding)}")
-        known = getattr(runner, "retry_facts", dict)()
+        known = runner.retry_facts()
         facts = facts_from_snapshot(snapshot, **known)
         decision = decide(finding, spec, history, facts)
         history.append(
@@ -147,7 +140,7 @@ def _follow(
         if state.steps or not state.message:
             first_seen.clear()
             continue
-        snapshot = runner.snapshot(job_name)  # type: ignore[attr-defined]
+        snapshot = runner.snapshot(job_name)
         root = diagnose(snapshot).root
         if root is None or root.role != "cause" or root.code not in STUCK_AFTER_S:
             first_seen.clear()

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from skills.shared.paths import LocalPath
-from skills.training_job_deployer.target import TargetSettings
+from skills.training_job_deployer.targets.base import TargetSettings
 
 DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:\d{1,5}$"

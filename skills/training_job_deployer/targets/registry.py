@@ -8,12 +8,12 @@ from typing import Annotated, Any, Union
 from pydantic import Field
 
 from skills.shared.tooling import Flatten
-from skills.training_job_deployer.kubernetes_target import KubernetesTarget
-from skills.training_job_deployer.local_target import LocalTarget
 from skills.training_job_deployer.models import JobState, RetryAttempt
-from skills.training_job_deployer.slurm_target import SlurmTarget
-from skills.training_job_deployer.target import Target
-from skills.training_job_deployer.target import TargetSettings as _Settings
+from skills.training_job_deployer.targets.base import Capability, Target
+from skills.training_job_deployer.targets.base import TargetSettings as _Settings
+from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
+from skills.training_job_deployer.targets.local.target import LocalTarget
+from skills.training_job_deployer.targets.slurm.target import SlurmTarget
 
 TARGETS: dict[str, type[Target[Any]]] = {
     LocalTarget.name: LocalTarget,
@@ -37,8 +37,18 @@ TargetSettings = Annotated[
 # deploy_training_job's: each target's deploy settings (its settings plus how to place
 # a job), so the other job tools' inputs stay small.
 DeploySettings = Annotated[
-    _one_of([getattr(t, "deploy_settings_model", t.settings_model) for t in TARGETS.values()]),
+    _one_of([t.deploy_settings_model for t in TARGETS.values()]),
     Flatten("target", description="Where the job runs (default: implied by the settings):"),
+]
+# diagnose_training_job's: every target's settings, those the job doctor can read first,
+# so that `target` left out means the first of them (a cluster), and the others answer
+# unsupported_for_target rather than a schema error.
+DoctorSettings = Annotated[
+    _one_of(
+        [t.settings_model for t in TARGETS.values() if Capability.SNAPSHOT in t.capabilities]
+        + [t.settings_model for t in TARGETS.values() if Capability.SNAPSHOT not in t.capabilities]
+    ),
+    Flatten("target", description="The cluster:"),
 ]
 # Any target's plan, as a result field.
 AnyPlan = _one_of([t.plan_model for t in TARGETS.values()])
@@ -46,7 +56,7 @@ AnyPlan = _one_of([t.plan_model for t in TARGETS.values()])
 
 def get_target(settings: _Settings) -> Target[Any]:
     """The target its settings name, built from them."""
-    return TARGETS[settings.target](settings)  # type: ignore[attr-defined,call-arg]
+    return TARGETS[settings.target](settings)  # type: ignore[attr-defined,call-arg,abstract]
 
 
 class DeployResult(JobState):

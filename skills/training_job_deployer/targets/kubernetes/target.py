@@ -1,6 +1,6 @@
 """The Kubernetes target: a Kubeflow PyTorchJob (kubeflow.org/v1) from the same JobSpec.
 plan -> submit -> follow/describe -> logs -> cancel, plus list_jobs, delete and
-snapshot (the pod doctor's input).
+snapshot (the job doctor's input).
 
 plan renders and validates the manifest (no cluster call: a dry run needs no cluster);
 submit checks the cluster serves PyTorchJobs, refuses an existing job of the name (or
@@ -18,23 +18,31 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import Field
 
+from skills.kube import pods as kube_pods
 from skills.kube.access import cluster_api_client
 from skills.kube.gpu_nodes import GPU_RESOURCE, node_gpu_facts
+from skills.kube.pods import pod_name
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer import cuda_gate, kube_monitor
+from skills.training_job_deployer import cuda_gate
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kube_monitor import KubeReader, pod_name
-from skills.training_job_deployer.kubernetes_settings import (
+from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
+from skills.training_job_deployer.models import TERMINAL, JobState
+from skills.training_job_deployer.targets.base import (
+    Capability,
+    LogOptions,
+    Plan,
+    Target,
+    TargetSettings,
+)
+from skills.training_job_deployer.targets.kubernetes.manifest import HF_SECRET, render
+from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
-from skills.training_job_deployer.models import TERMINAL, JobState
-from skills.training_job_deployer.pytorchjob_manifest import HF_SECRET, render
-from skills.training_job_deployer.target import Plan, TargetSettings
-from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics, parse_events
+from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, LogFollower, RunMetrics
 
 POLL_S = 2.0
 DETACH_S = 300.0  # wait_seconds=None (a person at the CLI): detach after 5 minutes
@@ -113,11 +121,12 @@ def _masked_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: redact(v) if isinstance(v, str) else v for k, v in error.items()}
 
 
-class KubernetesTarget:
+class KubernetesTarget(Target):
     name: ClassVar[str] = "kubernetes"
     settings_model: ClassVar[type[TargetSettings]] = KubernetesSettings
     deploy_settings_model: ClassVar[type[TargetSettings]] = KubernetesDeploySettings
     plan_model: ClassVar[type[Plan]] = KubernetesPlan
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(Capability)
 
     def __init__(self, settings: KubernetesSettings | None = None) -> None:
         self.settings = settings or KubernetesSettings()
@@ -283,9 +292,6 @@ class KubernetesTarget:
 
     # describe / follow ------------------------------------------------------------------
 
-    def describe(self, job_name: str) -> JobState:
-        return self.follow(job_name, wait_seconds=0)
-
     def follow(
         self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
     ) -> JobState:
@@ -293,17 +299,12 @@ class KubernetesTarget:
         or `wait_seconds` pass; None (a person at the CLI) detaches after DETACH_S."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
-        reported = -1
+        rank0_log = Rank0Log()
 
         def look() -> JobState:
-            nonlocal reported
             job, pods, events, log = self.poll(job_name)
-            metrics = RunMetrics()
-            for event in parse_events(log):
-                metrics.add(event)
-            if progress is not None and metrics.steps != reported:
-                reported = metrics.steps
-                progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
+            final = kube_pods.job_status(job) != "running"
+            metrics = rank0_log.feed(log, progress, final)
             return self._state(job_name, job, pods, events, metrics, log)
 
         state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
@@ -325,13 +326,16 @@ class KubernetesTarget:
         events = [
             e
             for e in self.reader.events(job_name, [pod_name(p) for p in pods])
-            if not kube_monitor.older_than(e, job)
+            if not kube_pods.older_than(e, job)
         ]
         rank0 = pods[0] if pods else None
         log = ""
         if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
             log = redact(self.reader.log(pod_name(rank0)))
         return job, pods, events, log
+
+    def place(self, job_name: str) -> str:
+        return f"{self.namespace}/{job_name}"
 
     def _require(self, job_name: str) -> dict[str, Any]:
         job = self.reader.job(job_name)
@@ -353,10 +357,10 @@ class KubernetesTarget:
         metrics: RunMetrics,
         log: str,
     ) -> JobState:
-        status = kube_monitor.job_status(job)
+        status = kube_pods.job_status(job)
         rank0 = pods[0] if pods else None
-        code = kube_monitor.exit_code(rank0) if rank0 else None
-        condition = kube_monitor.current_condition(job)
+        code = kube_pods.exit_code(rank0) if rank0 else None
+        condition = kube_pods.current_condition(job)
         message = None
         if status == "failed" and (metrics.preempted is not None or code == EXIT_PREEMPTED):
             status = "preempted"
@@ -392,7 +396,7 @@ class KubernetesTarget:
             elapsed_s=elapsed,
             error=_masked_error(metrics.error),
             message=None if message is None else redact(message),
-            restarts=kube_monitor.restarts(pods),
+            restarts=kube_pods.restarts(pods),
             pods={pod_name(p): (p.get("status") or {}).get("phase", "Unknown") for p in pods},
             conditions=[
                 str(c.get("type"))
@@ -440,29 +444,21 @@ class KubernetesTarget:
         self._require(job_name)
         return f"pytorchjob/{job_name} -n {self.namespace} (no pods yet)"
 
-    def logs(
-        self,
-        job_name: str,
-        tail_lines: int | None = None,
-        *,
-        replica: str | None = None,
-        previous: bool = False,
-        since_seconds: int | None = None,
-        all_ranks: bool = False,
-    ) -> str:
+    def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
         """Rank 0's log, or one replica's ('worker-1'), or the last lines of every pod;
         at most MAX_LOG_CHARS, with a note of what was cut; secrets masked."""
         self._require(job_name)
         pods = self.reader.pods(job_name)
         if not pods:
             return ""
-        options = {"previous": previous, "since_seconds": since_seconds}
-        if all_ranks:
+        replica = options.replica
+        read = {"previous": options.previous, "since_seconds": options.since_seconds}
+        if options.all_ranks:
             each = max(5, (tail_lines or 100) // len(pods))
             parts = []
             for pod in pods:
                 text = self.reader.log(
-                    pod_name(pod), tail_lines=each, limit_bytes=MAX_LOG_CHARS, **options
+                    pod_name(pod), tail_lines=each, limit_bytes=MAX_LOG_CHARS, **read
                 )
                 parts.append(f"==> {pod_name(pod)} <==\n{text.rstrip()}")
             return _bounded(redact("\n".join(parts)))
@@ -478,7 +474,7 @@ class KubernetesTarget:
                 )
             chosen = matches[0]
         text = self.reader.log(
-            pod_name(chosen), tail_lines=tail_lines, limit_bytes=MAX_LOG_CHARS * 2, **options
+            pod_name(chosen), tail_lines=tail_lines, limit_bytes=MAX_LOG_CHARS * 2, **read
         )
         return _bounded(redact(text.rstrip("\n")))
 
@@ -513,26 +509,49 @@ class KubernetesTarget:
         )
         states = []
         for job in jobs:
-            condition = kube_monitor.current_condition(job)
+            condition = kube_pods.current_condition(job)
             states.append(
                 JobState(
                     job_name=(job.get("metadata") or {}).get("name", ""),
                     target=self.name,
-                    status=kube_monitor.job_status(job),  # type: ignore[arg-type]
+                    status=kube_pods.job_status(job),  # type: ignore[arg-type]
                     message=None if condition is None else redact(condition.message or ""),
                 )
             )
         return states
 
-    # the pod doctor's input -------------------------------------------------------------
+    # the job doctor's input -------------------------------------------------------------
 
     def snapshot(self, job_name: str) -> dict[str, Any]:
         """{"job", "pods", "events", "logs": {"<pod>": text, "<pod>/previous": text}}: the
         objects as the API returns them (camelCase), logs' secrets masked; the same reads
-        as diagnose_training_job (job_snapshot.read_snapshot)."""
-        from skills.training_job_deployer.job_snapshot import read_snapshot
-
+        as diagnose_training_job (kube_monitor.read_snapshot)."""
         return read_snapshot(self.reader, job_name)
+
+
+class Rank0Log:
+    """Rank 0's log as it grows over the polls: only the text past what was read before
+    is parsed (a LogFollower). A log that no longer starts with what was read (a new
+    container, a replaced job) starts over."""
+
+    def __init__(self) -> None:
+        self.follower = LogFollower()
+        self.seen = b""  # the last bytes read, to tell a grown log from another one
+        self.offset = 0
+        self.reported = -1  # steps last reported: one report per poll that adds steps
+
+    def feed(self, log: str, progress: Progress | None, final: bool) -> RunMetrics:
+        data = log.encode()
+        if len(data) < self.offset or data[self.offset - len(self.seen) : self.offset] != self.seen:
+            self.follower, self.offset, self.seen = LogFollower(), 0, b""
+        self.follower.feed(data[self.offset :], None, final)
+        self.offset = len(data)
+        self.seen = data[-64:]
+        metrics = self.follower.metrics
+        if progress is not None and metrics.steps != self.reported:
+            self.reported = metrics.steps
+            progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
+        return metrics
 
 
 def _bounded(text: str) -> str:

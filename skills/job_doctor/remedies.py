@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from skills.training_job_deployer.failure_signatures import CODES
+from skills.job_doctor.diagnose import Finding, Snapshot, validate_snapshot
+from skills.job_doctor.failure_signatures import CODES
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.pod_doctor import Finding, Snapshot, validate_snapshot
 
 # The trainer's defaults, for a JobSpec that leaves these to it (trainer/config.py).
 TRAINER_BATCH_SIZE = 8

@@ -5,20 +5,16 @@ never paths, so an edited record cannot point a tool at another file."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from skills.operations import processes
-from skills.operations.record_store import RecordCorrupt, RecordFile
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.errors import ErrorCode
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets.run_dir import RecordedRun
 
 RECORD = "job.json"
-# Another deploy of the job waits this long for the lock, then gets conflict.
-LOCK_TIMEOUT_S = 15.0
 
 
 class ProcessIdentity(BaseModel):
@@ -86,16 +82,11 @@ class JobRecord(BaseModel):
         )
 
 
-class RunDir:
+class RunDir(RecordedRun[JobRecord]):
     """`<runs_dir>/<job_name>/`: the record, logs, checkpoints and scratch of one job."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.record_file = RecordFile(path / RECORD, JobRecord, lock_timeout_s=LOCK_TIMEOUT_S)
-
-    @property
-    def job_name(self) -> str:
-        return self.path.name
+        super().__init__(path, RECORD, JobRecord, "local")
 
     def log(self, attempt: int) -> Path:
         return self.path / "logs" / f"attempt-{attempt}.log"
@@ -117,57 +108,3 @@ class RunDir:
     def torchelastic(self) -> Path:
         """torchrun's --log-dir: its per-rank error files stay with the job."""
         return self.path / "torchelastic"
-
-    def read(self) -> JobRecord | None:
-        try:
-            return self.record_file.read()
-        except RecordCorrupt as exc:
-            raise corrupt_record(exc) from None
-
-    def require(self) -> JobRecord:
-        record = self.read()
-        if record is None:
-            raise ToolFailure(
-                ErrorCode.JOB_NOT_FOUND,
-                f"No local job named {self.job_name!r} under {self.path.parent}.",
-                "Check the job name and runs_dir, or start it with deploy_training_job.",
-            )
-        return record
-
-
-def corrupt_record(exc: RecordCorrupt) -> ToolFailure:
-    return ToolFailure(
-        ErrorCode.JOB_RECORD_CORRUPT,
-        f"The job record {exc.path} cannot be read: {exc.reason}.",
-        "Re-deploy with --replace_corrupt_record (MCP: replace_corrupt_record=true) to start "
-        "the job over: the record is set aside, checkpoints are kept and resumed from.",
-        {"path": str(exc.path)},
-    )
-
-
-def list_recorded_jobs(
-    runs_dir: Path, record_name: str, target: str, describe: Callable[[str], JobState]
-) -> list[JobState]:
-    """Every job with a record named `record_name` under runs_dir, newest first, as
-    `describe` tells it; one that cannot be described is listed as unknown, with why."""
-    if not runs_dir.is_dir():
-        return []
-    records = sorted(
-        runs_dir.glob(f"*/{record_name}"), key=lambda p: p.stat().st_mtime, reverse=True
-    )
-    states = []
-    for path in records:
-        try:
-            states.append(describe(path.parent.name))
-        except ToolFailure as failure:
-            states.append(
-                JobState(
-                    job_name=path.parent.name,
-                    target=target,
-                    status="unknown",
-                    run_dir=str(path.parent),
-                    message=f"{failure.code}: {failure.message}",
-                    next_step=failure.hint,
-                )
-            )
-    return states

@@ -3,7 +3,7 @@ writes its output to the attempt's log with secrets already masked, stops torchr
 restarts on a configuration error, and records the exit code and end time, whether
 or not whoever started the job still follows it.
 
-    python -m skills.training_job_deployer.supervisor <run_dir>   (the plan on stdin)
+    python -m skills.training_job_deployer.targets.local.supervisor <run_dir>   (the plan on stdin)
 """
 
 from __future__ import annotations
@@ -21,8 +21,13 @@ from typing import IO, Any
 
 from skills.shared.errors import ErrorCode
 from skills.shared.secrets import redact, secret_values
-from skills.training_job_deployer.job_record import JobFailure, JobRecord, ProcessIdentity, RunDir
-from skills.training_job_deployer.local_target import LocalPlan
+from skills.training_job_deployer.targets.local.record import (
+    JobFailure,
+    JobRecord,
+    ProcessIdentity,
+    RunDir,
+)
+from skills.training_job_deployer.targets.local.target import LocalPlan
 from skills.training_job_deployer.trainer_log import parse_line
 
 TAIL_LINES = 40

@@ -1,7 +1,7 @@
 """The Slurm target: one batch job (sbatch) that runs `srun torchrun` on every node.
 plan -> submit -> describe -> logs -> cancel, over Slurm's own clients.
 
-plan reads the partition (sinfo) and renders the batch script (slurm_script.py);
+plan reads the partition (sinfo) and renders the batch script (script.py);
 submit pipes exactly that script to `sbatch --parsable`; describe reads
 `scontrol show job` (`sacct` once the controller has forgotten the job, where
 accounting exists) and the trainer's JSON lines in the job's output file; cancel is
@@ -28,39 +28,35 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from skills.operations import processes
-from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import path_fields
-from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer.checkpoint_owner import check_owner, claim
-from skills.training_job_deployer.job_record import (
-    LOCK_TIMEOUT_S,
-    RECORD,
-    corrupt_record,
-    list_recorded_jobs,
-)
 from skills.training_job_deployer.job_spec import JobName, JobSpec, trainer_argv
-from skills.training_job_deployer.local_target import RunsDir, local_path
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.slurm_script import (
+from skills.training_job_deployer.targets.base import Plan, TargetSettings
+from skills.training_job_deployer.targets.run_dir import (
+    CHECKPOINTS,
+    LOG_TAIL_LINES,
+    RecordedRun,
+    RunDirTarget,
+    RunsDir,
+    cancelled_message,
+    local_path,
+)
+from skills.training_job_deployer.targets.slurm.script import (
     SBATCH_PATH,
     PartitionInfo,
     layout,
     render,
 )
-from skills.training_job_deployer.target import Plan, TargetSettings
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
-    LogFollower,
     RunMetrics,
 )
 
 SLURM_RECORD = "slurm.json"
-CHECKPOINTS = "checkpoints"
 POLL_S = 1.0
-LOG_TAIL_LINES = 40
 COMMAND_TIMEOUT_S = 60
 # Slurm's job states that are final; every other (PENDING, RUNNING, REQUEUED, ...) is not.
 FINAL_STATES = frozenset(
@@ -291,45 +287,24 @@ def _exit_code(value: str | None) -> int | None:
         return None
 
 
-class SlurmRunDir:
+class SlurmRunDir(RecordedRun[SlurmRecord]):
     """`<runs_dir>/<job_name>/`: on this host the record, on the cluster the job's files."""
 
     def __init__(self, record_dir: Path, cluster_dir: str) -> None:
-        self.path = record_dir
+        super().__init__(record_dir, SLURM_RECORD, SlurmRecord, "Slurm")
         self.cluster_dir = cluster_dir
-        self.record_file = RecordFile(
-            record_dir / SLURM_RECORD, SlurmRecord, lock_timeout_s=LOCK_TIMEOUT_S
-        )
-
-    @property
-    def job_name(self) -> str:
-        return self.path.name
 
     def log(self, job_id: int | str) -> str:
         return f"{self.cluster_dir}/logs/slurm-{job_id}.log"  # the template's --output
 
-    def read(self) -> SlurmRecord | None:
-        try:
-            return self.record_file.read()
-        except RecordCorrupt as exc:
-            raise corrupt_record(exc) from None
 
-    def require(self) -> SlurmRecord:
-        record = self.read()
-        if record is None:
-            raise ToolFailure(
-                ErrorCode.JOB_NOT_FOUND,
-                f"No Slurm job named {self.job_name!r} under {self.path.parent}.",
-                "Check the job name and runs_dir, or start it with deploy_training_job.",
-            )
-        return record
-
-
-class SlurmTarget:
+class SlurmTarget(RunDirTarget):
     name: ClassVar[str] = "slurm"
     settings_model: ClassVar[type[TargetSettings]] = SlurmSettings
     deploy_settings_model: ClassVar[type[TargetSettings]] = SlurmDeploySettings
     plan_model: ClassVar[type[Plan]] = SlurmPlan
+    record_name: ClassVar[str] = SLURM_RECORD
+    poll_s: ClassVar[float] = POLL_S
 
     def __init__(self, settings: SlurmSettings) -> None:
         # The job tools pass the access settings; a plan reads the deploy ones (defaults).
@@ -380,14 +355,7 @@ class SlurmTarget:
         return PartitionInfo.from_sinfo(wanted, rows[wanted])
 
     def plan(self, spec: JobSpec) -> SlurmPlan:
-        run = self._run(spec.job_name)
-        if (run.path / RECORD).exists():
-            raise ToolFailure(
-                ErrorCode.CONFLICT,
-                f"{run.path} belongs to a local job of the same name.",
-                "Use another job_name or runs_dir for the Slurm job.",
-                {"run_dir": str(run.path)},
-            )
+        self.check_run_dir_free(self._run(spec.job_name))
         return self.plan_for(spec, self.partition())
 
     def plan_for(self, spec: JobSpec, info: PartitionInfo) -> SlurmPlan:
@@ -404,8 +372,8 @@ class SlurmTarget:
                 }
             )
         checkpoint_dir = spec.checkpoint_dir or f"{run.cluster_dir}/{CHECKPOINTS}"
-        if not remote and not checkpoint_dir.startswith("s3://"):
-            check_owner(Path(checkpoint_dir), run.path, spec.adopt_checkpoint_dir)
+        if not remote:
+            self.check_checkpoint_owner(checkpoint_dir, run, spec.adopt_checkpoint_dir)
         spec = spec.model_copy(update={"checkpoint_dir": checkpoint_dir})
         if settings.container_image:
             mounts = [run.cluster_dir]
@@ -467,7 +435,7 @@ class SlurmTarget:
         run = self._run(job_name)
         run.path.mkdir(parents=True, exist_ok=True)
         with run.record_file.lock():
-            record = self._previous(run, replace_corrupt_record)
+            record = run.previous(replace_corrupt_record)
             if record is not None:
                 self._check_host(record)
                 if self._active(record):
@@ -481,8 +449,7 @@ class SlurmTarget:
             # Slurm opens the output file but makes no directory.
             if self.settings.ssh_host is None:
                 Path(run.cluster_dir, "logs").mkdir(parents=True, exist_ok=True)
-                if not plan.checkpoint_dir.startswith("s3://"):
-                    claim(Path(plan.checkpoint_dir), run.path, plan.adopt_checkpoint_dir)
+                self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
             else:
                 self.scheduler.check(["mkdir", "-p", "--", f"{run.cluster_dir}/logs"])
             (run.path / "slurm-batch.sh").write_text(plan.script)
@@ -502,17 +469,6 @@ class SlurmTarget:
                     submitted_at=time.time(),
                 )
             )
-
-    @staticmethod
-    def _previous(run: SlurmRunDir, replace_corrupt: bool) -> SlurmRecord | None:
-        try:
-            return run.record_file.read()
-        except RecordCorrupt as exc:
-            if not replace_corrupt:
-                raise corrupt_record(exc) from None
-            aside = exc.path.with_name(f"{exc.path.name}.corrupt-{int(time.time())}")
-            exc.path.replace(aside)
-            return None
 
     def _check_host(self, record: SlurmRecord) -> None:
         if record.ssh_host != self.settings.ssh_host:
@@ -563,36 +519,24 @@ class SlurmTarget:
                 return SlurmEnd(state=state, exit_code=_exit_code(code))
         return None
 
-    def describe(self, job_name: str) -> JobState:
-        return self.follow(job_name, wait_seconds=0)
-
-    def follow(
-        self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
-    ) -> JobState:
-        """Poll the scheduler and read the job's output file as it grows, until the job
-        ends or `wait_seconds` pass (None: until it ends). Progress gets one report per
-        logged step, across requeues."""
-        run = self._run(job_name)
+    def _open(self, run: SlurmRunDir) -> SlurmRecord:  # type: ignore[override]
         record = run.require()
         self._check_host(record)
-        follower = LogFollower()
-        offset = 0
-        log = run.log(record.slurm_job_id)
+        return record
 
-        def look() -> tuple[SlurmRecord, SlurmEnd | None, bool]:
-            nonlocal offset
-            record = run.require()
-            state = record.end or self._scheduler_state(record)
-            done = state is None or state.state in FINAL_STATES
-            if done and record.end is None and state is not None:
-                record = self._keep_end(run, state)
-            chunk = self._read_from(log, offset)
-            offset += len(chunk)
-            follower.feed(chunk, progress, final=done)
-            return record, state, done
+    def _log_of(self, run: SlurmRunDir, record: SlurmRecord) -> str:  # type: ignore[override]
+        return run.log(record.slurm_job_id)
 
-        record, state, _ = poll_until(look, lambda seen: seen[2], wait_seconds, POLL_S)
-        return self._state(run, record, state, follower.metrics)
+    def _poll(  # type: ignore[override]
+        self, run: SlurmRunDir
+    ) -> tuple[SlurmRecord, bool, SlurmEnd | None]:
+        """Poll the scheduler (the job's log is read as it grows, across requeues)."""
+        record = run.require()
+        state = record.end or self._scheduler_state(record)
+        done = state is None or state.state in FINAL_STATES
+        if done and record.end is None and state is not None:
+            record = self._keep_end(run, state)
+        return record, done, state
 
     @staticmethod
     def _keep_end(run: SlurmRunDir, end: SlurmEnd) -> SlurmRecord:
@@ -603,8 +547,13 @@ class SlurmTarget:
         assert kept is not None
         return kept
 
-    def _state(
-        self, run: SlurmRunDir, record: SlurmRecord, slurm: SlurmEnd | None, metrics: RunMetrics
+    def _state(  # type: ignore[override]
+        self,
+        run: SlurmRunDir,
+        record: SlurmRecord,
+        slurm: SlurmEnd | None,
+        metrics: RunMetrics,
+        done: bool,
     ) -> JobState:
         job_name = run.job_name
         log = run.log(record.slurm_job_id)
@@ -626,12 +575,7 @@ class SlurmTarget:
             if slurm.state != "RUNNING":
                 message = f"{said}; restarts: {slurm.restarts}"
         elif record.cancel_requested_at is not None or slurm.state == "CANCELLED":
-            status, message = "cancelled", "cancelled"
-            if metrics.checkpoint_step is not None:
-                message += (
-                    f": checkpoint saved at step {metrics.checkpoint_step}; "
-                    "re-run the same job to resume"
-                )
+            status, message = "cancelled", cancelled_message(metrics)
         elif slurm.state in ("TIMEOUT", "PREEMPTED") or (
             metrics.preempted is not None or exit_code == EXIT_PREEMPTED
         ):
@@ -663,39 +607,12 @@ class SlurmTarget:
 
     # logs / cancel / list --------------------------------------------------
 
-    def _where(self, path: str) -> str:
+    def _where(self, path: str) -> str:  # type: ignore[override]
         return path if self.settings.ssh_host is None else f"{self.settings.ssh_host}:{path}"
-
-    def log_path(self, job_name: str) -> str:
-        run = self._run(job_name)
-        return self._where(run.log(run.require().slurm_job_id))
-
-    def logs(self, job_name: str, tail_lines: int | None = None, **options: object) -> str:
-        if options:  # the Target protocol's cluster options (replica, previous, ...)
-            raise ToolFailure(
-                ErrorCode.UNSUPPORTED_FOR_TARGET,
-                f"The Slurm target has one log per job; {', '.join(options)} do not apply.",
-                "Leave them out: the job's log holds every rank's lines.",
-            )
-        run = self._run(job_name)
-        record = run.require()
-        self._check_host(record)
-        return self._tail(run.log(record.slurm_job_id), tail_lines)
-
-    def _tail(self, log: str, tail_lines: int | None) -> str:
-        lines = self._read_from(log, 0).decode(errors="replace").splitlines()
-        if tail_lines is not None:
-            lines = lines[-tail_lines:]
-        return redact("\n".join(lines))
 
     def _read_from(self, path: str, offset: int) -> bytes:
         if self.settings.ssh_host is None:
-            try:
-                with open(path, "rb") as handle:
-                    handle.seek(offset)
-                    return handle.read()
-            except FileNotFoundError:
-                return b""
+            return super()._read_from(path, offset)
         done = self.scheduler.run(["tail", "-c", f"+{offset + 1}", "--", path])
         return done.stdout if done.returncode == 0 else b""
 
@@ -718,6 +635,3 @@ class SlurmTarget:
         self.scheduler.check(["scancel", str(record.slurm_job_id)])
         poll_until(lambda: self._active(record), lambda active: not active, grace_s + 30, POLL_S)
         return self.describe(job_name)
-
-    def list_jobs(self) -> list[JobState]:
-        return list_recorded_jobs(self.runs_dir, SLURM_RECORD, self.name, self.describe)
