@@ -51,7 +51,8 @@ from trainer.checkpoint import (
     set_rng_state,
 )
 from trainer.checkpoint_layout import CONFIG_FILE
-from trainer.config import ConfigError, TrainConfig, load_config
+from trainer.config import ConfigError, TrainConfig
+from trainer.config_loader import load_config
 from trainer.data import (
     PackedBatches,
     eval_batches,

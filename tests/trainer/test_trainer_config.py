@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from trainer.config import ConfigError, TrainConfig, parse_args
+from trainer.config import ConfigError, TrainConfig
+from trainer.config_loader import parse_args
 from trainer.metrics import MetricsEmitter, format_line
 from trainer.presets import PRESETS
 from trainer.train import DistEnv, lr_factor
