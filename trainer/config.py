@@ -22,6 +22,7 @@ from trainer.presets import PRESETS
 
 SHARDING_STRATEGIES = ("full", "shard_grad_op", "hybrid", "no_shard")
 AC_MODES = ("none", "selective", "full")
+REDUCE_DTYPES = ("float32", "bfloat16")
 
 
 class ConfigError(ValueError):
@@ -124,6 +125,9 @@ class OptimConfig:
     learning_rate: float = setting(3e-3, "peak AdamW learning rate", gt=0)
     weight_decay: float = setting(0.1, "AdamW weight decay (matrices only)", ge=0)
     warmup_steps: int = setting(10, "linear warmup steps before cosine decay", ge=0)
+    min_lr_ratio: float = setting(
+        0.1, "the cosine decay's floor, as a share of the peak learning rate", ge=0, le=1
+    )
     max_grad_norm: float = setting(1.0, "gradient clipping norm (0 = off)", ge=0)
     grad_accum_steps: int = setting(1, "micro-batches per optimizer step", ge=1)
 
@@ -137,6 +141,13 @@ class ParallelConfig:
     )
     activation_checkpointing: str = setting(
         "none", f"recompute activations in backward: {'|'.join(AC_MODES)}", choices=AC_MODES
+    )
+    # fp32 gradient reduction with bf16 parameters is the usual choice at scale: a sum
+    # over hundreds of ranks in bf16 loses the small gradients.
+    reduce_dtype: str = setting(
+        "float32",
+        f"dtype FSDP2 reduces gradients in: {'|'.join(REDUCE_DTYPES)}",
+        choices=REDUCE_DTYPES,
     )
     compile: bool = setting(False, "torch.compile each transformer block")
     cpu_offload: bool = setting(False, "keep params/grads/optimizer state on CPU")

@@ -242,7 +242,7 @@ def parallelize(model: Transformer, cfg: TrainConfig, device: torch.device, env:
     apply_fsdp(
         model,
         mesh,
-        devices.mixed_precision_policy(device.type, bf16_ok),
+        devices.mixed_precision_policy(device.type, bf16_ok, cfg.parallel.reduce_dtype),
         reshard_after_forward(strategy),
         cpu_offload=cfg.parallel.cpu_offload,
     )
@@ -253,7 +253,8 @@ def parallelize(model: Transformer, cfg: TrainConfig, device: torch.device, env:
 
 
 def lr_factor(step: int, warmup_steps: int, max_steps: int, min_ratio: float = 0.1) -> float:
-    """Multiplier on the peak LR for 0-based `step`: linear warmup, then cosine to 10%."""
+    """Multiplier on the peak LR for 0-based `step`: linear warmup, then cosine down to
+    `min_ratio` (--min_lr_ratio, 10% by default)."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
@@ -277,7 +278,12 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Any:
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        partial(lr_factor, warmup_steps=cfg.optim.warmup_steps, max_steps=cfg.max_steps),
+        partial(
+            lr_factor,
+            warmup_steps=cfg.optim.warmup_steps,
+            max_steps=cfg.max_steps,
+            min_ratio=cfg.optim.min_lr_ratio,
+        ),
     )
 
 

@@ -41,9 +41,11 @@ def every_field(tmp_path) -> dict[str, object]:
         "dataset_config_name": "wikitext-2-raw-v1",
         "tokenizer": str(tmp_path / "tokenizer.json"),
         "learning_rate": 0.0007,
+        "min_lr_ratio": 0.25,
         "grad_accum_steps": 2,
         "sharding_strategy": "hybrid",
         "activation_checkpointing": "selective",
+        "reduce_dtype": "bfloat16",
         "cpu_offload": True,
         "checkpoint_dir": str(tmp_path / "ckpt"),
         "checkpoint_freq": 5,
@@ -80,3 +82,33 @@ def test_trainer_argv_parses_in_the_trainers_parser_to_the_same_values(tmp_path,
             continue
         assert got == value, f"{name}: JobSpec {value!r} -> trainer {got!r}"
         assert type(got) is type(value), f"{name}: {type(value)} -> {type(got)}"
+
+
+def test_min_lr_ratio_reaches_the_lr_schedule(tmp_path):
+    import torch
+
+    from trainer.train import build_lr_scheduler
+
+    spec = JobSpec(job_name="floor", min_lr_ratio=0.0, max_steps=40)
+    cfg = load_config(trainer_argv(spec), environ={})
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = build_lr_scheduler(optimizer, cfg)
+    for _ in range(cfg.max_steps):
+        optimizer.step()
+        scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.0)  # the default floor is 0.1
+
+
+@pytest.mark.parametrize(
+    ("reduce_dtype", "expected"), [(None, "float32"), ("bfloat16", "bfloat16")]
+)
+def test_reduce_dtype_reaches_fsdps_mixed_precision_policy(reduce_dtype, expected):
+    import torch
+
+    from trainer.device import mixed_precision_policy
+
+    spec = JobSpec(job_name="reduce", reduce_dtype=reduce_dtype)
+    cfg = load_config(trainer_argv(spec), environ={})
+    assert cfg.parallel.reduce_dtype == expected
+    policy = mixed_precision_policy("cuda", True, cfg.parallel.reduce_dtype)
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, getattr(torch, expected))
