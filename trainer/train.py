@@ -20,7 +20,6 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from torch.distributed.tensor import DTensor
 from trainer import device as devices
 from trainer import hf
 from trainer import metrics as perf
-from trainer.checkpoint import Checkpointer, failure_summary, first_line
+from trainer.checkpoint import Checkpointer, failure_summary, first_line, staging_root
 from trainer.config import ConfigError, TrainConfig
 from trainer.config_loader import load_config
 from trainer.data import (
@@ -107,7 +106,7 @@ def _train(
         raise ConfigError("cpu_offload moves GPU memory to the host; this run has no GPU")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     data = build_data(cfg, tokenizer)
-    checkpointer, resume_from = build_checkpointer(cfg, emit, tokenizer)
+    checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer)
     model = build_model(cfg, load_weights=resume_from is None)
     parallelize(model, cfg, device, env)
     optimizer = build_optimizer(model, cfg)
@@ -181,11 +180,11 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer) -> Data:
 
 
 def build_checkpointer(
-    cfg: TrainConfig, emit: Emit, tokenizer: Tokenizer
+    cfg: TrainConfig, env: DistEnv, emit: Emit, tokenizer: Tokenizer
 ) -> tuple[Checkpointer | None, Path | None]:
     if not cfg.checkpoint.checkpoint_dir:
         return None, None
-    staging = Path(cfg.output_dir or tempfile.mkdtemp(prefix="trainer-")) / "checkpoints"
+    staging = staging_root(cfg.output_dir, cfg.checkpoint.checkpoint_dir, env.local_rank)
     checkpointer = Checkpointer(
         cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging
     )
