@@ -3,8 +3,9 @@
     setup (device, threads, process group)
     -> data (tokenize, pack, hold out)           build_data
     -> checkpoints: where to resume from         build_checkpointer
-    -> model (preset or HF weights)              build_model
+    -> model, on the meta device                 build_model
     -> parallelize: AC, compile, FSDP2           parallelize
+    -> this rank's shard: HF weights or random   init_weights
     -> AdamW + LR schedule                       build_optimizer, build_lr_scheduler
     -> restore the newest complete checkpoint    restore
     -> loop of train_step, with hooks            TrainLoop: log, evaluate, checkpoint, stop
@@ -51,6 +52,7 @@ from trainer.data import (
     tokenize_documents,
 )
 from trainer.distributed import DistEnv, StopRequest, init_distributed
+from trainer.materialize import build_meta_model, init_random, materialize
 from trainer.metrics import MetricsEmitter, format_line, memory_mb
 from trainer.model import Transformer, num_params
 from trainer.parallel import (
@@ -107,8 +109,9 @@ def _train(
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     data = build_data(cfg, tokenizer)
     checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer)
-    model = build_model(cfg, load_weights=resume_from is None)
+    model = build_model(cfg)
     parallelize(model, cfg, device, env)
+    init_weights(model, cfg, device, resuming=resume_from is not None)
     optimizer = build_optimizer(model, cfg)
     scheduler = build_lr_scheduler(optimizer, cfg)
     step = restore(checkpointer, resume_from, model, optimizer, scheduler, data.batches)
@@ -219,15 +222,26 @@ def restore(
 # --- model and parallelism --------------------------------------------------------------
 
 
-def build_model(cfg: TrainConfig, *, load_weights: bool) -> Transformer:
-    """Same seed on every rank -> identical init before sharding. Built on CPU in fp32;
-    fully_shard moves each rank's shard to its device. HF weights are loaded unless a
-    checkpoint will replace them anyway."""
-    torch.manual_seed(cfg.seed)
-    model = Transformer(cfg.model, rope_len=cfg.data.seq_len)
-    if cfg.model_name_or_path and load_weights:
+def build_model(cfg: TrainConfig) -> Transformer:
+    """The model's structure on `meta`: no rank ever allocates the whole model."""
+    return build_meta_model(cfg.model, rope_len=cfg.data.seq_len)
+
+
+def init_weights(
+    model: Transformer, cfg: TrainConfig, device: torch.device, resuming: bool
+) -> None:
+    """Allocate this rank's shards and fill them: HF weights read per shard, else the
+    seeded random init a full CPU build would give. A resume loads the checkpoint over
+    them, so it leaves them uninitialized."""
+    # With CPU offload the sharded parameters live in host memory.
+    init_device = torch.device("cpu") if cfg.parallel.cpu_offload else device
+    materialize(model, init_device, device)
+    if resuming:
+        return
+    if cfg.model_name_or_path:
         hf.load_hf_weights(model, cfg.model_name_or_path)
-    return model
+    else:
+        init_random(model, cfg.seed)
 
 
 def parallelize(model: Transformer, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:
