@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainer import storage
@@ -220,9 +221,7 @@ def tokenize_documents(docs: list[str], tokenizer: Tokenizer) -> torch.Tensor:
     return torch.tensor(list(itertools.chain.from_iterable(ids)), dtype=torch.long)
 
 
-def split_tokens(
-    tokens: torch.Tensor, validation_split: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+def split_tokens(tokens: Tokens, validation_split: float) -> tuple[Tokens, Tokens]:
     """(train, validation): the last `validation_split` share of the stream is held out.
 
     A fixed cut, not a random sample: every rank and every resumed run agree on it
@@ -238,8 +237,24 @@ def split_tokens(
 # --- batches --------------------------------------------------------------------------
 
 
-def _gather(tokens: torch.Tensor, starts: torch.Tensor, window: int) -> Batch:
-    rows = tokens[starts[:, None] + torch.arange(window)]
+# A token stream: an int64 tensor, or a (memory-mapped) numpy array of uint16/uint32
+# read window by window (token_cache.py).
+Tokens = torch.Tensor | np.ndarray
+
+
+def as_stream(tokens: Tokens | list[int]) -> Tokens:
+    """A numpy stream stays as it is (not read whole); anything else -> int64 tensor."""
+    if isinstance(tokens, np.ndarray):
+        return tokens
+    return torch.as_tensor(tokens, dtype=torch.long)
+
+
+def _gather(tokens: Tokens, starts: torch.Tensor, window: int) -> Batch:
+    index = starts[:, None] + torch.arange(window)
+    if isinstance(tokens, np.ndarray):
+        rows = torch.from_numpy(tokens[index.numpy()].astype(np.int64))
+    else:
+        rows = tokens[index]
     return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
@@ -262,7 +277,7 @@ class PackedBatches:
 
     def __init__(
         self,
-        tokens: torch.Tensor,
+        tokens: Tokens,
         seq_len: int,
         batch_size: int,
         rank: int,
@@ -273,7 +288,7 @@ class PackedBatches:
             raise ValueError("seq_len and batch_size must be >= 1")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        self.tokens = torch.as_tensor(tokens, dtype=torch.long)
+        self.tokens = as_stream(tokens)
         self.seq_len = seq_len
         self.window = seq_len + 1
         self.batch_size = batch_size
@@ -343,7 +358,7 @@ class PackedBatches:
 
 
 def eval_batches(
-    tokens: torch.Tensor,
+    tokens: Tokens,
     seq_len: int,
     batch_size: int,
     rank: int,
@@ -359,7 +374,7 @@ def eval_batches(
     the split into ranks, so 2 x 4 and 1 x 8 evaluate the same windows.
     """
     window = seq_len + 1
-    tokens = torch.as_tensor(tokens, dtype=torch.long)
+    tokens = as_stream(tokens)
     per_rank = (len(tokens) // window) // world_size
     n_batches = max(0, min(max_batches, per_rank // batch_size))
     batches = []

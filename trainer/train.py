@@ -46,6 +46,7 @@ from trainer.config_loader import load_config
 from trainer.data import (
     Batch,
     PackedBatches,
+    Tokens,
     eval_batches,
     load_documents,
     split_tokens,
@@ -62,6 +63,7 @@ from trainer.parallel import (
     build_mesh,
     reshard_after_forward,
 )
+from trainer.token_cache import cached_tokens, token_file
 from trainer.tokenizer import Tokenizer, load_tokenizer
 from trainer.train_state import check_same_model, restore_train_state, train_state
 
@@ -107,7 +109,7 @@ def _train(
     if cfg.parallel.cpu_offload and device.type != "cuda":
         raise ConfigError("cpu_offload moves GPU memory to the host; this run has no GPU")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
-    data = build_data(cfg, tokenizer)
+    data = build_data(cfg, tokenizer, env)
     checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer)
     model = build_model(cfg)
     parallelize(model, cfg, device, env)
@@ -150,8 +152,24 @@ class Data:
     held_out: list[Batch]  # this rank's evaluation batches (may be empty)
 
 
-def build_data(cfg: TrainConfig, tokenizer: Tokenizer) -> Data:
-    """Every rank tokenizes the dataset and takes its own windows."""
+def load_tokens(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Tokens:
+    """The dataset's token stream. The bundled corpus is tokenized in memory (it is
+    small); any other dataset once per host into a memory-mapped token file."""
+    data = cfg.data
+
+    def read_documents() -> list[str]:
+        return load_documents(data.dataset, data.dataset_config_name)
+
+    if data.dataset is None:
+        return tokenize_documents(read_documents(), tokenizer)
+    path = token_file(data.dataset, data.dataset_config_name, tokenizer, data.tokenizer)
+    return cached_tokens(
+        path, read_documents, tokenizer, env.local_rank, env.local_world_size, dist.barrier
+    )
+
+
+def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
+    """The token stream, cut into this rank's training windows and held-out batches."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     if cfg.model.vocab_size < tokenizer.n_vocab:
         raise ConfigError(
@@ -159,9 +177,7 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer) -> Data:
             f"pick a --model_type or --model_name_or_path whose vocabulary has at least "
             f"{tokenizer.n_vocab} entries, or another --tokenizer"
         )
-    tokens = tokenize_documents(
-        load_documents(cfg.data.dataset, cfg.data.dataset_config_name), tokenizer
-    )
+    tokens = load_tokens(cfg, tokenizer, env)
     train_tokens, val_tokens = split_tokens(tokens, cfg.data.validation_split)
     try:
         batches = PackedBatches(
