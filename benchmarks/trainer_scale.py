@@ -109,11 +109,12 @@ def measure_rss(work: Path) -> dict:
 
 
 def _corpus(path: Path, megabytes: int) -> None:
+    """A .jsonl corpus of ~64 KB documents."""
     line = "The quick brown fox jumps over the lazy dog; sharded data parallel training. "
-    block = (line * 128 + "\n") * 100
+    record = json.dumps({"text": line * 840}) + "\n"
     with path.open("w") as fh:
-        for _ in range(megabytes * 2**20 // len(block)):
-            fh.write(block)
+        for _ in range(megabytes * 2**20 // len(record)):
+            fh.write(record)
 
 
 def measure_corpus(work: Path, megabytes: int) -> dict:
@@ -121,7 +122,7 @@ def measure_corpus(work: Path, megabytes: int) -> dict:
     from trainer.token_cache import cached_tokens, token_file
     from trainer.tokenizer import ByteTokenizer
 
-    corpus = work / "corpus.txt"
+    corpus = work / "corpus.jsonl"
     _corpus(corpus, megabytes)
     tok = ByteTokenizer()
     result = {"corpus_mb": round(corpus.stat().st_size / 2**20)}

@@ -24,6 +24,8 @@ from trainer import storage
 from trainer.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
+# Documents per tokenizer call while building: bounds the ids held in memory.
+DOCS_PER_BATCH = 256
 
 
 def token_dtype(n_vocab: int) -> type[np.unsignedinteger]:
@@ -76,14 +78,17 @@ def _part(path: Path, index: int) -> Path:
 
 
 def write_part(path: Path, docs: list[str], tokenizer: Tokenizer, index: int, count: int) -> None:
-    """Tokenize slice `index` of `count` contiguous slices of `docs` into a part file."""
+    """Tokenize slice `index` of `count` contiguous slices of `docs` into a part file,
+    a batch of documents at a time (memory: one batch's ids, not the slice's)."""
     start, stop = len(docs) * index // count, len(docs) * (index + 1) // count
     dtype = token_dtype(tokenizer.n_vocab)
-    ids = tokenizer.encode_batch(docs[start:stop])
-    flat = np.concatenate([np.asarray(doc, dtype=dtype) for doc in ids] or [np.zeros(0, dtype)])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _part(path, index).with_suffix(f".tmp{os.getpid()}")
-    flat.tofile(tmp)
+    with tmp.open("wb") as out:
+        for first in range(start, stop, DOCS_PER_BATCH):
+            ids = tokenizer.encode_batch(docs[first : min(first + DOCS_PER_BATCH, stop)])
+            for doc in ids:
+                np.asarray(doc, dtype=dtype).tofile(out)
     tmp.replace(_part(path, index))
 
 
