@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,24 @@ def render_chat(messages: Any) -> str:
     return "".join(blocks)
 
 
-def _record_text(record: Any) -> str:
+ChatRenderer = Callable[[Any], str]
+
+
+def chat_renderer(tokenizer: Tokenizer) -> ChatRenderer:
+    """How chat records become text for this tokenizer: its own chat template (the
+    format the model sees at inference) when it has one, else render_chat."""
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None:
+        return render_chat
+
+    def render(messages: Any) -> str:
+        render_chat(messages)  # the same checks of the records' shape
+        return template(messages)
+
+    return render
+
+
+def _record_text(record: Any, chat: ChatRenderer = render_chat) -> str:
     """The document in one JSONL record / hub row: its `text`, else its `messages`."""
     if not isinstance(record, dict):
         raise ValueError("expected a JSON object")
@@ -91,11 +108,11 @@ def _record_text(record: Any) -> str:
             raise ValueError("'text' must be a string")
         return record["text"]
     if "messages" in record:
-        return render_chat(record["messages"])
+        return chat(record["messages"])
     raise ValueError("expected a 'text' string or a chat 'messages' list")
 
 
-def _read_jsonl(path: Path) -> list[str]:
+def _read_jsonl(path: Path, chat: ChatRenderer) -> list[str]:
     docs = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -108,16 +125,16 @@ def _read_jsonl(path: Path) -> list[str]:
                     f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
                 ) from exc
             try:
-                docs.append(_record_text(record))
+                docs.append(_record_text(record, chat))
             except ValueError as exc:
                 raise ConfigError(f"{path}:{lineno}: bad record: {exc}") from exc
     return docs
 
 
-def _read_file(path: Path) -> list[str]:
+def _read_file(path: Path, chat: ChatRenderer) -> list[str]:
     try:
         if path.suffix == ".jsonl":
-            return _read_jsonl(path)
+            return _read_jsonl(path, chat)
         if path.suffix == ".txt":
             return [path.read_text(encoding="utf-8")]
     except UnicodeDecodeError as exc:
@@ -128,9 +145,9 @@ def _read_file(path: Path) -> list[str]:
     )
 
 
-def _read_local(path: Path) -> list[str]:
+def _read_local(path: Path, chat: ChatRenderer) -> list[str]:
     if not path.is_dir():
-        return _read_file(path)
+        return _read_file(path, chat)
     # Recursive and sorted by relative path: the same documents in the same order on
     # every rank and every run. Other files (.json metadata, READMEs) and hidden ones
     # (editor/OS litter such as ._a.txt) are skipped.
@@ -146,10 +163,10 @@ def _read_local(path: Path) -> list[str]:
     )
     if not files:
         raise ConfigError(f"dataset directory {path} has no .txt or .jsonl files")
-    return [doc for f in files for doc in _read_file(f)]
+    return [doc for f in files for doc in _read_file(f, chat)]
 
 
-def _load_hub(name: str, config_name: str | None) -> list[str]:
+def _load_hub(name: str, config_name: str | None, chat: ChatRenderer) -> list[str]:
     try:
         import datasets  # optional and heavy (pyarrow): only hub datasets need it
     except ImportError as exc:
@@ -174,19 +191,22 @@ def _load_hub(name: str, config_name: str | None) -> list[str]:
     docs = []
     for i, value in enumerate(ds[column]):
         try:
-            docs.append(_record_text({column: value}))
+            docs.append(_record_text({column: value}, chat))
         except ValueError as exc:
             raise ConfigError(f"hub dataset {name!r} row {i}: {exc}") from exc
     return docs
 
 
-def load_documents(dataset: str | None, config_name: str | None = None) -> list[str]:
+def load_documents(
+    dataset: str | None, config_name: str | None = None, chat: ChatRenderer = render_chat
+) -> list[str]:
     """The documents of `--dataset`, in a fixed order.
 
     None              the bundled English corpus
     file.txt          one document
     file.jsonl        one document per line: {"text": "..."} or
-                      {"messages": [{"role": "user", "content": "..."}, ...]} (render_chat)
+                      {"messages": [{"role": "user", "content": "..."}, ...]} (`chat`:
+                      render_chat, or chat_renderer(tokenizer))
     directory         every .txt/.jsonl below it, sorted by relative path
     s3://bucket/key   an object or a prefix of them, downloaded (storage.fetch)
     org/name          a Hugging Face hub dataset (needs `datasets`), split "train",
@@ -202,13 +222,13 @@ def load_documents(dataset: str | None, config_name: str | None = None) -> list[
             local = storage.fetch(dataset)
         except FileNotFoundError as exc:
             raise ConfigError(f"dataset {dataset!r}: no objects there") from exc
-        docs = _read_local(local)
+        docs = _read_local(local, chat)
     elif Path(dataset).expanduser().exists():
-        docs = _read_local(Path(dataset).expanduser())
+        docs = _read_local(Path(dataset).expanduser(), chat)
     elif Path(dataset).suffix in (*DATA_SUFFIXES, ".json") or dataset.startswith(("/", ".", "~")):
         raise ConfigError(f"dataset {dataset!r} does not exist")
     else:
-        docs = _load_hub(dataset, config_name)
+        docs = _load_hub(dataset, config_name, chat)
     docs = [d for d in docs if d.strip()]
     if not docs:
         raise ConfigError(f"dataset {dataset!r} has no non-empty documents")

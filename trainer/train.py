@@ -47,6 +47,7 @@ from trainer.data import (
     Batch,
     PackedBatches,
     Tokens,
+    chat_renderer,
     eval_batches,
     load_documents,
     split_tokens,
@@ -158,7 +159,7 @@ def load_tokens(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Tokens:
     data = cfg.data
 
     def read_documents() -> list[str]:
-        return load_documents(data.dataset, data.dataset_config_name)
+        return load_documents(data.dataset, data.dataset_config_name, chat_renderer(tokenizer))
 
     if data.dataset is None:
         return tokenize_documents(read_documents(), tokenizer)
