@@ -56,7 +56,7 @@ ALLOWED: dict[str, str] = {
 # they suggest must be ones deploy takes. These are known, reported to the trainer's
 # owner, and may only go away; each entry names the file and what to say instead.
 TRAINER_ONLY: dict[tuple[str, str], str] = {
-    ("trainer/config.py", "--config"): "the trainer's own YAML option: deploy never passes "
+    ("trainer/config_loader.py", "--config"): "the trainer's own YAML option: deploy never passes "
     "--config, so only a direct `python -m trainer` user can get this error",
 }
 
@@ -81,7 +81,7 @@ def mcp_server_flags() -> frozenset[str]:
 
 @cache
 def trainer_flags() -> frozenset[str]:
-    from trainer.config import build_parser as trainer_parser
+    from trainer.config_loader import build_parser as trainer_parser
 
     return frozenset(_flags_of(trainer_parser()))
 
