@@ -70,6 +70,11 @@ def client_target(
     skills_dir = (project / ".opencode" if scope == "project" else config_home) / "skills"
     entry = {"type": "local", "command": argv, "enabled": True}
     return ClientTarget(
-        client, scope, base / "opencode.json", "mcp", entry, skills_dir,
+        client,
+        scope,
+        base / "opencode.json",
+        "mcp",
+        entry,
+        skills_dir,
         {"$schema": OPENCODE_SCHEMA},
     )

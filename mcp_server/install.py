@@ -130,9 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": str(target.config),
         "skills_dir": str(target.skills_dir),
         "entry": {SERVER_NAME: target.entry},
-        "changes": [
-            {k: str(v) for k, v in asdict(c).items() if k != "text"} for c in changes
-        ],
+        "changes": [{k: str(v) for k, v in asdict(c).items() if k != "text"} for c in changes],
     }
 
 
@@ -152,17 +150,29 @@ def summary(report: dict[str, Any]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} install", description=__doc__,
+        prog=f"{PROG} install",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=("install", "uninstall"))
     parser.add_argument("--client", required=True, choices=CLIENTS)
-    parser.add_argument("--scope", default="project", choices=SCOPES,
-                        help="project: files in --dir; user: in your home (default project).")
-    parser.add_argument("--dir", metavar="PATH",
-                        help="The project folder, also the server's workspace (default: here).")
-    parser.add_argument("--dry_run", "--dry-run", action="store_true",
-                        help="Print what would change; write nothing.")
+    parser.add_argument(
+        "--scope",
+        default="project",
+        choices=SCOPES,
+        help="project: files in --dir; user: in your home (default project).",
+    )
+    parser.add_argument(
+        "--dir",
+        metavar="PATH",
+        help="The project folder, also the server's workspace (default: here).",
+    )
+    parser.add_argument(
+        "--dry_run",
+        "--dry-run",
+        action="store_true",
+        help="Print what would change; write nothing.",
+    )
     parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
     return parser
 

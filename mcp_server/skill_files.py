@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+import skills
 from skills.shared.errors import ErrorCode, ToolFailure
 
 SKILL_FILE = "SKILL.md"
@@ -23,7 +24,7 @@ DESCRIPTION_MAX = 1024
 RESERVED_WORDS = ("anthropic", "claude")
 _XML_TAG = re.compile(r"<[A-Za-z/!?]")
 _FRONTMATTER = re.compile(r"\A---\r?\n(.*?)\r?\n---\r?\n", re.DOTALL)
-SKILLS_ROOT = Path(__file__).resolve().parent.parent / "skills"
+SKILLS_ROOT = Path(skills.__file__).resolve().parent
 
 
 @dataclass(frozen=True)
