@@ -347,11 +347,33 @@ def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
         info = pod_info(pod, master)
         if info.name:
             pods[info.name], raw[info.name] = info, pod
+    signals, scan, cut_logs = _signals(snap, pods, raw)
+    drafts = _drafts(signals)
+    findings = [_finding(d, pods.get(d.pod or "")) for d in _root_cause_first(drafts, pods)]
+    diagnosis = Diagnosis(
+        job_name=_str(_get(snap.job, "metadata", "name")) or None,
+        namespace=_str(_get(snap.job, "metadata", "namespace")) or None,
+        job_status=_job_status(snap.job),
+        pods=len(pods),
+        findings=findings,
+        log_chars_scanned=scan.chars,
+        logs_cut=cut_logs,
+    )
+    diagnosis.summary = (
+        findings[0].one_line() if findings else "no known failure signature in the snapshot"
+    )
+    return diagnosis
+
+
+def _signals(
+    snap: Snapshot, pods: dict[str, PodInfo], raw: dict[str, Any]
+) -> tuple[list[Signal], LogScan, list[str]]:
+    """Every signal of the snapshot: events, pod statuses, log lines (with what was scanned
+    and which logs were cut)."""
     by_node: dict[str, list[str]] = {}
     for info in pods.values():
         if info.node:
             by_node.setdefault(info.node, []).append(info.name)
-
     signals: list[Signal] = list(_event_signals(snap.events, pods, by_node))
     for name, pod in raw.items():
         signals += _pod_signals(pod, pods[name])
@@ -364,7 +386,11 @@ def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
         scan.chars += min(len(text), MAX_SCAN)
         if cut:
             cut_logs.append(key)
+    return signals, scan, cut_logs
 
+
+def _drafts(signals: list[Signal]) -> dict[tuple[str | None, str], _Draft]:
+    """One draft finding per (pod, code): its strongest role, earliest time, evidence."""
     drafts: dict[tuple[str | None, str], _Draft] = {}
     for signal in signals:
         row = _match(signal)
@@ -390,7 +416,12 @@ def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
             line = _evidence(signal)
             if line not in draft.evidence:
                 draft.evidence.append(line)
+    return drafts
 
+
+def _root_cause_first(
+    drafts: dict[tuple[str | None, str], _Draft], pods: dict[str, PodInfo]
+) -> list[_Draft]:
     # A generic Python error says nothing more when the pod shows a specific failure.
     specific = {d.pod for d in drafts.values() if d.role != "fallback" and d.role != "warning"}
     kept = [d for d in drafts.values() if not (d.role == "fallback" and d.pod in specific)]
@@ -406,20 +437,7 @@ def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
             d.pod or "",
         )
 
-    findings = [_finding(d, pods.get(d.pod or "")) for d in sorted(kept, key=order)]
-    diagnosis = Diagnosis(
-        job_name=_str(_get(snap.job, "metadata", "name")) or None,
-        namespace=_str(_get(snap.job, "metadata", "namespace")) or None,
-        job_status=_job_status(snap.job),
-        pods=len(pods),
-        findings=findings,
-        log_chars_scanned=scan.chars,
-        logs_cut=cut_logs,
-    )
-    diagnosis.summary = (
-        findings[0].one_line() if findings else "no known failure signature in the snapshot"
-    )
-    return diagnosis
+    return sorted(kept, key=order)
 
 
 def _finding(draft: _Draft, info: PodInfo | None) -> Finding:
