@@ -1,0 +1,1 @@
+"""Cloud SDK client factories (AWS, Docker) from the standard environment."""
