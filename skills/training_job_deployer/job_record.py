@@ -8,11 +8,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from skills.shared import processes
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.record_store import RecordCorrupt, RecordFile
+from skills.shared.secrets import mask_data
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
 
@@ -55,6 +56,7 @@ class JobRecord(BaseModel):
 
     job_name: JobName
     attempt: int = Field(ge=1, le=100_000)
+    # Secrets masked as in logs: the supervisor runs the plan it was handed, never this.
     argv: list[str] = Field(description="What the supervisor runs, for people to read.")
     submitted_at: float
     supervisor: ProcessIdentity | None = None
@@ -66,6 +68,11 @@ class JobRecord(BaseModel):
     failure: JobFailure | None = None
     # The last lines the supervisor could not write to the log (a full disk).
     unlogged_tail: list[str] = Field(default_factory=list, max_length=40)
+
+    @field_validator("argv")
+    @classmethod
+    def _masked_argv(cls, argv: list[str]) -> list[str]:
+        return mask_data(argv)
 
     @property
     def ended(self) -> bool:
