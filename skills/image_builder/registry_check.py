@@ -184,11 +184,18 @@ def _bearer_token(
     if params.get("service"):
         query["service"] = params["service"]
     request = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(query)}")
-    if creds:
+    if creds and _private_channel(realm):
         request.add_header("Authorization", creds.basic())
     with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
         body = json.loads(response.read() or b"{}")
     return body.get("token") or body.get("access_token")
+
+
+def _private_channel(url: str) -> bool:
+    """Whether credentials may travel to `url` (a token realm the registry names): over
+    HTTPS, or plain HTTP on this host only."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "https" or (parts.scheme == "http" and _scheme(parts.netloc) == "http")
 
 
 def _registry_message(body: bytes, status: int) -> str:
