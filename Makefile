@@ -38,8 +38,12 @@ system-deps:
 demo: setup
 	$(PY) commands/deploy_training_job.py --target local --job_name demo
 
+# One worker per core (pytest-xdist, a file per worker at a time; see tests/conftest.py).
+# Exit 5 is "no tests collected" (a selection that matched none), not a failure.
+TEST_WORKERS ?= auto
+
 test: system-deps setup-dev
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) || [ $$? -eq 5 ]
 
 bench: setup-dev
 	$(PY) benchmarks/mcp_cold_start.py
@@ -57,6 +61,8 @@ bench: setup-dev
 
 lint: setup-dev
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
+	$(PY) -m basedpyright --pythonpath $(PY)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

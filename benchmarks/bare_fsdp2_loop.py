@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.fsdp import fully_shard
 
-from trainer.config import load_config
+from trainer.config_loader import load_config
 from trainer.hf import hf_config_from_model
 from trainer.model import Transformer
 from trainer.parallel import apply_fsdp, build_mesh

@@ -27,7 +27,7 @@ REPEATS = 3
 def per_node_baseline(kubeconfig: str) -> None:
     from kubernetes import client
 
-    from skills.shared.clients import kube_api_client
+    from skills.kube.access import kube_api_client
 
     core = client.CoreV1Api(kube_api_client(kubeconfig))
     for node in core.list_node().items:

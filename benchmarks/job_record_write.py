@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from skills.training_job_deployer.job_record import (  # noqa: E402
+from skills.training_job_deployer.targets.local.record import (  # noqa: E402
     JobRecord,
     ProcessIdentity,
     RunDir,

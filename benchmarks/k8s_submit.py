@@ -60,8 +60,8 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 
 def main() -> None:
-    from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-    from skills.training_job_deployer.kubernetes_target import KubernetesTarget
+    from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
+    from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 
     with kube_server() as kube, tempfile.TemporaryDirectory(prefix="fsdp-bench-") as tmp:
         env = {**os.environ, **kube.env, "PYTHONPATH": str(ROOT)}

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from skills.training_job_deployer.failure_signatures import rows_for  # noqa: E402
-from skills.training_job_deployer.pod_doctor import diagnose  # noqa: E402
+from skills.job_doctor.diagnose import diagnose  # noqa: E402
+from skills.job_doctor.failure_signatures import rows_for  # noqa: E402
 from tests.fixtures.pod_doctor import snapshots as fx  # noqa: E402
 
 RUNS = 5

@@ -65,10 +65,10 @@ def tag_flag() -> str:
 def pull_cache() -> int:
     """Pull the repository's newest image so its layers are local (best effort: a cache
     miss only makes the build slower, never fails it)."""
+    from skills.cloud.clients import docker_client
     from skills.cloud.registry_credentials import credentials_for, normalize_host
     from skills.ecr_publisher.push import REGISTRY_HOST_ENV, ecr_login
     from skills.ecr_publisher.repository import ecr_client, latest_image
-    from skills.shared.clients import docker_client
 
     try:
         repository, region = os.environ["ECR_REPOSITORY"], os.environ["AWS_REGION"]

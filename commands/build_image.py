@@ -10,11 +10,11 @@ from typing import Annotated
 
 from pydantic import Field
 
+from commands._cli import main_for
 from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
 from skills.image_builder.registry_check import MIRROR_PATTERN
 from skills.image_builder.tags import REPOSITORY_PATTERN, TAG_PATTERN, TagStrategy
-from skills.shared.cli import main_for
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool

@@ -9,9 +9,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
+from skills.operations.operation_state import OperationId, OperationState
 from skills.shared.confirm import require_confirm
-from skills.shared.operation_state import OperationId, OperationState
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 
@@ -33,7 +33,7 @@ def cancel_operation(
     reported as it is.
     """
     require_confirm(confirm, f"Cancelling {operation_id!r} stops its work part-way.")
-    from skills.shared import operations  # the store loads on first use
+    from skills.operations import operations  # the store loads on first use
 
     return OperationState.of(operations.cancel(operation_id))
 

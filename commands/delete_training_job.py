@@ -9,14 +9,14 @@ from typing import Annotated
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.confirm import require_confirm
-from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets import TargetSettings, get_target
+from skills.training_job_deployer.targets.base import Capability
+from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
 
 @tool(read_only=False, destructive=True, idempotent=False)
@@ -35,17 +35,11 @@ def delete_training_job(
     last state.
     """
     runner = get_target(target)
-    delete = getattr(runner, "delete", None)
-    if delete is None:
-        raise ToolFailure(
-            ErrorCode.UNSUPPORTED_FOR_TARGET,
-            f"The {runner.name} target has no delete.",
-            "Use cancel_training_job to stop the job.",
-        )
+    runner.require(Capability.DELETE)
     require_confirm(
         confirm, f"Deleting {job_name!r} removes the job and its pods (a running job stops)."
     )
-    return delete(job_name)
+    return runner.delete(job_name)
 
 
 main = main_for(delete_training_job)

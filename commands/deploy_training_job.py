@@ -10,14 +10,14 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
+from skills.job_doctor.auto_retry import require_support
+from skills.job_doctor.auto_retry import run as auto_retry_loop
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, tool
-from skills.training_job_deployer.auto_retry import require_support
-from skills.training_job_deployer.auto_retry import run as auto_retry_loop
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
-from skills.training_job_deployer.targets import DeployResult, DeploySettings, get_target
+from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings, get_target
 
 
 @tool(read_only=False, long=True)
@@ -108,7 +108,7 @@ def _as_operation(
 ) -> DeployResult:
     """This same call, detached as an operation (its worker runs the loop to the end); the
     result once it ended within wait_seconds, else how to follow it."""
-    from skills.shared import operations
+    from skills.operations import operations
     from skills.shared.tooling import spec_of
 
     arguments = {
@@ -121,7 +121,7 @@ def _as_operation(
         "wait_seconds": wait_seconds,
     }
     state = operations.call(spec_of(deploy_training_job), arguments, progress)
-    if state.result is not None:
+    if isinstance(state.result, DeployResult):  # the operation's model typed it so
         return state.result.model_copy(update={"operation_id": state.operation_id})
     if state.status == "running":
         return DeployResult(

@@ -13,16 +13,17 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
+from skills.job_doctor.diagnose import Diagnosis, diagnose, validate_snapshot
 from skills.shared.errors import ErrorCode, ToolFailure, bad_fields
 from skills.shared.files import atomic_write_text
 from skills.shared.paths import LocalPath
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
-from skills.shared.tooling import Flatten, tool
+from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-from skills.training_job_deployer.pod_doctor import Diagnosis, diagnose, validate_snapshot
+from skills.training_job_deployer.targets.base import Capability
+from skills.training_job_deployer.targets.registry import DoctorSettings, get_target
 
 # A snapshot file larger than this is not one this tool wrote (logs are tailed).
 MAX_SNAPSHOT_BYTES = 512 * 2**20
@@ -59,7 +60,7 @@ class DiagnosisResult(Diagnosis, ToolResult):
 def diagnose_training_job(
     *,
     job_name: JobName | None = None,
-    cluster: Annotated[KubernetesSettings, Flatten("target", description="The cluster:")],
+    cluster: DoctorSettings,
     snapshot: Annotated[
         str | None,
         _PATH,
@@ -93,19 +94,20 @@ def diagnose_training_job(
         data = _read_snapshot(Path(snapshot).expanduser())
         return DiagnosisResult(source=f"snapshot {snapshot}", **_fields(diagnose(data)))
 
-    from skills.training_job_deployer.job_snapshot import redacted
-    from skills.training_job_deployer.kubernetes_target import KubernetesTarget
+    from skills.job_doctor.snapshot import redacted
 
-    namespace = cluster.namespace
-    progress.report(0, 2, f"reading {namespace}/{job_name}")
-    data = KubernetesTarget(cluster).snapshot(job_name)  # type: ignore[arg-type]
+    runner = get_target(cluster)
+    runner.require(Capability.SNAPSHOT, field="job_name")
+    where = runner.place(job_name)
+    progress.report(0, 2, f"reading {where}")
+    data = runner.snapshot(job_name)
     progress.report(1, 2, "diagnosing")
     saved = None
     if save_snapshot is not None:
         data = redacted(data)
         saved = str(_write_snapshot(Path(save_snapshot), data))
     result = DiagnosisResult(
-        source=f"cluster {namespace}/{job_name}", saved_snapshot=saved, **_fields(diagnose(data))
+        source=f"cluster {where}", saved_snapshot=saved, **_fields(diagnose(data))
     )
     progress.report(2, 2, result.summary)
     return result

@@ -9,10 +9,10 @@ from typing import Annotated
 
 from pydantic import Field
 
+from commands._cli import main_for
 from skills.codebuild_pipeline.builds import get_build
 from skills.codebuild_pipeline.inputs import Region, check_region
 from skills.codebuild_pipeline.models import CodeBuildBuild
-from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-from skills.shared.cli import main_for
-from skills.shared.operation_state import OperationId, OperationState
+from commands._cli import main_for
+from skills.operations.operation_state import OperationId, OperationState
 from skills.shared.progress import Progress
 from skills.shared.tooling import WaitSeconds, tool
 
@@ -23,7 +23,7 @@ def get_operation(
 
     wait_seconds > 0 follows it (streaming progress) until it ends or the time passes.
     """
-    from skills.shared import operations  # the store loads on first use
+    from skills.operations import operations  # the store loads on first use
 
     return OperationState.of(operations.wait(operation_id, wait_seconds, progress))
 

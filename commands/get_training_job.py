@@ -5,12 +5,12 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import WaitSeconds, tool
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets import TargetSettings, get_target
+from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
 
 @tool(read_only=True, idempotent=True, long=True)

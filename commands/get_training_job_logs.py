@@ -9,12 +9,12 @@ from typing import Annotated
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobLogs
-from skills.training_job_deployer.targets import TargetSettings, get_target
+from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
 
 @tool(read_only=True, idempotent=True)

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from skills.shared.cli import main_for
-from skills.shared.operation_state import OperationState, OperationStatus
+from commands._cli import main_for
+from skills.operations.operation_state import OperationState, OperationStatus
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
@@ -40,7 +40,7 @@ def list_operations(
 ) -> OperationList:
     """List long operations (builds, pushes, test runs) recorded here, newest first:
     their ids, status and progress. get_operation gives one in full."""
-    from skills.shared import operations  # the store loads on first use
+    from skills.operations import operations  # the store loads on first use
 
     found = operations.list_records(tool=tool_name, status=status)[:limit]
     return OperationList(operations=[OperationState.of(record) for record in found])

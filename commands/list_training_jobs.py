@@ -7,12 +7,12 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 
 from typing import Any
 
-from skills.shared.cli import main_for
+from commands._cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets import TargetSettings, get_target
+from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
 
 class JobList(ToolResult):

@@ -6,112 +6,77 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
+from commands import _eks_params as p
+from commands._cli import run_cli
 from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.models import ClusterReport
-from skills.shared.cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.paths import LocalPath
 from skills.shared.progress import NullProgress, Progress
-from skills.shared.tooling import WaitSeconds, tool
-from skills.shared.validators import grammar
+from skills.shared.tooling import spec_of, tool
 
 Action = Literal[
     "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config"
 ]
-_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
-_DNS = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
-_PATH = r"[^\x00\n]{1,4096}"
-
-
-def _within(lo: int, hi: int) -> AfterValidator:
-    def check(value: int | None) -> int | None:
-        if value is not None and not lo <= value <= hi:
-            raise ValueError(f"not within {lo}..{hi}")
-        return value
-
-    return AfterValidator(check)
-
-
-def _size(description: str) -> object:
-    return Annotated[int | None, Field(description=description), _within(0, 1000)]
-
-
-# The schema says what a field is; the rules stay in validators (no bytes in tools/list).
-# The one WaitSeconds, with this tool's own description (only nccl_test waits).
-Wait = Annotated[WaitSeconds, Field(description="nccl_test: seconds to wait, then poll.")]
-
-
-def _str(description: str, pattern: str, what: str = "a name") -> object:
-    return Annotated[str | None, Field(description=description), grammar(pattern, what)]
-
-
-def _path(description: str, writable: bool) -> object:
-    return Annotated[
-        str | None,
-        Field(description=description),
-        grammar(_PATH, "a path"),
-        LocalPath(writable=writable),
-    ]
 
 
 @tool(read_only=False, destructive=True, long=True)
 def manage_eks_cluster(
     *,
     action: Annotated[Action, Field(description="See above.")] = "validate",
-    cluster_name: _str("EKS cluster.", _NAME) = None,
-    region: _str("AWS region.", r"[a-z]{2}(-[a-z]+)+-\d", "a region") = None,
-    kubeconfig: _path("To use; action=kubeconfig writes it.", True) = None,
-    context: _str("Kubeconfig context.", r"[^\s]{1,253}", "a context") = None,
-    namespace: Annotated[
-        str, Field(description="For PVC, etcd, NCCL job."), grammar(_DNS, "a namespace")
-    ] = "default",
-    validate_components: Annotated[bool, Field(description="= action validate.")] = False,
-    auto_fix: Annotated[bool, Field(description="Apply fixes of failed checks.")] = False,
-    confirm: Annotated[bool, Field(description="Apply auto_fix; scale to 0; run eksctl.")] = False,
-    checkpoint_pvc: _str("PVC that must be Bound.", _DNS, "a PVC name") = None,
-    rdzv_backend: Annotated[
-        Literal["c10d", "etcd"], Field(description="etcd: check its Service.")
-    ] = "c10d",
-    nodegroup: _str("For scale.", _NAME) = None,
-    min_size: _size("Node group min.") = None,
-    max_size: _size("Max.") = None,
-    desired_size: _size("Desired.") = None,
-    nodes: Annotated[int, Field(description="GPU nodes."), _within(1, 256)] = 2,
-    instance_type: _str("e.g. p5.48xlarge.", r"[a-z0-9.-]{1,40}", "an instance type") = None,
-    image: _str("Image with torch for nccl_test.", r"[^\s]{1,255}", "an image") = None,
-    nccl_output: _path("all_reduce_perf output to analyze.", False) = None,
-    volume_size: Annotated[int, Field(description="GPU node GiB."), _within(20, 16384)] = 500,
-    capacity_reservation_id: _str("cr-...", r"cr-[0-9a-f]{8,17}", "cr-<hex>") = None,
-    output: _path("eksctl config file to write.", True) = None,
-    wait_seconds: Wait = None,
+    cluster_name: p.ClusterName = None,
+    region: p.Region = None,
+    kubeconfig: p.kubeconfig(writes=True) = None,
+    context: p.Context = None,
+    namespace: p.Namespace = "default",
+    auto_fix: Annotated[bool, Field(description="= action auto_fix.")] = False,
+    confirm: Annotated[
+        bool, Field(description="Apply auto_fix; scale to 0; re-point a context; run eksctl.")
+    ] = False,
+    checkpoint_pvc: p.CheckpointPvc = None,
+    rdzv_backend: p.RdzvBackend = "c10d",
+    nodegroup: p.text("For scale.", p.NAME) = None,
+    min_size: p.size("Node group min.") = None,
+    max_size: p.size("Max.") = None,
+    desired_size: p.size("Desired.") = None,
+    nodes: Annotated[int, Field(description="GPU nodes."), p.within(1, 256)] = 2,
+    instance_type: p.InstanceType = None,
+    image: p.text("Image with torch for nccl_test.", r"[^\s]{1,255}", "an image") = None,
+    nccl_output: p.NcclOutput = None,
+    volume_size: Annotated[int, Field(description="GPU node GiB."), p.within(20, 16384)] = 500,
+    capacity_reservation_id: p.text("cr-...", r"cr-[0-9a-f]{8,17}", "cr-<hex>") = None,
+    output: p.path("eksctl config file to write.", True) = None,
+    wait_seconds: p.Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
-    """Check and fix a GPU cluster for FSDP jobs (EKS: cluster_name; any: kubeconfig).
-    action: describe; validate (checks, evidence, fix); auto_fix (plan; confirm applies);
-    nccl_test (busbw verdict; job as operation, or nccl_output); scale; kubeconfig (no
-    aws CLI); create_config (eksctl)."""
+    """Check, fix and change a GPU cluster for FSDP jobs (EKS: cluster_name; any:
+    kubeconfig). Reads only: inspect_eks_cluster. action: describe; validate; auto_fix
+    (a plan; confirm applies); nccl_test (job as operation, or nccl_output); scale;
+    kubeconfig (writes the named file; no aws CLI); create_config (eksctl)."""
     progress = progress or NullProgress()
     access = actions.Access(cluster_name, region, None, kubeconfig, context)
     options = Options(namespace=namespace, checkpoint_pvc=checkpoint_pvc, rdzv_backend=rdzv_backend)
-    if action == "validate" and auto_fix:
-        action = "auto_fix"  # the seed's `--validate_components --auto_fix`: plan and apply
-        confirm = True
+    if auto_fix and action == "validate":
+        action = "auto_fix"  # what it changes is a plan until confirm says apply
     if action == "describe":
         return actions.describe(access, progress)
     if action == "validate":
         return actions.validate(access, options, progress)
     if action == "auto_fix":
-        return actions.auto_fix(access, options, confirm or auto_fix, progress)
+        return actions.auto_fix(access, options, confirm, progress)
     if action == "scale":
         return actions.scale(access, nodegroup, (min_size, max_size, desired_size), confirm)
     if action == "kubeconfig":
-        return actions.kubeconfig(access)
+        _need(kubeconfig, "kubeconfig", "kubeconfig", "Name the kubeconfig file to write "
+              "(the CLI's default: $KUBECONFIG, else ~/.kube/config).")  # fmt: skip
+        return actions.kubeconfig(access, confirm)
     if action == "nccl_test":
         return _nccl(
             access, namespace, nodes, instance_type, image, nccl_output, wait_seconds, progress
@@ -135,9 +100,9 @@ def _need(value: str | None, field: str, action: str, hint: str) -> str:
 def _gpu_nodes_for(access: actions.Access, instance_type: str, nodes: int) -> str:
     """Enough Ready nodes of that instance type (one list of nodes) before a job waits
     for them; returns the type as the nodes' label spells it (HyperPod: `ml.`)."""
+    from skills.catalog.instances import instance_spec
     from skills.eks_cluster_manager.checks import known_instance
-    from skills.image_builder.compat import instance_spec
-    from skills.shared.gpu_nodes import node_gpu_facts
+    from skills.kube.gpu_nodes import node_gpu_facts
 
     wanted = instance_spec(instance_type)
     facts = [node_gpu_facts(n) for n in access.kube().items("/api/v1/nodes")]
@@ -168,27 +133,8 @@ def _nccl(
     wait_seconds: float | None,
     progress: Progress,
 ) -> ClusterReport:
-    from skills.eks_cluster_manager.nccl import parse
-    from skills.image_builder.compat import instance_spec
-
-    spec = instance_spec(instance_type) if instance_type else None
     if nccl_output:
-        path = Path(nccl_output).expanduser()
-        try:
-            text = path.read_text(errors="replace")
-        except OSError as exc:
-            raise ToolFailure(
-                ErrorCode.NOT_FOUND
-                if isinstance(exc, FileNotFoundError)
-                else ErrorCode.INVALID_INPUT,
-                f"Cannot read nccl_output {path} ({type(exc).__name__}).",
-                "Pass the path of a saved all_reduce_perf output file.",
-                {"problems": [{"field": "nccl_output", "problem": "cannot be read"}]},
-            ) from None
-        report = parse(text, spec)
-        return ClusterReport(
-            action="nccl_test", nccl=report, summary=f"{report.verdict}: {report.reason}"
-        )
+        return actions.judge_nccl_output(nccl_output, instance_type)
     instance = _need(
         instance_type,
         "instance_type",
@@ -203,10 +149,9 @@ def _nccl(
         "nccl_output to analyze a saved run.",
     )
     instance = _gpu_nodes_for(access, instance, nodes)
-    from skills.eks_cluster_manager.nccl_job import run_nccl_test
-    from skills.shared import operations
-    from skills.shared.operation_state import OperationState
-    from skills.shared.tooling import spec_of
+    from skills.eks_cluster_manager.nccl_job import NcclJobResult, run_nccl_test
+    from skills.operations import operations
+    from skills.operations.operation_state import OperationState
 
     arguments = {
         "nodes": nodes,
@@ -229,7 +174,7 @@ def _nccl(
     )
     report = ClusterReport(action="nccl_test", operation=operation)
     result = state.result
-    if result is not None:
+    if isinstance(result, NcclJobResult):  # the operation's model typed it so
         report.nccl = result.nccl
         report.summary = f"{result.nccl.verdict}: {result.nccl.reason}"
     elif state.status == "running":
@@ -302,7 +247,47 @@ def _create_config(
     return report
 
 
-main = main_for(manage_eks_cluster)
+_SEED_FLAGS = {"--validate_components", "--validate-components"}
+_AUTO_FIX_FLAGS = {"--auto_fix", "--auto-fix"}
+
+
+def cli(argv: Sequence[str]) -> int:
+    """The CLI, which owns the machine: action=kubeconfig writes $KUBECONFIG (else
+    ~/.kube/config) unless --kubeconfig names a file; and the seed's explicit
+    `--validate_components --auto_fix` prints the plan (stderr), then applies it."""
+    argv = list(argv)
+    seed = bool(_SEED_FLAGS & set(argv))
+    argv = [a for a in argv if a not in _SEED_FLAGS]  # validate is the default action
+    if _is_kubeconfig_action(argv) and not any(a.startswith("--kubeconfig") for a in argv):
+        from skills.kube.access import default_kubeconfig
+
+        argv += ["--kubeconfig", str(default_kubeconfig())]
+    if seed and _AUTO_FIX_FLAGS & set(argv) and "--confirm" not in argv:
+        try:
+            plan = spec_of(manage_eks_cluster).invoke(_plan_arguments(argv))
+        except ToolFailure:
+            return run_cli(manage_eks_cluster, argv)  # reports it as the CLI does
+        print(plan.summary, file=sys.stderr)
+        for item in plan.plan or []:
+            print(f"  {item.action} {item.kind} {item.name}", file=sys.stderr)
+        argv.append("--confirm")
+    return run_cli(manage_eks_cluster, argv)
+
+
+def _is_kubeconfig_action(argv: list[str]) -> bool:
+    pairs = zip(argv, [*argv[1:], ""], strict=True)
+    return "--action=kubeconfig" in argv or ("--action", "kubeconfig") in pairs
+
+
+def _plan_arguments(argv: list[str]) -> dict:
+    from commands._cli import parse_flags
+
+    raw, _ = parse_flags(spec_of(manage_eks_cluster), argv)
+    return raw
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    raise SystemExit(cli(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@ from typing import Annotated
 
 from pydantic import Field
 
+from commands._cli import main_for
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.push import PushOptions, publish
-from skills.image_builder.registry_check import _HOST
+from skills.image_builder.registry_check import HOST_PATTERN
 from skills.image_builder.tags import TAG_PATTERN
-from skills.shared.cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.shared.validators import grammar
@@ -54,7 +54,7 @@ def push_to_ecr(
     registry_host: Annotated[
         str | None,
         Field(max_length=255, description="Push via HOST[:PORT] (proxy/cache)."),
-        grammar(rf"^{_HOST}$", "HOST[:PORT]"),
+        grammar(rf"^{HOST_PATTERN}$", "HOST[:PORT]"),
     ] = None,
     progress: Progress | None = None,
 ) -> PushResult:

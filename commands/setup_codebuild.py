@@ -9,11 +9,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from commands._cli import main_for
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.apply import apply
 from skills.codebuild_pipeline.inputs import ProjectName, Region, check_region
 from skills.codebuild_pipeline.models import PipelineResult
-from skills.shared.cli import main_for
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool

@@ -1,5 +1,6 @@
 """python -m mcp_server [--workspace DIR] [--allow-path DIR ...] [--read-only]
                        [--http [--host H] [--port P] [--token T]]
+python -m mcp_server install|uninstall --client claude|opencode ...  (mcp_server/install.py)
 
 Tool calls may name local paths only under the workspace (default: ./runs), or, for
 inputs the tools only read, under an --allow-path root. Streamable HTTP on an address
@@ -16,7 +17,7 @@ import sys
 from typing import Any
 
 from mcp_server.server import build_server
-from skills.shared.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
+from mcp_server.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
 
 TOKEN_ENV = "FSDP_EKS_MCP_TOKEN"
 PROG = "fsdp-eks-mcp"
@@ -120,6 +121,11 @@ def _serve_http(server: Any, host: str, port: int, token: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["install"], ["uninstall"]):
+        from mcp_server.install import main as install_main
+
+        sys.exit(install_main(argv))
     args = _parser().parse_args(argv)
     token = _token(args) if args.http else None
     workspace = Workspace.create(args.workspace, args.allow_path)

@@ -19,10 +19,10 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
+from mcp_server.workspace import Workspace
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CancellableProgress
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
-from skills.shared.workspace import Workspace
 
 # Agents' tool calls time out (opencode after about 60 s): an MCP call that would
 # follow a job to its end follows it this long, then returns its state.
@@ -62,7 +62,7 @@ class _ThreadProgress(CancellableProgress):
 
 def _run(spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress) -> Any:
     if spec.operation:
-        from skills.shared import operations
+        from skills.operations import operations
 
         return operations.call(spec, arguments, progress)
     return spec.invoke(arguments, progress)
@@ -99,10 +99,10 @@ def _mcp_function(spec: ToolSpec) -> Any:
     )
     result = spec.result
     if spec.operation:
-        from skills.shared.operation_state import state_model
+        from skills.operations.operation_state import state_model
 
         result = state_model(spec.result)
-    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    call.__signature__ = inspect.Signature(
         [ctx_param, *params], return_annotation=result
     )
     call.__annotations__ = {
@@ -251,7 +251,8 @@ class ToolServer(MCPServer):
         spec = self.specs.get(name)
         if spec is not None:
             field = spec.params.model_fields.get(WAIT_PARAM)
-            if spec.long and field.default is None and WAIT_PARAM not in arguments:
+            waits_until_done = field is not None and field.default is None
+            if spec.long and waits_until_done and WAIT_PARAM not in arguments:
                 arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
             try:
                 args = spec.parse(arguments)

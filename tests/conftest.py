@@ -19,11 +19,19 @@ from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
 from tests.services._common import MissingBinary
 
+# Under xdist (`make test` runs pytest -n auto --dist loadfile) each worker is its own
+# session and starts the services its files ask for: every service takes free ports and
+# private paths (Slurm also a random first job id, see services/slurm.py), so workers and
+# parallel sessions on one host never share or collide.
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "integration: uses real local services (moto, registry, podman, kmock)"
-    )
+# Tests that run real jobs on a local Slurm (seconds to a minute each).
+SLOW_FIXTURES = {"slurm_cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if set(getattr(item, "fixturenames", ())) & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
 
 
 def _require(check: Callable[[], object]) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -288,6 +289,23 @@ class Checkpointer:
     def _public_path(self, path: Path) -> str:
         step = step_of(path)
         return self._remote_step(step or 0) if self.remote else str(path)
+
+
+def staging_root(output_dir: str | None, checkpoint_dir: str, local_rank: int) -> Path:
+    """Where an s3:// checkpoint_dir is staged on this host: under output_dir, else one
+    temporary directory per host. Local rank 0 downloads into it for every rank of its
+    host, so they must all name the same one (a directory per rank left rank 1 loading
+    from an empty one). Called on every rank."""
+    if output_dir:
+        return Path(output_dir) / "checkpoints"
+    if not storage.is_s3(checkpoint_dir):
+        return Path(tempfile.gettempdir()) / "unused-staging"  # the checkpoint_dir is local
+    made = tempfile.mkdtemp(prefix="trainer-") if local_rank == 0 else None
+    found: list[tuple[str, str | None]] = [("", None)] * dist.get_world_size()
+    dist.all_gather_object(found, (socket.gethostname(), made))
+    host = socket.gethostname()
+    ours = next(path for name, path in found if name == host and path is not None)
+    return Path(ours) / "checkpoints"
 
 
 def all_damaged_error(where: str, damaged: list[tuple[str, str]]) -> ConfigError:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainer import storage
@@ -81,7 +82,24 @@ def render_chat(messages: Any) -> str:
     return "".join(blocks)
 
 
-def _record_text(record: Any) -> str:
+ChatRenderer = Callable[[Any], str]
+
+
+def chat_renderer(tokenizer: Tokenizer) -> ChatRenderer:
+    """How chat records become text for this tokenizer: its own chat template (the
+    format the model sees at inference) when it has one, else render_chat."""
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None:
+        return render_chat
+
+    def render(messages: Any) -> str:
+        render_chat(messages)  # the same checks of the records' shape
+        return template(messages)
+
+    return render
+
+
+def _record_text(record: Any, chat: ChatRenderer = render_chat) -> str:
     """The document in one JSONL record / hub row: its `text`, else its `messages`."""
     if not isinstance(record, dict):
         raise ValueError("expected a JSON object")
@@ -90,11 +108,11 @@ def _record_text(record: Any) -> str:
             raise ValueError("'text' must be a string")
         return record["text"]
     if "messages" in record:
-        return render_chat(record["messages"])
+        return chat(record["messages"])
     raise ValueError("expected a 'text' string or a chat 'messages' list")
 
 
-def _read_jsonl(path: Path) -> list[str]:
+def _read_jsonl(path: Path, chat: ChatRenderer) -> list[str]:
     docs = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -107,16 +125,16 @@ def _read_jsonl(path: Path) -> list[str]:
                     f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
                 ) from exc
             try:
-                docs.append(_record_text(record))
+                docs.append(_record_text(record, chat))
             except ValueError as exc:
                 raise ConfigError(f"{path}:{lineno}: bad record: {exc}") from exc
     return docs
 
 
-def _read_file(path: Path) -> list[str]:
+def _read_file(path: Path, chat: ChatRenderer) -> list[str]:
     try:
         if path.suffix == ".jsonl":
-            return _read_jsonl(path)
+            return _read_jsonl(path, chat)
         if path.suffix == ".txt":
             return [path.read_text(encoding="utf-8")]
     except UnicodeDecodeError as exc:
@@ -127,9 +145,9 @@ def _read_file(path: Path) -> list[str]:
     )
 
 
-def _read_local(path: Path) -> list[str]:
+def _read_local(path: Path, chat: ChatRenderer) -> list[str]:
     if not path.is_dir():
-        return _read_file(path)
+        return _read_file(path, chat)
     # Recursive and sorted by relative path: the same documents in the same order on
     # every rank and every run. Other files (.json metadata, READMEs) and hidden ones
     # (editor/OS litter such as ._a.txt) are skipped.
@@ -145,10 +163,10 @@ def _read_local(path: Path) -> list[str]:
     )
     if not files:
         raise ConfigError(f"dataset directory {path} has no .txt or .jsonl files")
-    return [doc for f in files for doc in _read_file(f)]
+    return [doc for f in files for doc in _read_file(f, chat)]
 
 
-def _load_hub(name: str, config_name: str | None) -> list[str]:
+def _load_hub(name: str, config_name: str | None, chat: ChatRenderer) -> list[str]:
     try:
         import datasets  # optional and heavy (pyarrow): only hub datasets need it
     except ImportError as exc:
@@ -173,19 +191,22 @@ def _load_hub(name: str, config_name: str | None) -> list[str]:
     docs = []
     for i, value in enumerate(ds[column]):
         try:
-            docs.append(_record_text({column: value}))
+            docs.append(_record_text({column: value}, chat))
         except ValueError as exc:
             raise ConfigError(f"hub dataset {name!r} row {i}: {exc}") from exc
     return docs
 
 
-def load_documents(dataset: str | None, config_name: str | None = None) -> list[str]:
+def load_documents(
+    dataset: str | None, config_name: str | None = None, chat: ChatRenderer = render_chat
+) -> list[str]:
     """The documents of `--dataset`, in a fixed order.
 
     None              the bundled English corpus
     file.txt          one document
     file.jsonl        one document per line: {"text": "..."} or
-                      {"messages": [{"role": "user", "content": "..."}, ...]} (render_chat)
+                      {"messages": [{"role": "user", "content": "..."}, ...]} (`chat`:
+                      render_chat, or chat_renderer(tokenizer))
     directory         every .txt/.jsonl below it, sorted by relative path
     s3://bucket/key   an object or a prefix of them, downloaded (storage.fetch)
     org/name          a Hugging Face hub dataset (needs `datasets`), split "train",
@@ -201,13 +222,13 @@ def load_documents(dataset: str | None, config_name: str | None = None) -> list[
             local = storage.fetch(dataset)
         except FileNotFoundError as exc:
             raise ConfigError(f"dataset {dataset!r}: no objects there") from exc
-        docs = _read_local(local)
+        docs = _read_local(local, chat)
     elif Path(dataset).expanduser().exists():
-        docs = _read_local(Path(dataset).expanduser())
+        docs = _read_local(Path(dataset).expanduser(), chat)
     elif Path(dataset).suffix in (*DATA_SUFFIXES, ".json") or dataset.startswith(("/", ".", "~")):
         raise ConfigError(f"dataset {dataset!r} does not exist")
     else:
-        docs = _load_hub(dataset, config_name)
+        docs = _load_hub(dataset, config_name, chat)
     docs = [d for d in docs if d.strip()]
     if not docs:
         raise ConfigError(f"dataset {dataset!r} has no non-empty documents")
@@ -220,9 +241,7 @@ def tokenize_documents(docs: list[str], tokenizer: Tokenizer) -> torch.Tensor:
     return torch.tensor(list(itertools.chain.from_iterable(ids)), dtype=torch.long)
 
 
-def split_tokens(
-    tokens: torch.Tensor, validation_split: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+def split_tokens(tokens: Tokens, validation_split: float) -> tuple[Tokens, Tokens]:
     """(train, validation): the last `validation_split` share of the stream is held out.
 
     A fixed cut, not a random sample: every rank and every resumed run agree on it
@@ -238,8 +257,24 @@ def split_tokens(
 # --- batches --------------------------------------------------------------------------
 
 
-def _gather(tokens: torch.Tensor, starts: torch.Tensor, window: int) -> Batch:
-    rows = tokens[starts[:, None] + torch.arange(window)]
+# A token stream: an int64 tensor, or a (memory-mapped) numpy array of uint16/uint32
+# read window by window (token_cache.py).
+Tokens = torch.Tensor | np.ndarray
+
+
+def as_stream(tokens: Tokens | list[int]) -> Tokens:
+    """A numpy stream stays as it is (not read whole); anything else -> int64 tensor."""
+    if isinstance(tokens, np.ndarray):
+        return tokens
+    return torch.as_tensor(tokens, dtype=torch.long)
+
+
+def _gather(tokens: Tokens, starts: torch.Tensor, window: int) -> Batch:
+    index = starts[:, None] + torch.arange(window)
+    if isinstance(tokens, np.ndarray):
+        rows = torch.from_numpy(tokens[index.numpy()].astype(np.int64))
+    else:
+        rows = tokens[index]
     return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
@@ -262,7 +297,7 @@ class PackedBatches:
 
     def __init__(
         self,
-        tokens: torch.Tensor,
+        tokens: Tokens,
         seq_len: int,
         batch_size: int,
         rank: int,
@@ -273,7 +308,7 @@ class PackedBatches:
             raise ValueError("seq_len and batch_size must be >= 1")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        self.tokens = torch.as_tensor(tokens, dtype=torch.long)
+        self.tokens = as_stream(tokens)
         self.seq_len = seq_len
         self.window = seq_len + 1
         self.batch_size = batch_size
@@ -343,7 +378,7 @@ class PackedBatches:
 
 
 def eval_batches(
-    tokens: torch.Tensor,
+    tokens: Tokens,
     seq_len: int,
     batch_size: int,
     rank: int,
@@ -359,7 +394,7 @@ def eval_batches(
     the split into ranks, so 2 x 4 and 1 x 8 evaluate the same windows.
     """
     window = seq_len + 1
-    tokens = torch.as_tensor(tokens, dtype=torch.long)
+    tokens = as_stream(tokens)
     per_rank = (len(tokens) // window) // world_size
     n_batches = max(0, min(max_batches, per_rank // batch_size))
     batches = []

@@ -34,15 +34,20 @@ def choose_param_dtype(device_type: str, bf16_supported: bool) -> torch.dtype:
     return torch.float32
 
 
-def mixed_precision_policy(device_type: str, bf16_supported: bool) -> MixedPrecisionPolicy:
-    """FSDP2 policy: compute in the chosen dtype, reduce gradients in fp32.
+def mixed_precision_policy(
+    device_type: str, bf16_supported: bool, reduce_dtype: str = "float32"
+) -> MixedPrecisionPolicy:
+    """FSDP2 policy: compute in the chosen dtype, reduce gradients in `reduce_dtype`
+    (fp32 unless asked otherwise).
 
     Sharded (master) parameters and optimizer state always stay fp32.
     """
     param_dtype = choose_param_dtype(device_type, bf16_supported)
-    if param_dtype == torch.float32:
+    reduce = getattr(torch, reduce_dtype)
+    if param_dtype == torch.float32 and reduce == torch.float32:
         return MixedPrecisionPolicy()  # no casting at all
-    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    param = None if param_dtype == torch.float32 else param_dtype
+    return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
 
 
 def choose_num_threads(cpu_count: int, local_world_size: int, omp_num_threads: str | None) -> int:

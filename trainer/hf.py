@@ -16,6 +16,7 @@ import torch
 
 from trainer import storage
 from trainer.config import ConfigError, ModelConfig, RopeScaling
+from trainer.materialize import copy_shard, local_rows
 
 if TYPE_CHECKING:
     from trainer.model import Transformer
@@ -135,15 +136,19 @@ def _few(keys: set[str] | list[str], n: int = 5) -> str:
 @torch.no_grad()
 def load_hf_weights(model: Transformer, name_or_path: str) -> None:
     """Copy an HF Llama checkpoint's weights (local dir or s3:// prefix) into `model`,
-    in place, cast to the model's dtype. The model must not be sharded yet.
+    in place, cast to the model's dtype. The model may be sharded (FSDP2 DTensors):
+    each rank then reads only its own rows of each tensor (safetensors slices), so no
+    rank ever holds the whole state dict.
 
     Everything is checked before anything is copied; tensors are then read one at a
-    time, so the peak memory is the model plus one tensor, not the model plus the file.
+    time, so the peak memory is the model (or its shard) plus one tensor's share.
     """
     from safetensors import safe_open
 
     files = _safetensors_files(storage.fetch(name_or_path), name_or_path)
-    target = model.state_dict()  # views of the parameters: copy_ writes into the model
+    # The parameters themselves (sharded or not); a tied lm_head appears once, as
+    # embed_tokens.
+    target = dict(model.named_parameters())
     with contextlib.ExitStack() as stack:
         # our name -> (open file, HF name)
         found: dict[str, tuple[Any, str]] = {}
@@ -179,8 +184,9 @@ def load_hf_weights(model: Transformer, name_or_path: str) -> None:
                 + "; ".join(problems)
             )
         for name, (handle, hf_name) in found.items():
+            rows = local_rows(target[name])
             # copy_ casts to the parameter's dtype and moves it to its device.
-            target[name].copy_(handle.get_tensor(hf_name))
+            copy_shard(target[name], handle.get_slice(hf_name)[rows], rows_only=True)
 
 
 def hf_state_dict(

@@ -172,6 +172,14 @@ class Transformer(nn.Module):
         self.init_weights()
 
     @torch.no_grad()
+    def init_rope(self, device: torch.device) -> None:
+        """(Re)compute the RoPE tables on `device`: a model built on `meta` has none."""
+        cfg = self.cfg
+        cos, sin = rope_cos_sin(cfg.head_dim, self.rope_len, cfg.rope_theta, cfg.rope_scaling)
+        self.rope_cos = cos.to(device)
+        self.rope_sin = sin.to(device)
+
+    @torch.no_grad()
     def init_weights(self) -> None:
         """Normal(0, 0.02) for every matrix, ones for norms (HF Llama's initializer)."""
         for module in self.modules():

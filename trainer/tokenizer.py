@@ -44,6 +44,7 @@ class ByteTokenizer:
     eos_id = 257
     pad_id = 258
     n_vocab = 259  # the model's vocab_size must be >= this (presets use 512)
+    chat_template = None  # chat records use data.render_chat's markers
 
     def __init__(self) -> None:
         self.files: list[Path] = []
@@ -80,6 +81,33 @@ class HFTokenizer:
         declared = _declared_special_tokens(self.files)
         self.bos_id = self._find_id(declared.get("bos_token"), BOS_CANDIDATES)
         self.eos_id = self._find_id(declared.get("eos_token"), EOS_CANDIDATES)
+        source = _declared_chat_template(self.files)
+        self.chat_template = None if source is None else self._compile(source, declared)
+
+    def _compile(self, source: str, declared: dict[str, str]) -> Any:
+        """messages -> text through the model's own Jinja chat template, as transformers'
+        apply_chat_template renders it (sandboxed, no generation prompt). The BOS token
+        renders empty: encode() adds BOS to every document already."""
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise ValueError(f"chat template: {message}")
+
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+        )
+        env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
+        env.globals["raise_exception"] = raise_exception
+        template = env.from_string(source)
+        eos = declared.get("eos_token", "")
+
+        def render(messages: Any) -> str:
+            return template.render(
+                messages=messages, bos_token="", eos_token=eos, add_generation_prompt=False
+            )
+
+        return render
 
     def _find_id(self, declared: str | None, candidates: tuple[str, ...]) -> int | None:
         # The model's own tokenizer_config.json wins; else the first known token present.
@@ -107,6 +135,22 @@ class HFTokenizer:
 
 
 Tokenizer = ByteTokenizer | HFTokenizer
+
+
+def _declared_chat_template(files: list[Path]) -> str | None:
+    """tokenizer_config.json's `chat_template` (the default one of a named list)."""
+    for file in files:
+        if file.name != "tokenizer_config.json":
+            continue
+        try:
+            template = json.loads(file.read_text(encoding="utf-8")).get("chat_template")
+        except (OSError, ValueError, AttributeError):
+            return None
+        if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        return template if isinstance(template, str) else None
+    return None
 
 
 def _declared_special_tokens(files: list[Path]) -> dict[str, str]:

@@ -1,27 +1,30 @@
-"""The training loop, top to bottom.
+"""The training run, top to bottom (torchtitan's order):
 
-    setup (process group, threads) -> data -> model (preset or HF weights) -> FSDP2
-    -> AdamW + LR schedule -> resume from the newest complete checkpoint
-    -> loop: micro-batches (forward, loss, backward), clip, agree, step, log,
-             evaluate, checkpoint, stop on SIGTERM -> summary -> teardown
+    setup (device, threads, process group)
+    -> data (tokenize, pack, hold out)           build_data
+    -> checkpoints: where to resume from         build_checkpointer
+    -> model, on the meta device                 build_model
+    -> parallelize: AC, compile, FSDP2           parallelize
+    -> this rank's shard: HF weights or random   init_weights
+    -> AdamW + LR schedule                       build_optimizer, build_lr_scheduler
+    -> restore the newest complete checkpoint    restore
+    -> loop of train_step, with hooks            TrainLoop: log, evaluate, checkpoint, stop
+    -> summary -> teardown
 
 `main()` is the one place where exceptions become a JSON error line and an exit code.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,34 +34,27 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
 from trainer import hf
 from trainer import metrics as perf
-from trainer.checkpoint import (
-    Checkpointer,
-    failure_summary,
-    first_line,
-    rng_state,
-    set_rng_state,
-)
-from trainer.checkpoint_layout import CONFIG_FILE
-from trainer.config import ConfigError, TrainConfig, load_config
+from trainer.checkpoint import Checkpointer, failure_summary, first_line, staging_root
+from trainer.config import ConfigError, TrainConfig
+from trainer.config_loader import load_config
 from trainer.data import (
+    Batch,
     PackedBatches,
+    Tokens,
+    chat_renderer,
     eval_batches,
     load_documents,
     split_tokens,
     tokenize_documents,
 )
+from trainer.distributed import DistEnv, StopRequest, init_distributed
+from trainer.materialize import build_meta_model, init_random, materialize
 from trainer.metrics import MetricsEmitter, format_line, memory_mb
 from trainer.model import Transformer, num_params
 from trainer.parallel import (
@@ -68,7 +64,9 @@ from trainer.parallel import (
     build_mesh,
     reshard_after_forward,
 )
-from trainer.tokenizer import load_tokenizer
+from trainer.token_cache import cached_tokens, token_file
+from trainer.tokenizer import Tokenizer, load_tokenizer
+from trainer.train_state import check_same_model, restore_train_state, train_state
 
 EXIT_CONFIG = 2
 EXIT_FAILURE = 1
@@ -78,69 +76,215 @@ EXIT_FAILURE = 1
 EXIT_PREEMPTED = 143
 # The error line's message: one line this long at most; the traceback goes to stderr.
 MESSAGE_LIMIT = 300
-PROCESS_GROUP_TIMEOUT = timedelta(minutes=10)
+
+Emit = Callable[..., None]
 
 
 class NonFiniteLossError(RuntimeError):
     """Loss or gradient norm became NaN/inf: the run diverged."""
 
 
-@dataclass(frozen=True)
-class DistEnv:
-    """Where this process sits; torchrun sets these variables, a plain run has none."""
+def train(
+    cfg: TrainConfig, env: DistEnv, emit: Emit, stop: StopRequest | None = None
+) -> dict[str, Any]:
+    device, backend = setup_device(env)
+    init_distributed(backend, device, env)
+    try:
+        summary = _train(cfg, env, emit, device, backend, stop or StopRequest())
+        # No rank may tear down its gloo connections while another still uses them:
+        # a peer that exits first can make the other abort at exit (SIGABRT).
+        dist.barrier()
+        return summary
+    finally:
+        dist.destroy_process_group()
 
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    launched: bool  # under torchrun (or another env:// launcher)
 
-    @classmethod
-    def from_environ(cls, env: dict[str, str] | None = None) -> DistEnv:
-        env = dict(os.environ if env is None else env)
-        launched = "WORLD_SIZE" in env
-        return cls(
-            rank=int(env.get("RANK", 0)),
-            world_size=int(env.get("WORLD_SIZE", 1)),
-            local_rank=int(env.get("LOCAL_RANK", 0)),
-            local_world_size=int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))),
-            launched=launched,
+def _train(
+    cfg: TrainConfig,
+    env: DistEnv,
+    emit: Emit,
+    device: torch.device,
+    backend: str,
+    stop: StopRequest,
+) -> dict[str, Any]:
+    if cfg.parallel.cpu_offload and device.type != "cuda":
+        raise ConfigError("cpu_offload moves GPU memory to the host; this run has no GPU")
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    data = build_data(cfg, tokenizer, env)
+    checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer)
+    model = build_model(cfg)
+    parallelize(model, cfg, device, env)
+    init_weights(model, cfg, device, resuming=resume_from is not None)
+    optimizer = build_optimizer(model, cfg)
+    scheduler = build_lr_scheduler(optimizer, cfg)
+    step = restore(checkpointer, resume_from, model, optimizer, scheduler, data.batches)
+    write_run_config(cfg)
+    loop = TrainLoop(cfg, model, optimizer, scheduler, data, checkpointer, device, emit, stop)
+    loop.emit_start(backend, step)
+    return loop.run(step, resume_from)
+
+
+# --- setup ------------------------------------------------------------------------------
+
+
+def setup_device(env: DistEnv) -> tuple[torch.device, str]:
+    """This rank's device and process-group backend; CPU threads shared among ranks."""
+    device_type, backend = devices.choose_device_and_backend(
+        torch.cuda.is_available(), env.local_rank
+    )
+    device = devices.device_for(device_type, env.local_rank)
+    if device_type == "cuda":
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(
+            devices.choose_num_threads(
+                os.cpu_count() or 1, env.local_world_size, os.environ.get("OMP_NUM_THREADS")
+            )
         )
+    return device, backend
 
 
-def init_distributed(backend: str, device: torch.device, env: DistEnv) -> None:
-    # device_id lets NCCL connect eagerly.
-    device_id = device if device.type == "cuda" else None
-    if not env.launched:
-        # `python -m trainer`: a world of one. An in-memory store needs no port, so the
-        # same FSDP code path runs with nothing to rendezvous with.
-        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
-    elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # Under torchrun. Its store outlives a restart (--max-restarts) and still holds
-        # the dead attempt's gloo addresses, which the new workers would try to
-        # connect to; a key prefix per attempt keeps each attempt to itself.
-        store = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            env.world_size,
-            is_master=False,
-            timeout=PROCESS_GROUP_TIMEOUT,
+# --- data -------------------------------------------------------------------------------
+
+
+@dataclass
+class Data:
+    batches: PackedBatches  # endless training micro-batches of this rank
+    held_out: list[Batch]  # this rank's evaluation batches (may be empty)
+
+
+def load_tokens(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Tokens:
+    """The dataset's token stream. The bundled corpus is tokenized in memory (it is
+    small); any other dataset once per host into a memory-mapped token file."""
+    data = cfg.data
+
+    def read_documents() -> list[str]:
+        return load_documents(data.dataset, data.dataset_config_name, chat_renderer(tokenizer))
+
+    if data.dataset is None:
+        return tokenize_documents(read_documents(), tokenizer)
+    path = token_file(data.dataset, data.dataset_config_name, tokenizer, data.tokenizer)
+    return cached_tokens(
+        path, read_documents, tokenizer, env.local_rank, env.local_world_size, dist.barrier
+    )
+
+
+def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
+    """The token stream, cut into this rank's training windows and held-out batches."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if cfg.model.vocab_size < tokenizer.n_vocab:
+        raise ConfigError(
+            f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tokenizer.n_vocab}; "
+            f"pick a --model_type or --model_name_or_path whose vocabulary has at least "
+            f"{tokenizer.n_vocab} entries, or another --tokenizer"
         )
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        dist.init_process_group(
-            backend=backend,
-            store=dist.PrefixStore(f"/trainer/attempt_{attempt}", store),
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=PROCESS_GROUP_TIMEOUT,
-            device_id=device_id,
+    tokens = load_tokens(cfg, tokenizer, env)
+    train_tokens, val_tokens = split_tokens(tokens, cfg.data.validation_split)
+    try:
+        batches = PackedBatches(
+            train_tokens, cfg.data.seq_len, cfg.train_batch_size, rank, world_size, cfg.seed
         )
-    else:  # another env:// launcher (MASTER_ADDR/PORT, RANK, WORLD_SIZE)
-        dist.init_process_group(backend=backend, device_id=device_id)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    # A small held-out split may not fill a training-sized batch on every rank;
+    # evaluate with smaller batches rather than not at all.
+    val_windows = max(0, len(val_tokens) - 1) // (cfg.data.seq_len + 1)
+    eval_batch = max(1, min(cfg.train_batch_size, val_windows // world_size))
+    held_out = eval_batches(
+        val_tokens, cfg.data.seq_len, eval_batch, rank, world_size, cfg.metrics.validation_batches
+    )
+    return Data(batches, held_out)
+
+
+# --- checkpoints: where to resume from, found before anything big is built -------------
+
+
+def build_checkpointer(
+    cfg: TrainConfig, env: DistEnv, emit: Emit, tokenizer: Tokenizer
+) -> tuple[Checkpointer | None, Path | None]:
+    if not cfg.checkpoint.checkpoint_dir:
+        return None, None
+    staging = staging_root(cfg.output_dir, cfg.checkpoint.checkpoint_dir, env.local_rank)
+    checkpointer = Checkpointer(
+        cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging
+    )
+    resume_from = checkpointer.find_resumable()
+    if resume_from is not None:
+        check_same_model(resume_from, cfg)
+    return checkpointer, resume_from
+
+
+def restore(
+    checkpointer: Checkpointer | None,
+    resume_from: Path | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batches: PackedBatches,
+) -> int:
+    """The step to continue after: that of the checkpoint loaded, or 0."""
+    if checkpointer is None or resume_from is None:
+        return 0
+    state = train_state(model, optimizer, scheduler, batches, 0)
+    checkpointer.load(resume_from, state)
+    try:
+        return restore_train_state(state, model, optimizer, scheduler, batches)
+    except ValueError as exc:  # the dataset, tokenizer, seq_len or seed changed
+        raise ConfigError(
+            f"cannot resume from {resume_from}: {exc}; use a new --checkpoint_dir "
+            "(or a new job name) to start over"
+        ) from exc
+
+
+# --- model and parallelism --------------------------------------------------------------
+
+
+def build_model(cfg: TrainConfig) -> Transformer:
+    """The model's structure on `meta`: no rank ever allocates the whole model."""
+    return build_meta_model(cfg.model, rope_len=cfg.data.seq_len)
+
+
+def init_weights(
+    model: Transformer, cfg: TrainConfig, device: torch.device, resuming: bool
+) -> None:
+    """Allocate this rank's shards and fill them: HF weights read per shard, else the
+    seeded random init a full CPU build would give. A resume loads the checkpoint over
+    them, so it leaves them uninitialized."""
+    # With CPU offload the sharded parameters live in host memory.
+    init_device = torch.device("cpu") if cfg.parallel.cpu_offload else device
+    materialize(model, init_device, device)
+    if resuming:
+        return
+    if cfg.model_name_or_path:
+        hf.load_hf_weights(model, cfg.model_name_or_path)
+    else:
+        init_random(model, cfg.seed)
+
+
+def parallelize(model: Transformer, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:
+    """Activation checkpointing, then compile, then FSDP2, in place (torchtitan's order)."""
+    apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
+    if cfg.parallel.compile:
+        apply_compile(model)
+    strategy = cfg.parallel.sharding_strategy
+    mesh = build_mesh(device.type, strategy, dist.get_world_size(), env.local_world_size)
+    bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    apply_fsdp(
+        model,
+        mesh,
+        devices.mixed_precision_policy(device.type, bf16_ok, cfg.parallel.reduce_dtype),
+        reshard_after_forward(strategy),
+        cpu_offload=cfg.parallel.cpu_offload,
+    )
+    model.train()
+
+
+# --- optimizer ------------------------------------------------------------------------
 
 
 def lr_factor(step: int, warmup_steps: int, max_steps: int, min_ratio: float = 0.1) -> float:
-    """Multiplier on the peak LR for 0-based `step`: linear warmup, then cosine to 10%."""
+    """Multiplier on the peak LR for 0-based `step`: linear warmup, then cosine down to
+    `min_ratio` (--min_lr_ratio, 10% by default)."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
@@ -161,81 +305,58 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     )
 
 
-class StopRequest:
-    """Set by SIGTERM (Kubernetes eviction, spot reclaim, torchrun shutting down).
-    The loop finishes its step, saves a checkpoint and exits with EXIT_PREEMPTED."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._previous: Any = None
-
-    def install(self) -> None:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-
-    def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.signal = signum
-
-    @property
-    def requested(self) -> bool:
-        return self.signal is not None
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Any:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        partial(
+            lr_factor,
+            warmup_steps=cfg.optim.warmup_steps,
+            max_steps=cfg.max_steps,
+            min_ratio=cfg.optim.min_lr_ratio,
+        ),
+    )
 
 
-def train_state(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    batches: PackedBatches,
-    step: int,
-) -> dict[str, Any]:
-    """Everything a resumed run needs to continue exactly where this one is.
-
-    Sharded model/optimizer tensors keep their DTensor layout, so each rank saves
-    only its shard and DCP can reshard on load to another world size.
-    """
-    return {
-        "model": get_model_state_dict(model),
-        "optim": get_optimizer_state_dict(model, optimizer),
-        "train": {
-            "step": step,
-            "scheduler": scheduler.state_dict(),
-            "data": batches.state_dict(),
-            "rng": rng_state(),
-        },
-    }
+def write_run_config(cfg: TrainConfig) -> None:
+    if cfg.output_dir and dist.get_rank() == 0:
+        out = Path(cfg.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
 
 
-def restore_train_state(
-    state: dict[str, Any], model: nn.Module, optimizer: Any, scheduler: Any, batches: PackedBatches
-) -> int:
-    set_model_state_dict(model, state["model"])
-    set_optimizer_state_dict(model, optimizer, state["optim"])
-    scheduler.load_state_dict(state["train"]["scheduler"])
-    batches.load_state_dict(state["train"]["data"])
-    set_rng_state(state["train"]["rng"])
-    return int(state["train"]["step"])
+# --- one step -------------------------------------------------------------------------
 
 
-def check_same_model(path: Path, cfg: TrainConfig) -> None:
-    """A checkpoint of another model shape cannot be resumed; say so plainly instead
-    of failing deep inside DCP with a shape mismatch."""
-    saved = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))["model"]
-    ours = dataclasses.asdict(cfg.model)
-    changed = sorted(k for k in ours if saved.get(k) != ours[k])
-    if changed:
-        diffs = ", ".join(f"{k} {saved.get(k)!r} -> {ours[k]!r}" for k in changed[:4])
-        raise ConfigError(
-            f"checkpoint {path} holds a different model ({diffs}); use a new "
-            "--checkpoint_dir (or a new job name) to start over"
+def train_step(
+    model: nn.Module, batches: PackedBatches, accum: int, device: torch.device
+) -> torch.Tensor:
+    """Forward and backward over `accum` micro-batches; returns this rank's mean loss
+    (a tensor: reading it would wait for the device)."""
+    loss_sum = torch.zeros((), device=device)
+    for _ in range(accum):
+        inputs, targets = next(batches)
+        logits = model(inputs.to(device, non_blocking=True))
+        # Loss in fp32 even when the model computes in bf16; / accum so the
+        # accumulated gradient is that of the mean over all micro-batches.
+        loss = (
+            F.cross_entropy(
+                logits.float().flatten(0, 1), targets.to(device, non_blocking=True).flatten()
+            )
+            / accum
         )
+        loss.backward()
+        loss_sum += loss.detach()
+    return loss_sum
 
 
-def evaluate(
-    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device
-) -> float:
+def grad_norm_of(model: nn.Module, max_norm: float) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if isinstance(norm, DTensor):  # FSDP2 grads are sharded DTensors
+        norm = norm.full_tensor()
+    return float(norm)
+
+
+def evaluate(model: nn.Module, batches: list[Batch], device: torch.device) -> float:
     """Mean loss over the held-out batches of all ranks (same count on every rank)."""
     model.eval()
     total = torch.zeros(2, dtype=torch.float64)
@@ -250,298 +371,223 @@ def evaluate(
     return (total[0] / total[1]).item()
 
 
-def grad_norm_of(model: nn.Module, max_norm: float) -> float:
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    if isinstance(norm, DTensor):  # FSDP2 grads are sharded DTensors
-        norm = norm.full_tensor()
-    return float(norm)
+@dataclass
+class Agreed:
+    """What all ranks agree on after a step (one small all-reduce)."""
+
+    loss: float  # mean over ranks
+    stop_requested: bool  # any rank got SIGTERM
+    writes_in_flight: bool  # any rank still writes an async checkpoint
 
 
-def train(
-    cfg: TrainConfig, env: DistEnv, emit: Callable[..., None], stop: StopRequest | None = None
-) -> dict[str, Any]:
-    # --- device, threads, process group -------------------------------------------
-    device_type, backend = devices.choose_device_and_backend(
-        torch.cuda.is_available(), env.local_rank
+def agree(loss_sum: torch.Tensor, stop: StopRequest, checkpointer: Checkpointer | None) -> Agreed:
+    """Every rank gets the same answers, so all take the same branch afterwards."""
+    pending_done = checkpointer is None or checkpointer.pending_done()
+    device = loss_sum.device
+    agreed = torch.stack(
+        [
+            loss_sum.float(),
+            torch.tensor(float(stop.requested), device=device),
+            torch.tensor(float(not pending_done), device=device),
+        ]
     )
-    device = devices.device_for(device_type, env.local_rank)
-    if device_type == "cuda":
-        torch.cuda.set_device(device)
-    else:
-        torch.set_num_threads(
-            devices.choose_num_threads(
-                os.cpu_count() or 1, env.local_world_size, os.environ.get("OMP_NUM_THREADS")
-            )
-        )
-    init_distributed(backend, device, env)
-    try:
-        summary = _train(cfg, env, emit, device, backend, stop or StopRequest())
-        # No rank may tear down its gloo connections while another still uses them:
-        # a peer that exits first can make the other abort at exit (SIGABRT).
-        dist.barrier()
-        return summary
-    finally:
-        dist.destroy_process_group()
-
-
-def _train(
-    cfg: TrainConfig,
-    env: DistEnv,
-    emit: Callable[..., None],
-    device: torch.device,
-    backend: str,
-    stop: StopRequest,
-) -> dict[str, Any]:
-    world_size = dist.get_world_size()
-    rank = dist.get_rank()
-    bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    if cfg.parallel.cpu_offload and device.type != "cuda":
-        raise ConfigError("cpu_offload moves GPU memory to the host; this run has no GPU")
-
-    # --- data: every rank tokenizes the dataset and takes its own windows ----------
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
-    if cfg.model.vocab_size < tokenizer.n_vocab:
-        raise ConfigError(
-            f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tokenizer.n_vocab}; "
-            f"pick a --model_type or --model_name_or_path whose vocabulary has at least "
-            f"{tokenizer.n_vocab} entries, or another --tokenizer"
-        )
-    tokens = tokenize_documents(
-        load_documents(cfg.data.dataset, cfg.data.dataset_config_name), tokenizer
-    )
-    train_tokens, val_tokens = split_tokens(tokens, cfg.data.validation_split)
-    try:
-        batches = PackedBatches(
-            train_tokens, cfg.data.seq_len, cfg.train_batch_size, rank, world_size, cfg.seed
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    # A small held-out split may not fill a training-sized batch on every rank;
-    # evaluate with smaller batches rather than not at all.
-    val_windows = max(0, len(val_tokens) - 1) // (cfg.data.seq_len + 1)
-    eval_batch = max(1, min(cfg.train_batch_size, val_windows // world_size))
-    held_out = eval_batches(
-        val_tokens, cfg.data.seq_len, eval_batch, rank, world_size, cfg.metrics.validation_batches
-    )
-    validation_freq = cfg.metrics.validation_freq if held_out else 0
-
-    # --- checkpoints: find where to resume before building anything big ------------
-    checkpointer = None
-    resume_from = None
-    if cfg.checkpoint.checkpoint_dir:
-        staging = Path(cfg.output_dir or tempfile.mkdtemp(prefix="trainer-")) / "checkpoints"
-        checkpointer = Checkpointer(
-            cfg.checkpoint, rank, emit, cfg.to_dict(), tokenizer.files, staging
-        )
-        resume_from = checkpointer.find_resumable()
-        if resume_from is not None:
-            check_same_model(resume_from, cfg)
-
-    # --- model: same seed on every rank -> identical init before sharding -----------
-    # Built on CPU in fp32; fully_shard moves each rank's shard to `device`.
-    torch.manual_seed(cfg.seed)
-    model = Transformer(cfg.model, rope_len=cfg.data.seq_len)
-    if cfg.model_name_or_path and resume_from is None:
-        hf.load_hf_weights(model, cfg.model_name_or_path)
-    apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
-    if cfg.parallel.compile:
-        apply_compile(model)
-    mesh = build_mesh(device.type, cfg.parallel.sharding_strategy, world_size, env.local_world_size)
-    apply_fsdp(
-        model,
-        mesh,
-        devices.mixed_precision_policy(device.type, bf16_ok),
-        reshard_after_forward(cfg.parallel.sharding_strategy),
-        cpu_offload=cfg.parallel.cpu_offload,
-    )
-    model.train()
-
-    optimizer = build_optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        partial(lr_factor, warmup_steps=cfg.optim.warmup_steps, max_steps=cfg.max_steps),
-    )
-    max_norm = cfg.optim.max_grad_norm or math.inf  # inf: measure the norm, never clip
-
-    step = 0
-    if checkpointer is not None and resume_from is not None:
-        state = train_state(model, optimizer, scheduler, batches, step)
-        checkpointer.load(resume_from, state)
-        try:
-            step = restore_train_state(state, model, optimizer, scheduler, batches)
-        except ValueError as exc:  # the dataset, tokenizer, seq_len or seed changed
-            raise ConfigError(
-                f"cannot resume from {resume_from}: {exc}; use a new --checkpoint_dir "
-                "(or a new job name) to start over"
-            ) from exc
-
-    if cfg.output_dir and rank == 0:
-        out = Path(cfg.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-
-    accum = cfg.optim.grad_accum_steps
-    global_batch = cfg.train_batch_size * world_size * accum
-    tokens_per_step = global_batch * cfg.data.seq_len
-    params = num_params(model)
-    flops_per_token = perf.flops_per_token(
-        params,
-        cfg.model.vocab_size * cfg.model.dim,
-        cfg.model.n_layers,
-        cfg.model.dim,
-        cfg.data.seq_len,
-    )
-    peak = perf.peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
-    emit(
-        "start",
-        world_size=world_size,
-        device=device.type,
-        backend=backend,
-        model_type=cfg.model_type,
-        params=params,
-        max_steps=cfg.max_steps,
-        seq_len=cfg.data.seq_len,
-        train_batch_size=cfg.train_batch_size,
-        grad_accum_steps=accum,
-        global_batch_size=global_batch,
-        tokens_per_step=tokens_per_step,
-        resumed_from=step or None,
+    dist.all_reduce(agreed, op=dist.ReduceOp.SUM)
+    return Agreed(
+        agreed[0].item() / dist.get_world_size(), agreed[1].item() > 0, agreed[2].item() > 0
     )
 
-    # --- the loop -----------------------------------------------------------------
-    first_step = step + 1
-    start = time.perf_counter()
-    now = interval_start = timed_start = start
-    interval_tokens = 0
-    first_loss = last_loss = last_eval = math.nan
+
+# --- the loop, with its hooks ---------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """The loop's clock and losses, for the step lines and the summary."""
+
+    first_step: int
+    start: float
+    now: float = 0.0
+    interval_start: float = 0.0
+    timed_start: float = 0.0  # after the first step, which pays for warm-up
+    interval_tokens: int = 0
+    first_loss: float = math.nan
+    last_loss: float = math.nan
+    last_eval: float = math.nan
     stopped_by: int | None = None
-    while step < cfg.max_steps:
-        step += 1
-        loss_sum = torch.zeros((), device=device)
-        for _ in range(accum):
-            inputs, targets = next(batches)
-            logits = model(inputs.to(device, non_blocking=True))
-            # Loss in fp32 even when the model computes in bf16; / accum so the
-            # accumulated gradient is that of the mean over all micro-batches.
-            loss = (
-                F.cross_entropy(
-                    logits.float().flatten(0, 1), targets.to(device, non_blocking=True).flatten()
-                )
-                / accum
-            )
-            loss.backward()
-            loss_sum += loss.detach()
-        grad_norm = grad_norm_of(model, max_norm)
 
-        # One small all-reduce per step: the mean loss, whether any rank was asked
-        # to stop, and how many ranks still write an async checkpoint. Every rank
-        # gets the same answers, so all take the same branch below.
-        agreed = torch.stack(
-            [
-                loss_sum.float(),
-                torch.tensor(float(stop.requested), device=device),
-                torch.tensor(float(not _pending_done(checkpointer)), device=device),
-            ]
+
+class TrainLoop:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        data: Data,
+        checkpointer: Checkpointer | None,
+        device: torch.device,
+        emit: Emit,
+        stop: StopRequest,
+    ) -> None:
+        self.cfg, self.model, self.optimizer, self.scheduler = cfg, model, optimizer, scheduler
+        self.data, self.checkpointer, self.device = data, checkpointer, device
+        self.emit, self.stop = emit, stop
+        self.world_size = dist.get_world_size()
+        self.accum = cfg.optim.grad_accum_steps
+        self.tokens_per_step = (
+            cfg.train_batch_size * self.world_size * self.accum * cfg.data.seq_len
         )
-        dist.all_reduce(agreed, op=dist.ReduceOp.SUM)
-        step_loss = agreed[0].item() / world_size
-        stop_requested, writes_in_flight = agreed[1].item() > 0, agreed[2].item() > 0
-        if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
+        self.max_norm = cfg.optim.max_grad_norm or math.inf  # inf: measure, never clip
+        self.validation_freq = cfg.metrics.validation_freq if data.held_out else 0
+        m = cfg.model
+        self.params = num_params(model)
+        self.flops_per_token = perf.flops_per_token(
+            self.params, m.vocab_size * m.dim, m.n_layers, m.dim, cfg.data.seq_len
+        )
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        self.peak_flops = perf.peak_flops(name)
+        self.lr = self.grad_norm = math.nan  # of the last step, for its log line
+
+    def emit_start(self, backend: str, step: int) -> None:
+        cfg = self.cfg
+        self.emit(
+            "start",
+            world_size=self.world_size,
+            device=self.device.type,
+            backend=backend,
+            model_type=cfg.model_type,
+            params=self.params,
+            max_steps=cfg.max_steps,
+            seq_len=cfg.data.seq_len,
+            train_batch_size=cfg.train_batch_size,
+            grad_accum_steps=self.accum,
+            global_batch_size=cfg.train_batch_size * self.world_size * self.accum,
+            tokens_per_step=self.tokens_per_step,
+            resumed_from=step or None,
+        )
+
+    def run(self, step: int, resumed_from: Path | None) -> dict[str, Any]:
+        start = time.perf_counter()
+        p = Progress(first_step=step + 1, start=start, now=start, interval_start=start)
+        p.timed_start = start
+        while step < self.cfg.max_steps:
+            step += 1
+            agreed = self.step(step)
+            self.after_step(step, agreed, p)
+            if self.on_checkpoint(step, agreed, p):
+                break
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        return self.summary(step, p, resumed_from)
+
+    def step(self, step: int) -> Agreed:
+        """One optimizer step; raises NonFiniteLossError before stepping on NaN/inf."""
+        loss_sum = train_step(self.model, self.data.batches, self.accum, self.device)
+        grad_norm = grad_norm_of(self.model, self.max_norm)
+        agreed = agree(loss_sum, self.stop, self.checkpointer)
+        self.grad_norm = grad_norm
+        if not (math.isfinite(agreed.loss) and math.isfinite(grad_norm)):
             # Raised before optimizer.step: the weights stay those of the last good
             # step, and no checkpoint of this state is ever written.
-            if checkpointer is not None:
-                checkpointer.close()
+            if self.checkpointer is not None:
+                self.checkpointer.close()
             raise NonFiniteLossError(
-                f"non-finite loss {step_loss} / grad_norm {grad_norm} at step {step}; "
+                f"non-finite loss {agreed.loss} / grad_norm {grad_norm} at step {step}; "
                 "lower --learning_rate"
             )
+        self.lr = self.scheduler.get_last_lr()[0]  # the LR this step is taken with
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        ckpt = self.checkpointer
+        if ckpt is not None and ckpt.pending and not agreed.writes_in_flight:
+            ckpt.finalize(wait=False)
+        return agreed
 
-        lr = scheduler.get_last_lr()[0]  # the LR this step is taken with
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
-        if checkpointer is not None and checkpointer.pending and not writes_in_flight:
-            checkpointer.finalize(wait=False)
+    def after_step(self, step: int, agreed: Agreed, p: Progress) -> None:
+        p.now = time.perf_counter()
+        p.interval_tokens += self.tokens_per_step
+        if step == p.first_step:
+            p.first_loss, p.timed_start = agreed.loss, p.now
+        p.last_loss = agreed.loss
+        self.on_log(step, agreed, p)
+        self.on_evaluate(step, p)
 
-        now = time.perf_counter()
-        interval_tokens += tokens_per_step
-        if step == first_step:
-            first_loss, timed_start = step_loss, now  # the first step pays for warm-up
-        last_loss = step_loss
-        if step == first_step or step % cfg.metrics.log_freq == 0 or step == cfg.max_steps:
-            tokens_per_s = interval_tokens / max(now - interval_start, 1e-9)
-            per_device = tokens_per_s / world_size
-            emit(
-                "step",
-                step=step,
-                loss=round(step_loss, 5),
-                lr=lr,
-                grad_norm=round(grad_norm, 5),
-                tokens_per_s=round(tokens_per_s, 1),
-                tokens_per_s_per_device=round(per_device, 1),
-                mfu=_round(perf.mfu(per_device, flops_per_token, peak), 4),
-                tokens=step * tokens_per_step,
-                elapsed_s=round(now - start, 3),
-                mem_mb=round(memory_mb(device.type), 1),
-            )
-            interval_start, interval_tokens = now, 0
+    def on_log(self, step: int, agreed: Agreed, p: Progress) -> None:
+        log_freq, last = self.cfg.metrics.log_freq, self.cfg.max_steps
+        if not (step == p.first_step or step % log_freq == 0 or step == last):
+            return
+        tokens_per_s = p.interval_tokens / max(p.now - p.interval_start, 1e-9)
+        per_device = tokens_per_s / self.world_size
+        self.emit(
+            "step",
+            step=step,
+            loss=round(agreed.loss, 5),
+            lr=self.lr,
+            grad_norm=round(self.grad_norm, 5),
+            tokens_per_s=round(tokens_per_s, 1),
+            tokens_per_s_per_device=round(per_device, 1),
+            mfu=_round(perf.mfu(per_device, self.flops_per_token, self.peak_flops), 4),
+            tokens=step * self.tokens_per_step,
+            elapsed_s=round(p.now - p.start, 3),
+            mem_mb=round(memory_mb(self.device.type), 1),
+        )
+        p.interval_start, p.interval_tokens = p.now, 0
 
-        if validation_freq and (step % validation_freq == 0 or step == cfg.max_steps):
-            last_eval = evaluate(model, held_out, device)
-            emit(
-                "eval",
-                step=step,
-                loss=round(last_eval, 5),
-                perplexity=round(math.exp(min(last_eval, 50.0)), 3),
-            )
+    def on_evaluate(self, step: int, p: Progress) -> None:
+        freq = self.validation_freq
+        if not freq or not (step % freq == 0 or step == self.cfg.max_steps):
+            return
+        p.last_eval = evaluate(self.model, self.data.held_out, self.device)
+        self.emit(
+            "eval",
+            step=step,
+            loss=round(p.last_eval, 5),
+            perplexity=round(math.exp(min(p.last_eval, 50.0)), 3),
+        )
 
-        if checkpointer is not None:
-            freq = cfg.checkpoint.checkpoint_freq
-            if stop_requested or step == cfg.max_steps or (freq and step % freq == 0):
+    def on_checkpoint(self, step: int, agreed: Agreed, p: Progress) -> bool:
+        """Save when due; True when the loop must stop (SIGTERM: saved, then stop)."""
+        ckpt, stopping = self.checkpointer, agreed.stop_requested
+        if ckpt is not None:
+            freq = self.cfg.checkpoint.checkpoint_freq
+            final = stopping or step == self.cfg.max_steps
+            if final or (freq and step % freq == 0):
                 # Synchronous when the process is about to exit: nothing may be in
                 # flight when it does.
-                final = stop_requested or step == cfg.max_steps
-                state = train_state(model, optimizer, scheduler, batches, step)
-                checkpointer.save(step, state, force_sync=final)
-            if stop_requested:
-                stopped_by = stop.signal or signal.SIGTERM
-                emit(
-                    "preempted",
-                    step=step,
-                    signal=int(stopped_by),
-                    checkpoint=checkpointer.last_saved,
+                state = train_state(
+                    self.model, self.optimizer, self.scheduler, self.data.batches, step
                 )
-                break
-        elif stop_requested:
-            stopped_by = stop.signal or signal.SIGTERM
-            emit("preempted", step=step, signal=int(stopped_by), checkpoint=None)
-            break
-    if checkpointer is not None:
-        checkpointer.close()
+                ckpt.save(step, state, force_sync=final)
+        if stopping:
+            p.stopped_by = self.stop.signal or signal.SIGTERM
+            saved = ckpt.last_saved if ckpt is not None else None
+            self.emit("preempted", step=step, signal=int(p.stopped_by), checkpoint=saved)
+        return stopping
 
-    # --- summary ------------------------------------------------------------------
-    elapsed = time.perf_counter() - start
-    steps_run = step - first_step + 1
-    if steps_run > 1:
-        throughput = (steps_run - 1) * tokens_per_step / max(now - timed_start, 1e-9)
-    elif steps_run == 1:
-        throughput = tokens_per_step / max(elapsed, 1e-9)
-    else:  # resumed a checkpoint already at max_steps: nothing left to do
-        throughput = math.nan
-    summary = {
-        "steps": step,
-        "first_loss": round(first_loss, 5),
-        "last_loss": round(last_loss, 5),
-        "tokens_per_s": _round(throughput, 1),
-        "elapsed_s": round(elapsed, 3),
-        "world_size": world_size,
-        "resumed_from": first_step - 1 or None,
-        "last_eval_loss": _round(last_eval, 5),
-        "checkpoint": _last_checkpoint(checkpointer, resume_from),
-    }
-    emit("summary", **summary)
-    summary["preempted"] = stopped_by is not None
-    return summary
+    def summary(self, step: int, p: Progress, resumed_from: Path | None) -> dict[str, Any]:
+        elapsed = time.perf_counter() - p.start
+        steps_run = step - p.first_step + 1
+        if steps_run > 1:
+            throughput = (steps_run - 1) * self.tokens_per_step / max(p.now - p.timed_start, 1e-9)
+        elif steps_run == 1:
+            throughput = self.tokens_per_step / max(elapsed, 1e-9)
+        else:  # resumed a checkpoint already at max_steps: nothing left to do
+            throughput = math.nan
+        summary = {
+            "steps": step,
+            "first_loss": round(p.first_loss, 5),
+            "last_loss": round(p.last_loss, 5),
+            "tokens_per_s": _round(throughput, 1),
+            "elapsed_s": round(elapsed, 3),
+            "world_size": self.world_size,
+            "resumed_from": p.first_step - 1 or None,
+            "last_eval_loss": _round(p.last_eval, 5),
+            "checkpoint": _last_checkpoint(self.checkpointer, resumed_from),
+        }
+        self.emit("summary", **summary)
+        summary["preempted"] = p.stopped_by is not None
+        return summary
 
 
 def _last_checkpoint(checkpointer: Checkpointer | None, resumed: Path | None) -> str | None:
@@ -550,14 +596,13 @@ def _last_checkpoint(checkpointer: Checkpointer | None, resumed: Path | None) ->
     return checkpointer.last_saved or (str(resumed) if resumed else None)
 
 
-def _pending_done(checkpointer: Checkpointer | None) -> bool:
-    return checkpointer is None or checkpointer.pending_done()
-
-
 def _round(value: float | None, digits: int) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return round(value, digits)
+
+
+# --- the entry point --------------------------------------------------------------------
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from skills.cloud.clients import aws_session
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.models import PipelineResult, PlannedCall, ResourceChange
 from skills.ecr_publisher.repository import ensure_repository
-from skills.shared.clients import aws_session
 from skills.shared.progress import NullProgress, Progress
 
 STEPS = 5
@@ -183,7 +183,7 @@ def apply(
     else:
         status = "created" if "created" in actions else "updated"
     return PipelineResult(
-        status=status,  # type: ignore[arg-type]
+        status=status,
         dry_run=dry_run,
         project_name=settings.project_name,
         region=settings.region,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from skills.cloud.clients import aws_session
 from skills.codebuild_pipeline.env_overrides import environment_overrides
 from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
 from skills.codebuild_pipeline.plan import log_group_name
-from skills.shared.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.secrets import redact, secret_values

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skills.cloud.clients import docker_client
 from skills.cloud.registry_credentials import (
     ECR_REGISTRY_HOST_ENV,
     EcrToken,
@@ -22,8 +23,7 @@ from skills.cloud.registry_credentials import (
 )
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.repository import ecr_client, ensure_repository
-from skills.image_builder.registry_check import MANIFEST_TYPES, _scheme
-from skills.shared.clients import docker_client
+from skills.image_builder.registry_check import MANIFEST_TYPES, registry_scheme
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
@@ -92,7 +92,7 @@ def manifest_digest(
     if login is not None:
         headers["Authorization"] = login.basic()
     request = urllib.request.Request(
-        f"{_scheme(host)}://{host}/v2/{repository}/manifests/{tag}", method="HEAD",
+        f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}", method="HEAD",
         headers=headers,
     )  # fmt: skip
     try:
@@ -301,7 +301,7 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
         tag=tag,
         pushed_to=f"{ref}:{tag}",
         registry_credentials=source_of(login),
-        repository_action=repo.action,  # type: ignore[arg-type]
+        repository_action=repo.action,
         repository_changes=repo.changes,
         scan_on_push=repo.scan_on_push,
         immutable_tags=repo.immutable,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from skills.shared.clients import aws_session
+from skills.cloud.clients import aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 
 DEFAULT_KEEP_LAST = 30
@@ -49,7 +49,7 @@ class Repository:
     scan_on_push: bool
     immutable: bool
     keep_last: int | None
-    action: str = "unchanged"
+    action: Literal["created", "updated", "unchanged"] = "unchanged"
     changes: list[str] = field(default_factory=list)
     arn: str | None = None  # None only on a dry run's would-be repository
 

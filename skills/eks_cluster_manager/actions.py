@@ -10,7 +10,7 @@ from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
 from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport
-from skills.shared.clients import cluster_api_client
+from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 
@@ -24,7 +24,7 @@ class Access:
     context: str | None
 
     def session(self) -> Any:
-        from skills.shared.clients import aws_session
+        from skills.cloud.clients import aws_session
 
         return aws_session(self.profile, self.region)
 
@@ -66,7 +66,7 @@ def describe(access: Access, progress: Progress) -> ClusterReport:
     report = ClusterReport(action="describe")
     notes = []
     if access.cluster_name:
-        from skills.eks_cluster_manager.access import describe_cluster
+        from skills.kube.access import describe_cluster
 
         session = access.session()
         info = describe_cluster(access.cluster_name, session)
@@ -175,7 +175,7 @@ def scale(
     sizes: tuple[int | None, int | None, int | None],
     confirm: bool,
 ) -> ClusterReport:
-    from skills.eks_cluster_manager.access import describe_cluster
+    from skills.kube.access import describe_cluster
 
     cluster = access.need_cluster("scale")
     if not nodegroup:
@@ -202,18 +202,24 @@ def scale(
     )
 
 
-def kubeconfig(access: Access) -> ClusterReport:
-    from skills.eks_cluster_manager.access import (
-        default_kubeconfig,
-        describe_cluster,
-        write_kubeconfig,
-    )
+def kubeconfig(access: Access, confirm: bool = False) -> ClusterReport:
+    """Write the cluster's entries into the kubeconfig the caller named (the tool never
+    picks the server's own file); `confirm` lets an existing context be re-pointed."""
+    from skills.kube.access import describe_cluster, write_kubeconfig
 
     cluster = access.need_cluster("kubeconfig")
+    if not access.kubeconfig:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "action=kubeconfig needs kubeconfig, the file to write.",
+            "Name the kubeconfig file to write (the CLI's default: $KUBECONFIG, else "
+            "~/.kube/config).",
+            {"problems": [{"field": "kubeconfig", "problem": "required for kubeconfig"}]},
+        )
     session = access.session()
     info = describe_cluster(cluster, session)
-    path = Path(access.kubeconfig).expanduser() if access.kubeconfig else default_kubeconfig()
-    name, created = write_kubeconfig(info, path, access.profile, access.context)
+    path = Path(access.kubeconfig).expanduser()
+    name, created = write_kubeconfig(info, path, access.profile, access.context, confirm)
     return ClusterReport(
         action="kubeconfig",
         cluster=_cluster_summary(info),
@@ -222,3 +228,25 @@ def kubeconfig(access: Access) -> ClusterReport:
         "no aws CLI)",
         next_step=f"kubectl --context {name} get nodes",
     )
+
+
+def judge_nccl_output(nccl_output: str, instance_type: str | None) -> ClusterReport:
+    """The busbw verdict on a saved all_reduce_perf output (reads one file, runs nothing)."""
+    from skills.catalog.instances import instance_spec
+    from skills.eks_cluster_manager.nccl import parse
+
+    spec = instance_spec(instance_type) if instance_type else None
+    path = Path(nccl_output).expanduser()
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND if isinstance(exc, FileNotFoundError) else ErrorCode.INVALID_INPUT,
+            f"Cannot read nccl_output {path} ({type(exc).__name__}).",
+            "Pass the path of a saved all_reduce_perf output file.",
+            {"problems": [{"field": "nccl_output", "problem": "cannot be read"}]},
+        ) from None
+    report = parse(text, spec)
+    summary = f"{report.verdict}: {report.reason}"
+    return ClusterReport(action="nccl_test", nccl=report, summary=summary)
+

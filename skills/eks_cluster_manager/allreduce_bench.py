@@ -10,12 +10,13 @@ NCCL_TEST_WARMUP. With no GPU it runs on CPU with gloo (for a dry run of the pip
 import os
 import socket
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 
-def _env(name, default):
+def _env(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
@@ -28,7 +29,7 @@ def main():
     if cuda:
         torch.cuda.set_device(device)
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    seen = [None] * world
+    seen: list[Any] = [None] * world  # all_gather_object fills in each rank's tuple
     dist.all_gather_object(seen, (rank, socket.gethostname(), local, name, os.getpid()))
     lo, hi = _env("NCCL_TEST_MIN_BYTES", 1 << 20), _env("NCCL_TEST_MAX_BYTES", 1 << 32)
     factor, iters, warmup = (

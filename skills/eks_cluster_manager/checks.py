@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.kube import Kube, access_failure
 from skills.eks_cluster_manager.models import Check, NodeInfo
-from skills.image_builder.compat import InstanceSpec, instance_spec
+from skills.kube.gpu_nodes import GPU_RESOURCE, NodeGpuFacts, node_gpu_facts
 from skills.shared.errors import ToolFailure
-from skills.shared.gpu_nodes import GPU_RESOURCE, NodeGpuFacts, node_gpu_facts
 
 NVIDIA_PLUGIN_NAMES = ("nvidia-device-plugin",)
 EFA_PLUGIN_NAMES = ("efa-k8s-device-plugin", "aws-efa")
@@ -233,7 +233,7 @@ def _daemonset_check(
             f"{sets[0]['metadata']['name']}`: check its tolerations and node affinity match "
             "the GPU nodes' taints and instance types, and its pods' logs."
         )
-    return Check(name=name, status=status, evidence=evidence, fix=fix)  # type: ignore[arg-type]
+    return Check(name=name, status=status, evidence=evidence, fix=fix)
 
 
 def check_nvidia_plugin(s: Snapshot) -> Check:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skills.image_builder.compat import instance_spec
+from skills.catalog.instances import instance_spec
 from skills.shared.errors import ErrorCode, ToolFailure
 
 SYSTEM_INSTANCE = "m5.xlarge"

@@ -2,15 +2,15 @@
 per kind, never one call per node), and server-side apply of manifests.
 
 Raw JSON (not the generated models) because the checks read objects the way the API
-returns them (camelCase: skills.shared.gpu_nodes reads Nodes so), and because a
+returns them (camelCase: skills.kube.gpu_nodes reads Nodes so), and because a
 custom resource has no model anyway."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from skills.kube.client import KubeJson
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.kube_json import KubeJson
 
 FIELD_MANAGER = "fsdp-eks"
 
@@ -20,6 +20,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "Service": ("/api/v1", "services", True),
     "Secret": ("/api/v1", "secrets", True),
+    "Pod": ("/api/v1", "pods", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
@@ -48,7 +49,7 @@ def object_path(obj: dict[str, Any]) -> str:
 
 
 class Kube(KubeJson):
-    """One cluster's API (raw JSON, skills.shared.kube_json), counting the requests it
+    """One cluster's API (raw JSON, skills.kube.client), counting the requests it
     makes, plus server-side apply."""
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,10 @@ all-reduce), so the verdict says "as expected", "degraded" or "broken", not a be
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
+from skills.catalog.instances import InstanceSpec
 from skills.eks_cluster_manager.models import NcclReport, NcclRow
-from skills.image_builder.compat import InstanceSpec
 
 PASS_FRACTION = 0.7  # of expected: pass at or above
 DEGRADED_FRACTION = 0.4  # below this: fail
@@ -50,7 +51,9 @@ def network_gbps(spec: InstanceSpec) -> float:
     text = spec.network.replace("<=", "")
     if m := re.match(r"(\d+)x(\d+)", text):
         return float(m[1]) * float(m[2])
-    return float(re.match(r"[\d.]+", text)[0])  # type: ignore[index]
+    number = re.match(r"[\d.]+", text)
+    assert number is not None, text  # every network in the table starts with its Gbps
+    return float(number[0])
 
 
 def expected_busbw(spec: InstanceSpec | None, nodes: int, gpu_name: str | None) -> float | None:
@@ -69,16 +72,23 @@ def _gpu_from_device(device: str | None) -> str | None:
     return None
 
 
-def parse(text: str, spec: InstanceSpec | None = None) -> NcclReport:
-    rows: list[NcclRow] = []
-    hosts: set[str] = set()
-    ranks: set[int] = set()
+@dataclass
+class _Output:
+    """What all_reduce_perf printed: result rows, ranks and hosts, the device, the average."""
+
+    rows: list[NcclRow] = field(default_factory=list)
+    hosts: set[str] = field(default_factory=set)
+    ranks: set[int] = field(default_factory=set)
     device: str | None = None
     avg: float | None = None
+
+
+def _read(text: str) -> _Output:
+    out = _Output()
     for line in text.splitlines():
         if m := _ROW.match(line):
             wrong = sum(int(w) for w in (m[9], m[13]) if w != "N/A")
-            rows.append(
+            out.rows.append(
                 NcclRow(
                     size_bytes=int(m[1]),
                     algbw_gbps=max(float(m[7]), float(m[11])),
@@ -87,48 +97,64 @@ def parse(text: str, spec: InstanceSpec | None = None) -> NcclReport:
                 )
             )
         elif m := _RANK.match(line):
-            ranks.add(int(m[1]))
-            hosts.add(m[2])
-            device = device or m[3]
+            out.ranks.add(int(m[1]))
+            out.hosts.add(m[2])
+            out.device = out.device or m[3]
         elif m := _AVG.match(line):
-            avg = float(m[1])
-    nodes = len(hosts) or None
-    gpu_name = spec.gpu if spec else _gpu_from_device(device)
+            out.avg = float(m[1])
+    return out
+
+
+def _transport(text: str, multi: bool, has_rows: bool) -> tuple[str, bool, bool]:
+    """(transport, used EFA, used sockets) as NCCL's own log lines say."""
     uses_efa = bool(_EFA.search(text)) and not _NO_OFI.search(text)
     uses_socket = bool(_SOCKET.search(text)) or bool(_NO_OFI.search(text))
+    if uses_efa:
+        return "efa", uses_efa, uses_socket
+    if uses_socket:
+        return "socket", uses_efa, uses_socket
+    return ("nvlink" if not multi and has_rows else "unknown"), uses_efa, uses_socket
+
+
+def parse(text: str, spec: InstanceSpec | None = None) -> NcclReport:
+    out = _read(text)
+    nodes = len(out.hosts) or None
     multi = (nodes or 1) > 1
-    transport = (
-        "efa"
-        if uses_efa
-        else "socket"
-        if uses_socket
-        else "nvlink"
-        if not multi and rows
-        else "unknown"
-    )
+    transport, uses_efa, uses_socket = _transport(text, multi, bool(out.rows))
     report = NcclReport(
         verdict="incomplete",
         reason="",
         nodes=nodes,
-        gpus=len(ranks) or None,
-        gpu_name=gpu_name,
+        gpus=len(out.ranks) or None,
+        gpu_name=spec.gpu if spec else _gpu_from_device(out.device),
         instance_type=spec.name if spec else None,
         transport=transport,
-        rows=rows,
-        avg_busbw_gbps=avg,
+        rows=out.rows,
+        avg_busbw_gbps=out.avg,
     )
-    if not rows:
+    if not out.rows:
         report.reason = "no result rows: the test did not get to its first size (see its log)"
         return report
+    _judge(report, out, spec, uses_efa, uses_socket)
+    return report
+
+
+def _judge(
+    report: NcclReport, out: _Output, spec: InstanceSpec | None, uses_efa: bool, uses_socket: bool
+) -> None:
+    """The verdict and its reason: wrong results, sockets where EFA should be, a cut-short
+    run, then the peak bus bandwidth against what the hardware should reach."""
+    rows, nodes, transport = out.rows, report.nodes, report.transport
+    multi = (nodes or 1) > 1
     peak = max(rows, key=lambda r: r.busbw_gbps)
     report.peak_busbw_gbps = peak.busbw_gbps
     report.largest_size_bytes = rows[-1].size_bytes
-    expected = expected_busbw(spec, nodes or 1, device)
+    expected = expected_busbw(spec, nodes or 1, out.device)
     report.expected_busbw_gbps = expected
     if any(r.wrong for r in rows):
         bad = [r.size_bytes for r in rows if r.wrong]
         report.verdict, report.reason = "fail", f"wrong results at sizes {bad}: data corruption"
-        return report
+        return
     if multi and spec is not None and spec.efa and not uses_efa:
         report.verdict = "fail"
         report.reason = (
@@ -136,21 +162,22 @@ def parse(text: str, spec: InstanceSpec | None = None) -> NcclReport:
         )
         report.warnings.append(
             "request vpc.amazonaws.com/efa in the pods; FI_PROVIDER=efa, "
-            "FI_EFA_USE_DEVICE_RDMA=1; an image with aws-ofi-nccl (DLC)"
+            "FI_EFA_USE_DEVICE_RDMA=1 where EFA has RDMA read (p4d/p5/p6); an image with "
+            "aws-ofi-nccl (DLC)"
         )
-        return report
-    if avg is None:
+        return
+    if out.avg is None:
         report.reason = (
             f"output ends before the summary (last size {rows[-1].size_bytes} B, "
             f"peak so far {peak.busbw_gbps:g} GB/s): the run was cut short"
         )
-        return report
+        return
     if multi and uses_socket and not uses_efa:
         report.warnings.append("NCCL used sockets across nodes")
     if expected is None:
         report.verdict = "pass"
         report.reason = f"peak {peak.busbw_gbps:g} GB/s; no reference for this hardware"
-        return report
+        return
     ratio = peak.busbw_gbps / expected
     report.verdict = (
         "pass" if ratio >= PASS_FRACTION else "degraded" if ratio >= DEGRADED_FRACTION else "fail"
@@ -159,4 +186,3 @@ def parse(text: str, spec: InstanceSpec | None = None) -> NcclReport:
         f"peak busbw {peak.busbw_gbps:g} GB/s = {ratio:.0%} of the "
         f"{expected:g} GB/s expected ({transport}, {nodes or 1} node(s))"
     )
-    return report

@@ -5,7 +5,7 @@ worker waits for the job to end, reads rank 0's log, parses it (nccl.parse) and
 deletes what it created.
 
 `run_nccl_test` is registered like a tool (for the operation worker to import) but is
-not in commands.TOOL_NAMES: manage_eks_cluster(action="nccl_test") starts it."""
+not a tool of its own: manage_eks_cluster(action="nccl_test") starts it."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from skills.catalog.instances import instance_spec
 from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import NcclReport
 from skills.eks_cluster_manager.nccl import parse
-from skills.image_builder.compat import instance_spec
-from skills.shared.clients import cluster_api_client
+from skills.kube.access import cluster_api_client
+from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
@@ -42,21 +43,17 @@ def manifests(
     job_name: str, namespace: str, nodes: int, instance_type: str, image: str
 ) -> list[dict[str, Any]]:
     spec = instance_spec(instance_type)
-    limits: dict[str, Any] = {"nvidia.com/gpu": spec.gpus}
-    env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
-    if spec.efa:
-        limits["vpc.amazonaws.com/efa"] = spec.efa_devices or 1
-        env += [
-            {"name": "FI_PROVIDER", "value": "efa"},
-            {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
-        ]
+    # The same EFA environment and resources as the training job (skills.kube.efa).
+    limits = {"nvidia.com/gpu": str(spec.gpus), **efa_limits(instance_type)}
+    env_vars = {"NCCL_DEBUG": "INFO", **efa_env_for(instance_type)}
+    env = [{"name": name, "value": value} for name, value in env_vars.items()]
     labels = {LABEL: job_name}
     container = {
         "name": "pytorch",
         "image": image,
         "command": ["torchrun", "/bench/allreduce_bench.py"],
         "env": env,
-        "resources": {"limits": limits, "requests": dict(limits)},
+        "resources": {"limits": limits, "requests": {**limits, **efa_requests(instance_type)}},
         "volumeMounts": [
             {"name": "bench", "mountPath": "/bench"},
             {"name": "shm", "mountPath": "/dev/shm"},
@@ -71,9 +68,7 @@ def manifests(
                 {"name": "shm", "emptyDir": {"medium": "Memory"}},
             ],
             "nodeSelector": {"node.kubernetes.io/instance-type": instance_type},
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-            ],
+            "tolerations": list(GPU_TOLERATIONS),
         },
     }
     replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": pod}}

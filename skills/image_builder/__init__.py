@@ -1,1 +1,1 @@
-"""Dockerfile analysis, CUDA/PyTorch compatibility data, and the fixes the build loop applies."""
+"""Dockerfile analysis and the fixes the build loop applies (its tables: skills/catalog)."""

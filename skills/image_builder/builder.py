@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -166,7 +167,7 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
             status="analyzed", dockerfile=label, resolved=_versions(analysis), findings=findings
         )
 
-    from skills.shared.clients import docker_client
+    from skills.cloud.clients import docker_client
 
     def tag_with(client: Any) -> tuple[str, str]:
         return choose_tag(
@@ -319,7 +320,8 @@ def _build(
     from docker.utils import tar
 
     name = f".dockerfile.fsdp-eks.{number}"
-    with tar(str(context), exclude=_dockerignore(context), dockerfile=(name, text)) as body:
+    with tempfile.TemporaryFile() as body:  # ours: tar() closes none it is given
+        tar(context, exclude=_dockerignore(context), dockerfile=(name, text), fileobj=body)
         try:
             stream = client.api.build(
                 fileobj=body,

@@ -1,4 +1,4 @@
-"""Static analysis of a Dockerfile against the CUDA/PyTorch tables (compat.py).
+"""Static analysis of a Dockerfile against the CUDA/PyTorch tables (cuda_tables.py).
 
 Reads Dockerfiles as people write them (dockerfile-parse for instructions, continuations
 and comments; our own ARG/ENV substitution, since FROM sees only the global ARGs): which
@@ -17,8 +17,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from skills.image_builder import compat, dockerfile_reader
-from skills.image_builder.compat import Combo
+from skills.catalog import cuda as cuda_tables
+from skills.catalog import instances
+from skills.catalog.cuda import Combo, Flavor
+from skills.image_builder import dockerfile_reader
 from skills.image_builder.dockerfile_reader import assignments, substitute
 
 
@@ -100,7 +102,7 @@ def parse_base(image: str) -> BaseImage:
         base = known(2, "official")
         if m := _OFFICIAL_TAG.match(tag):
             base.torch, base.cuda, base.cudnn = m[1], m[2], int(m[3])
-            base.flavor = m[4]  # type: ignore[assignment]
+            base.flavor = "devel" if m[4] == "devel" else "runtime"  # the tag's (runtime|devel)
             return base
     elif parts[-2:] == ["nvidia", "cuda"]:
         base = known(2, "nvidia")
@@ -111,8 +113,8 @@ def parse_base(image: str) -> BaseImage:
                 base.cudnn = int(digits) if digits else _NVIDIA_UNNUMBERED_CUDNN
             base.flavor = "devel" if m[4] == "devel" else "runtime"
             return base
-    elif parts[-1] in (compat.DLC_TRAINING_REPOSITORY, compat.DLC_AL2023_REPOSITORY):
-        if dlc := compat.parse_dlc_tag(tag):
+    elif parts[-1] in (cuda_tables.DLC_TRAINING_REPOSITORY, cuda_tables.DLC_AL2023_REPOSITORY):
+        if dlc := cuda_tables.parse_dlc_tag(tag):
             base = known(1, "dlc")
             # DLC training images carry the full CUDA toolkit (nvcc): devel-like.
             base.torch, base.cuda, base.python = dlc.torch, dlc.cuda, dlc.python
@@ -156,6 +158,7 @@ class Stage:
     parent: Stage | None
     source: ImageSource
     instructions: list[Instruction] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # ENV as of the stage's last line
 
     @property
     def root(self) -> Stage:
@@ -229,7 +232,7 @@ def _read_stage(stage: Stage, items: list[dict], env: dict[str, str],
 
 
 def parent_env(stages: list[Stage], parent: Stage | None) -> dict[str, str]:
-    return dict(getattr(parent, "env", {})) if parent else {}
+    return dict(parent.env) if parent else {}
 
 
 # --- pip installs ---------------------------------------------------------------------------
@@ -274,13 +277,13 @@ def parse_requirement(text: str) -> Requirement | None:
     if pin := re.match(r"===?\s*([^\s,]+)", m[3]):
         version, _, local = pin[1].partition("+")
         if re.fullmatch(r"cu\d+", local):
-            cuda = compat.cuda_from_cu(local)
+            cuda = cuda_tables.cuda_from_cu(local)
     return Requirement(name, version, cuda, text)
 
 
 def _index_cuda(url: str) -> str | None:
     m = _WHL_CUDA.search(url)
-    return compat.cuda_from_cu(m[1]) if m and m[1] != "cpu" else None
+    return cuda_tables.cuda_from_cu(m[1]) if m and m[1] != "cpu" else None
 
 
 def _pip_commands(run: str) -> list[list[str]]:
@@ -406,27 +409,27 @@ def target_for(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | 
     flavor = "devel" if base.flavor == "devel" or needs_devel(stage, context_dir) else "runtime"
     common = {"gpu_name": ctx.gpu, "driver_version": ctx.driver_version, "avoid": avoid}
     if base.kind == "official":
-        return compat.nearest_valid(torch, source="official", flavor=flavor, **common)
+        return cuda_tables.nearest_valid(torch, source="official", flavor=flavor, **common)
     if base.kind == "dlc":
         repo = base.repository
-        return compat.nearest_valid(torch, source="dlc", dlc_repository=repo, **common)
+        return cuda_tables.nearest_valid(torch, source="dlc", dlc_repository=repo, **common)
     python = base.python
-    if (torch and base.cuda and compat.wheel_exists(torch, base.cuda, python)
-            and (base.cudnn is None or base.cudnn == compat.expected_cudnn(torch))
-            and (ctx.gpu is None or compat.cuda_ok_for_gpu(base.cuda, ctx.gpu))
+    if (torch and base.cuda and cuda_tables.wheel_exists(torch, base.cuda, python)
+            and (base.cudnn is None or base.cudnn == cuda_tables.expected_cudnn(torch))
+            and (ctx.gpu is None or cuda_tables.cuda_ok_for_gpu(base.cuda, ctx.gpu))
             and (ctx.driver_version is None
-                 or compat.driver_supports(ctx.driver_version, base.cuda))):
-        return Combo(torch, base.cuda, compat.expected_cudnn(torch), None)
-    return compat.nearest_valid(torch, source="wheel", python=python, **common)
+                 or cuda_tables.driver_supports(ctx.driver_version, base.cuda))):
+        return Combo(torch, base.cuda, cuda_tables.expected_cudnn(torch), None)
+    return cuda_tables.nearest_valid(torch, source="wheel", python=python, **common)
 
 
-def render_base(base: BaseImage, target: Combo | None, flavor: str) -> str | None:
+def render_base(base: BaseImage, target: Combo | None, flavor: Flavor) -> str | None:
     """The base reference rewritten to `target` (mirror prefix kept); None: cannot."""
     pre = base.prefix + "/" if base.prefix else ""
     if base.kind == "official" and target is None and (m := _OFFICIAL_TAG.match(base.tag)):
         return f"{pre}{base.repository}:{m[1]}-cuda{m[2]}-cudnn{m[3]}-{flavor}"
     if base.kind == "official" and target:
-        return f"{pre}{base.repository}:{compat.official_tag(target.torch, target.cuda, target.cudnn, flavor)}"  # noqa: E501
+        return f"{pre}{base.repository}:{cuda_tables.official_tag(target.torch, target.cuda, target.cudnn, flavor)}"  # noqa: E501
     if base.kind == "dlc" and target and target.tag:
         tag = target.tag
         if base.tag.endswith("-sagemaker") or "-sagemaker" in base.tag:
@@ -448,7 +451,7 @@ def render_base(base: BaseImage, target: Combo | None, flavor: str) -> str | Non
     return None
 
 
-def stage_flavor(stage: Stage, base: BaseImage, context_dir: Path | None) -> str:
+def stage_flavor(stage: Stage, base: BaseImage, context_dir: Path | None) -> Flavor:
     return "devel" if base.flavor == "devel" or needs_devel(stage, context_dir) else (
         base.flavor or "runtime")
 
@@ -468,8 +471,8 @@ def _fix_text(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | N
         return "no torch/CUDA combination in the tables fits this GPU and driver"
     flavor = stage_flavor(stage, base, context_dir)
     image = render_base(base, target, flavor)
-    wheel = f"torch=={target.torch}+{compat.cu_tag(target.cuda)}"
-    index = f"{compat.PYTORCH_WHEEL_INDEX}/{compat.cu_tag(target.cuda)}"
+    wheel = f"torch=={target.torch}+{cuda_tables.cu_tag(target.cuda)}"
+    index = f"{cuda_tables.PYTORCH_WHEEL_INDEX}/{cuda_tables.cu_tag(target.cuda)}"
     if image and image != base.image:
         return f"use base image {image}" + (
             f" and install {wheel} from {index}" if _pins_torch(stage, context_dir) else "")
@@ -495,14 +498,17 @@ def _check_base(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path |
             "the tables know pytorch/pytorch, nvidia/cuda, AWS DLC and python images with "
             "versioned tags; this base's CUDA and torch cannot be checked",
             "use a versioned pytorch/pytorch, nvidia/cuda or DLC tag, e.g. "
-            f"{compat.official_image('2.13.0', '13.0', 9, 'runtime')}", "warning"))
+            f"{cuda_tables.official_image('2.13.0', '13.0', 9, 'runtime')}", "warning"))
         return
+    torch, cuda = base.torch, base.cuda  # official and DLC tags name both
     published = (
-        compat.image_published(base.torch, base.cuda)
-        and any(i.cudnn == base.cudnn for i in compat.official_images(base.torch))
+        torch is not None and cuda is not None and cuda_tables.image_published(torch, cuda)
+        and any(i.cudnn == base.cudnn for i in cuda_tables.official_images(torch))
         if base.kind == "official" else
-        any(compat.torch_minor(d.torch) == compat.torch_minor(base.torch) and d.cuda == base.cuda
-            for d in compat.DLC_IMAGES) if base.kind == "dlc" else True)
+        torch is not None
+        and any(cuda_tables.torch_minor(d.torch) == cuda_tables.torch_minor(torch)
+                and d.cuda == cuda for d in cuda_tables.DLC_IMAGES)
+        if base.kind == "dlc" else True)
     if not published:
         out.append(_finding(
             "no_such_image", line, evidence,
@@ -540,14 +546,14 @@ def _check_pip(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | 
 def _check_wheel(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None,
                  pip: PipInstall, torch: str, cuda: str | None, out: list[Finding]) -> None:
     fix = _fix_text(stage, base, ctx, context_dir)
-    rel = compat.release(torch)
+    rel = cuda_tables.release(torch)
     missing = None
     if rel is None:
         missing = f"torch {torch} is not in the compatibility table"
     elif cuda and cuda not in rel.wheel_cudas:
         missing = (f"torch {torch} has no CUDA {cuda} wheel (it has "
-                   f"{', '.join(compat.cu_tag(c) for c in rel.wheel_cudas)})")
-    elif base.python and not compat.python_ok(torch, base.python):
+                   f"{', '.join(cuda_tables.cu_tag(c) for c in rel.wheel_cudas)})")
+    elif base.python and not cuda_tables.python_ok(torch, base.python):
         missing = (f"torch {torch} has no wheel for Python {base.python} "
                    f"({rel.python_min}-{rel.python_max})")
     if missing:
@@ -557,10 +563,10 @@ def _check_wheel(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path 
             "wheel_cuda_mismatch", pip.line, pip.evidence,
             f"pip installs a CUDA {cuda} torch on a CUDA {base.cuda} base image (extension "
             "builds fail: \"The detected CUDA version mismatches\")", fix))
-    if base.cudnn and base.cudnn != compat.expected_cudnn(torch):
+    if base.cudnn and base.cudnn != cuda_tables.expected_cudnn(torch):
         out.append(_finding(
             "cudnn_mismatch", pip.line, pip.evidence,
-            f"torch {torch} expects cuDNN {compat.expected_cudnn(torch)}; the base has "
+            f"torch {torch} expects cuDNN {cuda_tables.expected_cudnn(torch)}; the base has "
             f"cuDNN {base.cudnn} (\"libcudnn.so.{base.cudnn}\" errors)", fix))
 
 
@@ -581,8 +587,8 @@ def _check_hardware(stage: Stage, base: BaseImage, ctx: Context, context_dir: Pa
                     out: list[Finding]) -> None:
     for cuda, line, evidence in _runtime_cudas(stage, base, context_dir):
         fix = None
-        if ctx.gpu and (problem := compat.cuda_problem_for_gpu(cuda, ctx.gpu)):
-            spec = compat.gpu(ctx.gpu)
+        if ctx.gpu and (problem := cuda_tables.cuda_problem_for_gpu(cuda, ctx.gpu)):
+            spec = instances.gpu(ctx.gpu)
             fix = _fix_text(stage, base, ctx, context_dir)
             why = (f"{ctx.gpu} (sm_{spec.sm}) needs CUDA >= {spec.min_cuda}"
                    if problem == "too_old" else
@@ -590,9 +596,9 @@ def _check_hardware(stage: Stage, base: BaseImage, ctx: Context, context_dir: Pa
             out.append(_finding(f"cuda_{problem}_for_gpu", line, evidence,
                                 f"{why}; \"no kernel image is available for execution\"", fix))
         drv = ctx.driver_version
-        if drv and not compat.driver_supports(drv, cuda):
-            hard = not compat.driver_supports(drv, cuda, minor_compat=True)
-            floor = compat.driver_floor(cuda, minor_compat=not hard) or "a newer driver"
+        if drv and not cuda_tables.driver_supports(drv, cuda):
+            hard = not cuda_tables.driver_supports(drv, cuda, minor_compat=True)
+            floor = cuda_tables.driver_floor(cuda, minor_compat=not hard) or "a newer driver"
             out.append(_finding(
                 "cuda_above_driver", line, evidence,
                 f"CUDA {cuda} needs driver >= {floor}; the nodes have {drv}"
@@ -613,7 +619,7 @@ def analyze(
 ) -> Analysis:
     """Resolve a Dockerfile's final image and check every stage against the tables.
     An unknown `instance_type` is the caller's input: ToolFailure(INVALID_INPUT)."""
-    gpu = compat.gpu_for_instance(instance_type).name if instance_type else None
+    gpu = instances.gpu_for_instance(instance_type).name if instance_type else None
     ctx = Context(gpu, driver_version)
     parsed = parse(text, build_args=build_args, base_image=base_image)
     findings: list[Finding] = []

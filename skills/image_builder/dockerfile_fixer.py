@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from skills.image_builder import compat
-from skills.image_builder.compat import Combo
+from skills.catalog import cuda as cuda_tables
+from skills.catalog.cuda import Combo
 from skills.image_builder.dockerfile_analyzer import (
     FLASH_ATTN,
     Analysis,
@@ -91,12 +91,12 @@ def _set_image(ed: _Editor, root: Stage, new: str, why: str) -> None:
 
 
 def _align_pins(ed: _Editor, ins: Instruction, target: Combo, pinned: str | None) -> None:
-    cu = compat.cu_tag(target.cuda)
+    cu = cuda_tables.cu_tag(target.cuda)
 
     def edit(text: str) -> str:
         text = _CU_PIN.sub(rf"\g<1>+{cu}", text)
         text = _WHL.sub(rf"\g<1>{cu}", text)
-        if pinned and compat.torch_minor(pinned) != compat.torch_minor(target.torch):
+        if pinned and cuda_tables.torch_minor(pinned) != cuda_tables.torch_minor(target.torch):
             text = re.sub(rf"\btorch=={re.escape(pinned)}\b", f"torch=={target.torch}", text)
         return text
 
@@ -139,7 +139,8 @@ def fix(
             continue
         leaf, base = members[-1], parse_base(root.image)
         # Any stage built on this root that compiles flash-attn needs the devel flavor.
-        flavor = max((stage_flavor(s, base, None) for s in members), key=lambda f: f == "devel")
+        flavors = {stage_flavor(s, base, None) for s in members}
+        flavor: cuda_tables.Flavor = "devel" if "devel" in flavors else "runtime"
         new_image = None
         if codes & CUDA_CODES:
             is_final = leaf is parsed.final

@@ -47,8 +47,8 @@ TIMEOUT_S = 15.0
 # HOST[:PORT][/PREFIX]: a registry host (with a dot or a port, or localhost) and an
 # optional repository prefix of lowercase path components.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(?::\d+)?"
-MIRROR_PATTERN = rf"^{_HOST}(?:/{_COMPONENT})*$"
+HOST_PATTERN = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(?::\d+)?"
+MIRROR_PATTERN = rf"^{HOST_PATTERN}(?:/{_COMPONENT})*$"
 _FROM_KEYWORD = re.compile(r"^\s*FROM\b", re.IGNORECASE)
 
 
@@ -75,7 +75,8 @@ class ImageRef:
 def parse_image(image: str) -> ImageRef:
     """An image reference as Docker reads it (default registry docker.io, official images
     under library/, default tag latest)."""
-    name, digest = (image.split("@", 1) + [None])[:2] if "@" in image else (image, None)
+    name, at, after = image.partition("@")
+    digest = after if at else None
     tag = "latest"
     last = name.rsplit("/", 1)[-1]
     if ":" in last:
@@ -159,7 +160,7 @@ class Check:
         return self.exists is False
 
 
-def _scheme(registry: str) -> str:
+def registry_scheme(registry: str) -> str:
     host = registry.split(":")[0]
     return "http" if host in ("localhost", "127.0.0.1") or host.endswith(".localhost") else "https"
 
@@ -195,7 +196,9 @@ def _private_channel(url: str) -> bool:
     """Whether credentials may travel to `url` (a token realm the registry names): over
     HTTPS, or plain HTTP on this host only."""
     parts = urllib.parse.urlsplit(url)
-    return parts.scheme == "https" or (parts.scheme == "http" and _scheme(parts.netloc) == "http")
+    return parts.scheme == "https" or (
+        parts.scheme == "http" and registry_scheme(parts.netloc) == "http"
+    )
 
 
 def _registry_message(body: bytes, status: int) -> str:
@@ -228,7 +231,7 @@ def registry_get(registry: str, repository: str, path: str) -> tuple[int, bytes,
 def registry_get_as(registry: str, repository: str, path: str) -> tuple[int, bytes, str, str]:
     """registry_get, and which credentials were sent (a source, or `anonymous`): only
     those the credential policy allows for this registry's host."""
-    url = f"{_scheme(registry)}://{_api_host(registry)}/v2/{repository}/{path}"
+    url = f"{registry_scheme(registry)}://{_api_host(registry)}/v2/{repository}/{path}"
     creds = credentials_for(registry)
     status, headers, body = _request(url, None)
     sent = None

@@ -1,1 +1,1 @@
-"""What every tool shares: errors, results, progress, clients and the tool contract."""
+"""The tool contract every tool follows: tooling, errors, results, progress, secrets."""

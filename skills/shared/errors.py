@@ -19,10 +19,12 @@ class ErrorCode(str, Enum):
     can fix the call itself (bad input, a missing confirm, a name that does not
     exist), 1 when the call was right and the work or the environment failed."""
 
+    exit_status: int  # set per member by __new__
+
     def __new__(cls, value: str, exit_status: int) -> ErrorCode:
         member = str.__new__(cls, value)
         member._value_ = value
-        member.exit_status = exit_status  # type: ignore[attr-defined]
+        member.exit_status = exit_status
         return member
 
     # The caller's input.
@@ -99,7 +101,7 @@ class ToolFailure(Exception):
     ) -> None:
         known = code if isinstance(code, ErrorCode) else _known(code)
         self.code = str(code)
-        self.exit_status = known.exit_status if known else EXIT_FAILED  # type: ignore[attr-defined]
+        self.exit_status = known.exit_status if known else EXIT_FAILED
         self.message = message
         self.hint = hint
         self.details = details or {}

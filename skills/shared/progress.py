@@ -25,10 +25,12 @@ class Progress(Protocol):
     def report(self, completed: float, total: float | None = None, message: str = "") -> None:
         """Report that `completed` of `total` units are done; `message` says what is happening.
         Raises Cancelled once the caller has cancelled."""
+        ...
 
     @property
     def cancelled(self) -> bool:
         """True once whoever asked for the work has cancelled it."""
+        ...
 
 
 def raise_if_cancelled(progress: Progress) -> None:

@@ -236,7 +236,7 @@ def _flatten(
             keys.append(key)
         choices = "; ".join(f"'{k}' {_first_line(m.__doc__)}" for k, m in by_key.items())
         fields[marker.discriminator] = (
-            Literal[tuple(keys)],  # type: ignore[valid-type]
+            Literal[tuple(keys)],
             Field(keys[0], description=f"{marker.description} {choices}.".strip()),
         )
     else:

@@ -1,7 +1,7 @@
 """The gate before a PyTorchJob is submitted: can the image's CUDA run on the nodes it
 will land on? The image says its torch and CUDA in its labels (the project's
 Dockerfile writes `fsdp-eks.torch` and `fsdp-eks.cuda`); each node says its driver and
-GPU (skills.shared.gpu_nodes). A driver too old for the CUDA (even with minor-version
+GPU (skills.kube.gpu_nodes). A driver too old for the CUDA (even with minor-version
 compatibility) or a GPU the CUDA does not support refuses the submit with the exact
 build_image call that fixes it. Nothing known (no labels, no driver label): a warning,
 not a refusal."""
@@ -13,18 +13,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from skills.image_builder.compat import (
-    GPUS,
+from skills.catalog.cuda import (
     cuda_problem_for_gpu,
     driver_supports,
-    gpu_for_instance,
     max_cuda_for_driver,
     nearest_valid,
     official_image,
     vtuple,
 )
+from skills.catalog.instances import GPUS, gpu_for_instance
+from skills.kube.gpu_nodes import NodeGpuFacts
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.gpu_nodes import NodeGpuFacts
 
 TORCH_LABEL = "fsdp-eks.torch"
 CUDA_LABEL = "fsdp-eks.cuda"

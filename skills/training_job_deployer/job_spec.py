@@ -140,6 +140,15 @@ class JobSpec(BaseModel):
         Field(gt=0, lt=1, description="Peak learning rate (default: the trainer's)."),
         TrainerFlag(),
     ] = None
+    min_lr_ratio: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            le=1,
+            description="Floor of the cosine LR decay as a share of the peak (default 0.1).",
+        ),
+        TrainerFlag(),
+    ] = None
     grad_accum_steps: Annotated[
         int | None,
         Field(
@@ -158,6 +167,14 @@ class JobSpec(BaseModel):
         Literal["none", "selective", "full"] | None,
         Field(
             description="Recompute activations to save memory (default: none).",
+        ),
+        TrainerFlag(),
+    ] = None
+    reduce_dtype: Annotated[
+        Literal["float32", "bfloat16"] | None,
+        Field(
+            description="Dtype FSDP2 reduces gradients in (default float32, also with bf16 "
+            "params).",
         ),
         TrainerFlag(),
     ] = None

@@ -1,32 +1,32 @@
 """Reads of a PyTorchJob and what belongs to it, as the Kubernetes API returns them
 (camelCase JSON dicts, never the client's models): one GET for the job, one LIST per
 kind (pods, events) filtered to the job, whatever its pod count, and one log read for
-rank 0. The monitor, the job tools and the pod doctor's `snapshot` share these reads.
+rank 0. The monitor, the job tools and the job doctor's `snapshot` share these reads;
+skills.kube.pods reads what they return.
 
 Selectors are sent (a real API server filters) and applied again here (some servers
 and emulators ignore them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from skills.kube.client import KubeJson
+from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.kube_json import KubeJson
-from skills.training_job_deployer.pytorchjob_manifest import GROUP, PLURAL, VERSION
+from skills.shared.secrets import redact
+from skills.training_job_deployer.targets.kubernetes.manifest import GROUP, PLURAL, VERSION
 
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-CONTAINER = "pytorch"
-
+# Lines of each log a snapshot reads: the end, where a failure is.
+SNAPSHOT_TAIL_LINES = 20_000
 
 JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
 
 class KubeReader(KubeJson):
     """The API reads and writes of the Kubernetes target in one namespace (raw JSON:
-    skills.shared.kube_json). `calls` counts requests."""
+    skills.kube.client). `calls` counts requests."""
 
     def __init__(self, api_client: Any, namespace: str) -> None:
         super().__init__(api_client)
@@ -165,82 +165,82 @@ class KubeReader(KubeJson):
         return "updated"
 
 
-def pod_order(pod: dict[str, Any]) -> tuple[int, int, str]:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    kind = 0 if labels.get(REPLICA_TYPE_LABEL, "").lower() == "master" else 1
-    try:
-        index = int(labels.get(REPLICA_INDEX_LABEL, "0"))
-    except ValueError:
-        index = 0
-    return kind, index, (pod.get("metadata") or {}).get("name", "")
+# the job doctor's snapshot ------------------------------------------------------------
 
 
-def older_than(event: dict[str, Any], job: dict[str, Any] | None) -> bool:
-    """An event from before `job` was created: about an earlier job of the same name (a
-    resubmission reuses the pod names; the API keeps events for an hour)."""
-    from skills.training_job_deployer.pod_doctor import api_time, event_time
+def read_snapshot(
+    reader: KubeReader,
+    job_name: str,
+    *,
+    tail_lines: int | None = SNAPSHOT_TAIL_LINES,
+    timestamps: bool = True,
+) -> dict[str, Any]:
+    """The snapshot through `reader` (its client and namespace). A job that is gone but
+    left pods is still diagnosed (job None); no job and no pods: ToolFailure(JOB_NOT_FOUND).
+    Logs carry RFC 3339 timestamps (`timestamps`), which order findings across pods."""
+    namespace = reader.namespace
+    job = reader.job(job_name)
+    pods = reader.pods(job_name)  # the job's label, re-applied; Master first, then by index
+    if job is None and not pods:
+        raise ToolFailure(
+            ErrorCode.JOB_NOT_FOUND,
+            f"No PyTorchJob {job_name!r} and no pods of it in namespace {namespace!r}.",
+            "Check the job name and --namespace (kubectl get pytorchjobs -A).",
+            {"job_name": job_name, "namespace": namespace},
+        )
+    names = {p["metadata"]["name"] for p in pods}
+    nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
+    events = [
+        e
+        for e in reader.namespace_events()
+        if _about(e, job_name, names, nodes) and not older_than(e, job)
+    ]
+    events.sort(key=_event_order)
+    logs: dict[str, str] = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        container, restarted = _trainer_container(pod)
+        for previous in (False, True) if restarted else (False,):
+            text = reader.log(
+                name,
+                container=container,
+                previous=previous,
+                tail_lines=tail_lines,
+                timestamps=timestamps,
+            )
+            if text:
+                logs[name + (PREVIOUS if previous else "")] = redact(text)
+    return {"job": job, "pods": pods, "events": events, "logs": logs}
 
-    created = api_time(((job or {}).get("metadata") or {}).get("creationTimestamp"))
-    when = event_time(event)
-    return created is not None and when is not None and when < created
 
-
-def pod_name(pod: dict[str, Any]) -> str:
-    return (pod.get("metadata") or {}).get("name", "")
-
-
-def restarts(pods: list[dict[str, Any]]) -> int:
-    """Container restarts over all the job's pods."""
-    return sum(
-        int(c.get("restartCount") or 0)
-        for p in pods
-        for c in (p.get("status") or {}).get("containerStatuses") or []
+def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:
+    """Whether an event is about this job, one of its pods, or a node they run on."""
+    involved = event.get("involvedObject") or event.get("regarding") or {}
+    kind, name = involved.get("kind"), involved.get("name")
+    return (
+        (kind == "Pod" and name in pods)
+        or (kind == "PyTorchJob" and name == job)
+        or (kind == "Node" and name in nodes)
     )
 
 
-def exit_code(pod: dict[str, Any]) -> int | None:
-    """The pytorch container's exit code once it terminated (None while it runs)."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") != CONTAINER:
-            continue
-        state = status.get("state") or {}
-        terminated = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
-        if terminated and "exitCode" in terminated:
-            return int(terminated["exitCode"])
-    return None
+def _event_order(event: Mapping[str, Any]) -> str:
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
 
 
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    reason: str | None
-    message: str | None
-
-
-def current_condition(job: dict[str, Any]) -> Condition | None:
-    """The newest true condition of a PyTorchJob (Created, Running, Restarting,
-    Succeeded, Failed, Suspended)."""
-    conditions = [
-        c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"
-    ]
-    if not conditions:
-        return None
-    last = conditions[-1]
-    for terminal in ("Failed", "Succeeded"):
-        for c in conditions:
-            if c.get("type") == terminal:
-                last = c
-    return Condition(str(last.get("type")), last.get("reason"), last.get("message"))
-
-
-def job_status(job: dict[str, Any]) -> str:
-    """The job's status as the local target names them."""
-    condition = current_condition(job)
-    kind = condition.type if condition else None
-    if kind == "Succeeded":
-        return "succeeded"
-    if kind == "Failed":
-        return "failed"
-    if ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend") or kind == "Suspended":
-        return "cancelled"
-    return "running"
+def _trainer_container(pod: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """The container whose log to read, and whether it has a previous one (restarted)."""
+    containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    name = CONTAINER if CONTAINER in containers else next(iter(containers), None)
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    status = next((s for s in statuses if s.get("name") == name), {})
+    restarted = bool(status.get("restartCount")) or bool(
+        (status.get("lastState") or {}).get("terminated")
+    )
+    return (name if len(containers) > 1 else None), restarted

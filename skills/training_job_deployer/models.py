@@ -51,7 +51,6 @@ class JobState(ToolResult):
     )
     log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
     next_step: str | None = Field(default=None, description="What to call next, if anything.")
-    restarts: int | None = Field(default=None, description="Times the scheduler restarted the job.")
     pods: dict[str, str] | None = Field(default=None, description="Cluster targets: pod -> phase.")
     conditions: list[str] | None = Field(
         default=None, description="Cluster targets: the job's true conditions, in order."

@@ -17,10 +17,10 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from commands._cli import run_cli
 from commands.build_image import build_image
 from mcp_server import build_server
 from skills.image_builder.registry_check import check_image
-from skills.shared.cli import run_cli
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from tests.services.header_log import header_logging_registry
@@ -322,7 +322,7 @@ def test_a_build_outlives_a_killed_mcp_server_and_get_operation_reports_it(hub, 
     state = started.structured_content
     assert state["status"] == "running", state
     operation_id = state["operation_id"]
-    from skills.shared import operations
+    from skills.operations import operations
 
     assert operations.get(operation_id).status == "running"  # the build goes on without it
 

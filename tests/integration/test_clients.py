@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from skills.shared.clients import aws_session, docker_client, kube_api_client
+from skills.cloud.clients import aws_session, docker_client
+from skills.kube.access import kube_api_client
 from skills.shared.errors import ToolFailure
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from commands.diagnose_training_job import diagnose_training_job
-from skills.shared.clients import kube_api_client
+from skills.job_doctor.diagnose import diagnose
+from skills.job_doctor.snapshot import snapshot_from_cluster
+from skills.kube.access import kube_api_client
+from skills.kube.pods import PREVIOUS
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer.job_snapshot import snapshot_from_cluster
-from skills.training_job_deployer.pod_doctor import PREVIOUS, diagnose
 from tests.fixtures.pod_doctor import snapshots as builder
 from tests.services.kube import PYTORCHJOB
 

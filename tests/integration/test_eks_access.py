@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from commands.manage_eks_cluster import manage_eks_cluster
-from skills.eks_cluster_manager.access import (
+from skills.kube.access import (
     TOKEN_PREFIX,
     TokenRefresher,
     eks_api_client,
@@ -151,7 +151,7 @@ def test_kubeconfig_keeps_other_contexts_and_reaches_the_cluster_with_its_exec_t
     assert {c["name"] for c in written["contexts"]} == {"kmock", context}
     assert written["current-context"] == context
     user = next(u for u in written["users"] if u["name"] == context)["user"]
-    assert user["exec"]["args"][:2] == ["-m", "skills.eks_cluster_manager.access"]
+    assert user["exec"]["args"][:2] == ["-m", "skills.kube.access"]
     assert "token" not in user and TOKEN_PREFIX not in path.read_text()  # no secret on disk
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     # A second run updates in place: still two contexts.
@@ -183,11 +183,12 @@ def test_the_kubernetes_target_reaches_an_eks_cluster_by_name(moto_server):
     """deploy_training_job and the job tools take cluster_name: the same EKS access,
     no kubeconfig. (moto's endpoint is fake, so the client is checked, not called.)"""
     from commands.get_training_job import get_training_job
-    from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-    from skills.training_job_deployer.kubernetes_target import cluster_api_client
+    from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
+    from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 
     make_cluster("by-name")
-    api = cluster_api_client(KubernetesSettings(cluster_name="by-name", region=REGION))
+    settings = KubernetesSettings(cluster_name="by-name", region=REGION)
+    api = KubernetesTarget(settings).reader.api
     endpoint = boto3.client("eks", region_name=REGION).describe_cluster(name="by-name")
     assert api.configuration.host == endpoint["cluster"]["endpoint"]
     assert api.configuration.auth_settings()["BearerToken"]["value"].startswith(
@@ -196,3 +197,55 @@ def test_the_kubernetes_target_reaches_an_eks_cluster_by_name(moto_server):
     with pytest.raises(ToolFailure) as failure:  # the target is implied by cluster_name
         get_training_job(job_name="j", cluster_name="not-there", region=REGION)
     assert failure.value.code == "not_found" and "by-name" in failure.value.message
+
+
+def test_kubeconfig_writes_only_a_named_file_except_on_the_cli(moto_server, tmp_path, monkeypatch):
+    """Over MCP or from Python the file is the caller's to name: the server's own
+    $KUBECONFIG / ~/.kube/config is never the default. The CLI (it owns the machine)
+    still defaults to $KUBECONFIG, as `aws eks update-kubeconfig` does."""
+    from commands.manage_eks_cluster import cli
+
+    make_cluster("kc-named")
+    servers = tmp_path / "servers-kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(servers))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(action="kubeconfig", cluster_name="kc-named", region=REGION)
+    assert failure.value.code == "invalid_input"
+    assert failure.value.details["problems"][0]["field"] == "kubeconfig"
+    assert not servers.exists() and not (tmp_path / "home").exists()
+
+    status = cli(["--action", "kubeconfig", "--cluster_name", "kc-named", "--region", REGION])
+    assert status == 0
+    assert yaml.safe_load(servers.read_text())["current-context"].endswith(":cluster/kc-named")
+
+
+def test_a_context_alias_that_exists_is_re_pointed_only_with_confirm(moto_server, tmp_path):
+    make_cluster("kc-alias")
+    path = tmp_path / "config"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "prod", "cluster": {"server": "https://prod.invalid"}}],
+                "users": [{"name": "prod", "user": {"token": "x"}}],
+                "contexts": [{"name": "prod", "context": {"cluster": "prod", "user": "prod"}}],
+                "current-context": "prod",
+            }
+        )
+    )
+    before = path.read_text()
+    common = {"action": "kubeconfig", "cluster_name": "kc-alias", "region": REGION}
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(**common, kubeconfig=str(path), context="prod")
+    assert failure.value.code == "confirmation_required"
+    assert failure.value.details["points_to"] == {"cluster": "prod", "user": "prod"}
+    assert path.read_text() == before  # nothing written, current-context kept
+
+    report = manage_eks_cluster(**common, kubeconfig=str(path), context="prod", confirm=True)
+    written = yaml.safe_load(path.read_text())
+    prod = next(c for c in written["contexts"] if c["name"] == "prod")["context"]
+    assert report.changes["context"] == "prod" and prod["cluster"].endswith(":cluster/kc-alias")
+    # The same alias for the same cluster again is an update, not a re-point: no confirm.
+    manage_eks_cluster(**common, kubeconfig=str(path), context="prod")

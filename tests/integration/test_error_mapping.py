@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from skills.shared.cli import run_cli
-from skills.shared.clients import kube_api_client
+from commands._cli import run_cli
+from skills.kube.access import kube_api_client
 from skills.shared.error_mapping import failure_from_exception
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress

@@ -31,12 +31,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from commands import TOOL_NAMES, tool_spec
+from commands import tool_names, tool_spec
+from commands._cli import run_cli
 from mcp_server import build_server
-from skills.shared.cli import run_cli
+from mcp_server.workspace import Workspace
 from skills.shared.tooling import ToolSpec
-from skills.shared.workspace import Workspace
-from skills.training_job_deployer.kubernetes_settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 pytestmark = pytest.mark.integration
 
@@ -151,6 +151,8 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["image"], args["registry_host"] = "fuzz-absent-image:none", "localhost:9"
     if tool == "diagnose_training_job":  # no cluster is reached, whatever KUBECONFIG says
         args["kubeconfig"] = "absent-kubeconfig"
+    if tool == "inspect_eks_cluster" and args.get("kubeconfig") is None:
+        args["kubeconfig"] = "absent-kubeconfig"  # reads from nowhere real
     if tool == "manage_eks_cluster":  # reads only, from nowhere real; no eksctl, no writes
         if args.get("action") not in ("describe", "validate", "create_config"):
             args["action"] = "validate"
@@ -276,7 +278,7 @@ def summary(request: pytest.FixtureRequest) -> Iterator[None]:
 # --- the properties ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", TOOL_NAMES)
+@pytest.mark.parametrize("name", tool_names())
 def test_the_cli_answers_every_input_with_a_result_or_a_typed_error(name, sandbox):
     spec = tool_spec(name)
     stats = STATS[f"cli {name}"]
@@ -323,7 +325,7 @@ def mcp_client(sandbox: Path) -> Iterator[tuple[Any, Any]]:
         yield portal, client
 
 
-@pytest.mark.parametrize("name", TOOL_NAMES)
+@pytest.mark.parametrize("name", tool_names())
 def test_mcp_answers_every_input_with_a_result_or_a_typed_error(name, mcp_client):
     portal, client = mcp_client
     spec = tool_spec(name)

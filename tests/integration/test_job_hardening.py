@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from commands._cli import run_cli
 from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
-from skills.shared.cli import run_cli
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.trainer_log import parse_events
 

@@ -19,7 +19,7 @@ from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.list_training_jobs import list_training_jobs
-from skills.shared import processes
+from skills.operations import processes
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.trainer_log import parse_events
 

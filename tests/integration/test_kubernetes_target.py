@@ -13,20 +13,21 @@ import json
 import time
 
 import boto3
+import kubernetes_validate
 import pytest
 import yaml
 
+from commands._cli import run_cli
 from commands.cancel_training_job import cancel_training_job
 from commands.delete_training_job import delete_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.get_training_job_logs import get_training_job_logs
 from commands.list_training_jobs import list_training_jobs
-from skills.shared.cli import run_cli
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
-from skills.training_job_deployer.kubernetes_settings import KubernetesSettings
-from skills.training_job_deployer.kubernetes_target import KubernetesTarget
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
+from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from tests.services.kube import PYTORCHJOB
 from tests.services.training_operator import ERROR_LOG, RUN_LOG, TrainingOperator
 
@@ -248,6 +249,8 @@ def test_a_canary_hf_token_never_shows(operator, kube_api, monkeypatch):
     state = deploy()
     secret = kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"].raw
     assert base64.b64decode(secret["data"]["token"]).decode() == CANARY  # it went there only
+    for k8s in ("1.30", "1.33"):  # the Secret as sent, against the core schemas, strict
+        kubernetes_validate.validate(dict(secret), k8s, strict=True)
     operator.run("llama", rank_logs={"master-0": RUN_LOG + f"token={CANARY}\n"})
     logs = get_training_job_logs(job_name="llama", **K8S, all_ranks=True)
     done = get_training_job(job_name="llama", **K8S)

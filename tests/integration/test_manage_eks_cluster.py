@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from commands.manage_eks_cluster import manage_eks_cluster
-from skills.shared.cli import run_cli
+from commands._cli import run_cli
+from commands.inspect_eks_cluster import inspect_eks_cluster
+from commands.manage_eks_cluster import cli, manage_eks_cluster
 from skills.shared.errors import ToolFailure
 from tests.integration.test_eks_access import REGION, make_cluster
 from tests.services import eks_cluster as seed
@@ -165,9 +166,12 @@ def test_auto_fix_plans_then_applies_then_revalidates(kube):
     common = {"kubeconfig": str(kube.kubeconfig)}
     planned = manage_eks_cluster(action="auto_fix", **common)
     objects = {(p.component, p.kind, p.name) for p in planned.plan}
+    # The Training Operator is upstream v1.9.2's standalone overlay whole: its six CRDs
+    # (every job kind its webhook configuration names), not the PyTorchJob CRD alone.
+    crds = {"pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"}
     assert objects == {
         ("nvidia_device_plugin", "DaemonSet", "nvidia-device-plugin-daemonset"),
-        ("training_operator", "CustomResourceDefinition", "pytorchjobs.kubeflow.org"),
+        *(("training_operator", "CustomResourceDefinition", f"{c}.kubeflow.org") for c in crds),
         ("training_operator", "Namespace", "kubeflow"),
         ("training_operator", "ServiceAccount", "training-operator"),
         ("training_operator", "ClusterRole", "training-operator"),
@@ -190,7 +194,7 @@ def test_auto_fix_plans_then_applies_then_revalidates(kube):
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
     assert (
         kube.emulator.objects[seed.OPERATOR]["spec"]["template"]["spec"]["containers"][0]["image"]
-        == "kubeflow/training-operator:v1.9.2"
+        == "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8"  # upstream's pin
     )
     # No controllers yet: the CRD is back, the rest waits on them.
     after = applied.changes["after"]
@@ -208,30 +212,104 @@ def test_auto_fix_deploys_etcd_in_the_namespace(kube):
     del kube.emulator.objects[seed.ETCD]
     common = {"kubeconfig": str(kube.kubeconfig), "rdzv_backend": "etcd", "namespace": "default"}
     report = manage_eks_cluster(action="auto_fix", confirm=True, **common)
+    # pytorch/elastic's etcd.yaml: a Service and a bare Pod (upstream.py says why)
     assert {(p.kind, p.namespace) for p in report.plan} == {
         ("Service", "default"),
-        ("Deployment", "default"),
+        ("Pod", "default"),
     }
     assert report.changes["after"]["etcd_service"] == "ok"
     assert kube.emulator.objects[seed.ETCD]["spec"]["ports"][0]["port"] == 2379
 
 
-def test_the_seed_cli_call_validates_and_applies(kube, capsys):
+def test_the_seed_cli_call_prints_the_plan_then_applies(kube, capsys):
+    """The CLI keeps the seed's explicit `--validate_components --auto_fix` (it owns the
+    machine): the plan goes to stderr first, then it is applied."""
     del kube.emulator.objects[seed.EFA_DS]
-    status = run_cli(
-        manage_eks_cluster,
+    status = cli(
         ["--kubeconfig", str(kube.kubeconfig), "--validate_components", "--auto_fix", "--json"],
     )
-    printed = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    printed = json.loads(out)
+    assert "plan: 1 object(s) to apply" in err and "DaemonSet aws-efa-k8s-device-plugin" in err
     assert printed["action"] == "auto_fix"
-    assert {p["name"] for p in printed["plan"]} == {"aws-efa-k8s-device-plugin-daemonset"}
+    assert {p["name"] for p in printed["plan"]} == {"aws-efa-k8s-device-plugin"}
     assert kube.emulator.objects[seed.EFA_DS]["kind"] == "DaemonSet"
     assert status == 1  # the plugin is applied but not ready until its controller runs it
     seed.play_controllers(kube)
-    status = run_cli(
-        manage_eks_cluster, ["--kubeconfig", str(kube.kubeconfig), "--validate-components"]
-    )
+    status = cli(["--kubeconfig", str(kube.kubeconfig), "--validate-components"])
     assert status == 0
+
+
+def test_validate_components_is_gone_from_the_tool(kube):
+    """The flag was accepted and never read; the tool has no such input now (the CLI
+    still takes the seed's spelling, which names the default action)."""
+    with pytest.raises(SystemExit) as usage:
+        run_cli(manage_eks_cluster, ["--kubeconfig", str(kube.kubeconfig), "--validate_components"])
+    assert usage.value.code == 2
+
+
+def test_over_mcp_auto_fix_without_confirm_is_a_plan_that_applies_nothing(kube):
+    """{"auto_fix": true} alone (no action, no confirm) returns the plan; only confirm=true
+    applies it (it used to apply: validate + auto_fix forced confirm)."""
+    import anyio
+    from mcp import Client
+
+    from mcp_server import build_server
+
+    del kube.emulator.objects[seed.NVIDIA_DS]
+    args = {"kubeconfig": str(kube.kubeconfig), "auto_fix": True}
+
+    async def scenario():
+        async with Client(build_server()) as client:
+            planned = await client.call_tool("manage_eks_cluster", args)
+            after_plan = exists(kube, seed.NVIDIA_DS)
+            applied = await client.call_tool("manage_eks_cluster", {**args, "confirm": True})
+            return planned, after_plan, applied
+
+    planned, after_plan, applied = anyio.run(scenario)
+    assert not planned.is_error and not after_plan
+    assert [p["action"] for p in planned.structured_content["plan"]] == ["apply"]
+    assert planned.structured_content["summary"].endswith("nothing applied")
+    assert not applied.is_error and exists(kube, seed.NVIDIA_DS)
+
+
+def test_a_read_only_server_serves_the_reads_and_not_the_writes(kube, tmp_path):
+    import anyio
+    from mcp import Client
+
+    from mcp_server import build_server
+
+    saved = tmp_path / "nccl.log"
+    saved.write_text(NCCL_LOG)
+
+    async def scenario():
+        async with Client(build_server(read_only=True)) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            kubeconfig = {"kubeconfig": str(kube.kubeconfig)}
+            checked = await client.call_tool("inspect_eks_cluster", kubeconfig)
+            described = await client.call_tool(
+                "inspect_eks_cluster", {"kubeconfig": str(kube.kubeconfig), "action": "describe"}
+            )
+            judged = await client.call_tool(
+                "inspect_eks_cluster",
+                {"action": "nccl_test", "nccl_output": str(saved), "instance_type": "p5.48xlarge"},
+            )
+            return tools, checked, described, judged
+
+    tools, checked, described, judged = anyio.run(scenario)
+    assert "manage_eks_cluster" not in tools
+    hints = tools["inspect_eks_cluster"].annotations
+    assert hints.read_only_hint is True and hints.destructive_hint is False
+    assert not checked.is_error and checked.structured_content["action"] == "validate"
+    assert checked.structured_content["checks"]
+    assert not described.is_error and described.structured_content["action"] == "describe"
+    assert not judged.is_error and judged.structured_content["nccl"]["verdict"]
+
+
+def test_inspect_nccl_test_needs_a_saved_output_and_runs_nothing(kube):
+    with pytest.raises(ToolFailure) as failure:
+        inspect_eks_cluster(action="nccl_test", kubeconfig=str(kube.kubeconfig))
+    assert failure.value.code == "invalid_input" and "manage_eks_cluster" in failure.value.hint
 
 
 NCCL_LOG = """NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 32 nics)
@@ -296,7 +374,10 @@ def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypat
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
     assert worker["replicas"] == 1
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
+    # skills.kube.efa's resources, as the training job's (quantities as strings)
+    assert limits == {
+        "nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi"
+    }  # fmt: skip
     selector = worker["template"]["spec"]["nodeSelector"]
     assert selector == {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"}
     bench = kube.emulator.objects["v1/configmaps", namespace, name]["data"]["allreduce_bench.py"]
@@ -339,7 +420,7 @@ def test_through_mcp_validate_answers_and_a_plan_writes_nothing(kube):
 
 
 def test_no_token_in_any_result(moto_server, tmp_path):
-    from skills.eks_cluster_manager.access import TOKEN_PREFIX
+    from skills.kube.access import TOKEN_PREFIX
 
     make_cluster("secret-a", {"gpu": ("p5.48xlarge", 0, 1, 2)})
     common = {"cluster_name": "secret-a", "region": REGION}

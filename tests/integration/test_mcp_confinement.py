@@ -22,9 +22,9 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_server import build_server
+from mcp_server.workspace import Workspace
 from skills.shared.errors import ToolFailure
 from skills.shared.paths import LocalPath
-from skills.shared.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 # The server runs from the test's directory (as from a project's); imports come from ROOT.

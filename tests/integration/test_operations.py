@@ -15,12 +15,12 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from commands._cli import run_cli
 from commands.cancel_operation import cancel_operation
 from commands.get_operation import get_operation
 from commands.list_operations import list_operations
 from mcp_server import build_server
-from skills.shared import operations, processes
-from skills.shared.cli import run_cli
+from skills.operations import operations, processes
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.shared.tooling import spec_of
@@ -108,6 +108,8 @@ def test_cancel_needs_confirm_and_then_reaches_the_work(tmp_path):
         cancel_operation(operation_id=state.operation_id)
     assert gate.value.code == "confirmation_required" and gate.value.exit_status == 2
     assert get_operation(operation_id=state.operation_id).status == "running"
+    # The worker catches SIGTERM once it runs the tool (its first step reported).
+    _until(lambda: get_operation(operation_id=state.operation_id).completed > 0)
 
     cancelled = cancel_operation(operation_id=state.operation_id, confirm=True)
     assert cancelled.status == "cancelled" and cancelled.error["code"] == "cancelled"

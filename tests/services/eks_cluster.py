@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from skills.image_builder.compat import instance_spec
+from skills.catalog.instances import instance_spec
 from tests.services.kube import KubeService
 
 NVIDIA_DS = ("apps/v1/daemonsets", "kube-system", "nvidia-device-plugin-daemonset")
-EFA_DS = ("apps/v1/daemonsets", "kube-system", "aws-efa-k8s-device-plugin-daemonset")
+EFA_DS = ("apps/v1/daemonsets", "kube-system", "aws-efa-k8s-device-plugin")  # the chart's name
 FSX_DS = ("apps/v1/daemonsets", "kube-system", "fsx-csi-node")
 OPERATOR = ("apps/v1/deployments", "kubeflow", "training-operator")
 CRD = ("apiextensions.k8s.io/v1/customresourcedefinitions", None, "pytorchjobs.kubeflow.org")
@@ -88,7 +88,10 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
             "template": {
                 "spec": {
                     "containers": [
-                        {"name": "training-operator", "image": "kubeflow/training-operator:v1.9.2"}
+                        {
+                            "name": "training-operator",
+                            "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8",
+                        }
                     ]
                 }
             },

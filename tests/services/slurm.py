@@ -5,8 +5,9 @@
         cluster.partition  # "debug", the node's only partition (the default)
 
 munged, slurmctld and slurmd run as this user (root on the test machines) with their
-key, sockets, state, spool, pid and log files in a temp dir and free ports; no file in
-/etc is read or written. Stopped by their pid files (only the daemons started here).
+key, sockets, state, spool, pid and log files in a temp dir, free ports and a random
+first job id (see _first_job_id); no file in /etc is read or written. Stopped by their
+pid files (only the daemons started here).
 No accounting daemon: `sacct` says accounting is disabled; `scontrol show job` keeps an
 ended job for MinJobAge seconds.
 """
@@ -64,10 +65,18 @@ class SlurmCluster:
         return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
+# The batch script's rendezvous port is 20000 + job id % 20000, so two clusters on one host
+# (parallel test sessions) that both numbered jobs from 1 would bind the same ports: each
+# cluster starts at a random job id (a session submits tens of jobs, far fewer than 19000).
+def _first_job_id() -> int:
+    return 1 + secrets.randbelow(19_000)
+
+
 def _slurm_conf(root: Path, ctld_port: int, slurmd_port: int, user: str) -> str:
     return "\n".join(
         [
             "ClusterName=fsdp-test",
+            f"FirstJobId={_first_job_id()}",
             "SlurmctldHost=localhost",
             f"SlurmUser={user}",
             f"SlurmdUser={user}",

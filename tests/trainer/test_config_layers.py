@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from trainer.config import ConfigError, RopeScaling, load_config
+from trainer.config import ConfigError, RopeScaling
+from trainer.config_loader import load_config
 from trainer.model import Transformer, num_params
 from trainer.presets import PRESETS
 

@@ -78,7 +78,7 @@ def test_trainer_checkpoint_exports_to_transformers_and_fine_tunes(tmp_path, tie
     from transformers import LlamaForCausalLM
 
     from trainer import hf
-    from trainer.config import load_config
+    from trainer.config_loader import load_config
     from trainer.model import Transformer
 
     flags = [*SMALL, "--tie_word_embeddings", tied]
@@ -120,7 +120,7 @@ def test_trainer_checkpoint_exports_to_transformers_and_fine_tunes(tmp_path, tie
 
 def test_a_wrong_shaped_hf_checkpoint_is_a_config_error(tmp_path):
     from trainer import hf
-    from trainer.config import load_config
+    from trainer.config_loader import load_config
     from trainer.model import Transformer
 
     cfg = load_config([], environ={})

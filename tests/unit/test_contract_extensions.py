@@ -17,19 +17,20 @@ import tomllib
 from mcp import Client
 from pydantic import BaseModel, Field
 
-from commands import TOOL_NAMES, all_tools
+import commands
+from commands import all_tools, tool_names
+from commands._cli import build_parser, parse_flags, run_cli
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from mcp_server import build_server
-from skills.shared.cli import build_parser, parse_flags, run_cli
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import Flatten, spec_of, tool
 from skills.training_job_deployer.job_spec import JobSpec, TrainerFlag, trainer_argv
-from skills.training_job_deployer.local_target import LocalSettings, LocalTarget
-from skills.training_job_deployer.target import TargetSettings
-from skills.training_job_deployer.targets import TARGETS
+from skills.training_job_deployer.targets.base import TargetSettings
+from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
+from skills.training_job_deployer.targets.registry import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -238,13 +239,41 @@ def test_parse_flags_returns_raw_arguments_and_the_json_switch():
 # --- one registry -------------------------------------------------------------------
 
 
-def test_console_scripts_are_exactly_the_registered_tools():
+def test_the_tools_are_the_public_modules_of_commands_with_a_function_and_main():
+    names = tool_names()
+    on_disk = {p.stem for p in (ROOT / "commands").glob("*.py") if not p.stem.startswith("_")}
+    assert set(names) == on_disk  # today every public module is a tool
+    assert "_cli" not in names and "deploy_training_job" in names and len(names) >= 16
+    assert [spec.name for spec in all_tools()] == list(names)
+
+
+def test_console_scripts_are_exactly_the_discovered_tools():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     tools = {name: target for name, target in scripts.items() if name != "fsdp-eks-mcp"}
-    assert tools == {n.replace("_", "-"): f"commands.{n}:main" for n in TOOL_NAMES}
-    on_disk = {p.stem for p in (ROOT / "commands").glob("*.py") if not p.stem.startswith("_")}
-    assert on_disk == set(TOOL_NAMES)
-    assert [spec.name for spec in all_tools()] == list(TOOL_NAMES)
+    assert tools == {n.replace("_", "-"): f"commands.{n}:main" for n in tool_names()}
+
+
+def test_a_new_module_with_a_function_of_its_name_and_main_is_a_tool(tmp_path, monkeypatch):
+    (tmp_path / "new_tool.py").write_text("def new_tool():\n    pass\n\n\ndef main():\n    pass\n")
+    (tmp_path / "helper.py").write_text("def main():\n    pass\n")  # no function of its name
+    (tmp_path / "_private.py").write_text("def _private():\n    pass\n\n\ndef main():\n    pass\n")
+    monkeypatch.setattr(commands, "__path__", [*commands.__path__, str(tmp_path)])
+    commands.tool_names.cache_clear()
+    try:
+        names = commands.tool_names()
+    finally:
+        commands.tool_names.cache_clear()
+    assert "new_tool" in names and "helper" not in names and "_private" not in names
+
+
+def test_the_mcp_server_serves_exactly_the_discovered_tools():
+    async def listed(read_only: bool) -> set[str]:
+        async with Client(build_server(read_only=read_only)) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert anyio.run(listed, False) == set(tool_names())
+    read_only = {spec.name for spec in all_tools() if spec.read_only}
+    assert anyio.run(listed, True) == read_only
 
 
 # --- error codes --------------------------------------------------------------------

@@ -1,12 +1,12 @@
 """The driver/CUDA gate before a PyTorchJob is submitted: decisions from the image's
-labels and the nodes' facts (read through skills.shared.gpu_nodes, as from the API)."""
+labels and the nodes' facts (read through skills.kube.gpu_nodes, as from the API)."""
 
 from __future__ import annotations
 
 import pytest
 
+from skills.kube.gpu_nodes import node_gpu_facts
 from skills.shared.errors import ToolFailure
-from skills.shared.gpu_nodes import node_gpu_facts
 from skills.training_job_deployer import cuda_gate
 
 

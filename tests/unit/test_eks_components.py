@@ -1,8 +1,10 @@
 """The pinned component table, a test per row: every manifest is valid Kubernetes (the
-offline schemas of kubernetes-validate), pinned (no :latest), and the GPU plugins run on
-exactly the GPU (EFA) instance types of the one instance table. The NCCL job validates
-against the real PyTorchJob CRD; the eksctl config against eksctl's ClusterConfig fields
-(a subset of its schema written from eksctl's documentation) and holds no credentials."""
+offline strict schemas of kubernetes-validate, for Kubernetes 1.30 and 1.33, CRDs
+included) and pinned (no :latest; that each is upstream's own manifest with only listed
+changes is test_eks_upstream.py). The NCCL job validates against the real PyTorchJob CRD
+and its pod template against the core schemas; the eksctl config against eksctl's
+ClusterConfig fields (a subset of its schema written from eksctl's documentation) and
+holds no credentials."""
 
 from __future__ import annotations
 
@@ -15,48 +17,32 @@ from commands.manage_eks_cluster import manage_eks_cluster
 from skills.eks_cluster_manager.components import COMPONENTS, CRD_NAME, pytorchjob_crd
 from skills.eks_cluster_manager.kube import KINDS, object_path
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
-from skills.image_builder.compat import INSTANCES
 from skills.shared.errors import ToolFailure
 from skills.shared.secrets import looks_like_secret
 
-K8S = "1.31"
+# The oldest and the newest Kubernetes versions EKS supports in standard support as these
+# manifests were checked (kubernetes-validate ships 1.25-1.37).
+K8S_VERSIONS = ("1.30", "1.33")
 
 
+@pytest.mark.parametrize("k8s", K8S_VERSIONS)
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.key)
-def test_every_component_manifest_is_valid_and_pinned(component):
+def test_every_component_manifest_is_valid_and_pinned(component, k8s):
     objects = component.manifests("jobs")
     assert objects
     for obj in objects:
         assert obj["kind"] in KINDS and object_path(obj).startswith(("/api/v1", "/apis/"))
-        if obj["kind"] != "CustomResourceDefinition":  # 600 KB: checked below on its own
-            kubernetes_validate.validate(obj, K8S, strict=True)
+        kubernetes_validate.validate(obj, k8s, strict=True)
         for container in _containers(obj):
-            image = container["image"]
-            assert image.endswith(component.version) and ":latest" not in image
+            # The image upstream pins (the Training Operator's tag is v1-<sha>, not v1.9.2).
+            assert container["image"] == component.image and ":latest" not in container["image"]
     if component.namespace is None:  # etcd goes where the job runs
         assert {o["metadata"]["namespace"] for o in objects} == {"jobs"}
 
 
 def _containers(obj):
-    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
-    return spec.get("containers", [])
-
-
-def test_device_plugins_run_on_the_gpu_and_efa_instance_types():
-    by_key = {c.key: c for c in COMPONENTS}
-
-    def types(key):
-        (ds,) = by_key[key].manifests()
-        terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ]["nodeSelectorTerms"]
-        return set(terms[0]["matchExpressions"][0]["values"])
-
-    assert types("nvidia_device_plugin") == {i.name for i in INSTANCES} | {
-        f"ml.{i.name}" for i in INSTANCES
-    }
-    efa = types("efa_device_plugin")
-    assert "p5.48xlarge" in efa and "ml.p5.48xlarge" in efa and "g5.xlarge" not in efa
+    spec = obj.get("spec", {})
+    return spec.get("template", {}).get("spec", {}).get("containers", spec.get("containers", []))
 
 
 def test_the_crd_is_the_v1_9_pytorchjob_crd():
@@ -67,18 +53,47 @@ def test_the_crd_is_the_v1_9_pytorchjob_crd():
 
 def test_the_nccl_job_fits_the_pytorchjob_schema():
     config_map, job = nccl_manifests("nccl-test-abc123", "default", 4, "p4d.24xlarge", "img:1")
-    kubernetes_validate.validate(config_map, K8S, strict=True)
+    for k8s in K8S_VERSIONS:
+        kubernetes_validate.validate(config_map, k8s, strict=True)
+        for replica in job["spec"]["pytorchReplicaSpecs"].values():
+            kubernetes_validate.validate(pod_template(replica["template"]), k8s, strict=True)
     schema = pytorchjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     jsonschema.validate(job, schema)
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 3
     assert job["spec"]["nprocPerNode"] == "8"
-    limits = replicas["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}
+    container = replicas["Worker"]["template"]["spec"]["containers"][0]
+    limits = container["resources"]["limits"]
+    # skills.kube.efa: EFA devices and huge pages (aws-efa-eks), FI_EFA_FORK_SAFE
+    assert limits == {
+        "nvidia.com/gpu": "8",
+        "vpc.amazonaws.com/efa": "4",
+        "hugepages-2Mi": "5120Mi",
+    }
+    assert container["resources"]["requests"] == {**limits, "memory": "8000Mi"}
+    assert {"name": "FI_EFA_FORK_SAFE", "value": "1"} in container["env"]
     (_, single) = nccl_manifests("nccl-test-abc123", "default", 1, "g5.xlarge", "img:1")
     assert "Worker" not in single["spec"]["pytorchReplicaSpecs"]
     env = single["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert "vpc.amazonaws.com/efa" not in env["resources"]["limits"]  # g5.xlarge has no EFA
+
+
+def pod_template(template: dict) -> dict:
+    """A PyTorchJob replica's pod template as a core PodTemplate (for the core schemas)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t"},
+        "template": template,
+    }
+
+
+def test_g5_nccl_job_sets_no_device_rdma():
+    # libfabric aborts with FI_EFA_USE_DEVICE_RDMA=1 on EFA without RDMA read (g5/g6/g6e).
+    (_, job) = nccl_manifests("nccl-test-abc123", "default", 2, "g5.48xlarge", "img:1")
+    env = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
+    names = {e["name"] for e in env}
+    assert "FI_PROVIDER" in names and "FI_EFA_USE_DEVICE_RDMA" not in names
 
 
 # What eksctl's ClusterConfig (eksctl.io/v1alpha5) accepts, for the fields written here.

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from commands.manage_eks_cluster import manage_eks_cluster
+from skills.catalog.instances import INSTANCES, instance_spec
 from skills.eks_cluster_manager.nccl import expected_busbw, network_gbps, parse
-from skills.image_builder.compat import INSTANCES, instance_spec
 
 HEADER = """# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
 #

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from skills.training_job_deployer.failure_signatures import CODES, SIGNATURES, check_table
-from skills.training_job_deployer.pod_doctor import Signal, _match
+from skills.job_doctor.diagnose import Signal, _match
+from skills.job_doctor.failure_signatures import CODES, SIGNATURES, check_table
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v3"
 PULL = f'Failed to pull image "{IMAGE}": rpc error: code = NotFound desc = failed to pull and '

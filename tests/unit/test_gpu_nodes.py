@@ -1,4 +1,4 @@
-from skills.shared.gpu_nodes import node_gpu_facts
+from skills.kube.gpu_nodes import node_gpu_facts
 
 
 def _node(labels=None, allocatable=None, ready="True"):

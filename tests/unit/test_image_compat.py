@@ -1,11 +1,12 @@
-"""Every row of the compatibility tables (skills/image_builder/compat.py) against the value
+"""Every row of the compatibility tables (skills/catalog/cuda.py) against the value
 the reference (CUDA-AND-FAILURES.md sections 1-4) gives, written out here independently."""
 
 from __future__ import annotations
 
 import pytest
 
-from skills.image_builder import compat
+from skills.catalog import cuda as cuda_tables
+from skills.catalog import instances
 from skills.shared.errors import ErrorCode, ToolFailure
 
 # Section 1: torch minor -> (python range, wheel CUDA tags, published image tags).
@@ -30,13 +31,13 @@ WHEELS = [
 @pytest.mark.parametrize(("torch", "py_min", "py_max", "cus", "tag"), WHEELS,
                          ids=[w[0] for w in WHEELS])
 def test_torch_release_row(torch: str, py_min: str, py_max: str, cus: str, tag: str | None):
-    assert [compat.cu_tag(c) for c in compat.wheel_cudas(torch)] == cus.split()
-    assert compat.python_ok(torch, py_min) and compat.python_ok(torch, py_max)
+    assert [cuda_tables.cu_tag(c) for c in cuda_tables.wheel_cudas(torch)] == cus.split()
+    assert cuda_tables.python_ok(torch, py_min) and cuda_tables.python_ok(torch, py_max)
     below = f"3.{int(py_min.split('.')[1]) - 1}"
     above = f"3.{int(py_max.split('.')[1]) + 1}"
-    assert not compat.python_ok(torch, below) and not compat.python_ok(torch, above)
-    published = {compat.official_tag(i.torch, i.cuda, i.cudnn, f)
-                 for i in compat.official_images(torch) for f in ("runtime", "devel")}
+    assert not cuda_tables.python_ok(torch, below) and not cuda_tables.python_ok(torch, above)
+    published = {cuda_tables.official_tag(i.torch, i.cuda, i.cudnn, f)
+                 for i in cuda_tables.official_images(torch) for f in ("runtime", "devel")}
     if tag is None:
         assert not published
     else:
@@ -44,7 +45,7 @@ def test_torch_release_row(torch: str, py_min: str, py_max: str, cus: str, tag: 
 
 
 def test_table_covers_every_release_listed():
-    assert [r.minor for r in compat.TORCH_RELEASES] == [w[0].rsplit(".", 1)[0] for w in WHEELS]
+    assert [r.minor for r in cuda_tables.TORCH_RELEASES] == [w[0].rsplit(".", 1)[0] for w in WHEELS]
 
 
 # Section 2: CUDA -> driver it ships with; the minor-version floors per major.
@@ -63,18 +64,18 @@ DRIVERS = [
 
 @pytest.mark.parametrize(("cuda", "shipped", "floor"), DRIVERS, ids=[d[0] for d in DRIVERS])
 def test_driver_row(cuda: str, shipped: str, floor: str):
-    assert compat.driver_floor(cuda) == shipped
-    assert compat.driver_floor(cuda, minor_compat=True) == floor
-    assert compat.max_cuda_for_driver(shipped) == cuda
-    assert compat.driver_supports(shipped, cuda)
+    assert cuda_tables.driver_floor(cuda) == shipped
+    assert cuda_tables.driver_floor(cuda, minor_compat=True) == floor
+    assert cuda_tables.max_cuda_for_driver(shipped) == cuda
+    assert cuda_tables.driver_supports(shipped, cuda)
 
 
 def test_driver_rows_complete_and_lookups_at_the_edges():
-    assert [r.cuda for r in compat.DRIVER_FLOORS] == [d[0] for d in DRIVERS]
-    assert compat.max_cuda_for_driver("470.57.02") is None
-    assert compat.max_cuda_for_driver("570.86.10") == "12.8"
-    assert not compat.driver_supports("550.54.15", "12.8")
-    assert compat.driver_supports("550.54.15", "12.8", minor_compat=True)
+    assert [r.cuda for r in cuda_tables.DRIVER_FLOORS] == [d[0] for d in DRIVERS]
+    assert cuda_tables.max_cuda_for_driver("470.57.02") is None
+    assert cuda_tables.max_cuda_for_driver("570.86.10") == "12.8"
+    assert not cuda_tables.driver_supports("550.54.15", "12.8")
+    assert cuda_tables.driver_supports("550.54.15", "12.8", minor_compat=True)
 
 
 # Section 3: DLC tags per torch.
@@ -98,23 +99,23 @@ DLCS = [
 @pytest.mark.parametrize(("torch", "repo", "tag", "cuda", "python"), DLCS,
                          ids=[d[0] for d in DLCS])
 def test_dlc_row(torch: str, repo: str, tag: str, cuda: str, python: str | None):
-    row = next(d for d in compat.DLC_IMAGES if d.torch == torch)
+    row = next(d for d in cuda_tables.DLC_IMAGES if d.torch == torch)
     assert (row.repository, row.tag) == (repo, tag)
-    parsed = compat.parse_dlc_tag(tag)
+    parsed = cuda_tables.parse_dlc_tag(tag)
     assert parsed is not None
     assert (parsed.torch, parsed.cuda, parsed.python) == (torch, cuda, python)
-    assert compat.dlc_listed(torch, cuda)
+    assert cuda_tables.dlc_listed(torch, cuda)
 
 
 @pytest.mark.parametrize("tag", ["2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker-v1.2",
                                  "2.13.0-cu133-amzn2023-sagemaker"])
 def test_dlc_sagemaker_variants_parse(tag: str):
-    parsed = compat.parse_dlc_tag(tag)
+    parsed = cuda_tables.parse_dlc_tag(tag)
     assert parsed is not None and parsed.platform == "sagemaker"
 
 
 def test_dlc_rejects_other_tags():
-    assert compat.parse_dlc_tag("2.5.1-cuda12.4-cudnn9-runtime") is None
+    assert cuda_tables.parse_dlc_tag("2.5.1-cuda12.4-cudnn9-runtime") is None
 
 
 # Section 4: GPU -> sm, the CUDAs that run on it.
@@ -129,25 +130,25 @@ GPU_ROWS = [
 @pytest.mark.parametrize(("name", "sm", "lowest", "highest"), GPU_ROWS,
                          ids=[g[0] for g in GPU_ROWS])
 def test_gpu_row(name: str, sm: int, lowest: str | None, highest: str | None):
-    assert compat.gpu(name).sm == sm
+    assert instances.gpu(name).sm == sm
     if lowest:
-        assert compat.cuda_ok_for_gpu(lowest, name)
+        assert cuda_tables.cuda_ok_for_gpu(lowest, name)
         major, minor = (int(p) for p in lowest.split("."))
         older = f"{major}.{minor - 1}" if minor else f"{major - 1}.8"
-        assert compat.cuda_problem_for_gpu(older, name) == "too_old"
+        assert cuda_tables.cuda_problem_for_gpu(older, name) == "too_old"
     if highest:
-        assert compat.cuda_ok_for_gpu(highest, name)
-        assert compat.cuda_problem_for_gpu("12.8", name) == "too_new"
-        assert compat.cuda_problem_for_gpu("13.0", name) == "too_new"
+        assert cuda_tables.cuda_ok_for_gpu(highest, name)
+        assert cuda_tables.cuda_problem_for_gpu("12.8", name) == "too_new"
+        assert cuda_tables.cuda_problem_for_gpu("13.0", name) == "too_new"
     else:
-        assert compat.cuda_ok_for_gpu("13.2", name)
+        assert cuda_tables.cuda_ok_for_gpu("13.2", name)
 
 
 INSTANCE_ROWS = [
     ("p4d.24xlarge", "A100", 8, 40, 4, 21.96), ("p4de.24xlarge", "A100", 8, 80, 4, 27.45),
     ("p5.48xlarge", "H100", 8, 80, 32, 55.04), ("p5.4xlarge", "H100", 1, 80, None, 6.88),
     ("p5e.48xlarge", "H200", 8, 141, 32, None), ("p5en.48xlarge", "H200", 8, 141, 16, 63.30),
-    ("p6-b200.48xlarge", "B200", 8, 179, None, 113.93),
+    ("p6-b200.48xlarge", "B200", 8, 179, 8, 113.93),
     ("g5.xlarge", "A10G", 1, 22, 0, 1.006), ("g5.2xlarge", "A10G", 1, 22, 0, 1.212),
     ("g5.4xlarge", "A10G", 1, 22, 0, 1.624), ("g5.8xlarge", "A10G", 1, 22, None, 2.448),
     ("g5.16xlarge", "A10G", 1, 22, None, 4.096), ("g5.12xlarge", "A10G", 4, 22, 1, 5.672),
@@ -167,21 +168,21 @@ INSTANCE_ROWS = [
                          ids=[i[0] for i in INSTANCE_ROWS])
 def test_instance_row(name: str, gpu: str, count: int, gib: int, efa: int | None,
                       price: float | None):
-    spec = compat.instance_spec(name)
+    spec = instances.instance_spec(name)
     assert (spec.gpu, spec.gpus, spec.gib_per_gpu, spec.efa_devices, spec.usd_per_hour) == (
         gpu, count, gib, efa, price)
     assert spec.efa == (efa != 0)  # None: "yes" without a count
-    assert compat.instance_spec(f"ml.{name}") == spec  # SageMaker names, same hardware
-    assert compat.gpu_for_instance(name).name == gpu
+    assert instances.instance_spec(f"ml.{name}") == spec  # SageMaker names, same hardware
+    assert instances.gpu_for_instance(name).name == gpu
 
 
 def test_instance_rows_complete():
-    assert sorted(i.name for i in compat.INSTANCES) == sorted(r[0] for r in INSTANCE_ROWS)
+    assert sorted(i.name for i in instances.INSTANCES) == sorted(r[0] for r in INSTANCE_ROWS)
 
 
 def test_unknown_instance_is_invalid_input_with_known_names():
     with pytest.raises(ToolFailure) as err:
-        compat.instance_spec("p9.mega")
+        instances.instance_spec("p9.mega")
     assert err.value.code == ErrorCode.INVALID_INPUT
     assert "p5.48xlarge" in err.value.hint and "p6-b200.48xlarge" in err.value.hint
 
@@ -213,10 +214,10 @@ NEAREST = [
 @pytest.mark.parametrize(("kwargs", "expected"), NEAREST, ids=[str(i) for i in range(len(NEAREST))])
 def test_nearest_valid(kwargs: dict, expected: tuple):
     torch = kwargs.pop("torch")
-    combo = compat.nearest_valid(torch, **kwargs)
+    combo = cuda_tables.nearest_valid(torch, **kwargs)
     assert combo is not None and (combo.torch, combo.cuda, combo.tag) == expected
 
 
 def test_nearest_valid_none_when_nothing_fits():
-    assert compat.nearest_valid("2.13.0", source="wheel", gpu_name="B200",
+    assert cuda_tables.nearest_valid("2.13.0", source="wheel", gpu_name="B200",
                                 driver_version="450.80.02") is None

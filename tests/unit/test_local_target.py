@@ -18,7 +18,7 @@ import pytest
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.local_target import (
+from skills.training_job_deployer.targets.local.target import (
     LocalPlan,
     LocalTarget,
     check_gpu_fit,
@@ -111,9 +111,11 @@ time.sleep(60)
     assert again.value.code == "job_running"
 
     record = json.loads((tmp_path / "slow" / "job.json").read_text())["trainer"]
-    child_pid = next(
-        json.loads(line)["pid"] for line in target.logs("slow").splitlines() if '"child"' in line
-    )
+    deadline = time.monotonic() + 30  # a loaded machine (parallel tests) starts it late
+    while '"child"' not in (log := target.logs("slow")):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.1)
+    child_pid = next(json.loads(line)["pid"] for line in log.splitlines() if '"child"' in line)
     state = target.cancel("slow", grace_s=5)
     assert state.status == "cancelled"
     for pid in (record["pid"], child_pid):  # the whole group got the signal
@@ -401,6 +403,10 @@ time.sleep(60)
     )
     target.submit("stop", scripted_plan(target, "stop", script))
     assert target.follow("stop", wait_seconds=1.0).status == "running"
+    deadline = time.monotonic() + 30  # the SIGTERM handler is in place once the step is logged
+    while '"step"' not in (log := target.logs("stop")):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.1)
     state = target.cancel("stop", grace_s=10)
     assert state.status == "cancelled" and state.checkpoint_step == 2
     assert state.message == "cancelled: checkpoint saved at step 2; re-run the same job to resume"

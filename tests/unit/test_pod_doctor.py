@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from skills.job_doctor.diagnose import MAX_SCAN, diagnose, pod_info
+from skills.job_doctor.failure_signatures import CODES
+from skills.job_doctor.remedies import decide, facts_from_snapshot
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer.failure_signatures import CODES
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.pod_doctor import MAX_SCAN, diagnose, pod_info
-from skills.training_job_deployer.remedies import decide, facts_from_snapshot
 from tests.fixtures.pod_doctor import snapshots as builder
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "pod_doctor"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skills.training_job_deployer.pod_doctor import diagnose
+from skills.job_doctor.diagnose import diagnose
 
 HOLDOUT = Path(__file__).parents[1] / "fixtures" / "pod_doctor" / "holdout"
 EXPECTED: dict[str, dict] = json.loads((HOLDOUT / "expected.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from skills.shared.record_store import RecordCorrupt, RecordFile
+from skills.operations.record_store import RecordCorrupt, RecordFile
 
 
 class Counter(BaseModel):

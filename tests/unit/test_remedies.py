@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from skills.training_job_deployer.failure_signatures import CODES
-from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.pod_doctor import Finding
-from skills.training_job_deployer.remedies import (
+from skills.job_doctor.diagnose import Finding
+from skills.job_doctor.failure_signatures import CODES
+from skills.job_doctor.remedies import (
     NCCL_SOCKET_IFNAME,
     Attempt,
     Facts,
@@ -17,6 +16,7 @@ from skills.training_job_deployer.remedies import (
     facts_from_snapshot,
     remedy,
 )
+from skills.training_job_deployer.job_spec import JobSpec
 
 
 def finding(code: str, rank: int = 1) -> Finding:

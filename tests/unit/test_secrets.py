@@ -12,11 +12,11 @@ import pytest
 from mcp import Client
 
 from commands import tool_spec
+from commands._cli import run_cli
 from commands.cancel_operation import cancel_operation
 from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
 from mcp_server import build_server
-from skills.shared.cli import run_cli
 from skills.shared.errors import ToolFailure
 from skills.shared.secrets import (
     SECRET_ENV_VARS,

@@ -18,8 +18,8 @@ import pytest
 from commands.deploy_training_job import deploy_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
-from skills.training_job_deployer.slurm_script import EFA_ENV, PartitionInfo, layout
-from skills.training_job_deployer.slurm_target import (
+from skills.training_job_deployer.targets.slurm.script import PartitionInfo, batch_env, layout
+from skills.training_job_deployer.targets.slurm.target import (
     Scheduler,
     SlurmDeploySettings,
     SlurmTarget,
@@ -27,7 +27,9 @@ from skills.training_job_deployer.slurm_target import (
     _fields,
 )
 
-GPU_PARTITION = PartitionInfo(name="gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True)
+GPU_PARTITION = PartitionInfo(
+    name="gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True, rdma=True
+)
 CPU_PARTITION = PartitionInfo(name="debug", nodes=1, cpus_per_node=2)
 # A checkpoint path a shell would run if it were not quoted.
 HOSTILE = "/mnt/shared/ck $(touch PWNED) `touch PWNED2`;touch PWNED3 'q\" $HOME"
@@ -80,7 +82,10 @@ def test_four_nodes_of_eight_gpus_with_efa_in_a_container(tmp_path):
         "#SBATCH --open-mode=append",
         f"#SBATCH --output={tmp_path}/runs/llama-ft/logs/slurm-%j.log",
     ]
-    for name, value in EFA_ENV.items():
+    # skills.kube.efa's variables (FI_EFA_FORK_SAFE and RDMA read included: p5-like nodes)
+    efa = {"FI_PROVIDER", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA"}
+    assert efa <= set(batch_env(True, True))
+    for name, value in batch_env(True, True).items():
         assert f"export {name}={shlex.quote(value)}" in lines
     assert "export OMP_NUM_THREADS=12" in lines  # 96 CPUs over 8 processes
     assert "--nproc_per_node=8" in script and '--nnodes="${SLURM_JOB_NUM_NODES}"' in script
@@ -176,9 +181,15 @@ def test_partition_facts_from_sinfo_rows():
         ("96+", "gpu:8", "dynamic,p5.48xlarge,EFA", "4"),
     ]
     info = PartitionInfo.from_sinfo("gpu", rows)
-    assert info == PartitionInfo("gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True)
+    assert info == PartitionInfo(
+        "gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True, rdma=True
+    )
     cpu = PartitionInfo.from_sinfo("debug", [("2", "(null)", "(null)", "1")])
-    assert (cpu.gpus_per_node, cpu.efa) == (0, False)
+    assert (cpu.gpus_per_node, cpu.efa, cpu.rdma) == (0, False, False)
+    # g5's EFA has no RDMA read: no FI_EFA_USE_DEVICE_RDMA (libfabric would abort)
+    g5 = PartitionInfo.from_sinfo("g5", [("192", "gpu:8", "static,g5.48xlarge,efa,gpu", "2")])
+    assert (g5.efa, g5.rdma) == (True, False)
+    assert "FI_EFA_USE_DEVICE_RDMA" not in batch_env(g5.efa, g5.rdma)
 
 
 def test_a_job_that_does_not_fit_the_partition_is_refused_before_submit():

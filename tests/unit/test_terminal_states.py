@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from skills.shared import operation_state
+from skills.operations import operation_state
 from skills.training_job_deployer import models
 
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from commands import all_tools
+from commands._cli import build_parser, run_cli
 from commands.deploy_training_job import deploy_training_job
-from skills.shared.cli import build_parser, run_cli
 from skills.shared.errors import ToolFailure
 from skills.shared.tooling import spec_of
 
@@ -32,6 +32,7 @@ def test_registry_lists_every_tool_with_its_gates():
         "get_codebuild_build",
         "push_to_ecr",
         "manage_eks_cluster",
+        "inspect_eks_cluster",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["diagnose_training_job"].read_only
@@ -40,6 +41,10 @@ def test_registry_lists_every_tool_with_its_gates():
     assert not specs["deploy_training_job"].read_only
     assert specs["list_training_jobs"].read_only and specs["list_operations"].read_only
     assert specs["get_operation"].read_only and specs["cancel_operation"].destructive
+    # The cluster's reads are served read-only; its writes are destructive, gated by confirm.
+    assert specs["inspect_eks_cluster"].read_only and specs["inspect_eks_cluster"].idempotent
+    assert specs["manage_eks_cluster"].destructive
+    assert "validate_components" not in specs["manage_eks_cluster"].params.model_fields
 
 
 def test_input_model_comes_from_the_signature():

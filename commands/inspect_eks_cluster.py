@@ -1,0 +1,68 @@
+"""inspect_eks_cluster: the cluster tool's reads (describe, validate, judge a saved NCCL
+output), served by a --read-only server too. The writes are manage_eks_cluster's."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # run as a script: make the checkout importable
+    import _bootstrap  # noqa: F401
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from commands import _eks_params as p
+from commands._cli import main_for
+from skills.eks_cluster_manager import actions
+from skills.eks_cluster_manager.checks import Options
+from skills.eks_cluster_manager.models import ClusterReport
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import NullProgress, Progress
+from skills.shared.tooling import tool
+
+Action = Literal["describe", "validate", "nccl_test"]
+
+
+@tool(read_only=True, idempotent=True)
+def inspect_eks_cluster(
+    *,
+    action: Annotated[Action, Field(description="See above.")] = "validate",
+    cluster_name: p.ClusterName = None,
+    region: p.Region = None,
+    kubeconfig: p.kubeconfig(writes=False) = None,
+    context: p.Context = None,
+    namespace: p.Namespace = "default",
+    checkpoint_pvc: p.CheckpointPvc = None,
+    rdzv_backend: p.RdzvBackend = "c10d",
+    instance_type: p.InstanceType = None,
+    nccl_output: p.NcclOutput = None,
+    progress: Progress | None = None,
+) -> ClusterReport:
+    """Read a GPU cluster for FSDP jobs; changes nothing (EKS: cluster_name; any:
+    kubeconfig). action: describe (node groups, GPU nodes); validate (checks, evidence,
+    the fix each needs); nccl_test (busbw verdict on a saved nccl_output). To fix, scale
+    or run the NCCL job: manage_eks_cluster."""
+    progress = progress or NullProgress()
+    access = actions.Access(cluster_name, region, None, kubeconfig, context)
+    if action == "describe":
+        return actions.describe(access, progress)
+    if action == "validate":
+        options = Options(
+            namespace=namespace, checkpoint_pvc=checkpoint_pvc, rdzv_backend=rdzv_backend
+        )
+        return actions.validate(access, options, progress)
+    if not nccl_output:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "action=nccl_test here judges a saved output: it needs nccl_output.",
+            "Pass nccl_output (a saved all_reduce_perf output), or run the test on the "
+            "cluster with manage_eks_cluster(action=nccl_test).",
+            {"problems": [{"field": "nccl_output", "problem": "required for nccl_test"}]},
+        )
+    return actions.judge_nccl_output(nccl_output, instance_type)
+
+
+main = main_for(inspect_eks_cluster)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The hardware catalogue: instance types (GPUs, EFA, memory) and CUDA/driver/torch tables."""

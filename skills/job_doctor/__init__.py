@@ -1,0 +1,1 @@
+"""The job doctor: failure signatures, diagnosis, remedies, auto-retry, snapshots."""

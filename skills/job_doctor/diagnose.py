@@ -1,0 +1,470 @@
+"""The pod doctor: why a PyTorchJob's pods fail, as typed findings, root cause first.
+
+    diagnosis = diagnose(snapshot)          # offline (a saved file) or live (snapshot.py)
+    diagnosis.root                          # the finding to act on, or None
+
+A snapshot is what the Kubernetes API returns (camelCase JSON), gathered in one dict:
+
+    {"job": <PyTorchJob>, "pods": [<Pod>], "events": [<Event>],
+     "logs": {"<pod>": "<text>", "<pod>/previous": "<text>"}}
+
+Every event, pod condition, container state and log line is a signal; a signal takes
+the first row of the signature table (failure_signatures.py) that it matches. Signals
+of one code on one pod make one finding. Findings are ordered so the root cause comes
+first: causes before generic Python errors before symptoms (timeouts, closed
+rendezvous, a lost peer: what the other ranks show when one rank failed) before
+warnings; then the earliest failure first (container finishedAt/startedAt, event and
+log timestamps); then the lowest node rank.
+
+Logs are scanned by substring first (each row's keywords, newest lines first, a bounded
+number of hits per keyword), and a row's regex only runs on the few lines that hold
+one of its keywords, each cut to MAX_LINE characters: a 10 MB log stays interactive.
+Evidence is masked with skills.shared.secrets.redact before it leaves this module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from skills.job_doctor.failure_signatures import (
+    CODES,
+    SIGNATURES,
+    Role,
+    Signature,
+    Source,
+    rows_for,
+)
+from skills.kube.pods import PREVIOUS, PodInfo, event_time, has_master, pod_info
+from skills.kube.pods import api_time as _time
+from skills.kube.pods import as_int as _int
+from skills.kube.pods import get as _get
+from skills.kube.pods import items as _list
+from skills.kube.pods import text as _str
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.secrets import redact
+
+# Bounds that keep a diagnosis interactive whatever the logs hold.
+MAX_LINE = 2000  # characters of a line a regex sees
+MAX_EVIDENCE = 4  # lines per finding
+EVIDENCE_CHARS = 400  # characters per evidence line
+HITS_PER_KEYWORD = 64  # occurrences of one keyword looked at per log, newest first
+HEAD_BYTES = 256 * 1024  # a long log's head is scanned too (NCCL/EFA init lines)
+MAX_SCAN = 8 * 1024 * 1024  # characters of one log scanned: its head and its tail
+
+ROLE_ORDER: dict[str, int] = {"cause": 0, "fallback": 1, "symptom": 2, "warning": 3}
+_ROW_INDEX = {id(row): i for i, row in enumerate(SIGNATURES)}
+_LOG_ROWS = rows_for("log")
+_KEYWORDS = tuple(dict.fromkeys(k for row in _LOG_ROWS for k in row.keywords))
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ")
+_PROCESS_RANK = re.compile(r"\[rank(\d+)\]|\"rank\": (\d+)|^\s*rank\s*:\s*(\d+)")
+
+
+class Finding(BaseModel):
+    """One failure signature seen on one pod."""
+
+    code: str = Field(description="The failure class (failure_signatures.CODES).")
+    pod: str | None = None
+    rank: int | None = Field(default=None, description="The pod's node rank (Master-0 is 0).")
+    replica: str | None = Field(default=None, description="Replica type and index, e.g. worker-2.")
+    process_rank: int | None = Field(
+        default=None, description="The global process rank the log names, if it does."
+    )
+    role: Role = "cause"
+    evidence: list[str] = Field(default_factory=list, description="The lines that show it.")
+    root_cause: str
+    remediation: str
+    retryable: bool
+    time: str | None = Field(default=None, description="When it was first seen (RFC 3339).")
+
+    def one_line(self) -> str:
+        where = f" on {self.pod}" if self.pod else ""
+        rank = f" (node rank {self.rank})" if self.rank is not None else ""
+        first = self.evidence[0] if self.evidence else ""
+        seen = f": {first[:157]}..." if len(first) > 160 else f": {first}" if first else ""
+        return f"{self.code}{where}{rank}{seen}"
+
+
+class Diagnosis(BaseModel):
+    job_name: str | None = None
+    namespace: str | None = None
+    job_status: str | None = Field(default=None, description="The job's latest condition.")
+    pods: int = 0
+    findings: list[Finding] = Field(default_factory=list, description="Root cause first.")
+    summary: str = ""
+    log_chars_scanned: int = 0
+    logs_cut: list[str] = Field(
+        default_factory=list, description="Logs longer than the scan bound (head+tail read)."
+    )
+
+    @property
+    def root(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+
+class Snapshot(BaseModel):
+    """The snapshot's outer shape; the objects inside are read defensively, as the API
+    may omit any field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: dict[str, Any] | None = None
+    pods: list[dict[str, Any]] = Field(default_factory=list)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    logs: dict[str, str] = Field(default_factory=dict)
+
+
+def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
+    """The snapshot, or ToolFailure(SNAPSHOT_INVALID) naming what is wrong with it."""
+    try:
+        return Snapshot.model_validate(snapshot)
+    except ValidationError as exc:
+        problems = [
+            {"field": ".".join(map(str, e["loc"])) or where, "problem": e["msg"]}
+            for e in exc.errors()[:10]
+        ]
+        summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems[:3])
+        raise ToolFailure(
+            ErrorCode.SNAPSHOT_INVALID,
+            f"The {where} is not a pod-doctor snapshot: {summary}",
+            'A snapshot is {"job": {...}, "pods": [...], "events": [...], "logs": '
+            '{"<pod>": "..."}}, as --save_snapshot writes it.',
+            {"problems": problems},
+        ) from None
+
+
+# --- signals -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signal:
+    pod: str | None
+    source: Source
+    reason: str
+    text: str
+    where: str
+    exit_code: int | None = None
+    time: datetime | None = None
+    process_rank: int | None = None
+
+
+def _event_signals(
+    events: list[Any], pods: dict[str, PodInfo], by_node: dict[str, list[str]]
+) -> Iterable[Signal]:
+    for event in events:
+        kind = _str(_get(event, "involvedObject", "kind"))
+        name = _str(_get(event, "involvedObject", "name"))
+        if kind == "Pod":
+            targets = [name]
+        elif kind == "Node":
+            targets = by_node.get(name, [])  # a node's trouble is its pods' trouble
+        else:
+            continue
+        reason = _str(_get(event, "reason"))
+        message = _str(_get(event, "message") or _get(event, "note"))
+        for pod in targets:
+            yield Signal(pod, "event", reason, message, f"event {reason}", time=event_time(event))
+
+
+def _pod_signals(pod: Any, info: PodInfo) -> Iterable[Signal]:
+    status = _get(pod, "status")
+    for condition in _list(_get(status, "conditions")):
+        kind, state = _str(_get(condition, "type")), _str(_get(condition, "status"))
+        if (kind == "PodScheduled" and state == "False") or (
+            kind == "DisruptionTarget" and state == "True"
+        ):
+            reason = _str(_get(condition, "reason"))
+            yield Signal(
+                info.name,
+                "event",
+                reason,
+                _str(_get(condition, "message")),
+                f"condition {kind} {reason}",
+                time=_time(_get(condition, "lastTransitionTime")),
+            )
+    reason = _str(_get(status, "reason"))
+    if reason:
+        yield Signal(info.name, "event", reason, _str(_get(status, "message")), f"pod {reason}")
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for container in _list(_get(status, group)):
+            cname = _str(_get(container, "name"))
+            for state_key in ("state", "lastState"):
+                state = _get(container, state_key)
+                waiting, done = _get(state, "waiting"), _get(state, "terminated")
+                if isinstance(waiting, Mapping):
+                    why = _str(waiting.get("reason"))
+                    yield Signal(
+                        info.name,
+                        "container",
+                        why,
+                        _str(waiting.get("message")),
+                        f"container {cname} waiting {why}",
+                    )
+                if isinstance(done, Mapping):
+                    why = _str(done.get("reason"))
+                    code = _int(done.get("exitCode"))
+                    yield Signal(
+                        info.name,
+                        "container",
+                        why,
+                        _str(done.get("message")),
+                        f"container {cname} terminated {why} (exit {code})",
+                        exit_code=code,
+                        time=_time(done.get("finishedAt")) or _time(done.get("startedAt")),
+                    )
+
+
+def _container_end(pod: Any, previous: bool) -> datetime | None:
+    """When the log's container ended: the time its last lines were written."""
+    ends = []
+    for container in _list(_get(pod, "status", "containerStatuses")):
+        done = _get(container, "lastState" if previous else "state", "terminated")
+        ends.append(_time(_get(done, "finishedAt")))
+    return min((e for e in ends if e), default=None)
+
+
+@dataclass
+class LogScan:
+    chars: int = 0
+    cut: bool = False
+
+
+def _candidate_lines(text: str) -> tuple[list[tuple[int, str]], bool]:
+    """(offset, line) of every line that holds a keyword: per keyword at most
+    HITS_PER_KEYWORD, newest first; of a log over MAX_SCAN, its head and tail only."""
+    cut = len(text) > MAX_SCAN
+    windows = [(0, len(text))]
+    if cut:
+        windows = [(0, HEAD_BYTES), (len(text) - (MAX_SCAN - HEAD_BYTES), len(text))]
+    starts: dict[int, str] = {}
+    for low, high in windows:
+        for keyword in _KEYWORDS:
+            end, hits = high, 0
+            while hits < HITS_PER_KEYWORD:
+                at = text.rfind(keyword, low, end)
+                if at < 0:
+                    break
+                start = text.rfind("\n", low, at) + 1 or low
+                if start < low:
+                    start = low
+                hits += start not in starts
+                if start not in starts:
+                    stop = text.find("\n", at, high)
+                    starts[start] = text[start : high if stop < 0 else stop]
+                end = start  # the line before this one
+                if end <= low:
+                    break
+    return sorted(starts.items()), cut
+
+
+def _log_signals(pod: str, key: str, text: str, end: datetime | None) -> tuple[list[Signal], bool]:
+    previous = key.endswith(PREVIOUS)
+    where = "log (previous)" if previous else "log"
+    signals = []
+    lines, cut = _candidate_lines(text)
+    for _, line in lines:
+        line = line[:MAX_LINE].rstrip("\r")
+        stamp = _TIMESTAMP.match(line)
+        when = end
+        if stamp:
+            when = _time(stamp[1]) or end
+            line = line[stamp.end() :]
+        row = _match_log(line)
+        if row is None:
+            continue
+        ranks = _PROCESS_RANK.search(line)
+        process_rank = int(next(g for g in ranks.groups() if g)) if ranks else None
+        signals.append(
+            Signal(pod, "log", row.code, line.strip(), where, time=when, process_rank=process_rank)
+        )
+    return signals, cut
+
+
+def _match_log(line: str) -> Signature | None:
+    for row in _LOG_ROWS:
+        if any(k in line for k in row.keywords) and row.regex and row.regex.search(line):
+            return row
+    return None
+
+
+def _match(signal: Signal) -> Signature | None:
+    if signal.source == "log":
+        return _match_log(signal.text)
+    for row in rows_for(signal.source):
+        if row.reasons and signal.reason not in row.reasons:
+            continue
+        if row.exit_codes and signal.exit_code not in row.exit_codes:
+            continue
+        if row.regex is not None and not row.regex.search(signal.text[:MAX_LINE]):
+            continue
+        if row.regex is None and not row.reasons and not row.exit_codes:
+            continue
+        return row
+    return None
+
+
+# --- findings ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    code: str
+    pod: str | None
+    role: str
+    row_index: int
+    time: datetime | None
+    process_rank: int | None
+    evidence: list[str]
+    said: set[str] = field(default_factory=set)
+
+
+def _evidence(signal: Signal) -> str:
+    text = " ".join(signal.text.split())
+    if signal.source == "log":
+        line = f"{signal.where}: {text}"
+    else:
+        line = f"{signal.where}: {text}" if text else signal.where
+    line = redact(line)
+    return line if len(line) <= EVIDENCE_CHARS else line[: EVIDENCE_CHARS - 3] + "..."
+
+
+def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
+    """The findings in a snapshot, root cause first (see the module's docstring)."""
+    snap = snapshot if isinstance(snapshot, Snapshot) else validate_snapshot(snapshot)
+    master = has_master(snap.job, snap.pods)
+    pods: dict[str, PodInfo] = {}
+    raw: dict[str, Any] = {}
+    for pod in snap.pods:
+        info = pod_info(pod, master)
+        if info.name:
+            pods[info.name], raw[info.name] = info, pod
+    signals, scan, cut_logs = _signals(snap, pods, raw)
+    drafts = _drafts(signals)
+    findings = [_finding(d, pods.get(d.pod or "")) for d in _root_cause_first(drafts, pods)]
+    diagnosis = Diagnosis(
+        job_name=_str(_get(snap.job, "metadata", "name")) or None,
+        namespace=_str(_get(snap.job, "metadata", "namespace")) or None,
+        job_status=_job_status(snap.job),
+        pods=len(pods),
+        findings=findings,
+        log_chars_scanned=scan.chars,
+        logs_cut=cut_logs,
+    )
+    diagnosis.summary = (
+        findings[0].one_line() if findings else "no known failure signature in the snapshot"
+    )
+    return diagnosis
+
+
+def _signals(
+    snap: Snapshot, pods: dict[str, PodInfo], raw: dict[str, Any]
+) -> tuple[list[Signal], LogScan, list[str]]:
+    """Every signal of the snapshot: events, pod statuses, log lines (with what was scanned
+    and which logs were cut)."""
+    by_node: dict[str, list[str]] = {}
+    for info in pods.values():
+        if info.node:
+            by_node.setdefault(info.node, []).append(info.name)
+    signals: list[Signal] = list(_event_signals(snap.events, pods, by_node))
+    for name, pod in raw.items():
+        signals += _pod_signals(pod, pods[name])
+    scan, cut_logs = LogScan(), []
+    for key, text in snap.logs.items():
+        previous = key.endswith(PREVIOUS)
+        name = key[: -len(PREVIOUS)] if previous else key
+        found, cut = _log_signals(name, key, text, _container_end(raw.get(name), previous))
+        signals += found
+        scan.chars += min(len(text), MAX_SCAN)
+        if cut:
+            cut_logs.append(key)
+    return signals, scan, cut_logs
+
+
+def _drafts(signals: list[Signal]) -> dict[tuple[str | None, str], _Draft]:
+    """One draft finding per (pod, code): its strongest role, earliest time, evidence."""
+    drafts: dict[tuple[str | None, str], _Draft] = {}
+    for signal in signals:
+        row = _match(signal)
+        if row is None:
+            continue
+        key = (signal.pod, row.code)
+        draft = drafts.get(key)
+        index = _ROW_INDEX[id(row)]
+        if draft is None:
+            draft = drafts[key] = _Draft(
+                row.code, signal.pod, row.role, index, signal.time, signal.process_rank, []
+            )
+        if ROLE_ORDER[row.role] < ROLE_ORDER[draft.role]:
+            draft.role = row.role
+        draft.row_index = min(draft.row_index, index)
+        if signal.time and (draft.time is None or signal.time < draft.time):
+            draft.time = signal.time
+        if draft.process_rank is None:
+            draft.process_rank = signal.process_rank
+        said = " ".join(signal.text.split())
+        if said not in draft.said or not said:  # the same message from an event and a status
+            draft.said.add(said)
+            line = _evidence(signal)
+            if line not in draft.evidence:
+                draft.evidence.append(line)
+    return drafts
+
+
+def _root_cause_first(
+    drafts: dict[tuple[str | None, str], _Draft], pods: dict[str, PodInfo]
+) -> list[_Draft]:
+    # A generic Python error says nothing more when the pod shows a specific failure.
+    specific = {d.pod for d in drafts.values() if d.role != "fallback" and d.role != "warning"}
+    kept = [d for d in drafts.values() if not (d.role == "fallback" and d.pod in specific)]
+    never = datetime.max.replace(tzinfo=timezone.utc)
+
+    def order(d: _Draft) -> tuple[Any, ...]:
+        rank = pods[d.pod].rank if d.pod in pods else None
+        return (
+            ROLE_ORDER[d.role],
+            d.time or never,
+            rank if rank is not None else 1 << 30,
+            d.row_index,
+            d.pod or "",
+        )
+
+    return sorted(kept, key=order)
+
+
+def _finding(draft: _Draft, info: PodInfo | None) -> Finding:
+    meaning = CODES[draft.code]
+    return Finding(
+        code=draft.code,
+        pod=draft.pod,
+        rank=info.rank if info else None,
+        replica=info.replica if info else None,
+        process_rank=draft.process_rank,
+        role=draft.role,  # type: ignore[arg-type]
+        evidence=draft.evidence[:MAX_EVIDENCE],
+        root_cause=meaning.root_cause,
+        remediation=meaning.remediation,
+        retryable=meaning.retryable,
+        time=draft.time.isoformat().replace("+00:00", "Z") if draft.time else None,
+    )
+
+
+def _job_status(job: Any) -> str | None:
+    conditions = _list(_get(job, "status", "conditions"))
+    conditions = [c for c in conditions if _get(c, "status") == "True"]
+    if not conditions:
+        return None
+    last = conditions[-1]
+    message = _str(_get(last, "message"))
+    return redact(f"{_str(_get(last, 'type'))}: {message}" if message else _str(_get(last, "type")))
+
+
+__all__ = ["Diagnosis", "Finding", "Snapshot", "diagnose", "pod_info", "validate_snapshot"]

@@ -1,0 +1,76 @@
+"""A PyTorchJob's state as one snapshot, read live from the cluster: what the pod doctor
+diagnoses and what `--save_snapshot` writes (diagnose.py has the format).
+
+    snapshot = snapshot_from_cluster(api_client, namespace, job_name)
+
+One list call per kind (pods by the operator's job-name label, events in the namespace)
+plus a log read per pod (and its previous container's, after a restart), never one
+call per object otherwise, all through kube_monitor (KubeReader, read_snapshot).
+Selectors are applied again there: an API server (or a stand-in) that ignores them
+must not bring in other jobs' pods. Objects are kept exactly as the API serves them
+(camelCase JSON), so a saved snapshot diagnoses the same as the live state it came
+from; logs are masked (skills.shared.secrets.redact) as read.
+The Kubernetes target's `snapshot(job_name)` is the same `read_snapshot` with its own
+reader (kube_monitor: the target does not import the doctor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from skills.shared.secrets import redact
+from skills.training_job_deployer.kube_monitor import (
+    SNAPSHOT_TAIL_LINES,
+    KubeReader,
+    read_snapshot,
+)
+
+
+def snapshot_from_cluster(
+    api_client: Any,
+    namespace: str,
+    job_name: str,
+    *,
+    tail_lines: int | None = SNAPSHOT_TAIL_LINES,
+    timestamps: bool = True,
+) -> dict[str, Any]:
+    """{"job", "pods", "events", "logs"} for one PyTorchJob, logs' secrets masked."""
+    return read_snapshot(
+        KubeReader(api_client, namespace), job_name, tail_lines=tail_lines, timestamps=timestamps
+    )
+
+
+def redacted(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """The snapshot with every string (logs, env values, messages) masked, for a file
+    that leaves this machine (a bug report)."""
+    return _masked(dict(snapshot))
+
+
+def _masked(value: Any) -> Any:
+    pending: list[Any] = []
+    root = _copy(value, pending)
+    while pending:  # a loop, not recursion: API objects nest deep
+        target, key, item = pending.pop()
+        target[key] = _copy(item, pending)
+    return root
+
+
+def _copy(value: Any, pending: list[Any]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out[redact(str(key))] = None
+            pending.append((out, redact(str(key)), item))
+        return out
+    if isinstance(value, list):
+        items: list[Any] = [None] * len(value)
+        for i, item in enumerate(value):
+            pending.append((items, i, item))
+        return items
+    return value
+
+
+__all__ = ["redacted", "snapshot_from_cluster"]

@@ -1,0 +1,111 @@
+"""Requests to the Kubernetes API as raw JSON through a kubernetes ApiClient's REST
+client: its host, TLS, proxy and token refresh apply, but none of the generated API
+classes (their import alone costs seconds of every CLI call, and custom resources have
+no models anyway). Objects come back as the API serves them (camelCase), which is what
+skills.kube.gpu_nodes and the pod doctor read. The cluster checks and the Kubernetes
+target both talk to clusters through this one class; `calls` and `paths` count what
+they asked, for the "one list per kind" measures."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from skills.shared.errors import ErrorCode, ToolFailure
+
+REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
+Query = dict[str, Any] | list[tuple[str, str]] | None
+
+
+class KubeJson:
+    def __init__(self, api_client: Any) -> None:
+        self.api = api_client
+        self.calls = 0
+        self.paths: list[str] = []
+
+    @property
+    def host(self) -> str:
+        return self.api.configuration.host
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Query = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        missing_ok: tuple[int, ...] = (),
+    ) -> tuple[int, bytes]:
+        """(status, body). A status in `missing_ok` is returned; any other error status
+        raises the client's ApiException with the API server's own message (the tools'
+        error mapping types it); an unreachable server is ENDPOINT_UNREACHABLE."""
+        from kubernetes.client.exceptions import ApiException
+
+        pairs = query.items() if isinstance(query, dict) else (query or [])
+        params = [(k, v) for k, v in pairs if v is not None]
+        url = self.host.rstrip("/") + path + (f"?{urlencode(params)}" if params else "")
+        headers = {"Accept": "application/json", "User-Agent": "fsdp-eks"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+            if "json" not in content_type and not isinstance(body, (str, bytes)):
+                body = json.dumps(body)  # apply-patch+yaml: JSON is YAML, sent as text
+        for auth in self.api.configuration.auth_settings().values():  # refreshes a token
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        self.calls += 1
+        self.paths.append(f"{method} {path}")
+        try:
+            response = self.api.rest_client.request(
+                method, url, headers=headers, body=body, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:  # clients that raise on an error status
+            status, data = exc.status or 0, exc.body or b""
+        except ToolFailure:  # the token refresh (no credentials)
+            raise
+        except Exception as exc:  # urllib3: refused, DNS, TLS, timeout
+            raise ToolFailure(
+                ErrorCode.ENDPOINT_UNREACHABLE,
+                f"Cannot reach the Kubernetes API at {self.host}.",
+                "Check the cluster endpoint's access (public/private), the network and the "
+                "kubeconfig context.",
+                {"host": self.host, "error": type(exc).__name__},
+            ) from None
+        else:
+            status = response.status
+            read = getattr(response, "read", None)
+            data = read() if callable(read) else response.data
+        data = data.encode() if isinstance(data, str) else data if isinstance(data, bytes) else b""
+        if 200 <= status < 300 or status in missing_ok:
+            return status, data
+        try:  # the API server's Status message says why
+            reason = str(json.loads(data).get("message") or "")
+        except (ValueError, AttributeError):
+            reason = data[:500].decode("utf-8", "replace")
+        raise ApiException(status=status, reason=reason[:500])
+
+    def json(self, method: str, path: str, **options: Any) -> Any:
+        """The response's JSON; None for a status the caller allowed as missing."""
+        status, data = self.request(method, path, **options)
+        return None if status >= 300 else json.loads(data or b"null")
+
+    def get(self, path: str, query: Query = None) -> Any:
+        return self.json("GET", path, query=query)
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        return self.json("GET", path, missing_ok=(404,))
+
+    def items(self, path: str, query: Query = None) -> list[dict[str, Any]]:
+        """A LIST, every page; a kind the server does not serve is an empty list."""
+        base = list(query.items()) if isinstance(query, dict) else list(query or [])
+        found: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params = [*base, ("limit", "500")] + ([("continue", token)] if token else [])
+            page = self.json("GET", path, query=params, missing_ok=(404,))
+            if page is None:
+                return found
+            found += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return found

@@ -1,0 +1,83 @@
+"""THE EFA/NCCL environment: one function for the variables and one for the pod resources,
+called by the PyTorchJob manifest, the cluster's NCCL test job and the Slurm script, so
+the NCCL check tests the setup of the job it vouches for.
+
+Sources: aws-samples/aws-efa-eks (examples/simple/nccl-efa-tests.yaml: hugepages-2Mi
+5120Mi, memory 8000Mi, "the most important setting"), libfabric's EFA provider
+(FI_EFA_USE_DEVICE_RDMA=1 aborts on a device without RDMA read; FI_EFA_FORK_SAFE=1 for
+processes that fork, as dataloader workers do)."""
+
+from __future__ import annotations
+
+from skills.catalog.instances import InstanceSpec, instance_spec
+from skills.kube.gpu_nodes import EFA_RESOURCE
+from skills.shared.errors import ToolFailure
+
+EFA_TAINT = "aws.amazon.com/efa"
+HUGEPAGES_RESOURCE = "hugepages-2Mi"
+HUGEPAGES = "5120Mi"  # libfabric's EFA provider allocates its buffers from 2 MiB pages
+# A memory request is required next to hugepages (the API rejects hugepages without a cpu
+# or memory request). A request only: a limit would cap the trainer's own memory.
+MEMORY_REQUEST = "8000Mi"
+
+
+def efa_env(efa: bool, rdma: bool) -> dict[str, str]:
+    """The libfabric variables for NCCL over EFA; empty without EFA. `rdma`: the device
+    has RDMA read (the catalogue's `rdma` column)."""
+    if not efa:
+        return {}
+    env = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"}
+    if rdma:
+        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    return env
+
+
+def instance_efa(instance_type: str | None) -> InstanceSpec | None:
+    """The catalogue row when the instance type has EFA; None otherwise."""
+    if instance_type is None:
+        return None
+    spec = instance_spec(instance_type)
+    return spec if spec.efa else None
+
+
+def has_rdma(instance_type: str) -> bool:
+    """The catalogue says this type's EFA has RDMA read; False for a name it lacks."""
+    try:
+        return instance_spec(instance_type).rdma
+    except ToolFailure:
+        return False
+
+
+def efa_env_for(instance_type: str | None) -> dict[str, str]:
+    spec = instance_efa(instance_type)
+    return efa_env(spec is not None, spec is not None and spec.rdma)
+
+
+def efa_devices(instance_type: str | None) -> int:
+    """EFA devices to request: the catalogue's count; 1 where it only says the type has
+    EFA; 0 without EFA or without an instance type."""
+    spec = instance_efa(instance_type)
+    return 0 if spec is None else spec.efa_devices or 1
+
+
+def efa_limits(instance_type: str | None) -> dict[str, str]:
+    """Limits (= requests) an EFA pod adds: the devices and the huge pages; empty
+    without EFA."""
+    devices = efa_devices(instance_type)
+    if not devices:
+        return {}
+    return {EFA_RESOURCE: str(devices), HUGEPAGES_RESOURCE: HUGEPAGES}
+
+
+def efa_requests(instance_type: str | None) -> dict[str, str]:
+    """Requests only (no limit) an EFA pod adds next to efa_limits: memory."""
+    return {"memory": MEMORY_REQUEST} if efa_devices(instance_type) else {}
+
+
+# GPU node groups carry nvidia.com/gpu, EFA node groups also aws.amazon.com/efa (EKS's
+# and eksctl's EFA node groups): a GPU pod tolerates both (a toleration of a taint a node
+# lacks changes nothing).
+GPU_TOLERATIONS: tuple[dict[str, str], ...] = tuple(
+    {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+    for key in ("nvidia.com/gpu", EFA_TAINT)
+)

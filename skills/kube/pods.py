@@ -1,0 +1,214 @@
+"""The one reader of a PyTorchJob's JSON (job, pods, events) as the Kubernetes API
+returns it (camelCase dicts, never the client's models): the monitor and the job
+doctor both read through here. Every reader is defensive: a field that is missing or
+of the wrong type reads as None/""/[] (a saved snapshot may come from anywhere)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+# The Training Operator's labels on a job's pods, and its trainer container's name.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+CONTAINER = "pytorch"
+# A snapshot's log key for a pod's restarted (previous) container: "<pod>/previous".
+PREVIOUS = "/previous"
+
+_NAME_RANK = re.compile(r"-(master|worker)-(\d+)$", re.IGNORECASE)
+
+
+# --- defensive field access ----------------------------------------------------------
+
+
+def get(obj: Any, *path: str) -> Any:
+    """obj[path[0]][path[1]]...; None where a step is missing or not a mapping."""
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def api_time(value: Any) -> datetime | None:
+    """An RFC 3339 time of the API as a datetime (None when it is not one)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def event_time(event: Any) -> datetime | None:
+    """When an event last happened, from whichever time field the API filled in."""
+    for path in (
+        ("lastTimestamp",),
+        ("eventTime",),
+        ("series", "lastObservedTime"),
+        ("firstTimestamp",),
+        ("metadata", "creationTimestamp"),
+    ):
+        found = api_time(get(event, *path))
+        if found:
+            return found
+    return None
+
+
+def older_than(event: Any, job: Any) -> bool:
+    """An event from before `job` was created: about an earlier job of the same name (a
+    resubmission reuses the pod names; the API keeps events for an hour)."""
+    created = api_time(get(job, "metadata", "creationTimestamp"))
+    when = event_time(event)
+    return created is not None and when is not None and when < created
+
+
+# --- pods --------------------------------------------------------------------------------
+
+
+def pod_name(pod: Any) -> str:
+    return text(get(pod, "metadata", "name"))
+
+
+def pod_order(pod: Any) -> tuple[int, int, str]:
+    """Master first, then by replica index."""
+    labels = get(pod, "metadata", "labels")
+    kind = 0 if text(get(labels, REPLICA_TYPE_LABEL)).lower() == "master" else 1
+    index = as_int(get(labels, REPLICA_INDEX_LABEL))
+    return kind, 0 if index is None else index, pod_name(pod)
+
+
+def restarts(pods: Iterable[Any]) -> int:
+    """Container restarts over all the job's pods."""
+    return sum(
+        as_int(get(c, "restartCount")) or 0
+        for p in pods
+        for c in items(get(p, "status", "containerStatuses"))
+    )
+
+
+def exit_code(pod: Any) -> int | None:
+    """The pytorch container's exit code once it terminated (None while it runs)."""
+    for status in items(get(pod, "status", "containerStatuses")):
+        if get(status, "name") != CONTAINER:
+            continue
+        terminated = get(status, "state", "terminated") or get(status, "lastState", "terminated")
+        code = as_int(get(terminated, "exitCode"))
+        if code is not None:
+            return code
+    return None
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    name: str
+    rank: int | None
+    replica: str | None
+    node: str | None
+
+
+def has_master(job: Any, pods: Iterable[Any]) -> bool:
+    specs = get(job, "spec", "pytorchReplicaSpecs")
+    if isinstance(specs, Mapping) and any(str(k).lower() == "master" for k in specs):
+        return True
+    return any(
+        text(get(p, "metadata", "labels", REPLICA_TYPE_LABEL)).lower() == "master" for p in pods
+    )
+
+
+def _env_rank(pod: Any) -> int | None:
+    """The node rank the operator put in the pod's env (PET_NODE_RANK, else RANK)."""
+    for container in items(get(pod, "spec", "containers")):
+        env = {text(get(e, "name")): get(e, "value") for e in items(get(container, "env"))}
+        for name in ("PET_NODE_RANK", "NODE_RANK", "RANK"):
+            rank = as_int(env.get(name))
+            if rank is not None and rank >= 0:
+                return rank
+    return None
+
+
+def pod_info(pod: Any, master: bool) -> PodInfo:
+    """Name, node rank and replica of a pod: from the operator's labels (Master-0 is node
+    rank 0, Worker-i is i+1 beside a Master, else i), else its env, else its name."""
+    name = pod_name(pod)
+    labels = get(pod, "metadata", "labels")
+    kind = text(get(labels, REPLICA_TYPE_LABEL)).lower()
+    index = as_int(get(labels, REPLICA_INDEX_LABEL))
+    if not kind or index is None:
+        matched = _NAME_RANK.search(name)
+        if matched:
+            kind, index = matched[1].lower(), int(matched[2])
+    rank: int | None = None
+    if kind == "master" and index is not None:
+        rank = index
+    elif kind == "worker" and index is not None:
+        rank = index + (1 if master else 0)
+    if rank is None:
+        rank = _env_rank(pod)
+    replica = f"{kind}-{index}" if kind and index is not None else None
+    node = get(pod, "spec", "nodeName")
+    return PodInfo(name, rank, replica, node if isinstance(node, str) else None)
+
+
+# --- the job -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    reason: str | None
+    message: str | None
+
+
+def true_conditions(job: Any) -> list[Any]:
+    return [c for c in items(get(job, "status", "conditions")) if get(c, "status") == "True"]
+
+
+def current_condition(job: Any) -> Condition | None:
+    """The newest true condition of a PyTorchJob (Created, Running, Restarting,
+    Succeeded, Failed, Suspended); a terminal one wins."""
+    conditions = true_conditions(job)
+    if not conditions:
+        return None
+    last = conditions[-1]
+    for terminal in ("Failed", "Succeeded"):
+        for c in conditions:
+            if get(c, "type") == terminal:
+                last = c
+    return Condition(str(get(last, "type")), get(last, "reason"), get(last, "message"))
+
+
+def job_status(job: Any) -> str:
+    """The job's status as the local target names them."""
+    condition = current_condition(job)
+    kind = condition.type if condition else None
+    if kind == "Succeeded":
+        return "succeeded"
+    if kind == "Failed":
+        return "failed"
+    if get(job, "spec", "runPolicy", "suspend") or kind == "Suspended":
+        return "cancelled"
+    return "running"

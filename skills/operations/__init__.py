@@ -1,0 +1,1 @@
+"""The operations runtime: detached, recorded long work; process identity; locked records."""

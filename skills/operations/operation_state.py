@@ -1,0 +1,130 @@
+"""What an operation is, as data: the stored record and the state tools return. Kept
+apart from operations.py (the store and the worker) so that serving the tools loads
+neither the lock nor the process library until an operation is touched."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, create_model
+
+from skills.shared.results import ToolResult
+
+OPERATION_ID = r"^[a-z0-9_]+-\d{8}-\d{6}-[0-9a-f]{6}$"
+# The statuses an operation does not leave (the one definition; jobs have their own in
+# training_job_deployer.models, with "preempted").
+TERMINAL = ("succeeded", "failed", "cancelled")
+OperationStatus = Literal["running", "succeeded", "failed", "cancelled"]
+OperationId = Annotated[
+    str,
+    Field(
+        pattern=OPERATION_ID,
+        max_length=120,
+        description="The id a tool returned (list_operations shows them).",
+    ),
+]
+
+
+class OperationProgress(BaseModel):
+    completed: float = 0
+    total: float | None = None
+    message: str = ""
+
+
+class OperationRecord(BaseModel):
+    """What is stored: everything a later call needs to report on or stop the work."""
+
+    operation_id: str
+    tool: str
+    entry: str = Field(description="module:function the worker runs.")
+    arguments: dict[str, Any]
+    cwd: str
+    status: OperationStatus = "running"
+    progress: OperationProgress = Field(default_factory=OperationProgress)
+    log_tail: list[str] = Field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    created_at: float
+    updated_at: float
+    ended_at: float | None = None
+    pid: int | None = None
+    pid_started: float | None = None
+    cancel_requested: bool = False
+
+
+class OperationState(ToolResult):
+    """An operation as a tool returns it; `result` is the tool's result once it succeeded."""
+
+    operation_id: str
+    tool: str
+    status: OperationStatus
+    completed: float = 0
+    total: float | None = None
+    message: str = Field(default="", description="The latest progress message.")
+    log_tail: list[str] = Field(default_factory=list, description="Recent progress messages.")
+    result: dict[str, Any] | None = Field(default=None, description="The tool's result, when done.")
+    error: dict[str, Any] | None = Field(default=None, description="code, message, hint, details.")
+    created_at: str
+    elapsed_s: float
+    next_step: str | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord) -> OperationState:
+        end = record.ended_at or time.time()
+        state = cls(
+            operation_id=record.operation_id,
+            tool=record.tool,
+            status=record.status,
+            completed=record.progress.completed,
+            total=record.progress.total,
+            message=record.progress.message,
+            log_tail=record.log_tail,
+            result=record.result,
+            error=record.error,
+            created_at=datetime.fromtimestamp(record.created_at, timezone.utc).isoformat(),
+            elapsed_s=round(end - record.created_at, 3),
+        )
+        if record.status == "running":
+            state.next_step = (
+                f"get_operation(operation_id={record.operation_id!r}, wait_seconds=...) to "
+                f"follow it; cancel_operation(operation_id={record.operation_id!r}, "
+                "confirm=true) to stop it."
+            )
+        return state
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        of_total = f"/{self.total:g}" if self.total is not None else ""
+        rows: list[tuple[str, Any]] = [
+            ("operation", self.operation_id),
+            ("tool", self.tool),
+            ("status", self.status),
+            ("progress", f"{self.completed:g}{of_total} {self.message}".rstrip()),
+            ("elapsed", f"{self.elapsed_s:.1f} s"),
+        ]
+        if self.error:
+            rows.append(("error", f"[{self.error.get('code')}] {self.error.get('message')}"))
+            if self.error.get("hint"):
+                rows.append(("hint", self.error["hint"]))
+        if self.result:
+            rows += [(f"result.{k}", v) for k, v in self.result.items() if v is not None
+                     and not isinstance(v, (dict, list))]  # fmt: skip
+        if self.next_step:
+            rows.append(("next", self.next_step))
+        return rows
+
+    def cli_exit_status(self) -> int:
+        return 1 if self.status in ("failed", "cancelled") else 0
+
+
+@cache
+def state_model(result: type[ToolResult]) -> type[OperationState]:
+    """OperationState whose `result` is typed as the tool's own result (its MCP schema)."""
+    optional_result: Any = result | None  # a type built at run time (no static form)
+    return create_model(
+        f"{result.__name__}Operation",
+        __base__=OperationState,
+        result=(optional_result, Field(default=None, description="The tool's result, when done.")),
+    )

@@ -1,0 +1,337 @@
+"""Operations: work that can outlive one tool call (a build, a push, an NCCL test, a
+multi-attempt recovery) runs in a detached worker process that records itself, so
+a restarted MCP server, another shell or an agent's next call finds it again.
+
+    <state dir>/operations/<operation_id>/operation.json   the record (one writer at a time)
+                                          operation.lock   taken for every change
+                                          worker.log       the worker's own output
+
+`call()` starts one and waits up to `wait_seconds` (streaming its progress); `get`,
+`wait`, `cancel` and `list_records` read and steer it. The record is a pydantic
+model, written atomically from a unique temp file under the lock; the worker is
+named by pid and start time, checked before any signal. The record's arguments, result
+and error are masked as logs are (skills.shared.secrets.mask_data); the worker gets the
+call's own arguments on its stdin, never from the record. The state directory is
+FSDP_EKS_STATE_DIR, else $XDG_STATE_HOME/fsdp-eks, else ~/.local/state/fsdp-eks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import secrets
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from skills.operations import processes
+from skills.operations.operation_state import (
+    OPERATION_ID,
+    TERMINAL,
+    OperationProgress,
+    OperationRecord,
+    OperationState,
+    state_model,
+)
+from skills.operations.record_store import RecordCorrupt, RecordFile
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import CancellableProgress, Cancelled, Progress
+from skills.shared.secrets import mask_data, redact
+from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
+from skills.shared.waiting import poll_until
+
+STATE_DIR_ENV = "FSDP_EKS_STATE_DIR"
+RECORD = "operation.json"
+POLL_S = 0.2
+WRITE_EVERY_S = 0.5  # progress writes are throttled; the final state always lands
+LOG_TAIL = 20
+CANCEL_GRACE_S = 15.0
+
+
+def state_dir() -> Path:
+    if explicit := os.environ.get(STATE_DIR_ENV):
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "fsdp-eks"
+
+
+def operations_dir() -> Path:
+    return state_dir() / "operations"
+
+
+# --- the store --------------------------------------------------------------------
+
+
+def _path(operation_id: str) -> Path:
+    if not re.fullmatch(OPERATION_ID, operation_id):
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "operation_id is not an operation id.",
+            "Use an id that a tool returned, or list_operations to find one.",
+        )
+    return operations_dir() / operation_id
+
+
+def _file(operation_id: str) -> RecordFile[OperationRecord]:
+    return RecordFile(_path(operation_id) / RECORD, OperationRecord)
+
+
+def _read(operation_id: str) -> OperationRecord:
+    file = _file(operation_id)
+    try:
+        record = file.read()
+    except RecordCorrupt as exc:
+        raise ToolFailure(
+            ErrorCode.OPERATION_FAILED,
+            f"The record of operation {operation_id!r} cannot be read ({exc.reason}).",
+            f"Remove {file.path.parent} and start the work again.",
+            {"path": str(file.path)},
+        ) from None
+    if record is None:
+        raise ToolFailure(
+            ErrorCode.OPERATION_NOT_FOUND,
+            f"No operation {operation_id!r} under {operations_dir()}.",
+            "list_operations shows the operations recorded here (set FSDP_EKS_STATE_DIR if "
+            "they were started with another state directory).",
+        )
+    return record
+
+
+def _update(operation_id: str, **changes: Any) -> OperationRecord:
+    """Read-modify-write under the lock. A terminal status is final."""
+
+    def change(record: OperationRecord | None) -> OperationRecord:
+        record = record or _read(operation_id)
+        kept = changes
+        if record.status in TERMINAL:
+            kept = {k: v for k, v in changes.items() if k in ("pid", "pid_started")}
+        return record.model_copy(update={**kept, "updated_at": time.time()})
+
+    updated = _file(operation_id).update(change)
+    assert updated is not None  # change() always returns a record
+    return updated
+
+
+def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    return mask_data(dict(arguments))
+
+
+# --- starting, following, stopping -------------------------------------------------
+
+
+def start(spec: ToolSpec, raw: Mapping[str, Any]) -> OperationRecord:
+    """Validate the call, record it and start its detached worker."""
+    return _launch(spec, spec.parse(raw))  # bad input fails here, before anything is recorded
+
+
+def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
+    arguments = args.model_dump(mode="json", exclude_unset=True)
+    arguments.pop(WAIT_PARAM, None)
+    now = time.time()
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%d-%H%M%S")
+    operation_id = f"{spec.name}-{stamp}-{secrets.token_hex(3)}"
+    folder = _path(operation_id)
+    folder.mkdir(parents=True)
+    record = OperationRecord(
+        operation_id=operation_id,
+        tool=spec.name,
+        entry=spec.entry,
+        arguments=_masked(arguments),
+        cwd=os.getcwd(),
+        created_at=now,
+        updated_at=now,
+    )
+    _file(operation_id).write(record)
+    pid = processes.spawn_module(
+        "skills.operations.operations", operation_id, log=folder / "worker.log",
+        stdin=json.dumps(arguments).encode(),  # unmasked: only the worker reads them
+    )  # fmt: skip
+    return _update(operation_id, pid=pid, pid_started=processes.start_time(pid))
+
+
+def get(operation_id: str) -> OperationRecord:
+    record = _read(operation_id)
+    if record.status == "running" and record.pid is not None:
+        if not processes.is_alive(record.pid, record.pid_started):
+            time.sleep(POLL_S)  # it may have written its end just now
+            record = _read(operation_id)
+            if record.status == "running":
+                record = _update(
+                    operation_id,
+                    status="cancelled" if record.cancel_requested else "failed",
+                    ended_at=time.time(),
+                    # killed by the cancel before its handler was set: the error the
+                    # worker would have written
+                    error=Cancelled(f"Operation {operation_id}").to_dict()["error"]
+                    if record.cancel_requested
+                    else _worker_died(operation_id),
+                )
+    return record
+
+
+def _worker_died(operation_id: str) -> dict[str, Any]:
+    log = _path(operation_id) / "worker.log"
+    return ToolFailure(
+        ErrorCode.OPERATION_FAILED,
+        "The operation's worker process ended without recording a result.",
+        f"See {log}; start the work again.",
+        {"worker_log": str(log)},
+    ).to_dict()["error"]
+
+
+def wait(
+    operation_id: str, wait_seconds: float | None, progress: Progress | None = None
+) -> OperationRecord:
+    """Follow the operation until it ends or `wait_seconds` pass, reporting its progress.
+    Raises Cancelled if the caller's progress is cancelled (the operation goes on)."""
+    last: OperationProgress | None = None
+
+    def look() -> OperationRecord:
+        nonlocal last
+        record = get(operation_id)
+        if progress is not None and record.progress != last:
+            last = record.progress
+            progress.report(last.completed, last.total, last.message)
+        elif progress is not None and progress.cancelled:
+            raise Cancelled()
+        return record
+
+    return poll_until(look, lambda record: record.status in TERMINAL, wait_seconds, POLL_S)
+
+
+def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecord:
+    """Ask the worker to stop (SIGTERM to its group), SIGKILL after `grace_s`; returns
+    once the record is final and the worker is gone."""
+    record = get(operation_id)
+    if record.status in TERMINAL:
+        return record
+    record = _update(operation_id, cancel_requested=True)
+    processes.signal_group(record.pid, record.pid_started, signal.SIGTERM)
+
+    def stopped(record: OperationRecord) -> bool:
+        return record.status != "running" and not processes.is_alive(record.pid, record.pid_started)
+
+    record = poll_until(lambda: get(operation_id), stopped, grace_s, POLL_S)
+    if stopped(record):
+        return record
+    processes.signal_group(record.pid, record.pid_started, signal.SIGKILL)
+    # SIGKILL is not refused; allow the kernel a moment
+    poll_until(
+        lambda: processes.is_alive(record.pid, record.pid_started), lambda alive: not alive,
+        5, POLL_S / 4,
+    )  # fmt: skip
+    return _update(operation_id, status="cancelled", ended_at=time.time())
+
+
+def list_records(tool: str | None = None, status: str | None = None) -> list[OperationRecord]:
+    """Newest first; records that cannot be read are left out."""
+    found = []
+    root = operations_dir()
+    for folder in root.iterdir() if root.is_dir() else ():
+        if not re.fullmatch(OPERATION_ID, folder.name):
+            continue
+        try:
+            record = get(folder.name)
+        except ToolFailure:
+            continue
+        if (tool is None or record.tool == tool) and (status is None or record.status == status):
+            found.append(record)
+    return sorted(found, key=lambda r: r.created_at, reverse=True)
+
+
+def call(
+    spec: ToolSpec, raw: Mapping[str, Any], progress: Progress | None = None
+) -> OperationState:
+    """Start the tool as an operation and wait `raw[wait_seconds]` for it. If the caller
+    cancels while waiting (an MCP client's cancel), the operation is cancelled too."""
+    args = spec.parse(raw)
+    record = _launch(spec, args)
+    try:
+        record = wait(record.operation_id, getattr(args, WAIT_PARAM), progress)
+    except (Cancelled, KeyboardInterrupt):
+        cancel(record.operation_id)
+        raise
+    return state_model(spec.result).model_validate(OperationState.of(record).model_dump())
+
+
+# --- the worker ----------------------------------------------------------------------
+
+
+class RecordProgress(CancellableProgress):
+    """Writes progress into the record (throttled) and keeps the last messages."""
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__()
+        self.operation_id = operation_id
+        self.latest = OperationProgress()
+        self.tail: list[str] = []
+        self._written = 0.0
+
+    def emit(self, completed: float, total: float | None, message: str) -> None:
+        self.latest = OperationProgress(completed=completed, total=total, message=redact(message))
+        if message and (not self.tail or self.tail[-1] != self.latest.message):
+            self.tail = [*self.tail, self.latest.message][-LOG_TAIL:]
+        if time.monotonic() - self._written >= WRITE_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self._written = time.monotonic()
+        _update(self.operation_id, progress=self.latest, log_tail=self.tail)
+
+
+def resolve(entry: str) -> ToolSpec:
+    module, _, name = entry.partition(":")
+    return spec_of(getattr(importlib.import_module(module), name))
+
+
+def run_worker(operation_id: str, arguments: Mapping[str, Any] | None = None) -> int:
+    """The detached process: run the call (`arguments`, else the record's, which are
+    masked) to its end and record how it ended."""
+    record = _read(operation_id)
+    os.chdir(record.cwd)
+    progress = RecordProgress(operation_id)
+    _update(operation_id, pid=os.getpid(), pid_started=processes.start_time(os.getpid()))
+
+    def on_term(signum: int, _frame: Any) -> None:
+        progress.cancel()
+        raise Cancelled(f"Operation {operation_id}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    outcome: dict[str, Any]
+    try:
+        if record.cancel_requested:
+            raise Cancelled(f"Operation {operation_id}")
+        given = record.arguments if arguments is None else arguments
+        result = resolve(record.entry).invoke(given, progress)
+        outcome = {"status": "succeeded", "result": result.model_dump(mode="json")}
+    except Cancelled as failure:
+        outcome = {"status": "cancelled", "error": failure.to_dict()["error"]}
+    except ToolFailure as failure:
+        outcome = {"status": "failed", "error": failure.to_dict()["error"]}
+    except Exception as exc:  # a bug: the record says where to look, the log has the trace
+        traceback.print_exc()
+        outcome = {
+            "status": "failed",
+            "error": ToolFailure(
+                ErrorCode.INTERNAL_ERROR,
+                f"{record.tool} failed unexpectedly ({type(exc).__name__}).",
+                f"See {_path(operation_id) / 'worker.log'}; report it if it persists.",
+            ).to_dict()["error"],
+        }
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the end is being written: let it land
+    _update(operation_id, progress=progress.latest, log_tail=progress.tail,
+            ended_at=time.time(), **mask_data(outcome))  # fmt: skip
+    return 0 if outcome["status"] == "succeeded" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_worker(sys.argv[1], json.loads(sys.stdin.buffer.read() or b"null")))

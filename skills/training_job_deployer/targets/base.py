@@ -1,0 +1,211 @@
+"""The interface every target implements (local torchrun, Kubernetes, Slurm), in the
+shape of torchx's schedulers: plan -> submit -> describe/follow -> logs -> cancel,
+plus list. `submit` runs exactly the plan that `plan` returned, so a dry run cannot
+lie. A target is one subpackage with a settings model, a plan model and a subclass of
+`Target`; it is added with one line in registry.py and no tool changes.
+
+Every method a tool calls is defined here. What a target cannot do is said by its
+`capabilities`, never found by probing for a method: the defaults of the optional
+methods answer a typed unsupported_for_target failure with a hint."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import Progress
+from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer.models import JobState
+
+
+class TargetSettings(BaseModel):
+    """Where and how a job runs, beyond the job itself. Each target's subclass has a
+    `target: Literal["<name>"]` field, which tells the settings apart; its docstring's
+    first line completes "'<name>' ..." in the tools' `target` description."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @property
+    def job_runs_here(self) -> bool:
+        """Whether the job's own paths (dataset, checkpoint_dir, ...) are on this host;
+        a cluster's are not, so an MCP caller's workspace does not confine them."""
+        return True
+
+
+class Plan(BaseModel):
+    """Exactly what submit will do, as data. Each target's subclass has a
+    `target: Literal["<name>"]` field."""
+
+    def to_display(self) -> list[tuple[str, Any]]:
+        """Rows a person reads for a dry run."""
+        raise NotImplementedError
+
+    def plain_text(self) -> str | None:
+        """What a dry run prints as it is instead of the rows (a batch script), if any."""
+        return None
+
+
+class Capability(str, Enum):
+    """What a target can do beyond plan/submit/follow/logs/cancel/list."""
+
+    DELETE = "delete"  # delete(job_name): remove the job object (a cluster's)
+    SNAPSHOT = "snapshot"  # snapshot(job_name): the job doctor's input
+    AUTO_RETRY = "auto_retry"  # snapshot + retry_facts: the doctor's retry loop
+    LOG_OPTIONS = "log_options"  # logs(replica=, previous=, since_seconds=, all_ranks=)
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """logs' options for a target with one log per pod (Capability.LOG_OPTIONS)."""
+
+    replica: str | None = None
+    previous: bool = False
+    since_seconds: int | None = None
+    all_ranks: bool = False
+
+    def chosen(self) -> list[str]:
+        return [k for k, v in asdict(self).items() if v not in (None, False)]
+
+
+def unsupported(target: str, message: str, hint: str, **details: Any) -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.UNSUPPORTED_FOR_TARGET, message, hint, {"target": target, **details}
+    )
+
+
+# What a target without the capability answers: message ({name}: the target's), hint.
+_WITHOUT: dict[Capability, tuple[str, str]] = {
+    Capability.DELETE: (
+        "The {name} target has no delete.",
+        "Use cancel_training_job to stop the job.",
+    ),
+    Capability.SNAPSHOT: (
+        "The job doctor cannot read target={name!r}: it reads a cluster's pods.",
+        "Read the job's log (get_training_job_logs) and its error (get_training_job).",
+    ),
+    Capability.AUTO_RETRY: (
+        "auto_retry needs the job doctor, which target={name!r} does not have.",
+        "Use target=kubernetes for auto_retry, or deploy without it and re-run by hand "
+        "(a re-run resumes from the newest checkpoint).",
+    ),
+    Capability.LOG_OPTIONS: (
+        "The {name} target has one log per job: replica, previous, since_seconds and "
+        "all_ranks do not apply.",
+        "Leave them out: the {name} log holds torchrun's and every rank's lines.",
+    ),
+}
+
+
+class Target(ABC):
+    name: ClassVar[str]
+    settings_model: ClassVar[type[TargetSettings]]
+    # deploy_training_job's settings: the settings plus how to place a job (a target
+    # without such settings leaves it to settings_model, see __init_subclass__).
+    deploy_settings_model: ClassVar[type[TargetSettings]]
+    plan_model: ClassVar[type[Plan]]
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "settings_model" in cls.__dict__ and "deploy_settings_model" not in cls.__dict__:
+            cls.deploy_settings_model = cls.settings_model
+
+    def can(self, capability: Capability) -> bool:
+        return capability in self.capabilities
+
+    def require(self, capability: Capability, **details: Any) -> None:
+        """unsupported_for_target, with a hint, unless the target has the capability."""
+        if not self.can(capability):
+            message, hint = _WITHOUT[capability]
+            raise unsupported(
+                self.name, message.format(name=self.name), hint.format(name=self.name), **details
+            )
+
+    # what every target does -------------------------------------------------------------
+
+    @abstractmethod
+    def plan(self, spec: JobSpec) -> Plan:
+        """The exact request submit would make; starts and writes nothing."""
+
+    @abstractmethod
+    def submit(self, job_name: str, plan: Any, *, replace_corrupt_record: bool = False) -> None:
+        """Make the request the plan describes, holding the job's lock: a job of that name
+        already running is a job_running failure; an unreadable record of the job is
+        job_record_corrupt unless `replace_corrupt_record` sets it aside."""
+
+    @abstractmethod
+    def follow(
+        self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
+    ) -> JobState:
+        """The job's state once it ends or `wait_seconds` pass (None: until it ends),
+        reporting each logged step."""
+
+    def place(self, job_name: str) -> str:
+        """Where the job is, in a few words for messages ("<namespace>/<job>")."""
+        return job_name
+
+    def describe(self, job_name: str) -> JobState:
+        """The job's state now: follow with no wait."""
+        return self.follow(job_name, wait_seconds=0)
+
+    def logs(
+        self,
+        job_name: str,
+        tail_lines: int | None = None,
+        *,
+        replica: str | None = None,
+        previous: bool = False,
+        since_seconds: int | None = None,
+        all_ranks: bool = False,
+    ) -> str:
+        """The last lines of the job's log, secrets masked. The options are for targets
+        with Capability.LOG_OPTIONS; others refuse them with unsupported_for_target."""
+        options = LogOptions(replica, previous, since_seconds, all_ranks)
+        chosen = options.chosen()
+        if chosen and not self.can(Capability.LOG_OPTIONS):
+            raise unsupported(
+                self.name,
+                f"The {self.name} target has one log per job; {', '.join(chosen)} do not apply.",
+                f"Leave them out: the {self.name} log holds torchrun's and every rank's lines.",
+                fields=chosen,
+            )
+        return self.read_logs(job_name, tail_lines, options)
+
+    @abstractmethod
+    def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
+        """logs, once its options were checked against the capabilities."""
+
+    @abstractmethod
+    def log_path(self, job_name: str) -> str:
+        """Where the log is, as a person would open it (a path, a pod, a file on a node)."""
+
+    @abstractmethod
+    def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
+        """Stop the job (checkpoints stay); a job that ended already is left as it is."""
+
+    @abstractmethod
+    def list_jobs(self) -> list[JobState]:
+        """Every job this target knows, newest first."""
+
+    # what some targets do (capabilities) ------------------------------------------------
+
+    def delete(self, job_name: str) -> JobState:
+        """Capability.DELETE: remove the job and its pods; returns its last state."""
+        self.require(Capability.DELETE)
+        raise NotImplementedError(f"{type(self).__name__} declares delete: it must define it")
+
+    def snapshot(self, job_name: str) -> dict[str, Any]:
+        """Capability.SNAPSHOT: the job doctor's input ({"job", "pods", "events",
+        "logs"} as the API returns them, logs masked)."""
+        self.require(Capability.SNAPSHOT)
+        raise NotImplementedError(f"{type(self).__name__} declares snapshot: it must define it")
+
+    def retry_facts(self) -> dict[str, Any]:
+        """Capability.AUTO_RETRY: what the remedies need beyond the snapshot (free GPUs,
+        the newest image); unknown ones are left out."""
+        return {}

@@ -1,0 +1,1 @@
+"""The Kubernetes target: a Kubeflow PyTorchJob from the JobSpec."""

@@ -1,0 +1,106 @@
+"""The Kubernetes target's settings: how to reach the cluster (every job tool takes
+these) and, for deploy only, how to place the job (KubernetesDeploySettings), so the
+read-only job tools' schemas stay small."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from skills.shared.paths import LocalPath
+from skills.training_job_deployer.targets.base import TargetSettings
+
+DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:\d{1,5}$"
+DEFAULT_HOST_PATH = "/mnt/k8s-disks/0/checkpoints"
+
+
+class KubernetesSettings(TargetSettings):
+    """a Kubeflow PyTorchJob"""
+
+    target: Literal["kubernetes"] = "kubernetes"
+    cluster_name: Annotated[
+        str | None,
+        Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$", description="EKS cluster name."),
+    ] = None
+    region: Annotated[
+        str | None, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region.")
+    ] = None
+    kubeconfig: Annotated[
+        str | None,
+        Field(min_length=1, max_length=4096, description="kubeconfig path (default KUBECONFIG)."),
+        LocalPath(writable=False),
+    ] = None
+    context: Annotated[
+        str | None,
+        Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f]+$", description="kubeconfig "
+              "context."),
+    ] = None  # fmt: skip
+    namespace: Annotated[
+        str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
+    ] = "default"
+
+    @property
+    def job_runs_here(self) -> bool:
+        return False  # dataset, checkpoint_dir, ... are paths in the pods
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> KubernetesSettings:
+        if self.cluster_name and (self.kubeconfig or self.context):
+            raise ValueError("give cluster_name, or kubeconfig/context, not both")
+        return self
+
+
+class KubernetesDeploySettings(KubernetesSettings):
+    """a Kubeflow PyTorchJob"""
+
+    instance_type: Annotated[
+        str | None,
+        Field(pattern=r"^[a-z0-9.-]{1,40}$", description="GPU instance type, e.g. p5.48xlarge."),
+    ] = None
+    image_uri: Annotated[
+        str | None,
+        Field(pattern=r"^[^\s\x00-\x1f-][^\s\x00-\x1f]{0,511}$", description="Trainer image "
+              "(default: newest in repository)."),
+    ] = None  # fmt: skip
+    repository: Annotated[
+        str | None,
+        Field(pattern=r"^[a-z0-9][a-z0-9._/-]{0,254}$", description="ECR repository (default "
+              "ECR_REPOSITORY)."),
+    ] = None  # fmt: skip
+    checkpoint_volume: Annotated[
+        str,
+        Field(
+            pattern=r"^(/[^\x00-\x1f]{0,4095}|pvc:[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$",
+            description="Node dir (hostPath) or pvc:<claim> mounted at /checkpoints.",
+        ),
+    ] = DEFAULT_HOST_PATH
+    etcd_endpoint: Annotated[
+        str | None, Field(pattern=HOST_PORT, description="etcd host:port: etcd rendezvous.")
+    ] = None
+    min_nodes: Annotated[
+        int | None, Field(ge=1, le=1024, description="Elastic: fewest nodes to run on.")
+    ] = None
+    max_nodes: Annotated[
+        int | None, Field(ge=1, le=1024, description="Elastic: most nodes to run on.")
+    ] = None
+    shm_size_gib: Annotated[
+        int | None, Field(ge=1, le=2048, description="/dev/shm GiB (default 8 per process).")
+    ] = None
+    nccl_socket_ifname: Annotated[
+        str | None,
+        Field(pattern=r"^\^?[A-Za-z0-9_.,=^-]{1,200}$", description="NCCL_SOCKET_IFNAME."),
+    ] = None
+    replace: Annotated[
+        bool, Field(strict=True, description="Delete a job of the same name first.")
+    ] = False
+    skip_gate: Annotated[
+        bool, Field(strict=True, description="Skip the driver/CUDA check before submit.")
+    ] = False
+
+    @model_validator(mode="after")
+    def _elastic_range(self) -> KubernetesDeploySettings:
+        if self.min_nodes and self.max_nodes and self.min_nodes > self.max_nodes:
+            raise ValueError("min_nodes must not exceed max_nodes")
+        return self

@@ -1,0 +1,564 @@
+"""The Kubernetes target: a Kubeflow PyTorchJob (kubeflow.org/v1) from the same JobSpec.
+plan -> submit -> follow/describe -> logs -> cancel, plus list_jobs, delete and
+snapshot (the job doctor's input).
+
+plan renders and validates the manifest (no cluster call: a dry run needs no cluster);
+submit checks the cluster serves PyTorchJobs, refuses an existing job of the name (or
+deletes it with replace=true), runs the driver/CUDA gate, warns when fewer GPUs are
+free than asked, puts HF_TOKEN into a Secret the manifest references, then creates
+exactly the plan's manifest. The monitor reads the job, its pods, its events (one
+request per kind) and rank 0's log, parsed by the same reader as the local target."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import Field
+
+from skills.kube import pods as kube_pods
+from skills.kube.access import cluster_api_client
+from skills.kube.gpu_nodes import GPU_RESOURCE, node_gpu_facts
+from skills.kube.pods import pod_name
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import Progress
+from skills.shared.secrets import redact
+from skills.shared.waiting import poll_until
+from skills.training_job_deployer import cuda_gate
+from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
+from skills.training_job_deployer.models import TERMINAL, JobState
+from skills.training_job_deployer.targets.base import (
+    Capability,
+    LogOptions,
+    Plan,
+    Target,
+    TargetSettings,
+)
+from skills.training_job_deployer.targets.kubernetes.manifest import HF_SECRET, render
+from skills.training_job_deployer.targets.kubernetes.settings import (
+    KubernetesDeploySettings,
+    KubernetesSettings,
+)
+from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, LogFollower, RunMetrics
+
+POLL_S = 2.0
+DETACH_S = 300.0  # wait_seconds=None (a person at the CLI): detach after 5 minutes
+LOG_TAIL_LINES = 40
+MAX_LOG_CHARS = 64_000  # what one logs call returns at most
+REPLACE_TIMEOUT_S = 60.0
+HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+ECR_IMAGE = re.compile(
+    r"^\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
+)
+
+
+class KubernetesPlan(Plan):
+    """Exactly what submit applies: the PyTorchJob manifest, and the Secret it fills."""
+
+    target: Literal["kubernetes"] = "kubernetes"
+    namespace: str
+    image_uri: str
+    image_source: str = Field(description="'image_uri', or the ECR repository it came from.")
+    manifest: dict[str, Any] = Field(description="The PyTorchJob, as created.")
+    hf_token_secret: str | None = Field(
+        default=None, description="Secret created/updated from HF_TOKEN (value never shown)."
+    )
+    instance_type: str | None = None
+    replace: bool = False
+    skip_gate: bool = False
+    log_path: str
+    warnings: list[str] = Field(default_factory=list)
+
+    def to_display(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [
+            ("image", f"{self.image_uri} ({self.image_source})"),
+            ("namespace", self.namespace),
+        ]
+        if self.hf_token_secret:
+            rows.append(("secret", f"{self.hf_token_secret} <- HF_TOKEN"))
+        rows += [("warning", w) for w in self.warnings]
+        rows.append(("manifest", "\n" + yaml.safe_dump(self.manifest, sort_keys=False)))
+        return rows
+
+
+def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
+    """(image_uri, where it came from): as given, or the newest in the ECR repository."""
+    if settings.image_uri:
+        return settings.image_uri, "image_uri"
+    repository = settings.repository or os.environ.get("ECR_REPOSITORY")
+    if not repository:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "No image: image_uri is not set and no ECR repository is named.",
+            "Pass image_uri, or repository (or set ECR_REPOSITORY) to use its newest image.",
+        )
+    region = settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"No AWS region to find the newest image of {repository!r} in.",
+            "Pass region (or set AWS_REGION), or pass image_uri.",
+        )
+    from skills.ecr_publisher.repository import latest_image
+
+    image = latest_image(repository, region)
+    if image is None:
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"The ECR repository {repository!r} has no image yet.",
+            "Push one first (build_image, then push_to_ecr), or pass image_uri.",
+            {"repository": repository},
+        )
+    return image, f"ecr:{repository}"
+
+
+def _masked_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    return {k: redact(v) if isinstance(v, str) else v for k, v in error.items()}
+
+
+class KubernetesTarget(Target):
+    name: ClassVar[str] = "kubernetes"
+    settings_model: ClassVar[type[TargetSettings]] = KubernetesSettings
+    deploy_settings_model: ClassVar[type[TargetSettings]] = KubernetesDeploySettings
+    plan_model: ClassVar[type[Plan]] = KubernetesPlan
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(Capability)
+
+    def __init__(self, settings: KubernetesSettings | None = None) -> None:
+        self.settings = settings or KubernetesSettings()
+        self.namespace = self.settings.namespace
+        self._reader: KubeReader | None = None
+        self._warnings: list[str] = []
+
+    @property
+    def reader(self) -> KubeReader:
+        if self._reader is None:
+            s = self.settings
+            api = cluster_api_client(s.cluster_name, s.region, None, s.kubeconfig, s.context)
+            self._reader = KubeReader(api, self.namespace)
+        return self._reader
+
+    # plan -------------------------------------------------------------------------------
+
+    def plan(self, spec: JobSpec) -> KubernetesPlan:
+        settings = self.settings
+        if not isinstance(settings, KubernetesDeploySettings):
+            settings = KubernetesDeploySettings(**settings.model_dump())
+        image, source = resolve_image(settings)
+        manifest = render(spec, settings, image, HF_SECRET)
+        warnings = []
+        if spec.num_nodes > 1 and not (spec.checkpoint_dir or "").startswith("s3://"):
+            if not settings.checkpoint_volume.startswith("pvc:"):
+                warnings.append(
+                    "checkpoints on a hostPath are per node: resuming a multi-node job needs "
+                    "checkpoint_volume=pvc:<claim> (FSx) or an s3:// checkpoint_dir"
+                )
+        if settings.instance_type is None:
+            warnings.append("no instance_type: no node selector and no EFA devices requested")
+        has_token = any(os.environ.get(name) for name in HF_ENV)
+        return KubernetesPlan(
+            namespace=settings.namespace,
+            image_uri=image,
+            image_source=source,
+            manifest=manifest,
+            hf_token_secret=HF_SECRET if has_token else None,
+            instance_type=settings.instance_type,
+            replace=settings.replace,
+            skip_gate=settings.skip_gate,
+            log_path=self._pod_path(self._rank0_name(manifest)),
+            warnings=warnings,
+        )
+
+    @staticmethod
+    def _rank0_name(manifest: dict[str, Any]) -> str:
+        replicas = manifest["spec"]["pytorchReplicaSpecs"]
+        kind = "master" if "Master" in replicas else "worker"
+        return f"{manifest['metadata']['name']}-{kind}-0"
+
+    def _pod_path(self, pod: str) -> str:
+        return f"pod/{pod} -n {self.namespace}"
+
+    # submit -----------------------------------------------------------------------------
+
+    def submit(
+        self, job_name: str, plan: KubernetesPlan, *, replace_corrupt_record: bool = False
+    ) -> None:
+        reader = self.reader
+        reader.require_crd()
+        if reader.job(job_name) is not None:
+            if not plan.replace:
+                raise ToolFailure(
+                    ErrorCode.JOB_EXISTS,
+                    f"A PyTorchJob named {job_name!r} already exists in namespace "
+                    f"{self.namespace!r}.",
+                    "Follow it with get_training_job, deploy with replace=true to start it "
+                    "over (checkpoints stay), or delete_training_job it first.",
+                    {"namespace": self.namespace},
+                )
+            self._delete_and_wait(job_name)
+        nodes = [node_gpu_facts(n) for n in reader.nodes()]
+        if not plan.skip_gate:
+            labels = cuda_gate.read_image_labels(plan.image_uri)
+            gate = cuda_gate.check(cuda_gate.image_cuda(labels), nodes, plan.instance_type)
+            cuda_gate.enforce(gate, plan.image_uri)
+            self._warnings += gate.warnings
+        self._warnings += self._quota_warnings(plan, nodes)
+        if plan.hf_token_secret:
+            token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
+            reader.put_secret(plan.hf_token_secret, {"token": token})
+        reader.create_job(plan.manifest)
+
+    def _delete_and_wait(self, job_name: str) -> None:
+        self.reader.delete_job(job_name)
+        gone = poll_until(lambda: self.reader.job(job_name) is None, bool, REPLACE_TIMEOUT_S, 1.0)
+        if not gone:
+            raise ToolFailure(
+                ErrorCode.CONFLICT,
+                f"The old PyTorchJob {job_name!r} is still being deleted.",
+                "Wait a little and deploy again.",
+            )
+
+    def _quota_warnings(self, plan: KubernetesPlan, nodes: list[Any]) -> list[str]:
+        """GPUs asked vs allocatable GPUs on Ready nodes of the instance type, less those
+        running pods request: a warning only (the autoscaler may add nodes)."""
+        spec = plan.manifest["spec"]
+        asked = sum(
+            int(r["replicas"])
+            * int(r["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE])
+            for r in spec["pytorchReplicaSpecs"].values()
+        )
+        free = sum(self._free_gpus(nodes, plan.instance_type).values())
+        if asked > free:
+            where = plan.instance_type or "GPU"
+            return [
+                f"{asked} GPUs asked, {max(free, 0)} free on Ready {where} nodes: pods stay "
+                "Pending until the autoscaler adds nodes or GPUs free up"
+            ]
+        return []
+
+    def _free_gpus(self, nodes: list[Any], instance_type: str | None) -> dict[str, int]:
+        """Free GPUs per Ready node (of the instance type, when given): allocatable less
+        what the pods that run or wait there request."""
+        matching = {
+            n.name: n.gpus_allocatable
+            for n in nodes
+            if n.ready and (instance_type is None or n.instance_type == instance_type)
+        }
+        if not matching:
+            return {}
+        free = dict(matching)
+        for pod in self.reader.all_pods():
+            phase = (pod.get("status") or {}).get("phase")
+            spec_ = pod.get("spec") or {}
+            node = spec_.get("nodeName")
+            if node not in free or phase in ("Succeeded", "Failed"):
+                continue
+            for c in spec_.get("containers") or []:
+                requests = (c.get("resources") or {}).get("requests") or {}
+                free[node] -= int(requests.get(GPU_RESOURCE, 0))
+        return free
+
+    def retry_facts(self) -> dict[str, Any]:
+        """What auto-retry's remedies need beyond the snapshot (remedies.Facts): free GPUs
+        per Ready node of the instance type, and the newest image in the ECR repository
+        (`repository`/ECR_REPOSITORY, or the one image_uri names). Unknown ones are left
+        out."""
+        settings = self.settings
+        instance_type = getattr(settings, "instance_type", None)
+        nodes = [node_gpu_facts(n) for n in self.reader.nodes()]
+        facts: dict[str, Any] = {
+            "free_gpus": tuple(max(0, f) for f in self._free_gpus(nodes, instance_type).values())
+        }
+        image = getattr(settings, "image_uri", None)
+        ecr = ECR_IMAGE.match(image or "")
+        repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
+        region = settings.region or os.environ.get("AWS_REGION")
+        if ecr:
+            repository, region = ecr.group("repository"), ecr.group("region")
+        if repository and region:
+            from skills.ecr_publisher.repository import latest_image
+
+            try:
+                newest = latest_image(repository, region)
+            except ToolFailure:
+                newest = None
+            if newest:
+                facts["newest_image"] = newest
+        return facts
+
+    # describe / follow ------------------------------------------------------------------
+
+    def follow(
+        self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
+    ) -> JobState:
+        """Poll the job (job, pods, events, rank-0 log: four requests a poll) until it ends
+        or `wait_seconds` pass; None (a person at the CLI) detaches after DETACH_S."""
+        detach = wait_seconds is None
+        limit = DETACH_S if wait_seconds is None else wait_seconds
+        rank0_log = Rank0Log()
+
+        def look() -> JobState:
+            job, pods, events, log = self.poll(job_name)
+            final = kube_pods.job_status(job) != "running"
+            metrics = rank0_log.feed(log, progress, final)
+            return self._state(job_name, job, pods, events, metrics, log)
+
+        state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
+        if detach and state.status not in TERMINAL:
+            state.next_step = (
+                f"Detached after {DETACH_S / 60:.0f} min; the job goes on. Check on it: python "
+                f"commands/get_training_job.py --target kubernetes --job_name {job_name} "
+                f"--namespace {self.namespace} --wait_seconds 600"
+            )
+        state.warnings = [*self._warnings, *state.warnings]
+        return state
+
+    def poll(
+        self, job_name: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], str]:
+        """One poll: the job, its pods, their events, rank 0's log (secrets masked)."""
+        job = self._require(job_name)
+        pods = self.reader.pods(job_name)
+        events = [
+            e
+            for e in self.reader.events(job_name, [pod_name(p) for p in pods])
+            if not kube_pods.older_than(e, job)
+        ]
+        rank0 = pods[0] if pods else None
+        log = ""
+        if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
+            log = redact(self.reader.log(pod_name(rank0)))
+        return job, pods, events, log
+
+    def place(self, job_name: str) -> str:
+        return f"{self.namespace}/{job_name}"
+
+    def _require(self, job_name: str) -> dict[str, Any]:
+        job = self.reader.job(job_name)
+        if job is None:
+            raise ToolFailure(
+                ErrorCode.JOB_NOT_FOUND,
+                f"No PyTorchJob named {job_name!r} in namespace {self.namespace!r}.",
+                "Check job_name and namespace (list_training_jobs lists them), or start it "
+                "with deploy_training_job.",
+            )
+        return job
+
+    def _state(
+        self,
+        job_name: str,
+        job: dict[str, Any],
+        pods: list[dict[str, Any]],
+        events: list[dict[str, Any]],
+        metrics: RunMetrics,
+        log: str,
+    ) -> JobState:
+        status = kube_pods.job_status(job)
+        rank0 = pods[0] if pods else None
+        code = kube_pods.exit_code(rank0) if rank0 else None
+        condition = kube_pods.current_condition(job)
+        message = None
+        if status == "failed" and (metrics.preempted is not None or code == EXIT_PREEMPTED):
+            status = "preempted"
+        if status in ("failed", "preempted"):
+            # The trainer's account first; the operator's condition when it gave none.
+            message = metrics.outcome(code)
+            if message is None:
+                said = condition.message if condition and condition.message else "no reason given"
+                message = f"failed: {said}"
+        elif status == "cancelled":
+            message = "cancelled (suspended: pods removed, checkpoints kept)"
+        elif status == "running":
+            message = self._waiting_reason(pods, events)
+        elapsed = (metrics.summary or {}).get("elapsed_s")
+        if elapsed is None and metrics.last_event:
+            elapsed = metrics.last_event.get("elapsed_s")
+        state = JobState(
+            job_name=job_name,
+            target=self.name,
+            status=status,  # type: ignore[arg-type]
+            steps=metrics.steps,
+            max_steps=metrics.max_steps,
+            first_loss=metrics.first_loss,
+            last_loss=metrics.last_loss,
+            tokens_per_s=metrics.tokens_per_s,
+            world_size=metrics.world_size,
+            last_eval_loss=metrics.last_eval_loss,
+            resumed_from=metrics.resumed_from,
+            checkpoint_step=metrics.checkpoint_step,
+            checkpoint_path=metrics.checkpoint_path,
+            log_path=self._pod_path(pod_name(rank0)) if rank0 else None,
+            exit_code=code,
+            elapsed_s=elapsed,
+            error=_masked_error(metrics.error),
+            message=None if message is None else redact(message),
+            restarts=kube_pods.restarts(pods),
+            pods={pod_name(p): (p.get("status") or {}).get("phase", "Unknown") for p in pods},
+            conditions=[
+                str(c.get("type"))
+                for c in (job.get("status") or {}).get("conditions") or []
+                if c.get("status") == "True"
+            ],
+        )
+        if status in ("failed", "preempted"):
+            state.log_tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+        if status == "running":
+            state.next_step = (
+                f"get_training_job(job_name={job_name!r}, target='kubernetes', "
+                f"wait_seconds=...) to follow it; cancel_training_job to stop it."
+            )
+        elif status in ("preempted", "cancelled", "failed") and metrics.checkpoint_step:
+            state.next_step = (
+                f"deploy_training_job(job_name={job_name!r}, replace=true, ...) with the same "
+                f"checkpoint settings resumes from step {metrics.checkpoint_step}."
+            )
+        return state
+
+    @staticmethod
+    def _waiting_reason(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str | None:
+        """Why a running job is not training yet: a waiting container, or the newest
+        Warning event (FailedScheduling, ...)."""
+        for pod in pods:
+            for c in (pod.get("status") or {}).get("containerStatuses") or []:
+                waiting = (c.get("state") or {}).get("waiting")
+                if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
+                    return f"{pod_name(pod)}: {waiting.get('reason')}: {waiting.get('message', '')}"
+        warnings = [e for e in events if e.get("type") == "Warning"]
+        if warnings:
+            last = warnings[-1]
+            return f"{last.get('reason')}: {last.get('message', '')}".strip()
+        if not pods:
+            return "waiting for the Training Operator to create the pods"
+        return None
+
+    # logs -------------------------------------------------------------------------------
+
+    def log_path(self, job_name: str) -> str:
+        pods = self.reader.pods(job_name)
+        if pods:
+            return self._pod_path(pod_name(pods[0]))
+        self._require(job_name)
+        return f"pytorchjob/{job_name} -n {self.namespace} (no pods yet)"
+
+    def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
+        """Rank 0's log, or one replica's ('worker-1'), or the last lines of every pod;
+        at most MAX_LOG_CHARS, with a note of what was cut; secrets masked."""
+        self._require(job_name)
+        pods = self.reader.pods(job_name)
+        if not pods:
+            return ""
+        replica = options.replica
+        read = {"previous": options.previous, "since_seconds": options.since_seconds}
+        if options.all_ranks:
+            each = max(5, (tail_lines or 100) // len(pods))
+            parts = []
+            for pod in pods:
+                text = self.reader.log(
+                    pod_name(pod), tail_lines=each, limit_bytes=MAX_LOG_CHARS, **read
+                )
+                parts.append(f"==> {pod_name(pod)} <==\n{text.rstrip()}")
+            return _bounded(redact("\n".join(parts)))
+        chosen = pods[0]
+        if replica is not None:
+            wanted = f"{job_name}-{replica.lower()}"
+            matches = [p for p in pods if pod_name(p) == wanted]
+            if not matches:
+                raise ToolFailure(
+                    ErrorCode.NOT_FOUND,
+                    f"Job {job_name!r} has no replica {replica!r}.",
+                    "Pick one of: " + ", ".join(pod_name(p)[len(job_name) + 1 :] for p in pods),
+                )
+            chosen = matches[0]
+        text = self.reader.log(
+            pod_name(chosen), tail_lines=tail_lines, limit_bytes=MAX_LOG_CHARS * 2, **read
+        )
+        return _bounded(redact(text.rstrip("\n")))
+
+    # cancel / delete / list -------------------------------------------------------------
+
+    def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
+        """Suspend the job (runPolicy.suspend): the operator deletes its pods (SIGTERM,
+        the trainer checkpoints), the job and its checkpoints stay. A job that ended is
+        left as it is."""
+        state = self.describe(job_name)
+        if state.status in TERMINAL:
+            return state
+        self.reader.patch_job(job_name, {"spec": {"runPolicy": {"suspend": True}}})
+        return self.describe(job_name)
+
+    def delete(self, job_name: str) -> JobState:
+        """Delete the PyTorchJob and its pods (checkpoints on volumes stay); returns its
+        last state."""
+        state = self.describe(job_name)
+        self.reader.delete_job(job_name)
+        state.message = f"deleted (was {state.status})"
+        state.next_step = None
+        return state
+
+    def list_jobs(self) -> list[JobState]:
+        """Every PyTorchJob in the namespace, newest first; status from the job alone (one
+        request in all)."""
+        jobs = sorted(
+            self.reader.jobs(),
+            key=lambda j: (j.get("metadata") or {}).get("creationTimestamp") or "",
+            reverse=True,
+        )
+        states = []
+        for job in jobs:
+            condition = kube_pods.current_condition(job)
+            states.append(
+                JobState(
+                    job_name=(job.get("metadata") or {}).get("name", ""),
+                    target=self.name,
+                    status=kube_pods.job_status(job),  # type: ignore[arg-type]
+                    message=None if condition is None else redact(condition.message or ""),
+                )
+            )
+        return states
+
+    # the job doctor's input -------------------------------------------------------------
+
+    def snapshot(self, job_name: str) -> dict[str, Any]:
+        """{"job", "pods", "events", "logs": {"<pod>": text, "<pod>/previous": text}}: the
+        objects as the API returns them (camelCase), logs' secrets masked; the same reads
+        as diagnose_training_job (kube_monitor.read_snapshot)."""
+        return read_snapshot(self.reader, job_name)
+
+
+class Rank0Log:
+    """Rank 0's log as it grows over the polls: only the text past what was read before
+    is parsed (a LogFollower). A log that no longer starts with what was read (a new
+    container, a replaced job) starts over."""
+
+    def __init__(self) -> None:
+        self.follower = LogFollower()
+        self.seen = b""  # the last bytes read, to tell a grown log from another one
+        self.offset = 0
+        self.reported = -1  # steps last reported: one report per poll that adds steps
+
+    def feed(self, log: str, progress: Progress | None, final: bool) -> RunMetrics:
+        data = log.encode()
+        if len(data) < self.offset or data[self.offset - len(self.seen) : self.offset] != self.seen:
+            self.follower, self.offset, self.seen = LogFollower(), 0, b""
+        self.follower.feed(data[self.offset :], None, final)
+        self.offset = len(data)
+        self.seen = data[-64:]
+        metrics = self.follower.metrics
+        if progress is not None and metrics.steps != self.reported:
+            self.reported = metrics.steps
+            progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
+        return metrics
+
+
+def _bounded(text: str) -> str:
+    """At most MAX_LOG_CHARS, the end kept, with a note of what was cut."""
+    if len(text) <= MAX_LOG_CHARS:
+        return text
+    kept = text[-MAX_LOG_CHARS:]
+    kept = kept[kept.find("\n") + 1 :]
+    cut = text[: len(text) - len(kept)].count("\n")
+    return f"[... {cut} earlier lines cut: at most {MAX_LOG_CHARS} characters per call ...]\n{kept}"

@@ -1,0 +1,1 @@
+"""The local target: torchrun on this host, one supervisor per attempt."""

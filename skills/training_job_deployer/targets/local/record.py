@@ -1,0 +1,117 @@
+"""A local job's run directory and its record. Every path a tool reads is derived
+from the run directory; the record holds facts (attempt, processes, how it ended),
+never paths, so an edited record cannot point a tool at another file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from skills.operations import processes
+from skills.shared.errors import ErrorCode
+from skills.shared.secrets import mask_data
+from skills.training_job_deployer.job_spec import JobName
+from skills.training_job_deployer.targets.run_dir import RecordedRun
+
+RECORD = "job.json"
+
+
+class ProcessIdentity(BaseModel):
+    """A process we may signal: its pid and start time (a pid alone can be recycled)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: int = Field(gt=1, lt=2**22)
+    started: float
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessIdentity | None:
+        started = processes.start_time(pid)
+        return None if started is None else cls(pid=pid, started=started)
+
+    def alive(self) -> bool:
+        return processes.is_alive(self.pid, self.started)
+
+
+class JobFailure(BaseModel):
+    """Why a job ended, when the supervisor knows better than the trainer's log."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: ErrorCode
+    message: str = Field(max_length=2000)
+
+
+class JobRecord(BaseModel):
+    """One attempt of a job. Written by submit, the job's supervisor and cancel, each
+    read-modify-write under the job's lock; once `ended_at` is set it is final."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_name: JobName
+    attempt: int = Field(ge=1, le=100_000)
+    # Secrets masked as in logs: the supervisor runs the plan it was handed, never this.
+    argv: list[str] = Field(description="What the supervisor runs, for people to read.")
+    submitted_at: float
+    supervisor: ProcessIdentity | None = None
+    trainer: ProcessIdentity | None = None  # torchrun, leader of the ranks' process group
+    cancel_requested_at: float | None = None
+    cancel_grace_s: float = Field(default=30.0, ge=0, le=3600)
+    ended_at: float | None = None
+    exit_code: int | None = None
+    failure: JobFailure | None = None
+    # The last lines the supervisor could not write to the log (a full disk).
+    unlogged_tail: list[str] = Field(default_factory=list, max_length=40)
+
+    @field_validator("argv")
+    @classmethod
+    def _masked_argv(cls, argv: list[str]) -> list[str]:
+        return mask_data(argv)
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+    def active(self) -> bool:
+        """Not ended and its supervisor or its trainer still runs."""
+        if self.ended:
+            return False
+        return any(p is not None and p.alive() for p in (self.supervisor, self.trainer))
+
+    def finished(self, exit_code: int | None, failure: JobFailure | None = None) -> JobRecord:
+        """This attempt, ended now. An ended record stays as it is."""
+        if self.ended:
+            return self
+        return self.model_copy(
+            update={"ended_at": time.time(), "exit_code": exit_code, "failure": failure}
+        )
+
+
+class RunDir(RecordedRun[JobRecord]):
+    """`<runs_dir>/<job_name>/`: the record, logs, checkpoints and scratch of one job."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, RECORD, JobRecord, "local")
+
+    def log(self, attempt: int) -> Path:
+        return self.path / "logs" / f"attempt-{attempt}.log"
+
+    def next_attempt(self) -> int:
+        logs = self.path / "logs"
+        return len(list(logs.glob("attempt-*.log"))) + 1 if logs.is_dir() else 1
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / "supervisor.log"
+
+    @property
+    def scratch(self) -> Path:
+        """TMPDIR for the job, so nothing it makes is left in /tmp; removed at its end."""
+        return self.path / "tmp"
+
+    @property
+    def torchelastic(self) -> Path:
+        """torchrun's --log-dir: its per-rank error files stay with the job."""
+        return self.path / "torchelastic"

@@ -1,0 +1,225 @@
+"""The detached process that runs one attempt of a local job: it starts torchrun,
+writes its output to the attempt's log with secrets already masked, stops torchrun's
+restarts on a configuration error, and records the exit code and end time, whether
+or not whoever started the job still follows it.
+
+    python -m skills.training_job_deployer.targets.local.supervisor <run_dir>   (the plan on stdin)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+from skills.shared.errors import ErrorCode
+from skills.shared.secrets import redact, secret_values
+from skills.training_job_deployer.targets.local.record import (
+    JobFailure,
+    JobRecord,
+    ProcessIdentity,
+    RunDir,
+)
+from skills.training_job_deployer.targets.local.target import LocalPlan
+from skills.training_job_deployer.trainer_log import parse_line
+
+TAIL_LINES = 40
+
+
+class Supervisor:
+    def __init__(self, run: RunDir, plan: LocalPlan) -> None:
+        self.run = run
+        self.plan = plan
+        self.file = run.record_file
+        # Captured once, from the environment the job was submitted with.
+        self.secrets = secret_values()
+        self.trainer: subprocess.Popen[bytes] | None = None
+        self.trainer_reaped = False
+        self.stop_requested = False
+        self.failure: JobFailure | None = None
+        self.unlogged: deque[str] = deque(maxlen=TAIL_LINES)
+
+    # the process ------------------------------------------------------------
+
+    def main(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_term)
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # only cancel (SIGTERM) stops a job
+        outcome = self._start()
+        if outcome == "not ours":
+            return 0
+        code = None
+        if outcome == "started":
+            assert self.trainer is not None
+            assert self.trainer.stdout is not None  # started with stdout=PIPE
+            self._pump(self.trainer.stdout)
+            code = self.trainer.wait()
+            self.trainer_reaped = True
+        self._tidy()
+        self._finish(code)
+        return 0
+
+    def _start(self) -> str:
+        """Start torchrun under the job's lock, unless the job was cancelled first: cancel
+        then sees either no trainer and a request it honours, or the trainer's identity."""
+        with self.file.lock():
+            record = self.file.read()
+            if record is None or record.attempt != self.plan.attempt or record.ended:
+                return "not ours"
+            if record.cancel_requested_at is not None or self.stop_requested:
+                return "cancelled"
+            self.run.scratch.mkdir(parents=True, exist_ok=True)
+            try:
+                self.trainer = subprocess.Popen(
+                    self.plan.argv,
+                    cwd=self.plan.cwd,
+                    env={**os.environ, **self.plan.env},
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its ranks share its process group
+                )
+            except OSError as exc:
+                self.failure = JobFailure(
+                    code=ErrorCode.LAUNCH_FAILED, message=f"torchrun could not start: {exc}"
+                )
+                return "failed to start"
+            self.file.write(
+                record.model_copy(update={"trainer": ProcessIdentity.of(self.trainer.pid)})
+            )
+            return "started"
+
+    def _on_term(self, _signum: int, _frame: Any) -> None:
+        """Cancel: SIGTERM the ranks (they checkpoint and exit), SIGKILL after the grace."""
+        self.stop_requested = True
+        if self._signal_trainer(signal.SIGTERM):
+            record = self._read_quietly()
+            grace = record.cancel_grace_s if record else 30.0
+            timer = threading.Timer(grace, self._signal_trainer, (signal.SIGKILL,))
+            timer.daemon = True
+            timer.start()
+
+    def _signal_trainer(self, sig: signal.Signals) -> bool:
+        # Our own unreaped child: its pid cannot have been recycled.
+        if self.trainer is None or self.trainer_reaped:
+            return False
+        try:
+            os.killpg(self.trainer.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    # the log -----------------------------------------------------------------
+
+    def _pump(self, stream: IO[bytes]) -> None:
+        """Copy torchrun's output to the log line by line, masked. On a full disk the
+        lines go on being read (torchrun must not block) and the last ones are kept for
+        the record."""
+        log = self._open_log()
+        for raw in iter(stream.readline, b""):
+            line = redact(raw.decode("utf-8", errors="replace"), self.secrets)
+            self._watch(line)
+            if log is not None:
+                log = self._write(log, line)
+            if log is None:
+                self.unlogged.append(line.rstrip("\n")[:300])
+        if log is not None:
+            log.close()
+
+    def _open_log(self) -> IO[bytes] | None:
+        path = self.run.log(self.plan.attempt)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return open(path, "ab", buffering=0)
+        except OSError as exc:
+            self._log_failed(path, exc)
+            return None
+
+    def _write(self, log: IO[bytes], line: str) -> IO[bytes] | None:
+        try:
+            log.write(line.encode())
+            return log
+        except OSError as exc:
+            self._log_failed(self.run.log(self.plan.attempt), exc)
+            log.close()
+            return None
+
+    def _log_failed(self, path: Path, exc: OSError) -> None:
+        cause = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror
+        code = ErrorCode.NO_SPACE_LEFT if exc.errno == errno.ENOSPC else ErrorCode.SERVICE_ERROR
+        if self.failure is None:
+            self.failure = JobFailure(
+                code=code,
+                message=f"failed: {cause} writing the job's log {path}; free space and re-run "
+                "the job to resume from its last checkpoint",
+            )
+
+    def _watch(self, line: str) -> None:
+        """A configuration error cannot succeed on retry: stop torchrun's restarts. A
+        full disk is named as the cause, whatever the trainer was writing."""
+        event = parse_line(line)
+        if event is None or event["event"] != "error":
+            return
+        if "[Errno 28]" in str(event.get("message")) and self.failure is None:
+            self.failure = JobFailure(
+                code=ErrorCode.NO_SPACE_LEFT,
+                message=f"failed: no space left on the device: {event.get('message')}; free "
+                "space and re-run the job to resume from its last complete checkpoint",
+            )
+        if event.get("retryable") is not False:
+            return
+        if self.failure is None:
+            self.failure = JobFailure(
+                code=ErrorCode.INVALID_INPUT,
+                message=f"failed: {event.get('error_type')}: {event.get('message')} (not "
+                "restarted: retrying the same job cannot succeed)",
+            )
+        self._signal_trainer(signal.SIGTERM)
+
+    # the end -----------------------------------------------------------------
+
+    def _tidy(self) -> None:
+        """Mask torchelastic's error files (they quote exceptions) and drop the scratch."""
+        for path in self.run.torchelastic.rglob("*") if self.run.torchelastic.is_dir() else ():
+            try:
+                if path.is_file() and not path.is_symlink():
+                    text = path.read_text(errors="replace")
+                    masked = redact(text, self.secrets)
+                    if masked != text:
+                        path.write_text(masked)
+            except OSError:
+                continue
+        shutil.rmtree(self.run.scratch, ignore_errors=True)
+
+    def _finish(self, exit_code: int | None) -> None:
+        def end(record: JobRecord | None) -> JobRecord | None:
+            if record is None or record.attempt != self.plan.attempt or record.ended:
+                return None
+            ended = record.finished(exit_code, self.failure)
+            if self.unlogged and self.failure and self.failure.code == ErrorCode.NO_SPACE_LEFT:
+                ended = ended.model_copy(update={"unlogged_tail": list(self.unlogged)})
+            return ended
+
+        self.file.update(end)
+
+    def _read_quietly(self) -> JobRecord | None:
+        try:
+            return self.file.read()
+        except Exception:  # noqa: BLE001 - a handler must not fail; the default grace serves
+            return None
+
+
+def main(argv: list[str]) -> int:
+    plan = LocalPlan.model_validate_json(sys.stdin.buffer.read())
+    return Supervisor(RunDir(Path(argv[0])), plan).main()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

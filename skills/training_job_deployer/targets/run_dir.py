@@ -1,0 +1,278 @@
+"""The core the local and Slurm targets share: each job has a run directory
+`<runs_dir>/<job_name>/` on this host holding its record (read and written under the
+job's lock), so any process finds the job. This module owns the record (read/require,
+a corrupt one set aside), path resolution and checkpoint ownership, follow (a
+`LogFollower` over the growing log), tail, list and cancel's account; a target says
+how to poll its job, where its log is and what its state is."""
+
+from __future__ import annotations
+
+import os
+import time
+from abc import abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from skills.operations.record_store import RecordCorrupt, RecordFile
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import LocalPath
+from skills.shared.progress import Progress
+from skills.shared.secrets import redact
+from skills.shared.waiting import poll_until
+from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets import checkpoint_owner
+from skills.training_job_deployer.targets.base import LogOptions, Target
+from skills.training_job_deployer.trainer_log import LogFollower, RunMetrics
+
+CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
+LOG_TAIL_LINES = 40
+# Another deploy of the job waits this long for the lock, then gets conflict.
+LOCK_TIMEOUT_S = 15.0
+
+
+def local_path(value: str | None, maybe_name: bool = False) -> str | None:
+    """An absolute path for a local path given relative to this process's directory
+    (the job runs in its run directory). s3:// URIs stay as they are, and so does a
+    value that may be a hub name (`maybe_name`) unless it starts with '.' or '~' or
+    exists here."""
+    if value is None or value.startswith("s3://"):
+        return value
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    if maybe_name and not (value.startswith((".", "~")) or path.exists()):
+        return value
+    return str(path.resolve())
+
+
+def _not_a_uri(value: str | None) -> str | None:
+    # None: another target's call (the tools flatten every target's settings).
+    if value is not None and "://" in value:
+        raise ValueError("runs_dir is a local directory, not a URI")
+    return value
+
+
+# One input for every target that keeps jobs in run directories.
+RunsDir = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=4096,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="The directory holding one run directory per job.",
+    ),
+    LocalPath(),
+    AfterValidator(_not_a_uri),
+]
+
+
+def corrupt_record(exc: RecordCorrupt) -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.JOB_RECORD_CORRUPT,
+        f"The job record {exc.path} cannot be read: {exc.reason}.",
+        "Re-deploy with --replace_corrupt_record (MCP: replace_corrupt_record=true) to start "
+        "the job over: the record is set aside, checkpoints are kept and resumed from.",
+        {"path": str(exc.path)},
+    )
+
+
+def list_recorded_jobs(
+    runs_dir: Path, record_name: str, target: str, describe: Callable[[str], JobState]
+) -> list[JobState]:
+    """Every job with a record named `record_name` under runs_dir, newest first, as
+    `describe` tells it; one that cannot be described is listed as unknown, with why."""
+    if not runs_dir.is_dir():
+        return []
+    records = sorted(
+        runs_dir.glob(f"*/{record_name}"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    states = []
+    for path in records:
+        try:
+            states.append(describe(path.parent.name))
+        except ToolFailure as failure:
+            states.append(
+                JobState(
+                    job_name=path.parent.name,
+                    target=target,
+                    status="unknown",
+                    run_dir=str(path.parent),
+                    message=f"{failure.code}: {failure.message}",
+                    next_step=failure.hint,
+                )
+            )
+    return states
+
+
+def cancelled_message(metrics: RunMetrics) -> str:
+    """A cancelled job's account: where a re-run resumes, when a checkpoint was saved."""
+    if metrics.checkpoint_step is None:
+        return "cancelled"
+    return (
+        f"cancelled: checkpoint saved at step {metrics.checkpoint_step}; "
+        "re-run the same job to resume"
+    )
+
+
+R = TypeVar("R", bound=BaseModel)
+
+
+class RecordedRun(Generic[R]):
+    """`<runs_dir>/<job_name>/` on this host, with the job's record (`record_name`)."""
+
+    def __init__(self, path: Path, record_name: str, model: type[R], kind: str) -> None:
+        self.path = path
+        self.kind = kind  # the job's kind in messages: "local", "Slurm"
+        self.record_file = RecordFile(path / record_name, model, lock_timeout_s=LOCK_TIMEOUT_S)
+
+    @property
+    def job_name(self) -> str:
+        return self.path.name
+
+    def read(self) -> R | None:
+        try:
+            return self.record_file.read()
+        except RecordCorrupt as exc:
+            raise corrupt_record(exc) from None
+
+    def require(self) -> R:
+        record = self.read()
+        if record is None:
+            raise ToolFailure(
+                ErrorCode.JOB_NOT_FOUND,
+                f"No {self.kind} job named {self.job_name!r} under {self.path.parent}.",
+                "Check the job name and runs_dir, or start it with deploy_training_job.",
+            )
+        return record
+
+    def previous(self, replace_corrupt: bool) -> R | None:
+        """The record before a submit; an unreadable one is job_record_corrupt, or set
+        aside (not deleted: it may be worth a look) when `replace_corrupt`."""
+        try:
+            return self.record_file.read()
+        except RecordCorrupt as exc:
+            if not replace_corrupt:
+                raise corrupt_record(exc) from None
+            aside = exc.path.with_name(f"{exc.path.name}.corrupt-{int(time.time())}")
+            os.replace(exc.path, aside)
+            return None
+
+
+class RunDirTarget(Target):
+    """A target whose jobs live in run directories under `runs_dir` on this host."""
+
+    record_name: ClassVar[str]
+    poll_s: ClassVar[float] = 1.0
+    # Every run-directory target's record file -> its name: a run directory holds one
+    # target's job only.
+    record_names: ClassVar[dict[str, str]] = {}
+    runs_dir: Path
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "record_name" in cls.__dict__:
+            RunDirTarget.record_names[cls.record_name] = cls.name
+
+    @abstractmethod
+    def _run(self, job_name: str) -> RecordedRun[Any]: ...
+
+    def _open(self, run: RecordedRun[Any]) -> Any:
+        """The job's record, for a call about it (a target adds its checks)."""
+        return run.require()
+
+    @abstractmethod
+    def _log_of(self, run: RecordedRun[Any], record: Any) -> Any:
+        """Where the record's log is, as _read_from reads it."""
+
+    @abstractmethod
+    def _poll(self, run: RecordedRun[Any]) -> tuple[Any, bool, Any]:
+        """(record, done, what else _state needs): the job now. The record first: once
+        it says ended, the log holds every line."""
+
+    @abstractmethod
+    def _state(
+        self, run: RecordedRun[Any], record: Any, polled: Any, metrics: RunMetrics, done: bool
+    ) -> JobState: ...
+
+    def check_run_dir_free(self, run: RecordedRun[Any]) -> None:
+        """conflict when the run directory holds another target's job of the name."""
+        for record, target in self.record_names.items():
+            if target != self.name and (run.path / record).exists():
+                raise ToolFailure(
+                    ErrorCode.CONFLICT,
+                    f"{run.path} belongs to a {target} job of the same name.",
+                    f"Use another job_name or runs_dir for the {self.name} job.",
+                    {"run_dir": str(run.path)},
+                )
+
+    @staticmethod
+    def check_checkpoint_owner(checkpoint_dir: str, run: RecordedRun[Any], adopt: bool) -> None:
+        """A local checkpoint_dir is this job's (or adopted); s3:// is not checked."""
+        if not checkpoint_dir.startswith("s3://"):
+            checkpoint_owner.check_owner(Path(checkpoint_dir), run.path, adopt)
+
+    @staticmethod
+    def claim_checkpoint(checkpoint_dir: str, run: RecordedRun[Any], adopt: bool) -> None:
+        if not checkpoint_dir.startswith("s3://"):
+            checkpoint_owner.claim(Path(checkpoint_dir), run.path, adopt)
+
+    # follow / logs / list ---------------------------------------------------------------
+
+    def follow(
+        self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
+    ) -> JobState:
+        """Read the job's events as its log grows, until it ends or `wait_seconds` pass
+        (None: until it ends). Progress gets one report per logged step."""
+        run = self._run(job_name)
+        record = self._open(run)
+        follower = LogFollower()
+        offset = 0
+        log = self._log_of(run, record)
+
+        def look() -> tuple[Any, bool, Any]:
+            nonlocal offset
+            # The record first: once it says ended, the log holds every line.
+            seen = self._poll(run)
+            chunk = self._read_from(log, offset)
+            offset += len(chunk)
+            follower.feed(chunk, progress, final=seen[1])
+            return seen
+
+        record, done, polled = poll_until(look, lambda seen: seen[1], wait_seconds, self.poll_s)
+        return self._state(run, record, polled, follower.metrics, done)
+
+    def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
+        run = self._run(job_name)
+        return self._tail(self._log_of(run, self._open(run)), tail_lines)
+
+    def log_path(self, job_name: str) -> str:
+        run = self._run(job_name)
+        return self._where(self._log_of(run, run.require()))
+
+    def _where(self, log: Any) -> str:
+        """The log's place as a person would open it."""
+        return str(log)
+
+    def _tail(self, log: Any, tail_lines: int | None) -> str:
+        lines = self._read_from(log, 0).decode(errors="replace").splitlines()
+        if tail_lines is not None:
+            lines = lines[-tail_lines:]
+        # Masked when written; masked again for values only this reader knows.
+        return redact("\n".join(lines))
+
+    def _read_from(self, log: Any, offset: int) -> bytes:
+        """The log's bytes from `offset` ('' while there is none)."""
+        try:
+            with open(log, "rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return b""
+
+    def list_jobs(self) -> list[JobState]:
+        """Every job with a record under runs_dir, newest first; a record that cannot
+        be read is listed with status unknown and why."""
+        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.describe)

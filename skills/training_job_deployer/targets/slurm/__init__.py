@@ -1,0 +1,1 @@
+"""The Slurm target: one sbatch job running srun torchrun on every node."""

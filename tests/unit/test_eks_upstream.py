@@ -1,0 +1,154 @@
+"""The pinned components are the upstream projects' own manifests (vendored under
+skills/eks_cluster_manager/manifests/upstream/, sources in SOURCES.yaml) with only the
+changes the one table (upstream.CHANGES) lists: any other difference between what
+auto_fix applies and the vendored file fails here. Plus the five issue-25 items that
+would break a real cluster, each pinned by a test that today's old output fails."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+import yaml
+
+from skills.eks_cluster_manager import upstream
+from skills.eks_cluster_manager.components import BY_KEY, COMPONENTS, CRD_FILE, pytorchjob_crd
+
+REFERENCE_CRD = Path("/work/shared/reference/kubeflow.org_pytorchjobs.v1.9.yaml")
+
+
+def _diffs(ours, theirs, path=()):
+    """Every path where the two JSON values differ (leaves, or a whole missing key)."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for key in ours.keys() | theirs.keys():
+            if key not in ours or key not in theirs:
+                yield (*path, key)
+            else:
+                yield from _diffs(ours[key], theirs[key], (*path, key))
+    elif isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            yield from _diffs(a, b, (*path, i))
+    elif ours != theirs:
+        yield path
+
+
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.key)
+def test_auto_fix_applies_upstream_with_only_the_listed_changes(component):
+    theirs = upstream.upstream_objects(component.key)
+    ours = component.manifests("jobs")
+    assert len(ours) == len(theirs)
+    rows = [c for c in upstream.CHANGES if c.component == component.key]
+    used = set()
+    for mine, original in zip(ours, theirs, strict=True):
+        ident = (original["kind"], original["metadata"]["name"])
+        listed = [c for c in rows if (c.kind, c.name) == ident]
+        for diff in _diffs(mine, original):
+            covering = [c for c in listed if diff[: len(c.path)] == c.path]
+            assert covering, f"{component.key} {ident}: unlisted difference at {diff}"
+            used.update(covering)
+    assert set(rows) == used, "a row of CHANGES that changes nothing"
+    for change in rows:
+        assert change.reason  # every change says why
+
+
+def test_every_vendored_file_has_its_source_recorded():
+    sources = yaml.safe_load((upstream.UPSTREAM_DIR / "SOURCES.yaml").read_text())
+    for key, name in upstream.FILES.items():
+        assert sources[key]["file"] == name and (upstream.UPSTREAM_DIR / name).is_file()
+        assert sources[key]["repo"].startswith("https://github.com/")
+        assert len(sources[key]["commit"]) == 40
+
+
+def test_the_shipped_crd_is_upstream_v1_9_2s():
+    (crd,) = [
+        o
+        for o in upstream.upstream_objects("training_operator")
+        if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == pytorchjob_crd()[
+            "metadata"]["name"]
+    ]  # fmt: skip
+    assert crd == pytorchjob_crd()
+    if REFERENCE_CRD.is_file():  # byte-identical to the reference copy
+        assert gzip.decompress(CRD_FILE.read_bytes()) == REFERENCE_CRD.read_bytes()
+
+
+def _only(key, kind):
+    (obj,) = [o for o in BY_KEY[key].manifests("jobs") if o["kind"] == kind]
+    return obj
+
+
+def test_etcd_serves_the_v2_api_torchrun_speaks():
+    pod = _only("etcd", "Pod")
+    command = pod["spec"]["containers"][0]["command"]
+    assert "--enable-v2" in command  # etcd 3.5 serves no v2 without it
+    assert pod["spec"]["containers"][0]["image"] == "quay.io/coreos/etcd:v3.5.17"
+    service = _only("etcd", "Service")
+    assert (service["metadata"]["name"], service["spec"]["ports"][0]["port"]) == ("etcd", 2379)
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_efa_plugin_mounts_dev_infiniband_and_skips_auto_mode():
+    pod = _only("efa_device_plugin", "DaemonSet")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["infiniband-volume"] == "/dev/infiniband/"
+    assert {"name": "infiniband-volume", "hostPath": {"path": "/dev/infiniband/"}} in pod["volumes"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    types, auto = term["matchExpressions"]
+    assert auto == {
+        "key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]
+    }  # fmt: skip
+    assert {"p5.48xlarge", "ml.p5.48xlarge", "p6-b200.48xlarge"} <= set(types["values"])
+    assert "g5.xlarge" not in types["values"]  # no EFA
+    keys = {t["key"] for t in pod["tolerations"]}
+    assert {"aws.amazon.com/efa", "nvidia.com/gpu", "CriticalAddonsOnly"} <= keys
+
+
+def test_nvidia_plugin_tolerates_the_efa_taint_and_selects_no_instance_list():
+    pod = _only("nvidia_device_plugin", "DaemonSet")["spec"]["template"]["spec"]
+    assert {t["key"] for t in pod["tolerations"]} == {"nvidia.com/gpu", "aws.amazon.com/efa"}
+    assert "affinity" not in pod  # as upstream: every node, idle where there is no GPU
+
+
+def test_training_operator_image_and_probes_are_upstream_v1_9_2s():
+    deployment = _only("training_operator", "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8"
+    assert container["image"] == BY_KEY["training_operator"].image
+    live, ready = container["livenessProbe"], container["readinessProbe"]
+    assert (live["initialDelaySeconds"], live["periodSeconds"], live["timeoutSeconds"]) == (
+        15, 20, 3)  # fmt: skip
+    assert (ready["initialDelaySeconds"], ready["periodSeconds"], ready["timeoutSeconds"]) == (
+        10, 15, 3)  # fmt: skip
+
+
+def test_an_unlisted_difference_is_found():
+    # The comparison itself: a change not in the table (here: a dropped probe) is caught.
+    ours = BY_KEY["training_operator"].manifests("jobs")
+    deployment = next(o for o in ours if o["kind"] == "Deployment")
+    del deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
+    theirs = upstream.upstream_objects("training_operator")
+    diffs = [d for a, b in zip(ours, theirs, strict=True) for d in _diffs(a, b)]
+    assert diffs == [("spec", "template", "spec", "containers", 0, "livenessProbe")]
+
+
+def test_the_hand_rendered_efa_chart_follows_the_charts_values():
+    # No helm here: the vendored render is checked against the chart's own values.yaml.
+    chart = upstream.UPSTREAM_DIR / "aws-efa-k8s-device-plugin-chart-v0.5.10"
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    (ds,) = upstream.upstream_objects("efa_device_plugin")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"{values['image']['repository']}:{values['image']['tag']}"
+    assert values["image"]["tag"] == meta["appVersion"] == BY_KEY["efa_device_plugin"].version
+    assert container["securityContext"] == values["securityContext"]
+    assert container["resources"] == values["resources"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    labels = values["supportedInstanceLabels"]
+    assert term["matchExpressions"][0]["key"] == labels["keys"][0]
+    assert term["matchExpressions"][0]["values"] == labels["values"]
+    assert ds["metadata"]["labels"]["helm.sh/chart"] == f"{meta['name']}-{meta['version']}"

@@ -1,0 +1,207 @@
+"""python -m mcp_server install/uninstall into a temp project for both clients and both
+scopes (HOME pointed at a temp dir): what it writes, merging with what was there,
+idempotence, dry runs, uninstall removing only its own, and refusals that lose nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mcp_server.__main__ import main as server_main
+from mcp_server.install import main
+from mcp_server.skill_files import shipped_skills
+
+CASES = [(c, s) for c in ("claude", "opencode") for s in ("project", "user")]
+SKILL_NAMES = sorted(skill.name for skill in shipped_skills())
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    return home
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    return project
+
+
+def paths(client: str, scope: str, project: Path, home: Path) -> tuple[Path, str, Path]:
+    """(config file, section, skills dir) as the clients' docs place them."""
+    if client == "claude":
+        if scope == "project":
+            return project / ".mcp.json", "mcpServers", project / ".claude" / "skills"
+        return home / ".claude.json", "mcpServers", home / ".claude" / "skills"
+    base = project if scope == "project" else home / ".config" / "opencode"
+    skills = project / ".opencode" / "skills" if scope == "project" else base / "skills"
+    return base / "opencode.json", "mcp", skills
+
+
+def run(command: str, client: str, scope: str, project: Path, *extra: str) -> int:
+    return main([command, "--client", client, "--scope", scope, "--dir", str(project), *extra])
+
+
+def snapshot(*roots: Path) -> dict[str, bytes]:
+    return {
+        str(p): p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("client, scope", CASES)
+def test_install_writes_the_entry_and_the_skills(client, scope, project, home, capsys) -> None:
+    assert run("install", client, scope, project) == 0
+    config, section, skills_dir = paths(client, scope, project, home)
+    entry = json.loads(config.read_text())[section]["fsdp-eks"]
+    argv = [sys.executable, "-m", "mcp_server", "--workspace", str(project)]
+    if client == "claude":
+        assert entry == {"type": "stdio", "command": argv[0], "args": argv[1:]}
+    else:
+        assert entry == {"type": "local", "command": argv, "enabled": True}
+        assert json.loads(config.read_text())["$schema"] == "https://opencode.ai/config.json"
+    assert sorted(p.name for p in skills_dir.iterdir()) == SKILL_NAMES
+    for folder in skills_dir.iterdir():  # both clients: the folder's name is the skill's
+        meta = yaml.safe_load((folder / "SKILL.md").read_text().split("---\n")[1])
+        assert meta["name"] == folder.name
+    assert "create" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("client, scope", CASES)
+def test_second_install_changes_nothing(client, scope, project, home, capsys) -> None:
+    run("install", client, scope, project)
+    before = snapshot(project, home)
+    mtimes = {p: os.stat(p).st_mtime_ns for p in before}
+    capsys.readouterr()
+    assert run("install", client, scope, project, "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {c["action"] for c in report["changes"]} == {"unchanged"}
+    assert snapshot(project, home) == before
+    assert {p: os.stat(p).st_mtime_ns for p in before} == mtimes
+
+
+@pytest.mark.parametrize("client, scope", CASES)
+def test_merge_keeps_other_entries_and_uninstall_removes_only_ours(
+    client, scope, project, home
+) -> None:
+    config, section, skills_dir = paths(client, scope, project, home)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    theirs = {"command": "other-server"}
+    config.write_text(json.dumps({"theme": "dark", section: {"other": theirs}}))
+    (skills_dir / "their-skill").mkdir(parents=True)
+    (skills_dir / "their-skill" / "SKILL.md").write_text("---\nname: their-skill\n---\n")
+
+    assert run("install", client, scope, project) == 0
+    data = json.loads(config.read_text())
+    assert data["theme"] == "dark" and data[section]["other"] == theirs
+    assert set(data[section]) == {"other", "fsdp-eks"}
+    assert "$schema" not in data  # only a file it creates gets opencode's schema link
+    notes = skills_dir / SKILL_NAMES[0] / "notes.md"  # the user's file in our folder
+    notes.write_text("mine")
+
+    assert run("uninstall", client, scope, project) == 0
+    assert json.loads(config.read_text()) == {"theme": "dark", section: {"other": theirs}}
+    assert sorted(p.name for p in skills_dir.iterdir()) == sorted(["their-skill", SKILL_NAMES[0]])
+    assert [p.name for p in notes.parent.iterdir()] == ["notes.md"]
+    assert run("uninstall", client, scope, project) == 0  # nothing left of ours: no-op
+
+
+def test_install_updates_a_stale_entry(project, home, tmp_path) -> None:
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    run("install", "claude", "project", other)  # writes other/.mcp.json
+    (project / ".mcp.json").write_text((other / ".mcp.json").read_text())
+    assert run("install", "claude", "project", project, "--json") == 0
+    args = json.loads((project / ".mcp.json").read_text())["mcpServers"]["fsdp-eks"]["args"]
+    assert args[-1] == str(project)
+
+
+@pytest.mark.parametrize("client, scope", CASES)
+def test_dry_run_prints_and_writes_nothing(client, scope, project, home, capsys) -> None:
+    assert run("install", client, scope, project, "--dry_run", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert snapshot(project, home) == {}
+    assert report["dry_run"] is True and report["entry"]["fsdp-eks"]
+    assert {c["action"] for c in report["changes"]} == {"create"}
+    assert run("install", client, scope, project, "--dry-run") == 0
+    assert "would create" in capsys.readouterr().out
+    assert snapshot(project, home) == {}
+    run("install", client, scope, project)
+    before = snapshot(project, home)
+    assert run("uninstall", client, scope, project, "--dry_run") == 0
+    assert "would remove" in capsys.readouterr().out
+    assert snapshot(project, home) == before
+
+
+@pytest.mark.parametrize("client, scope", CASES)
+@pytest.mark.parametrize(
+    "text", ["{not json", "[1, 2]", '{"mcpServers": [], "mcp": []}'], ids=["bad", "list", "sec"]
+)
+def test_a_config_that_is_not_a_json_object_is_refused(
+    client, scope, text, project, home, capsys
+) -> None:
+    config, _, skills_dir = paths(client, scope, project, home)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(text)
+    for command in ("install", "uninstall"):
+        assert run(command, client, scope, project) == 2
+        assert "invalid_input" in capsys.readouterr().err
+    assert config.read_text() == text
+    assert not skills_dir.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("client, scope", CASES)
+def test_a_symlinked_config_is_refused_not_replaced(
+    client, scope, project, home, tmp_path, capsys
+) -> None:
+    config, _, _ = paths(client, scope, project, home)
+    real = tmp_path / "dotfiles.json"
+    real.write_text("{}")
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.symlink_to(real)
+    assert run("install", client, scope, project, "--json") == 2
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "invalid_input"
+    assert config.is_symlink() and real.read_text() == "{}"
+
+
+def test_opencode_jsonc_is_left_to_the_user(project, home, capsys) -> None:
+    (project / "opencode.jsonc").write_text("{ // mine\n}")
+    assert run("install", "opencode", "project", project) == 2
+    assert "JSONC" in capsys.readouterr().err
+    assert not (project / "opencode.json").exists()
+
+
+def test_a_missing_dir_is_refused(tmp_path, home) -> None:
+    assert run("install", "claude", "project", tmp_path / "nope") == 2
+
+
+def test_the_server_entry_point_dispatches_install(project, home) -> None:
+    with pytest.raises(SystemExit) as exited:
+        server_main(["install", "--client", "claude", "--dir", str(project), "--dry_run"])
+    assert exited.value.code == 0
+    assert snapshot(project) == {}
+
+
+def test_python_dash_m_mcp_server_install(project, home) -> None:
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("XDG_CONFIG_HOME", None)
+    argv = [sys.executable, "-m", "mcp_server", "install", "--client", "opencode"]
+    done = subprocess.run(
+        [*argv, "--dir", str(project), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],  # this checkout's mcp_server
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["config"] == str(project / "opencode.json")
+    assert json.loads((project / "opencode.json").read_text())["mcp"]["fsdp-eks"]["enabled"]
