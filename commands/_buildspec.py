@@ -66,6 +66,7 @@ def pull_cache() -> int:
     """Pull the repository's newest image so its layers are local (best effort: a cache
     miss only makes the build slower, never fails it)."""
     from skills.cloud.clients import docker_client
+    from skills.cloud.registry_credentials import credentials_for, normalize_host
     from skills.ecr_publisher.push import REGISTRY_HOST_ENV, ecr_login
     from skills.ecr_publisher.repository import ecr_client, latest_image
 
@@ -77,10 +78,11 @@ def pull_cache() -> int:
             return 0
         host = os.environ.get(REGISTRY_HOST_ENV)
         ref = f"{host}/{newest.split('/', 1)[1]}" if host else newest
-        user, password = ecr_login(ecr_client(region))
+        # The ECR token only where the credential policy allows it; else anonymously.
+        login = credentials_for(normalize_host(ref), ecr_login(ecr_client(region)))
         name, tag = ref.rsplit(":", 1) if "@" not in ref else (ref, None)
-        docker_client().api.pull(name, tag=tag, auth_config={"username": user,
-                                                             "password": password})  # fmt: skip
+        docker_client().api.pull(name, tag=tag,
+                                 auth_config=login.auth_config() if login else None)  # fmt: skip
         print(f"cache: pulled {ref}")
         Path(CACHE_FILE).write_text(ref)
     except Exception as exc:  # noqa: BLE001 - a cache is an optimization

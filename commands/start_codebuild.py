@@ -27,7 +27,11 @@ def start_codebuild(
             Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")],
             Annotated[str, Field(max_length=4096)],
         ],
-        Field(max_length=64, description="Env overrides KEY=VALUE (no secrets)."),
+        Field(
+            max_length=64,
+            description="Env overrides KEY=VALUE; secrets as KEY=ssm:/param or "
+            "KEY=secretsmanager:<arn> (secret-named keys with plain values are refused).",
+        ),
     ] = {},  # noqa: B006 - pydantic copies defaults
     source_version: Annotated[
         str | None, Field(pattern=r"^[^\s]{1,255}$", description="Branch, tag or commit.")

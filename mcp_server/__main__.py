@@ -135,7 +135,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.http:
         _serve_http(server, args.host, args.port, token)
     else:
-        server.run("stdio")
+        import anyio
+
+        from mcp_server.stdio import serve_stdio
+
+        anyio.run(serve_stdio, server)
 
 
 if __name__ == "__main__":

@@ -62,10 +62,15 @@ def moto_server() -> Iterator[moto.MotoService]:
 
 @pytest.fixture(scope="session")
 def registry(moto_server: moto.MotoService) -> Iterator[registry_service.RegistryService]:
-    """docker-registry on localhost:PORT; user AWS, password = moto's ECR token."""
+    """docker-registry on localhost:PORT; user AWS, password = moto's ECR token. It plays
+    ECR's data plane, named as a user names theirs: FSDP_EKS_ECR_REGISTRY_HOST in the env
+    (the one host besides the account's ECR host that the ECR token may go to)."""
     _require(registry_service.check)
     username, password = moto_server.ecr_credentials()
-    with registry_service.registry_server(username=username, password=password) as reg:
+    with (
+        registry_service.registry_server(username=username, password=password) as reg,
+        _environment({"FSDP_EKS_ECR_REGISTRY_HOST": reg.host}),
+    ):
         yield reg
 
 

@@ -25,16 +25,20 @@ def count_slowly(
     step_s: float = 0.1,
     fail_at: int | None = None,
     marker_dir: str | None = None,
+    label: str | None = None,
     progress: Progress | None = None,
 ) -> Counted:
-    """Counts to `steps`, one step every `step_s` seconds, reporting each."""
+    """Counts to `steps`, one step every `step_s` seconds, reporting each (with `label`,
+    which also goes to `<marker_dir>/label`: proof of the value the work was given)."""
     done = 0
+    if label is not None and marker_dir:
+        Path(marker_dir, "label").write_text(label)
     try:
         for done in range(1, steps + 1):
             time.sleep(step_s)
             if done == fail_at:
                 raise ToolFailure(ErrorCode.SERVICE_ERROR, f"failed at {done}", "Count less.")
-            progress.report(done, steps, f"counted {done}")
+            progress.report(done, steps, f"counted {done}" + (f" {label}" if label else ""))
     except Cancelled:
         if marker_dir:  # proof that the cancel reached the work itself
             Path(marker_dir, "cancelled-at").write_text(str(done))

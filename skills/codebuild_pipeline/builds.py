@@ -1,14 +1,17 @@
-"""Start a CodeBuild build, read its phases and the tail of its CloudWatch log."""
+"""Start a CodeBuild build, read its phases and the tail of its CloudWatch log (secrets
+masked as every log is: the build's own output can print tokens)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from skills.cloud.clients import aws_session
+from skills.codebuild_pipeline.env_overrides import environment_overrides
 from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
 from skills.codebuild_pipeline.plan import log_group_name
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
+from skills.shared.secrets import redact, secret_values
 from skills.shared.waiting import poll_until
 
 POLL_S = 5.0
@@ -35,7 +38,8 @@ def log_tail(logs: Any, group: str, stream: str, lines: int) -> list[str]:
         )["events"]
     except logs.exceptions.ResourceNotFoundException:
         return []  # no stream yet: the build has not written anything
-    return [e["message"].rstrip("\n") for e in events]
+    values = secret_values()
+    return [redact(e["message"].rstrip("\n"), values) for e in events]
 
 
 def describe(codebuild: Any, logs: Any, build_id: str, lines: int) -> CodeBuildBuild:
@@ -89,9 +93,7 @@ def start_and_follow(
     codebuild, logs = _clients(region)
     params: dict[str, Any] = {"projectName": project_name}
     if env:
-        params["environmentVariablesOverride"] = [
-            {"name": k, "value": v, "type": "PLAINTEXT"} for k, v in sorted(env.items())
-        ]
+        params["environmentVariablesOverride"] = environment_overrides(env)
     if source_version:
         params["sourceVersion"] = source_version
     build_id = codebuild.start_build(**params)["build"]["id"]

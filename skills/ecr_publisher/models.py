@@ -17,6 +17,9 @@ class PushResult(ToolResult):
     region: str
     tag: str
     pushed_to: str  # <host>/<repo>:<tag> actually pushed (differs with registry_host)
+    # What pushed_to's host was sent: "ecr" (the ECR token), another credential source,
+    # or "anonymous" (the credential policy gives a host it does not know nothing).
+    registry_credentials: str = "ecr"
     repository_action: Literal["created", "updated", "unchanged"]
     repository_changes: list[str] = Field(default_factory=list)
     scan_on_push: bool
@@ -35,6 +38,8 @@ class PushResult(ToolResult):
         ]
         if self.pushed_to.split("/", 1)[0] != self.image_uri.split("/", 1)[0]:
             rows.append(("pushed to", self.pushed_to))
+        if self.registry_credentials != "ecr":
+            rows.append(("credentials", self.registry_credentials))
         rows += [
             ("layers", f"{self.layers}, {self.bytes_pushed / 1e6:.1f} MB"),
             ("duration", f"{self.duration_s:.1f} s"),

@@ -1,5 +1,8 @@
 """The push: tag, log in with the ECR token, push (every stream entry checked), verify the
-digest the registry serves, return the ECR URIs."""
+digest the registry serves, return the ECR URIs. The ECR token goes only where the
+credential policy (skills.cloud.registry_credentials) allows: the account's own ECR
+host, or the data plane FSDP_EKS_ECR_REGISTRY_HOST names. A `registry_host` it does not
+allow is pushed to anonymously, and the result (or the error) says so."""
 
 from __future__ import annotations
 
@@ -11,6 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from skills.cloud.clients import docker_client
+from skills.cloud.registry_credentials import (
+    ECR_REGISTRY_HOST_ENV,
+    EcrToken,
+    RegistryLogin,
+    credentials_for,
+    source_of,
+)
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.repository import ecr_client, ensure_repository
 from skills.image_builder.registry_check import MANIFEST_TYPES, registry_scheme
@@ -19,7 +29,7 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.secrets import redact
 
-REGISTRY_HOST_ENV = "FSDP_EKS_ECR_REGISTRY_HOST"
+REGISTRY_HOST_ENV = ECR_REGISTRY_HOST_ENV
 TIMEOUT_S = 30.0
 
 
@@ -62,25 +72,29 @@ def image_tag(image: str) -> str:
     return tag if tag and not tag.startswith("sha256:") and "@" not in image else "latest"
 
 
-def ecr_login(ecr: Any) -> tuple[str, str]:
-    """(user, password) from get_authorization_token. The password is a secret: it only
-    goes into auth headers, never into a result, log or message."""
+def ecr_login(ecr: Any) -> EcrToken:
+    """The login from get_authorization_token, for its proxy endpoint's host. The password
+    is a secret: it only goes into auth headers the credential policy allows, never into
+    a result, log or message."""
     data = ecr.get_authorization_token()["authorizationData"][0]
     user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
-    return user, password
+    return EcrToken(str(data.get("proxyEndpoint") or ""), user, password)
 
 
-def manifest_digest(host: str, repository: str, tag: str, auth: tuple[str, str]) -> str | None:
+def manifest_digest(
+    host: str, repository: str, tag: str, login: RegistryLogin | None
+) -> str | None:
     """The registry's Docker-Content-Digest of <repository>:<tag> (None: no such tag)."""
     import urllib.error
     import urllib.request
 
-    token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    headers = {"Accept": MANIFEST_TYPES}
+    if login is not None:
+        headers["Authorization"] = login.basic()
     request = urllib.request.Request(
-        f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}",
-        method="HEAD",
-        headers={"Accept": MANIFEST_TYPES, "Authorization": f"Basic {token}"},
-    )
+        f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}", method="HEAD",
+        headers=headers,
+    )  # fmt: skip
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             return response.headers.get("Docker-Content-Digest")
@@ -88,13 +102,7 @@ def manifest_digest(host: str, repository: str, tag: str, auth: tuple[str, str])
         if exc.code == 404:
             return None
         if exc.code in (401, 403):
-            raise ToolFailure(
-                ErrorCode.ACCESS_DENIED,
-                f"The registry {host} refused the ECR login (HTTP {exc.code}).",
-                "Check the credentials' ecr:GetAuthorizationToken and push permissions, and "
-                f"that {REGISTRY_HOST_ENV} (registry_host) names the right registry.",
-                {"registry": host},
-            ) from None
+            raise _refused(host, f"HTTP {exc.code}", login) from None
         raise ToolFailure(
             ErrorCode.SERVICE_ERROR, f"The registry {host} answered HTTP {exc.code}.",
             "Retry; if it persists, check the registry's health.", {"registry": host},
@@ -105,6 +113,25 @@ def manifest_digest(host: str, repository: str, tag: str, auth: tuple[str, str])
             f"Check the network, or unset {REGISTRY_HOST_ENV} / registry_host.",
             {"registry": host},
         ) from None  # fmt: skip
+
+
+def _refused(host: str, said: str, login: RegistryLogin | None) -> ToolFailure:
+    if login is None:
+        return ToolFailure(
+            ErrorCode.ACCESS_DENIED,
+            f"The registry {host} refused an anonymous request ({said}): the ECR token goes "
+            "only to the account's own ECR registry.",
+            f"Push to the account's ECR host, or set {REGISTRY_HOST_ENV}={host} if that host "
+            "is ECR's data plane (a proxy you run).",
+            {"registry": host, "registry_credentials": source_of(login)},
+        )
+    return ToolFailure(
+        ErrorCode.ACCESS_DENIED,
+        f"The registry {host} refused the ECR login ({said}).",
+        "Check the credentials' ecr:GetAuthorizationToken and push permissions, and "
+        f"that {REGISTRY_HOST_ENV} (registry_host) names the right registry.",
+        {"registry": host, "registry_credentials": source_of(login)},
+    )
 
 
 _DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -156,24 +183,29 @@ def _push(
     client: Any,
     ref: str,
     tag: str,
-    auth: tuple[str, str],
+    login: RegistryLogin | None,
     progress: Progress,
     known: list[tuple[str, int]] | None = None,
 ) -> tuple[str | None, _Layers]:
-    """Push through the Engine API. The SDK does not raise on a failed push: every entry
-    is checked for `error`/`errorDetail`."""
+    """Push through the Engine API, with `login` or anonymously (None). The SDK does not
+    raise on a failed push: every entry is checked for `error`/`errorDetail`."""
     layers = _Layers(progress, known or [])
     digest = None
+    # auth_config None: the SDK sends the docker config's entry for this host, if any.
+    auth_config = login.auth_config() if login else None
     stream = client.api.push(ref, tag=tag, stream=True, decode=True,
-                             auth_config={"username": auth[0], "password": auth[1]})  # fmt: skip
+                             auth_config=auth_config)  # fmt: skip
+    secret = [login.password] if login else []
     for entry in stream:
         if "error" in entry or "errorDetail" in entry:
             text = redact(str(entry.get("error") or entry["errorDetail"].get("message", "")),
-                          [auth[1]])  # fmt: skip
+                          secret)  # fmt: skip
             lowered = text.lower()
             if any(
                 w in lowered for w in ("unauthorized", "authentication", "denied", "401", "403")
             ):
+                if login is None:
+                    raise _refused(ref.split("/", 1)[0], text, login)
                 raise ToolFailure(
                     ErrorCode.ACCESS_DENIED,
                     f"The registry refused the push of {ref}:{tag}: {text}",
@@ -222,9 +254,9 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
     ecr_host = repo.uri.split("/", 1)[0]
     host = (options.registry_host or os.environ.get(REGISTRY_HOST_ENV) or ecr_host).strip()
     host = host.removeprefix("https://").removeprefix("http://").rstrip("/")
-    auth = ecr_login(ecr)
+    login = credentials_for(host, ecr_login(ecr))
 
-    existing = manifest_digest(host, repo.name, tag, auth)
+    existing = manifest_digest(host, repo.name, tag, login)
     if existing and repo.immutable:
         raise ToolFailure(
             ErrorCode.CONFLICT,
@@ -245,8 +277,8 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
     known = image_layers(client, options.image)
     total = sum(size for _, size in known)
     progress.report(0, total or None, f"pushing {len(known)} layers to {ref}:{tag}")
-    pushed_digest, layers = _push(client, ref, tag, auth, progress, known)
-    served = manifest_digest(host, repo.name, tag, auth)
+    pushed_digest, layers = _push(client, ref, tag, login, progress, known)
+    served = manifest_digest(host, repo.name, tag, login)
     if served is None or (pushed_digest and served != pushed_digest):
         raise ToolFailure(
             ErrorCode.SERVICE_ERROR,
@@ -268,6 +300,7 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
         region=options.region,
         tag=tag,
         pushed_to=f"{ref}:{tag}",
+        registry_credentials=source_of(login),
         repository_action=repo.action,
         repository_changes=repo.changes,
         scan_on_push=repo.scan_on_push,

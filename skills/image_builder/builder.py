@@ -195,6 +195,7 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
         attempts.append(attempt)
         progress.report(0, None, f"attempt {number}: checking base images")
         outcome = _check_bases(client, pulled, avoid)
+        attempt.base_checks = list(outcome.lines)
         if outcome.ok:
             outcome = _build(client, sent, context, image_name, options, number, progress)
         attempt.duration_s = round(time.monotonic() - started, 3)

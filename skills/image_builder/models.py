@@ -22,6 +22,9 @@ class Attempt(BaseModel):
     number: int
     ok: bool
     base_images: list[str] = Field(default_factory=list)
+    # Each base image's check: found locally, or the registry's answer and the
+    # credentials it was sent (`credentials: anonymous` when the policy gave none).
+    base_checks: list[str] = Field(default_factory=list)
     error_class: str | None = None
     message: str | None = None
     evidence: list[str] = Field(default_factory=list)

@@ -9,15 +9,14 @@ Mirror (`base_mirror` / FSDP_EKS_BASE_MIRROR): `HOST[:PORT][/PREFIX]`, e.g.
 (`ubuntu:22.04` -> `<mirror>/library/ubuntu:22.04`, as ECR's pull-through cache wants
 them). Only the text sent to the daemon changes; the user's Dockerfile is not edited.
 
-Credentials for a registry come from the environment (REGISTRY_USERNAME +
-REGISTRY_PASSWORD, for the mirror or any registry the check talks to) or from the
-docker config (`docker login` writes it; DOCKER_CONFIG; credential helpers included),
-never from tool arguments, and never appear in results or errors.
+Credentials for a registry are the ones skills.cloud.registry_credentials allows for
+its host (REGISTRY_USERNAME + REGISTRY_PASSWORD only for the hosts REGISTRY_HOST names;
+the docker config's entry for that host), never from tool arguments, and never appear
+in results or errors; any other registry is asked anonymously, and the check says so.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -25,13 +24,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from email.message import Message
 
+from skills.cloud.registry_credentials import RegistryLogin, credentials_for, source_of
 from skills.image_builder import dockerfile_reader
 from skills.shared.errors import ErrorCode, ToolFailure
 
 MIRROR_ENV = "FSDP_EKS_BASE_MIRROR"
-USERNAME_ENV = "REGISTRY_USERNAME"
-PASSWORD_ENV = "REGISTRY_PASSWORD"
 DOCKER_HUB = "docker.io"
 _HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 _HUB_API = "registry-1.docker.io"
@@ -154,6 +153,7 @@ class Check:
     exists: bool | None  # None: could not tell (unreachable, refused)
     status: int | None
     message: str  # the registry's own answer, one line
+    credentials: str = "anonymous"  # what was sent: a credential source, or anonymous
 
     @property
     def missing(self) -> bool:
@@ -169,36 +169,13 @@ def _api_host(registry: str) -> str:
     return _HUB_API if registry == DOCKER_HUB else registry
 
 
-def credentials(registry: str) -> tuple[str, str] | None:
-    """(username, password) for `registry`: the environment first, then the docker config."""
-    user, password = os.environ.get(USERNAME_ENV), os.environ.get(PASSWORD_ENV)
-    if user and password:
-        return user, password
-    try:
-        import docker.auth
-
-        config = docker.auth.load_config()
-        names = [registry] + (["https://index.docker.io/v1/"] if registry == DOCKER_HUB else [])
-        for name in names:
-            found = config.resolve_authconfig(name)
-            if found and found.get("username") and found.get("password"):
-                return str(found["username"]), str(found["password"])
-    except Exception:  # an unreadable config or a failing helper: check anonymously
-        return None
-    return None
-
-
-def _basic(creds: tuple[str, str]) -> str:
-    return "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
-
-
 def _challenge(header: str) -> tuple[str, dict[str, str]]:
     scheme, _, params = header.partition(" ")
     return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', params))
 
 
 def _bearer_token(
-    params: dict[str, str], repository: str, creds: tuple[str, str] | None
+    params: dict[str, str], repository: str, creds: RegistryLogin | None
 ) -> str | None:
     """The anonymous (or credentialed) token flow of Docker Hub-like registries."""
     realm = params.get("realm")
@@ -208,11 +185,20 @@ def _bearer_token(
     if params.get("service"):
         query["service"] = params["service"]
     request = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(query)}")
-    if creds:
-        request.add_header("Authorization", _basic(creds))
+    if creds and _private_channel(realm):
+        request.add_header("Authorization", creds.basic())
     with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
         body = json.loads(response.read() or b"{}")
     return body.get("token") or body.get("access_token")
+
+
+def _private_channel(url: str) -> bool:
+    """Whether credentials may travel to `url` (a token realm the registry names): over
+    HTTPS, or plain HTTP on this host only."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "https" or (
+        parts.scheme == "http" and registry_scheme(parts.netloc) == "http"
+    )
 
 
 def _registry_message(body: bytes, status: int) -> str:
@@ -223,47 +209,61 @@ def _registry_message(body: bytes, status: int) -> str:
         return f"HTTP {status}"
 
 
-def _request(url: str, authorization: str | None) -> tuple[int, dict[str, str], bytes]:
+def _request(url: str, authorization: str | None) -> tuple[int, Message, bytes]:
+    """(status, headers, body). The headers stay an email Message: its lookups are
+    case-insensitive, as HTTP header names are (`WWW-Authenticate`, `Www-Authenticate`)."""
     request = urllib.request.Request(url, headers={"Accept": MANIFEST_TYPES})
     if authorization:
         request.add_header("Authorization", authorization)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.status, dict(response.headers), response.read()
+            return response.status, response.headers, response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return exc.code, exc.headers, exc.read()
 
 
 def registry_get(registry: str, repository: str, path: str) -> tuple[int, bytes, str]:
     """GET /v2/<repository>/<path> with the registry's auth flow: (status, body, url)."""
+    status, body, url, _ = registry_get_as(registry, repository, path)
+    return status, body, url
+
+
+def registry_get_as(registry: str, repository: str, path: str) -> tuple[int, bytes, str, str]:
+    """registry_get, and which credentials were sent (a source, or `anonymous`): only
+    those the credential policy allows for this registry's host."""
     url = f"{registry_scheme(registry)}://{_api_host(registry)}/v2/{repository}/{path}"
-    creds = credentials(registry)
+    creds = credentials_for(registry)
     status, headers, body = _request(url, None)
+    sent = None
     if status == 401:
-        scheme, params = _challenge(headers.get("Www-Authenticate", ""))
+        scheme, params = _challenge(headers.get("WWW-Authenticate", ""))
         if scheme == "bearer":
             token = _bearer_token(params, repository, creds)
+            sent = creds
             if token:
                 status, headers, body = _request(url, f"Bearer {token}")
         elif scheme == "basic" and creds:
-            status, headers, body = _request(url, _basic(creds))
-    return status, body, url
+            sent = creds
+            status, headers, body = _request(url, creds.basic())
+    return status, body, url, source_of(sent)
 
 
 def check_image(image: str) -> Check:
     """Whether `image` exists in its registry: GET /v2/<name>/manifests/<tag>."""
     ref = parse_image(image)
+    path = f"manifests/{ref.reference}"
     try:
-        status, body, url = registry_get(ref.registry, ref.repository, f"manifests/{ref.reference}")
+        status, body, url, sent = registry_get_as(ref.registry, ref.repository, path)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return Check(image, None, None, f"cannot reach {ref.registry}: {reason}")
+    how = f" (credentials: {sent})"
     if status == 200:
-        return Check(image, True, status, "manifest found")
-    message = f"GET {url}: {status} {_registry_message(body, status)}"
+        return Check(image, True, status, "manifest found" + how, sent)
+    message = f"GET {url}: {status} {_registry_message(body, status)}" + how
     if status == 404:
-        return Check(image, False, status, message)
-    return Check(image, None, status, message)
+        return Check(image, False, status, message, sent)
+    return Check(image, None, status, message, sent)
 
 
 def list_tags(repository_ref: str) -> list[str]:

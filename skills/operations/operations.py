@@ -9,13 +9,16 @@ a restarted MCP server, another shell or an agent's next call finds it again.
 `call()` starts one and waits up to `wait_seconds` (streaming its progress); `get`,
 `wait`, `cancel` and `list_records` read and steer it. The record is a pydantic
 model, written atomically from a unique temp file under the lock; the worker is
-named by pid and start time, checked before any signal. The state directory is
+named by pid and start time, checked before any signal. The record's arguments, result
+and error are masked as logs are (skills.shared.secrets.mask_data); the worker gets the
+call's own arguments on its stdin, never from the record. The state directory is
 FSDP_EKS_STATE_DIR, else $XDG_STATE_HOME/fsdp-eks, else ~/.local/state/fsdp-eks.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import secrets
@@ -42,7 +45,7 @@ from skills.operations.operation_state import (
 from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
-from skills.shared.secrets import redact
+from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
 from skills.shared.waiting import poll_until
 
@@ -119,7 +122,7 @@ def _update(operation_id: str, **changes: Any) -> OperationRecord:
 
 
 def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: redact(v) if isinstance(v, str) else v for k, v in arguments.items()}
+    return mask_data(dict(arguments))
 
 
 # --- starting, following, stopping -------------------------------------------------
@@ -142,15 +145,16 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         operation_id=operation_id,
         tool=spec.name,
         entry=spec.entry,
-        arguments=arguments,
+        arguments=_masked(arguments),
         cwd=os.getcwd(),
         created_at=now,
         updated_at=now,
     )
     _file(operation_id).write(record)
     pid = processes.spawn_module(
-        "skills.operations.operations", operation_id, log=folder / "worker.log"
-    )
+        "skills.operations.operations", operation_id, log=folder / "worker.log",
+        stdin=json.dumps(arguments).encode(),  # unmasked: only the worker reads them
+    )  # fmt: skip
     return _update(operation_id, pid=pid, pid_started=processes.start_time(pid))
 
 
@@ -289,8 +293,9 @@ def resolve(entry: str) -> ToolSpec:
     return spec_of(getattr(importlib.import_module(module), name))
 
 
-def run_worker(operation_id: str) -> int:
-    """The detached process: run the recorded call to its end and record how it ended."""
+def run_worker(operation_id: str, arguments: Mapping[str, Any] | None = None) -> int:
+    """The detached process: run the call (`arguments`, else the record's, which are
+    masked) to its end and record how it ended."""
     record = _read(operation_id)
     os.chdir(record.cwd)
     progress = RecordProgress(operation_id)
@@ -305,7 +310,8 @@ def run_worker(operation_id: str) -> int:
     try:
         if record.cancel_requested:
             raise Cancelled(f"Operation {operation_id}")
-        result = resolve(record.entry).invoke(record.arguments, progress)
+        given = record.arguments if arguments is None else arguments
+        result = resolve(record.entry).invoke(given, progress)
         outcome = {"status": "succeeded", "result": result.model_dump(mode="json")}
     except Cancelled as failure:
         outcome = {"status": "cancelled", "error": failure.to_dict()["error"]}
@@ -323,9 +329,9 @@ def run_worker(operation_id: str) -> int:
         }
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the end is being written: let it land
     _update(operation_id, progress=progress.latest, log_tail=progress.tail,
-            ended_at=time.time(), **outcome)  # fmt: skip
+            ended_at=time.time(), **mask_data(outcome))  # fmt: skip
     return 0 if outcome["status"] == "succeeded" else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_worker(sys.argv[1]))
+    raise SystemExit(run_worker(sys.argv[1], json.loads(sys.stdin.buffer.read() or b"null")))

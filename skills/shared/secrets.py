@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 SECRET_ENV_VARS = (
     "HF_TOKEN",
@@ -29,18 +30,26 @@ MIN_SECRET_LEN = 8
 _HF_TOKEN = r"hf_[A-Za-z0-9]{30,}"
 # Key ids are exactly 20 characters: the boundaries keep longer upper-case words intact.
 _AWS_KEY_ID = r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"
-_TOKENS = re.compile(f"{_HF_TOKEN}|{_AWS_KEY_ID}")
-_TOKEN_STARTS = ("hf_", "AKIA", "ASIA")
+# GitHub: classic/OAuth/user/server/refresh tokens, and fine-grained personal tokens.
+_GITHUB_TOKEN = r"(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"
+_TOKENS = re.compile(f"{_HF_TOKEN}|{_AWS_KEY_ID}|{_GITHUB_TOKEN}")
+_TOKEN_STARTS = ("hf_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 # A named secret: the name stays (it says what was masked), the value goes. Quotes
 # around the name or value cover JSON and INI spellings as well as `key = value`.
+# Names whose value is a secret wherever it is written (`WANDB_API_KEY=...` in a log,
+# `aws_secret_access_key = ...` in a credentials file, `"password": "..."` in JSON).
+_SECRET_NAMES = (
+    "aws_secret_access_key", "aws_session_token", "wandb_api_key", "github_token",
+    "hf_token", "hugging_face_hub_token", "registry_password", "docker_password", "password",
+)  # fmt: skip
 _NAMED = re.compile(
-    r"""(?ix)
-    ( aws_secret_access_key ["']? \s* [=:] \s* ["']?
-    | authorization ["']? \s* [=:] \s* ["']? bearer \s+ )
+    rf"""(?ix)
+    ( (?: {"|".join(_SECRET_NAMES)} ) ["']? \s* [=:] \s* ["']?
+    | authorization ["']? \s* [=:] \s* ["']? (?: bearer | basic ) \s+ )
     [^\s"',]+
     """
 )
-_NAMED_STARTS = ("aws_secret_access_key", "authorization")
+_NAMED_STARTS = (*_SECRET_NAMES, "authorization")
 # What an AWS secret access key looks like on its own: 40 base64 characters.
 _AWS_SECRET_KEY = re.compile(r"[A-Za-z0-9/+]{40}")
 
@@ -74,6 +83,33 @@ def _mask_shapes(text: str) -> str:
     return text
 
 
+def mask_data(value: Any, values: Iterable[str] | None = None) -> Any:
+    """`value` (JSON-like: dicts, lists, strings...) with every string, keys included,
+    passed through redact: records and argv go out with the same masking as logs."""
+    found = tuple(secret_values() if values is None else values)
+    if isinstance(value, str):
+        return redact(value, found)
+    if isinstance(value, Mapping):
+        return {mask_data(k, found): mask_data(v, found) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(mask_data(item, found) for item in value)
+    return value
+
+
+# Environment variable names that hold secrets: a value under one of them is never
+# sent or stored as plain text.
+_SECRET_NAME = re.compile(
+    r"(?i)^(?:.*_TOKEN|.*TOKEN_.*|.*_SECRET.*|SECRET_.*|.*PASSWORD.*|.*PASSWD.*|.*_KEY"
+    r"|.*_API_KEY.*|.*_PAT|.*CREDENTIALS?)$"
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable of this name holds a secret (GITHUB_TOKEN,
+    WANDB_API_KEY, *_TOKEN, *_SECRET*, *PASSWORD*, *_KEY, ...)."""
+    return name.upper() in SECRET_ENV_VARS or _SECRET_NAME.match(name) is not None
+
+
 def looks_like_secret(value: str) -> bool:
     """Whether `value` holds a token: a well-known token shape anywhere in it, or the
     whole value shaped like an AWS secret key (40 base64 characters mixing upper and
@@ -89,4 +125,12 @@ def looks_like_secret(value: str) -> bool:
     )
 
 
-__all__ = ["MASK", "SECRET_ENV_VARS", "looks_like_secret", "redact", "secret_values"]
+__all__ = [
+    "MASK",
+    "SECRET_ENV_VARS",
+    "is_secret_name",
+    "looks_like_secret",
+    "mask_data",
+    "redact",
+    "secret_values",
+]

@@ -20,8 +20,10 @@ from mcp import Client, StdioServerParameters
 from commands._cli import run_cli
 from commands.build_image import build_image
 from mcp_server import build_server
+from skills.image_builder.registry_check import check_image
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
+from tests.services.header_log import header_logging_registry
 
 pytestmark = pytest.mark.integration
 
@@ -175,6 +177,51 @@ def test_analyze_only_builds_nothing_and_needs_no_daemon(tmp_path, monkeypatch):
     assert result.status == "analyzed" and result.attempts == []
     assert "no_such_image" in [f["code"] for f in result.findings]
     assert result.resolved.torch == "2.5.1"
+
+
+# --- credentials: only to the hosts they are meant for (issue 20 items 5 and 18) ------
+
+REGISTRY_PASSWORD = "registry-password-for-the-mirror-only"
+
+
+@pytest.fixture
+def registry_variables(monkeypatch):
+    monkeypatch.setenv("REGISTRY_USERNAME", "me")
+    monkeypatch.setenv("REGISTRY_PASSWORD", REGISTRY_PASSWORD)
+    monkeypatch.setenv("REGISTRY_HOST", "mirror.example.com")
+    return base64.b64encode(f"me:{REGISTRY_PASSWORD}".encode()).decode()
+
+
+@pytest.mark.parametrize("named_as", ["from_host", "base_mirror"])
+def test_registry_variables_go_to_no_registry_a_dockerfile_or_mirror_names(
+    hub, tmp_path, registry_variables, named_as
+):
+    """Issue 20 item 5: REGISTRY_USERNAME/PASSWORD went to whatever registry a FROM line or
+    base_mirror named. A host REGISTRY_HOST does not name is asked anonymously."""
+    with header_logging_registry() as fake:
+        if named_as == "from_host":
+            dockerfile, mirror = _project(tmp_path, base=f"{fake.host}/team/base:1"), None
+        else:
+            dockerfile, mirror = _project(tmp_path), fake.host
+        result = build_image(dockerfile=str(dockerfile), tag="anon", base_mirror=mirror,
+                             auto_fix=False)  # fmt: skip
+        assert fake.requests, "the fake registry was not asked at all"
+        assert fake.authorizations() == []
+    said = [line for line in result.attempts[0].base_checks
+            if fake.host in line and "credentials: anonymous" in line]  # fmt: skip
+    assert said, result.attempts[0]
+
+
+@pytest.mark.parametrize("header", ["WWW-Authenticate", "Www-Authenticate", "www-authenticate"])
+def test_a_basic_challenge_is_answered_whatever_the_case_of_its_header(
+    registry_variables, monkeypatch, header
+):
+    """Issue 20 item 18: a registry answering `WWW-Authenticate` never got credentials."""
+    with header_logging_registry(challenge_header=header) as fake:
+        monkeypatch.setenv("REGISTRY_HOST", fake.host)
+        check = check_image(f"{fake.host}/team/base:1")
+    assert fake.authorizations() == [f"Basic {registry_variables}"]
+    assert check.credentials == "environment" and "credentials: environment" in check.message
 
 
 # --- bad input: typed errors, exit 2, no traceback ------------------------------------

@@ -109,3 +109,92 @@ def test_bad_input_and_no_credentials_over_mcp(project, monkeypatch, tmp_path):
         assert result.is_error
         text = result.content[0].text
         assert json.loads(text)["error"]["code"] == code and "Traceback" not in text
+
+
+# --- secrets: masked on the way out, never sent as plain text (issue 20 items 4, 13) ----
+
+PLANTED = {
+    "hf": "hf_" + "Qw3" * 12,
+    "key_id": "AKIAZ7XQ2WEXAMPLE4KD",
+    "ini_secret": "Zm9vYmFyYmF6cXV4cXV1eGNvcmdlZ3JhdWx0Z2FycA",
+    "own_secret": "server-own-aws-secret-value-0123456789",
+    "github": "ghp_" + "Ab1" * 12,
+    "wandb": "0123456789abcdef0123456789abcdef01234567",
+}
+
+
+def _planted_lines() -> list[str]:
+    return [
+        f"Downloading with token {PLANTED['hf']}",
+        f"aws_access_key_id = {PLANTED['key_id']}",
+        f"aws_secret_access_key = {PLANTED['ini_secret']}",
+        f"echo {PLANTED['own_secret']}",
+        f"git clone https://x-access-token:{PLANTED['github']}@github.com/acme/trainer",
+        f"WANDB_API_KEY={PLANTED['wandb']} wandb login",
+    ]
+
+
+def _write_log(build_id: str, lines: list[str]) -> None:
+    logs = boto3.client("logs")
+    group, stream = "/aws/codebuild/cb-ctl", build_id.rpartition(":")[2]
+    logs.create_log_stream(logGroupName=group, logStreamName=stream)
+    now_ms = int(time.time() * 1000)
+    events = [{"timestamp": now_ms + i, "message": line + "\n"} for i, line in enumerate(lines)]
+    logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
+
+
+def test_a_log_tail_comes_back_masked(project, monkeypatch):
+    """Issue 20 item 4: get_codebuild_build (read-only) returned an HF token, an AWS key
+    id, `aws_secret_access_key = ...` and the server's own AWS secret verbatim."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", PLANTED["own_secret"])  # moto takes any
+    build_id = boto3.client("codebuild").start_build(projectName=project)["build"]["id"]
+    _write_log(build_id, _planted_lines())
+    build = get_codebuild_build(build_id=build_id, region="us-east-1", log_lines=20)
+    text = "\n".join(build.log_tail)
+    assert len(build.log_tail) == 6 and "wandb login" in text and "github.com/acme" in text
+    for name, value in PLANTED.items():
+        assert value not in text, name
+        assert value not in build.model_dump_json(), name
+    status, out, err = cli("get_codebuild_build", "--build_id", build_id, "--region",
+                           "us-east-1", "--log_lines", "20", "--json")  # fmt: skip
+    assert status == 0 and not [v for v in PLANTED.values() if v in out + err]
+
+
+@pytest.mark.parametrize("name", ["GITHUB_TOKEN", "WANDB_API_KEY", "NPM_TOKEN", "DB_PASSWORD",
+                                  "MY_SECRET_VALUE", "SIGNING_KEY"])  # fmt: skip
+def test_a_secret_named_env_key_with_a_plain_value_is_refused(project, name):
+    """Issue 20 item 13: `--env GITHUB_TOKEN=ghp_...` went as a PLAINTEXT override."""
+    status, out, err = cli("start_codebuild", "--project_name", project, "--region",
+                           "us-east-1", "--env", f"{name}=plain-value-1", "--json")  # fmt: skip
+    assert status == 2 and "Traceback" not in out + err
+    error = json.loads(out or err)["error"]
+    assert error["code"] == "invalid_input" and "plain-value-1" not in out + err
+    assert "PARAMETER_STORE" in error["hint"] and "SECRETS_MANAGER" in error["hint"]
+    assert f"--env {name}" in error["hint"] and "ssm:/" in error["hint"]
+
+
+def test_secret_references_are_sent_with_their_codebuild_types(project, monkeypatch):
+    from skills.codebuild_pipeline import builds
+
+    sent: list[dict] = []
+    real = builds._clients
+
+    def recording(region):
+        codebuild, logs = real(region)
+        codebuild.meta.events.register(
+            "provide-client-params.codebuild.StartBuild",
+            lambda params, **_: sent.append(params),
+        )
+        return codebuild, logs
+
+    monkeypatch.setattr(builds, "_clients", recording)
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:wandb-AbCdEf"
+    build = start_codebuild(project_name=project, region="us-east-1", env={
+        "GITHUB_TOKEN": "ssm:/ci/github-token", "WANDB_API_KEY": f"secretsmanager:{arn}",
+        "TEST_LEVEL": "full"})  # fmt: skip
+    assert build.status == "SUCCEEDED"
+    assert sent[0]["environmentVariablesOverride"] == [
+        {"name": "GITHUB_TOKEN", "value": "/ci/github-token", "type": "PARAMETER_STORE"},
+        {"name": "TEST_LEVEL", "value": "full", "type": "PLAINTEXT"},
+        {"name": "WANDB_API_KEY", "value": arn, "type": "SECRETS_MANAGER"},
+    ]

@@ -341,6 +341,31 @@ def test_canary_secrets_appear_nowhere(tmp_path, monkeypatch):
     assert not (runs / "leaky" / "tmp").exists()
 
 
+def test_a_secret_inside_an_argument_is_masked_in_the_plan_and_the_job_record(
+    tmp_path, monkeypatch
+):
+    """Issue 20 item 20: a secret variable's value inside an argument (a dataset URL) was
+    masked in logs but not in the plan's argv or job.json. The job still runs with it."""
+    secret = "plantedhfvalue0123456789"  # no token shape: only HF_TOKEN's value names it
+    monkeypatch.setenv("HF_TOKEN", secret)
+    runs = tmp_path / "runs"
+    dataset = f"s3://corpus-{secret}/train.jsonl"
+    argv = ["--job_name", "masked", "--runs_dir", str(runs), "--dataset", dataset, "--dry_run"]
+    planned, shown = cli("deploy_training_job", *argv, "--json"), cli("deploy_training_job", *argv)
+    assert planned[0] == 0 and shown[0] == 0, (planned, shown)
+    plan = json.loads(planned[1])["plan"]
+    assert "s3://corpus-***/train.jsonl" in plan["argv"]
+    assert secret not in "".join(planned[1:] + shown[1:]) and "corpus-***" in shown[1]
+    started = deploy_training_job(job_name="masked", runs_dir=str(runs), dataset=dataset,
+                                  wait_seconds=0, **ENDLESS)  # fmt: skip
+    try:
+        assert secret not in started.model_dump_json()
+        written = (runs / "masked" / "job.json").read_text()
+        assert secret not in written and "s3://corpus-***/train.jsonl" in written
+    finally:
+        stop(runs, "masked")
+
+
 # 7. file-system errors ----------------------------------------------------------------
 
 

@@ -300,6 +300,8 @@ def test_the_gate_refuses_a_cu130_image_on_535_nodes(operator, kube_api, monkeyp
     new = push_labelled_image(registry, "gate/trainer", "cu130", labels)
     monkeypatch.setenv("REGISTRY_USERNAME", registry.username)
     monkeypatch.setenv("REGISTRY_PASSWORD", registry.password)
+    # The credential policy: REGISTRY_* go only to the hosts REGISTRY_HOST names.
+    monkeypatch.setenv("REGISTRY_HOST", registry.host)
     refused = failure(deploy, image_uri=new)
     assert refused.code == "cuda_incompatible"
     assert "python commands/build_image.py --base_image pytorch/pytorch:" in refused.hint

@@ -276,12 +276,14 @@ def test_read_only_server_hides_tools_that_write():
         async with Client(build_server(read_only=True)) as client:
             return [t.name for t in (await client.list_tools()).tools]
 
+    # The tools are listed by name; inspect_eks_cluster is the cluster tool's read half.
     assert anyio.run(scenario) == [
+        "diagnose_training_job",
+        "get_codebuild_build",
+        "get_operation",
         "get_training_job",
         "get_training_job_logs",
-        "diagnose_training_job",
-        "list_training_jobs",
-        "get_operation",
+        "inspect_eks_cluster",
         "list_operations",
-        "get_codebuild_build",
+        "list_training_jobs",
     ]

@@ -183,3 +183,57 @@ def test_string_grammar_is_checked_by_the_tool_not_listed():
         error = json.loads(result.content[0].text)["error"]
         assert result.is_error and error["code"] == "invalid_input"
         assert [p["field"] for p in error["details"]["problems"]] == ["job_name"]
+
+
+# --- a malformed request over stdio gets an answer (issue 20 item 20) -------------------
+
+
+def _stdio_exchange(lines: list[bytes], tmp_path, replies: int) -> list[dict]:
+    """Send raw lines to a real `python -m mcp_server` over stdio; read `replies` lines."""
+    import os
+    import select
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mcp_server", "--workspace", str(tmp_path / "ws")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root,
+        env={**os.environ, "FSDP_EKS_STATE_DIR": str(tmp_path / "state")},
+    )  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write(b"".join(line + b"\n" for line in lines))
+        server.stdin.flush()
+        got: list[dict] = []
+        deadline = time.monotonic() + 30
+        while len(got) < replies and time.monotonic() < deadline:
+            ready, _, _ = select.select([server.stdout], [], [], deadline - time.monotonic())
+            if ready and (line := server.stdout.readline()):
+                got.append(json.loads(line))
+        return got
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def test_a_lone_surrogate_in_a_request_gets_an_error_reply_over_stdio(tmp_path):
+    """A request holding `\\ud800` was never answered: the client waited forever."""
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+    lines = [
+        json.dumps(hello).encode(),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode(),
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_operation",'
+        b'"arguments":{"operation_id":"x\\ud800"}}}',
+        b'{"jsonrpc":"2.0","id":"q\\udfff","method":"tools/list"}',  # not even its id is plain
+        b"{not json",
+        json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).encode(),
+    ]
+    replies = {json.dumps(r.get("id")): r for r in _stdio_exchange(lines, tmp_path, 5)}
+    assert replies["2"]["error"]["code"] == -32700 and "surrogate" in replies["2"]["error"][
+        "message"]  # fmt: skip
+    assert replies["null"]["error"]["code"] == -32700  # the unreadable id and the bad JSON
+    assert replies["3"]["result"]["tools"]  # the server still serves

@@ -72,6 +72,27 @@ def test_a_failing_operation_records_the_typed_error():
     assert state.error["code"] == "service_error" and state.error["hint"] == "Count less."
 
 
+def test_an_operation_record_is_masked_and_the_worker_still_gets_the_real_arguments(
+    tmp_path, monkeypatch, state_dir
+):
+    """Issue 20 item 13: operation.json stored arguments unmasked (`_masked` was never
+    called). A secret variable's value inside an argument (a dataset URL) is masked in
+    the record, its result, progress and log tail; the work ran with the real value."""
+    secret = "planted-wandb-secret-0123456789"
+    monkeypatch.setenv("WANDB_API_KEY", secret)
+    label = f"https://data.example/{secret}/train"
+    state = operations.call(COUNT, {"steps": 2, "label": label, "marker_dir": str(tmp_path),
+                                    "wait_seconds": 60})  # fmt: skip
+    assert state.status == "succeeded"
+    assert (tmp_path / "label").read_text() == label  # the worker's call, as given
+    record = (state_dir / "operations" / state.operation_id / "operation.json").read_text()
+    assert secret not in record and "https://data.example/***/train" in record
+    assert secret not in state.model_dump_json()
+    assert state.log_tail[-1] == "counted 2 https://data.example/***/train"
+    listed = list_operations()
+    assert secret not in listed.model_dump_json()
+
+
 def test_bad_input_fails_before_anything_is_recorded(state_dir):
     with pytest.raises(ToolFailure) as caught:
         operations.call(COUNT, {"steps": "many", "wait_seconds": 0})

@@ -19,11 +19,13 @@ from mcp import Client
 from commands._cli import run_cli
 from commands.push_to_ecr import push_to_ecr
 from mcp_server import build_server
+from skills.cloud.registry_credentials import RegistryLogin
 from skills.ecr_publisher.push import _push
 from skills.ecr_publisher.repository import latest_image
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress, NullProgress
 from tests.services import registry as registry_service
+from tests.services.header_log import header_logging_registry
 
 pytestmark = pytest.mark.integration
 
@@ -84,6 +86,7 @@ def test_push_lands_verified_with_repository_settings_and_overwrite_needs_confir
     assert result.image_uri == f"{ECR_HOST}/team/llama:llama32-1b-v1"
     assert result.image_uri_digest == f"{ECR_HOST}/team/llama@{result.digest}"
     assert result.pushed_to == f"{registry.host}/team/llama:llama32-1b-v1"
+    assert result.registry_credentials == "ecr"  # the mapped data plane gets the token
     assert result.digest == _head_digest(registry, "team/llama", "llama32-1b-v1")
     assert registry.tags("team/llama") == ["llama32-1b-v1"]
     assert result.repository_action == "created" and not result.overwrote_tag
@@ -143,10 +146,29 @@ def test_a_wrong_token_is_a_typed_error_not_a_silent_success(image, registry):
     client = docker.from_env()
     client.api.tag(image, f"{registry.host}/denied", tag="x")
     with pytest.raises(ToolFailure) as caught:
-        _push(client, f"{registry.host}/denied", "x", ("AWS", "wrong-token"), NullProgress())
+        _push(client, f"{registry.host}/denied", "x", RegistryLogin("AWS", "wrong-token", "ecr"),
+              NullProgress())  # fmt: skip
     assert caught.value.code == "access_denied"
     assert "wrong-token" not in str(caught.value)
     assert registry.tags("denied") == []
+
+
+def test_the_ecr_token_goes_to_no_host_the_caller_names(image, registry, moto_server):
+    """Issue 20 item 1: a header-logging registry named as registry_host got
+    `Authorization: Basic AWS:<ECR token>`. Now it is asked anonymously, and the error
+    says so; the mapped data plane (FSDP_EKS_ECR_REGISTRY_HOST) still gets the token."""
+    token = moto_server.ecr_credentials()[1]
+    with header_logging_registry() as fake:
+        with pytest.raises(ToolFailure) as caught:
+            push_to_ecr(image=image, repository="leak", region="us-east-1",
+                        registry_host=fake.host)  # fmt: skip
+        assert fake.requests, "the fake registry was not asked at all"
+        assert fake.authorizations() == []
+        assert not any(token in str(headers) for _, _, headers in fake.requests)
+    failure = caught.value
+    assert failure.code == "access_denied" and "anonymous" in failure.message
+    assert failure.details["registry_credentials"] == "anonymous"
+    assert "FSDP_EKS_ECR_REGISTRY_HOST" in failure.hint
 
 
 @pytest.mark.parametrize(

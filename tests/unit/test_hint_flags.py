@@ -80,6 +80,14 @@ def mcp_server_flags() -> frozenset[str]:
 
 
 @cache
+def installer_flags() -> frozenset[str]:
+    """`python -m mcp_server install`'s own flags (--client, --scope, --dir, ...)."""
+    from mcp_server.install import build_parser as installer_parser
+
+    return frozenset(_flags_of(installer_parser()))
+
+
+@cache
 def trainer_flags() -> frozenset[str]:
     from trainer.config_loader import build_parser as trainer_parser
 
@@ -93,8 +101,9 @@ def torchrun_flags() -> frozenset[str]:
 
 
 def user_flags() -> frozenset[str]:
-    """What a person or agent can actually pass: the tools' and the MCP server's flags."""
-    return tool_flags() | mcp_server_flags() | frozenset(ALLOWED)
+    """What a person or agent can actually pass: the tools', the MCP server's and its
+    installer's flags."""
+    return tool_flags() | mcp_server_flags() | installer_flags() | frozenset(ALLOWED)
 
 
 # --- the scan ---------------------------------------------------------------------------

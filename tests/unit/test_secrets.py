@@ -20,7 +20,9 @@ from mcp_server import build_server
 from skills.shared.errors import ToolFailure
 from skills.shared.secrets import (
     SECRET_ENV_VARS,
+    is_secret_name,
     looks_like_secret,
+    mask_data,
     redact,
     secret_values,
 )
@@ -267,3 +269,51 @@ def test_the_cli_confirm_flag_still_works(tmp_path, monkeypatch):
     unconfirmed = _cli(cancel_training_job, "--job_name", "j", "--runs_dir", str(tmp_path),
                        "--no-confirm")  # fmt: skip
     assert unconfirmed[0] == 2 and "confirmation_required" in unconfirmed[2]
+
+
+# --- issue 20: more token shapes, named secrets, records, secret names ------------------
+
+GITHUB = "ghp_" + "R2d" * 12
+WANDB = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        (
+            f"https://x-access-token:{GITHUB}@github.com/a/b",
+            "https://x-access-token:***@github.com/a/b",
+        ),
+        ("github_pat_" + "A1_" * 10 + " rest", "*** rest"),
+        (f"WANDB_API_KEY={WANDB} wandb login", "WANDB_API_KEY=*** wandb login"),
+        (f'{{"wandb_api_key": "{WANDB}"}}', '{"wandb_api_key": "***"}'),
+        ("password: hunter2hunter2", "password: ***"),
+        ("Authorization: Basic QVdTOnNlY3JldA==", "Authorization: Basic ***"),
+        ("aws_session_token = IQoJb3JpZ2luX2VjEJr", "aws_session_token = ***"),
+    ],
+)
+def test_github_tokens_and_named_secrets_are_masked(text, masked):
+    assert redact(text, values=()) == masked
+
+
+def test_git_shas_and_digests_are_not_taken_for_secrets():
+    line = f"commit {WANDB} digest sha256:{'a' * 64}"
+    assert redact(line, values=()) == line
+
+
+def test_mask_data_masks_every_string_at_any_depth_keys_included():
+    data = {"argv": ["--dataset", f"s3://b/{HF}"], HF: 1, "n": 2, "t": ("x", KEY_ID)}
+    assert mask_data(data, values=()) == {"argv": ["--dataset", "s3://b/***"], "***": 1,
+                                          "n": 2, "t": ("x", "***")}  # fmt: skip
+    assert mask_data(["a planted-value-long"], values=["planted-value-long"]) == ["a ***"]
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("GITHUB_TOKEN", True), ("WANDB_API_KEY", True), ("NPM_TOKEN", True), ("DB_PASSWORD", True),
+     ("MY_SECRET_VALUE", True), ("SIGNING_KEY", True), ("CR_PAT", True), ("HF_TOKEN", True),
+     ("TEST_LEVEL", False), ("AWS_REGION", False), ("ECR_REPOSITORY", False),
+     ("TAG_STRATEGY", False), ("MONKEY", False), ("CUDA_VISIBLE_DEVICES", False)],
+)  # fmt: skip
+def test_secret_names(name, secret):
+    assert is_secret_name(name) is secret

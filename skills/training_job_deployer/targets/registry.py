@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Union
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, field_serializer
 
+from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import Flatten
 from skills.training_job_deployer.models import JobState, RetryAttempt
 from skills.training_job_deployer.targets.base import Capability, Target
@@ -71,7 +72,7 @@ class DeployResult(JobState):
             return [
                 ("job", self.job_name),
                 ("status", "planned (dry run: nothing was started)"),
-                *self.plan.to_display(),
+                *mask_data(self.plan.to_display()),
             ]
         rows = super().summary_rows()
         for a in self.attempts or []:
@@ -87,4 +88,11 @@ class DeployResult(JobState):
         return rows
 
     def plain_text(self) -> str | None:
-        return self.plan.plain_text() if self.status == "planned" else None
+        text = self.plan.plain_text() if self.status == "planned" else None
+        return None if text is None else redact(text)
+
+    @field_serializer("plan", mode="wrap")
+    def _masked_plan(self, plan: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        """The plan leaves as logs do: argv, env and scripts with secrets masked (the
+        target runs the plan object itself, never this copy)."""
+        return mask_data(handler(plan))

@@ -7,10 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from skills.operations import processes
 from skills.shared.errors import ErrorCode
+from skills.shared.secrets import mask_data
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.targets.run_dir import RecordedRun
 
@@ -51,6 +52,7 @@ class JobRecord(BaseModel):
 
     job_name: JobName
     attempt: int = Field(ge=1, le=100_000)
+    # Secrets masked as in logs: the supervisor runs the plan it was handed, never this.
     argv: list[str] = Field(description="What the supervisor runs, for people to read.")
     submitted_at: float
     supervisor: ProcessIdentity | None = None
@@ -62,6 +64,11 @@ class JobRecord(BaseModel):
     failure: JobFailure | None = None
     # The last lines the supervisor could not write to the log (a full disk).
     unlogged_tail: list[str] = Field(default_factory=list, max_length=40)
+
+    @field_validator("argv")
+    @classmethod
+    def _masked_argv(cls, argv: list[str]) -> list[str]:
+        return mask_data(argv)
 
     @property
     def ended(self) -> bool:
