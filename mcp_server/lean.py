@@ -1,8 +1,7 @@
-"""What an MCP result's structuredContent carries: the result's data, lean. A plan (or
-a manifest in it) is for a dry run, where it is the answer; once a job was started the
-caller has seen it (dry_run=true shows it again). Log tails are bounded and a line
-repeated back to back is kept once with its count: a build that printed the same
-240-character RUN line six times costs the agent one line."""
+"""What an MCP result's structuredContent carries: the result's data (less the fields
+the result says a caller already has: ToolResult.left_out_over_mcp), lean. Log tails
+are bounded and a line repeated back to back is kept once with its count: a build that
+printed the same 240-character RUN line six times costs the agent one line."""
 
 from __future__ import annotations
 
@@ -37,15 +36,13 @@ def bounded_tail(tail: str | list[str]) -> str | list[str]:
 
 
 def lean_data(data: Any) -> Any:
-    """The data without a started job's plan, every *tail field bounded, at any depth."""
+    """The data with every *tail field bounded, at any depth."""
     if isinstance(data, list):
         return [lean_data(item) for item in data]
     if not isinstance(data, dict):
         return data
     out: dict[str, Any] = {}
     for key, value in data.items():
-        if key == "plan" and data.get("dry_run") is False:
-            continue
         if key.endswith("tail") and isinstance(value, (str, list)) and value:
             out[key] = bounded_tail(value)
         else:

@@ -99,7 +99,8 @@ def _row_text(value: Any) -> str:
 
 
 def structured(result: Any) -> dict[str, Any]:
-    return lean_data(result.model_dump(mode="json"))
+    left_out = result.left_out_over_mcp() if hasattr(result, "left_out_over_mcp") else set()
+    return lean_data(result.model_dump(mode="json", exclude=left_out))
 
 
 def _run_safely(spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress) -> Any:
@@ -172,9 +173,14 @@ class ToolServer(MCPServer):
         except anyio.get_cancelled_exc_class():
             progress.cancel()  # the thread stops at its next report
             raise
+        data = structured(result)
+        try:
+            text = summary_text(result)
+        except Exception:  # a bug in a summary must not lose the result
+            logger.exception("summary of %s failed", spec.name)
+            text = json.dumps(data)
         return CallToolResult(
-            content=[TextContent(type="text", text=summary_text(result))],
-            structured_content=structured(result),
+            content=[TextContent(type="text", text=text)], structured_content=data
         )
 
     def _arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -21,11 +21,14 @@ from mcp.client.streamable_http import streamable_http_client
 from commands import all_tools, tool_spec
 from mcp_server import build_server, listing
 from mcp_server.lean import bounded_tail, dedupe_lines, lean_data
-from mcp_server.server import summary_text
+from mcp_server.server import structured, summary_text
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import spec_of, tool
+from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
+from skills.training_job_deployer.targets.registry import DeployResult
 
 pytestmark = pytest.mark.integration
 
@@ -148,9 +151,11 @@ def test_a_tail_is_bounded_and_says_a_repeated_line_once():
 
 
 def test_a_started_jobs_result_leaves_the_plan_to_the_dry_run():
-    data = {"status": "running", "dry_run": False, "plan": {"manifest": "x" * 4000}}
-    assert "plan" not in lean_data(data)
-    assert lean_data({**data, "dry_run": True})["plan"] == data["plan"]
+    plan = LocalTarget(LocalSettings()).plan(JobSpec(job_name="p"))
+    started = DeployResult(job_name="p", target="local", status="running", plan=plan)
+    assert "plan" not in structured(started)
+    planned = started.model_copy(update={"status": "planned", "dry_run": True})
+    assert structured(planned)["plan"]["argv"] == plan.argv
 
 
 def test_the_largest_realistic_results_are_small_and_said_once(tmp_path):
