@@ -273,3 +273,36 @@ def test_twenty_reads_over_http_all_answer_while_a_long_call_runs(tmp_path, monk
 
 async def _hold(client: Client, results: dict[str, object]) -> None:
     results["long"] = await client.call_tool("long_build", {})
+
+
+def test_a_json_looking_string_is_a_string_and_never_an_untyped_error(tmp_path):
+    """The fuzz's old intermittent failure (2 of 32 runs): the SDK pre-parses a string
+    argument that is valid JSON ('[]', '{"a": 1}') into a list or dict for any field not
+    typed exactly `str` (a Claude Desktop workaround), then validated the call a second
+    time against the function's signature and answered with untyped text ('Error
+    executing tool ...'). Hypothesis only now and then draws a text that is a JSON array
+    or object. Calls now validate once, through the tool's own model, as sent."""
+
+    async def scenario():
+        async with Client(build_server()) as client:
+            return [
+                await client.call_tool(
+                    "deploy_training_job",
+                    {
+                        "job_name": "js",
+                        "dry_run": True,
+                        "dataset": text,
+                        "gpu_per_node": 2,
+                        "local": {"runs_dir": str(tmp_path)},
+                    },
+                )  # fmt: skip
+                for text in ("[]", '{"a": 1}', "[1, 2]", "null")
+            ]
+
+    for result in anyio.run(scenario):
+        text = result.content[0].text
+        assert "Error executing tool" not in text
+        if result.is_error:  # a typed refusal of the string itself, never of a list
+            assert json.loads(text)["error"]["code"]
+        else:
+            assert result.structured_content["plan"]["argv"]
