@@ -1,9 +1,12 @@
 """Builds the MCP server from the tool registry, so MCP and CLI share one function
-per tool. Tool errors reach the client as isError results carrying code, message
-and hint; progress reaches it as notifications/progress; blocking work runs on a
-worker thread, off the event loop. Every tool declared long gets a bounded default
-wait; an operation tool runs detached and returns its operation's state; a client's
-cancel reaches the work through the progress reporter."""
+per tool. tools/list comes from precomputed, cached entries (listing.py) and a tool's
+module is imported on its first call. A call is validated once, by the tool's own
+model; its work runs on a worker thread, off the event loop. A result's text is a
+short summary and its structuredContent the data (lean.py); tool errors reach the
+client as isError results carrying code, message and hint; progress reaches it as
+notifications/progress. Every tool declared long gets a bounded default wait; an
+operation tool runs detached and returns its operation's state; a client's cancel
+reaches the work through the progress reporter."""
 
 from __future__ import annotations
 
@@ -148,6 +151,7 @@ class ToolServer(MCPServer):
         return list(self._tools)
 
     def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        # The SDK's hook for HTTP header checks; our tools are not in its tool manager.
         entry = self._entries.get(name)
         return None if entry is None else entry["inputSchema"]
 
