@@ -125,6 +125,26 @@ time.sleep(60)
         assert not psutil.pid_exists(pid)
 
 
+def test_with_its_supervisor_killed_cancel_still_stops_the_trainer(tmp_path):
+    # Cancel signals the trainer itself only after checking that the recorded pid is this
+    # job's torchrun (its environment names the run directory), not just pid + start time.
+    target = LocalTarget(tmp_path)
+    script = EMIT + 'emit(event="start", world_size=1, max_steps=100)\ntime.sleep(60)\n'
+    target.submit("orphan", scripted_plan(target, "orphan", script))
+    deadline = time.monotonic() + 30
+    while not (record := json.loads((tmp_path / "orphan" / "job.json").read_text()))["trainer"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    supervisor = psutil.Process(record["supervisor"]["pid"])
+    supervisor.kill()
+    supervisor.wait(5)
+    trainer = psutil.Process(record["trainer"]["pid"])
+    assert target.describe("orphan").status == "running"  # the trainer is ours and alive
+    target.cancel("orphan", grace_s=2)
+    trainer.wait(10)  # raises TimeoutExpired if it was not signalled
+    assert target.describe("orphan").status != "running"
+
+
 def test_another_process_sees_the_state_from_the_run_directory(tmp_path):
     first = LocalTarget(tmp_path)
     first.submit("seen", scripted_plan(first, "seen", GOOD_RUN))
