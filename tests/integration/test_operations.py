@@ -193,9 +193,7 @@ def test_mcp_publishes_the_operation_state_typed_with_the_tools_result():
     assert "wait_seconds" in tools["count_slowly"].input_schema["properties"]
 
 
-def test_work_started_over_mcp_outlives_the_server_and_a_new_server_finds_it(
-    state_dir, tmp_path
-):
+def test_work_started_over_mcp_outlives_the_server_and_a_new_server_finds_it(state_dir, tmp_path):
     # Operations are scoped to the workspace that started them: the new server is given
     # the same workspace (test_operations_are_scoped_to_the_workspace_that_started_them).
     async def start():

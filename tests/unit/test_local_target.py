@@ -110,11 +110,12 @@ time.sleep(60)
         target.submit("slow", scripted_plan(target, "slow", script))
     assert again.value.code == "job_running"
 
-    record = json.loads((tmp_path / "slow" / "job.json").read_text())["trainer"]
     deadline = time.monotonic() + 30  # a loaded machine (parallel tests) starts it late
     while '"child"' not in (log := target.logs("slow")):
         assert time.monotonic() < deadline, log
         time.sleep(0.1)
+    # read once the trainer printed: by then its supervisor has recorded it
+    record = json.loads((tmp_path / "slow" / "job.json").read_text())["trainer"]
     child_pid = next(json.loads(line)["pid"] for line in log.splitlines() if '"child"' in line)
     state = target.cancel("slow", grace_s=5)
     assert state.status == "cancelled"

@@ -625,7 +625,7 @@ class SlurmTarget(RunDirTarget):
             f"The record {run.record_file.path} names Slurm job {record.slurm_job_id}, which "
             f"is {name[:100]!r} of user {user[:100]!r}, not job {run.job_name!r} of this "
             "user; nothing was cancelled.",
-            "The record was edited or is stale: find the job with squeue --me, then deploy "
+            "The record was edited or is stale: find the job with squeue, then deploy "
             "again with --replace_corrupt_record if it is not running.",
             {"slurm_job_id": record.slurm_job_id, "reason": "not_our_job"},
         )
