@@ -20,6 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 from mcp_server.workspace import Workspace
+from skills.operations.operation_state import OPERATION_SCOPE
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CancellableProgress
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
@@ -60,7 +61,10 @@ class _ThreadProgress(CancellableProgress):
         anyio.from_thread.run(self._ctx.report_progress, completed, total, message or None)
 
 
-def _run(spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress) -> Any:
+def _run(
+    spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
+) -> Any:
+    OPERATION_SCOPE.set(scope)  # this worker thread's own context: the server's workspace
     if spec.operation:
         from skills.operations import operations
 
@@ -74,10 +78,11 @@ def _mcp_function(spec: ToolSpec) -> Any:
 
     async def call(ctx: Context, **arguments: Any) -> Any:
         arguments = _CLIENT_ARGUMENTS.get(arguments)
+        scope = OPERATION_SCOPE.get()  # set by ToolServer.call_tool in this task
         progress = _ThreadProgress(ctx)
         try:
             return await anyio.to_thread.run_sync(
-                _run, spec, arguments, progress, abandon_on_cancel=True
+                _run, spec, arguments, progress, scope, abandon_on_cancel=True
             )
         except ToolFailure as failure:
             return error_result(failure)
@@ -261,6 +266,8 @@ class ToolServer(MCPServer):
             except ToolFailure as failure:
                 return error_result(failure)
             _CLIENT_ARGUMENTS.set(arguments)
+        # Operations are scoped to the workspace that started them (operation_state).
+        OPERATION_SCOPE.set(None if self.workspace is None else str(self.workspace.root))
         return await super().call_tool(name, arguments, context)
 
 
