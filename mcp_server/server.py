@@ -24,6 +24,7 @@ from mcp_types import CallToolResult, TextContent, Tool
 from mcp_server.lean import bounded_tail, lean_data
 from mcp_server.listing import cached_entries, entries_of, unnest
 from mcp_server.workspace import Workspace
+from skills.operations.operation_state import OPERATION_SCOPE
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
@@ -64,7 +65,10 @@ class _ThreadProgress(CancellableProgress):
         anyio.from_thread.run(self._ctx.report_progress, completed, total, message or None)
 
 
-def _run(spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress) -> Any:
+def _run(
+    spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
+) -> Any:
+    OPERATION_SCOPE.set(scope)  # this worker thread's own context: the server's workspace
     if spec.operation:
         from skills.operations import operations
 
@@ -106,11 +110,13 @@ def structured(result: Any) -> dict[str, Any]:
     return lean_data(result.model_dump(mode="json", exclude=left_out))
 
 
-def _run_safely(spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress) -> Any:
+def _run_safely(
+    spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
+) -> Any:
     """The tool's result, or its ToolFailure; a bug becomes internal_error (the details
     go to the server's log, never to the client)."""
     try:
-        return _run(spec, arguments, progress)
+        return _run(spec, arguments, progress, scope)
     except (ToolFailure, Cancelled):
         raise
     except Exception:
@@ -168,9 +174,11 @@ class ToolServer(MCPServer):
         except ToolFailure as failure:
             return error_result(failure)
         progress = _ThreadProgress(context)
+        # Operations are scoped to the workspace that started them (operation_state).
+        scope = None if self.workspace is None else str(self.workspace.root)
         try:
             result = await anyio.to_thread.run_sync(
-                _run_safely, spec, arguments, progress, abandon_on_cancel=True
+                _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
             )
         except ToolFailure as failure:
             return error_result(failure)

@@ -226,6 +226,44 @@ def _push(
     return digest, layers
 
 
+def _existing_tag(host: str, repo: Any, tag: str, login: Any, confirm: bool) -> str | None:
+    """The digest `tag` names now, if any: an immutable repository refuses to move it, a
+    mutable one moves it only with confirm."""
+    existing = manifest_digest(host, repo.name, tag, login)
+    if existing and repo.immutable:
+        raise ToolFailure(
+            ErrorCode.CONFLICT,
+            f"Tag {tag!r} already exists in the immutable repository {repo.name!r}.",
+            "Push under a new tag (e.g. build_image tag_strategy semantic or git-sha).",
+            {"tag": tag, "existing_digest": existing},
+        )
+    if existing:
+        require_confirm(
+            confirm,
+            f"Tag {tag!r} already exists in {repo.name!r} ({existing[:19]}); pushing moves it.",
+            "to overwrite, or use a new tag",
+            {"tag": tag, "existing_digest": existing},
+        )
+    return existing
+
+
+def _served_digest(
+    host: str, repository: str, tag: str, login: Any, pushed_digest: str | None
+) -> str:
+    """What the registry serves for the tag after the push: it must be what was pushed."""
+    served = manifest_digest(host, repository, tag, login)
+    if served is None or (pushed_digest and served != pushed_digest):
+        ref = f"{host}/{repository}"
+        raise ToolFailure(
+            ErrorCode.SERVICE_ERROR,
+            f"The push of {ref}:{tag} reported success but the registry serves "
+            f"{served or 'no such tag'} (pushed {pushed_digest or 'unknown'}).",
+            "Retry the push; if it repeats, check the registry (or proxy) in between.",
+            {"pushed_to": f"{ref}:{tag}", "served_digest": served},
+        )
+    return served
+
+
 def publish(options: PushOptions, progress: Progress | None = None) -> PushResult:
     progress = progress or NullProgress()
     started = time.monotonic()
@@ -256,21 +294,7 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
     host = host.removeprefix("https://").removeprefix("http://").rstrip("/")
     login = credentials_for(host, ecr_login(ecr))
 
-    existing = manifest_digest(host, repo.name, tag, login)
-    if existing and repo.immutable:
-        raise ToolFailure(
-            ErrorCode.CONFLICT,
-            f"Tag {tag!r} already exists in the immutable repository {repo.name!r}.",
-            "Push under a new tag (e.g. build_image tag_strategy semantic or git-sha).",
-            {"tag": tag, "existing_digest": existing},
-        )
-    if existing:
-        require_confirm(
-            options.confirm,
-            f"Tag {tag!r} already exists in {repo.name!r} ({existing[:19]}); pushing moves it.",
-            "to overwrite, or use a new tag",
-            {"tag": tag, "existing_digest": existing},
-        )
+    existing = _existing_tag(host, repo, tag, login, options.confirm)
 
     ref = f"{host}/{repo.name}"
     client.api.tag(options.image, ref, tag=tag)
@@ -278,15 +302,7 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
     total = sum(size for _, size in known)
     progress.report(0, total or None, f"pushing {len(known)} layers to {ref}:{tag}")
     pushed_digest, layers = _push(client, ref, tag, login, progress, known)
-    served = manifest_digest(host, repo.name, tag, login)
-    if served is None or (pushed_digest and served != pushed_digest):
-        raise ToolFailure(
-            ErrorCode.SERVICE_ERROR,
-            f"The push of {ref}:{tag} reported success but the registry serves "
-            f"{served or 'no such tag'} (pushed {pushed_digest or 'unknown'}).",
-            "Retry the push; if it repeats, check the registry (or proxy) in between.",
-            {"pushed_to": f"{ref}:{tag}", "served_digest": served},
-        )
+    served = _served_digest(host, repo.name, tag, login, pushed_digest)
     # No put_image into ECR here: on AWS the push above is what records the image (a
     # put_image would be a second write of the same manifest, and fails on immutable
     # tags). Only the local test stack lacks a data plane behind moto; its tests record

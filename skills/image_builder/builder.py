@@ -154,6 +154,29 @@ def _versions(analysis: Any) -> Versions:
     return Versions(**resolved.model_dump()) if resolved is not None else Versions()
 
 
+def _client_and_tag(options: BuildOptions, context: Path) -> tuple[Any, str, str]:
+    """The Docker client and the image's tag with where it came from. A tag that needs no
+    daemon (explicit, latest, git-sha) is chosen before one is reached: a context outside
+    git is the caller's to fix, whatever the daemon."""
+    from skills.cloud.clients import docker_client
+
+    def tag_with(client: Any) -> tuple[str, str]:
+        return choose_tag(
+            tag=options.tag,
+            strategy=options.tag_strategy,
+            repository=options.repository,
+            context=context,
+            client=client,
+        )
+
+    semantic = not options.tag and concrete_strategy(options.tag_strategy, context) == "semantic"
+    tag, source = ("", "") if semantic else tag_with(None)
+    client = docker_client()
+    if semantic:
+        tag, source = tag_with(client)
+    return client, tag, source
+
+
 def build(options: BuildOptions, progress: Progress | None = None) -> BuildResult:
     progress = progress or NullProgress()
     text, context = _inputs(options)
@@ -167,24 +190,7 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
             status="analyzed", dockerfile=label, resolved=_versions(analysis), findings=findings
         )
 
-    from skills.cloud.clients import docker_client
-
-    def tag_with(client: Any) -> tuple[str, str]:
-        return choose_tag(
-            tag=options.tag,
-            strategy=options.tag_strategy,
-            repository=options.repository,
-            context=context,
-            client=client,
-        )
-
-    # A tag that needs no daemon (explicit, latest, git-sha) is checked before one is
-    # reached: a context outside git is the caller's to fix, whatever the daemon.
-    semantic = not options.tag and concrete_strategy(options.tag_strategy, context) == "semantic"
-    tag, source = ("", "") if semantic else tag_with(None)
-    client = docker_client()
-    if semantic:
-        tag, source = tag_with(client)
+    client, tag, source = _client_and_tag(options, context)
     image_name = f"{options.repository}:{tag}"
     attempts: list[Attempt] = []
     avoid: set[str] = set()

@@ -5,6 +5,7 @@ neither the lock nor the process library until an operation is touched."""
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -27,6 +28,12 @@ OperationId = Annotated[
     ),
 ]
 
+# Operations are scoped to the workspace that started them: an MCP server sets its
+# workspace root here for each call, an operation records it, and a caller sees (gets,
+# lists, cancels) only the operations of its own scope. The CLI and in-process callers
+# have no workspace (None): they see the unscoped operations, those started the same way.
+OPERATION_SCOPE: ContextVar[str | None] = ContextVar("operation_scope", default=None)
+
 
 class OperationProgress(BaseModel):
     completed: float = 0
@@ -42,6 +49,9 @@ class OperationRecord(BaseModel):
     entry: str = Field(description="module:function the worker runs.")
     arguments: dict[str, Any]
     cwd: str
+    workspace: str | None = Field(
+        default=None, description="The MCP server's workspace that started it; None: the CLI."
+    )
     status: OperationStatus = "running"
     progress: OperationProgress = Field(default_factory=OperationProgress)
     log_tail: list[str] = Field(default_factory=list)

@@ -9,9 +9,13 @@ a restarted MCP server, another shell or an agent's next call finds it again.
 `call()` starts one and waits up to `wait_seconds` (streaming its progress); `get`,
 `wait`, `cancel` and `list_records` read and steer it. The record is a pydantic
 model, written atomically from a unique temp file under the lock; the worker is
-named by pid and start time, checked before any signal. The record's arguments, result
-and error are masked as logs are (skills.shared.secrets.mask_data); the worker gets the
-call's own arguments on its stdin, never from the record. The state directory is
+named by pid, start time and its command line, checked before any signal. The record's
+arguments, result and error are masked as logs are (skills.shared.secrets.mask_data);
+the worker gets the call's own arguments on its stdin, never from the record. Each
+operation belongs to the scope that started it (operation_state.OPERATION_SCOPE: an MCP
+server's workspace, or none for the CLI); get, wait, cancel and list_records answer
+only within the caller's scope, and another scope's operation is not found. The state
+directory is
 FSDP_EKS_STATE_DIR, else $XDG_STATE_HOME/fsdp-eks, else ~/.local/state/fsdp-eks.
 """
 
@@ -36,6 +40,7 @@ from pydantic import BaseModel
 from skills.operations import processes
 from skills.operations.operation_state import (
     OPERATION_ID,
+    OPERATION_SCOPE,
     TERMINAL,
     OperationProgress,
     OperationRecord,
@@ -55,6 +60,12 @@ POLL_S = 0.2
 WRITE_EVERY_S = 0.5  # progress writes are throttled; the final state always lands
 LOG_TAIL = 20
 CANCEL_GRACE_S = 15.0
+WORKER_MODULE = "skills.operations.operations"
+
+
+def _worker(operation_id: str) -> processes.Expected:
+    """The worker of this operation, as its command line names it (not as a record says)."""
+    return processes.module_command(WORKER_MODULE, operation_id)
 
 
 def state_dir() -> Path:
@@ -147,19 +158,33 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         entry=spec.entry,
         arguments=_masked(arguments),
         cwd=os.getcwd(),
+        workspace=OPERATION_SCOPE.get(),
         created_at=now,
         updated_at=now,
     )
     _file(operation_id).write(record)
     pid = processes.spawn_module(
-        "skills.operations.operations", operation_id, log=folder / "worker.log",
+        WORKER_MODULE, operation_id, log=folder / "worker.log",
         stdin=json.dumps(arguments).encode(),  # unmasked: only the worker reads them
     )  # fmt: skip
     return _update(operation_id, pid=pid, pid_started=processes.start_time(pid))
 
 
-def get(operation_id: str) -> OperationRecord:
+def _read_in_scope(operation_id: str) -> OperationRecord:
+    """The record, if the caller's scope started it; another scope's is not found (its
+    existence is not told either)."""
     record = _read(operation_id)
+    if record.workspace != OPERATION_SCOPE.get():
+        raise ToolFailure(
+            ErrorCode.OPERATION_NOT_FOUND,
+            f"No operation {operation_id!r} started from this workspace.",
+            "list_operations shows the operations this workspace started.",
+        )
+    return record
+
+
+def get(operation_id: str) -> OperationRecord:
+    record = _read_in_scope(operation_id)
     if record.status == "running" and record.pid is not None:
         if not processes.is_alive(record.pid, record.pid_started):
             time.sleep(POLL_S)  # it may have written its end just now
@@ -214,8 +239,10 @@ def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecor
     record = get(operation_id)
     if record.status in TERMINAL:
         return record
+    worker = _worker(operation_id)
+    _refuse_foreign(record, worker)
     record = _update(operation_id, cancel_requested=True)
-    processes.signal_group(record.pid, record.pid_started, signal.SIGTERM)
+    processes.signal_group(record.pid, record.pid_started, signal.SIGTERM, worker)
 
     def stopped(record: OperationRecord) -> bool:
         return record.status != "running" and not processes.is_alive(record.pid, record.pid_started)
@@ -223,13 +250,27 @@ def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecor
     record = poll_until(lambda: get(operation_id), stopped, grace_s, POLL_S)
     if stopped(record):
         return record
-    processes.signal_group(record.pid, record.pid_started, signal.SIGKILL)
+    processes.signal_group(record.pid, record.pid_started, signal.SIGKILL, worker)
     # SIGKILL is not refused; allow the kernel a moment
     poll_until(
         lambda: processes.is_alive(record.pid, record.pid_started), lambda alive: not alive,
         5, POLL_S / 4,
     )  # fmt: skip
     return _update(operation_id, status="cancelled", ended_at=time.time())
+
+
+def _refuse_foreign(record: OperationRecord, worker: processes.Expected) -> None:
+    """A record naming a live process that is not this operation's worker was edited (or
+    its pid recycled): nothing is signalled, and the caller is told."""
+    if processes.identify(record.pid, record.pid_started, worker) is processes.Identity.FOREIGN:
+        raise ToolFailure(
+            ErrorCode.OPERATION_FAILED,
+            f"The record of operation {record.operation_id!r} names process {record.pid}, "
+            "which is not this operation's worker; nothing was signalled.",
+            f"The record was edited or is stale: remove {_path(record.operation_id)} if "
+            "the work is not running.",
+            {"pid": record.pid, "reason": "not_our_process"},
+        )
 
 
 def list_records(tool: str | None = None, status: str | None = None) -> list[OperationRecord]:

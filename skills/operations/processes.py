@@ -1,5 +1,7 @@
-"""Process identity: a pid alone can be recycled, so a process we may signal is named
-by its pid and its start time, and both are checked before any signal."""
+"""Process identity: a pid alone can be recycled and a record can be forged, so a process
+we may signal is named by its pid, its start time and what it must be (our module's
+command line for that job or operation, or a marker in its environment); all three
+are checked before any signal. This is the one place processes are identified."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 import psutil
@@ -17,6 +22,49 @@ PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 # /proc start times are in clock ticks; psutil rounds to 10 ms. Equal within this.
 _SAME_START_S = 0.05
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What our process at a pid must be: these words, in a row, on its command line
+    (`-m <module> <id>`), and these values in its environment (inherited by children)."""
+
+    command: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    def matches(self, process: psutil.Process) -> bool:
+        words = process.cmdline()
+        n = len(self.command)
+        if n and not any(tuple(words[i : i + n]) == self.command for i in range(len(words))):
+            return False
+        if self.environment:
+            env = process.environ()
+            return all(env.get(k) == v for k, v in self.environment.items())
+        return True
+
+
+def module_command(module: str, *args: str) -> Expected:
+    """A process started by spawn_module(module, *args)."""
+    return Expected(command=("-m", module, *args))
+
+
+class Identity(Enum):
+    OURS = "ours"  # that very process, and it is what the record says it is
+    GONE = "gone"  # no process with that pid and start time (or a zombie)
+    FOREIGN = "foreign"  # pid and start time match, but it is not our process
+
+
+def identify(pid: int | None, started: float | None, expected: Expected) -> Identity:
+    if not is_alive(pid, started):
+        return Identity.GONE
+    assert pid is not None
+    try:
+        ours = expected.matches(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return Identity.GONE
+    except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        ours = False  # another user's process, whatever it is, is not ours
+    return Identity.OURS if ours else Identity.FOREIGN
 
 
 def start_time(pid: int) -> float | None:
@@ -41,10 +89,12 @@ def is_alive(pid: int | None, started: float | None) -> bool:
         return False
 
 
-def signal_group(pid: int | None, started: float | None, sig: signal.Signals) -> bool:
-    """Signal the process group led by that very process; False if it is gone or
-    the pid now belongs to another process."""
-    if pid is None or not is_alive(pid, started):
+def signal_group(
+    pid: int | None, started: float | None, sig: signal.Signals, expected: Expected
+) -> bool:
+    """Signal the process group led by that very process, if it is ours (`expected`);
+    False if it is gone or the pid belongs to another process."""
+    if pid is None or identify(pid, started, expected) is not Identity.OURS:
         return False
     try:
         os.killpg(pid, sig)  # it leads its own session, so pgid == pid

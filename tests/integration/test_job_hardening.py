@@ -239,6 +239,32 @@ def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path):
         foreign.wait()
 
 
+def test_a_forged_record_naming_a_live_foreign_process_stops_nothing(tmp_path):
+    # Issue 20 item 8: pid AND start time right (not a recycled pid): only the command
+    # line (supervisor) or the run-dir marker in the environment (trainer) tells it apart.
+    foreign = psutil.Popen(["setsid", "sleep", "120"])
+    try:
+        who = {"pid": foreign.pid, "started": foreign.create_time()}
+        forged = {"job_name": "f", "attempt": 1, "argv": ["x"], "submitted_at": 1.0,
+                  "supervisor": who, "trainer": who}  # fmt: skip
+        (tmp_path / "f").mkdir()
+        (tmp_path / "f" / "job.json").write_text(json.dumps(forged))
+        state = get_training_job(job_name="f", runs_dir=str(tmp_path))
+        assert state.status == "failed" and "supervisor stopped" in state.message
+        status, out, err = cli("cancel_training_job", "--job_name", "f", "--runs_dir",
+                               str(tmp_path), "--confirm", "--json")  # fmt: skip
+        error = json.loads(out)["error"]
+        assert (status, error["code"]) == (1, "job_record_corrupt"), out + err
+        assert error["details"]["reason"] == "not_our_process"
+        assert "nothing was signalled" in error["message"]
+        time.sleep(0.3)
+        assert foreign.poll() is None  # alive: not signalled
+        assert record(tmp_path / "f") == forged  # nothing written
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
 def test_killing_the_following_cli_leaves_the_end_recorded(tmp_path):
     follower = cli_process("deploy_training_job", "--job_name", "k", "--runs_dir",
                            str(tmp_path), "--max_steps", "12")  # fmt: skip

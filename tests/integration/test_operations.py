@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -20,6 +21,7 @@ from commands.cancel_operation import cancel_operation
 from commands.get_operation import get_operation
 from commands.list_operations import list_operations
 from mcp_server import build_server
+from mcp_server.workspace import Workspace
 from skills.operations import operations, processes
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
@@ -171,8 +173,11 @@ def test_cli_detaches_with_wait_seconds_and_runs_in_process_without(capsys):
     assert len(list_operations().operations) == 1  # the in-process run recorded nothing
 
 
-def _server():
-    return build_server(specs=[COUNT, spec_of(get_operation)])
+def _server(workspace: Path | None = None):
+    return build_server(
+        specs=[COUNT, spec_of(get_operation), spec_of(list_operations), spec_of(cancel_operation)],
+        workspace=None if workspace is None else Workspace.create(str(workspace)),
+    )
 
 
 def test_mcp_answers_an_operation_tool_with_the_operation_state(state_dir):
@@ -193,9 +198,11 @@ def test_mcp_answers_an_operation_tool_with_the_operation_state(state_dir):
     assert state["operation_id"] in done.content[0].text
 
 
-def test_work_started_over_mcp_outlives_the_server_and_a_new_server_finds_it(state_dir):
+def test_work_started_over_mcp_outlives_the_server_and_a_new_server_finds_it(state_dir, tmp_path):
+    # Operations are scoped to the workspace that started them: the new server is given
+    # the same workspace (test_operations_are_scoped_to_the_workspace_that_started_them).
     async def start():
-        async with Client(_server()) as client:
+        async with Client(_server(tmp_path / "ws")) as client:
             return await client.call_tool("count_slowly", {"steps": 15, "step_s": 0.2,
                                                            "wait_seconds": 0.5})  # fmt: skip
 
@@ -205,7 +212,10 @@ def test_work_started_over_mcp_outlives_the_server_and_a_new_server_finds_it(sta
 
     env = {**os.environ, operations.STATE_DIR_ENV: str(state_dir)}
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mcp_server"], cwd=str(ROOT), env=env
+        command=sys.executable,
+        args=["-m", "mcp_server", "--workspace", str(tmp_path / "ws")],
+        cwd=str(ROOT),
+        env=env,
     )
 
     async def follow():
@@ -236,3 +246,88 @@ def test_an_mcp_clients_cancel_reaches_the_operation(tmp_path):
     assert record.status == "cancelled"
     assert 0 < int(_until(lambda: (tmp_path / "cancelled-at").exists() and
                           (tmp_path / "cancelled-at").read_text())) < 300  # fmt: skip
+
+
+# issue 20, item 8: a forged record stops nothing ------------------------------------
+
+
+def test_a_forged_record_naming_a_live_foreign_process_stops_nothing(state_dir):
+    # Not a recycled pid: the record names a live process by its exact pid AND start time.
+    foreign = psutil.Popen(["setsid", "sleep", "120"])
+    try:
+        state = operations.call(COUNT, {"steps": 1, "wait_seconds": 60})
+        path = state_dir / "operations" / state.operation_id / "operation.json"
+        forged = json.loads(path.read_text())
+        forged.update(status="running", ended_at=None, result=None, pid=foreign.pid,
+                      pid_started=foreign.create_time())  # fmt: skip
+        path.write_text(json.dumps(forged))
+        with pytest.raises(ToolFailure) as caught:
+            cancel_operation(operation_id=state.operation_id, confirm=True)
+        assert caught.value.code == "operation_failed"
+        assert caught.value.details["reason"] == "not_our_process"
+        assert "nothing was signalled" in caught.value.message
+        time.sleep(0.3)
+        assert foreign.poll() is None  # alive: not signalled
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+# issue 20, item 19: operations are scoped to the workspace that started them -------
+
+
+def _call(server, tool: str, arguments: dict):
+    async def scenario():
+        async with Client(server) as client:
+            return await client.call_tool(tool, arguments)
+
+    return anyio.run(scenario)
+
+
+def test_operations_are_scoped_to_the_workspace_that_started_them(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    started = _call(_server(a), "count_slowly", {"steps": 300, "step_s": 0.1, "wait_seconds": 0})
+    operation_id = started.structured_content["operation_id"]
+    assert operations.list_records() == []  # the CLI (no workspace) does not see it either
+
+    listed = _call(_server(b), "list_operations", {}).structured_content["operations"]
+    assert listed == []
+    for tool, extra in (("get_operation", {}), ("cancel_operation", {"confirm": True})):
+        refused = _call(_server(b), tool, {"operation_id": operation_id, **extra})
+        error = json.loads(refused.content[0].text)["error"]
+        assert refused.is_error and error["code"] == "operation_not_found", tool
+    with pytest.raises(ToolFailure) as caught:
+        cancel_operation(operation_id=operation_id, confirm=True)  # the CLI: unscoped
+    assert caught.value.code == "operation_not_found"
+
+    (mine,) = _call(_server(a), "list_operations", {}).structured_content["operations"]
+    assert mine["operation_id"] == operation_id and mine["status"] == "running"
+    cancelled = _call(_server(a), "cancel_operation", {"operation_id": operation_id,
+                                                       "confirm": True})  # fmt: skip
+    assert cancelled.structured_content["status"] == "cancelled"
+
+
+def test_a_server_process_confined_to_another_workspace_sees_nothing(state_dir, tmp_path):
+    started = _call(_server(tmp_path / "a"), "count_slowly", {"steps": 2, "wait_seconds": 30})
+    operation_id = started.structured_content["operation_id"]
+    assert started.structured_content["status"] == "succeeded"
+    env = {**os.environ, operations.STATE_DIR_ENV: str(state_dir)}
+
+    def server_process(workspace: Path) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=sys.executable, args=["-m", "mcp_server", "--workspace", str(workspace)],
+            cwd=str(ROOT), env=env,
+        )  # fmt: skip
+
+    async def ask(workspace: Path):
+        async with Client(server_process(workspace)) as client:
+            listed = await client.call_tool("list_operations", {})
+            got = await client.call_tool("get_operation", {"operation_id": operation_id})
+            return listed.structured_content["operations"], got
+
+    listed, got = anyio.run(ask, tmp_path / "b")
+    assert listed == [] and got.is_error and "operation_not_found" in got.content[0].text
+    assert "counted" not in got.content[0].text  # the result stays in workspace a
+    listed, got = anyio.run(ask, tmp_path / "a")
+    assert [op["operation_id"] for op in listed] == [operation_id]
+    assert got.structured_content["result"] == {"counted": 2}

@@ -167,6 +167,31 @@ def test_cancel_stops_a_running_job_which_checkpoints(slurm_cluster, runs):
     assert get_training_job(job_name="endless", **_slurm(runs)).status == "cancelled"
 
 
+def test_a_forged_record_naming_another_slurm_job_cancels_nothing(slurm_cluster, runs):
+    # Issue 20 item 8: slurm.json edited to name another job of the cluster.
+    other = subprocess.run(
+        ["sbatch", "--parsable", "--job-name", "someone-elses", "--wrap", "sleep 300"],
+        capture_output=True, text=True, check=True, env={**os.environ, **slurm_cluster.env},
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    try:
+        (runs / "forged").mkdir()
+        (runs / "forged" / "slurm.json").write_text(json.dumps(
+            {"job_name": "forged", "slurm_job_id": int(other), "submitted_at": time.time()}
+        ))  # fmt: skip
+        with pytest.raises(ToolFailure) as refused:
+            cancel_training_job(job_name="forged", confirm=True, **_slurm(runs))
+        assert refused.value.code == "job_record_corrupt"
+        assert refused.value.details["reason"] == "not_our_job"
+        assert "someone-elses" in refused.value.message
+        assert "nothing was cancelled" in refused.value.message
+        assert slurm_cluster.job(other)["JobState"] in ("PENDING", "RUNNING")
+        assert json.loads((runs / "forged" / "slurm.json").read_text()).get(
+            "cancel_requested_at"
+        ) is None  # fmt: skip
+    finally:
+        subprocess.run(["scancel", other], env={**os.environ, **slurm_cluster.env}, check=False)
+
+
 def _failure(**kwargs) -> ToolFailure:
     with pytest.raises(ToolFailure) as failure:
         deploy_training_job(job_name="refused", max_steps=2, **kwargs)

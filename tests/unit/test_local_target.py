@@ -110,11 +110,12 @@ time.sleep(60)
         target.submit("slow", scripted_plan(target, "slow", script))
     assert again.value.code == "job_running"
 
-    record = json.loads((tmp_path / "slow" / "job.json").read_text())["trainer"]
     deadline = time.monotonic() + 30  # a loaded machine (parallel tests) starts it late
     while '"child"' not in (log := target.logs("slow")):
         assert time.monotonic() < deadline, log
         time.sleep(0.1)
+    # read once the trainer printed: by then its supervisor has recorded it
+    record = json.loads((tmp_path / "slow" / "job.json").read_text())["trainer"]
     child_pid = next(json.loads(line)["pid"] for line in log.splitlines() if '"child"' in line)
     state = target.cancel("slow", grace_s=5)
     assert state.status == "cancelled"
@@ -123,6 +124,26 @@ time.sleep(60)
         while psutil.pid_exists(pid) and time.monotonic() < deadline:
             time.sleep(0.1)  # the orphaned child is reaped by init, not by us
         assert not psutil.pid_exists(pid)
+
+
+def test_with_its_supervisor_killed_cancel_still_stops_the_trainer(tmp_path):
+    # Cancel signals the trainer itself only after checking that the recorded pid is this
+    # job's torchrun (its environment names the run directory), not just pid + start time.
+    target = LocalTarget(tmp_path)
+    script = EMIT + 'emit(event="start", world_size=1, max_steps=100)\ntime.sleep(60)\n'
+    target.submit("orphan", scripted_plan(target, "orphan", script))
+    deadline = time.monotonic() + 30
+    while not (record := json.loads((tmp_path / "orphan" / "job.json").read_text()))["trainer"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    supervisor = psutil.Process(record["supervisor"]["pid"])
+    supervisor.kill()
+    supervisor.wait(5)
+    trainer = psutil.Process(record["trainer"]["pid"])
+    assert target.describe("orphan").status == "running"  # the trainer is ours and alive
+    target.cancel("orphan", grace_s=2)
+    trainer.wait(10)  # raises TimeoutExpired if it was not signalled
+    assert target.describe("orphan").status != "running"
 
 
 def test_another_process_sees_the_state_from_the_run_directory(tmp_path):

@@ -15,7 +15,12 @@ from skills.shared.secrets import mask_data
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.targets.run_dir import RecordedRun
 
+OURS = processes.Identity.OURS
 RECORD = "job.json"
+SUPERVISOR_MODULE = "skills.training_job_deployer.targets.local.supervisor"
+# Set in the trainer's environment (its ranks inherit it): how a later cancel tells the
+# job's torchrun from another process at the recorded pid, whatever its argv.
+RUN_DIR_ENV = "FSDP_EKS_RUN_DIR"
 
 
 class ProcessIdentity(BaseModel):
@@ -74,11 +79,18 @@ class JobRecord(BaseModel):
     def ended(self) -> bool:
         return self.ended_at is not None
 
-    def active(self) -> bool:
-        """Not ended and its supervisor or its trainer still runs."""
+    def active(self, run: RunDir) -> bool:
+        """Not ended and its supervisor or its trainer still runs (that very process, and
+        it is this job's: a process the record names wrongly does not keep it running)."""
         if self.ended:
             return False
-        return any(p is not None and p.alive() for p in (self.supervisor, self.trainer))
+        return any(
+            p is not None and processes.identify(p.pid, p.started, expected) is OURS
+            for p, expected in (
+                (self.supervisor, run.supervisor_process),
+                (self.trainer, run.trainer_process),
+            )
+        )
 
     def finished(self, exit_code: int | None, failure: JobFailure | None = None) -> JobRecord:
         """This attempt, ended now. An ended record stays as it is."""
@@ -101,6 +113,15 @@ class RunDir(RecordedRun[JobRecord]):
     def next_attempt(self) -> int:
         logs = self.path / "logs"
         return len(list(logs.glob("attempt-*.log"))) + 1 if logs.is_dir() else 1
+
+    @property
+    def supervisor_process(self) -> processes.Expected:
+        """This job's supervisor, as its command line names it (not as the record says)."""
+        return processes.module_command(SUPERVISOR_MODULE, str(self.path))
+
+    @property
+    def trainer_process(self) -> processes.Expected:
+        return processes.Expected(environment={RUN_DIR_ENV: str(self.path)})
 
     @property
     def supervisor_log(self) -> Path:

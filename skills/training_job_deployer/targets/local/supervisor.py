@@ -22,6 +22,7 @@ from typing import IO, Any
 from skills.shared.errors import ErrorCode
 from skills.shared.secrets import redact, secret_values
 from skills.training_job_deployer.targets.local.record import (
+    RUN_DIR_ENV,
     JobFailure,
     JobRecord,
     ProcessIdentity,
@@ -80,7 +81,7 @@ class Supervisor:
                 self.trainer = subprocess.Popen(
                     self.plan.argv,
                     cwd=self.plan.cwd,
-                    env={**os.environ, **self.plan.env},
+                    env={**os.environ, **self.plan.env, RUN_DIR_ENV: str(self.run.path)},
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,

@@ -33,6 +33,7 @@ from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
     RECORD,
+    SUPERVISOR_MODULE,
     JobRecord,
     ProcessIdentity,
     RunDir,
@@ -255,7 +256,7 @@ class LocalTarget(RunDirTarget):
         run.path.mkdir(parents=True, exist_ok=True)
         with run.record_file.lock():
             record = run.previous(replace_corrupt_record)
-            if record is not None and record.active():
+            if record is not None and record.active(run):
                 raise ToolFailure(
                     ErrorCode.JOB_RUNNING,
                     f"Job {job_name!r} is already running (attempt {record.attempt}).",
@@ -277,7 +278,7 @@ class LocalTarget(RunDirTarget):
             )
             run.record_file.write(record)
             supervisor = processes.spawn_module(
-                "skills.training_job_deployer.targets.local.supervisor",
+                SUPERVISOR_MODULE,
                 str(run.path),
                 log=run.supervisor_log,
                 stdin=plan.model_dump_json().encode(),  # the plan, exactly: never re-read
@@ -293,7 +294,7 @@ class LocalTarget(RunDirTarget):
 
     def _poll(self, run: RunDir) -> tuple[JobRecord, bool, None]:  # type: ignore[override]
         record = run.require()
-        return record, record.ended or not record.active(), None
+        return record, record.ended or not record.active(run), None
 
     def _state(  # type: ignore[override]
         self, run: RunDir, record: JobRecord, polled: None, metrics: RunMetrics, done: bool
@@ -351,6 +352,7 @@ class LocalTarget(RunDirTarget):
                 run.require()  # raises job_not_found
             if record is None or record.ended or record.cancel_requested_at is not None:
                 return None
+            _refuse_foreign(run, record)
             return record.model_copy(
                 update={"cancel_requested_at": time.time(), "cancel_grace_s": grace_s}
             )
@@ -361,13 +363,16 @@ class LocalTarget(RunDirTarget):
             raise corrupt_record(exc) from None
         assert record is not None
         if not record.ended:
+            _refuse_foreign(run, record)  # a cancel asked for before the record was edited
             self._stop(run, record, grace_s)
         return self.describe(job_name)
 
     def _stop(self, run: RunDir, record: JobRecord, grace_s: float) -> None:
         supervisor = record.supervisor
         if supervisor is not None:
-            processes.signal_group(supervisor.pid, supervisor.started, signal.SIGTERM)
+            processes.signal_group(
+                supervisor.pid, supervisor.started, signal.SIGTERM, run.supervisor_process
+            )
         # Without a supervisor to stop it and record it, do both here.
         record = poll_until(
             run.require,
@@ -379,7 +384,33 @@ class LocalTarget(RunDirTarget):
             return
         trainer = record.trainer
         if trainer is not None and trainer.alive():
-            processes.signal_group(trainer.pid, trainer.started, signal.SIGTERM)
+            processes.signal_group(
+                trainer.pid, trainer.started, signal.SIGTERM, run.trainer_process
+            )
             poll_until(trainer.alive, lambda alive: not alive, grace_s, POLL_S)
-            processes.signal_group(trainer.pid, trainer.started, signal.SIGKILL)
+            processes.signal_group(
+                trainer.pid, trainer.started, signal.SIGKILL, run.trainer_process
+            )
         run.record_file.update(lambda r: None if r is None or r.ended else r.finished(None))
+
+
+def _refuse_foreign(run: RunDir, record: JobRecord) -> None:
+    """A record naming a live process that is not this job's supervisor or trainer was
+    edited (or is stale): nothing is signalled, and the caller is told."""
+    for role, identity, expected in (
+        ("supervisor", record.supervisor, run.supervisor_process),
+        ("trainer", record.trainer, run.trainer_process),
+    ):
+        if identity is None:
+            continue
+        found = processes.identify(identity.pid, identity.started, expected)
+        if found is processes.Identity.FOREIGN:
+            raise ToolFailure(
+                ErrorCode.JOB_RECORD_CORRUPT,
+                f"The record {run.record_file.path} names process {identity.pid} as the "
+                f"job's {role}, but that process is not this job's {role}; nothing was "
+                "signalled.",
+                "The record was edited or is stale: look at the process yourself, then "
+                "deploy again with --replace_corrupt_record if the job is not running.",
+                {"pid": identity.pid, "role": role, "reason": "not_our_process"},
+            )

@@ -16,6 +16,8 @@ directory, which the nodes must see (a shared filesystem).
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import shlex
 import shutil
@@ -607,6 +609,33 @@ class SlurmTarget(RunDirTarget):
 
     # logs / cancel / list --------------------------------------------------
 
+    def _check_ours(self, run: SlurmRunDir, record: SlurmRecord) -> None:
+        """scancel only the Slurm job this record's job submitted: its name is the job's
+        (from the call, not the record) and its user is the one we run Slurm as. A record
+        naming another job was edited; nothing is cancelled and the caller is told."""
+        done = self.scheduler.run(["scontrol", "show", "job", "-o", str(record.slurm_job_id)])
+        if done.returncode != 0:
+            return  # the controller no longer knows it: scancel would not reach it either
+        fields = _fields(done.stdout.decode(errors="replace").strip())
+        name, user = fields.get("JobName", ""), fields.get("UserId", "").split("(")[0]
+        if name == run.job_name and user == self._slurm_user():
+            return
+        raise ToolFailure(
+            ErrorCode.JOB_RECORD_CORRUPT,
+            f"The record {run.record_file.path} names Slurm job {record.slurm_job_id}, which "
+            f"is {name[:100]!r} of user {user[:100]!r}, not job {run.job_name!r} of this "
+            "user; nothing was cancelled.",
+            "The record was edited or is stale: find the job with squeue, then deploy "
+            "again with --replace_corrupt_record if it is not running.",
+            {"slurm_job_id": record.slurm_job_id, "reason": "not_our_job"},
+        )
+
+    def _slurm_user(self) -> str:
+        """The user Slurm commands run as: this one, or ssh_host's login."""
+        if self.settings.ssh_host is None:
+            return pwd.getpwuid(os.getuid()).pw_name
+        return self.scheduler.check(["id", "-un"]).strip()
+
     def _where(self, path: str) -> str:  # type: ignore[override]
         return path if self.settings.ssh_host is None else f"{self.settings.ssh_host}:{path}"
 
@@ -625,6 +654,7 @@ class SlurmTarget(RunDirTarget):
         self._check_host(record)
         if record.end is not None:
             return self.describe(job_name)
+        self._check_ours(run, record)
         run.record_file.update(
             lambda r: (
                 None
