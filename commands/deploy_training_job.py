@@ -43,17 +43,11 @@ def deploy_training_job(
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> DeployResult:
-    """Launch a distributed PyTorch FSDP2 training job and follow it.
+    """Start a distributed PyTorch FSDP2 training job and follow it.
 
-    target=local runs torchrun here in <runs_dir>/<job_name>/; target=kubernetes
-    creates a Kubeflow PyTorchJob (cluster_name or kubeconfig/context; the image is
-    image_uri or the newest in repository; a driver/CUDA check runs first);
-    target=slurm submits a batch job (sbatch, srun torchrun per node). A re-run
-    of the same job resumes from its newest complete checkpoint. dry_run=true returns the exact
-    plan and starts nothing. Returns status, steps, losses, tokens/s and checkpoint;
-    a failed job adds the trainer's error and log tail, a preempted one where a
-    re-run resumes. auto_retry (kubernetes) with wait_seconds runs as an operation: poll
-    get_operation.
+    target: local (torchrun here), kubernetes (PyTorchJob; the image is image_uri or
+    the newest in repository), slurm (sbatch). A re-run resumes from its newest
+    checkpoint. auto_retry (kubernetes): poll get_operation.
     """
     if not monitor:  # `--no-monitor`: start it and return (as wait_seconds=0)
         wait_seconds = 0

@@ -1,38 +1,42 @@
 """Builds the MCP server from the tool registry, so MCP and CLI share one function
-per tool. Tool errors reach the client as isError results carrying code, message
-and hint; progress reaches it as notifications/progress; blocking work runs on a
-worker thread, off the event loop. Every tool declared long gets a bounded default
-wait; an operation tool runs detached and returns its operation's state; a client's
-cancel reaches the work through the progress reporter."""
+per tool. tools/list comes from precomputed, cached entries (listing.py) and a tool's
+module is imported on its first call. A call is validated once, by the tool's own
+model; its work runs on a worker thread, off the event loop. A result's text is a
+short summary and its structuredContent the data (lean.py); tool errors reach the
+client as isError results carrying code, message and hint; progress reaches it as
+notifications/progress. Every tool declared long gets a bounded default wait; an
+operation tool runs detached and returns its operation's state; a client's cancel
+reaches the work through the progress reporter."""
 
 from __future__ import annotations
 
-import contextvars
-import inspect
 import json
-from collections.abc import Iterable
-from typing import Annotated, Any
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, TextContent, Tool
 
+from mcp_server.lean import bounded_tail, lean_data
+from mcp_server.listing import cached_entries, entries_of, unnest
 from mcp_server.workspace import Workspace
 from skills.operations.operation_state import OPERATION_SCOPE
-from skills.shared.errors import ToolFailure
-from skills.shared.progress import CancellableProgress
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.progress import CancellableProgress, Cancelled
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
+
+logger = logging.getLogger(__name__)
 
 # Agents' tool calls time out (opencode after about 60 s): an MCP call that would
 # follow a job to its end follows it this long, then returns its state.
 MCP_DEFAULT_WAIT_S = 40.0
 
-# The arguments exactly as the client sent them. The SDK hands the function every field,
-# defaults included; the tool's own model must see which ones were given (a setting of
-# another target given on purpose is an error, a default is not).
-_CLIENT_ARGUMENTS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("arguments")
+# A result's text content is a summary; a log or plan longer than this keeps its end.
+MAX_TEXT_CHARS = 8_000
 
 INSTRUCTIONS = (
     "fsdp-eks takes a PyTorch FSDP training job from source to a running, monitored job. "
@@ -72,203 +76,136 @@ def _run(
     return spec.invoke(arguments, progress)
 
 
-def _mcp_function(spec: ToolSpec) -> Any:
-    """An async function whose signature is the tool's input model (flattened fields
-    included), for the SDK to publish as the tool's input and output schema."""
+def summary_text(result: Any) -> str:
+    """The text content of a result: what a person reads (status, the figures, the next
+    step; a log or a dry run's plan as it is). The data itself is structuredContent,
+    not repeated here."""
+    plain = result.plain_text() if hasattr(result, "plain_text") else None
+    if plain:
+        return plain[-MAX_TEXT_CHARS:]
+    rows = result.summary_rows() if hasattr(result, "summary_rows") else []
+    lines = [f"{name}: {_row_text(value)}" for name, value in rows if value not in _EMPTY]
+    next_step = getattr(result, "next_step", None)
+    if next_step and not any(next_step in line for line in lines):
+        lines.append(f"next: {next_step}")
+    text = "\n".join(lines) or "done"
+    return text[:MAX_TEXT_CHARS] + ("\n(the data: structuredContent)" if lines else "")
 
-    async def call(ctx: Context, **arguments: Any) -> Any:
-        arguments = _CLIENT_ARGUMENTS.get(arguments)
-        scope = OPERATION_SCOPE.get()  # set by ToolServer.call_tool in this task
-        progress = _ThreadProgress(ctx)
+
+_EMPTY = (None, "", [], {})
+# A multi-line value (a log tail) in the summary: its last lines; the data has more.
+SUMMARY_TAIL_LINES = 20
+
+
+def _row_text(value: Any) -> str:
+    text = str(value)
+    if "\n" not in text:
+        return text
+    tail = bounded_tail(text.splitlines())
+    return "\n" + "\n".join(tail[-SUMMARY_TAIL_LINES:])
+
+
+def structured(result: Any) -> dict[str, Any]:
+    left_out = result.left_out_over_mcp() if hasattr(result, "left_out_over_mcp") else set()
+    return lean_data(result.model_dump(mode="json", exclude=left_out))
+
+
+def _run_safely(
+    spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
+) -> Any:
+    """The tool's result, or its ToolFailure; a bug becomes internal_error (the details
+    go to the server's log, never to the client)."""
+    try:
+        return _run(spec, arguments, progress, scope)
+    except (ToolFailure, Cancelled):
+        raise
+    except Exception:
+        logger.exception("tool %s crashed", spec.name)
+        raise ToolFailure(
+            ErrorCode.INTERNAL_ERROR,
+            f"{spec.name} failed unexpectedly.",
+            "This is a bug in the tool; the server's log has the details. Try again or report it.",
+        ) from None
+
+
+class ToolServer(MCPServer):
+    """MCPServer whose tools/list is served from precomputed entries (cached across
+    starts: listing.py) and whose tool calls import the tool on first use, validate
+    through its own input model (bad input comes back with the project's error code and
+    hint) and run on a worker thread, off the event loop. With a workspace, every local
+    path in a call must lie where the workspace allows (checked here, not in the tools:
+    the CLI's caller owns the machine, an MCP caller does not)."""
+
+    def __init__(
+        self,
+        entries: list[dict[str, Any]],
+        load: Callable[[str], ToolSpec],
+        workspace: Workspace | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.workspace = workspace
+        self._entries = {entry["name"]: entry for entry in entries}
+        self._load = load
+        self._tools = [Tool.model_validate(entry) for entry in entries]
+
+    def spec(self, name: str) -> ToolSpec | None:
+        """The tool's spec, its module imported on the first call; None if not served."""
+        return self._load(name) if name in self._entries else None
+
+    async def list_tools(self) -> list[Any]:
+        return list(self._tools)
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        # The SDK's hook for HTTP header checks; our tools are not in its tool manager.
+        entry = self._entries.get(name)
+        return None if entry is None else entry["inputSchema"]
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> Any:
+        spec = self.spec(name)
+        if spec is None:
+            return await super().call_tool(name, arguments, context)
+        if context is None:
+            context = Context(mcp_server=self, subscriptions=self._subscriptions)
         try:
-            return await anyio.to_thread.run_sync(
-                _run, spec, arguments, progress, scope, abandon_on_cancel=True
+            arguments = self._arguments(spec, arguments)
+        except ToolFailure as failure:
+            return error_result(failure)
+        progress = _ThreadProgress(context)
+        # Operations are scoped to the workspace that started them (operation_state).
+        scope = None if self.workspace is None else str(self.workspace.root)
+        try:
+            result = await anyio.to_thread.run_sync(
+                _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
             )
         except ToolFailure as failure:
             return error_result(failure)
         except anyio.get_cancelled_exc_class():
             progress.cancel()  # the thread stops at its next report
             raise
-
-    params = [
-        inspect.Parameter(
-            name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=inspect.Parameter.empty if info.is_required() else info.default,
-            annotation=Annotated[info.annotation, info],
+        data = structured(result)
+        try:
+            text = summary_text(result)
+        except Exception:  # a bug in a summary must not lose the result
+            logger.exception("summary of %s failed", spec.name)
+            text = json.dumps(data)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=data
         )
-        for name, info in spec.params.model_fields.items()
-    ]
-    ctx_param = inspect.Parameter(
-        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context
-    )
-    result = spec.result
-    if spec.operation:
-        from skills.operations.operation_state import state_model
 
-        result = state_model(spec.result)
-    call.__signature__ = inspect.Signature(
-        [ctx_param, *params], return_annotation=result
-    )
-    call.__annotations__ = {
-        "ctx": Context,
-        **{p.name: p.annotation for p in params},
-        "return": result,
-    }
-    call.__name__ = spec.name
-    return call
-
-
-_SUBSCHEMAS = ("items", "additionalProperties", "not")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "$defs", "patternProperties")
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """{"anyOf": [{"type": T, ...}, {"type": "null"}]} as {"type": [T, "null"], ...}: the
-    same rule (keywords like minimum or pattern apply only to their own type), shorter."""
-    branches = schema.get("anyOf")
-    if not (isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches):
-        return schema
-    (other,) = [b for b in branches if b != {"type": "null"}]
-    if not isinstance(other.get("type"), str) or "const" in other:
-        return schema
-    merged = {**{k: v for k, v in schema.items() if k != "anyOf"}, **other}
-    merged["type"] = [other["type"], "null"]
-    if "enum" in other:
-        merged["enum"] = [*other["enum"], None]
-    return merged
-
-
-def compact_schema(schema: Any, drop: tuple[str, ...]) -> Any:
-    """The schema without the annotation keywords in `drop` at any depth (property
-    names are left alone), nullable types written short. An agent pays for every byte
-    of tools/list in every session: pydantic's generated titles repeat the names, and
-    an output schema's descriptions and defaults repeat the tool's own."""
-    if not isinstance(schema, dict):
-        return schema
-    schema = _nullable(schema)
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in drop and not isinstance(value, (dict, list)):
-            continue
-        if key in _SCHEMA_MAPS and isinstance(value, dict):
-            value = {name: compact_schema(sub, drop) for name, sub in value.items()}
-        elif key in _SCHEMA_LISTS and isinstance(value, list):
-            value = [compact_schema(sub, drop) for sub in value]
-        elif key in _SUBSCHEMAS:
-            value = compact_schema(value, drop)
-        out[key] = value
-    return out
-
-
-def _without_null_defaults(schema: dict[str, Any]) -> dict[str, Any]:
-    """`"default": null` on an input says nothing a property's absence from `required`
-    does not: leaving it out means None. Other defaults stay."""
-    properties = {
-        name: {k: v for k, v in sub.items() if not (k == "default" and v is None)}
-        for name, sub in schema.get("properties", {}).items()
-    }
-    return {**schema, "properties": properties} if properties else schema
-
-
-def outline_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """An output schema cut to its top-level fields and their JSON types: what a result
-    holds, without the nested models (which the tool's description and each field's
-    name already tell). A full JobState or operation schema costs every agent 1-2 KB of
-    tools/list per tool; a client still validates structured content against this."""
-    defs = schema.get("$defs", {})
-    outline: dict[str, Any] = {"type": "object"}
-    properties = {name: {"type": _json_types(sub, defs)} for name, sub in
-                  schema.get("properties", {}).items()}  # fmt: skip
-    outline["properties"] = {
-        name: ({} if not types else {"type": types[0] if len(types) == 1 else types})
-        for name, sub in properties.items()
-        for types in [sub["type"]]
-    }
-    if schema.get("required"):
-        outline["required"] = schema["required"]
-    return outline
-
-
-def _json_types(schema: dict[str, Any], defs: dict[str, Any]) -> list[str]:
-    """The JSON types a value of `schema` may have; [] when any type may come."""
-    if "$ref" in schema:
-        target = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
-        return _json_types(target, defs) if target else ["object"]
-    if "enum" in schema or "const" in schema:
-        values = schema.get("enum", [schema.get("const")])
-        names = {bool: "boolean", int: "integer", float: "number", str: "string"}
-        return sorted({names.get(type(v), "null") for v in values})
-    branches = schema.get("anyOf") or schema.get("oneOf")
-    if branches:
-        found = [_json_types(b, defs) for b in branches]
-        if any(not f for f in found):
-            return []
-        return sorted({t for f in found for t in f})
-    declared = schema.get("type")
-    if declared is None:
-        return []
-    return [declared] if isinstance(declared, str) else sorted(declared)
-
-
-class ToolServer(MCPServer):
-    """MCPServer whose tool calls validate through the tool's own input model first,
-    so bad input comes back with the project's error code and hint. With a workspace,
-    every local path in a call must lie where the workspace allows (checked here, not
-    in the tools: the CLI's caller owns the machine, an MCP caller does not)."""
-
-    def __init__(
-        self, specs: Iterable[ToolSpec], workspace: Workspace | None = None, **kwargs: Any
-    ) -> None:
-        super().__init__(**kwargs)
-        self.workspace = workspace
-        self.specs: dict[str, ToolSpec] = {}
-        for spec in specs:
-            self.specs[spec.name] = spec
-            self.add_tool(
-                _mcp_function(spec),
-                name=spec.name,
-                description=spec.description,
-                annotations=ToolAnnotations(
-                    read_only_hint=spec.read_only,
-                    destructive_hint=spec.destructive,
-                    idempotent_hint=spec.idempotent,
-                ),
-            )
-
-    async def list_tools(self) -> list[Any]:
-        tools = await super().list_tools()
-        for listed in tools:
-            # String grammar (pattern, lengths) stays out: the tool's own model still checks
-            # it and a refusal says the rule; listing it cost every session ~4.5 KB for 16
-            # tools. Numeric bounds and enums stay: they tell an agent what to choose.
-            listed.input_schema = _without_null_defaults(
-                compact_schema(listed.input_schema, ("title", "pattern", "minLength", "maxLength"))
-            )
-            if listed.output_schema is not None:
-                listed.output_schema = outline_schema(listed.output_schema)
-        return tools
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context | None = None
-    ) -> Any:
-        spec = self.specs.get(name)
-        if spec is not None:
-            field = spec.params.model_fields.get(WAIT_PARAM)
-            waits_until_done = field is not None and field.default is None
-            if spec.long and waits_until_done and WAIT_PARAM not in arguments:
-                arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
-            try:
-                args = spec.parse(arguments)
-                if self.workspace is not None:
-                    arguments = self.workspace.confine(spec, args, arguments)
-            except ToolFailure as failure:
-                return error_result(failure)
-            _CLIENT_ARGUMENTS.set(arguments)
-        # Operations are scoped to the workspace that started them (operation_state).
-        OPERATION_SCOPE.set(None if self.workspace is None else str(self.workspace.root))
-        return await super().call_tool(name, arguments, context)
+    def _arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The call's flat arguments, validated and confined, with agents' default wait."""
+        arguments = unnest(spec, arguments)
+        field = spec.params.model_fields.get(WAIT_PARAM)
+        waits_until_done = field is not None and field.default is None
+        if spec.long and waits_until_done and WAIT_PARAM not in arguments:
+            arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
+        args = spec.parse(arguments)
+        if self.workspace is not None:
+            arguments = self.workspace.confine(spec, args, arguments)
+        return arguments
 
 
 def build_server(
@@ -278,13 +215,17 @@ def build_server(
 ) -> ToolServer:
     """The server with every registered tool; read_only=True hides tools that write.
     `workspace` confines the paths of every call (`python -m mcp_server` always gives
-    one); without it, paths are unconfined, as for an in-process caller."""
+    one); without it, paths are unconfined, as for an in-process caller. Without
+    `specs`, the listing comes from the cache and no tool module is imported yet."""
     if specs is None:
-        from commands import all_tools
+        from commands import tool_spec
 
-        specs = all_tools()
-    chosen = [spec for spec in specs if spec.read_only or not read_only]
+        entries, load = cached_entries(), tool_spec
+    else:
+        given = {spec.name: spec for spec in specs}
+        entries, load = entries_of(given.values()), given.__getitem__
+    chosen = [e for e in entries if e["annotations"]["readOnlyHint"] or not read_only]
     instructions = INSTRUCTIONS + (f" {workspace.describe()}" if workspace else "")
     return ToolServer(
-        chosen, workspace, name="fsdp-eks", instructions=instructions, log_level="WARNING"
+        chosen, load, workspace, name="fsdp-eks", instructions=instructions, log_level="WARNING"
     )

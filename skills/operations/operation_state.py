@@ -119,7 +119,10 @@ class OperationState(ToolResult):
             if self.error.get("hint"):
                 rows.append(("hint", self.error["hint"]))
         if self.result:
-            rows += [(f"result.{k}", v) for k, v in self.result.items() if v is not None
+            # state_model types `result` as the tool's own model; the record holds a dict.
+            result = self.result
+            result = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+            rows += [(f"result.{k}", v) for k, v in result.items() if v is not None
                      and not isinstance(v, (dict, list))]  # fmt: skip
         if self.next_step:
             rows.append(("next", self.next_step))

@@ -21,6 +21,11 @@ class ToolResult(BaseModel):
             if value is not None and not isinstance(value, (dict, list))
         ]
 
+    def left_out_over_mcp(self) -> set[str]:
+        """Fields an MCP result's structuredContent leaves out: what the caller already has
+        (a started job's plan, which its dry run showed)."""
+        return set()
+
     def plain_text(self) -> str | None:
         """Text the CLI prints as is, instead of the summary table (e.g. a log)."""
         return None

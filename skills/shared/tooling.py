@@ -46,8 +46,8 @@ WaitSeconds = Annotated[
     Field(
         ge=0,
         le=86_400,
-        description="Seconds to wait before returning the current state; None waits to the "
-        "end (CLI default). MCP calls default to 40 s: then poll.",
+        description="Seconds to wait, then return the state; None waits to the end (the "
+        "CLI's default). MCP calls default to 40 s: then poll.",
     ),
 ]
 

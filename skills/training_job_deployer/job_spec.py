@@ -124,7 +124,7 @@ class JobSpec(BaseModel):
     dataset_config_name: Annotated[
         Annotated[str, StringConstraints(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
         | None,
-        Field(description="Hugging Face hub dataset configuration, e.g. 'wikitext-2-raw-v1'."),
+        Field(description="Hub dataset config, e.g. 'wikitext-2-raw-v1'."),
         TrainerFlag(),
     ] = None
     tokenizer: Annotated[
@@ -145,7 +145,7 @@ class JobSpec(BaseModel):
         Field(
             ge=0,
             le=1,
-            description="Floor of the cosine LR decay as a share of the peak (default 0.1).",
+            description="Cosine LR floor / peak (default 0.1).",
         ),
         TrainerFlag(),
     ] = None
@@ -239,14 +239,14 @@ class JobSpec(BaseModel):
         Field(
             ge=0,
             le=100,
-            description="Restart all workers up to N times on failure, resuming each time.",
+            description="Restarts on failure; all workers restart, resuming each time.",
         ),
     ] = 0
     adopt_checkpoint_dir: Annotated[
         bool,
         Field(
             strict=True,
-            description="Take over a checkpoint_dir another job owns and resume from it.",
+            description="Adopt another job's checkpoint_dir; resume from it.",
         ),
     ] = False
 

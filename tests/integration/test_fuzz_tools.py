@@ -1,10 +1,11 @@
 """Property-based fuzzing of every tool's input, through the CLI and through MCP.
 
-Arguments are drawn from each tool's own input schema (values that fit it) mixed with
-hostile ones (wrong types, huge and negative numbers, empty and 5000-character
-strings, control characters, NUL, path traversal, undecodable argv bytes, unknown
-keys, "true"/"1" for booleans). Whatever comes in, the answer is a result or a typed
-error with a hint: never a traceback, never an exit status outside 0-2.
+Arguments are drawn from each tool's own input schema (values that fit it; over MCP
+flat, or nested per target as tools/list shows them) mixed with hostile ones (wrong
+types, huge and negative numbers, empty and 5000-character strings, control characters,
+NUL, path traversal, undecodable argv bytes, unknown keys, "true"/"1" for booleans).
+Whatever comes in, the answer is a result or a typed error with a hint: never a
+traceback, never an exit status outside 0-2.
 
 Nothing real is started: deploy_training_job is always a dry run, everything runs in
 a temporary directory with its own operation store, and a cancel that might be
@@ -161,6 +162,37 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
             args["kubeconfig"] = "absent-kubeconfig"
         if "output" in args:  # create_config writes it: only here, in the sandbox
             args["output"] = "fuzz-eksctl.yaml"
+    return args
+
+
+def nested(spec: ToolSpec, args: dict[str, Any]) -> dict[str, Any]:
+    """The call as tools/list shows it: each target's settings in one object named after
+    the target (the chosen one's, else the first that has the setting)."""
+    out = dict(args)
+    for group in spec.groups:
+        if group.discriminator is None:
+            continue
+        chosen = out.get(group.discriminator)
+        for name in sorted((group.fields - {group.discriminator}) & set(out)):
+            owners = [k for k, m in group.members.items() if name in m.model_fields]
+            owner = chosen if chosen in owners else owners[0]
+            out.setdefault(owner, {})[name] = out.pop(name)
+    return out
+
+
+@st.composite
+def mcp_arguments(draw: st.DrawFn, spec: ToolSpec) -> dict[str, Any]:
+    """A call flat (still accepted), nested as listed, or nested with one target's object
+    replaced by a hostile value."""
+    args = draw(arguments(spec))
+    keys = [k for g in spec.groups if g.discriminator for k in g.members]
+    shape = draw(st.sampled_from(["flat", "nested", "hostile object"] if keys else ["flat"]))
+    if shape == "flat":
+        return args
+    args = nested(spec, args)
+    if shape == "hostile object":
+        args[draw(st.sampled_from(keys))] = draw(HOSTILE_VALUES | st.dictionaries(
+            st.text(max_size=12), HOSTILE_VALUES, max_size=2))  # fmt: skip
     return args
 
 
@@ -332,7 +364,7 @@ def test_mcp_answers_every_input_with_a_result_or_a_typed_error(name, mcp_client
     stats = STATS[f"mcp {name}"]
 
     @FUZZ_SETTINGS
-    @given(arguments(spec))
+    @given(mcp_arguments(spec))
     def check(args: dict[str, Any]) -> None:
         stats["cases"] += 1
         try:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Literal
 
 import anyio
-import jsonschema
 import pytest
 from mcp import Client
 
 from mcp_server import build_server
+from mcp_server.listing import SELF_NAMED
 from mcp_server.server import MCP_DEFAULT_WAIT_S
 from skills.shared.progress import Cancelled, Progress
 from skills.shared.results import ToolResult
@@ -140,8 +139,11 @@ def test_every_tool_publishes_descriptions_and_annotations(read_only):
         assert listed.description
         assert listed.annotations.read_only_hint is not None
         for name, schema in listed.input_schema["properties"].items():
-            assert schema.get("description"), (listed.name, name)
-        assert listed.output_schema is not None
+            # A standard term (max_steps, region) is its own doc; a target's settings
+            # object says which target it is for.
+            assert schema.get("description") or name in SELF_NAMED, (listed.name, name)
+        # No output schemas: structuredContent speaks for itself (issue 22's budget).
+        assert listed.output_schema is None
 
 
 def test_a_clients_cancel_reaches_a_long_tools_work():
@@ -157,37 +159,6 @@ def test_a_clients_cancel_reaches_a_long_tools_work():
     anyio.run(scenario)
     # The worker thread saw Cancelled at its next report instead of running a minute on.
     assert STOPPED.wait(timeout=5)
-
-
-def test_output_schemas_are_outlines_a_result_validates_against():
-    from pydantic import BaseModel
-
-    from mcp_server.server import outline_schema
-
-    class Inner(BaseModel):
-        x: int
-
-    class Result(BaseModel):
-        name: str
-        count: int | None = None
-        inner: Inner
-        items: list[Inner] = []
-        mode: Literal["a", "b"] = "a"
-        extra: dict[str, Any] = {}
-        anything: Any = None
-
-    outline = outline_schema(Result.model_json_schema())
-    assert outline["required"] == ["name", "inner"]
-    assert outline["properties"] == {
-        "name": {"type": "string"},
-        "count": {"type": ["integer", "null"]},
-        "inner": {"type": "object"},
-        "items": {"type": "array"},
-        "mode": {"type": "string"},
-        "extra": {"type": "object"},
-        "anything": {},
-    }
-    jsonschema.validate(Result(name="n", inner=Inner(x=1)).model_dump(mode="json"), outline)
 
 
 def test_string_grammar_is_checked_by_the_tool_not_listed():

@@ -71,7 +71,8 @@ def test_a_new_job_option_reaches_cli_mcp_schema_and_trainer_argv(tmp_path):
             return (await client.list_tools()).tools[0].input_schema["properties"]
 
     properties = anyio.run(listed)
-    assert properties["label_smoothing"]["description"] == "Label smoothing for the loss."
+    # The listing keeps a one-line doc (first clause, no full stop); --help the whole text.
+    assert properties["label_smoothing"]["description"] == "Label smoothing for the loss"
 
     argv = plan_with_new_option(job_name="ls", label_smoothing=0.1, runs_dir=str(tmp_path)).argv
     assert argv[argv.index("--label_smoothing") + 1] == "0.1"

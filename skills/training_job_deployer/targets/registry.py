@@ -91,6 +91,10 @@ class DeployResult(JobState):
         text = self.plan.plain_text() if self.status == "planned" else None
         return None if text is None else redact(text)
 
+    def left_out_over_mcp(self) -> set[str]:
+        # The plan (a PyTorchJob manifest: ~4 KB) is a dry run's answer; dry_run shows it.
+        return set() if self.dry_run else {"plan"}
+
     @field_serializer("plan", mode="wrap")
     def _masked_plan(self, plan: Any, handler: SerializerFunctionWrapHandler) -> Any:
         """The plan leaves as logs do: argv, env and scripts with secrets masked (the

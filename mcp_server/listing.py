@@ -1,0 +1,238 @@
+"""What tools/list serves: each tool's input schema cut to what an agent needs, computed
+once per version of the sources and cached on disk, so a server start imports no tool
+module (a tool's module loads on its first call).
+
+An agent pays for every byte of tools/list in every session. So: no output schemas (a
+result's structuredContent speaks for itself and its text says what it holds), no
+generated titles, no string grammar and no sanity ceilings (the tool's own model checks
+them and a refusal names the rule), optional inputs typed without their null, and each
+target's settings as one object per target instead of flat optional fields (the CLI
+keeps its flat flags: `unnest` turns the objects back into them)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from skills.shared.errors import bad_fields
+from skills.shared.tooling import ToolSpec
+
+# The sources a tool's schema comes from; their hash names the cache file.
+_ROOT = Path(__file__).resolve().parents[1]
+_SOURCE_DIRS = ("commands", "skills", "mcp_server")
+CACHE_DIR_ENV = "FSDP_EKS_CACHE_DIR"
+# A bound this high is a guard against absurd input, not a choice an agent makes.
+_SANITY_CEILING = 1_000
+# Inputs named by the standard term for what they are: their name is their doc in the
+# listing (the CLI's --help keeps the full text).
+SELF_NAMED = frozenset({
+    "max_steps", "train_batch_size", "seq_len", "learning_rate", "grad_accum_steps",
+    "seed", "cpu_offload", "async_save", "checkpoint_freq", "keep_last", "validation_freq",
+    "num_nodes", "gpu_per_node", "region", "dry_run", "namespace",
+})  # fmt: skip
+_DROPPED = ("title", "pattern", "minLength", "maxLength")
+_SUBSCHEMAS = ("items", "additionalProperties", "not")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "$defs", "patternProperties")
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """{"anyOf": [{"type": T, ...}, {"type": "null"}]} as {"type": [T, "null"], ...}: the
+    same rule (keywords like minimum or pattern apply only to their own type), shorter."""
+    branches = schema.get("anyOf")
+    if not (isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches):
+        return schema
+    (other,) = [b for b in branches if b != {"type": "null"}]
+    if not isinstance(other.get("type"), str) or "const" in other:
+        return schema
+    merged = {**{k: v for k, v in schema.items() if k != "anyOf"}, **other}
+    merged["type"] = [other["type"], "null"]
+    if "enum" in other:
+        merged["enum"] = [*other["enum"], None]
+    return merged
+
+
+def compact_schema(schema: Any, drop: tuple[str, ...] = _DROPPED) -> Any:
+    """The schema without the annotation keywords in `drop` at any depth (property
+    names are left alone), nullable types written short, sanity ceilings left out."""
+    if not isinstance(schema, dict):
+        return schema
+    schema = _nullable(schema)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in drop and not isinstance(value, (dict, list)):
+            continue
+        if key == "maximum" and isinstance(value, (int, float)) and value >= _SANITY_CEILING:
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            value = {name: compact_schema(sub, drop) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            value = [compact_schema(sub, drop) for sub in value]
+        elif key in _SUBSCHEMAS:
+            value = compact_schema(value, drop)
+        out[key] = value
+    return out
+
+
+def one_line(text: str) -> str:
+    """A parameter doc's first clause: what it is, without the parenthesised defaults and
+    the asides after a semicolon (the CLI's --help keeps them)."""
+    head = re.split(r" \(|; ", text, maxsplit=1)[0].strip().rstrip(".")
+    return head or text
+
+
+def _brief(schema: dict[str, Any], describe: bool = True) -> dict[str, Any]:
+    """A property with a one-line doc (none with describe=False), and no `false` default
+    on a flag (left out is off)."""
+    out = {k: v for k, v in schema.items() if not (k == "default" and v is False)}
+    if "description" in out:
+        if describe:
+            out["description"] = one_line(out["description"])
+        else:
+            del out["description"]
+    return out
+
+
+def _optional(schema: dict[str, Any]) -> dict[str, Any]:
+    """An input that may be left out, without its null: leaving it out means None, and
+    `"default": null` says nothing more. The tool's model still accepts an explicit null."""
+    out = {k: v for k, v in schema.items() if not (k == "default" and v is None)}
+    kind = out.get("type")
+    if isinstance(kind, list) and "null" in kind:
+        rest = [k for k in kind if k != "null"]
+        out["type"] = rest[0] if len(rest) == 1 else rest
+    if isinstance(out.get("enum"), list):
+        out["enum"] = [v for v in out["enum"] if v is not None]
+    return out
+
+
+def input_schema(spec: ToolSpec) -> dict[str, Any]:
+    """The tool's input schema as listed: compact, each target's settings nested."""
+    schema = compact_schema(spec.params.model_json_schema())
+    required = set(schema.get("required", ()))
+    properties = {
+        name: _brief(sub if name in required else _optional(sub), name not in SELF_NAMED)
+        for name, sub in schema.get("properties", {}).items()
+    }
+    for group in spec.groups:
+        if group.discriminator is None:
+            continue
+        nested = {
+            key: {
+                "description": one_line(model.__doc__ or key),
+                "properties": {
+                    n: _brief(properties[n], describe=False)
+                    for n in model.model_fields
+                    if n != group.discriminator
+                },
+            }
+            for key, model in group.members.items()
+            if len(model.model_fields) > 1
+        }
+        for name in group.fields - {group.discriminator}:
+            properties.pop(name, None)
+        properties.update(nested)
+    # additionalProperties: false says what a refusal says better (it names the key).
+    rest = {k: v for k, v in schema.items() if k != "additionalProperties"}
+    return {**rest, "properties": properties}
+
+
+def unnest(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """MCP arguments with each target's settings as one object, as the tool's flat inputs
+    ({"kubernetes": {"cluster_name": "c"}} -> {"target": "kubernetes", "cluster_name": "c"}).
+    Flat settings are still accepted; a setting given twice must agree."""
+    out = dict(arguments)
+    for group in spec.groups:
+        if group.discriminator is None:
+            continue
+        given = [key for key in group.members if key in out and key not in spec.params.model_fields]
+        for key in given:
+            settings = out.pop(key)
+            if settings is None:
+                continue
+            if not isinstance(settings, dict):
+                raise bad_fields([{"field": key, "problem": "must be an object"}], spec.name)
+            allowed = set(group.members[key].model_fields) - {group.discriminator}
+            problems = [
+                {"field": f"{key}.{name}", "problem": f"is not a setting of target {key!r}"}
+                for name in settings
+                if name not in allowed
+            ] + [
+                {"field": f"{key}.{name}", "problem": "given twice with different values"}
+                for name, value in settings.items()
+                if name in out and out[name] != value
+            ]
+            if problems:
+                raise bad_fields(problems, spec.name)
+            out.update(settings)
+        if group.discriminator not in out and len(given) == 1:
+            out[group.discriminator] = given[0]
+    return out
+
+
+def _annotations(spec: ToolSpec) -> dict[str, bool]:
+    """Only the hints that say something: destructive and idempotent mean nothing for a
+    read-only tool, and idempotentHint's default is false."""
+    if spec.read_only:
+        return {"readOnlyHint": True}
+    hints = {"readOnlyHint": False, "destructiveHint": spec.destructive}
+    return {**hints, "idempotentHint": True} if spec.idempotent else hints
+
+
+def tool_entry(spec: ToolSpec) -> dict[str, Any]:
+    """The tool as tools/list lists it (JSON, wire names)."""
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": input_schema(spec),
+        "annotations": _annotations(spec),
+    }
+
+
+def sources_hash() -> str:
+    """A hash of every source a schema may come from, and the versions that shape it."""
+    digest = hashlib.sha256()
+    for package in ("mcp", "pydantic"):
+        digest.update(f"{package}={metadata.version(package)}\n".encode())
+    for folder in _SOURCE_DIRS:
+        for path in sorted((_ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(_ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def _cache_dir() -> Path:
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fsdp-eks"
+
+
+def cached_entries() -> list[dict[str, Any]]:
+    """Every registered tool's entry, from the cache when the sources are unchanged, else
+    computed (importing every tool module) and cached for the next start."""
+    path = _cache_dir() / f"tools-{sources_hash()}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    from commands import all_tools
+
+    entries = entries_of(all_tools())
+    try:
+        from skills.shared.files import atomic_write_text
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(entries, separators=(",", ":")))
+    except OSError:  # a read-only home: serve uncached
+        pass
+    return entries
+
+
+def entries_of(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+    return [tool_entry(spec) for spec in specs]
