@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 import anyio
@@ -20,7 +20,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 from mcp_server.workspace import Workspace
-from skills.shared.errors import ToolFailure
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import path_fields
 from skills.shared.progress import CancellableProgress
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
 
@@ -214,10 +215,17 @@ class ToolServer(MCPServer):
     in the tools: the CLI's caller owns the machine, an MCP caller does not)."""
 
     def __init__(
-        self, specs: Iterable[ToolSpec], workspace: Workspace | None = None, **kwargs: Any
+        self,
+        specs: Iterable[ToolSpec],
+        workspace: Workspace | None = None,
+        read_only: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.workspace = workspace
+        # A read-only server serves only read-only tools, and of those no parameter that
+        # writes a file (diagnose_training_job's save_snapshot): hidden and refused.
+        self.read_only = read_only
         self.specs: dict[str, ToolSpec] = {}
         for spec in specs:
             self.specs[spec.name] = spec
@@ -241,6 +249,8 @@ class ToolServer(MCPServer):
             listed.input_schema = _without_null_defaults(
                 compact_schema(listed.input_schema, ("title", "pattern", "minLength", "maxLength"))
             )
+            if self.read_only:
+                _hide(listed.input_schema, writing_parameters(self.specs[listed.name]))
             if listed.output_schema is not None:
                 listed.output_schema = outline_schema(listed.output_schema)
         return tools
@@ -255,6 +265,8 @@ class ToolServer(MCPServer):
             if spec.long and waits_until_done and WAIT_PARAM not in arguments:
                 arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
             try:
+                if self.read_only:
+                    refuse_writes(spec, arguments)
                 args = spec.parse(arguments)
                 if self.workspace is not None:
                     arguments = self.workspace.confine(spec, args, arguments)
@@ -262,6 +274,32 @@ class ToolServer(MCPServer):
                 return error_result(failure)
             _CLIENT_ARGUMENTS.set(arguments)
         return await super().call_tool(name, arguments, context)
+
+
+def writing_parameters(spec: ToolSpec) -> list[str]:
+    """The tool's parameters that name a file it writes (LocalPath(writable=True))."""
+    return [name for name, marker in path_fields(spec.params).items() if marker.writable]
+
+
+def refuse_writes(spec: ToolSpec, arguments: Mapping[str, Any]) -> None:
+    """ToolFailure(PERMISSION_DENIED) when a read-only server's call sets a parameter
+    that writes: read-only means no writes, not only no write tools."""
+    given = [name for name in writing_parameters(spec) if arguments.get(name) is not None]
+    if given:
+        raise ToolFailure(
+            ErrorCode.PERMISSION_DENIED,
+            f"This server is read-only: {spec.name} may not write ({', '.join(given)}).",
+            f"Call {spec.name} without {', '.join(given)}, or use a server started "
+            "without --read-only.",
+            {"fields": given},
+        )
+
+
+def _hide(schema: dict[str, Any], names: list[str]) -> None:
+    for name in names:
+        schema.get("properties", {}).pop(name, None)
+        if name in schema.get("required", []):
+            schema["required"].remove(name)
 
 
 def build_server(
@@ -279,5 +317,5 @@ def build_server(
     chosen = [spec for spec in specs if spec.read_only or not read_only]
     instructions = INSTRUCTIONS + (f" {workspace.describe()}" if workspace else "")
     return ToolServer(
-        chosen, workspace, name="fsdp-eks", instructions=instructions, log_level="WARNING"
+        chosen, workspace, read_only, name="fsdp-eks", instructions=instructions, log_level="WARNING"
     )
