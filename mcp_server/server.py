@@ -317,5 +317,10 @@ def build_server(
     chosen = [spec for spec in specs if spec.read_only or not read_only]
     instructions = INSTRUCTIONS + (f" {workspace.describe()}" if workspace else "")
     return ToolServer(
-        chosen, workspace, read_only, name="fsdp-eks", instructions=instructions, log_level="WARNING"
+        chosen,
+        workspace,
+        read_only,
+        name="fsdp-eks",
+        instructions=instructions,
+        log_level="WARNING",
     )
