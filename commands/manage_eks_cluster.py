@@ -289,7 +289,8 @@ def _is_action(argv: list[str], action: str) -> bool:
 
 
 def _flag_value(argv: list[str], name: str) -> str | None:
-    """The value of --name (or its dashed spelling), `--name V` or `--name=V`."""
+    """The value the flag for `name` was given (either spelling; as the next argument or
+    after '='), or None."""
     spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
     for i, arg in enumerate(argv):
         flag, eq, value = arg.partition("=")
