@@ -20,7 +20,8 @@ from skills.training_job_deployer.job_spec import DryRun, JobSpec
 from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings, get_target
 
 
-@tool(read_only=False, long=True)
+# destructive: replace=true deletes a job of the same name (a running one only with confirm).
+@tool(read_only=False, destructive=True, long=True)
 def deploy_training_job(
     *,
     job: Annotated[JobSpec, Flatten()],

@@ -16,9 +16,10 @@ from pydantic import Field
 from commands._cli import main_for
 from skills.job_doctor.diagnose import Diagnosis, diagnose, validate_snapshot
 from skills.shared.errors import ErrorCode, ToolFailure, bad_fields
-from skills.shared.files import atomic_write_text
+from skills.shared.files import write_new_or_owned
 from skills.shared.paths import LocalPath
 from skills.shared.progress import NullProgress, Progress
+from skills.shared.reading import ReadRefused, parse_json
 from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
@@ -128,9 +129,11 @@ def _read_snapshot(path: Path) -> Any:
             raise _invalid(path, f"is larger than {MAX_SNAPSHOT_BYTES // 2**20} MiB")
         raw = handle.read(MAX_SNAPSHOT_BYTES + 1)
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+        data = parse_json(raw.decode("utf-8"), what="snapshot file", source=path)
+    except UnicodeDecodeError as exc:
         raise _invalid(path, f"is not JSON ({type(exc).__name__})") from None
+    except ReadRefused as refused:  # malformed, or nested too deep for any walk over it
+        raise _invalid(path, refused.problem) from None
     validate_snapshot(data, f"snapshot file {path}")
     return data
 
@@ -145,11 +148,21 @@ def _invalid(path: Path, problem: str) -> ToolFailure:
 
 
 def _write_snapshot(path: Path, data: dict[str, Any]) -> Path:
-    """Written whole or not at all (a temporary file renamed over the target)."""
-    path = path.expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    """Written whole or not at all (a temporary file renamed over the target), never
+    through a link, and over an existing file only when it is a snapshot."""
+    path = write_new_or_owned(path, json.dumps(data, indent=1) + "\n", owns=_is_snapshot)
     return path.resolve()
+
+
+def _is_snapshot(head: bytes) -> bool:
+    """A file --save_snapshot wrote (so saving again may replace it); a job record or any
+    other file is not replaced."""
+    try:
+        data = parse_json(head.decode("utf-8"))
+        validate_snapshot(data, "existing file")
+    except (UnicodeDecodeError, ToolFailure):
+        return False
+    return True
 
 
 main = main_for(diagnose_training_job)

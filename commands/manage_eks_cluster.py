@@ -19,6 +19,7 @@ from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.files import write_new_or_owned
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.tooling import spec_of, tool
 
@@ -223,12 +224,12 @@ def _create_config(
         )
     )
     text = eksctl.render(config)
-    if create and not output:
-        output = f"{cluster}-eksctl.yaml"
+    if create and not output:  # the CLI names <cluster>-eksctl.yaml; an MCP caller names it
+        _need(output, "output", "create_config with confirm",
+              "Name the eksctl config file to write (under the workspace over MCP).")
     path = Path(output).expanduser().absolute() if output else None
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_new_or_owned(path, text, owns=_is_eksctl_config)
     shown = path or Path(f"{cluster}-eksctl.yaml")
     command = eksctl.create_command(shown)
     report = ClusterReport(
@@ -247,18 +248,27 @@ def _create_config(
     return report
 
 
+def _is_eksctl_config(head: bytes) -> bool:
+    """A ClusterConfig (this action's own output), which writing again may replace."""
+    return b"apiVersion: eksctl.io/" in head and b"kind: ClusterConfig" in head
+
+
 _SEED_FLAGS = {"--validate_components", "--validate-components"}
 _AUTO_FIX_FLAGS = {"--auto_fix", "--auto-fix"}
 
 
 def cli(argv: Sequence[str]) -> int:
     """The CLI, which owns the machine: action=kubeconfig writes $KUBECONFIG (else
-    ~/.kube/config) unless --kubeconfig names a file; and the seed's explicit
+    ~/.kube/config) unless --kubeconfig names a file; create_config --confirm writes
+    <cluster>-eksctl.yaml here unless --output names a file; and the seed's explicit
     `--validate_components --auto_fix` prints the plan (stderr), then applies it."""
     argv = list(argv)
     seed = bool(_SEED_FLAGS & set(argv))
     argv = [a for a in argv if a not in _SEED_FLAGS]  # validate is the default action
-    if _is_kubeconfig_action(argv) and not any(a.startswith("--kubeconfig") for a in argv):
+    creates = _is_action(argv, "create_config") and "--confirm" in argv
+    if creates and not any(a.startswith("--output") for a in argv):
+        argv += ["--output", f"{_flag_value(argv, 'cluster_name') or 'cluster'}-eksctl.yaml"]
+    if _is_action(argv, "kubeconfig") and not any(a.startswith("--kubeconfig") for a in argv):
         from skills.kube.access import default_kubeconfig
 
         argv += ["--kubeconfig", str(default_kubeconfig())]
@@ -274,9 +284,19 @@ def cli(argv: Sequence[str]) -> int:
     return run_cli(manage_eks_cluster, argv)
 
 
-def _is_kubeconfig_action(argv: list[str]) -> bool:
-    pairs = zip(argv, [*argv[1:], ""], strict=True)
-    return "--action=kubeconfig" in argv or ("--action", "kubeconfig") in pairs
+def _is_action(argv: list[str], action: str) -> bool:
+    return _flag_value(argv, "action") == action
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    """The value the flag for `name` was given (either spelling; as the next argument or
+    after '='), or None."""
+    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in spellings:
+            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
 
 
 def _plan_arguments(argv: list[str]) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from skills.shared.errors import bad_fields
+from skills.shared.paths import path_fields
 from skills.shared.tooling import ToolSpec
 
 # The sources a tool's schema comes from; their hash names the cache file.
@@ -185,6 +186,9 @@ def _annotations(spec: ToolSpec) -> dict[str, bool]:
     return {**hints, "idempotentHint": True} if spec.idempotent else hints
 
 
+WRITES_KEY = "writes"
+
+
 def tool_entry(spec: ToolSpec) -> dict[str, Any]:
     """The tool as tools/list lists it (JSON, wire names)."""
     return {
@@ -192,7 +196,14 @@ def tool_entry(spec: ToolSpec) -> dict[str, Any]:
         "description": spec.description,
         "inputSchema": input_schema(spec),
         "annotations": _annotations(spec),
+        # Not listed: the parameters that write a file (a read-only server hides them).
+        WRITES_KEY: writing_parameters(spec),
     }
+
+
+def writing_parameters(spec: ToolSpec) -> list[str]:
+    """The tool's parameters that name a file it writes (LocalPath(writable=True))."""
+    return [name for name, marker in path_fields(spec.params).items() if marker.writable]
 
 
 def sources_hash() -> str:

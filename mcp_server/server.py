@@ -10,9 +10,10 @@ reaches the work through the progress reporter."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -22,7 +23,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, Tool
 
 from mcp_server.lean import bounded_tail, lean_data
-from mcp_server.listing import cached_entries, entries_of, unnest
+from mcp_server.listing import WRITES_KEY, cached_entries, entries_of, unnest, writing_parameters
 from mcp_server.workspace import Workspace
 from skills.operations.operation_state import OPERATION_SCOPE
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -141,13 +142,18 @@ class ToolServer(MCPServer):
         entries: list[dict[str, Any]],
         load: Callable[[str], ToolSpec],
         workspace: Workspace | None = None,
+        read_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.workspace = workspace
-        self._entries = {entry["name"]: entry for entry in entries}
+        # A read-only server serves only read-only tools, and of those no parameter that
+        # writes a file (diagnose_training_job's save_snapshot): hidden and refused.
+        self.read_only = read_only
+        listed = [_as_listed(entry, read_only) for entry in entries]
+        self._entries = {entry["name"]: entry for entry in listed}
         self._load = load
-        self._tools = [Tool.model_validate(entry) for entry in entries]
+        self._tools = [Tool.model_validate(entry) for entry in listed]
 
     def spec(self, name: str) -> ToolSpec | None:
         """The tool's spec, its module imported on the first call; None if not served."""
@@ -198,6 +204,8 @@ class ToolServer(MCPServer):
     def _arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """The call's flat arguments, validated and confined, with agents' default wait."""
         arguments = unnest(spec, arguments)
+        if self.read_only:
+            refuse_writes(spec, arguments)
         field = spec.params.model_fields.get(WAIT_PARAM)
         waits_until_done = field is not None and field.default is None
         if spec.long and waits_until_done and WAIT_PARAM not in arguments:
@@ -206,6 +214,37 @@ class ToolServer(MCPServer):
         if self.workspace is not None:
             arguments = self.workspace.confine(spec, args, arguments)
         return arguments
+
+
+def _as_listed(entry: dict[str, Any], read_only: bool) -> dict[str, Any]:
+    """The entry as tools/list shows it: without its `writes` note, and on a read-only
+    server without the parameters that write."""
+    listed = {key: value for key, value in entry.items() if key != WRITES_KEY}
+    if read_only and entry.get(WRITES_KEY):
+        listed["inputSchema"] = copy.deepcopy(entry["inputSchema"])
+        _hide(listed["inputSchema"], entry[WRITES_KEY])
+    return listed
+
+
+def refuse_writes(spec: ToolSpec, arguments: Mapping[str, Any]) -> None:
+    """ToolFailure(PERMISSION_DENIED) when a read-only server's call sets a parameter
+    that writes: read-only means no writes, not only no write tools."""
+    given = [name for name in writing_parameters(spec) if arguments.get(name) is not None]
+    if given:
+        raise ToolFailure(
+            ErrorCode.PERMISSION_DENIED,
+            f"This server is read-only: {spec.name} may not write ({', '.join(given)}).",
+            f"Call {spec.name} without {', '.join(given)}, or use a server started "
+            "without --read-only.",
+            {"fields": given},
+        )
+
+
+def _hide(schema: dict[str, Any], names: list[str]) -> None:
+    for name in names:
+        schema.get("properties", {}).pop(name, None)
+        if name in schema.get("required", []):
+            schema["required"].remove(name)
 
 
 def build_server(
@@ -227,5 +266,11 @@ def build_server(
     chosen = [e for e in entries if e["annotations"]["readOnlyHint"] or not read_only]
     instructions = INSTRUCTIONS + (f" {workspace.describe()}" if workspace else "")
     return ToolServer(
-        chosen, load, workspace, name="fsdp-eks", instructions=instructions, log_level="WARNING"
+        chosen,
+        load,
+        workspace,
+        read_only,
+        name="fsdp-eks",
+        instructions=instructions,
+        log_level="WARNING",
     )

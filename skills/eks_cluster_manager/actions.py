@@ -13,6 +13,7 @@ from skills.eks_cluster_manager.models import ClusterReport
 from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
+from skills.shared.reading import read_text
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,10 @@ def kubeconfig(access: Access, confirm: bool = False) -> ClusterReport:
     )
 
 
+# all_reduce_perf output is a few KiB per run; /dev/zero or a checkpoint is not one.
+NCCL_OUTPUT_MAX_BYTES = 8 * 2**20
+
+
 def judge_nccl_output(nccl_output: str, instance_type: str | None) -> ClusterReport:
     """The busbw verdict on a saved all_reduce_perf output (reads one file, runs nothing)."""
     from skills.catalog.instances import instance_spec
@@ -237,15 +242,7 @@ def judge_nccl_output(nccl_output: str, instance_type: str | None) -> ClusterRep
 
     spec = instance_spec(instance_type) if instance_type else None
     path = Path(nccl_output).expanduser()
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise ToolFailure(
-            ErrorCode.NOT_FOUND if isinstance(exc, FileNotFoundError) else ErrorCode.INVALID_INPUT,
-            f"Cannot read nccl_output {path} ({type(exc).__name__}).",
-            "Pass the path of a saved all_reduce_perf output file.",
-            {"problems": [{"field": "nccl_output", "problem": "cannot be read"}]},
-        ) from None
+    text = read_text(path, what="nccl_output", max_bytes=NCCL_OUTPUT_MAX_BYTES, errors="replace")
     report = parse(text, spec)
     summary = f"{report.verdict}: {report.reason}"
     return ClusterReport(action="nccl_test", nccl=report, summary=summary)

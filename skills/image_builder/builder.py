@@ -29,6 +29,7 @@ from skills.image_builder.registry_check import check_image, mirror_setting, rew
 from skills.image_builder.tags import TagStrategy, choose_tag, concrete_strategy
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
+from skills.shared.reading import read_bytes
 
 LOG_TAIL = 40
 _STEP = re.compile(r"^\s*step\s+(\d+)/(\d+)\s*:?", re.IGNORECASE)
@@ -87,8 +88,9 @@ def _inputs(options: BuildOptions) -> tuple[str, Path]:
             "Pass the path of a Dockerfile.",
             {"problems": [{"field": "dockerfile", "problem": "not a regular file"}]},
         )
+    data = read_bytes(path, what="dockerfile", max_bytes=dockerfile_reader.MAX_DOCKERFILE_CHARS)
     try:
-        text = path.read_text()
+        text = data.decode()
     except UnicodeDecodeError:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,

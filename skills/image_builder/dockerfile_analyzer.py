@@ -22,6 +22,10 @@ from skills.catalog import instances
 from skills.catalog.cuda import Combo, Flavor
 from skills.image_builder import dockerfile_reader
 from skills.image_builder.dockerfile_reader import assignments, substitute
+from skills.shared.reading import read_text
+
+# A requirements file is a few KiB; a larger "requirements file" is not read.
+MAX_REQUIREMENTS_BYTES = 1024 * 1024
 
 
 class Finding(BaseModel):
@@ -243,7 +247,7 @@ _VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-r", "--requirement
                   "--python-version", "--platform", "--implementation", "--abi", "--src",
                   "--cache-dir", "--trusted-host", "--progress-bar", "-e", "--editable"}
 _REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(.*)$")
-_WHL_CUDA = re.compile(r"download\.pytorch\.org/whl/(?:nightly/|test/)?(cu\d+|cpu)\b")
+_WHL_CUDA = re.compile(r"download\.pytorch\.org/whl/(?:nightly/|test/)?(cu\d{2,}|cpu)\b")
 FLASH_ATTN = {"flash-attn", "flash_attn"}
 
 
@@ -276,9 +280,18 @@ def parse_requirement(text: str) -> Requirement | None:
     version = cuda = None
     if pin := re.match(r"===?\s*([^\s,]+)", m[3]):
         version, _, local = pin[1].partition("+")
-        if re.fullmatch(r"cu\d+", local):
+        version = _comparable(version)
+        if re.fullmatch(r"cu\d{2,}", local):  # cu1 names no CUDA (major + minor digit)
             cuda = cuda_tables.cuda_from_cu(local)
     return Requirement(name, version, cuda, text)
+
+
+def _comparable(version: str) -> str | None:
+    """A pin the tables can compare: "2" is "2.0" (PEP 440 pads a release); a pin that is
+    not a release number ("x", "2.*") is left unread (None) rather than guessed at."""
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
+        return None
+    return version if "." in version else f"{version}.0"
 
 
 def _index_cuda(url: str) -> str | None:
@@ -289,6 +302,8 @@ def _index_cuda(url: str) -> str | None:
 def _pip_commands(run: str) -> list[list[str]]:
     commands = []
     for part in re.split(r"&&|\|\||;|\|", run):
+        if "install" not in part or "pip" not in part:
+            continue  # no pip install here: no tokenizing (a 50k-line RUN stays linear)
         try:
             tokens = shlex.split(part, comments=True)
         except ValueError:
@@ -300,19 +315,23 @@ def _pip_commands(run: str) -> list[list[str]]:
     return commands
 
 
-def _read_requirements(path: Path, seen: set[Path]) -> tuple[list[str], str | None]:
-    """The requirement lines of a requirements file (and those it includes) + its index CUDA."""
-    if path in seen or not path.is_file():
+def _read_requirements(path: Path, seen: set[Path], root: Path) -> tuple[list[str], str | None]:
+    """The requirement lines of a requirements file (and those it includes) + its index
+    CUDA. Only files inside `root` (the build context) are read, through the bounded
+    reader: `-r ../../outside.txt` or a link out of the context is not followed."""
+    if path in seen or not path.is_file() or not _within(path, root):
         return [], None
     seen.add(path)
+    text = read_text(path, what="requirements file", max_bytes=MAX_REQUIREMENTS_BYTES,
+                     errors="replace", within=root)
     lines, cuda = [], None
-    for raw in path.read_text(errors="replace").splitlines():
+    for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
         opt = re.match(r"^(-r|--requirement|-i|--index-url|--extra-index-url)[ =]\s*(\S+)", line)
         if opt and opt[1] in ("-r", "--requirement"):
-            more, more_cuda = _read_requirements(path.parent / opt[2], seen)
+            more, more_cuda = _read_requirements(path.parent / opt[2], seen, root)
             lines += more
             cuda = cuda or more_cuda
         elif opt:
@@ -320,6 +339,13 @@ def _read_requirements(path: Path, seen: set[Path]) -> tuple[list[str], str | No
         else:
             lines.append(line)
     return lines, cuda
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _context_file(ref: str, copies: list[tuple[list[str], str]], context_dir: Path) -> Path:
@@ -364,7 +390,8 @@ def pip_installs(stage: Stage, context_dir: Path | None) -> list[PipInstall]:
                 i += 1
             for ref in files:
                 if context_dir is not None:
-                    lines, cuda = _read_requirements(_context_file(ref, copies, context_dir), set())
+                    lines, cuda = _read_requirements(
+                        _context_file(ref, copies, context_dir), set(), context_dir)
                     reqs += [r for r in map(parse_requirement, lines) if r]
                     index_cuda = index_cuda or cuda
             found.append(PipInstall(ins.line, " ".join(ins.raw.split()), reqs, index_cuda,

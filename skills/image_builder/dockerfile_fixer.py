@@ -26,6 +26,7 @@ from skills.image_builder.dockerfile_analyzer import (
     stage_flavor,
     target_for,
 )
+from skills.shared.files import write_new_or_owned
 
 # Findings fixed by aligning a stage's base and pip pins to one torch/CUDA combination.
 CUDA_CODES = frozenset({"no_such_image", "no_such_wheel", "wheel_cuda_mismatch",
@@ -181,7 +182,9 @@ def fix(
 
 
 def write_fixed(path: Path, result: FixResult, *, write: bool = False) -> Path:
-    """Write the fixed text beside `path` as `<name>.fixed`, or over it when write=True."""
+    """Write the fixed text beside `path` as `<name>.fixed`, or over it when write=True
+    (SymlinkDestination for a link at either place)."""
     target = path if write else path.with_name(path.name + ".fixed")
-    target.write_text(result.text)
-    return target
+    # `.fixed` is this tool's own name, so it is rewritten; write=True is the caller's
+    # request to replace the Dockerfile. Neither is written through a link.
+    return write_new_or_owned(target, result.text, overwrite=True)

@@ -14,6 +14,9 @@ from typing import Any
 
 from dockerfile_parse import DockerfileParser
 
+# Real Dockerfiles are a few KiB with instructions of tens of lines.
+MAX_DOCKERFILE_CHARS = 1024 * 1024
+MAX_CONTINUATION_LINES = 2000
 _VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-+])([^}]*))?\}|(\w+))")
 
 
@@ -77,8 +80,35 @@ def _from_parts(value: str) -> tuple[tuple[str, ...], str, str | None]:
     return flags, (rest[0] if rest else ""), name
 
 
+def check_size(text: str) -> None:
+    """ToolFailure(INVALID_INPUT) for a Dockerfile over the caps: the parser joins a
+    continued instruction by repeated concatenation (quadratic in its lines), so both the
+    whole text and the longest instruction are bounded before it runs. One linear pass."""
+    from skills.shared.errors import ErrorCode, ToolFailure
+
+    problem = None
+    if len(text) > MAX_DOCKERFILE_CHARS:
+        problem = f"is larger than {MAX_DOCKERFILE_CHARS // 1024} KiB"
+    else:
+        run = longest = 0
+        for line in text.splitlines():
+            run = run + 1 if line.rstrip().endswith("\\") else 0
+            longest = max(longest, run)
+        if longest > MAX_CONTINUATION_LINES:
+            problem = f"has an instruction continued over {longest} lines"
+    if problem:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"The Dockerfile {problem} (limits: {MAX_DOCKERFILE_CHARS // 1024} KiB, "
+            f"{MAX_CONTINUATION_LINES} lines per instruction).",
+            "Split the instruction, or move long lists into a requirements file.",
+            {"problems": [{"field": "dockerfile", "problem": problem}]},
+        )
+
+
 def read(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
     """Every FROM with its image resolved, the global ARGs, and each stage's items."""
+    check_size(text)
     build_args = build_args or {}
     parser = DockerfileParser(fileobj=io.BytesIO(text.encode()), env_replace=False)
     read_: Dockerfile = Dockerfile([], {}, {})

@@ -209,6 +209,8 @@ def kube_api_client(
     from kubernetes.config.config_exception import ConfigException
 
     path = os.fspath(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
+    if path and os.pathsep not in path:
+        read_kubeconfig(Path(path))  # a malformed file is KUBECONFIG_INVALID, not a crash
     try:
         api_config = client.Configuration()
         config.load_kube_config(config_file=path, context=context, client_configuration=api_config)
@@ -238,6 +240,10 @@ def cluster_api_client(
 
 
 # --- kubeconfig ----------------------------------------------------------------------------
+
+
+# Real kubeconfigs are a few KiB; a large one is not read whole.
+KUBECONFIG_MAX_BYTES = 4 * 2**20
 
 
 def default_kubeconfig() -> Path:
@@ -294,6 +300,36 @@ def _refuse_repointing(config: dict[str, Any], context: str, target: dict[str, A
             )
 
 
+def read_kubeconfig(path: Path) -> dict[str, Any]:
+    """The kubeconfig at `path` through the bounded reader, its clusters/users/contexts
+    entries all mappings; anything else is KUBECONFIG_INVALID (never an AttributeError or
+    UnicodeDecodeError from deep inside a loader)."""
+    from skills.shared.reading import ReadRefused, load_yaml
+
+    try:
+        config = load_yaml(path, what="kubeconfig", max_bytes=KUBECONFIG_MAX_BYTES) or {}
+    except ReadRefused as refused:
+        raise _bad_kubeconfig(path, refused.problem) from None
+    if not isinstance(config, dict):
+        raise _bad_kubeconfig(path, "is not a mapping")
+    for key in ("clusters", "users", "contexts"):
+        entries = config.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise _bad_kubeconfig(path, f"has a {key} entry that is not a mapping")
+    return config
+
+
+def _bad_kubeconfig(path: Path, problem: str) -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.KUBECONFIG_INVALID,
+        f"The kubeconfig {path} {problem}; it was left as it is.",
+        "Fix or move the file, or pass another kubeconfig path.",
+        {"kubeconfig": str(path), "problem": problem},
+    )
+
+
 def write_kubeconfig(
     info: ClusterInfo,
     path: Path,
@@ -306,23 +342,8 @@ def write_kubeconfig(
     Re-pointing an existing context at this cluster needs `confirm`."""
     import yaml
 
-    created = not path.exists()
-    try:
-        config = {} if created else (yaml.safe_load(path.read_text()) or {})
-    except yaml.YAMLError as exc:
-        raise ToolFailure(
-            ErrorCode.KUBECONFIG_INVALID,
-            f"{path} is not valid YAML; it was left as it is.",
-            "Fix or move the file, or pass another kubeconfig path.",
-            {"kubeconfig": str(path), "problem": str(exc).splitlines()[0]},
-        ) from None
-    if not isinstance(config, dict):
-        raise ToolFailure(
-            ErrorCode.KUBECONFIG_INVALID,
-            f"{path} is not a kubeconfig (not a mapping); it was left as it is.",
-            "Pass another kubeconfig path.",
-            {"kubeconfig": str(path)},
-        )
+    created = not path.exists() and not path.is_symlink()
+    config = {} if created else read_kubeconfig(path)
     name = info.arn or f"{info.region}/{info.name}"
     context = alias or name
     config.setdefault("apiVersion", "v1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -57,6 +58,45 @@ def atomic_write_text(
     return atomic_write_bytes(path, text.encode(encoding), mode)
 
 
+def write_new_or_owned(
+    path: Path | str,
+    text: str,
+    *,
+    owns: Callable[[bytes], bool] | None = None,
+    overwrite: bool = False,
+    mode: int | None = None,
+) -> Path:
+    """The one writer for a file a tool writes where its caller says (a fixed
+    Dockerfile, an eksctl config, a snapshot, a kubeconfig): its directory made, then
+    atomic_write_text (never through a link). An existing file is replaced only when
+    `owns(its first bytes)` says the tool wrote it, or the caller asked (`overwrite`);
+    otherwise ToolFailure(CONFLICT) and the file is left as it is."""
+    path = Path(path).expanduser()
+    if _is_symlink(path):
+        raise SymlinkDestination(path)
+    if path.exists() and not overwrite and not (owns and owns(_head(path))):
+        raise ToolFailure(
+            ErrorCode.CONFLICT,
+            f"{path} exists and is not a file this tool wrote; it was left as it is.",
+            "Name another file, or remove it first (overwrite=true where the tool has it).",
+            {"path": str(path)},
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, text, mode)
+
+
+def _head(path: Path, limit: int = 16 << 20) -> bytes:
+    """The first bytes of a regular file (b"" for anything else: not ours to judge)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return b""
+        return handle.read(limit)
+
+
 def _is_symlink(path: Path) -> bool:
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
@@ -79,4 +119,4 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["SymlinkDestination", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["SymlinkDestination", "atomic_write_bytes", "atomic_write_text", "write_new_or_owned"]

@@ -124,7 +124,7 @@ class JobSpec(BaseModel):
     dataset_config_name: Annotated[
         Annotated[str, StringConstraints(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
         | None,
-        Field(description="Hub dataset config, e.g. 'wikitext-2-raw-v1'."),
+        Field(description="Hub dataset config (e.g. wikitext-2-raw-v1)."),
         TrainerFlag(),
     ] = None
     tokenizer: Annotated[

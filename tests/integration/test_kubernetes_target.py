@@ -191,8 +191,23 @@ def test_an_existing_name_is_a_typed_error_and_replace_starts_over(operator, kub
     first_uid = created(kube_api)["metadata"]["uid"]
     exists = failure(deploy)
     assert exists.code == "job_exists" and "replace=true" in exists.hint
-    state = deploy(replace=True)
+    # Issue 20 item 12: replace=true deleted a RUNNING job without confirm.
+    unconfirmed = failure(deploy, replace=True)
+    assert unconfirmed.code == "confirmation_required" and "confirm=true" in unconfirmed.hint
+    assert created(kube_api)["metadata"]["uid"] == first_uid  # still the first job
+    state = deploy(replace=True, confirm=True)
     assert state.status == "running"
+    assert created(kube_api)["metadata"]["uid"] != first_uid
+
+
+def test_replace_of_an_ended_job_needs_no_confirm(operator, kube_api):
+    """A job that ended is only a record: replace (auto_retry's resubmission) goes on."""
+    deploy()
+    job = created(kube_api)
+    job["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+    kube_api.emulator.objects[PYTORCHJOB, "default", "llama"] = job
+    first_uid = job["metadata"]["uid"]
+    assert deploy(replace=True).status == "running"
     assert created(kube_api)["metadata"]["uid"] != first_uid
 
 

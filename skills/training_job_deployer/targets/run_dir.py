@@ -20,6 +20,7 @@ from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
+from skills.shared.reading import read_chunk
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer.models import JobState
@@ -29,6 +30,9 @@ from skills.training_job_deployer.trainer_log import LogFollower, RunMetrics
 
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
 LOG_TAIL_LINES = 40
+# A read of a job's log is bounded: a follow step takes at most a chunk, a tail the end.
+LOG_CHUNK_BYTES = 8 * 2**20
+LOG_TAIL_BYTES = 4 * 2**20
 # Another deploy of the job waits this long for the lock, then gets conflict.
 LOCK_TIMEOUT_S = 15.0
 
@@ -257,20 +261,18 @@ class RunDirTarget(Target):
         return str(log)
 
     def _tail(self, log: Any, tail_lines: int | None) -> str:
-        lines = self._read_from(log, 0).decode(errors="replace").splitlines()
+        # The end of the log only: a tail never needs more than the last LOG_TAIL_BYTES.
+        data = self._read_from(log, -LOG_TAIL_BYTES)
+        lines = data.decode(errors="replace").splitlines()
         if tail_lines is not None:
             lines = lines[-tail_lines:]
         # Masked when written; masked again for values only this reader knows.
         return redact("\n".join(lines))
 
     def _read_from(self, log: Any, offset: int) -> bytes:
-        """The log's bytes from `offset` ('' while there is none)."""
-        try:
-            with open(log, "rb") as handle:
-                handle.seek(offset)
-                return handle.read()
-        except FileNotFoundError:
-            return b""
+        """The log's bytes from `offset` (negative: from the end), b"" while there is
+        none; at most LOG_CHUNK_BYTES a call, never through a link (the bounded reader)."""
+        return read_chunk(log, offset, what="job log", max_bytes=LOG_CHUNK_BYTES)
 
     def list_jobs(self) -> list[JobState]:
         """Every job with a record under runs_dir, newest first; a record that cannot

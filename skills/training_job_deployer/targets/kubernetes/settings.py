@@ -4,9 +4,10 @@ read-only job tools' schemas stay small."""
 
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from skills.shared.paths import LocalPath
 from skills.training_job_deployer.targets.base import TargetSettings
@@ -14,6 +15,23 @@ from skills.training_job_deployer.targets.base import TargetSettings
 DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:\d{1,5}$"
 DEFAULT_HOST_PATH = "/mnt/k8s-disks/0/checkpoints"
+
+
+# The node's own directories: a hostPath at or under one of these is refused; the bare
+# parents of data directories (/, /var, /mnt, /home...) are refused themselves only.
+_SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/usr", "/bin", "/sbin",
+                 "/lib", "/lib32", "/lib64", "/run", "/var/run", "/var/lib/kubelet",
+                 "/var/lib/containerd", "/var/lib/docker", "/var/log", "/var/lib/cni",
+                 "/opt/cni", "/etc/kubernetes")
+_SYSTEM_DIRS = ("/", "/var", "/var/lib", "/home", "/mnt", "/opt", "/srv", "/tmp", "/snap")
+
+
+def is_system_path(path: str) -> bool:
+    """True for a node path that is (or is under) a directory the node itself needs."""
+    normal = posixpath.normpath("/" + path.lstrip("/")).replace("//", "/")
+    if normal in _SYSTEM_DIRS:
+        return True
+    return any(normal == tree or normal.startswith(tree + "/") for tree in _SYSTEM_TREES)
 
 
 class KubernetesSettings(TargetSettings):
@@ -76,6 +94,17 @@ class KubernetesDeploySettings(KubernetesSettings):
             description="Node dir (hostPath) or pvc:<claim> mounted at /checkpoints.",
         ),
     ] = DEFAULT_HOST_PATH
+
+    @field_validator("checkpoint_volume")
+    @classmethod
+    def _not_a_system_path(cls, volume: str) -> str:
+        if not volume.startswith("pvc:") and is_system_path(volume):
+            raise ValueError(
+                f"{volume} is a system directory of the node; a read-write hostPath there "
+                "would hand the node to the job. Use a data directory (default "
+                f"{DEFAULT_HOST_PATH}) or pvc:<claim>"
+            )
+        return volume
     etcd_endpoint: Annotated[
         str | None, Field(pattern=HOST_PORT, description="etcd host:port: etcd rendezvous.")
     ] = None
@@ -94,6 +123,9 @@ class KubernetesDeploySettings(KubernetesSettings):
     ] = None
     replace: Annotated[
         bool, Field(strict=True, description="Delete a job of the same name first.")
+    ] = False
+    confirm: Annotated[
+        bool, Field(strict=True, description="Confirm replace of a running job.")
     ] = False
     skip_gate: Annotated[
         bool, Field(strict=True, description="Skip the driver/CUDA check before submit.")

@@ -22,6 +22,7 @@ from skills.kube import pods as kube_pods
 from skills.kube.access import cluster_api_client
 from skills.kube.gpu_nodes import GPU_RESOURCE, node_gpu_facts
 from skills.kube.pods import pod_name
+from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
@@ -68,6 +69,7 @@ class KubernetesPlan(Plan):
     )
     instance_type: str | None = None
     replace: bool = False
+    confirm: bool = False
     skip_gate: bool = False
     log_path: str
     warnings: list[str] = Field(default_factory=list)
@@ -168,6 +170,7 @@ class KubernetesTarget(Target):
             hf_token_secret=HF_SECRET if has_token else None,
             instance_type=settings.instance_type,
             replace=settings.replace,
+            confirm=settings.confirm,
             skip_gate=settings.skip_gate,
             log_path=self._pod_path(self._rank0_name(manifest)),
             warnings=warnings,
@@ -189,7 +192,8 @@ class KubernetesTarget(Target):
     ) -> None:
         reader = self.reader
         reader.require_crd()
-        if reader.job(job_name) is not None:
+        existing = reader.job(job_name)
+        if existing is not None:
             if not plan.replace:
                 raise ToolFailure(
                     ErrorCode.JOB_EXISTS,
@@ -198,6 +202,14 @@ class KubernetesTarget(Target):
                     "Follow it with get_training_job, deploy with replace=true to start it "
                     "over (checkpoints stay), or delete_training_job it first.",
                     {"namespace": self.namespace},
+                )
+            if kube_pods.job_status(existing) == "running":  # an ended job is only a record
+                require_confirm(
+                    plan.confirm,
+                    f"PyTorchJob {job_name!r} in namespace {self.namespace!r} is running; "
+                    "replace=true would delete it (its pods stop) and start it over.",
+                    "to delete the running job and start it over",
+                    {"namespace": self.namespace, "job_name": job_name, "delete": True},
                 )
             self._delete_and_wait(job_name)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]

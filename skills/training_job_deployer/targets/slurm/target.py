@@ -642,7 +642,8 @@ class SlurmTarget(RunDirTarget):
     def _read_from(self, path: str, offset: int) -> bytes:
         if self.settings.ssh_host is None:
             return super()._read_from(path, offset)
-        done = self.scheduler.run(["tail", "-c", f"+{offset + 1}", "--", path])
+        start = str(-offset) if offset < 0 else f"+{offset + 1}"  # negative: the end
+        done = self.scheduler.run(["tail", "-c", start, "--", path])
         return done.stdout if done.returncode == 0 else b""
 
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
