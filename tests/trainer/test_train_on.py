@@ -106,3 +106,20 @@ def test_the_token_cache_keeps_the_mask_beside_the_tokens(tmp_path):
     # The unmasked stream of the same chats is today's: one document string each.
     plain = load_documents(str(data), chat=chat_renderer(tok))
     assert tokenize_documents(plain, tok).tolist() == ids.tolist()
+
+
+def test_a_run_trains_on_the_assistant_turns(tmp_path, monkeypatch, no_dist_env, capsys):
+    from trainer import train as train_mod
+
+    monkeypatch.setenv("FSDP_EKS_CACHE_DIR", str(tmp_path / "cache"))
+    tok_dir = tmp_path / "tok"
+    template_tokenizer(tok_dir)
+    data = chat_file(tmp_path, [TWO_TURNS] * 200)
+    args = ["--dataset", str(data), "--tokenizer", str(tok_dir), "--seq_len", "16",
+            "--train_batch_size", "4", "--max_steps", "3", "--log_freq", "1",
+            "--train_on", "assistant"]  # fmt: skip
+    assert train_mod.main(args) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    losses = [e["loss"] for e in events if e["event"] == "step"]
+    assert len(losses) == 3 and all(loss == loss and loss > 0 for loss in losses)
+    assert list((tmp_path / "cache" / "tokens").glob("*.mask"))
