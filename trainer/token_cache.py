@@ -133,11 +133,12 @@ def _join(path: Path, count: int) -> None:
         _part(path, index).unlink(missing_ok=True)
 
 
-def open_tokens(path: Path, dtype: object = None) -> np.ndarray:
-    dtype = np.dtype(dtype or path.suffix.lstrip("."))
+def open_tokens(path: Path, dtype: type[np.unsignedinteger] | None = None) -> np.ndarray:
+    """The memory map of `path`; its dtype is the suffix's unless given (the mask's)."""
+    kind = np.dtype(path.suffix.lstrip(".")) if dtype is None else np.dtype(dtype)
     if path.stat().st_size == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
+        return np.zeros(0, dtype=kind)
+    return np.memmap(path, dtype=kind, mode="r")
 
 
 def cached_tokens(
@@ -146,7 +147,7 @@ def cached_tokens(
     tokenizer: Tokenizer,
     local_rank: int,
     local_world_size: int,
-    barrier: Callable[[], None],
+    barrier: Callable[[], object],
     masked: bool = False,
 ) -> np.ndarray:
     """The token stream from `path`, built first if missing. Called on

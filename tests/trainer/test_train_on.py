@@ -21,6 +21,7 @@ from trainer.data import (
     tokenize_with_mask,
 )
 from trainer.token_cache import cached_tokens, open_mask, token_file
+from trainer.tokenizer import HFTokenizer
 from trainer.train import token_loss
 
 TWO_TURNS = [*CHAT, {"role": "user", "content": "there"}, {"role": "assistant", "content": "hi"}]
@@ -42,6 +43,7 @@ def test_the_mask_covers_exactly_the_assistant_turns(tmp_path):
     assert [trained for _, trained in doc] == [False, True, False, True]
     ids, mask = tokenize_with_mask([doc], tok)
     assert ids.tolist() == tok.encode(whole)  # word-level: turn-wise encoding is the same
+    assert isinstance(tok, HFTokenizer)
     vocab = tok.tokenizer.id_to_token
     kept = [vocab(i) for i, m in zip(ids.tolist(), mask.tolist(), strict=True) if m]
     # Each assistant turn: its header, reply and end marker; then EOS (the last turn's).
