@@ -23,6 +23,7 @@ from trainer.presets import PRESETS
 SHARDING_STRATEGIES = ("full", "shard_grad_op", "hybrid", "no_shard")
 AC_MODES = ("none", "selective", "full")
 REDUCE_DTYPES = ("float32", "bfloat16")
+TRAIN_ON = ("all", "assistant")
 
 
 class ConfigError(ValueError):
@@ -118,6 +119,11 @@ class DataConfig:
     seq_len: int = setting(128, "tokens per training sequence", ge=1)
     # Taken from the end of the token stream.
     validation_split: float = setting(0.05, "share of tokens held out for eval", ge=0, lt=1)
+    # assistant: chat records train on the assistant turns only (the loss ignores the
+    # prompt); plain text records are trained on whole either way.
+    train_on: str = setting(
+        "all", f"tokens the loss counts: {'|'.join(TRAIN_ON)}", choices=TRAIN_ON
+    )
 
 
 @dataclass

@@ -34,6 +34,7 @@ __all__ = [
     "bundled_documents",
     "eval_batches",
     "load_documents",
+    "assistant_segments",
     "render_chat",
     "split_tokens",
     "tokenize_documents",
@@ -82,7 +83,35 @@ def render_chat(messages: Any) -> str:
     return "".join(blocks)
 
 
-ChatRenderer = Callable[[Any], str]
+ChatRenderer = Callable[[Any], Any]
+
+# --train_on assistant: a chat document is a list of (text, trained_on) segments, so
+# the loss mask can follow the turns through tokenization.
+Segments = list[tuple[str, bool]]
+Document = str | Segments
+IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
+
+
+def assistant_segments(render: Callable[[Any], str]) -> Callable[[Any], Segments]:
+    """A chat renderer that keeps the turns apart: messages[i]'s text is what rendering
+    messages[:i+1] adds to messages[:i], trained on when its role is "assistant"."""
+
+    def segments(messages: Any) -> Segments:
+        full = render(messages)
+        out: Segments = []
+        done = ""
+        for i, message in enumerate(messages):
+            text = full if i == len(messages) - 1 else render(messages[: i + 1])
+            if not text.startswith(done):
+                raise ValueError(
+                    "the chat template does not render a conversation's prefix as the "
+                    "start of the whole, so turns cannot be masked; use --train_on all"
+                )
+            out.append((text[len(done) :], message["role"] == "assistant"))
+            done = text
+        return out
+
+    return segments
 
 
 def chat_renderer(tokenizer: Tokenizer) -> ChatRenderer:
@@ -197,16 +226,21 @@ def _load_hub(name: str, config_name: str | None, chat: ChatRenderer) -> list[st
     return docs
 
 
+def document_text(doc: Document) -> str:
+    return doc if isinstance(doc, str) else "".join(text for text, _ in doc)
+
+
 def load_documents(
     dataset: str | None, config_name: str | None = None, chat: ChatRenderer = render_chat
-) -> list[str]:
+) -> list[Any]:
     """The documents of `--dataset`, in a fixed order.
 
     None              the bundled English corpus
     file.txt          one document
     file.jsonl        one document per line: {"text": "..."} or
                       {"messages": [{"role": "user", "content": "..."}, ...]} (`chat`:
-                      render_chat, or chat_renderer(tokenizer))
+                      render_chat, or chat_renderer(tokenizer); with
+                      assistant_segments(...) a chat becomes Segments)
     directory         every .txt/.jsonl below it, sorted by relative path
     s3://bucket/key   an object or a prefix of them, downloaded (storage.fetch)
     org/name          a Hugging Face hub dataset (needs `datasets`), split "train",
@@ -229,7 +263,7 @@ def load_documents(
         raise ConfigError(f"dataset {dataset!r} does not exist")
     else:
         docs = _load_hub(dataset, config_name, chat)
-    docs = [d for d in docs if d.strip()]
+    docs = [d for d in docs if document_text(d).strip()]
     if not docs:
         raise ConfigError(f"dataset {dataset!r} has no non-empty documents")
     return docs
@@ -239,6 +273,42 @@ def tokenize_documents(docs: list[str], tokenizer: Tokenizer) -> torch.Tensor:
     """One int64 stream: BOS + doc + EOS for each document, in order."""
     ids = tokenizer.encode_batch(docs)
     return torch.tensor(list(itertools.chain.from_iterable(ids)), dtype=torch.long)
+
+
+def encode_with_mask(
+    docs: list[Document], tokenizer: Tokenizer
+) -> list[tuple[list[int], list[int]]]:
+    """(ids, mask) per document: BOS + doc + EOS like tokenize_documents, mask 1 where the
+    token is trained on as a target. A plain text document is trained on whole; a chat
+    (Segments) on its assistant turns, each turn encoded alone so the mask is exact. The
+    EOS follows the last turn's mask (an assistant reply learns to end)."""
+    out = []
+    for doc in docs:
+        if isinstance(doc, str):
+            ids = tokenizer.encode(doc)
+            out.append((ids, [1] * len(ids)))
+            continue
+        ids = tokenizer.encode("", eos=False)  # BOS: never a target of the previous doc
+        mask = [0] * len(ids)
+        for text, trained in doc:
+            part = tokenizer.encode(text, bos=False, eos=False)
+            ids += part
+            mask += [int(trained)] * len(part)
+        tail = tokenizer.encode("", bos=False)
+        ids += tail
+        mask += [int(doc[-1][1]) if doc else 1] * len(tail)
+        out.append((ids, mask))
+    return out
+
+
+def tokenize_with_mask(
+    docs: list[Document], tokenizer: Tokenizer
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stream of tokenize_documents and its uint8 loss mask (--train_on assistant)."""
+    pairs = encode_with_mask(docs, tokenizer)
+    ids = torch.tensor([i for p, _ in pairs for i in p], dtype=torch.long)
+    mask = torch.tensor([m for _, ms in pairs for m in ms], dtype=torch.uint8)
+    return ids, mask
 
 
 def split_tokens(tokens: Tokens, validation_split: float) -> tuple[Tokens, Tokens]:
@@ -269,13 +339,20 @@ def as_stream(tokens: Tokens | list[int]) -> Tokens:
     return torch.as_tensor(tokens, dtype=torch.long)
 
 
-def _gather(tokens: Tokens, starts: torch.Tensor, window: int) -> Batch:
+def _rows(stream: Tokens, index: torch.Tensor) -> torch.Tensor:
+    if isinstance(stream, np.ndarray):
+        return torch.from_numpy(stream[index.numpy()].astype(np.int64))
+    return stream[index].long()
+
+
+def _gather(tokens: Tokens, starts: torch.Tensor, window: int, mask: Tokens | None = None) -> Batch:
+    """(inputs, targets); with a loss mask, targets are IGNORE_INDEX where it is 0."""
     index = starts[:, None] + torch.arange(window)
-    if isinstance(tokens, np.ndarray):
-        rows = torch.from_numpy(tokens[index.numpy()].astype(np.int64))
-    else:
-        rows = tokens[index]
-    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+    rows = _rows(tokens, index)
+    targets = rows[:, 1:].contiguous()
+    if mask is not None:
+        targets[_rows(mask, index)[:, 1:] == 0] = IGNORE_INDEX
+    return rows[:, :-1].contiguous(), targets
 
 
 class PackedBatches:
@@ -303,12 +380,16 @@ class PackedBatches:
         rank: int,
         world_size: int,
         seed: int,
+        mask: Tokens | None = None,
     ) -> None:
         if seq_len < 1 or batch_size < 1:
             raise ValueError("seq_len and batch_size must be >= 1")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         self.tokens = as_stream(tokens)
+        # The loss mask (--train_on assistant), token for token; None = train on all.
+        self.mask = mask
+        self.masked = mask is not None
         self.seq_len = seq_len
         self.window = seq_len + 1
         self.batch_size = batch_size
@@ -351,7 +432,7 @@ class PackedBatches:
         first = self.position + self.rank * self.batch_size
         idx = order[first : first + self.batch_size]
         self.position += self.global_batch
-        return _gather(self.tokens, offset + idx * self.window, self.window)
+        return _gather(self.tokens, offset + idx * self.window, self.window, self.mask)
 
     def state_dict(self) -> dict[str, int]:
         # Plain ints: stored as-is in a DCP checkpoint, identical on every rank.
@@ -384,6 +465,7 @@ def eval_batches(
     rank: int,
     world_size: int,
     max_batches: int,
+    mask: Tokens | None = None,
 ) -> list[Batch]:
     """Up to `max_batches` fixed held-out batches for one rank; [] when too little data.
 
@@ -400,5 +482,5 @@ def eval_batches(
     batches = []
     for b in range(n_batches):
         idx = (torch.arange(batch_size) + b * batch_size) * world_size + rank
-        batches.append(_gather(tokens, idx * window, window))
+        batches.append(_gather(tokens, idx * window, window, mask))
     return batches

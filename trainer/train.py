@@ -44,14 +44,17 @@ from trainer.checkpoint import Checkpointer, failure_summary, first_line, stagin
 from trainer.config import ConfigError, TrainConfig
 from trainer.config_loader import load_config
 from trainer.data import (
+    IGNORE_INDEX,
     Batch,
     PackedBatches,
     Tokens,
+    assistant_segments,
     chat_renderer,
     eval_batches,
     load_documents,
     split_tokens,
     tokenize_documents,
+    tokenize_with_mask,
 )
 from trainer.distributed import DistEnv, StopRequest, init_distributed
 from trainer.materialize import build_meta_model, init_random, materialize
@@ -64,7 +67,7 @@ from trainer.parallel import (
     build_mesh,
     reshard_after_forward,
 )
-from trainer.token_cache import cached_tokens, token_file
+from trainer.token_cache import cached_tokens, open_mask, token_file
 from trainer.tokenizer import Tokenizer, load_tokenizer
 from trainer.train_state import check_same_model, restore_train_state, train_state
 
@@ -153,20 +156,32 @@ class Data:
     held_out: list[Batch]  # this rank's evaluation batches (may be empty)
 
 
-def load_tokens(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Tokens:
-    """The dataset's token stream. The bundled corpus is tokenized in memory (it is
-    small); any other dataset once per host into a memory-mapped token file."""
+def load_tokens(
+    cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv
+) -> tuple[Tokens, Tokens | None]:
+    """The dataset's token stream and, with --train_on assistant, its loss mask. The
+    bundled corpus is tokenized in memory (it is small); any other dataset once per
+    host into a memory-mapped token file."""
     data = cfg.data
+    masked = data.train_on == "assistant"
+    chat = chat_renderer(tokenizer)
 
-    def read_documents() -> list[str]:
-        return load_documents(data.dataset, data.dataset_config_name, chat_renderer(tokenizer))
+    def read_documents() -> list[Any]:
+        render = assistant_segments(chat) if masked else chat
+        return load_documents(data.dataset, data.dataset_config_name, render)
 
     if data.dataset is None:
-        return tokenize_documents(read_documents(), tokenizer)
-    path = token_file(data.dataset, data.dataset_config_name, tokenizer, data.tokenizer)
-    return cached_tokens(
-        path, read_documents, tokenizer, env.local_rank, env.local_world_size, dist.barrier
+        if masked:
+            return tokenize_with_mask(read_documents(), tokenizer)
+        return tokenize_documents(read_documents(), tokenizer), None
+    path = token_file(
+        data.dataset, data.dataset_config_name, tokenizer, data.tokenizer, train_on=data.train_on
     )
+    tokens = cached_tokens(
+        path, read_documents, tokenizer, env.local_rank, env.local_world_size, dist.barrier,
+        masked,
+    )  # fmt: skip
+    return tokens, open_mask(path) if masked else None
 
 
 def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
@@ -178,12 +193,16 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
             f"pick a --model_type or --model_name_or_path whose vocabulary has at least "
             f"{tokenizer.n_vocab} entries, or another --tokenizer"
         )
-    tokens = load_tokens(cfg, tokenizer, env)
+    tokens, mask = load_tokens(cfg, tokenizer, env)
     train_tokens, val_tokens = split_tokens(tokens, cfg.data.validation_split)
+    train_mask, val_mask = (
+        (None, None) if mask is None else split_tokens(mask, cfg.data.validation_split)
+    )
     try:
         batches = PackedBatches(
-            train_tokens, cfg.data.seq_len, cfg.train_batch_size, rank, world_size, cfg.seed
-        )
+            train_tokens, cfg.data.seq_len, cfg.train_batch_size, rank, world_size, cfg.seed,
+            train_mask,
+        )  # fmt: skip
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     # A small held-out split may not fill a training-sized batch on every rank;
@@ -191,8 +210,9 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
     val_windows = max(0, len(val_tokens) - 1) // (cfg.data.seq_len + 1)
     eval_batch = max(1, min(cfg.train_batch_size, val_windows // world_size))
     held_out = eval_batches(
-        val_tokens, cfg.data.seq_len, eval_batch, rank, world_size, cfg.metrics.validation_batches
-    )
+        val_tokens, cfg.data.seq_len, eval_batch, rank, world_size,
+        cfg.metrics.validation_batches, val_mask,
+    )  # fmt: skip
     return Data(batches, held_out)
 
 
@@ -336,17 +356,22 @@ def train_step(
     for _ in range(accum):
         inputs, targets = next(batches)
         logits = model(inputs.to(device, non_blocking=True))
-        # Loss in fp32 even when the model computes in bf16; / accum so the
-        # accumulated gradient is that of the mean over all micro-batches.
-        loss = (
-            F.cross_entropy(
-                logits.float().flatten(0, 1), targets.to(device, non_blocking=True).flatten()
-            )
-            / accum
-        )
+        # / accum so the accumulated gradient is that of the mean over all micro-batches.
+        loss = token_loss(logits, targets.to(device, non_blocking=True), batches.masked) / accum
         loss.backward()
         loss_sum += loss.detach()
     return loss_sum
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor, masked: bool) -> torch.Tensor:
+    """Mean cross-entropy over the targets, in fp32 even when the model computes in bf16.
+    `masked` (--train_on assistant): targets equal to IGNORE_INDEX add nothing, and a
+    micro-batch without any trained-on target gives 0, not NaN (mean over none)."""
+    flat_logits, flat_targets = logits.float().flatten(0, 1), targets.flatten()
+    if not masked:
+        return F.cross_entropy(flat_logits, flat_targets)
+    total = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / flat_targets.ne(IGNORE_INDEX).sum().clamp(min=1)
 
 
 def grad_norm_of(model: nn.Module, max_norm: float) -> float:
@@ -363,7 +388,7 @@ def evaluate(model: nn.Module, batches: list[Batch], device: torch.device) -> fl
     with torch.no_grad():
         for inputs, targets in batches:
             logits = model(inputs.to(device))
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.to(device).flatten())
+            loss = token_loss(logits, targets.to(device), bool((targets == IGNORE_INDEX).any()))
             total += torch.tensor([loss.item(), 1.0], dtype=torch.float64)
     model.train()
     total = total.to(device)

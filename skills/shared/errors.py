@@ -34,6 +34,8 @@ class ErrorCode(str, Enum):
     OPERATION_NOT_FOUND = ("operation_not_found", EXIT_BAD_INPUT)
     UNSUPPORTED_FOR_TARGET = ("unsupported_for_target", EXIT_BAD_INPUT)
     NOT_ENOUGH_GPUS = ("not_enough_gpus", EXIT_BAD_INPUT)
+    # The plan's per-GPU memory estimate exceeds the instance's GPU (dry run included).
+    GPU_MEMORY_EXCEEDED = ("gpu_memory_exceeded", EXIT_BAD_INPUT)
     NOT_FOUND = ("not_found", EXIT_BAD_INPUT)
     AWS_PROFILE_NOT_FOUND = ("aws_profile_not_found", EXIT_BAD_INPUT)
     KUBECONFIG_INVALID = ("kubeconfig_invalid", EXIT_BAD_INPUT)

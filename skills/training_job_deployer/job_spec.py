@@ -135,6 +135,14 @@ class JobSpec(BaseModel):
         TrainerFlag(),
         LocalPath(hub_name=True, where_job_runs=True),
     ] = None
+    train_on: Annotated[
+        Literal["all", "assistant"] | None,
+        Field(
+            description="Tokens the loss counts: all (default), or the assistant turns of "
+            "chat records (the prompt is masked out).",
+        ),
+        TrainerFlag(),
+    ] = None
     learning_rate: Annotated[
         float | None,
         Field(gt=0, lt=1, description="Peak learning rate (default: the trainer's)."),

@@ -450,3 +450,17 @@ def test_logs_of_the_previous_container(operator):
                  previous_logs={"worker-0": "NCCL error: unhandled system error\n"})  # fmt: skip
     text = get_training_job_logs(job_name="llama", **K8S, replica="worker-0", previous=True).text
     assert text == "NCCL error: unhandled system error"
+
+
+def test_the_dry_run_shows_the_memory_estimate_and_refuses_a_plan_that_cannot_fit(operator):
+    planned = deploy(model_type="llama_v3_8b", dry_run=True)
+    memory = planned.plan.memory_estimate
+    assert memory is not None and memory["gpu_gib"] == 80
+    assert 0 < memory["total_gib"] <= memory["usable_gib"]
+    too_big = failure(deploy, model_type="llama_v3_8b", num_nodes=1, gpu_per_node=1,
+                      seq_len=8192, dry_run=True)  # fmt: skip
+    assert too_big.code == "gpu_memory_exceeded" and "activation_checkpointing" in too_big.hint
+    # 8B's states alone (16 bytes a parameter) overflow one GPU: more nodes or offload.
+    one_gpu = failure(deploy, model_type="llama_v3_8b", num_nodes=1, gpu_per_node=1)
+    assert one_gpu.code == "gpu_memory_exceeded"
+    assert "num_nodes=" in one_gpu.hint and "cpu_offload" in one_gpu.hint

@@ -40,6 +40,7 @@ def every_field(tmp_path) -> dict[str, object]:
         "dataset": str(corpus),
         "dataset_config_name": "wikitext-2-raw-v1",
         "tokenizer": str(tmp_path / "tokenizer.json"),
+        "train_on": "assistant",
         "learning_rate": 0.0007,
         "min_lr_ratio": 0.25,
         "grad_accum_steps": 2,

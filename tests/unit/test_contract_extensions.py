@@ -360,7 +360,7 @@ BAD_INPUT_CODES = {
     "invalid_input", "confirmation_required", "job_not_found", "operation_not_found",
     "unsupported_for_target", "not_enough_gpus", "not_found", "aws_profile_not_found",
     "kubeconfig_invalid", "not_a_directory", "is_a_directory", "name_too_long",
-    "path_not_allowed", "snapshot_invalid", "slurm_rejected",
+    "path_not_allowed", "snapshot_invalid", "slurm_rejected", "gpu_memory_exceeded",
 }  # fmt: skip
 
 

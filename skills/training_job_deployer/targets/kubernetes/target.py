@@ -30,6 +30,7 @@ from skills.shared.waiting import poll_until
 from skills.training_job_deployer import cuda_gate
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
+from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
     Capability,
@@ -72,6 +73,10 @@ class KubernetesPlan(Plan):
     confirm: bool = False
     skip_gate: bool = False
     log_path: str
+    memory_estimate: dict[str, Any] | None = Field(
+        default=None,
+        description="Per-GPU memory estimate (GiB) on instance_type; None when unknown.",
+    )
     warnings: list[str] = Field(default_factory=list)
 
     def to_display(self) -> list[tuple[str, Any]]:
@@ -81,6 +86,9 @@ class KubernetesPlan(Plan):
         ]
         if self.hf_token_secret:
             rows.append(("secret", f"{self.hf_token_secret} <- HF_TOKEN"))
+        if self.memory_estimate:
+            m = self.memory_estimate
+            rows.append(("memory/GPU", f"~{m['total_gib']} GiB of {m['usable_gib']} usable"))
         rows += [("warning", w) for w in self.warnings]
         rows.append(("manifest", "\n" + yaml.safe_dump(self.manifest, sort_keys=False)))
         return rows
@@ -159,8 +167,11 @@ class KubernetesTarget(Target):
                     "checkpoints on a hostPath are per node: resuming a multi-node job needs "
                     "checkpoint_volume=pvc:<claim> (FSx) or an s3:// checkpoint_dir"
                 )
+        memory = None
         if settings.instance_type is None:
             warnings.append("no instance_type: no node selector and no EFA devices requested")
+        else:  # refuses a plan that cannot fit (GPU_MEMORY_EXCEEDED), dry run included
+            memory = check_fits(spec, settings.instance_type)
         has_token = any(os.environ.get(name) for name in HF_ENV)
         return KubernetesPlan(
             namespace=settings.namespace,
@@ -173,6 +184,7 @@ class KubernetesTarget(Target):
             confirm=settings.confirm,
             skip_gate=settings.skip_gate,
             log_path=self._pod_path(self._rank0_name(manifest)),
+            memory_estimate=memory,
             warnings=warnings,
         )
 

@@ -1,0 +1,238 @@
+"""Per-GPU memory of a training plan, from the model's shape and the catalogue's GPU.
+
+    model_shape(spec)            the preset's (or a local HF config.json's) dimensions
+    estimate(shape, ...)         bytes per GPU, term by term (states, transient, activations)
+    check_fits(spec, instance)   the estimate against the instance's GPU memory; a plan
+                                 that cannot fit is refused naming the knobs that fix it
+
+The trainer runs in the job's image and the tools may not import it (import-linter), so
+the preset dimensions the estimate needs are a data table here; a test pins every row to
+trainer/presets.py. The terms follow the trainer (trainer/model.py, parallel.py):
+
+- states: fp32 master parameters, fp32 gradients and AdamW's two fp32 moments, 16 bytes
+  a parameter, sharded over the FSDP group (the world; a node under `hybrid`; not at all
+  under `no_shard`); on the host instead under cpu_offload.
+- transient: FSDP2 all-gathers a block's parameters in the compute dtype before using it
+  and holds its unsharded gradient before the reduce-scatter; with prefetch two blocks
+  are in flight, plus the root group (embeddings, final norm, lm_head) for the whole step.
+- activations per token of a micro-batch (flash-style SDPA: nothing quadratic in seq),
+  in elements of the compute dtype: per block 12*dim + 3*kv_dim + 4*ffn (no
+  checkpointing), dim + the matmul outputs (selective), dim (full) plus one block's
+  worth while it recomputes, plus one block's worth of activation gradients in
+  backward; the logits in the compute dtype plus two fp32 copies
+  (the loss's upcast and log-softmax) and the fp32 gradient.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from skills.catalog.instances import instance_spec
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.training_job_deployer.job_spec import JobSpec
+
+GIB = 1024**3
+STATE_BYTES = 16  # fp32 param + fp32 grad + AdamW exp_avg + exp_avg_sq
+# What a GPU cannot give the tensors: CUDA context, NCCL buffers, allocator fragmentation.
+RESERVED_FIXED = 2 * GIB
+RESERVED_SHARE = 0.08
+# The trainer's defaults, for JobSpec fields left None (trainer/config.py).
+DEFAULT_BATCH, DEFAULT_SEQ = 8, 128
+
+# trainer/presets.py, the numbers the estimate needs (tests/unit/test_memory_estimate.py
+# pins each row to it): dim, n_layers, n_heads, n_kv_heads, vocab, ffn width, tied.
+PRESET_SHAPES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
+    "debug": (128, 2, 4, 2, 512, 384, False),
+    "debug_large": (512, 8, 8, 4, 512, 1408, False),
+    "llama_v2_7b": (4096, 32, 32, 32, 32000, 11008, False),
+    "llama_v3_1b": (2048, 16, 32, 8, 128256, 8192, True),
+    "llama_v3_3b": (3072, 28, 24, 8, 128256, 8192, True),
+    "llama_v3_8b": (4096, 32, 32, 8, 128256, 14336, False),
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    ffn_dim: int
+    tied: bool = False
+
+    @property
+    def kv_dim(self) -> int:
+        return self.dim // self.n_heads * self.n_kv_heads
+
+    @property
+    def block_params(self) -> int:
+        attention = 2 * self.dim * self.dim + 2 * self.dim * self.kv_dim
+        return attention + 3 * self.dim * self.ffn_dim + 2 * self.dim
+
+    @property
+    def root_params(self) -> int:
+        """Embeddings, final norm and (untied) lm_head: FSDP's root group."""
+        return self.vocab_size * self.dim * (1 if self.tied else 2) + self.dim
+
+    @property
+    def params(self) -> int:
+        return self.n_layers * self.block_params + self.root_params
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes per GPU, term by term."""
+
+    states: int
+    transient: int
+    activations: int
+    logits: int
+
+    @property
+    def total(self) -> int:
+        return self.states + self.transient + self.activations + self.logits
+
+    def summary(self, gib_per_gpu: float | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {k: round(v / GIB, 2) for k, v in asdict(self).items()}
+        out = {f"{k}_gib": v for k, v in out.items()}
+        out["total_gib"] = round(self.total / GIB, 2)
+        if gib_per_gpu is not None:
+            out["usable_gib"] = round(usable_bytes(gib_per_gpu) / GIB, 2)
+        return out
+
+
+def activation_elements(shape: ModelShape, tokens: int, checkpointing: str) -> int:
+    """Elements saved for backward by the blocks, for `tokens` tokens of a micro-batch."""
+    d, kv, h = shape.dim, shape.kv_dim, shape.ffn_dim
+    whole_block = 12 * d + 3 * kv + 4 * h
+    if checkpointing == "full":
+        per_block, recompute = d, whole_block
+    elif checkpointing == "selective":  # the matmul outputs and SDPA's are kept
+        per_block, recompute = 3 * d + 2 * kv + 2 * h, whole_block
+    else:
+        per_block, recompute = whole_block, 0
+    # Backward holds the gradients of one block's activations at a time.
+    backward = whole_block
+    return tokens * (shape.n_layers * per_block + recompute + backward + 2 * d)
+
+
+def estimate(
+    shape: ModelShape,
+    batch: int,
+    seq_len: int,
+    shard_over: int,
+    checkpointing: str = "none",
+    cpu_offload: bool = False,
+    compute_bytes: int = 2,
+) -> Estimate:
+    """Per-GPU bytes for one micro-batch of `batch` x `seq_len` with the states sharded
+    over `shard_over` ranks. compute_bytes: 2 (bf16, the trainer on GPUs) or 4 (fp32)."""
+    states = 0 if cpu_offload else STATE_BYTES * shape.params // shard_over
+    gathered = shape.root_params + 2 * shape.block_params
+    # Unsharded parameters and their gradients; none when nothing is sharded and the
+    # compute dtype is the master's (the parameters are used in place).
+    transient = 0 if shard_over == 1 and compute_bytes == 4 else 2 * compute_bytes * gathered
+    tokens = batch * seq_len
+    activations = compute_bytes * activation_elements(shape, tokens, checkpointing)
+    upcast = 0 if compute_bytes == 4 else 4
+    logits = tokens * shape.vocab_size * (compute_bytes + upcast + 4 + 4)
+    return Estimate(states, transient, activations, logits)
+
+
+def usable_bytes(gib_per_gpu: float) -> int:
+    return int(gib_per_gpu * GIB * (1 - RESERVED_SHARE) - RESERVED_FIXED)
+
+
+def model_shape(spec: JobSpec) -> ModelShape | None:
+    """The run's model shape; None when it cannot be known before the job starts (an
+    s3:// or hub checkpoint, a preset this table does not know)."""
+    if spec.model_name_or_path is not None:
+        config = Path(spec.model_name_or_path).expanduser() / "config.json"
+        try:
+            hf = json.loads(config.read_text(encoding="utf-8"))
+            return ModelShape(
+                hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"],
+                hf.get("num_key_value_heads", hf["num_attention_heads"]), hf["vocab_size"],
+                hf["intermediate_size"], bool(hf.get("tie_word_embeddings", False)),
+            )  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    row = PRESET_SHAPES.get(spec.model_type)
+    return None if row is None else ModelShape(*row)
+
+
+def shard_group(spec: JobSpec) -> int:
+    world = spec.num_nodes * spec.gpu_per_node
+    return {"no_shard": 1, "hybrid": spec.gpu_per_node}.get(spec.sharding_strategy, world)
+
+
+def spec_estimate(spec: JobSpec, shape: ModelShape) -> Estimate:
+    return estimate(
+        shape,
+        spec.train_batch_size or DEFAULT_BATCH,
+        spec.seq_len or DEFAULT_SEQ,
+        shard_group(spec),
+        spec.activation_checkpointing or "none",
+        bool(spec.cpu_offload),
+    )
+
+
+def fixes(spec: JobSpec, shape: ModelShape, usable: int) -> list[str]:
+    """The single knobs that would make this plan fit, most direct first."""
+    found = []
+    if (spec.activation_checkpointing or "none") != "full":
+        full_ac = spec.model_copy(update={"activation_checkpointing": "full"})
+        if spec_estimate(full_ac, shape).total <= usable:
+            found.append("activation_checkpointing='full'")
+    if spec.sharding_strategy in ("full", "shard_grad_op"):
+        for nodes in (2, 4, 8, 16, 32, 64, 128):
+            more = spec.model_copy(update={"num_nodes": spec.num_nodes * nodes})
+            if spec_estimate(more, shape).total <= usable:
+                found.append(f"num_nodes={spec.num_nodes * nodes} (states shard over more GPUs)")
+                break
+    elif spec.sharding_strategy in ("hybrid", "no_shard"):
+        full = spec.model_copy(update={"sharding_strategy": "full"})
+        if spec_estimate(full, shape).total <= usable:
+            found.append("sharding_strategy='full' (shard the states over every GPU)")
+    batch = spec.train_batch_size or DEFAULT_BATCH
+    for smaller in (batch // 2, batch // 4, 1):
+        if 1 <= smaller < batch:
+            fewer = spec.model_copy(update={"train_batch_size": smaller})
+            if spec_estimate(fewer, shape).total <= usable:
+                found.append(f"train_batch_size={smaller} (grad_accum_steps keeps the batch)")
+                break
+    if not spec.cpu_offload:
+        if spec_estimate(spec.model_copy(update={"cpu_offload": True}), shape).total <= usable:
+            found.append("cpu_offload=true (states on the host; slower)")
+    return found
+
+
+def check_fits(spec: JobSpec, instance_type: str) -> dict[str, Any] | None:
+    """The plan's per-GPU estimate for `instance_type` (None when the model's shape is
+    unknown before the start); raises GPU_MEMORY_EXCEEDED when it cannot fit."""
+    shape = model_shape(spec)
+    if shape is None:
+        return None
+    try:
+        gib = instance_spec(instance_type).gib_per_gpu
+    except ToolFailure:
+        return None  # not in the catalogue: nothing to check against
+    est, usable = spec_estimate(spec, shape), usable_bytes(gib)
+    summary = {"params": shape.params, "gpu_gib": gib, **est.summary(gib)}
+    if est.total <= usable:
+        return summary
+    knobs = fixes(spec, shape, usable)
+    raise ToolFailure(
+        ErrorCode.GPU_MEMORY_EXCEEDED,
+        f"the model needs about {summary['total_gib']} GiB per GPU, more than the "
+        f"{summary['usable_gib']} GiB usable of {instance_type}'s {gib} GiB",
+        ("any one of: " + ", ".join(knobs))
+        if knobs
+        else "no single knob fits it: combine more nodes, activation_checkpointing='full', "
+        "a smaller train_batch_size and cpu_offload, or pick a GPU with more memory",
+        {"estimate": summary, "instance_type": instance_type, "fixes": knobs},
+    )
