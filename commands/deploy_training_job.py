@@ -31,7 +31,7 @@ def deploy_training_job(
         bool,
         Field(
             strict=True,
-            description="Start over when the job's record is unreadable (it is set aside).",
+            description="Set an unreadable job record aside, start over.",
         ),
     ] = False,
     auto_retry: Annotated[
@@ -39,7 +39,7 @@ def deploy_training_job(
     ] = False,
     max_retries: Annotated[int, Field(ge=0, le=20, description="auto_retry: most resubmits.")] = 3,
     monitor: Annotated[
-        bool, Field(strict=True, description="Follow the job once started; false: return then.")
+        bool, Field(strict=True, description="Follow the job (false: return once started).")
     ] = True,
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,

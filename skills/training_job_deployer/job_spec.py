@@ -82,7 +82,7 @@ class JobSpec(BaseModel):
     model_type: Annotated[
         str,
         Field(
-            pattern=r"^[a-z0-9_]+$", description="Trainer model preset, e.g. 'debug' (tiny, CPU)."
+            pattern=r"^[a-z0-9_]+$", description="Model preset (debug: tiny, CPU)."
         ),
         TrainerFlag(),
     ] = "debug"
@@ -115,8 +115,8 @@ class JobSpec(BaseModel):
     dataset: Annotated[
         Location | None,
         Field(
-            description=".txt/.jsonl file or dir, s3:// URI or hub dataset (default: the "
-            "bundled corpus).",
+            description=".txt/.jsonl path, s3:// or hub name (default: the bundled "
+            "corpus).",
         ),
         TrainerFlag(),
         LocalPath(hub_name=True, where_job_runs=True),
@@ -138,8 +138,8 @@ class JobSpec(BaseModel):
     train_on: Annotated[
         Literal["all", "assistant"] | None,
         Field(
-            description="Tokens the loss counts: all (default), or the assistant turns of "
-            "chat records (the prompt is masked out).",
+            description="Tokens in the loss (all: default; assistant: the assistant turns "
+            "of chat records, the prompt masked out).",
         ),
         TrainerFlag(),
     ] = None
@@ -174,14 +174,14 @@ class JobSpec(BaseModel):
     activation_checkpointing: Annotated[
         Literal["none", "selective", "full"] | None,
         Field(
-            description="Recompute activations to save memory (default: none).",
+            description="Recompute activations (saves memory; default: none).",
         ),
         TrainerFlag(),
     ] = None
     reduce_dtype: Annotated[
         Literal["float32", "bfloat16"] | None,
         Field(
-            description="Dtype FSDP2 reduces gradients in (default float32, also with bf16 "
+            description="Gradient reduce dtype (FSDP2; default float32, also with bf16 "
             "params).",
         ),
         TrainerFlag(),
