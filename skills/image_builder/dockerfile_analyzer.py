@@ -228,7 +228,7 @@ def _read_stage(stage: Stage, items: list[dict], env: dict[str, str],
         if kind not in ("COMMENT",):
             stage.instructions.append(
                 Instruction(kind, line, end, item["content"], substitute(value, env)))
-            stage.env = dict(env)  # type: ignore[attr-defined]
+            stage.env = dict(env)
 
 
 def parent_env(stages: list[Stage], parent: Stage | None) -> dict[str, str]:
