@@ -85,7 +85,7 @@ def error_reply(failure: Exception) -> types.JSONRPCError:
 
 def _input_of(failure: Exception) -> tuple[str | None, str | None]:
     """(the line, pydantic's error type) from the SDK's validation error, if it is one."""
-    errors = getattr(failure, "errors", None)
+    errors: Any = getattr(failure, "errors", None)  # duck-typed: pydantic's errors()
     try:
         first = errors()[0] if callable(errors) else {}
     except Exception:  # noqa: BLE001 - any other exception: no line to read an id from
