@@ -1,5 +1,6 @@
 """The cluster tools' shared inputs (manage_eks_cluster, inspect_eks_cluster): one
-spelling of each field, its description and its grammar."""
+spelling of each field, its description and its grammar. Each is a module-level
+`Annotated` alias, so a type checker reads it as a type (a call in an annotation is not)."""
 
 from __future__ import annotations
 
@@ -25,40 +26,66 @@ def within(lo: int, hi: int) -> AfterValidator:
     return AfterValidator(check)
 
 
-def size(description: str) -> object:
-    return Annotated[int | None, Field(description=description), within(0, 1000)]
-
-
 # The schema says what a field is; the rules stay in validators (no bytes in tools/list).
 # The one WaitSeconds, with this tool's own description (only nccl_test waits).
 Wait = Annotated[WaitSeconds, Field(description="nccl_test: seconds to wait, then poll.")]
 
-
-def text(description: str, pattern: str, what: str = "a name") -> object:
-    return Annotated[str | None, Field(description=description), grammar(pattern, what)]
-
-
-def path(description: str, writable: bool) -> object:
-    return Annotated[
-        str | None,
-        Field(description=description),
-        grammar(PATH, "a path"),
-        LocalPath(writable=writable),
-    ]
-
-
-def kubeconfig(writes: bool) -> object:
-    description = "To use; action=kubeconfig writes it." if writes else "To use."
-    return path(description, writes)
-
-
-ClusterName = text("EKS cluster.", NAME)
-Region = text("AWS region.", r"[a-z]{2}(-[a-z]+)+-\d", "a region")
-Context = text("Kubeconfig context.", r"[^\s]{1,253}", "a context")
+ClusterName = Annotated[str | None, Field(description="EKS cluster."), grammar(NAME, "a name")]
+Region = Annotated[
+    str | None, Field(description="AWS region."), grammar(r"[a-z]{2}(-[a-z]+)+-\d", "a region")
+]
+Context = Annotated[
+    str | None, Field(description="Kubeconfig context."), grammar(r"[^\s]{1,253}", "a context")
+]
 Namespace = Annotated[
     str, Field(description="For PVC, etcd, NCCL job."), grammar(DNS, "a namespace")
 ]
-CheckpointPvc = text("PVC that must be Bound.", DNS, "a PVC name")
+CheckpointPvc = Annotated[
+    str | None, Field(description="PVC that must be Bound."), grammar(DNS, "a PVC name")
+]
 RdzvBackend = Annotated[Literal["c10d", "etcd"], Field(description="etcd: check its Service.")]
-InstanceType = text("e.g. p5.48xlarge.", r"[a-z0-9.-]{1,40}", "an instance type")
-NcclOutput = path("all_reduce_perf output to analyze.", False)
+InstanceType = Annotated[
+    str | None,
+    Field(description="e.g. p5.48xlarge."),
+    grammar(r"[a-z0-9.-]{1,40}", "an instance type"),
+]
+Nodegroup = Annotated[str | None, Field(description="For scale."), grammar(NAME, "a name")]
+Image = Annotated[
+    str | None,
+    Field(description="Image with torch for nccl_test."),
+    grammar(r"[^\s]{1,255}", "an image"),
+]
+CapacityReservationId = Annotated[
+    str | None, Field(description="cr-..."), grammar(r"cr-[0-9a-f]{8,17}", "cr-<hex>")
+]
+
+# Node group sizes (scale).
+MinSize = Annotated[int | None, Field(description="Node group min."), within(0, 1000)]
+MaxSize = Annotated[int | None, Field(description="Max."), within(0, 1000)]
+DesiredSize = Annotated[int | None, Field(description="Desired."), within(0, 1000)]
+
+# Local files: LocalPath says whether the tool reads or writes it (the workspace checks).
+KubeconfigRead = Annotated[
+    str | None,
+    Field(description="To use."),
+    grammar(PATH, "a path"),
+    LocalPath(writable=False),
+]
+KubeconfigWrite = Annotated[
+    str | None,
+    Field(description="To use; action=kubeconfig writes it."),
+    grammar(PATH, "a path"),
+    LocalPath(writable=True),
+]
+NcclOutput = Annotated[
+    str | None,
+    Field(description="all_reduce_perf output to analyze."),
+    grammar(PATH, "a path"),
+    LocalPath(writable=False),
+]
+EksctlOutput = Annotated[
+    str | None,
+    Field(description="eksctl config file to write."),
+    grammar(PATH, "a path"),
+    LocalPath(writable=True),
+]

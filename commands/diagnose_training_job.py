@@ -81,12 +81,7 @@ def diagnose_training_job(
     or kubeconfig/context). Offline: snapshot. Read-only on the cluster.
     """
     progress = progress or NullProgress()
-    if (job_name is None) == (snapshot is None):
-        raise bad_fields(
-            [{"field": "job_name", "problem": "give job_name (live) or snapshot (a file)"}],
-            "diagnose_training_job",
-        )
-    if snapshot is not None:
+    if snapshot is not None and job_name is None:
         if save_snapshot is not None:
             raise bad_fields(
                 [{"field": "save_snapshot", "problem": "saves a live snapshot: give job_name"}],
@@ -94,6 +89,11 @@ def diagnose_training_job(
             )
         data = _read_snapshot(Path(snapshot).expanduser())
         return DiagnosisResult(source=f"snapshot {snapshot}", **_fields(diagnose(data)))
+    if job_name is None or snapshot is not None:  # neither given, or both
+        raise bad_fields(
+            [{"field": "job_name", "problem": "give job_name (live) or snapshot (a file)"}],
+            "diagnose_training_job",
+        )
 
     from skills.job_doctor.snapshot import redacted
 

@@ -28,7 +28,7 @@ def inspect_eks_cluster(
     action: Annotated[Action, Field(description="See above.")] = "validate",
     cluster_name: p.ClusterName = None,
     region: p.Region = None,
-    kubeconfig: p.kubeconfig(writes=False) = None,
+    kubeconfig: p.KubeconfigRead = None,
     context: p.Context = None,
     namespace: p.Namespace = "default",
     checkpoint_pvc: p.CheckpointPvc = None,

@@ -34,7 +34,7 @@ def manage_eks_cluster(
     action: Annotated[Action, Field(description="See above.")] = "validate",
     cluster_name: p.ClusterName = None,
     region: p.Region = None,
-    kubeconfig: p.kubeconfig(writes=True) = None,
+    kubeconfig: p.KubeconfigWrite = None,
     context: p.Context = None,
     namespace: p.Namespace = "default",
     auto_fix: Annotated[bool, Field(description="= action auto_fix.")] = False,
@@ -43,17 +43,17 @@ def manage_eks_cluster(
     ] = False,
     checkpoint_pvc: p.CheckpointPvc = None,
     rdzv_backend: p.RdzvBackend = "c10d",
-    nodegroup: p.text("For scale.", p.NAME) = None,
-    min_size: p.size("Node group min.") = None,
-    max_size: p.size("Max.") = None,
-    desired_size: p.size("Desired.") = None,
+    nodegroup: p.Nodegroup = None,
+    min_size: p.MinSize = None,
+    max_size: p.MaxSize = None,
+    desired_size: p.DesiredSize = None,
     nodes: Annotated[int, Field(description="GPU nodes."), p.within(1, 256)] = 2,
     instance_type: p.InstanceType = None,
-    image: p.text("Image with torch for nccl_test.", r"[^\s]{1,255}", "an image") = None,
+    image: p.Image = None,
     nccl_output: p.NcclOutput = None,
     volume_size: Annotated[int, Field(description="GPU node GiB."), p.within(20, 16384)] = 500,
-    capacity_reservation_id: p.text("cr-...", r"cr-[0-9a-f]{8,17}", "cr-<hex>") = None,
-    output: p.path("eksctl config file to write.", True) = None,
+    capacity_reservation_id: p.CapacityReservationId = None,
+    output: p.EksctlOutput = None,
     wait_seconds: p.Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
@@ -277,6 +277,8 @@ def cli(argv: Sequence[str]) -> int:
             plan = spec_of(manage_eks_cluster).invoke(_plan_arguments(argv))
         except ToolFailure:
             return run_cli(manage_eks_cluster, argv)  # reports it as the CLI does
+        if not isinstance(plan, ClusterReport):  # the spec's call is typed as any tool's
+            raise TypeError(f"manage_eks_cluster returned {type(plan).__name__}")
         print(plan.summary, file=sys.stderr)
         for item in plan.plan or []:
             print(f"  {item.action} {item.kind} {item.name}", file=sys.stderr)

@@ -64,10 +64,10 @@ def read_skill(path: Path) -> Skill:
         meta, problems = None, [f"the frontmatter is not YAML: {exc}"]
     else:
         problems = frontmatter_problems(meta) if match else ["no '---' frontmatter at the top"]
-    if problems:
+    if problems or not isinstance(meta, dict):  # no problems means a mapping
         raise ToolFailure(
             ErrorCode.INTERNAL_ERROR,
-            f"{path}: {'; '.join(problems)}",
+            f"{path}: {'; '.join(problems) or 'the frontmatter is not a mapping'}",
             "Fix the skill's frontmatter (a packaging bug); tests/unit/test_skills_frontmatter.py "
             "checks every SKILL.md.",
         )

@@ -13,6 +13,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -85,10 +86,11 @@ def error_reply(failure: Exception) -> types.JSONRPCError:
 
 def _input_of(failure: Exception) -> tuple[str | None, str | None]:
     """(the line, pydantic's error type) from the SDK's validation error, if it is one."""
-    errors = getattr(failure, "errors", None)
+    if not isinstance(failure, ValidationError):
+        return None, None
     try:
-        first = errors()[0] if callable(errors) else {}
-    except Exception:  # noqa: BLE001 - any other exception: no line to read an id from
+        first = failure.errors()[0]
+    except IndexError:  # no error listed: no line to read an id from
         return None, None
     found = first.get("input")
     return (found if isinstance(found, str) else None), first.get("type")

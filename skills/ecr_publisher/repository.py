@@ -115,6 +115,8 @@ def ensure_repository(
             )
         except ecr.exceptions.RepositoryAlreadyExistsException:  # made concurrently
             found = _describe(ecr, name)
+            if found is None:  # deleted again in between: the create's error says it
+                raise
             return _align(ecr, found, scan_on_push, immutable_tags, keep_last, write)
         keep = keep_last or DEFAULT_KEEP_LAST
         write("put_lifecycle_policy", ecr.put_lifecycle_policy,

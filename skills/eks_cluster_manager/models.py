@@ -58,6 +58,10 @@ class NcclRow(BaseModel):
     wrong: int = 0
 
 
+# How NCCL moved the data between GPUs, as its own log lines say.
+Transport = Literal["efa", "socket", "nvlink", "unknown"]
+
+
 class NcclReport(BaseModel):
     verdict: Literal["pass", "degraded", "fail", "incomplete"]
     reason: str
@@ -65,7 +69,7 @@ class NcclReport(BaseModel):
     gpus: int | None = None
     gpu_name: str | None = None
     instance_type: str | None = None
-    transport: Literal["efa", "socket", "nvlink", "unknown"] = "unknown"
+    transport: Transport = "unknown"
     peak_busbw_gbps: float | None = None
     avg_busbw_gbps: float | None = None
     expected_busbw_gbps: float | None = None

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from skills.catalog.instances import InstanceSpec
-from skills.eks_cluster_manager.models import NcclReport, NcclRow
+from skills.eks_cluster_manager.models import NcclReport, NcclRow, Transport
 
 PASS_FRACTION = 0.7  # of expected: pass at or above
 DEGRADED_FRACTION = 0.4  # below this: fail
@@ -105,7 +105,7 @@ def _read(text: str) -> _Output:
     return out
 
 
-def _transport(text: str, multi: bool, has_rows: bool) -> tuple[str, bool, bool]:
+def _transport(text: str, multi: bool, has_rows: bool) -> tuple[Transport, bool, bool]:
     """(transport, used EFA, used sockets) as NCCL's own log lines say."""
     uses_efa = bool(_EFA.search(text)) and not _NO_OFI.search(text)
     uses_socket = bool(_SOCKET.search(text)) or bool(_NO_OFI.search(text))

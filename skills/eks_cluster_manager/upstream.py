@@ -130,9 +130,9 @@ def render(key: str, namespace: str) -> list[dict[str, Any]]:
             continue
         obj = by_name[change.kind, change.name]
         *parents, last = change.path
-        node = obj
+        node: Any = obj  # a JSON tree: a dict or a list at each step of the path
         for step in parents:
             node = node[step]
-        old = node[last] if isinstance(node, list) else node.get(last)
+        old = node[last] if isinstance(last, int) else node.get(last)  # int: a list index
         node[last] = change.edit(old, namespace)
     return objects

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -213,7 +214,7 @@ def parse(text: str, *, build_args: dict[str, str] | None = None,
     return Parsed(stages, global_args, arg_lines)
 
 
-def _read_stage(stage: Stage, items: list[dict], env: dict[str, str],
+def _read_stage(stage: Stage, items: Sequence[Mapping[str, Any]], env: dict[str, str],
                 build_args: dict[str, str], global_args: dict[str, str]) -> None:
     """The stage's instructions with its ARG/ENV substituted as Docker would."""
     for item in items:
@@ -232,7 +233,7 @@ def _read_stage(stage: Stage, items: list[dict], env: dict[str, str],
         if kind not in ("COMMENT",):
             stage.instructions.append(
                 Instruction(kind, line, end, item["content"], substitute(value, env)))
-            stage.env = dict(env)  # type: ignore[attr-defined]
+            stage.env = dict(env)
 
 
 def parent_env(stages: list[Stage], parent: Stage | None) -> dict[str, str]:

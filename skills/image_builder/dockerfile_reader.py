@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,7 @@ class Dockerfile:
     global_args: dict[str, str]  # name -> value FROM sees (build arg or default)
     arg_lines: dict[str, tuple[int, str]]  # global ARG with a default -> (line, default)
     # dockerfile-parse's items after each FROM (that stage's instructions, comments too)
-    stage_items: list[list[dict[str, Any]]] = field(default_factory=list)
+    stage_items: list[list[Mapping[str, Any]]] = field(default_factory=list)
 
 
 def _from_parts(value: str) -> tuple[tuple[str, ...], str, str | None]:
@@ -110,7 +111,7 @@ def read(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
     """Every FROM with its image resolved, the global ARGs, and each stage's items."""
     check_size(text)
     build_args = build_args or {}
-    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()), env_replace=False)
+    parser = DockerfileParser(fileobj=io.StringIO(text), env_replace=False)
     read_: Dockerfile = Dockerfile([], {}, {})
     for item in parser.structure:
         kind, line = item["instruction"], item["startline"] + 1

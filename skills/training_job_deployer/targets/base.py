@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -101,7 +101,11 @@ _WITHOUT: dict[Capability, tuple[str, str]] = {
 }
 
 
-class Target(ABC):
+# Each target's own Plan subclass: what its plan returns is what its submit takes.
+PlanT = TypeVar("PlanT", bound="Plan")
+
+
+class Target(ABC, Generic[PlanT]):
     name: ClassVar[str]
     settings_model: ClassVar[type[TargetSettings]]
     # deploy_training_job's settings: the settings plus how to place a job (a target
@@ -129,11 +133,13 @@ class Target(ABC):
     # what every target does -------------------------------------------------------------
 
     @abstractmethod
-    def plan(self, spec: JobSpec) -> Plan:
+    def plan(self, spec: JobSpec) -> PlanT:
         """The exact request submit would make; starts and writes nothing."""
 
     @abstractmethod
-    def submit(self, job_name: str, plan: Any, *, replace_corrupt_record: bool = False) -> None:
+    def submit(
+        self, job_name: str, plan: PlanT, *, replace_corrupt_record: bool = False
+    ) -> None:
         """Make the request the plan describes, holding the job's lock: a job of that name
         already running is a job_running failure; an unreadable record of the job is
         job_record_corrupt unless `replace_corrupt_record` sets it aside."""

@@ -25,7 +25,7 @@ from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets import checkpoint_owner
-from skills.training_job_deployer.targets.base import LogOptions, Target
+from skills.training_job_deployer.targets.base import LogOptions, PlanT, Target
 from skills.training_job_deployer.trainer_log import LogFollower, RunMetrics
 
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
@@ -165,7 +165,7 @@ class RecordedRun(Generic[R]):
             return None
 
 
-class RunDirTarget(Target):
+class RunDirTarget(Target[PlanT]):
     """A target whose jobs live in run directories under `runs_dir` on this host."""
 
     record_name: ClassVar[str]

@@ -131,7 +131,7 @@ def _masked_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: redact(v) if isinstance(v, str) else v for k, v in error.items()}
 
 
-class KubernetesTarget(Target):
+class KubernetesTarget(Target[KubernetesPlan]):
     name: ClassVar[str] = "kubernetes"
     settings_model: ClassVar[type[TargetSettings]] = KubernetesSettings
     deploy_settings_model: ClassVar[type[TargetSettings]] = KubernetesDeploySettings

@@ -154,7 +154,7 @@ class LocalPlan(Plan):
         ]
 
 
-class LocalTarget(RunDirTarget):
+class LocalTarget(RunDirTarget[LocalPlan]):
     name: ClassVar[str] = "local"
     settings_model: ClassVar[type[TargetSettings]] = LocalSettings
     plan_model: ClassVar[type[Plan]] = LocalPlan

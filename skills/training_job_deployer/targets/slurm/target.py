@@ -300,7 +300,7 @@ class SlurmRunDir(RecordedRun[SlurmRecord]):
         return f"{self.cluster_dir}/logs/slurm-{job_id}.log"  # the template's --output
 
 
-class SlurmTarget(RunDirTarget):
+class SlurmTarget(RunDirTarget[SlurmPlan]):
     name: ClassVar[str] = "slurm"
     settings_model: ClassVar[type[TargetSettings]] = SlurmSettings
     deploy_settings_model: ClassVar[type[TargetSettings]] = SlurmDeploySettings
@@ -639,11 +639,11 @@ class SlurmTarget(RunDirTarget):
     def _where(self, path: str) -> str:  # type: ignore[override]
         return path if self.settings.ssh_host is None else f"{self.settings.ssh_host}:{path}"
 
-    def _read_from(self, path: str, offset: int) -> bytes:
+    def _read_from(self, log: str, offset: int) -> bytes:
         if self.settings.ssh_host is None:
-            return super()._read_from(path, offset)
+            return super()._read_from(log, offset)
         start = str(-offset) if offset < 0 else f"+{offset + 1}"  # negative: the end
-        done = self.scheduler.run(["tail", "-c", start, "--", path])
+        done = self.scheduler.run(["tail", "-c", start, "--", log])
         return done.stdout if done.returncode == 0 else b""
 
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
