@@ -431,3 +431,22 @@ time.sleep(60)
     state = target.cancel("stop", grace_s=10)
     assert state.status == "cancelled" and state.checkpoint_step == 2
     assert state.message == "cancelled: checkpoint saved at step 2; re-run the same job to resume"
+
+
+def test_get_training_job_logs_never_follows_a_linked_attempt_log(tmp_path):
+    """Issue 20 item 17, through the tool: an attempt log replaced by a link to a file
+    outside the job (here a stand-in for /etc/passwd) is refused, never printed."""
+    from commands.get_training_job_logs import get_training_job_logs
+
+    target = LocalTarget(tmp_path)
+    target.submit("linked", scripted_plan(target, "linked", GOOD_RUN))
+    target.follow("linked")
+    secret = tmp_path / "outside.txt"
+    secret.write_text("root:x:0:0:CANARY-outside-the-job\n")
+    log = tmp_path / "linked" / "logs" / "attempt-1.log"
+    log.unlink()
+    log.symlink_to(secret)
+    with pytest.raises(ToolFailure) as caught:
+        get_training_job_logs(job_name="linked", runs_dir=str(tmp_path))
+    assert "CANARY" not in str(caught.value.to_dict())
+    assert caught.value.code == "path_not_allowed"
