@@ -13,7 +13,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -36,6 +36,35 @@ class ReadRefused(ToolFailure):
         self.problem = problem
 
 
+def _open_regular(
+    path: Path, what: str, follow_links: bool, link_hint: str
+) -> tuple[BinaryIO, os.stat_result]:
+    """The open regular file at `path` and its stat: never blocking on a FIFO, never
+    through a link at `path` unless `follow_links`; FileNotFoundError passes through
+    for the caller to judge, anything else is ReadRefused."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if not follow_links and _is_link(path):
+            raise ReadRefused(what, path, "is a symbolic link", link_hint,
+                              ErrorCode.PATH_NOT_ALLOWED) from None
+        raise ReadRefused(what, path, f"cannot be read ({type(exc).__name__})",
+                          f"Give the path of a readable {what}.") from None
+    handle = os.fdopen(fd, "rb")
+    info = os.fstat(handle.fileno())
+    if not stat.S_ISREG(info.st_mode):
+        handle.close()
+        raise ReadRefused(what, path, "is not a regular file",
+                          f"Give the path of a regular {what} (not a device, pipe or "
+                          "directory).")
+    return handle, info
+
+
 def read_bytes(
     path: Path | str,
     *,
@@ -51,26 +80,12 @@ def read_bytes(
     if within is not None and not _inside(path, within):
         raise ReadRefused(what, path, f"lies outside {within}",
                           f"Keep {what} inside {within}.", ErrorCode.PATH_NOT_ALLOWED)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    if not follow_links:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        handle, info = _open_regular(path, what, follow_links, "Links are not followed here.")
     except FileNotFoundError:
         raise ReadRefused(what, path, "does not exist", f"Give the path of an existing {what}.",
                           ErrorCode.NOT_FOUND) from None
-    except OSError as exc:
-        if not follow_links and _is_link(path):
-            raise ReadRefused(what, path, "is a symbolic link", "Links are not followed here.",
-                              ErrorCode.PATH_NOT_ALLOWED) from None
-        raise ReadRefused(what, path, f"cannot be read ({type(exc).__name__})",
-                          f"Give the path of a readable {what}.") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ReadRefused(what, path, "is not a regular file",
-                              f"Give the path of a regular {what} (not a device, pipe or "
-                              "directory).")
+    with handle:
         if info.st_size > max_bytes:
             raise _too_big(what, path, max_bytes)
         data = handle.read(max_bytes + 1)  # the size may grow between fstat and read
@@ -91,25 +106,13 @@ def read_chunk(
     before its end), b"" while it does not exist. For logs a tool reads as they grow:
     never through a symbolic link unless asked, never from a device or FIFO."""
     path = Path(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    if not follow_links:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        handle, info = _open_regular(
+            path, what, follow_links, "The tool only reads the log it wrote; remove the link."
+        )
     except FileNotFoundError:
         return b""
-    except OSError as exc:
-        if not follow_links and _is_link(path):
-            raise ReadRefused(what, path, "is a symbolic link",
-                              "The tool only reads the log it wrote; remove the link.",
-                              ErrorCode.PATH_NOT_ALLOWED) from None
-        raise ReadRefused(what, path, f"cannot be read ({type(exc).__name__})",
-                          f"Check the {what}'s permissions.") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ReadRefused(what, path, "is not a regular file",
-                              f"The {what} must be a regular file.")
+    with handle:
         handle.seek(max(0, info.st_size + offset) if offset < 0 else offset)
         return handle.read(max_bytes)
 
