@@ -49,6 +49,7 @@ bench: setup-dev
 	$(PY) benchmarks/mcp_cold_start.py
 	$(PY) benchmarks/demo_wall_time.py
 	$(PY) benchmarks/trainer_bench.py
+	$(PY) benchmarks/trainer_scale.py
 	$(PY) benchmarks/job_record_write.py
 	$(PY) benchmarks/dockerfile_analyzer.py
 	$(PY) benchmarks/image_rebuild.py
