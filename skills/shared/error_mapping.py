@@ -23,7 +23,7 @@ def failure_from_exception(exc: BaseException) -> ToolFailure | None:
     """The typed failure for an exception the user can act on; None for a bug."""
     if isinstance(exc, ToolFailure):
         return exc
-    for mapper in (_from_botocore, _from_kubernetes, _from_docker, _from_os):
+    for mapper in (_from_botocore, _from_kubernetes, _from_docker, _from_os, _from_home):
         if (failure := mapper(exc)) is not None:
             return failure
     return None
@@ -190,6 +190,18 @@ _OS_ERRORS: dict[int, tuple[ErrorCode, str]] = {
     errno.EDQUOT: (ErrorCode.NO_SPACE_LEFT, "Free space on that disk or use another directory."),
     errno.ENOENT: (ErrorCode.NOT_FOUND, "Check the path."),
 }
+
+
+def _from_home(exc: BaseException) -> ToolFailure | None:
+    """pathlib's expanduser() of `~name` for a user this machine does not know (or with
+    no HOME) raises RuntimeError; the path is the caller's input."""
+    if not (isinstance(exc, RuntimeError) and "home directory" in str(exc)):
+        return None
+    return ToolFailure(
+        ErrorCode.INVALID_INPUT,
+        "A path starts with ~ for a home directory this machine cannot find.",
+        "Give the path without ~user (absolute, or relative to the current directory).",
+    )
 
 
 def _from_os(exc: BaseException) -> ToolFailure | None:

@@ -322,9 +322,16 @@ def test_a_build_outlives_a_killed_mcp_server_and_get_operation_reports_it(hub, 
     state = started.structured_content
     assert state["status"] == "running", state
     operation_id = state["operation_id"]
+    from mcp_server.workspace import Workspace
     from skills.operations import operations
+    from skills.operations.operation_state import OPERATION_SCOPE
 
-    assert operations.get(operation_id).status == "running"  # the build goes on without it
+    # Operations belong to the workspace that started them: read it as that server would.
+    scope = OPERATION_SCOPE.set(str(Workspace.create(str(workspace)).root))
+    try:
+        assert operations.get(operation_id).status == "running"  # the build goes on
+    finally:
+        OPERATION_SCOPE.reset(scope)
 
     async def follow():
         async with Client(server()) as client:

@@ -299,7 +299,8 @@ def test_a_read_only_server_serves_the_reads_and_not_the_writes(kube, tmp_path):
     tools, checked, described, judged = anyio.run(scenario)
     assert "manage_eks_cluster" not in tools
     hints = tools["inspect_eks_cluster"].annotations
-    assert hints.read_only_hint is True and hints.destructive_hint is False
+    # A read-only tool lists only readOnlyHint (destructiveHint means nothing for it).
+    assert hints.read_only_hint is True and not hints.destructive_hint
     assert not checked.is_error and checked.structured_content["action"] == "validate"
     assert checked.structured_content["checks"]
     assert not described.is_error and described.structured_content["action"] == "describe"
