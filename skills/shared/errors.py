@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from skills.shared.next_step import NextStep
 from skills.shared.secrets import redact
 
 EXIT_FAILED = 1
@@ -100,6 +101,7 @@ class ToolFailure(Exception):
         message: str,
         hint: str = "",
         details: dict[str, Any] | None = None,
+        next_step: NextStep | None = None,
     ) -> None:
         known = code if isinstance(code, ErrorCode) else _known(code)
         self.code = str(code)
@@ -107,6 +109,8 @@ class ToolFailure(Exception):
         self.message = message
         self.hint = hint
         self.details = details or {}
+        # A complete call that fixes or gets past this failure, when there is one.
+        self.next_step = next_step
         super().__init__(self.message)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -121,6 +125,7 @@ class ToolFailure(Exception):
                 "message": self.message,
                 "hint": self.hint,
                 "details": self.details,
+                **({"next_step": self.next_step.model_dump()} if self.next_step else {}),
             }
         }
 
@@ -128,7 +133,14 @@ class ToolFailure(Exception):
     def from_dict(cls, data: dict[str, Any]) -> ToolFailure:
         """The failure `to_dict()` wrote (an operation's recorded error, say)."""
         error = data.get("error", data)
-        return cls(error["code"], error["message"], error.get("hint", ""), error.get("details"))
+        step = error.get("next_step")
+        return cls(
+            error["code"],
+            error["message"],
+            error.get("hint", ""),
+            error.get("details"),
+            NextStep.model_validate(step) if step else None,
+        )
 
     def __str__(self) -> str:
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
