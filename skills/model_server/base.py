@@ -1,0 +1,94 @@
+"""The interface every model-server target implements (local `transformers serve`,
+vLLM on Kubernetes), in the shape of the job targets: plan -> deploy (exactly the
+plan) -> get/list -> scale -> delete. A target is one module with a settings model
+(`target: Literal["<name>"]`) and a `ServerTarget` subclass, added in registry.py."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
+from skills.shared.progress import Progress
+from skills.shared.results import ToolResult
+
+# Every Kubernetes object this suite creates carries this label; a model server's also
+# MODEL_SERVER_LABEL=<name> (cleanup and list find them by these).
+MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "fsdp-eks")
+MODEL_SERVER_LABEL = "fsdp-eks/model-server"
+
+ServerStatus = Literal["planned", "starting", "ready", "failed", "stopped", "deleted"]
+
+
+class ServerSettings(BaseModel):
+    """Where and how a model is served. Each target's subclass has a
+    `target: Literal["<name>"]` field, which tells the settings apart."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerPlan(BaseModel):
+    """Exactly what deploy will do, as data (a dry run shows it)."""
+
+    name: str
+    model: str
+    target: str
+    objects: list[dict[str, Any]] = Field(default_factory=list)  # what is applied/started
+    argv: list[str] = Field(default_factory=list)  # the server's command line
+
+
+class ServerState(ToolResult):
+    """One model server as the tools report it."""
+
+    name: str
+    target: str
+    status: ServerStatus
+    model: str = ""
+    endpoint: str | None = None  # the OpenAI-compatible base URL (…/v1 is under it)
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    curl: str | None = None  # one smoke request a person can paste
+    smoke: str | None = None  # what the smoke request answered (a short excerpt)
+    message: str = ""
+    plan: ServerPlan | None = None  # dry runs (and include_plan)
+    cost: dict[str, Any] | None = None  # the estimate of skills/catalog/pricing.py
+    next_step: NextStep | None = None
+
+    def cli_exit_status(self) -> int:
+        return 1 if self.status == "failed" else 0
+
+
+S = TypeVar("S", bound=ServerSettings)
+
+
+class ServerTarget(ABC, Generic[S]):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def plan(self, name: str, model: str, settings: S) -> ServerPlan: ...
+
+    @abstractmethod
+    def deploy(
+        self, plan: ServerPlan, settings: S, progress: Progress, wait_seconds: float | None
+    ) -> ServerState:
+        """Start exactly `plan`, follow it to ready (or the wait's end), smoke-test it."""
+
+    @abstractmethod
+    def get(self, name: str, settings: S) -> ServerState: ...
+
+    @abstractmethod
+    def list(self, settings: S) -> list[ServerState]: ...
+
+    @abstractmethod
+    def delete(self, name: str, settings: S) -> ServerState: ...
+
+    def scale(self, name: str, replicas: int, settings: S) -> ServerState:
+        raise ToolFailure(
+            ErrorCode.UNSUPPORTED_FOR_TARGET,
+            f"Target {self.name!r} serves one replica; it cannot scale.",
+            "Use target 'kubernetes' to run replicas.",
+            {"target": self.name},
+        )
