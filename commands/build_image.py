@@ -11,10 +11,12 @@ from typing import Annotated
 from pydantic import Field
 
 from commands._cli import main_for
+from skills.cloud.clients import default_region
 from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
 from skills.image_builder.registry_check import MIRROR_PATTERN
 from skills.image_builder.tags import REPOSITORY_PATTERN, TAG_PATTERN, TagStrategy
+from skills.shared.next_step import NextStep
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -77,9 +79,11 @@ def build_image(
     ] = [],  # noqa: B006 - pydantic copies defaults
     progress: Progress | None = None,
 ) -> BuildResult:
-    """Build the trainer image: analyze the Dockerfile (torch/CUDA/cuDNN/Python, GPU and
-    driver fit), check the base image exists, build, and on a known failure fix the
-    Dockerfile (<Dockerfile>.fixed) and rebuild. Returns every attempt with its error
+    """Build the trainer image; on a known failure fix the Dockerfile and rebuild.
+
+    It analyzes the Dockerfile (torch/CUDA/cuDNN/Python, GPU and driver fit), checks
+    the base image exists, builds, and on a known failure writes the fix
+    (<Dockerfile>.fixed) and rebuilds. Returns every attempt with its error
     class, evidence and diff, and the image id, tags and size."""
     options = BuildOptions(
         dockerfile=Path(dockerfile).expanduser().absolute(),
@@ -98,7 +102,23 @@ def build_image(
         build_args=dict(build_args),
         cache_from=list(cache_from),
     )
-    return build(options, progress)
+    result = build(options, progress)
+    if result.status == "built" and result.tags:
+        result.next_step = push_step(result.tags[0], repository)
+    return result
+
+
+def push_step(image: str, repository: str) -> NextStep:
+    """The built image's next step: push it to the ECR repository of its name."""
+    region = default_region()
+    host, _, rest = repository.partition("/")
+    if rest and ("." in host or ":" in host or host == "localhost"):
+        repository = rest  # a registry host is not part of the ECR repository's name
+    return NextStep(
+        tool="push_to_ecr",
+        arguments={"image": image, "repository": repository, "region": region or "us-east-1"},
+        why="push it to ECR" + ("" if region else " (no region configured: us-east-1 assumed)"),
+    )
 
 
 main = main_for(build_image)

@@ -14,6 +14,7 @@ from commands._cli import main_for
 from skills.job_doctor.auto_retry import require_support
 from skills.job_doctor.auto_retry import run as auto_retry_loop
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, tool
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
@@ -41,14 +42,18 @@ def deploy_training_job(
     monitor: Annotated[
         bool, Field(strict=True, description="Follow the job (false: return once started).")
     ] = True,
+    include_plan: Annotated[
+        bool, Field(strict=True, description="Return the plan after a submit too.")
+    ] = False,
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> DeployResult:
-    """Start a distributed PyTorch FSDP2 training job and follow it.
+    """Start a distributed PyTorch FSDP2 training job (local torchrun, a Kubernetes
+    PyTorchJob or Slurm) and follow it; dry_run=true shows the plan first.
 
-    target: local (torchrun here), kubernetes (PyTorchJob; the image is image_uri or
-    the newest in repository), slurm (sbatch). A re-run resumes from its newest
-    checkpoint. auto_retry (kubernetes): poll get_operation.
+    kubernetes: the image is image_uri, else the newest in repository. A re-run
+    resumes from its newest checkpoint. auto_retry (kubernetes) runs as an operation:
+    the result's next_step follows it.
     """
     if not monitor:  # `--no-monitor`: start it and return (as wait_seconds=0)
         wait_seconds = 0
@@ -66,10 +71,16 @@ def deploy_training_job(
             max_steps=job.max_steps,
             run_dir=getattr(plan, "run_dir", None),
             log_path=getattr(plan, "log_path", None),
+            next_step=NextStep(
+                tool="deploy_training_job",
+                arguments={**_call_args(job, target), **_retry_args(auto_retry, max_retries)},
+                why="submit this plan",
+            ),
         )
     if auto_retry and wait_seconds is not None:  # an agent: never hold one call
-        return _as_operation(job, target, max_retries, replace_corrupt_record, wait_seconds,
-                             plan, progress)  # fmt: skip
+        result = _as_operation(job, target, max_retries, replace_corrupt_record, wait_seconds,
+                               plan, progress)  # fmt: skip
+        return _with_plan(result, include_plan)
     if auto_retry:  # the CLI (or the operation's worker): in the foreground
         try:
             fields = auto_retry_loop(
@@ -80,7 +91,7 @@ def deploy_training_job(
             with contextlib.suppress(ToolFailure):  # between attempts there may be none
                 get_target(target).cancel(job.job_name, grace_s=10)
             raise
-        return DeployResult(**fields)
+        return _with_plan(DeployResult(**fields), include_plan)
     runner.submit(job.job_name, plan, replace_corrupt_record=replace_corrupt_record)
     try:
         state = runner.follow(job.job_name, progress, wait_seconds)
@@ -89,7 +100,25 @@ def deploy_training_job(
         # client's cancel only stops following: the job goes on, as after wait_seconds.)
         runner.cancel(job.job_name, grace_s=10)
         raise
-    return DeployResult(**state.model_dump(), plan=plan)
+    return _with_plan(DeployResult(**state.model_dump(), plan=plan), include_plan)
+
+
+def _call_args(job: JobSpec, target: Any) -> dict[str, Any]:
+    """This call's job and target as flat arguments (a next step's)."""
+    return {
+        **job.model_dump(mode="json", exclude_defaults=True),
+        **target.model_dump(mode="json", exclude_defaults=True),
+        "target": target.target,
+    }
+
+
+def _retry_args(auto_retry: bool, max_retries: int) -> dict[str, Any]:
+    return {"auto_retry": True, "max_retries": max_retries} if auto_retry else {}
+
+
+def _with_plan(result: DeployResult, include_plan: bool) -> DeployResult:
+    result.show_plan(include_plan)
+    return result
 
 
 def _as_operation(
@@ -107,9 +136,7 @@ def _as_operation(
     from skills.shared.tooling import spec_of
 
     arguments = {
-        **job.model_dump(mode="json", exclude_defaults=True),
-        **target.model_dump(mode="json", exclude_defaults=True),
-        "target": target.target,
+        **_call_args(job, target),
         "auto_retry": True,
         "max_retries": max_retries,
         "replace_corrupt_record": replace_corrupt_record,

@@ -225,8 +225,12 @@ def _create_config(
     )
     text = eksctl.render(config)
     if create and not output:  # the CLI names <cluster>-eksctl.yaml; an MCP caller names it
-        _need(output, "output", "create_config with confirm",
-              "Name the eksctl config file to write (under the workspace over MCP).")
+        _need(
+            output,
+            "output",
+            "create_config with confirm",
+            "Name the eksctl config file to write (under the workspace over MCP).",
+        )
     path = Path(output).expanduser().absolute() if output else None
     if path is not None:
         write_new_or_owned(path, text, owns=_is_eksctl_config)
@@ -242,9 +246,9 @@ def _create_config(
         ran, tail = eksctl.run_create(shown)
         report.summary += "; eksctl create cluster ran" if ran else "; eksctl is not on PATH"
         if not ran:
-            report.next_step = f"Install eksctl, then run: {' '.join(command)}"
+            report.hint = f"Install eksctl, then run: {' '.join(command)}"
     else:
-        report.next_step = f"Save the config and run: {' '.join(command)}"
+        report.hint = f"Save the config and run: {' '.join(command)}"
     return report
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -14,6 +15,7 @@ from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.push import PushOptions, publish
 from skills.image_builder.registry_check import HOST_PATTERN
 from skills.image_builder.tags import TAG_PATTERN
+from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.shared.validators import grammar
@@ -58,9 +60,12 @@ def push_to_ecr(
     ] = None,
     progress: Progress | None = None,
 ) -> PushResult:
-    """Push a local image to ECR: create/align the repository (scan, tag mutability,
-    lifecycle), log in with the ECR token, push, verify the registry's digest. Returns
-    the image URI and its @sha256 form. Settings left out keep an existing repo's."""
+    """Push a local image to ECR (the repository created if absent); returns the image
+    URI and its @sha256 form.
+
+    Creates or aligns the repository (scan, tag mutability, lifecycle), logs in with
+    the ECR token, pushes, verifies the registry's digest. Settings left out keep an
+    existing repo's."""
     options = PushOptions(
         image=image,
         repository=repository,
@@ -72,7 +77,26 @@ def push_to_ecr(
         confirm=confirm,
         registry_host=registry_host,
     )
-    return publish(options, progress)
+    result = publish(options, progress)
+    result.next_step = deploy_step(result.image_uri, result.repository)
+    return result
+
+
+def deploy_step(image_uri: str, repository: str) -> NextStep:
+    """The pushed image's next step: a dry run of a Kubernetes job on it (the cluster of
+    the current kubeconfig context; the dry run's own next step submits it)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", repository.rsplit("/", 1)[-1].lower())
+    job_name = (name.strip("-")[:50].strip("-") or "fsdp") + "-train"
+    return NextStep(
+        tool="deploy_training_job",
+        arguments={
+            "job_name": job_name,
+            "target": "kubernetes",
+            "image_uri": image_uri,
+            "dry_run": True,
+        },
+        why="plan a training job on this image (add cluster_name or context for another cluster)",
+    )
 
 
 main = main_for(push_to_ecr)

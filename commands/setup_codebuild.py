@@ -35,7 +35,11 @@ def setup_codebuild(
     ],
     source_url: Annotated[
         str,
-        Field(min_length=6, max_length=1024, description="GitHub/CodeCommit https URL or s3://bucket/key."),
+        Field(
+            min_length=6,
+            max_length=1024,
+            description="GitHub/CodeCommit https URL or s3://bucket/key.",
+        ),
     ],
     branch: Annotated[
         str, Field(pattern=r"^[A-Za-z0-9._/-]{1,200}$", description="Branch to build.")
@@ -48,8 +52,30 @@ def setup_codebuild(
         str, Field(pattern=r"^[^\s]{1,255}$", description="Build image.")
     ] = "aws/codebuild/standard:7.0",
     log_retention_days: Annotated[
-        Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
-                2557, 2922, 3288, 3653],
+        Literal[
+            1,
+            3,
+            5,
+            7,
+            14,
+            30,
+            60,
+            90,
+            120,
+            150,
+            180,
+            365,
+            400,
+            545,
+            731,
+            1096,
+            1827,
+            2192,
+            2557,
+            2922,
+            3288,
+            3653,
+        ],
         Field(description="Log retention (CloudWatch values)."),
     ] = 30,  # fmt: skip
     test_level: Annotated[
@@ -61,8 +87,10 @@ def setup_codebuild(
     dry_run: Annotated[bool, Field(description="Only list the writes it would make.")] = False,
     progress: Progress | None = None,
 ) -> PipelineResult:
-    """Create or update the CodeBuild pipeline (idempotent): ECR repository (scan on
-    push), least-privilege IAM service role, log group with retention, privileged
+    """Create or update the CodeBuild pipeline that builds and pushes the image
+    (idempotent); dry_run lists every write.
+
+    ECR repository (scan on push), least-privilege IAM service role, log group with retention, privileged
     project with Docker layer cache and buildspec.yml, optional push webhook. Each
     resource is created/updated/unchanged; dry_run lists every write with parameters."""
     check_region(region)

@@ -35,7 +35,7 @@ _SANITY_CEILING = 1_000
 SELF_NAMED = frozenset({
     "max_steps", "train_batch_size", "seq_len", "learning_rate", "grad_accum_steps",
     "seed", "cpu_offload", "async_save", "checkpoint_freq", "keep_last", "validation_freq",
-    "num_nodes", "gpu_per_node", "region", "dry_run", "namespace",
+    "num_nodes", "gpu_per_node", "region", "dry_run", "namespace", "include_plan",
 })  # fmt: skip
 _DROPPED = ("title", "pattern", "minLength", "maxLength")
 _SUBSCHEMAS = ("items", "additionalProperties", "not")
@@ -71,6 +71,8 @@ def compact_schema(schema: Any, drop: tuple[str, ...] = _DROPPED) -> Any:
             continue
         if key == "maximum" and isinstance(value, (int, float)) and value >= _SANITY_CEILING:
             continue
+        if key == "minimum" and value in (0, 1) and schema.get("type") == "integer":
+            continue  # a count: its type says as much
         if key in _SCHEMA_MAPS and isinstance(value, dict):
             value = {name: compact_schema(sub, drop) for name, sub in value.items()}
         elif key in _SCHEMA_LISTS and isinstance(value, list):
@@ -125,8 +127,7 @@ def input_schema(spec: ToolSpec) -> dict[str, Any]:
         if group.discriminator is None:
             continue
         nested = {
-            key: {
-                "description": one_line(model.__doc__ or key),
+            key: {  # its name says which target; `target`'s enum lists them
                 "properties": {
                     n: _brief(properties[n], describe=False)
                     for n in model.model_fields
@@ -177,6 +178,33 @@ def unnest(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def nest(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of `unnest`: flat arguments with each target's settings as the one
+    object tools/list shows ({"target": "kubernetes", "cluster_name": "c"} ->
+    {"target": "kubernetes", "kubernetes": {"cluster_name": "c"}}), for a next step an
+    agent calls as given."""
+    out = dict(arguments)
+    for group in spec.groups:
+        if group.discriminator is None:
+            continue
+        flat = [name for name in out if name in group.fields and name != group.discriminator]
+        key = out.get(group.discriminator)
+        if key is None:  # implied by the settings: the first member that has them all
+            key = next((k for k, m in group.members.items() if set(flat) <= set(m.model_fields)),
+                       None)  # fmt: skip
+        model = group.members.get(key) if isinstance(key, str) else None
+        if not flat or model is None or len(model.model_fields) <= 1:
+            continue
+        out[key] = {name: out.pop(name) for name in flat if name in model.model_fields}
+    return out
+
+
+def listed_description(doc: str) -> str:
+    """A tool's docstring as tools/list shows it: its first paragraph, on one line (the
+    paragraphs after it are the CLI's --help)."""
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
 def _annotations(spec: ToolSpec) -> dict[str, bool]:
     """Only the hints that say something: destructive and idempotent mean nothing for a
     read-only tool, and idempotentHint's default is false."""
@@ -193,7 +221,7 @@ def tool_entry(spec: ToolSpec) -> dict[str, Any]:
     """The tool as tools/list lists it (JSON, wire names)."""
     return {
         "name": spec.name,
-        "description": spec.description,
+        "description": listed_description(spec.description),
         "inputSchema": input_schema(spec),
         "annotations": _annotations(spec),
         # Not listed: the parameters that write a file (a read-only server hides them).

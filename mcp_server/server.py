@@ -23,7 +23,14 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, Tool
 
 from mcp_server.lean import bounded_tail, lean_data
-from mcp_server.listing import WRITES_KEY, cached_entries, entries_of, unnest, writing_parameters
+from mcp_server.listing import (
+    WRITES_KEY,
+    cached_entries,
+    entries_of,
+    nest,
+    unnest,
+    writing_parameters,
+)
 from mcp_server.workspace import Workspace
 from skills.operations.operation_state import OPERATION_SCOPE
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -36,8 +43,10 @@ logger = logging.getLogger(__name__)
 # follow a job to its end follows it this long, then returns its state.
 MCP_DEFAULT_WAIT_S = 40.0
 
-# A result's text content is a summary; a log or plan longer than this keeps its end.
+# A result's text content is a summary, at most this long.
 MAX_TEXT_CHARS = 8_000
+# A log or a dry run's script is the text itself: this much of its end (results < 40 KB).
+MAX_PLAIN_CHARS = 32_000
 
 INSTRUCTIONS = (
     "fsdp-eks takes a PyTorch FSDP training job from source to a running, monitored job. "
@@ -47,10 +56,41 @@ INSTRUCTIONS = (
 )
 
 
-def error_result(failure: ToolFailure) -> CallToolResult:
+# Nests a next step's flat arguments the way its tool's input schema does.
+Nester = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _flat(step: dict[str, Any]) -> dict[str, Any]:
+    return step
+
+
+def error_result(
+    failure: ToolFailure, nester: Nester = _flat, data: dict[str, Any] | None = None
+) -> CallToolResult:
+    """isError=true: the text is the failure (code, message, hint, details and the next
+    step as its tool takes it); a failed result's data rides along as structuredContent."""
+    error = failure.to_dict()
+    if "next_step" in error["error"]:
+        error["error"]["next_step"] = nester(error["error"]["next_step"])
     return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(failure.to_dict()))], is_error=True
+        content=[TextContent(type="text", text=json.dumps(error))],
+        structured_content=data,
+        is_error=True,
     )
+
+
+def with_nested_steps(data: Any, nester: Nester) -> Any:
+    """The data with every next_step (at any depth: an operation's result's too) nested
+    for its tool's schema."""
+    if isinstance(data, list):
+        return [with_nested_steps(item, nester) for item in data]
+    if not isinstance(data, dict):
+        return data
+    out = {key: with_nested_steps(value, nester) for key, value in data.items()}
+    step = out.get("next_step")
+    if isinstance(step, dict) and isinstance(step.get("arguments"), dict) and "tool" in step:
+        out["next_step"] = nester(step)
+    return out
 
 
 class _ThreadProgress(CancellableProgress):
@@ -77,20 +117,32 @@ def _run(
     return spec.invoke(arguments, progress)
 
 
-def summary_text(result: Any) -> str:
-    """The text content of a result: what a person reads (status, the figures, the next
-    step; a log or a dry run's plan as it is). The data itself is structuredContent,
-    not repeated here."""
+def summary_text(result: Any, nester: Nester = _flat) -> str:
+    """The text content of a result: what a person reads (status, the figures, one
+    `next:` line: the call to make, as its tool takes it; a log or a dry run's plan as
+    it is). The data itself is structuredContent, not repeated here."""
     plain = result.plain_text() if hasattr(result, "plain_text") else None
+    step = getattr(result, "next_step", None)
+    next_line = f"next: {_step_text(nester(step.model_dump()))}" if step else ""
     if plain:
-        return plain[-MAX_TEXT_CHARS:]
+        cut = len(plain) - MAX_PLAIN_CHARS
+        kept = f"(first {cut} characters left out)\n{plain[cut:]}" if cut > 0 else plain
+        return (kept + f"\n{next_line}").rstrip()
     rows = result.summary_rows() if hasattr(result, "summary_rows") else []
-    lines = [f"{name}: {_row_text(value)}" for name, value in rows if value not in _EMPTY]
-    next_step = getattr(result, "next_step", None)
-    if next_step and not any(next_step in line for line in lines):
-        lines.append(f"next: {next_step}")
-    text = "\n".join(lines) or "done"
-    return text[:MAX_TEXT_CHARS] + ("\n(the data: structuredContent)" if lines else "")
+    lines = [
+        f"{name}: {_row_text(value)}"
+        for name, value in rows
+        if value not in _EMPTY and name != "next"  # the next step: one line, below
+    ]
+    text = "\n".join(lines)[:MAX_TEXT_CHARS] or "done"
+    if next_line:
+        text += f"\n{next_line}"
+    return text + ("\n(the data: structuredContent)" if lines else "")
+
+
+def _step_text(step: dict[str, Any]) -> str:
+    why = f"  ({step['why']})" if step.get("why") else ""
+    return f"{step['tool']} {json.dumps(step['arguments'], separators=(',', ':'))}{why}"
 
 
 _EMPTY = (None, "", [], {})
@@ -178,7 +230,7 @@ class ToolServer(MCPServer):
         try:
             arguments = self._arguments(spec, arguments)
         except ToolFailure as failure:
-            return error_result(failure)
+            return error_result(failure, self.nest_step)
         progress = _ThreadProgress(context)
         # Operations are scoped to the workspace that started them (operation_state).
         scope = None if self.workspace is None else str(self.workspace.root)
@@ -187,19 +239,32 @@ class ToolServer(MCPServer):
                 _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
             )
         except ToolFailure as failure:
-            return error_result(failure)
+            return error_result(failure, self.nest_step)
         except anyio.get_cancelled_exc_class():
             progress.cancel()  # the thread stops at its next report
             raise
-        data = structured(result)
+        data = with_nested_steps(structured(result), self.nest_step)
+        # A call that did work whose outcome is a failure (a failed build or job, a
+        # failed operation) is a failed call; a read-only tool reporting one is not.
+        failure = None if spec.read_only or not hasattr(result, "failure") else result.failure()
+        if failure is not None:
+            return error_result(failure, self.nest_step, data)
         try:
-            text = summary_text(result)
+            text = summary_text(result, self.nest_step)
         except Exception:  # a bug in a summary must not lose the result
             logger.exception("summary of %s failed", spec.name)
             text = json.dumps(data)
         return CallToolResult(
             content=[TextContent(type="text", text=text)], structured_content=data
         )
+
+    def nest_step(self, step: dict[str, Any]) -> dict[str, Any]:
+        """A next step's arguments nested the way the named tool's input schema nests
+        them (as the agent will send them back); a tool not served stays flat."""
+        spec = self.spec(step.get("tool", ""))
+        if spec is None:
+            return step
+        return {**step, "arguments": nest(spec, step.get("arguments") or {})}
 
     def _arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """The call's flat arguments, validated and confined, with agents' default wait."""

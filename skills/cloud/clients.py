@@ -10,6 +10,15 @@ from typing import Any
 from skills.shared.errors import ErrorCode, ToolFailure
 
 
+def default_region() -> str | None:
+    """The region a call without one would use: AWS_REGION, AWS_DEFAULT_REGION, else the
+    profile's configured region (None when none is set anywhere)."""
+    import botocore.session
+
+    env = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return env or botocore.session.get_session().get_config_variable("region")
+
+
 def aws_session(profile: str | None = None, region: str | None = None) -> Any:
     """A boto3 Session; profile and region fall back to AWS_PROFILE / AWS_REGION."""
     import boto3

@@ -3,6 +3,7 @@ difference (or, on a dry run, record the writes it would make)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from skills.cloud.clients import aws_session
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.models import PipelineResult, PlannedCall, ResourceChange
 from skills.ecr_publisher.repository import ensure_repository
+from skills.shared.next_step import NextStep
 from skills.shared.progress import NullProgress, Progress
 
 STEPS = 5
@@ -190,5 +192,18 @@ def apply(
         source_type=source.type,
         resources=applier.resources,
         calls=applier.calls,
-        next_step=None if dry_run else f"start_codebuild(project_name={settings.project_name!r})",
+        next_step=_next_step(settings, dry_run),
+    )
+
+
+def _next_step(settings: plan.Settings, dry_run: bool) -> NextStep:
+    """A dry run's: the same call, applied; an applied pipeline's: its first build."""
+    if dry_run:
+        return NextStep(
+            tool="setup_codebuild", arguments=dataclasses.asdict(settings), why="apply this plan"
+        )
+    return NextStep(
+        tool="start_codebuild",
+        arguments={"project_name": settings.project_name, "region": settings.region},
+        why="start a build",
     )

@@ -10,6 +10,7 @@ from skills.codebuild_pipeline.env_overrides import environment_overrides
 from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
 from skills.codebuild_pipeline.plan import log_group_name
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.secrets import redact, secret_values
 from skills.shared.waiting import poll_until
@@ -71,7 +72,18 @@ def describe(codebuild: Any, logs: Any, build_id: str, lines: int) -> CodeBuildB
         log_group=group,
         log_stream=stream,
         log_tail=log_tail(logs, group, stream, lines) if lines else [],
-        next_step=None if complete else f"get_codebuild_build(build_id={build['id']!r})",
+        next_step=_next_step(build, codebuild.meta.region_name, complete),
+    )
+
+
+def _next_step(build: dict[str, Any], region: str, complete: bool) -> NextStep | None:
+    """Follow a running build; read more of a failed one's log; none for a success."""
+    if complete and build.get("buildStatus") == "SUCCEEDED":
+        return None
+    return NextStep(
+        tool="get_codebuild_build",
+        arguments={"build_id": build["id"], "region": region, "log_lines": 200 if complete else 50},
+        why="read more of its log" if complete else "follow the build",
     )
 
 

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
 Action = Literal["created", "updated", "unchanged", "would_create", "would_update"]
@@ -35,13 +37,13 @@ class PipelineResult(ToolResult):
     source_type: str
     resources: list[ResourceChange]
     calls: list[PlannedCall] = Field(default_factory=list)  # writes made, or planned
-    next_step: str | None = None
+    next_step: NextStep | None = None
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("status", self.status), ("project", self.project_name)]
         rows += [(f"{r.kind} {r.name}", r.action) for r in self.resources]
         if self.next_step:
-            rows.append(("next", self.next_step))
+            rows.append(("next", self.next_step.text()))
         return rows
 
 
@@ -61,7 +63,7 @@ class CodeBuildBuild(ToolResult):
     log_group: str | None = None
     log_stream: str | None = None
     log_tail: list[str] = Field(default_factory=list)
-    next_step: str | None = None
+    next_step: NextStep | None = None
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("build", self.build_id), ("status", self.status)]
@@ -71,8 +73,20 @@ class CodeBuildBuild(ToolResult):
         if self.log_tail:
             rows.append(("log", "\n".join(self.log_tail[-20:])))
         if self.next_step:
-            rows.append(("next", self.next_step))
+            rows.append(("next", self.next_step.text()))
         return rows
+
+    def failure(self) -> ToolFailure | None:
+        if not self.complete or self.status == "SUCCEEDED":
+            return None
+        return ToolFailure(
+            ErrorCode.BUILD_FAILED,
+            f"CodeBuild build {self.build_id} ended {self.status}"
+            + (f" in phase {self.current_phase}." if self.current_phase else "."),
+            "log_tail holds the end of its log; fix the cause and start_codebuild again.",
+            {"build_id": self.build_id},
+            self.next_step,
+        )
 
     def cli_exit_status(self) -> int:
         return 1 if self.complete and self.status != "SUCCEEDED" else 0

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
 
@@ -29,6 +30,7 @@ class PushResult(ToolResult):
     layers: int = 0
     bytes_pushed: int = 0
     duration_s: float = 0.0
+    next_step: NextStep | None = None
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [
@@ -44,4 +46,6 @@ class PushResult(ToolResult):
             ("layers", f"{self.layers}, {self.bytes_pushed / 1e6:.1f} MB"),
             ("duration", f"{self.duration_s:.1f} s"),
         ]
+        if self.next_step:
+            rows.append(("next", self.next_step.text()))
         return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.reading import read_text
 
@@ -28,6 +30,18 @@ class Access:
         from skills.cloud.clients import aws_session
 
         return aws_session(self.profile, self.region)
+
+    def call_args(self, options: checklist.Options | None = None) -> dict[str, Any]:
+        """This cluster (and the checks' options) as manage_eks_cluster's arguments."""
+        access = {"cluster_name": self.cluster_name, "region": self.region,
+                  "kubeconfig": self.kubeconfig, "context": self.context}  # fmt: skip
+        args = {k: v for k, v in access.items() if v is not None}
+        if options is not None:
+            defaults = checklist.Options()
+            args.update(
+                (k, v) for k, v in dataclasses.asdict(options).items() if v != getattr(defaults, k)
+            )
+        return args
 
     def need_cluster(self, action: str) -> str:
         if not self.cluster_name:
@@ -125,8 +139,10 @@ def validate(access: Access, options: checklist.Options, progress: Progress) -> 
         action="validate", checks=checks, summary=_summary(checks), api_calls=kube.calls
     )
     if fix.components_for(checks):
-        report.next_step = (
-            "action=auto_fix shows the plan; confirm=true (CLI --auto_fix) applies it."
+        report.next_step = NextStep(
+            tool="manage_eks_cluster",
+            arguments={"action": "auto_fix", **access.call_args(options)},
+            why="plan the fixes (confirm=true applies them)",
         )
     return report
 
@@ -149,7 +165,11 @@ def auto_fix(
         return report
     if not apply:
         report.summary = f"plan: {len(items)} object(s) to apply; nothing applied"
-        report.next_step = "Call again with confirm=true (CLI: --auto_fix) to apply this plan."
+        report.next_step = NextStep(
+            tool="manage_eks_cluster",
+            arguments={"action": "auto_fix", "confirm": True, **access.call_args(options)},
+            why="apply this plan",
+        )
         report.api_calls = kube.calls
         return report
     report.plan = fix.apply(kube, items, manifests, progress)
@@ -162,9 +182,10 @@ def auto_fix(
         f"after: {_summary(after)}"
     )
     if any(c.status != "ok" for c in after):
-        report.next_step = (
-            "Controllers need a moment to start what was applied: run "
-            "action=validate again in a minute."
+        report.next_step = NextStep(
+            tool="manage_eks_cluster",
+            arguments={"action": "validate", **access.call_args(options)},
+            why="check again in a minute (controllers need a moment to start what was applied)",
         )
     report.api_calls = kube.calls
     return report
@@ -227,7 +248,12 @@ def kubeconfig(access: Access, confirm: bool = False) -> ClusterReport:
         changes={"kubeconfig": str(path), "context": name, "created": created},
         summary=f"{'wrote' if created else 'updated'} {path}: context {name} (token from STS, "
         "no aws CLI)",
-        next_step=f"kubectl --context {name} get nodes",
+        next_step=NextStep(
+            tool="manage_eks_cluster",
+            arguments={"action": "validate", "kubeconfig": str(path), "context": name},
+            why="check the cluster through the new context",
+        ),
+        hint=f"kubectl reaches it too: kubectl --context {name} get nodes",
     )
 
 
@@ -246,4 +272,3 @@ def judge_nccl_output(nccl_output: str, instance_type: str | None) -> ClusterRep
     report = parse(text, spec)
     summary = f"{report.verdict}: {report.reason}"
     return ClusterReport(action="nccl_test", nccl=report, summary=summary)
-

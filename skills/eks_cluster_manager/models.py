@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
 CheckStatus = Literal["ok", "warning", "failed"]
@@ -100,7 +101,8 @@ class ClusterReport(ToolResult):
     )
     config_yaml: str | None = None
     api_calls: int | None = Field(default=None, description="Kubernetes API requests made.")
-    next_step: str | None = None
+    next_step: NextStep | None = None
+    hint: str | None = Field(default=None, description="What to do that is not one call.")
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("action", self.action)]
@@ -162,8 +164,10 @@ class ClusterReport(ToolResult):
             rows.append((key, " ".join(value) if isinstance(value, list) else value))
         if self.api_calls is not None:
             rows.append(("api_calls", self.api_calls))
+        if self.hint:
+            rows.append(("hint", self.hint))
         if self.next_step:
-            rows.append(("next", self.next_step))
+            rows.append(("next", self.next_step.text()))
         return rows
 
     def plain_text(self) -> str | None:

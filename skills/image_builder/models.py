@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
 
@@ -47,6 +49,7 @@ class BuildResult(ToolResult):
     attempts: list[Attempt] = Field(default_factory=list)
     error_class: str | None = None
     hint: str | None = None
+    next_step: NextStep | None = None
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("status", self.status), ("dockerfile", self.dockerfile)]
@@ -71,7 +74,24 @@ class BuildResult(ToolResult):
             rows.append((f"attempt {attempt.number}", what + fixed))
         if self.hint:
             rows.append(("hint", self.hint))
+        if self.next_step:
+            rows.append(("next", self.next_step.text()))
         return rows
+
+    def failure(self) -> ToolFailure | None:
+        """A build that failed (after every attempt and fix): build_failed, its class and
+        hint."""
+        if self.status != "failed":
+            return None
+        last = self.attempts[-1] if self.attempts else None
+        said = last.message if last and last.message else "the build failed"
+        return ToolFailure(
+            ErrorCode.BUILD_FAILED,
+            f"{self.dockerfile}: {said}",
+            self.hint or "attempts holds each try's evidence and log tail.",
+            {"error_class": self.error_class, "attempts": len(self.attempts)},
+            self.next_step,
+        )
 
     def cli_exit_status(self) -> int:
         """1 for a failed build, and for an analysis that found errors (so a script or

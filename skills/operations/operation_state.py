@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
 OPERATION_ID = r"^[a-z0-9_]+-\d{8}-\d{6}-[0-9a-f]{6}$"
@@ -79,7 +81,7 @@ class OperationState(ToolResult):
     error: dict[str, Any] | None = Field(default=None, description="code, message, hint, details.")
     created_at: str
     elapsed_s: float
-    next_step: str | None = None
+    next_step: NextStep | None = None
 
     @classmethod
     def of(cls, record: OperationRecord) -> OperationState:
@@ -98,11 +100,15 @@ class OperationState(ToolResult):
             elapsed_s=round(end - record.created_at, 3),
         )
         if record.status == "running":
-            state.next_step = (
-                f"get_operation(operation_id={record.operation_id!r}, wait_seconds=...) to "
-                f"follow it; cancel_operation(operation_id={record.operation_id!r}, "
-                "confirm=true) to stop it."
+            state.next_step = NextStep(
+                tool="get_operation",
+                arguments={"operation_id": record.operation_id},
+                why="follow it (cancel_operation with confirm=true stops it)",
             )
+        elif record.error and record.error.get("next_step"):
+            state.next_step = NextStep.model_validate(record.error["next_step"])
+        elif record.result and record.result.get("next_step"):
+            state.next_step = NextStep.model_validate(record.result["next_step"])
         return state
 
     def summary_rows(self) -> list[tuple[str, Any]]:
@@ -125,11 +131,33 @@ class OperationState(ToolResult):
             rows += [(f"result.{k}", v) for k, v in result.items() if v is not None
                      and not isinstance(v, (dict, list))]  # fmt: skip
         if self.next_step:
-            rows.append(("next", self.next_step))
+            rows.append(("next", self.next_step.text()))
         return rows
+
+    def failure(self) -> ToolFailure | None:
+        """A failed operation's error (its code, hint and next step)."""
+        if self.status != "failed":
+            return None
+        error = {"code": ErrorCode.OPERATION_FAILED, "message": f"{self.tool} failed."}
+        error.update(self.error or {})
+        error["details"] = {"operation_id": self.operation_id, **(error.get("details") or {})}
+        failure = ToolFailure.from_dict(error)
+        failure.next_step = failure.next_step or self.next_step
+        return failure
 
     def cli_exit_status(self) -> int:
         return 1 if self.status in ("failed", "cancelled") else 0
+
+
+def outcome(result: ToolResult) -> dict[str, Any]:
+    """How an operation whose tool returned `result` ended: its status is the result's
+    (a build that failed is a failed operation), with the result and, when it failed,
+    the result's failure as the error."""
+    data: dict[str, Any] = {"result": result.model_dump(mode="json")}
+    failure = result.failure()
+    if failure is None:
+        return {"status": "succeeded", **data}
+    return {"status": "failed", **data, "error": failure.to_dict()["error"]}
 
 
 @cache

@@ -47,6 +47,7 @@ from skills.operations.operation_state import (
     OperationState,
     state_model,
 )
+from skills.operations.operation_state import outcome as ended_with
 from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
@@ -353,7 +354,7 @@ def run_worker(operation_id: str, arguments: Mapping[str, Any] | None = None) ->
             raise Cancelled(f"Operation {operation_id}")
         given = record.arguments if arguments is None else arguments
         result = resolve(record.entry).invoke(given, progress)
-        outcome = {"status": "succeeded", "result": result.model_dump(mode="json")}
+        outcome = ended_with(result)
     except Cancelled as failure:
         outcome = {"status": "cancelled", "error": failure.to_dict()["error"]}
     except ToolFailure as failure:

@@ -70,6 +70,9 @@ class ErrorCode(str, Enum):
     LAUNCH_FAILED = ("launch_failed", EXIT_FAILED)
     SERVICE_ERROR = ("service_error", EXIT_FAILED)
     OPERATION_FAILED = ("operation_failed", EXIT_FAILED)
+    # A result whose outcome is a failure: the image did not build, the job failed.
+    BUILD_FAILED = ("build_failed", EXIT_FAILED)
+    JOB_FAILED = ("job_failed", EXIT_FAILED)
     INTERNAL_ERROR = ("internal_error", EXIT_FAILED)
     # A rendered manifest the CRD schema rejects (a template bug).
     MANIFEST_INVALID = ("manifest_invalid", EXIT_FAILED)

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from skills.shared.errors import ToolFailure
+
 
 class ToolResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -28,6 +30,12 @@ class ToolResult(BaseModel):
 
     def plain_text(self) -> str | None:
         """Text the CLI prints as is, instead of the summary table (e.g. a log)."""
+        return None
+
+    def failure(self) -> ToolFailure | None:
+        """The failure this result reports, if its outcome is one (a failed build, a
+        failed job): the MCP server answers such a result with isError=true, and an
+        operation whose result it is ends `failed`. None: the work did what was asked."""
         return None
 
     def cli_exit_status(self) -> int:

@@ -32,6 +32,7 @@ from pydantic.fields import FieldInfo
 
 from skills.shared.error_mapping import failure_from_exception
 from skills.shared.errors import ErrorCode, ToolFailure, bad_fields, invalid_input
+from skills.shared.next_step import NextStep
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
 from skills.shared.secrets import looks_like_secret
@@ -146,13 +147,23 @@ class ToolSpec:
         kwargs = self.call_kwargs(self.parse(raw))
         try:
             return self.fn(**kwargs, **{PROGRESS_PARAM: progress or NullProgress()})
-        except ToolFailure:
+        except ToolFailure as failure:
+            self._confirm_step(failure, raw)
             raise
         except Exception as exc:
             failure = failure_from_exception(exc)
             if failure is None:
                 raise
             raise failure from exc
+
+    def _confirm_step(self, failure: ToolFailure, raw: Mapping[str, Any]) -> None:
+        """A confirmation_required failure's next step: this same call, confirmed."""
+        confirmable = "confirm" in self.params.model_fields
+        if failure.code == ErrorCode.CONFIRMATION_REQUIRED and confirmable:
+            arguments = {k: v for k, v in raw.items() if k != WAIT_PARAM}
+            failure.next_step = failure.next_step or NextStep(
+                tool=self.name, arguments={**arguments, "confirm": True}, why="confirm it"
+            )
 
     def expand(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Python callers may pass a flattened parameter as its model (job=JobSpec(...))."""

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
 # preempted: stopped by SIGTERM (eviction, spot reclaim); a re-run of the job resumes.
@@ -50,7 +52,8 @@ class JobState(ToolResult):
         default=None, description="How a run that did not succeed ended, in one line."
     )
     log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
-    next_step: str | None = Field(default=None, description="What to call next, if anything.")
+    next_step: NextStep | None = Field(default=None, description="The call to make next.")
+    hint: str | None = Field(default=None, description="What to do that is not one call.")
     pods: dict[str, str] | None = Field(default=None, description="Cluster targets: pod -> phase.")
     conditions: list[str] | None = Field(
         default=None, description="Cluster targets: the job's true conditions, in order."
@@ -59,19 +62,20 @@ class JobState(ToolResult):
         default_factory=list, description="What did not stop the job but may slow it."
     )
 
-    def suggest_next_step(self, call_args: str = "") -> None:
-        """next_step for a job that may resume or is running: the calls to make, with
-        `call_args` (e.g. ", target='slurm'") naming where it runs."""
-        name = f"job_name={self.job_name!r}{call_args}"
-        if self.status in ("preempted", "cancelled") and self.checkpoint_step is not None:
-            self.next_step = (
-                f"deploy_training_job({name}, ...) with the same parameters (runs_dir, "
-                f"checkpoint_dir) resumes from step {self.checkpoint_step}."
+    def suggest_next_step(self, target_args: dict[str, Any]) -> None:
+        """next_step for a running job (follow it) and a hint for one that may resume;
+        `target_args` are the job tools' flat target arguments (Target.call_args())."""
+        job = {"job_name": self.job_name, **target_args}
+        if self.status in ("preempted", "cancelled", "failed") and self.checkpoint_step:
+            self.hint = (
+                "deploy_training_job with the same parameters (runs_dir, checkpoint_dir; "
+                f"kubernetes: replace=true) resumes from step {self.checkpoint_step}."
             )
         elif self.status == "running":
-            self.next_step = (
-                f"get_training_job({name}, wait_seconds=...) to follow it; "
-                f"cancel_training_job({name}) to stop it."
+            self.next_step = NextStep(
+                tool="get_training_job",
+                arguments={**job, "wait_seconds": 60},
+                why="follow it (cancel_training_job with confirm=true stops it)",
             )
 
     def summary_rows(self) -> list[tuple[str, Any]]:
@@ -105,9 +109,27 @@ class JobState(ToolResult):
             rows.append(("error", f"{self.error.get('error_type')}: {self.error.get('message')}"))
         if self.log_tail and self.status == "failed":
             rows.append(("log tail", "\n" + self.log_tail))
+        if self.hint:
+            rows.append(("hint", self.hint))
         if self.next_step:
-            rows.append(("next", self.next_step))
+            rows.append(("next", self.next_step.text()))
         return rows
+
+    def job_failure(self) -> ToolFailure | None:
+        """A failed job as a failure (the tools that run it answer with it)."""
+        if self.status != "failed":
+            return None
+        error = self.error or {}
+        said = f"{error.get('error_type')}: {error.get('message')}" if error else self.message
+        return ToolFailure(
+            ErrorCode.JOB_FAILED,
+            f"Job {self.job_name!r} failed" + (f": {said}" if said else "."),
+            self.hint
+            or "diagnose_training_job names the cause and its fix; the result's log_tail "
+            "holds the last lines.",
+            {"job_name": self.job_name, "target": self.target},
+            self.next_step,
+        )
 
     def cli_exit_status(self) -> int:
         return 1 if self.status in ("failed", "preempted", "cancelled") else 0
@@ -139,3 +161,7 @@ class JobLogs(ToolResult):
 
     def plain_text(self) -> str:
         return self.text
+
+    def left_out_over_mcp(self) -> set[str]:
+        # The log is the text content; structuredContent says what it is, not it again.
+        return {"text"}

@@ -22,6 +22,7 @@ from commands import all_tools, tool_spec
 from mcp_server import build_server, listing
 from mcp_server.lean import bounded_tail, dedupe_lines, lean_data
 from mcp_server.server import structured, summary_text
+from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import spec_of, tool
@@ -166,7 +167,8 @@ def test_the_largest_realistic_results_are_small_and_said_once(tmp_path):
     log = "\n".join(f"[rank {i % 64}] step {i} loss 2.3 NCCL WARN retrying" for i in range(100_000))
     failed = JobState(
         job_name="j", target="kubernetes", status="failed", steps=10, log_tail=log,
-        message="NCCL timeout", next_step="diagnose_training_job",
+        message="NCCL timeout",
+        next_step=NextStep(tool="diagnose_training_job", arguments={"job_name": "j"}),
     )  # fmt: skip
     data = lean_data(failed.model_dump(mode="json"))
     assert _wire(data) < RESULT_BUDGET

@@ -119,6 +119,14 @@ class Target(ABC, Generic[PlanT]):
         if "settings_model" in cls.__dict__ and "deploy_settings_model" not in cls.__dict__:
             cls.deploy_settings_model = cls.settings_model
 
+    def call_args(self) -> dict[str, Any]:
+        """This target as the job tools' flat arguments (get/cancel/logs: `target` and
+        its settings_model fields that differ from their defaults), for next steps."""
+        settings = getattr(self, "settings", None)
+        data = settings.model_dump(mode="json", exclude_defaults=True) if settings else {}
+        fields = set(self.settings_model.model_fields) - {"target"}
+        return {"target": self.name, **{k: v for k, v in data.items() if k in fields}}
+
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities
 
@@ -137,9 +145,7 @@ class Target(ABC, Generic[PlanT]):
         """The exact request submit would make; starts and writes nothing."""
 
     @abstractmethod
-    def submit(
-        self, job_name: str, plan: PlanT, *, replace_corrupt_record: bool = False
-    ) -> None:
+    def submit(self, job_name: str, plan: PlanT, *, replace_corrupt_record: bool = False) -> None:
         """Make the request the plan describes, holding the job's lock: a job of that name
         already running is a job_running failure; an unreadable record of the job is
         job_record_corrupt unless `replace_corrupt_record` sets it aside."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Union
 
-from pydantic import Field, SerializerFunctionWrapHandler, field_serializer
+from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, field_serializer
 
+from skills.shared.errors import ToolFailure
 from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import Flatten
 from skills.training_job_deployer.models import JobState, RetryAttempt
@@ -66,6 +67,15 @@ class DeployResult(JobState):
     attempts: list[RetryAttempt] | None = Field(default=None, description="auto_retry: each try.")
     stop_reason: str | None = None
     operation_id: str | None = None
+    # include_plan=true: the plan goes over MCP after a submit too (a dry run's always).
+    _show_plan: bool = PrivateAttr(default=False)
+
+    def show_plan(self, shown: bool) -> None:
+        self._show_plan = shown
+
+    def failure(self) -> ToolFailure | None:
+        """A job that failed is a failed deploy (isError over MCP; a failed operation)."""
+        return self.job_failure()
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         if self.status == "planned":
@@ -93,7 +103,7 @@ class DeployResult(JobState):
 
     def left_out_over_mcp(self) -> set[str]:
         # The plan (a PyTorchJob manifest: ~4 KB) is a dry run's answer; dry_run shows it.
-        return set() if self.dry_run else {"plan"}
+        return set() if self.dry_run or self._show_plan else {"plan"}
 
     @field_serializer("plan", mode="wrap")
     def _masked_plan(self, plan: Any, handler: SerializerFunctionWrapHandler) -> Any:

@@ -105,7 +105,7 @@ def list_recorded_jobs(
                     status="unknown",
                     run_dir=str(path.parent),
                     message=f"{failure.code}: {failure.message}",
-                    next_step=failure.hint,
+                    hint=failure.hint,
                 )
             )
     return states

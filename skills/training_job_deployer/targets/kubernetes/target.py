@@ -24,6 +24,7 @@ from skills.kube.gpu_nodes import GPU_RESOURCE, node_gpu_facts
 from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -333,10 +334,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
         state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
         if detach and state.status not in TERMINAL:
-            state.next_step = (
-                f"Detached after {DETACH_S / 60:.0f} min; the job goes on. Check on it: python "
-                f"commands/get_training_job.py --target kubernetes --job_name {job_name} "
-                f"--namespace {self.namespace} --wait_seconds 600"
+            state.next_step = NextStep(
+                tool="get_training_job",
+                arguments={"job_name": job_name, **self.call_args(), "wait_seconds": 600},
+                why=f"detached after {DETACH_S / 60:.0f} min (the job goes on); check on it",
             )
         state.warnings = [*self._warnings, *state.warnings]
         return state
@@ -430,15 +431,17 @@ class KubernetesTarget(Target[KubernetesPlan]):
         )
         if status in ("failed", "preempted"):
             state.log_tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
-        if status == "running":
-            state.next_step = (
-                f"get_training_job(job_name={job_name!r}, target='kubernetes', "
-                f"wait_seconds=...) to follow it; cancel_training_job to stop it."
-            )
-        elif status in ("preempted", "cancelled", "failed") and metrics.checkpoint_step:
-            state.next_step = (
-                f"deploy_training_job(job_name={job_name!r}, replace=true, ...) with the same "
-                f"checkpoint settings resumes from step {metrics.checkpoint_step}."
+        return self.with_next_step(state)
+
+    def with_next_step(self, state: JobState) -> JobState:
+        """The state with its next step: follow a running job, diagnose a failed one
+        (and a hint to resume one that saved a checkpoint)."""
+        state.suggest_next_step(self.call_args())
+        if state.status == "failed":
+            state.next_step = NextStep(
+                tool="diagnose_training_job",
+                arguments={"job_name": state.job_name, **self.call_args()},
+                why="name the cause and its fix",
             )
         return state
 
@@ -520,7 +523,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         state = self.describe(job_name)
         self.reader.delete_job(job_name)
         state.message = f"deleted (was {state.status})"
-        state.next_step = None
+        state.next_step = state.hint = None
         return state
 
     def list_jobs(self) -> list[JobState]:

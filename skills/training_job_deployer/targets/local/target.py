@@ -164,6 +164,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
     def __init__(self, settings: LocalSettings | str | Path = "runs") -> None:
         if not isinstance(settings, LocalSettings):
             settings = LocalSettings(runs_dir=str(settings))
+        self.settings = settings
         self.runs_dir = Path(settings.runs_dir).expanduser().resolve()
 
     def run_dir(self, job_name: str) -> Path:
@@ -336,7 +337,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                 [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
             )
         else:
-            state.suggest_next_step()
+            state.suggest_next_step(self.call_args())
         return state
 
     # cancel ----------------------------------------------------------------

@@ -604,7 +604,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         if status == "failed":
             state.log_tail = self._tail(log, LOG_TAIL_LINES)
         else:
-            state.suggest_next_step(", target='slurm'")
+            state.suggest_next_step(self.call_args())
         return state
 
     # logs / cancel / list --------------------------------------------------
