@@ -90,8 +90,9 @@ def setup_codebuild(
     """Create or update the CodeBuild pipeline that builds and pushes the image
     (idempotent); dry_run lists every write.
 
-    ECR repository (scan on push), least-privilege IAM service role, log group with retention, privileged
-    project with Docker layer cache and buildspec.yml, optional push webhook. Each
+    ECR repository (scan on push), least-privilege IAM service role, log group with
+    retention, privileged project with Docker layer cache and buildspec.yml, optional
+    push webhook. Each
     resource is created/updated/unchanged; dry_run lists every write with parameters."""
     check_region(region)
     settings = plan.Settings(

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.shared.progress import Cancelled, Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
@@ -44,3 +45,20 @@ def count_slowly(
             Path(marker_dir, "cancelled-at").write_text(str(done))
         raise
     return Counted(counted=done)
+
+
+class Verdict(ToolResult):
+    verdict: str
+
+    def failure(self) -> ToolFailure | None:
+        """A result whose outcome is a failure (as a failed build's is)."""
+        if self.verdict == "good":
+            return None
+        step = NextStep(tool="judge", arguments={"verdict": "good"}, why="judge again")
+        return ToolFailure(ErrorCode.SERVICE_ERROR, "judged bad", "Judge again.", None, step)
+
+
+@tool(read_only=False, operation=True)
+def judge(*, verdict: str = "good", progress: Progress | None = None) -> Verdict:
+    """Returns its verdict: a result that failed when it is not "good"."""
+    return Verdict(verdict=verdict)

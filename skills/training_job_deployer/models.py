@@ -63,13 +63,20 @@ class JobState(ToolResult):
     )
 
     def suggest_next_step(self, target_args: dict[str, Any]) -> None:
-        """next_step for a running job (follow it) and a hint for one that may resume;
-        `target_args` are the job tools' flat target arguments (Target.call_args())."""
+        """next_step for a running job (follow it) or a failed one (its log), and a hint
+        for one that may resume; `target_args` are the job tools' flat target arguments
+        (Target.call_args())."""
         job = {"job_name": self.job_name, **target_args}
         if self.status in ("preempted", "cancelled", "failed") and self.checkpoint_step:
             self.hint = (
                 "deploy_training_job with the same parameters (runs_dir, checkpoint_dir; "
                 f"kubernetes: replace=true) resumes from step {self.checkpoint_step}."
+            )
+        if self.status == "failed":
+            self.next_step = NextStep(
+                tool="get_training_job_logs",
+                arguments={**job, "tail_lines": 200},
+                why="read the end of its log",
             )
         elif self.status == "running":
             self.next_step = NextStep(

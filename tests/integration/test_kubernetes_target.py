@@ -416,7 +416,7 @@ def test_a_preempted_job_says_where_a_rerun_resumes(operator):
     assert state.status == "preempted" and state.exit_code == 143
     assert state.checkpoint_step == 4 and state.checkpoint_path == "/checkpoints/llama/step-4"
     assert "checkpoint saved at step 4" in state.message
-    assert "replace=true" in state.next_step and "step 4" in state.next_step
+    assert "replace=true" in state.hint and "step 4" in state.hint
 
 
 def test_deploy_follows_a_live_job_to_the_end_with_progress(operator):

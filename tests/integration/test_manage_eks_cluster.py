@@ -184,7 +184,9 @@ def test_auto_fix_plans_then_applies_then_revalidates(kube):
     }  # fmt: skip
     assert {p.action for p in planned.plan} == {"apply"}
     assert not exists(kube, seed.NVIDIA_DS)  # a plan writes nothing
-    assert "confirm=true" in planned.next_step
+    assert planned.next_step.tool == "manage_eks_cluster"
+    assert planned.next_step.arguments["confirm"] is True
+    assert planned.next_step.arguments["action"] == "auto_fix"
 
     applied = manage_eks_cluster(action="auto_fix", confirm=True, **common)
     assert {p.action for p in applied.plan} == {"applied"}
@@ -359,7 +361,7 @@ def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypat
         wait_seconds=0,
     )
     assert started.operation["status"] == "running" and started.nccl is None
-    assert "get_operation" in started.next_step
+    assert started.next_step.tool == "get_operation"
     deadline = time.monotonic() + 30
     jobs = []
     while not jobs and time.monotonic() < deadline:

@@ -138,10 +138,15 @@ def test_every_tool_publishes_descriptions_and_annotations(read_only):
     for listed in tools:
         assert listed.description
         assert listed.annotations.read_only_hint is not None
-        for name, schema in listed.input_schema["properties"].items():
+        properties = listed.input_schema["properties"]
+        targets = properties.get("target", {}).get("enum", [])
+        for name, schema in properties.items():
             # A standard term (max_steps, region) is its own doc; a target's settings
-            # object says which target it is for.
-            assert schema.get("description") or name in SELF_NAMED, (listed.name, name)
+            # object is named by its target (`target`'s enum, which is described).
+            assert schema.get("description") or name in SELF_NAMED or name in targets, (
+                listed.name,
+                name,
+            )
         # No output schemas: structuredContent speaks for itself (issue 22's budget).
         assert listed.output_schema is None
 

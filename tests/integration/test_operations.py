@@ -62,7 +62,8 @@ def test_an_operation_runs_detached_and_streams_its_progress():
 def test_a_short_wait_returns_running_and_get_operation_follows_it_to_the_end():
     state = operations.call(COUNT, {"steps": 10, "step_s": 0.2, "wait_seconds": 0})
     assert state.status == "running" and state.result is None
-    assert "get_operation" in state.next_step and state.operation_id in state.next_step
+    assert state.next_step.tool == "get_operation"
+    assert state.next_step.arguments == {"operation_id": state.operation_id}
     done = get_operation(operation_id=state.operation_id, wait_seconds=60)
     assert done.status == "succeeded" and done.result == {"counted": 10}
     assert done.completed == 10 and done.next_step is None

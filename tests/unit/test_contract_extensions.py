@@ -91,7 +91,7 @@ def test_deploy_takes_every_jobspec_field_and_only_the_settings_beyond_it():
     }
     assert {"target", "runs_dir", "cluster_name", "partition"} <= settings
     beyond = {"dry_run", "replace_corrupt_record", "auto_retry", "max_retries", "monitor",
-              "wait_seconds"}  # fmt: skip
+              "include_plan", "wait_seconds"}  # fmt: skip
     assert fields - set(JobSpec.model_fields) == beyond | settings
 
 

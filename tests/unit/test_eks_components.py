@@ -218,7 +218,7 @@ def test_create_config_without_eksctl_returns_the_command(tmp_path, monkeypatch)
         output=str(tmp_path / "c.yaml"),
         confirm=True,
     )
-    assert "eksctl is not on PATH" in report.summary and "eksctl create cluster" in report.next_step
+    assert "eksctl is not on PATH" in report.summary and "eksctl create cluster" in report.hint
 
 
 @pytest.mark.parametrize(

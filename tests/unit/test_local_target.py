@@ -105,7 +105,8 @@ time.sleep(60)
     # The script sleeps 60 s: "running" means follow returned at its deadline.
     state = target.follow("slow", wait_seconds=1.0)
     assert state.status == "running"
-    assert "get_training_job" in state.next_step
+    assert state.next_step.tool == "get_training_job"
+    assert state.next_step.arguments["job_name"] == "slow"
     with pytest.raises(ToolFailure) as again:
         target.submit("slow", scripted_plan(target, "slow", script))
     assert again.value.code == "job_running"
@@ -355,7 +356,7 @@ def test_a_preempted_run_says_where_a_rerun_resumes(tmp_path):
         "/ck/step-3",
         4.5,
     )
-    assert "resumes from step 3" in state.next_step and state.log_tail is None
+    assert "resumes from step 3" in state.hint and state.log_tail is None
     assert state.cli_exit_status() == 1
     assert ("outcome", state.message) in state.summary_rows()
     # Another process reads the same state back from the run directory.

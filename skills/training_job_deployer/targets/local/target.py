@@ -336,8 +336,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             state.log_tail = "\n".join(
                 [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
             )
-        else:
-            state.suggest_next_step(self.call_args())
+        state.suggest_next_step(self.call_args())
         return state
 
     # cancel ----------------------------------------------------------------

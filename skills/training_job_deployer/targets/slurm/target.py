@@ -603,8 +603,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         )
         if status == "failed":
             state.log_tail = self._tail(log, LOG_TAIL_LINES)
-        else:
-            state.suggest_next_step(self.call_args())
+        state.suggest_next_step(self.call_args())
         return state
 
     # logs / cancel / list --------------------------------------------------
