@@ -35,7 +35,7 @@ def cancel_operation(
     require_confirm(confirm, f"Cancelling {operation_id!r} stops its work part-way.")
     from skills.operations import operations  # the store loads on first use
 
-    return OperationState.of(operations.cancel(operation_id))
+    return operations.typed_state(operations.cancel(operation_id))
 
 
 main = main_for(cancel_operation)

@@ -25,7 +25,7 @@ def get_operation(
     """
     from skills.operations import operations  # the store loads on first use
 
-    return OperationState.of(operations.wait(operation_id, wait_seconds, progress))
+    return operations.typed_state(operations.wait(operation_id, wait_seconds, progress))
 
 
 main = main_for(get_operation)

@@ -19,6 +19,10 @@ from skills.shared.tooling import tool
 class OperationList(ToolResult):
     operations: list[OperationState]
 
+    def left_out_over_mcp(self) -> dict[str, Any]:
+        # A list says which operations and how they stand; get_operation gives one in full.
+        return {"operations": {"__all__": {"result", "log_tail", "next_step", "error"}}}
+
     def summary_rows(self) -> list[tuple[str, Any]]:
         if not self.operations:
             return [("operations", "none")]
@@ -35,7 +39,7 @@ def list_operations(
         str | None, Field(pattern=r"^[a-z0-9_]+$", description="Only this tool's operations.")
     ] = None,
     status: Annotated[OperationStatus | None, Field(description="Only these.")] = None,
-    limit: Annotated[int, Field(ge=1, le=500, description="At most this many.")] = 20,
+    limit: Annotated[int, Field(ge=1, le=50, description="At most this many.")] = 20,
     progress: Progress | None = None,
 ) -> OperationList:
     """List long operations (builds, pushes, test runs) recorded here, newest first:

@@ -14,9 +14,21 @@ from skills.shared.tooling import tool
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
+# What a listed job leaves out over MCP (a failed job's log tail, its pods, next step).
+LISTED_JOB_DETAIL = {"log_tail", "pods", "conditions", "error", "next_step", "hint", "warnings"}
+
 
 class JobList(ToolResult):
     jobs: list[JobState]
+
+    def left_out_over_mcp(self) -> dict[str, Any]:
+        # A list says which jobs and how they stand; get_training_job gives one in full.
+        return {"jobs": {"__all__": LISTED_JOB_DETAIL}}
+
+    def compact(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Each listed job without its unset fields (a list of 100 jobs stays small)."""
+        jobs = [{k: v for k, v in job.items() if v not in (None, [], {})} for job in data["jobs"]]
+        return {**data, "jobs": jobs}
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         if not self.jobs:

@@ -32,7 +32,7 @@ from mcp_server.listing import (
     writing_parameters,
 )
 from mcp_server.workspace import Workspace
-from skills.operations.operation_state import OPERATION_SCOPE
+from skills.operations.operation_state import OPERATION_SCOPE, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
@@ -160,7 +160,19 @@ def _row_text(value: Any) -> str:
 
 def structured(result: Any) -> dict[str, Any]:
     left_out = result.left_out_over_mcp() if hasattr(result, "left_out_over_mcp") else set()
-    return lean_data(result.model_dump(mode="json", exclude=left_out))
+    data = result.model_dump(mode="json", exclude=left_out)
+    return lean_data(result.compact(data) if hasattr(result, "compact") else data)
+
+
+def own_failure(spec: ToolSpec, result: Any) -> ToolFailure | None:
+    """The failure of the work this call did (a failed build or job, its failed
+    operation): such a call is a failed call. A tool reporting on other work (a read-only
+    tool; cancel_operation on an operation that had failed) did not fail."""
+    if spec.read_only or not hasattr(result, "failure"):
+        return None
+    if isinstance(result, OperationState) and result.tool != spec.name:
+        return None
+    return result.failure()
 
 
 def _run_safely(
@@ -243,10 +255,13 @@ class ToolServer(MCPServer):
         except anyio.get_cancelled_exc_class():
             progress.cancel()  # the thread stops at its next report
             raise
+        return self.respond(spec, result)
+
+    def respond(self, spec: ToolSpec, result: Any) -> CallToolResult:
+        """The tool's result as the client gets it: a summary and the data, or, when
+        the work it did failed, an isError result with the failure and the data."""
         data = with_nested_steps(structured(result), self.nest_step)
-        # A call that did work whose outcome is a failure (a failed build or job, a
-        # failed operation) is a failed call; a read-only tool reporting one is not.
-        failure = None if spec.read_only or not hasattr(result, "failure") else result.failure()
+        failure = own_failure(spec, result)
         if failure is not None:
             return error_result(failure, self.nest_step, data)
         try:

@@ -78,6 +78,23 @@ class BuildResult(ToolResult):
             rows.append(("next", self.next_step.text()))
         return rows
 
+    def left_out_over_mcp(self) -> set[str] | dict[str, Any]:
+        # Each fix writes the whole Dockerfile again (<Dockerfile>.fixed on disk); each
+        # attempt's diff says what changed.
+        return {"attempts": {"__all__": {"fixed_dockerfile"}}}
+
+    def compact(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Over MCP the last attempt keeps its evidence and log tail; the earlier ones say
+        what failed (the first evidence line) and what was changed (fix, diff), so ten
+        attempts stay one screen each, not ten logs."""
+        *earlier, last = data.get("attempts") or [None]
+        if last is None:
+            return data
+        brief = [
+            {**a, "evidence": a["evidence"][:1], "log_tail": [], "base_checks": []} for a in earlier
+        ]
+        return {**data, "attempts": [*brief, last]}
+
     def failure(self) -> ToolFailure | None:
         """A build that failed (after every attempt and fix): build_failed, its class and
         hint."""

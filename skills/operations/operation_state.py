@@ -134,6 +134,22 @@ class OperationState(ToolResult):
             rows.append(("next", self.next_step.text()))
         return rows
 
+    def left_out_over_mcp(self) -> set[str] | dict[str, Any]:
+        """The result's own (a started job's plan, ...); once it ended with a result, the
+        progress messages too (the result is the account)."""
+        left: dict[str, Any] = {}
+        if isinstance(self.result, ToolResult):
+            inner = self.result.left_out_over_mcp()
+            left["result"] = dict.fromkeys(inner, True) if isinstance(inner, set) else inner
+        if self.status in TERMINAL and self.result is not None:
+            left["log_tail"] = True
+        return {k: v for k, v in left.items() if v}
+
+    def compact(self, data: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(self.result, ToolResult) and isinstance(data.get("result"), dict):
+            return {**data, "result": self.result.compact(data["result"])}
+        return data
+
     def failure(self) -> ToolFailure | None:
         """A failed operation's error (its code, hint and next step)."""
         if self.status != "failed":

@@ -330,6 +330,18 @@ class RecordProgress(CancellableProgress):
         _update(self.operation_id, progress=self.latest, log_tail=self.tail)
 
 
+def typed_state(record: OperationRecord) -> OperationState:
+    """The operation's state with its result typed as its tool's own result, so the
+    result's leaner MCP form and failure apply; as recorded if that model will not
+    load or take it (a record of an older version)."""
+    state = OperationState.of(record)
+    try:
+        model = state_model(resolve(record.entry).result)
+        return model.model_validate(state.model_dump())
+    except Exception:  # an import or validation error: the record as it is
+        return state
+
+
 def resolve(entry: str) -> ToolSpec:
     module, _, name = entry.partition(":")
     return spec_of(getattr(importlib.import_module(module), name))

@@ -11,7 +11,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+from skills.shared.secrets import mask_data
 
 
 class NextStep(BaseModel):
@@ -21,10 +23,17 @@ class NextStep(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
     why: str = Field(default="", description="What the call does, in a few words.")
 
+    @field_serializer("arguments")
+    def _masked(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A step leaves as logs do: a secret's value inside an argument (a dataset URL
+        holding HF_TOKEN's value) is masked; the caller's environment still has it."""
+        return mask_data(arguments)
+
     def cli_line(self) -> str:
-        """The same call as a command line (`python commands/<tool>.py --flag value`)."""
+        """The same call as a command line (`python commands/<tool>.py --flag value`),
+        secrets masked."""
         argv = ["python", f"commands/{self.tool}.py"]
-        for name, value in self.arguments.items():
+        for name, value in mask_data(self.arguments).items():
             argv += _flags(name, value)
         return shlex.join(argv)
 

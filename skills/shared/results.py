@@ -23,10 +23,17 @@ class ToolResult(BaseModel):
             if value is not None and not isinstance(value, (dict, list))
         ]
 
-    def left_out_over_mcp(self) -> set[str]:
-        """Fields an MCP result's structuredContent leaves out: what the caller already has
-        (a started job's plan, which its dry run showed)."""
+    def left_out_over_mcp(self) -> set[str] | dict[str, Any]:
+        """Fields an MCP result's structuredContent leaves out (pydantic's `exclude`: a
+        set of names, or a dict for nested fields): what the caller already has (a
+        started job's plan, which its dry run showed), or a list's per-item detail that
+        the tool for one item gives in full."""
         return set()
+
+    def compact(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The MCP data (model_dump less left_out_over_mcp) made leaner where a field
+        cannot say it (the detail of earlier attempts, say); as it is by default."""
+        return data
 
     def plain_text(self) -> str | None:
         """Text the CLI prints as is, instead of the summary table (e.g. a log)."""

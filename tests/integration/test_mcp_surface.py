@@ -22,6 +22,8 @@ from commands import all_tools, tool_spec
 from mcp_server import build_server, listing
 from mcp_server.lean import bounded_tail, dedupe_lines, lean_data
 from mcp_server.server import structured, summary_text
+from skills.operations import operations
+from skills.operations.operation_state import OperationRecord, OperationState
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
@@ -308,3 +310,169 @@ def test_a_json_looking_string_is_a_string_and_never_an_untyped_error(tmp_path):
             assert json.loads(text)["error"]["code"]
         else:
             assert result.structured_content["plan"]["argv"]
+
+
+# --- every tool's largest realistic result -----------------------------------------------
+
+LONG_LINE = "[rank 63] step 91234 | loss 2.3141 | NCCL WARN NET/OFI retrying send to peer 17 " * 2
+
+
+def _job_state(status: str = "failed", **fields: object) -> JobState:
+    """A 64-node job with everything a state can carry: a 100k-line log tail, every pod,
+    conditions and warnings."""
+    fields = {"job_name": "llama-70b-pretrain", **fields}
+    return JobState(
+        target="kubernetes", status=status,  # type: ignore[arg-type]
+        steps=91234, max_steps=100000, first_loss=11.2, last_loss=2.31, tokens_per_s=1.2e6,
+        world_size=512, log_path="pod/llama-70b-pretrain-master-0 -n ml",
+        log_tail="\n".join(f"{LONG_LINE} {i}" for i in range(100_000)),
+        error={"event": "error", "error_type": "DistBackendError", "message": LONG_LINE},
+        message="NCCL timeout on rank 63", pods={f"llama-70b-pretrain-worker-{i}": "Failed"
+                                                  for i in range(64)},
+        conditions=["Created", "Running", "Restarting", "Failed"],
+        warnings=[f"node ip-10-0-{i}-1 has no EFA device" for i in range(16)],
+        next_step=NextStep(tool="diagnose_training_job", arguments={
+            "job_name": "llama-70b-pretrain", "target": "kubernetes", "namespace": "ml"}),
+        **fields,
+    )  # fmt: skip
+
+
+def _attempt(number: int) -> dict[str, object]:
+    dockerfile = "\n".join(f"RUN pip install package-{i}==1.{i}.0 && echo {LONG_LINE}"
+                           for i in range(20))  # fmt: skip
+    return {
+        "number": number, "ok": False, "base_images": ["pytorch/pytorch:2.13.0-cuda13.0"],
+        "base_checks": ["pytorch/pytorch:2.13.0-cuda13.0: found (credentials: anonymous)"],
+        "error_class": "pip_resolution", "message": LONG_LINE,
+        "evidence": [LONG_LINE] * 10, "fix_applied": ["pin torch==2.13.0", "add index URL"],
+        "diff": "\n".join(f"-{LONG_LINE}\n+{LONG_LINE}" for _ in range(4)),
+        "fixed_dockerfile": dockerfile,
+        "log_tail": [f"{LONG_LINE} {i}" for i in range(2_000)],
+        "duration_s": 312.5,
+    }  # fmt: skip
+
+
+def _build_operation() -> OperationState:
+    from skills.image_builder.models import BuildResult
+    from skills.operations.operation_state import state_model
+
+    result = BuildResult(
+        status="failed", dockerfile="/work/repo/Dockerfile", error_class="pip_resolution",
+        hint=LONG_LINE, attempts=[_attempt(n) for n in range(1, 11)],  # max_attempts: 10
+        findings=[{"code": f"F{i}", "severity": "warning", "line": i, "explanation": LONG_LINE,
+                   "fix": LONG_LINE} for i in range(20)],
+    )  # fmt: skip
+    return state_model(BuildResult).model_validate({
+        "operation_id": "build_image-20261124-070000-abcdef", "tool": "build_image",
+        "status": "failed", "completed": 10, "total": 10, "message": LONG_LINE,
+        "log_tail": [f"{LONG_LINE} {i}" for i in range(20)],
+        "result": result.model_dump(mode="json"), "error": result.failure().to_dict()["error"],
+        "created_at": "2026-11-24T07:00:00+00:00", "elapsed_s": 3125.0,
+    })  # fmt: skip
+
+
+def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
+    """Each tool's largest realistic results: built by the code that makes them, or
+    returned by the tool itself where that is cheap (a 64-node cluster in the emulator,
+    every saved pod-doctor snapshot, a 64-node dry run, a 100-job listing)."""
+    from commands.list_operations import OperationList
+    from commands.list_training_jobs import JobList
+    from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
+    from skills.ecr_publisher.models import PushResult
+    from skills.training_job_deployer.models import JobLogs, RetryAttempt
+    from tests.services.eks_cluster import seed_healthy
+
+    kube_api.reset()
+    seed_healthy(kube_api, gpu_nodes=64)
+    cluster = {"kubeconfig": str(kube_api.kubeconfig)}
+    snapshots = sorted((ROOT / "tests/fixtures/pod_doctor").glob("*.json"))
+    called = _calls_over_mcp(
+        [("inspect_eks_cluster", {**cluster, "action": a}) for a in ("describe", "validate")]
+        + [("manage_eks_cluster", {**cluster, "action": "validate"}),
+           ("manage_eks_cluster", {"action": "create_config", "cluster_name": "big",
+                                   "region": "us-west-2", "instance_type": "p5.48xlarge",
+                                   "nodes": 256})]
+        + [("diagnose_training_job", {"snapshot": str(path)}) for path in snapshots]
+        + [("deploy_training_job", {"job_name": "big", "dry_run": True, "num_nodes": 64,
+                                    "gpu_per_node": 8, "include_plan": True, "kubernetes": {
+                                        "kubeconfig": str(tmp_path / "kc"),
+                                        "image_uri": "r/t:1"}})]
+    )  # fmt: skip
+    state = _job_state()
+    retried = state.model_dump(exclude={"next_step"}) | {
+        "plan": LocalTarget(LocalSettings()).plan(JobSpec(job_name="p")),
+        "attempts": [RetryAttempt(number=n, status="failed", code="cuda_oom", evidence=[LONG_LINE]
+                     * 5, spec_diff=[LONG_LINE] * 3, remedy=LONG_LINE) for n in range(21)],
+    }  # fmt: skip
+    build = _build_operation()
+    recorded = operations.typed_state(OperationRecord(  # as get_operation reads it back
+        **build.model_dump(include={"operation_id", "tool", "status", "log_tail", "error"}),
+        result=build.model_dump(mode="json")["result"], entry="commands.build_image:build_image",
+        arguments={}, cwd="/", created_at=0, updated_at=0, ended_at=3125,
+    ))  # fmt: skip
+    assert type(recorded.result).__name__ == "BuildResult"
+    push = PushResult(
+        image_uri="1.dkr.ecr.us-east-1.amazonaws.com/t:v1", image_uri_digest="x@sha256:1",
+        digest="sha256:1", repository="t", region="us-east-1", tag="v1", pushed_to="x/t:v1",
+        repository_action="updated", repository_changes=["keep_last=5"] * 5, scan_on_push=True,
+        immutable_tags=False, next_step=NextStep(tool="deploy_training_job", arguments={
+            "job_name": "t-train", "target": "kubernetes", "image_uri": "x", "dry_run": True}),
+    )  # fmt: skip
+    codebuild = CodeBuildBuild(
+        build_id="p:1", project_name="p", status="FAILED", complete=True,
+        phases=[BuildPhase(name=f"PHASE_{i}", status="FAILED", duration_s=i) for i in range(12)],
+        log_tail=[f"{LONG_LINE} {i}" for i in range(500)],  # log_lines: at most 500
+    )  # fmt: skip
+    listed_jobs = JobList(jobs=[_job_state(job_name=f"job-{i}") for i in range(100)])
+    listed_ops = OperationList(operations=[build] * 50)  # limit: at most 50
+    logs = JobLogs(job_name="j", target="kubernetes", log_path="pod/j-master-0", lines=10_000,
+                   text="\n".join(f"{LONG_LINE} {i}" for i in range(10_000)))  # fmt: skip
+    return {
+        "build_image": [build], "get_operation": [recorded], "cancel_operation": [recorded],
+        "list_operations": [listed_ops], "push_to_ecr": [push],
+        "get_training_job": [state], "cancel_training_job": [state],
+        "delete_training_job": [state], "list_training_jobs": [listed_jobs],
+        "get_training_job_logs": [logs],
+        "deploy_training_job": [DeployResult(**retried), *called["deploy_training_job"]],
+        "get_codebuild_build": [codebuild], "start_codebuild": [codebuild],
+        **{name: called[name] for name in ("inspect_eks_cluster", "manage_eks_cluster",
+                                           "diagnose_training_job")},
+    }  # fmt: skip
+
+
+def _calls_over_mcp(calls: list[tuple[str, dict]]) -> dict[str, list[object]]:
+    async def scenario():
+        async with Client(build_server()) as client:
+            return [(name, await client.call_tool(name, args)) for name, args in calls]
+
+    out: dict[str, list[object]] = {}
+    for name, result in anyio.run(scenario):
+        assert not result.is_error or name == "diagnose_training_job", result.content[0].text
+        out.setdefault(name, []).append(result)
+    return out
+
+
+def test_every_tools_largest_realistic_result_is_under_40_kb(kube_api, moto_server, tmp_path):
+    from mcp_types import CallToolResult
+
+    server = build_server()
+    results = _largest_results(kube_api, tmp_path)
+    (setup,) = _calls_over_mcp([("setup_codebuild", {
+        "project_name": "big", "region": "us-east-1", "ecr_repository": "big/trainer",
+        "source_url": "https://github.com/acme/trainer", "dry_run": True, "webhook": True})]
+    )["setup_codebuild"]  # fmt: skip
+    results["setup_codebuild"] = [setup]
+    assert set(results) == {spec.name for spec in all_tools()}, "every tool, none left out"
+    sizes = {}
+    for name, found in results.items():
+        for result in found:
+            sent = result if isinstance(result, CallToolResult) else server.respond(
+                tool_spec(name), result)  # fmt: skip
+            text = "".join(c.text for c in sent.content)
+            size = len(text.encode()) + _wire(sent.structured_content or {})
+            sizes[name] = max(sizes.get(name, 0), size)
+            # said once: the text is a summary (or the failure), never the data again
+            data = sent.structured_content
+            assert not data or json.dumps(data, indent=2) not in text, name
+    assert all(size < RESULT_BUDGET for size in sizes.values()), sizes
+    assert sizes["get_training_job_logs"] > 30_000  # the log itself, bounded, is the text

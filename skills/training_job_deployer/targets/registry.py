@@ -105,6 +105,15 @@ class DeployResult(JobState):
         # The plan (a PyTorchJob manifest: ~4 KB) is a dry run's answer; dry_run shows it.
         return set() if self.dry_run or self._show_plan else {"plan"}
 
+    def compact(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Over MCP the last attempt keeps its evidence; the earlier ones their first line
+        (with what was changed: spec_diff, remedy)."""
+        *earlier, last = data.get("attempts") or [None]
+        if last is None:
+            return data
+        return {**data, "attempts": [*({**a, "evidence": a["evidence"][:1]} for a in earlier),
+                                     last]}  # fmt: skip
+
     @field_serializer("plan", mode="wrap")
     def _masked_plan(self, plan: Any, handler: SerializerFunctionWrapHandler) -> Any:
         """The plan leaves as logs do: argv, env and scripts with secrets masked (the
