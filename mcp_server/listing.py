@@ -192,10 +192,11 @@ def nest(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
         if key is None:  # implied by the settings: the first member that has them all
             key = next((k for k, m in group.members.items() if set(flat) <= set(m.model_fields)),
                        None)  # fmt: skip
-        model = group.members.get(key) if isinstance(key, str) else None
-        if not flat or model is None or len(model.model_fields) <= 1:
+        if not flat or not isinstance(key, str) or key not in group.members:
             continue
-        out[key] = {name: out.pop(name) for name in flat if name in model.model_fields}
+        model = group.members[key]
+        if len(model.model_fields) > 1:
+            out[key] = {name: out.pop(name) for name in flat if name in model.model_fields}
     return out
 
 

@@ -87,13 +87,12 @@ class BuildResult(ToolResult):
         """Over MCP the last attempt keeps its evidence and log tail; the earlier ones say
         what failed (the first evidence line) and what was changed (fix, diff), so ten
         attempts stay one screen each, not ten logs."""
-        *earlier, last = data.get("attempts") or [None]
-        if last is None:
-            return data
+        attempts: list[dict[str, Any]] = data.get("attempts") or []
         brief = [
-            {**a, "evidence": a["evidence"][:1], "log_tail": [], "base_checks": []} for a in earlier
+            {**a, "evidence": a["evidence"][:1], "log_tail": [], "base_checks": []}
+            for a in attempts[:-1]
         ]
-        return {**data, "attempts": [*brief, last]}
+        return {**data, "attempts": brief + attempts[-1:]}
 
     def failure(self) -> ToolFailure | None:
         """A build that failed (after every attempt and fix): build_failed, its class and

@@ -108,11 +108,9 @@ class DeployResult(JobState):
     def compact(self, data: dict[str, Any]) -> dict[str, Any]:
         """Over MCP the last attempt keeps its evidence; the earlier ones their first line
         (with what was changed: spec_diff, remedy)."""
-        *earlier, last = data.get("attempts") or [None]
-        if last is None:
-            return data
-        return {**data, "attempts": [*({**a, "evidence": a["evidence"][:1]} for a in earlier),
-                                     last]}  # fmt: skip
+        attempts: list[dict[str, Any]] = data.get("attempts") or []
+        brief = [{**a, "evidence": a["evidence"][:1]} for a in attempts[:-1]]
+        return {**data, "attempts": brief + attempts[-1:]}
 
     @field_serializer("plan", mode="wrap")
     def _masked_plan(self, plan: Any, handler: SerializerFunctionWrapHandler) -> Any:
