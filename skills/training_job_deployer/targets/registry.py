@@ -83,6 +83,7 @@ class DeployResult(JobState):
                 ("job", self.job_name),
                 ("status", "planned (dry run: nothing was started)"),
                 *mask_data(self.plan.to_display()),
+                *([("next", self.next_step.text())] if self.next_step else []),
             ]
         rows = super().summary_rows()
         for a in self.attempts or []:
