@@ -43,6 +43,8 @@ class BuildResult(ToolResult):
     tag_source: str | None = None
     size_bytes: int | None = None
     resolved: Versions = Field(default_factory=Versions)
+    # The fsdp-eks.torch/cuda/python labels set on the image: its analysis, not defaults.
+    labels: dict[str, str] = Field(default_factory=dict)
     findings: list[dict[str, Any]] = Field(default_factory=list)
     attempts: list[Attempt] = Field(default_factory=list)
     error_class: str | None = None
