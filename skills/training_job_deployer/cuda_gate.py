@@ -218,13 +218,16 @@ def _unverified(image_uri: str, read: LabelRead) -> ToolFailure:
         why="build the image with build_image (it labels the torch and CUDA it built), "
         "then push_to_ecr and deploy the pushed image_uri",
     )  # fmt: skip
+    rebuild = read.problem is None or read.rebuild
+    remedy = read.hint or "Build it with build_image (it labels the torch and CUDA it built)"
+    if rebuild:
+        remedy += f": `{step.cli_line()}`, then push_to_ecr and deploy the image_uri it returns"
     return ToolFailure(
         ErrorCode.CUDA_UNVERIFIED,
         f"The CUDA gate cannot check the image {image_uri}: {why}.",
-        f"{read.hint or 'Build it with build_image'} (`{step.cli_line()}`), or pass "
-        "skip_gate=true to submit without the check.",
+        f"{remedy}; or pass skip_gate=true to submit without the check.",
         {"image": image_uri, "registry": read.registry, "credentials": read.credentials},
-        next_step=step if read.problem is None or read.rebuild else None,
+        next_step=step if rebuild else None,
     )
 
 
@@ -279,8 +282,10 @@ def read_image_labels(image_uri: str) -> LabelRead:
     credentials the one policy gives that host (the ECR token for the account's ECR)."""
     from skills.image_builder.registry_check import parse_image, registry_get_as
 
+    host = ""
     try:
         ref = parse_image(image_uri)
+        host = ref.registry
         host, token = _where(ref.registry)
 
         def get(path: str) -> tuple[int, bytes, str]:
@@ -314,9 +319,11 @@ def read_image_labels(image_uri: str) -> LabelRead:
             return _refused(read, image_uri, status)
         config = json.loads(body)
     except ToolFailure as failure:  # no AWS credentials for the ECR token, and the like
-        return LabelRead(None, problem=failure.message.rstrip("."), hint=failure.hint.rstrip("."))
+        return LabelRead(None, host, problem=failure.message.rstrip("."),
+                         hint=failure.hint.rstrip("."))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return LabelRead(None, problem=f"its registry could not be read ({type(exc).__name__})",
+        return LabelRead(None, host, problem=f"its registry {host} could not be read "
+                         f"({type(exc).__name__})",
                          hint="Check that the registry is reachable from here")  # fmt: skip
     read.labels = (config.get("config") or {}).get("Labels") or {}
     read.rebuild = True
@@ -335,7 +342,7 @@ def _refused(read: LabelRead, image_uri: str, status: int) -> LabelRead:
         )
     elif status == 404:
         read.problem = f"{read.registry} has no such image (HTTP 404)"
-        read.hint = "Push it first (push_to_ecr) and deploy the image_uri it returns"
+        read.hint = "Build and push it (push_to_ecr returns the image_uri to deploy)"
         read.rebuild = True
     else:
         read.problem = f"its registry {read.registry} answered HTTP {status}"
