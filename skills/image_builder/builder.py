@@ -190,8 +190,11 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
     label = str(options.dockerfile)
     if options.analyze_only:
         return BuildResult(
-            status="analyzed", dockerfile=label, resolved=_versions(analysis),
-            labels=dict(analysis.labels), findings=findings,
+            status="analyzed",
+            dockerfile=label,
+            resolved=_versions(analysis),
+            labels=dict(analysis.labels),
+            findings=findings,
         )
 
     client, tag, source = _client_and_tag(options, context)
@@ -209,8 +212,17 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
         # The labels of the text built now (after base_image, build_args and any fix).
         labels = dict(analysis.labels)
         if outcome.ok:
-            outcome = _build(client, sent, context, image_name, options, number, progress,
-                             labels=labels, build_args=_label_args(working, labels, options))
+            outcome = _build(
+                client,
+                sent,
+                context,
+                image_name,
+                options,
+                number,
+                progress,
+                labels=labels,
+                build_args=_label_args(working, labels, options),
+            )
         attempt.duration_s = round(time.monotonic() - started, 3)
         attempt.log_tail = outcome.lines[-LOG_TAIL:]
         if outcome.ok:
@@ -231,7 +243,9 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
                 attempts=attempts,
                 hint=f"The built image's labels {wrong} differ from its analysis {labels}: "
                 "the daemon did not apply the labels it was given, so the CUDA gate would "
-                "read wrong ones; do not push this image." if wrong else None,
+                "read wrong ones; do not push this image."
+                if wrong
+                else None,
             )
         error = classify([*outcome.lines, outcome.error or ""])
         attempt.message = outcome.error

@@ -114,8 +114,7 @@ def check(
                     "image_cuda": image.cuda,
                     "max_cuda": max_cuda_for_driver(driver, minor_compat=True),
                     "max_cuda_full_features": max_cuda_for_driver(driver),
-                    "message": f"driver {driver} cannot run CUDA {image.cuda} "
-                    f"({_runs(driver)})",
+                    "message": f"driver {driver} cannot run CUDA {image.cuda} ({_runs(driver)})",
                 }
             )
     for gpu in gpus:

@@ -47,15 +47,19 @@ def test_a_cu130_image_on_a_535_driver_is_refused_with_the_fix():
     # CUDA driver 535 runs, plus the driver and instance type so the build checks them.
     step = result.next_step
     assert step is not None and step.tool == "build_image"
-    assert step.arguments == {"base_image": "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime",
-                              "driver_version": "535.104.05", "instance_type": "p5.48xlarge"}
-    assert result.fix == step.cli_line()
-    assert result.fix.startswith("python commands/build_image.py --base_image pytorch/pytorch:")
+    assert step.arguments == {
+        "base_image": "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime",
+        "driver_version": "535.104.05",
+        "instance_type": "p5.48xlarge",
+    }
+    fix = step.cli_line()
+    assert result.fix == fix
+    assert fix.startswith("python commands/build_image.py --base_image pytorch/pytorch:")
     with pytest.raises(ToolFailure) as caught:
         cuda_gate.enforce(result, "img:1")
     failure = caught.value
     assert failure.code == "cuda_incompatible" and failure.next_step == step
-    assert result.fix in failure.hint and "skip_gate" in failure.hint
+    assert fix in failure.hint and "skip_gate" in failure.hint
     assert failure.details["problems"][0]["driver_version"] == "535.104.05"
 
 
