@@ -24,6 +24,7 @@ from skills.catalog.cuda import (
     newest_official_image,
     official_image,
     official_images,
+    torch_minor,
     vtuple,
     wheel_cudas,
 )
@@ -162,13 +163,16 @@ def rebuild_step(
     if instance_type:
         arguments["instance_type"] = instance_type
     runs = f"driver {drivers[0]}" if drivers else ", ".join(gpus) or "these nodes"
-    why = f"rebuild on torch {found.torch} with CUDA {found.cuda}, the newest CUDA {runs} runs"
-    if image.torch and vtuple(found.torch)[:2] != vtuple(image.torch)[:2]:
+    why = (
+        f"rebuild on pytorch/pytorch torch {found.torch} CUDA {found.cuda}: the newest CUDA "
+        f"{runs} runs among torch {torch_minor(found.torch)}'s images"
+    )
+    if image.torch and torch_minor(found.torch) != torch_minor(image.torch):
         published = ", ".join(i.cuda for i in official_images(image.torch)) or "none"
         wheels = ", ".join(wheel_cudas(image.torch)) or "none"
         why += (
-            f" that has a pytorch/pytorch image; torch changes from {image.torch} to "
-            f"{found.torch} because the rebuild swaps the base image and pytorch/pytorch "
+            f"; torch changes from {image.torch} to {found.torch}, the nearest torch with an "
+            f"image that runs here: the rebuild swaps the base image, and pytorch/pytorch "
             f"publishes torch {image.torch} only on CUDA {published} (its wheels: {wheels})"
         )
     return NextStep(tool="build_image", arguments=arguments, why=why + "; then push_to_ecr "
