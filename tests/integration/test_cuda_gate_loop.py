@@ -159,6 +159,7 @@ def test_the_gate_loop_converges_build_push_deploy(
     assert step.cli_line() in failure.hint
     assert step.arguments["driver_version"] == OLD_DRIVER
     assert step.arguments["instance_type"] == "p4d.24xlarge"
+    assert registry.password not in json.dumps(failure.to_dict())
 
     # Follow it literally: build (its arguments), push, deploy again.
     second = build(no_run_dockerfile, mirror, "gate-2", **step.arguments)
@@ -192,5 +193,7 @@ def test_an_image_the_gate_cannot_verify_is_refused_unless_skip_gate(
     # Another account's ECR: the policy sends it no token (and nothing answers there).
     other = refused("210987654321.dkr.ecr.us-east-1.amazonaws.com/x:v1")
     assert other.code == "cuda_unverified"
+    for failure in (no_label, missing, other):  # the ECR token never shows
+        assert registry.password not in json.dumps(failure.to_dict())
     # skip_gate=true submits anyway.
     assert deploy(pushed.image_uri, skip_gate=True).status == "running"
