@@ -17,7 +17,9 @@ from typing import Any
 
 from skills.catalog.cuda import (
     CUDA_LABEL,
+    PYTORCH_WHEEL_INDEX,
     TORCH_LABEL,
+    cu_tag,
     cuda_problem_for_gpu,
     driver_supports,
     max_cuda_for_driver,
@@ -175,8 +177,25 @@ def rebuild_step(
             f"image that runs here: the rebuild swaps the base image, and pytorch/pytorch "
             f"publishes torch {image.torch} only on CUDA {published} (its wheels: {wheels})"
         )
+        if keep := _wheel_that_runs(image.torch, drivers, gpus):
+            why += (
+                f"; to keep torch {image.torch} instead, install it in the Dockerfile: "
+                f"pip install torch=={image.torch} --index-url {PYTORCH_WHEEL_INDEX}/"
+                f"{cu_tag(keep)}"
+            )
     return NextStep(tool="build_image", arguments=arguments, why=why + "; then push_to_ecr "
                     "and deploy the pushed image_uri again")  # fmt: skip
+
+
+def _wheel_that_runs(torch: str, drivers: list[str], gpus: list[str]) -> str | None:
+    """The newest CUDA of `torch`'s wheels that every driver and GPU here runs."""
+    ok = [
+        cuda
+        for cuda in wheel_cudas(torch)
+        if all(driver_supports(d, cuda, minor_compat=True) for d in drivers)
+        and not any(cuda_problem_for_gpu(cuda, g) for g in gpus)
+    ]
+    return max(ok, key=vtuple) if ok else None
 
 
 def enforce(result: GateResult, image_uri: str) -> None:

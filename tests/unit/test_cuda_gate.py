@@ -74,6 +74,10 @@ def test_the_message_and_the_remedy_agree_on_what_the_driver_runs():
     assert step.arguments["base_image"] == "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"
     assert "torch changes from 2.13.0 to 2.11.0" in step.why
     assert "only on CUDA 13.0, 13.2" in step.why
+    # Its wheel on CUDA 12.6 runs there: the why says how to keep torch 2.13.0 instead.
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126" in (
+        step.why
+    )
     # The image the remedy builds passes this gate on these nodes.
     rebuilt = cuda_gate.ImageCuda("2.11.0", "12.8")
     assert cuda_gate.check(rebuilt, [node("p4d.24xlarge", "550.127.08")]).problems == []
