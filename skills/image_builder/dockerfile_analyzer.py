@@ -679,10 +679,11 @@ def _check_hardware(stage: Stage, base: BaseImage, ctx: Context, context_dir: Pa
         drv = ctx.driver_version
         if drv and not cuda_tables.driver_supports(drv, cuda):
             hard = not cuda_tables.driver_supports(drv, cuda, minor_compat=True)
-            floor = cuda_tables.driver_floor(cuda, minor_compat=not hard) or "a newer driver"
+            floor = cuda_tables.driver_floor(cuda, minor_compat=hard) or "a newer driver"
             out.append(_finding(
                 "cuda_above_driver", line, evidence,
-                f"CUDA {cuda} needs driver >= {floor}; the nodes have {drv}"
+                f"CUDA {cuda} needs driver >= {floor}"
+                + ("" if hard else " for every feature") + f"; the nodes have {drv}"
                 + (" (\"CUDA driver version is insufficient\")" if hard else
                    ": only minor-version compatibility (limited features, no PTX JIT)"),
                 fix or _fix_text(stage, base, ctx, context_dir),

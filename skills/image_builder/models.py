@@ -59,6 +59,8 @@ class BuildResult(ToolResult):
         versions = self.resolved.model_dump(exclude_none=True)
         if versions:
             rows.append(("resolved", ", ".join(f"{k} {v}" for k, v in versions.items())))
+        if self.labels:
+            rows.append(("labels", ", ".join(f"{k}={v}" for k, v in self.labels.items())))
         for finding in self.findings:
             where = f" (line {finding['line']})" if finding.get("line") else ""
             rows.append(

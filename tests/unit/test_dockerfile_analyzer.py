@@ -107,6 +107,8 @@ def test_driver_between_minor_floor_and_shipped_is_a_warning():
     [finding] = analysis.findings
     assert (finding.code, finding.severity) == ("cuda_above_driver", "warning")
     assert analysis.ok
+    # The floor it names is the one for every feature (the driver 12.8 ships with).
+    assert "CUDA 12.8 needs driver >= 570.26 for every feature" in finding.explanation
 
 
 def test_avoid_images_is_never_chosen():
