@@ -4,10 +4,12 @@
 ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime
 FROM ${BASE_IMAGE}
 
-# Re-declared after FROM so the labels can read them; keep them in step with BASE_IMAGE.
+# No version defaults: build_image passes TORCH_VERSION/CUDA_VERSION from its analysis of
+# the Dockerfile it builds (base tag, pins, index URLs; after base_image, build_args and any
+# fix) and sets the same labels itself, so a plain build labels nothing rather than a guess.
 ARG GIT_SHA=unknown
-ARG TORCH_VERSION=2.13.0
-ARG CUDA_VERSION=13.0
+ARG TORCH_VERSION
+ARG CUDA_VERSION
 LABEL org.opencontainers.image.source="https://github.com/fsdp-eks/fsdp-eks" \
       org.opencontainers.image.revision="${GIT_SHA}" \
       org.opencontainers.image.title="fsdp-eks trainer" \

@@ -9,6 +9,7 @@ Versions are strings ("2.5.1", "12.4"); compare them with `vtuple`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -95,6 +96,12 @@ TORCH_RELEASES: tuple[TorchRelease, ...] = (
 _RELEASES = {r.minor: r for r in TORCH_RELEASES}
 
 OFFICIAL_REPOSITORY = "pytorch/pytorch"
+
+# The labels build_image puts on an image (from its analysis of the final Dockerfile) and
+# the CUDA gate reads back before a submit.
+TORCH_LABEL = "fsdp-eks.torch"
+CUDA_LABEL = "fsdp-eks.cuda"
+PYTHON_LABEL = "fsdp-eks.python"
 PYTORCH_WHEEL_INDEX = "https://download.pytorch.org/whl"
 
 
@@ -194,10 +201,11 @@ def driver_supports(driver_version: str, cuda: str, *, minor_compat: bool = Fals
     return floor is not None and vtuple(driver_version) >= vtuple(floor)
 
 
-def max_cuda_for_driver(driver_version: str) -> str | None:
-    """The newest CUDA this driver runs with the full feature set (None: older than all)."""
-    have = vtuple(driver_version)
-    ok = [row.cuda for row in DRIVER_FLOORS if have >= vtuple(row.shipped_with)]
+def max_cuda_for_driver(driver_version: str, *, minor_compat: bool = False) -> str | None:
+    """The newest CUDA of the table this driver runs: with the full feature set, or with
+    `minor_compat` also through minor-version compatibility (None: older than all)."""
+    ok = [row.cuda for row in DRIVER_FLOORS
+          if driver_supports(driver_version, row.cuda, minor_compat=minor_compat)]
     return max(ok, key=vtuple) if ok else None
 
 
@@ -355,3 +363,28 @@ def nearest_valid(
     if keep_patch and torch_minor(keep_patch) == torch_minor(best.torch):
         best = best._replace(torch=keep_patch.split("+")[0])  # keep the user's exact pin
     return best
+
+
+def newest_official_image(
+    torch: str | None, *, drivers: Sequence[str] = (), gpus: Sequence[str] = ()
+) -> OfficialImage | None:
+    """The pytorch/pytorch image a rebuild for these nodes takes: of `torch`'s minor when
+    one runs on every driver (minor-version compatibility counts: the CUDA gate's rule)
+    and GPU, else of the nearest torch minor that has one (newer on a tie); of that torch,
+    the newest CUDA. None: no image in the table runs here."""
+    def runs(cuda: str) -> bool:
+        return (all(driver_supports(d, cuda, minor_compat=True) for d in drivers)
+                and all(cuda_ok_for_gpu(cuda, g) for g in gpus))
+
+    images = [i for r in TORCH_RELEASES for i in r.images if runs(i.cuda)]
+    if not images:
+        return None
+    want = vtuple(torch)[:2] if torch else (99, 0)
+
+    def rank(image: OfficialImage) -> tuple:
+        minor = vtuple(image.torch)[:2]
+        distance = abs((minor[0] - want[0]) * 100 + minor[1] - want[1])
+        return (distance, tuple(-p for p in minor), tuple(-p for p in vtuple(image.cuda)),
+                tuple(-p for p in vtuple(image.torch)))
+
+    return min(images, key=rank)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skills.catalog import cuda as cuda_tables
 from skills.image_builder import dockerfile_reader
 from skills.image_builder.build_errors import BuildError, classify
 from skills.image_builder.models import Attempt, BuildResult, Versions
@@ -189,7 +190,11 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
     label = str(options.dockerfile)
     if options.analyze_only:
         return BuildResult(
-            status="analyzed", dockerfile=label, resolved=_versions(analysis), findings=findings
+            status="analyzed",
+            dockerfile=label,
+            resolved=_versions(analysis),
+            labels=dict(analysis.labels),
+            findings=findings,
         )
 
     client, tag, source = _client_and_tag(options, context)
@@ -204,23 +209,43 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
         progress.report(0, None, f"attempt {number}: checking base images")
         outcome = _check_bases(client, pulled, avoid)
         attempt.base_checks = list(outcome.lines)
+        # The labels of the text built now (after base_image, build_args and any fix).
+        labels = dict(analysis.labels)
         if outcome.ok:
-            outcome = _build(client, sent, context, image_name, options, number, progress)
+            outcome = _build(
+                client,
+                sent,
+                context,
+                image_name,
+                options,
+                number,
+                progress,
+                labels=labels,
+                build_args=_label_args(working, labels, options),
+            )
         attempt.duration_s = round(time.monotonic() - started, 3)
         attempt.log_tail = outcome.lines[-LOG_TAIL:]
         if outcome.ok:
             attempt.ok = True
             inspected = client.api.inspect_image(image_name)
+            built = (inspected.get("Config") or {}).get("Labels") or {}
+            wrong = {k: built.get(k) for k in _LABEL_KEYS if built.get(k) != labels.get(k)}
             return BuildResult(
-                status="built",
+                status="failed" if wrong else "built",
                 dockerfile=label,
                 image_id=inspected.get("Id") or outcome.image_id,
-                tags=[image_name],
+                tags=[] if wrong else [image_name],
                 tag_source=source,
                 size_bytes=inspected.get("Size"),
                 resolved=_versions(analysis),
+                labels=labels,
                 findings=findings,
                 attempts=attempts,
+                hint=f"The built image's labels {wrong} differ from its analysis {labels}: "
+                "the daemon did not apply the labels it was given, so the CUDA gate would "
+                "read wrong ones; do not push this image."
+                if wrong
+                else None,
             )
         error = classify([*outcome.lines, outcome.error or ""])
         attempt.message = outcome.error
@@ -247,6 +272,16 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
             hint=stop,
         )
     raise AssertionError("unreachable: the loop returns")  # pragma: no cover
+
+
+_LABEL_KEYS = (cuda_tables.TORCH_LABEL, cuda_tables.CUDA_LABEL, cuda_tables.PYTHON_LABEL)
+
+
+def _label_args(text: str, labels: dict[str, str], options: BuildOptions) -> dict[str, str]:
+    """The caller's build args, and the version ARGs the Dockerfile's own LABELs read."""
+    from skills.image_builder.dockerfile_analyzer import label_build_args
+
+    return {**label_build_args(text, labels, options.build_args), **options.build_args}
 
 
 def _why_stop(error: BuildError | None, options: BuildOptions, number: int) -> str | None:
@@ -316,6 +351,9 @@ def _build(
     options: BuildOptions,
     number: int,
     progress: Progress,
+    *,
+    labels: dict[str, str],
+    build_args: dict[str, str],
 ) -> _Outcome:
     import docker.errors
 
@@ -336,7 +374,9 @@ def _build(
                 custom_context=True,
                 dockerfile=name,
                 tag=image_name,
-                buildargs=options.build_args or None,
+                buildargs=build_args or None,
+                # Set by the daemon on the image whatever the Dockerfile's LABELs say.
+                labels=labels or None,
                 cache_from=options.cache_from or None,
                 decode=True,
                 rm=True,

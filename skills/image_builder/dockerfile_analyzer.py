@@ -52,6 +52,9 @@ class Analysis(BaseModel):
     findings: list[Finding]
     gpu: str | None = None
     driver_version: str | None = None
+    # What the built image will say about itself (fsdp-eks.torch/cuda/python): computed
+    # from this text, so a base override, a fix or a build arg moves them with the image.
+    labels: dict[str, str] = {}
 
     @property
     def ok(self) -> bool:
@@ -422,6 +425,56 @@ def needs_devel(stage: Stage, context_dir: Path | None) -> bool:
                for r in p.requirements)
 
 
+def torch_cuda(stage: Stage, base: BaseImage, context_dir: Path | None) -> str | None:
+    """The CUDA the stage's torch is built for: the last pip install of torch (its +cuXXX
+    or PyTorch index), else the base's CUDA (the torch it ships, or its toolkit)."""
+    last = None
+    for s in stage.chain():
+        for p in pip_installs(s, context_dir):
+            if pin := torch_pin(p):
+                last = pin
+    if last is not None and last[1]:
+        return last[1]
+    return base.cuda
+
+
+def image_labels(resolved: Resolved, cuda: str | None) -> dict[str, str]:
+    """The labels build_image sets: only what the analysis knows (no label, not a guess)."""
+    known = {cuda_tables.TORCH_LABEL: resolved.torch, cuda_tables.CUDA_LABEL: cuda,
+             cuda_tables.PYTHON_LABEL: resolved.python}
+    return {name: value for name, value in known.items() if value}
+
+
+def label_build_args(text: str, labels: Mapping[str, str],
+                     build_args: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Build args that make a Dockerfile's own `LABEL fsdp-eks.cuda="${CUDA_VERSION}"`
+    agree with `labels`: TORCH_VERSION, CUDA_VERSION, PYTHON_VERSION, each only when the
+    final stage declares it, the caller did not pass it, no global ARG of that name feeds
+    a FROM, and nothing but a LABEL reads it (so passing it changes no layer)."""
+    wanted = {"TORCH_VERSION": labels.get(cuda_tables.TORCH_LABEL),
+              "CUDA_VERSION": labels.get(cuda_tables.CUDA_LABEL),
+              "PYTHON_VERSION": labels.get(cuda_tables.PYTHON_LABEL)}
+    parsed = parse(text, build_args=dict(build_args or {}))
+    if not parsed.stages:
+        return {}
+    final = parsed.final
+    declared = {name for ins in final.instructions if ins.kind == "ARG"
+                for name, _ in assignments(ins.raw.split(None, 1)[-1])}
+    read = dockerfile_reader.read(text, dict(build_args or {}))
+    # What a FROM reads: its own text and the global ARG defaults it may expand.
+    froms = [e.written for e in read.froms] + [default for _, default in read.arg_lines.values()]
+    out = {}
+    for name, value in wanted.items():
+        if not value or name not in declared or name in (build_args or {}):
+            continue
+        use = re.compile(rf"\$(?:{name}\b|\{{{name}\b)")
+        readers = froms + [ins.raw for ins in final.instructions
+                           if ins.kind not in ("ARG", "LABEL")]
+        if not any(use.search(reader) for reader in readers):
+            out[name] = value
+    return out
+
+
 def stage_torch(stage: Stage, base: BaseImage, context_dir: Path | None) -> str | None:
     pins = [pin[0].version for s in stage.chain() for p in pip_installs(s, context_dir)
             if (pin := torch_pin(p)) and pin[0].version]
@@ -626,10 +679,11 @@ def _check_hardware(stage: Stage, base: BaseImage, ctx: Context, context_dir: Pa
         drv = ctx.driver_version
         if drv and not cuda_tables.driver_supports(drv, cuda):
             hard = not cuda_tables.driver_supports(drv, cuda, minor_compat=True)
-            floor = cuda_tables.driver_floor(cuda, minor_compat=not hard) or "a newer driver"
+            floor = cuda_tables.driver_floor(cuda, minor_compat=hard) or "a newer driver"
             out.append(_finding(
                 "cuda_above_driver", line, evidence,
-                f"CUDA {cuda} needs driver >= {floor}; the nodes have {drv}"
+                f"CUDA {cuda} needs driver >= {floor}"
+                + ("" if hard else " for every feature") + f"; the nodes have {drv}"
                 + (" (\"CUDA driver version is insufficient\")" if hard else
                    ": only minor-version compatibility (limited features, no PTX JIT)"),
                 fix or _fix_text(stage, base, ctx, context_dir),
@@ -673,5 +727,6 @@ def analyze(
     resolved = Resolved(
         base_image=final.root.image, torch=torch, cuda=base.cuda or (wheel[-1] if wheel else None),
         cudnn=str(base.cudnn) if base.cudnn else None, python=base.python, flavor=base.flavor)
+    labels = image_labels(resolved, torch_cuda(final, base, context_dir))
     return Analysis(resolved=resolved, findings=list(unique.values()), gpu=gpu,
-                    driver_version=driver_version)
+                    driver_version=driver_version, labels=labels)

@@ -45,6 +45,8 @@ class BuildResult(ToolResult):
     tag_source: str | None = None
     size_bytes: int | None = None
     resolved: Versions = Field(default_factory=Versions)
+    # The fsdp-eks.torch/cuda/python labels set on the image: its analysis, not defaults.
+    labels: dict[str, str] = Field(default_factory=dict)
     findings: list[dict[str, Any]] = Field(default_factory=list)
     attempts: list[Attempt] = Field(default_factory=list)
     error_class: str | None = None
@@ -60,6 +62,8 @@ class BuildResult(ToolResult):
         versions = self.resolved.model_dump(exclude_none=True)
         if versions:
             rows.append(("resolved", ", ".join(f"{k} {v}" for k, v in versions.items())))
+        if self.labels:
+            rows.append(("labels", ", ".join(f"{k}={v}" for k, v in self.labels.items())))
         for finding in self.findings:
             where = f" (line {finding['line']})" if finding.get("line") else ""
             rows.append(

@@ -26,7 +26,12 @@ import urllib.request
 from dataclasses import dataclass
 from email.message import Message
 
-from skills.cloud.registry_credentials import RegistryLogin, credentials_for, source_of
+from skills.cloud.registry_credentials import (
+    EcrToken,
+    RegistryLogin,
+    credentials_for,
+    source_of,
+)
 from skills.image_builder import dockerfile_reader
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -228,11 +233,14 @@ def registry_get(registry: str, repository: str, path: str) -> tuple[int, bytes,
     return status, body, url
 
 
-def registry_get_as(registry: str, repository: str, path: str) -> tuple[int, bytes, str, str]:
+def registry_get_as(
+    registry: str, repository: str, path: str, *, ecr: EcrToken | None = None
+) -> tuple[int, bytes, str, str]:
     """registry_get, and which credentials were sent (a source, or `anonymous`): only
-    those the credential policy allows for this registry's host."""
+    those the credential policy allows for this registry's host (`ecr`: the ECR login
+    the caller holds, which the policy gives only to the account's registry)."""
     url = f"{registry_scheme(registry)}://{_api_host(registry)}/v2/{repository}/{path}"
-    creds = credentials_for(registry)
+    creds = credentials_for(registry, ecr)
     status, headers, body = _request(url, None)
     sent = None
     if status == 401:

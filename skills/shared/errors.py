@@ -80,6 +80,8 @@ class ErrorCode(str, Enum):
     TRAINING_OPERATOR_MISSING = ("training_operator_missing", EXIT_FAILED)
     # The image's CUDA cannot run on the nodes' driver or GPU (the gate before submit).
     CUDA_INCOMPATIBLE = ("cuda_incompatible", EXIT_FAILED)
+    # The gate cannot tell the image's CUDA (labels unreadable or absent): skip_gate or rebuild.
+    CUDA_UNVERIFIED = ("cuda_unverified", EXIT_FAILED)
 
     def __str__(self) -> str:
         return self.value

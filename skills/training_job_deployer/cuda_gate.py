@@ -1,32 +1,49 @@
 """The gate before a PyTorchJob is submitted: can the image's CUDA run on the nodes it
-will land on? The image says its torch and CUDA in its labels (the project's
-Dockerfile writes `fsdp-eks.torch` and `fsdp-eks.cuda`); each node says its driver and
-GPU (skills.kube.gpu_nodes). A driver too old for the CUDA (even with minor-version
-compatibility) or a GPU the CUDA does not support refuses the submit with the exact
-build_image call that fixes it. Nothing known (no labels, no driver label): a warning,
-not a refusal."""
+will land on? The image says its torch and CUDA in its labels (`fsdp-eks.torch`,
+`fsdp-eks.cuda`: build_image computes them from the Dockerfile it built); each node says
+its driver and GPU (skills.kube.gpu_nodes). A driver too old for the CUDA (even with
+minor-version compatibility) or a GPU the CUDA does not support refuses the submit with
+the build_image call that fixes it (a NextStep; following it, then push and deploy,
+passes). GPU nodes whose image cannot be read, or says no CUDA, refuse too: the gate is
+skipped only by skip_gate=true. No GPU node (yet) or no driver label: a warning."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from skills.catalog.cuda import (
+    CUDA_LABEL,
+    PYTORCH_WHEEL_INDEX,
+    TORCH_LABEL,
+    cu_tag,
     cuda_problem_for_gpu,
     driver_supports,
     max_cuda_for_driver,
-    nearest_valid,
+    newest_official_image,
     official_image,
+    official_images,
+    torch_minor,
     vtuple,
+    wheel_cudas,
 )
 from skills.catalog.instances import GPUS, gpu_for_instance
+from skills.cloud.registry_credentials import ECR_REGISTRY_HOST_ENV, EcrToken, normalize_host
 from skills.kube.gpu_nodes import NodeGpuFacts
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 
-TORCH_LABEL = "fsdp-eks.torch"
-CUDA_LABEL = "fsdp-eks.cuda"
+__all__ = ["CUDA_LABEL", "TORCH_LABEL", "GateResult", "ImageCuda", "LabelRead", "check",
+           "enforce", "gate", "image_cuda", "read_image_labels"]  # fmt: skip
+
+NO_GPU_NODE = (
+    "no GPU node of this instance type yet (the autoscaler may add one): the image's CUDA "
+    "was not checked against a driver"
+)
+_ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 
 
 @dataclass(frozen=True)
@@ -60,7 +77,17 @@ def _gpu_name(node: NodeGpuFacts, instance_type: str | None) -> str | None:
 class GateResult:
     problems: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # The build_image call that fixes the problems, and its CLI line.
+    next_step: NextStep | None = None
     fix: str | None = None
+
+
+def gpu_nodes_for(nodes: list[NodeGpuFacts], instance_type: str | None) -> list[NodeGpuFacts]:
+    """The GPU nodes the job can land on: of its instance type (or unlabelled), else all."""
+    gpu_nodes = [n for n in nodes if n.gpus_allocatable or n.driver_version]
+    if instance_type:
+        gpu_nodes = [n for n in gpu_nodes if n.instance_type in (None, instance_type)]
+    return gpu_nodes
 
 
 def check(
@@ -74,29 +101,23 @@ def check(
             "the image has no fsdp-eks.cuda label: its CUDA was not checked against the nodes"
         )
         return result
-    gpu_nodes = [n for n in nodes if n.gpus_allocatable or n.driver_version]
-    if instance_type:
-        gpu_nodes = [n for n in gpu_nodes if n.instance_type in (None, instance_type)]
+    gpu_nodes = gpu_nodes_for(nodes, instance_type)
     if not gpu_nodes:
-        result.warnings.append(
-            "no GPU node of this instance type yet (the autoscaler may add one): the "
-            "image's CUDA was not checked against a driver"
-        )
+        result.warnings.append(NO_GPU_NODE)
     drivers = sorted({n.driver_version for n in gpu_nodes if n.driver_version}, key=vtuple)
     gpus = sorted({g for n in gpu_nodes if (g := _gpu_name(n, instance_type))})
     if gpu_nodes and not drivers:
         result.warnings.append("the nodes do not label their NVIDIA driver version")
     for driver in drivers:
         if not driver_supports(driver, image.cuda, minor_compat=True):
-            newest = max_cuda_for_driver(driver)
             result.problems.append(
                 {
                     "problem": "driver_too_old",
                     "driver_version": driver,
                     "image_cuda": image.cuda,
-                    "max_cuda": newest,
-                    "message": f"driver {driver} cannot run CUDA {image.cuda} "
-                    f"(newest it runs: {newest or 'none in the table'})",
+                    "max_cuda": max_cuda_for_driver(driver, minor_compat=True),
+                    "max_cuda_full_features": max_cuda_for_driver(driver),
+                    "message": f"driver {driver} cannot run CUDA {image.cuda} ({_runs(driver)})",
                 }
             )
     for gpu in gpus:
@@ -110,28 +131,71 @@ def check(
                 }
             )
     if result.problems:
-        result.fix = fix_call(image, drivers[0] if drivers else None, gpus, instance_type)
+        result.next_step = rebuild_step(image, drivers, gpus, instance_type)
+        result.fix = result.next_step.cli_line() if result.next_step else None
     return result
 
 
-def fix_call(
-    image: ImageCuda, driver: str | None, gpus: list[str], instance_type: str | None
-) -> str:
-    """The build_image call (CLI form) that makes an image these nodes run: the official
-    pytorch image nearest the image's torch that fits the oldest driver and the GPUs."""
-    combo = None
-    for gpu in gpus or [None]:
-        combo = nearest_valid(image.torch, source="official", gpu_name=gpu, driver_version=driver)
-        if combo is None:
-            break
-    args = ["python", "commands/build_image.py"]
-    if combo is not None and combo.tag:
-        args += ["--base_image", official_image(combo.torch, combo.cuda, combo.cudnn, "runtime")]
-    if driver:
-        args += ["--driver_version", driver]
+def _runs(driver: str) -> str:
+    """What a driver runs, in the words the remedy uses: the newest CUDA through
+    minor-version compatibility (what the gate accepts) and with every feature."""
+    compat, full = max_cuda_for_driver(driver, minor_compat=True), max_cuda_for_driver(driver)
+    if compat is None:
+        return "it runs no CUDA in the table"
+    if compat == full:
+        return f"newest it runs: {compat}"
+    return (f"newest it runs: {compat} through minor-version compatibility, "
+            f"{full or 'none'} with every feature")  # fmt: skip
+
+
+def rebuild_step(
+    image: ImageCuda, drivers: list[str], gpus: list[str], instance_type: str | None
+) -> NextStep | None:
+    """The build_image call that makes an image these nodes run: the official pytorch
+    image of the image's torch on the newest CUDA every driver and GPU here runs; when
+    that torch has no such image, the nearest torch that has one (and the why says so).
+    None when no official image fits."""
+    found = newest_official_image(image.torch, drivers=drivers, gpus=gpus)
+    if found is None:
+        return None
+    base = official_image(found.torch, found.cuda, found.cudnn, "runtime")
+    arguments: dict[str, Any] = {"base_image": base}
+    if drivers:
+        arguments["driver_version"] = drivers[0]  # the oldest: it bounds the CUDA
     if instance_type:
-        args += ["--instance_type", instance_type]
-    return " ".join(args)
+        arguments["instance_type"] = instance_type
+    runs = f"driver {drivers[0]}" if drivers else ", ".join(gpus) or "these nodes"
+    why = (
+        f"rebuild on pytorch/pytorch torch {found.torch} CUDA {found.cuda}: the newest CUDA "
+        f"{runs} runs among torch {torch_minor(found.torch)}'s images"
+    )
+    if image.torch and torch_minor(found.torch) != torch_minor(image.torch):
+        published = ", ".join(i.cuda for i in official_images(image.torch)) or "none"
+        wheels = ", ".join(wheel_cudas(image.torch)) or "none"
+        why += (
+            f"; torch changes from {image.torch} to {found.torch}, the nearest torch with an "
+            f"image that runs here: the rebuild swaps the base image, and pytorch/pytorch "
+            f"publishes torch {image.torch} only on CUDA {published} (its wheels: {wheels})"
+        )
+        if keep := _wheel_that_runs(image.torch, drivers, gpus):
+            why += (
+                f"; to keep torch {image.torch} instead, install it in the Dockerfile: "
+                f"pip install torch=={image.torch} --index-url {PYTORCH_WHEEL_INDEX}/"
+                f"{cu_tag(keep)}"
+            )
+    return NextStep(tool="build_image", arguments=arguments, why=why + "; then push_to_ecr "
+                    "and deploy the pushed image_uri again")  # fmt: skip
+
+
+def _wheel_that_runs(torch: str, drivers: list[str], gpus: list[str]) -> str | None:
+    """The newest CUDA of `torch`'s wheels that every driver and GPU here runs."""
+    ok = [
+        cuda
+        for cuda in wheel_cudas(torch)
+        if all(driver_supports(d, cuda, minor_compat=True) for d in drivers)
+        and not any(cuda_problem_for_gpu(cuda, g) for g in gpus)
+    ]
+    return max(ok, key=vtuple) if ok else None
 
 
 def enforce(result: GateResult, image_uri: str) -> None:
@@ -139,26 +203,121 @@ def enforce(result: GateResult, image_uri: str) -> None:
     if not result.problems:
         return
     first = result.problems[0]["message"]
+    if result.next_step is not None:
+        remedy = f"{result.next_step.why}: `{result.next_step.cli_line()}`"
+    else:
+        remedy = "no pytorch/pytorch image in the tables fits these nodes: pick other nodes"
     raise ToolFailure(
         ErrorCode.CUDA_INCOMPATIBLE,
         f"The image {image_uri} cannot run on the cluster's GPU nodes: {first}.",
-        f"Rebuild on a matching base: `{result.fix}` (then push_to_ecr), or pass "
-        "skip_gate=true to submit anyway.",
+        f"{remedy}; or pass skip_gate=true to submit anyway.",
         {"problems": result.problems, "fix": result.fix},
+        next_step=result.next_step,
     )
 
 
-def read_image_labels(image_uri: str) -> dict[str, str] | None:
-    """The image's labels from its registry (manifest, then config blob), with the
-    registry credentials the environment or docker config gives; None when they cannot
-    be read (no access, an index without this platform, no labels)."""
-    from skills.image_builder.registry_check import parse_image, registry_get
+def gate(image_uri: str, nodes: list[NodeGpuFacts], instance_type: str | None) -> GateResult:
+    """Read the image's labels (when there are GPU nodes to check them against), check,
+    and refuse: a CUDA the nodes cannot run, or an image that does not say its CUDA."""
+    if not gpu_nodes_for(nodes, instance_type):  # nothing to check against: no read
+        return GateResult(warnings=[NO_GPU_NODE])
+    read = read_image_labels(image_uri)
+    image = image_cuda(read.labels)
+    if image is None:
+        raise _unverified(image_uri, read)
+    result = check(image, nodes, instance_type)
+    enforce(result, image_uri)
+    return result
+
+
+def _unverified(image_uri: str, read: LabelRead) -> ToolFailure:
+    why = read.problem or (
+        f"it has no {CUDA_LABEL} label (an image build_image did not build, or built "
+        "before it labelled images)"
+    )
+    step = NextStep(
+        tool="build_image", arguments={},
+        why="build the image with build_image (it labels the torch and CUDA it built), "
+        "then push_to_ecr and deploy the pushed image_uri",
+    )  # fmt: skip
+    rebuild = read.problem is None or read.rebuild
+    remedy = read.hint or "Build it with build_image (it labels the torch and CUDA it built)"
+    if rebuild:
+        remedy += f": `{step.cli_line()}`, then push_to_ecr and deploy the image_uri it returns"
+    return ToolFailure(
+        ErrorCode.CUDA_UNVERIFIED,
+        f"The CUDA gate cannot check the image {image_uri}: {why}.",
+        f"{remedy}; or pass skip_gate=true to submit without the check.",
+        {"image": image_uri, "registry": read.registry, "credentials": read.credentials},
+        next_step=step if rebuild else None,
+    )
+
+
+# --- reading the labels -----------------------------------------------------------------
+
+
+@dataclass
+class LabelRead:
+    """An image's labels as its registry serves them, or why they could not be read."""
+
+    labels: dict[str, str] | None
+    registry: str = ""
+    credentials: str = "anonymous"
+    problem: str | None = None
+    hint: str | None = None
+    rebuild: bool = False  # whether building (and pushing) the image is the remedy
+
+
+def ecr_token(region: str) -> EcrToken:
+    """The account's ECR login in `region` (get_authorization_token). The password only
+    goes where skills.cloud.registry_credentials allows."""
+    from skills.cloud.clients import aws_session
+    from skills.shared.error_mapping import failure_from_exception
 
     try:
+        ecr = aws_session(region=region).client("ecr")
+        data = ecr.get_authorization_token()["authorizationData"][0]
+    except Exception as exc:  # noqa: BLE001 - an SDK error becomes the typed one it maps to
+        raise failure_from_exception(exc) or exc from None
+    user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+    return EcrToken(str(data.get("proxyEndpoint") or ""), user, password)
+
+
+def _where(registry: str) -> tuple[str, EcrToken | None]:
+    """The host to read from and the ECR login that host may receive. An image on the
+    account's own ECR is read with its token, from ECR's data plane (the host
+    FSDP_EKS_ECR_REGISTRY_HOST names, where pushes go, else ECR itself)."""
+    import os
+
+    m = _ECR_HOST.match(normalize_host(registry))
+    if m is None:
+        return registry, None
+    token = ecr_token(m[2])
+    if normalize_host(token.endpoint_host) != normalize_host(registry):
+        return registry, token  # another account's ECR: the policy gives it nothing
+    mapped = os.environ.get(ECR_REGISTRY_HOST_ENV, "").strip()
+    return (normalize_host(mapped) if mapped else registry), token
+
+
+def read_image_labels(image_uri: str) -> LabelRead:
+    """The image's labels from its registry (manifest, then config blob) with the
+    credentials the one policy gives that host (the ECR token for the account's ECR)."""
+    from skills.image_builder.registry_check import parse_image, registry_get_as
+
+    host = ""
+    try:
         ref = parse_image(image_uri)
-        status, body, _ = registry_get(ref.registry, ref.repository, f"manifests/{ref.reference}")
+        host = ref.registry
+        host, token = _where(ref.registry)
+
+        def get(path: str) -> tuple[int, bytes, str]:
+            status, body, _, sent = registry_get_as(host, ref.repository, path, ecr=token)
+            return status, body, sent
+
+        status, body, sent = get(f"manifests/{ref.reference}")
+        read = LabelRead(None, host, sent)
         if status != 200:
-            return None
+            return _refused(read, image_uri, status)
         manifest = json.loads(body)
         if "manifests" in manifest:  # an index: take the linux/amd64 image
             entry = next(
@@ -170,18 +329,44 @@ def read_image_labels(image_uri: str) -> dict[str, str] | None:
                 None,
             )
             if entry is None:
-                return None
-            status, body, _ = registry_get(
-                ref.registry, ref.repository, f"manifests/{entry['digest']}"
-            )
+                read.problem = "its index has no linux/amd64 image"
+                read.hint = "Build and push a linux/amd64 image"
+                return read
+            status, body, _ = get(f"manifests/{entry['digest']}")
             if status != 200:
-                return None
+                return _refused(read, image_uri, status)
             manifest = json.loads(body)
-        digest = manifest["config"]["digest"]
-        status, body, _ = registry_get(ref.registry, ref.repository, f"blobs/{digest}")
+        status, body, _ = get(f"blobs/{manifest['config']['digest']}")
         if status != 200:
-            return None
+            return _refused(read, image_uri, status)
         config = json.loads(body)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return (config.get("config") or {}).get("Labels") or {}
+    except ToolFailure as failure:  # no AWS credentials for the ECR token, and the like
+        return LabelRead(None, host, problem=failure.message.rstrip("."),
+                         hint=failure.hint.rstrip("."))  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return LabelRead(None, host, problem=f"its registry {host} could not be read "
+                         f"({type(exc).__name__})",
+                         hint="Check that the registry is reachable from here")  # fmt: skip
+    read.labels = (config.get("config") or {}).get("Labels") or {}
+    read.rebuild = True
+    return read
+
+
+def _refused(read: LabelRead, image_uri: str, status: int) -> LabelRead:
+    if status in (401, 403):
+        read.problem = (
+            f"its registry {read.registry} refused the read (HTTP {status}, credentials: "
+            f"{read.credentials})"
+        )
+        read.hint = (
+            "Deploy an image from this account's ECR (push_to_ecr), or give the registry's "
+            "credentials (REGISTRY_HOST with REGISTRY_USERNAME/REGISTRY_PASSWORD, or docker login)"
+        )
+    elif status == 404:
+        read.problem = f"{read.registry} has no such image (HTTP 404)"
+        read.hint = "Build and push it (push_to_ecr returns the image_uri to deploy)"
+        read.rebuild = True
+    else:
+        read.problem = f"its registry {read.registry} answered HTTP {status}"
+        read.hint = "Retry; if it persists, check the registry"
+    return read

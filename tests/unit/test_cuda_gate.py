@@ -41,20 +41,62 @@ def test_labels_give_the_images_torch_and_cuda():
 def test_a_cu130_image_on_a_535_driver_is_refused_with_the_fix():
     result = cuda_gate.check(CU130, [node("p5.48xlarge", "535.104.05")], "p5.48xlarge")
     assert [p["problem"] for p in result.problems] == ["driver_too_old"]
-    assert result.problems[0]["max_cuda"] == "12.1"
-    # The fix: the official image nearest torch 2.13 that driver 535 runs (CUDA 12.x).
-    assert result.fix is not None
-    assert result.fix.startswith("python commands/build_image.py --base_image pytorch/pytorch:")
-    base = result.fix.split("--base_image ")[1].split()[0]
-    assert "-cuda12." in base
-    assert "--driver_version 535.104.05" in result.fix
-    assert "--instance_type p5.48xlarge" in result.fix
+    problem = result.problems[0]
+    assert (problem["max_cuda"], problem["max_cuda_full_features"]) == ("12.9", "12.1")
+    # The fix is one build_image call: the official image nearest torch 2.13 on the newest
+    # CUDA driver 535 runs, plus the driver and instance type so the build checks them.
+    step = result.next_step
+    assert step is not None and step.tool == "build_image"
+    assert step.arguments == {
+        "base_image": "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime",
+        "driver_version": "535.104.05",
+        "instance_type": "p5.48xlarge",
+    }
+    fix = step.cli_line()
+    assert result.fix == fix
+    assert fix.startswith("python commands/build_image.py --base_image pytorch/pytorch:")
     with pytest.raises(ToolFailure) as caught:
         cuda_gate.enforce(result, "img:1")
     failure = caught.value
-    assert failure.code == "cuda_incompatible"
-    assert result.fix in failure.hint and "skip_gate" in failure.hint
+    assert failure.code == "cuda_incompatible" and failure.next_step == step
+    assert fix in failure.hint and "skip_gate" in failure.hint
     assert failure.details["problems"][0]["driver_version"] == "535.104.05"
+
+
+def test_the_message_and_the_remedy_agree_on_what_the_driver_runs():
+    # Issue 21: "newest it runs: 12.4" beside a 12.8 suggestion. Both now name the same
+    # rule (minor-version compatibility, the gate's own), and the torch change is said.
+    result = cuda_gate.check(CU130, [node("p4d.24xlarge", "550.127.08")], "p4d.24xlarge")
+    message = result.problems[0]["message"]
+    assert "newest it runs: 12.9 through minor-version compatibility, 12.4 with every" in message
+    step = result.next_step
+    assert step is not None
+    assert step.arguments["base_image"] == "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"
+    assert "torch changes from 2.13.0 to 2.11.0" in step.why
+    assert "only on CUDA 13.0, 13.2" in step.why
+    # Its wheel on CUDA 12.6 runs there: the why says how to keep torch 2.13.0 instead.
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126" in (
+        step.why
+    )
+    # The image the remedy builds passes this gate on these nodes.
+    rebuilt = cuda_gate.ImageCuda("2.11.0", "12.8")
+    assert cuda_gate.check(rebuilt, [node("p4d.24xlarge", "550.127.08")]).problems == []
+
+
+def test_the_requested_torch_is_kept_when_its_image_runs_there():
+    # torch 2.7 on CUDA 13.0 (a hand-made image): 2.7 has a 12.8 image that 550 runs.
+    image = cuda_gate.ImageCuda("2.7.1", "13.0")
+    result = cuda_gate.check(image, [node("p4d.24xlarge", "550.127.08")], "p4d.24xlarge")
+    step = result.next_step
+    assert step is not None
+    assert step.arguments["base_image"] == "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+    assert "torch changes" not in step.why
+    # Older than every CUDA in the table: nothing to build, and the hint says so.
+    none = cuda_gate.check(CU130, [node("p4d.24xlarge", "418.40.04")], "p4d.24xlarge")
+    assert none.problems and none.next_step is None
+    with pytest.raises(ToolFailure) as caught:
+        cuda_gate.enforce(none, "img:1")
+    assert caught.value.next_step is None and "pick other nodes" in caught.value.hint
 
 
 def test_a_matching_pair_passes():
@@ -76,6 +118,8 @@ def test_an_unsupported_gpu_architecture_is_refused():
     result = cuda_gate.check(CU130, [node("p3.16xlarge", "580.65.06")], "p3.16xlarge")
     assert [p["problem"] for p in result.problems] == ["cuda_too_new_for_gpu"]
     assert "-cuda12." in (result.fix or "")
+    assert result.next_step is not None
+    assert "-cuda12." in result.next_step.arguments["base_image"]
     # Known from the compute capability alone when the node's instance type is unknown.
     by_sm = cuda_gate.check(CU130, [node("custom.box", "580.65.06", sm=(7, 0))])
     assert [p["gpu"] for p in by_sm.problems] == ["V100"]
@@ -93,3 +137,19 @@ def test_what_cannot_be_known_is_a_warning_not_a_refusal():
     assert no_nodes.problems == [] and "autoscaler" in no_nodes.warnings[0]
     unlabelled = cuda_gate.check(CU130, [node("p5.48xlarge", None)])
     assert unlabelled.problems == [] and "driver" in unlabelled.warnings[0]
+
+
+def test_the_gate_needs_no_image_read_without_gpu_nodes():
+    # No GPU node to check against: a warning, and the (unreachable) image is not read.
+    cpu = node_gpu_facts({"metadata": {"name": "cpu", "labels": {}}, "status": {}})
+    result = cuda_gate.gate("localhost:9/unreadable:v1", [cpu], "p5.48xlarge")
+    assert result.problems == [] and "autoscaler" in result.warnings[0]
+
+
+def test_an_unreadable_image_on_gpu_nodes_is_refused_not_warned():
+    with pytest.raises(ToolFailure) as caught:
+        cuda_gate.gate("localhost:9/unreadable:v1", [node("p5.48xlarge", "580.65.06")],
+                       "p5.48xlarge")  # fmt: skip
+    failure = caught.value
+    assert failure.code == "cuda_unverified"
+    assert "could not be read" in failure.message and "skip_gate=true" in failure.hint

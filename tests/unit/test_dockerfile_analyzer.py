@@ -107,6 +107,8 @@ def test_driver_between_minor_floor_and_shipped_is_a_warning():
     [finding] = analysis.findings
     assert (finding.code, finding.severity) == ("cuda_above_driver", "warning")
     assert analysis.ok
+    # The floor it names is the one for every feature (the driver 12.8 ships with).
+    assert "CUDA 12.8 needs driver >= 570.26 for every feature" in finding.explanation
 
 
 def test_avoid_images_is_never_chosen():
@@ -203,3 +205,65 @@ def test_write_fixed_beside_unless_asked(tmp_path: Path):
     beside = write_fixed(path, result)
     assert beside == tmp_path / "Dockerfile.fixed" and path.read_text() == text
     assert write_fixed(path, result, write=True) == path and path.read_text() == result.text
+
+
+# --- the labels build_image sets (issue 21: labels that cannot lie) ------------------------
+
+PROJECT = (ROOT / "Dockerfile").read_text()
+CU128 = "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"
+
+
+def _labels(torch: str, cuda: str) -> dict[str, str]:
+    return {"fsdp-eks.torch": torch, "fsdp-eks.cuda": cuda}
+
+
+def test_labels_follow_the_base_image_override():
+    assert analyze(PROJECT, context_dir=ROOT).labels == _labels("2.13.0", "13.0")
+    over = analyze(PROJECT, base_image=CU128, context_dir=ROOT)
+    assert over.labels == _labels("2.11.0", "12.8")
+    # The project's Dockerfile has no version defaults to contradict them.
+    assert "ARG CUDA_VERSION=" not in PROJECT and "ARG TORCH_VERSION=" not in PROJECT
+
+
+def test_labels_follow_a_build_arg():
+    assert analyze(PROJECT, build_args={"BASE_IMAGE": CU128}).labels == _labels("2.11.0", "12.8")
+    text = ("ARG CUDA=12.4\nFROM pytorch/pytorch:2.5.1-cuda${CUDA}-cudnn9-runtime\n")
+    assert analyze(text, build_args={"CUDA": "12.1"}).labels == _labels("2.5.1", "12.1")
+
+
+def test_labels_follow_the_fixers_edit():
+    text = "FROM pytorch/pytorch:2.5.1-cuda12.8-cudnn9-runtime\n"  # never published
+    fixed = fix(text, analyze(text))
+    assert fixed is not None
+    assert analyze(fixed.text).labels == _labels("2.5.1", "12.4")
+
+
+def test_labels_follow_pip_pins_and_index_urls():
+    pinned = ("FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime\n"
+              "RUN pip install torch==2.4.1+cu121\n")
+    assert analyze(pinned).labels == _labels("2.4.1", "12.1")
+    index = ("FROM nvidia/cuda:12.6.3-cudnn-runtime-ubuntu22.04\n"
+             f"RUN pip install torch==2.6.0 --index-url {IDX}/cu126\n")
+    assert analyze(index).labels == _labels("2.6.0", "12.6")
+    dlc = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:" \
+          "2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
+    assert analyze(f"FROM {dlc}\n").labels == {**_labels("2.5.1", "12.4"),
+                                               "fsdp-eks.python": "3.11"}
+    # What the analysis does not know is not labelled (no guess).
+    assert analyze("FROM scratch\n").labels == {}
+
+
+def test_label_build_args_only_where_a_label_alone_reads_them():
+    from skills.image_builder.dockerfile_analyzer import label_build_args
+
+    labels = _labels("2.11.0", "12.8")
+    assert label_build_args(PROJECT, labels) == {"TORCH_VERSION": "2.11.0",
+                                                 "CUDA_VERSION": "12.8"}
+    assert label_build_args(PROJECT, labels, {"CUDA_VERSION": "x"}) == {"TORCH_VERSION": "2.11.0"}
+    # An ARG that picks the base, or a pip index, would change the image: never passed.
+    feeds_from = ("ARG CUDA_VERSION=12.4\nFROM nvidia/cuda:${CUDA_VERSION}.1-runtime-ubuntu22.04\n"
+                  "ARG CUDA_VERSION\nLABEL fsdp-eks.cuda=$CUDA_VERSION\n")
+    assert label_build_args(feeds_from, labels) == {}
+    feeds_pip = ("FROM python:3.11\nARG TORCH_VERSION\nRUN pip install torch==${TORCH_VERSION}\n"
+                 "LABEL fsdp-eks.torch=$TORCH_VERSION\n")
+    assert label_build_args(feeds_pip, labels) == {}

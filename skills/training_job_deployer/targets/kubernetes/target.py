@@ -227,9 +227,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             self._delete_and_wait(job_name)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
-            labels = cuda_gate.read_image_labels(plan.image_uri)
-            gate = cuda_gate.check(cuda_gate.image_cuda(labels), nodes, plan.instance_type)
-            cuda_gate.enforce(gate, plan.image_uri)
+            gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
             self._warnings += gate.warnings
         self._warnings += self._quota_warnings(plan, nodes)
         if plan.hf_token_secret:
