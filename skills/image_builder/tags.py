@@ -5,17 +5,22 @@
   registry's tags (`v1.4.2` -> `v1.4.3`); `v0.1.0` when there is none. Tags that are
   not exactly `vX.Y.Z` (`latest`, a git sha, `v1.2`) are ignored.
 - `git-sha`: the short commit of the build context's git repository (`git rev-parse
-  --short HEAD`), with `-dirty` appended when tracked files have uncommitted changes
-  (an image is never labelled with a commit it was not built from); a context outside
-  a git repository is an invalid_input error.
+  --short HEAD`); when the working tree differs from that commit (changed, staged or
+  new files that git does not ignore) `-dirty-<content>` follows, `<content>` naming the
+  working tree's contents (its git tree hash), so an image is never labelled with a
+  commit it was not built from and two different dirty trees never share a tag; a
+  context outside a git repository is an invalid_input error.
 - `latest`: `latest`.
 - `auto`: `git-sha` inside a git repository, else `semantic`.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +36,9 @@ REPOSITORY_PATTERN = (
     rf"{_COMPONENT}(?:/{_COMPONENT})*$"
 )
 FIRST_VERSION = "v0.1.0"
+# Characters of the working tree's hash in a dirty tag: 12 hex, as git's own short ids
+# grow to avoid collisions in large repositories.
+DIRTY_HASH_CHARS = 12
 _SEMVER = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 
 
@@ -73,8 +81,38 @@ def git_sha_tag(context: Path) -> str:
             "Commit first, or use tag_strategy semantic or latest, or pass a tag.",
             {"problems": [{"field": "tag_strategy", "problem": "no commit yet"}]},
         )
-    dirty = _git(context, "status", "--porcelain", "--untracked-files=no").stdout.strip()
-    return sha.stdout.strip() + ("-dirty" if dirty else "")
+    tree = working_tree_hash(context)
+    head = _git(context, "rev-parse", "HEAD^{tree}").stdout.strip()
+    suffix = f"-dirty-{tree[:DIRTY_HASH_CHARS]}" if tree != head else ""
+    return sha.stdout.strip() + suffix
+
+
+def working_tree_hash(context: Path) -> str:
+    """The git tree hash of the working tree as it is (tracked changes and files git does
+    not ignore): `git add -A` into a copy of the index, then `write-tree`. The real index
+    is left as it was; the blobs written are unreferenced objects git collects later."""
+    index = Path(_git(context, "rev-parse", "--absolute-git-dir").stdout.strip()) / "index"
+    with tempfile.TemporaryDirectory(prefix="fsdp-eks-tag-") as scratch:
+        copy = Path(scratch) / "index"
+        if index.exists():  # its stat cache spares re-hashing unchanged files
+            shutil.copyfile(index, copy)
+        env = {**os.environ, "GIT_INDEX_FILE": str(copy)}
+        top = _git(context, "rev-parse", "--show-toplevel").stdout.strip()
+        _git_with_index(top, env, "add", "-A", "--", ".")
+        return _git_with_index(top, env, "write-tree")
+
+
+def _git_with_index(top: str, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(["git", "-C", top, *args], capture_output=True, text=True,
+                          timeout=300, env=env, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"git could not read the working tree at {top}: {done.stderr.strip()[:300]}",
+            "Fix the repository (git status shows why), or pass a tag.",
+            {"problems": [{"field": "tag_strategy", "problem": "unreadable working tree"}]},
+        )
+    return done.stdout.strip()
 
 
 def _normalized(name: str) -> str:
