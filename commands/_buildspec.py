@@ -38,6 +38,7 @@ SHORT_SHA = 7
 # Where pull-cache leaves the reference of the image it pulled, for cache-flag.
 CACHE_FILE = ".cache-from"
 
+
 def run_tests() -> int:
     level = os.environ.get("TEST_LEVEL", "quick")
     if level not in LEVELS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -42,7 +42,7 @@ def remember(repository: str, region: str, recorded_by: str) -> None:
         repository=repository,
         region=region,
         recorded_by=recorded_by,
-        recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     try:
         path = _path()

@@ -40,7 +40,7 @@ class _KillOnFirstStep(CollectingProgress):
         super().__init__()
         self.service = service
 
-    def report(self, completed, total, message=None) -> None:  # noqa: ANN001 - Progress's
+    def report(self, completed: float, total: float | None = None, message: str = "") -> None:
         super().report(completed, total, message)
         if message and "STEP" in message and self.service.poll() is None:
             self.service.kill()

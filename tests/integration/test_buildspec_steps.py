@@ -57,8 +57,13 @@ def test_semantic_starts_at_the_first_version_for_a_new_repository(moto_server, 
 
 
 def test_semantic_without_a_readable_ecr_leaves_the_tag_to_build_image(moto_server, tmp_path):
-    done = _step(tmp_path, "tag-flag", TAG_STRATEGY="semantic", ECR_REPOSITORY="ci/x",
-                 AWS_ENDPOINT_URL="http://127.0.0.1:9")  # fmt: skip - nothing listens there
+    done = _step(
+        tmp_path,
+        "tag-flag",
+        TAG_STRATEGY="semantic",
+        ECR_REPOSITORY="ci/x",
+        AWS_ENDPOINT_URL="http://127.0.0.1:9",
+    )  # nothing listens on port 9
     assert done.returncode == 0 and done.stdout.strip() == ""
     assert "could not be read" in done.stderr and "Traceback" not in done.stderr
 
@@ -104,5 +109,9 @@ def test_image_detail_of_a_push_writes_codebuilds_file(tmp_path):
     done = _step(tmp_path, "image-detail", "push.json")
     assert done.returncode == 0, done.stderr
     detail = json.loads((tmp_path / "imageDetail.json").read_text())
-    assert detail == {"ImageURI": PUSHED["image_uri"], "ImageDigest": "sha256:ab",
-                      "ImageTag": "v0.1.0", "ImageURIWithDigest": PUSHED["image_uri_digest"]}  # fmt: skip
+    assert detail == {
+        "ImageURI": PUSHED["image_uri"],
+        "ImageDigest": "sha256:ab",
+        "ImageTag": "v0.1.0",
+        "ImageURIWithDigest": PUSHED["image_uri_digest"],
+    }

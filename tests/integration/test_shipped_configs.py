@@ -111,9 +111,8 @@ def test_build_image_with_no_arguments_builds_the_repos_dockerfile(repo_copy, tm
         {"tag": "shipped-a", "wait_seconds": 120},
         {"dockerfile": "Dockerfile", "tag": "shipped-b", "wait_seconds": 120},
     ]
-    for result, tag in zip(
-        _call(_shipped_commands()[".mcp.json"], repo_copy, env, calls), ("shipped-a", "shipped-b")
-    ):
+    results = _call(_shipped_commands()[".mcp.json"], repo_copy, env, calls)
+    for result, tag in zip(results, ("shipped-a", "shipped-b"), strict=True):
         assert not result.is_error, result.content
         state = result.structured_content
         built = _result(state)

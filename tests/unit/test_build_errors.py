@@ -180,7 +180,7 @@ def test_registry_and_context_failures_have_no_automatic_fix():
     "line",
     [
         "docker: Error response from daemon: OCI runtime create failed: runc create failed: "
-        "unable to start container process: exec: \"/bin/sh\": permission denied",
+        'unable to start container process: exec: "/bin/sh": permission denied',
         "failed to create shim task: OCI runtime create failed: cgroup mountpoint does not exist",
         "Error: committing container for step {Env:[] Command:run}: no space left on device",
         "error creating overlay mount to /var/lib/containers/storage/overlay/x/merged",
