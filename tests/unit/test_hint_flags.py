@@ -37,7 +37,8 @@ PIP_FLAGS = (
 SLURM_FLAGS = "--parsable --parsable2 --noheader --format --gpus-per-node --container-mounts"
 ETCD_FLAGS = "--data-dir --listen-client-urls --listen-peer-urls --advertise-client-urls"
 GIT_FLAGS = (
-    "--is-inside-work-tree --porcelain --short --untracked-files --show-toplevel --absolute-git-dir"
+    "--is-inside-work-tree --porcelain --short --untracked-files --show-toplevel --binary "
+    "--no-ext-diff --no-color --others --exclude-standard --stdin-paths"
 )
 ALLOWED: dict[str, str] = {
     **dict.fromkeys(PIP_FLAGS.split(), "pip's: the Dockerfile analyzer reads and fixes pip lines"),

@@ -69,9 +69,15 @@ def test_git_sha_marks_uncommitted_changes_with_their_content(repo):
     (repo / "Dockerfile").write_text("FROM scratch\nLABEL a=c\n")
     second = git_sha_tag(repo)
     assert second.startswith(f"{sha}-dirty-") and second != first  # never reused
-    (repo / "weights.bin").write_bytes(b"new file the build may COPY")  # untracked
+    objects = _git(repo, "count-objects")
+    (repo / "weights.bin").write_bytes(b"\xff\xfe not UTF-8, a new file the build may COPY")
     third = git_sha_tag(repo)
     assert third not in (first, second)
+    (repo / "weights.bin").write_bytes(b"\xff\xfe other weights")
+    assert git_sha_tag(repo) not in (first, second, third)  # a new file's content counts
+    assert _git(repo, "count-objects") == objects  # nothing written into the repository
+    (repo / "weights.bin").write_bytes(b"\xff\xfe not UTF-8, a new file the build may COPY")
+    assert git_sha_tag(repo) == third
     assert _git(repo, "diff", "--cached", "--name-only") == index_before  # index untouched
     (repo / "weights.bin").unlink()
     assert git_sha_tag(repo) == second
