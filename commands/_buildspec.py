@@ -1,7 +1,8 @@
 """Steps of buildspec.yml that need logic (kept here, not in YAML). Not a tool.
 
     python commands/_buildspec.py test               # tests at TEST_LEVEL, JUnit XML in reports/
-    python commands/_buildspec.py tag-flag           # `--tag <sha>` for git-sha without .git
+    python commands/_buildspec.py tag-flag           # `--tag <sha>` for git-sha without .git,
+                                                     # `--tag vX.Y.Z` next in ECR for semantic
     python commands/_buildspec.py pull-cache         # pull the repository's newest image
     python commands/_buildspec.py cache-flag         # --cache_from <that image>, if any
     python commands/_buildspec.py image build.json   # the image build_image made
@@ -23,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 LEVELS = {
     "none": [],
     "quick": ["tests/unit"],
@@ -34,6 +37,7 @@ SHORT_SHA = 7
 
 # Where pull-cache leaves the reference of the image it pulled, for cache-flag.
 CACHE_FILE = ".cache-from"
+
 
 def run_tests() -> int:
     level = os.environ.get("TEST_LEVEL", "quick")
@@ -52,14 +56,38 @@ def run_tests() -> int:
 def tag_flag() -> str:
     """git-sha (or auto) where the source has no .git (CodeBuild's S3/CodePipeline
     sources): the tag comes from CODEBUILD_RESOLVED_SOURCE_VERSION, as build_image's
-    own `git rev-parse --short HEAD` would give it in a checkout."""
+    own `git rev-parse --short HEAD` would give it in a checkout. semantic (or auto with
+    neither): the next version above the newest vX.Y.Z in the target ECR repository, as
+    a fresh build host has no local image to count from."""
     strategy = os.environ.get("TAG_STRATEGY", "auto")
     sha = os.environ.get("CODEBUILD_RESOLVED_SOURCE_VERSION", "")
     in_repo = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], capture_output=True,
                              text=True, check=False).stdout.strip() == "true"  # fmt: skip
     if strategy in ("git-sha", "auto") and not in_repo and len(sha) >= SHORT_SHA:
         return f"--tag {sha[:SHORT_SHA].lower()}"
+    if strategy == "semantic" or (strategy == "auto" and not in_repo):
+        return _semantic_flag()
     return ""
+
+
+def _semantic_flag() -> str:
+    """`--tag vX.Y.Z` continuing the ECR repository's versions; nothing (build_image
+    counts local images) when ECR cannot be read, said on stderr."""
+    from skills.ecr_publisher.repository import image_tags
+    from skills.image_builder.tags import next_semantic
+    from skills.shared.errors import ToolFailure
+
+    try:
+        tags = image_tags(os.environ["ECR_REPOSITORY"], os.environ["AWS_REGION"])
+    except KeyError as missing:
+        print(f"tag-flag: {missing.args[0]} is not set; semantic counts local images",
+              file=sys.stderr)  # fmt: skip
+        return ""
+    except (ToolFailure, BotoCoreError, ClientError) as exc:
+        print(f"tag-flag: the ECR repository's tags could not be read ({exc}); semantic "
+              "counts local images", file=sys.stderr)  # fmt: skip
+        return ""
+    return f"--tag {next_semantic(tags)}"
 
 
 def pull_cache() -> int:
@@ -98,21 +126,45 @@ def cache_flag() -> str:
         return ""
 
 
+def _step_result(path: str, step: str) -> dict:
+    """A step's `--json` output, or SystemExit with one line saying what went wrong (a
+    missing or empty file, not JSON, or the step's own error): never a traceback."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SystemExit(f"{path}: missing; the {step} step wrote nothing") from None
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{path}: not the {step} step's JSON result ({exc})") from None
+    if not isinstance(result, dict):
+        raise SystemExit(f"{path}: not the {step} step's JSON result")
+    error = result.get("error")
+    if isinstance(error, dict):
+        raise SystemExit(f"{path}: the {step} step failed: {error.get('code')}: "
+                         f"{error.get('message')} Hint: {error.get('hint')}")  # fmt: skip
+    return result
+
+
 def built_image(build_json: str) -> str:
-    result = json.loads(Path(build_json).read_text())
+    result = _step_result(build_json, "build")
     if result.get("status") != "built" or not result.get("tags"):
-        raise SystemExit(f"{build_json}: no image was built")
+        raise SystemExit(f"{build_json}: no image was built (status {result.get('status')})")
     return str(result["tags"][0])
 
 
+DETAIL_FIELDS = {
+    "ImageURI": "image_uri",
+    "ImageDigest": "digest",
+    "ImageTag": "tag",
+    "ImageURIWithDigest": "image_uri_digest",
+}
+
+
 def image_detail(push_json: str) -> None:
-    result = json.loads(Path(push_json).read_text())
-    detail = {
-        "ImageURI": result["image_uri"],
-        "ImageDigest": result["digest"],
-        "ImageTag": result["tag"],
-        "ImageURIWithDigest": result["image_uri_digest"],
-    }
+    result = _step_result(push_json, "push")
+    missing = [key for key in DETAIL_FIELDS.values() if not result.get(key)]
+    if missing:
+        raise SystemExit(f"{push_json}: the push result lacks {', '.join(missing)}")
+    detail = {name: result[key] for name, key in DETAIL_FIELDS.items()}
     Path("imageDetail.json").write_text(json.dumps(detail, indent=2) + "\n")
     print(f"imageDetail.json: {detail['ImageURI']}")
 

@@ -29,7 +29,10 @@ _KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 def build_image(
     *,
     dockerfile: Annotated[
-        str, Field(min_length=1, max_length=4096, description="Dockerfile path."), LocalPath()
+        str,
+        Field(min_length=1, max_length=4096, description="Dockerfile path."),
+        # Read; the fix is written beside it (auto_fix) or over it (write).
+        LocalPath(writable=False, written_with=("auto_fix", "write")),
     ] = "Dockerfile",
     context: Annotated[
         str | None,

@@ -19,6 +19,14 @@ from skills.training_job_deployer.targets.base import Capability
 from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
 
+class DeletedJob(JobState):
+    """The deleted job's last state. Its CLI exit status is the deletion's (0), not the
+    job's: deleting a failed or cancelled job succeeded."""
+
+    def cli_exit_status(self) -> int:
+        return 0
+
+
 @tool(read_only=False, destructive=True, idempotent=False)
 def delete_training_job(
     *,
@@ -39,7 +47,8 @@ def delete_training_job(
     require_confirm(
         confirm, f"Deleting {job_name!r} removes the job and its pods (a running job stops)."
     )
-    return runner.delete(job_name)
+    last = runner.delete(job_name)
+    return DeletedJob.model_validate(last, from_attributes=True)
 
 
 main = main_for(delete_training_job)

@@ -2,8 +2,9 @@
                        [--http [--host H] [--port P] [--token T]]
 python -m mcp_server install|uninstall --client claude|opencode ...  (mcp_server/install.py)
 
-Tool calls may name local paths only under the workspace (default: ./runs), or, for
-inputs the tools only read, under an --allow-path root. Streamable HTTP on an address
+Tool calls may name local paths only under the workspace (default: the directory the
+server starts in, e.g. the project of the shipped .mcp.json), or, for inputs the tools
+only read, under an --allow-path root. Streamable HTTP on an address
 other than loopback needs a bearer token; with a token, every request must carry it."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workspace",
         metavar="DIR",
         help=f"Root that callers' local paths must lie under; jobs are written here "
-        f"(env {WORKSPACE_ENV}; default ./{DEFAULT_WORKSPACE}).",
+        f"(env {WORKSPACE_ENV}; default {DEFAULT_WORKSPACE}, the directory it starts in).",
     )
     parser.add_argument(
         "--allow-path",

@@ -5,7 +5,9 @@ and are not confined. Tools mark their path inputs with `LocalPath` (paths.py).
 A marked value is allowed when it is an s3:// URI, a hub name (fields that take one),
 or a path that resolves (~ expanded, relative to the server's directory, symlinks
 followed) inside the workspace root, or, for a field the tool only reads, inside one
-of the extra read roots (`--allow-path`)."""
+of the extra read roots (`--allow-path`). The workspace defaults to the directory the
+server starts in: a client config that starts it in a project (the shipped .mcp.json,
+opencode.json) lets the tools use that project's files, its Dockerfile among them."""
 
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ if TYPE_CHECKING:
 
 WORKSPACE_ENV = "FSDP_EKS_WORKSPACE"
 ALLOW_PATHS_ENV = "FSDP_EKS_ALLOW_PATHS"
-# Under the server's directory: where the CLI's default runs_dir puts jobs, too.
-DEFAULT_WORKSPACE = "runs"
+# The server's own directory: the project a client config starts it in. The CLI's
+# default runs_dir ("runs") lies under it, so jobs go where the CLI puts them, too.
+DEFAULT_WORKSPACE = "."
 
 # A hub id is one or two names; each starts with a letter or digit, so no '.'/'..' part.
 _HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
@@ -52,7 +55,7 @@ class Workspace:
         allow: Iterable[str] = (),
         environ: Mapping[str, str] = os.environ,
     ) -> Workspace:
-        """From the server's flags, else its environment, else `runs/` here."""
+        """From the server's flags, else its environment, else the directory here."""
         base = Path.cwd()
         root = root or environ.get(WORKSPACE_ENV) or DEFAULT_WORKSPACE
         allow = list(allow) or environ.get(ALLOW_PATHS_ENV, "").split(os.pathsep)
@@ -75,15 +78,19 @@ class Workspace:
         """The call's arguments once every marked path in them is allowed, or
         ToolFailure(PATH_NOT_ALLOWED). A written path the caller left at a default
         that lies outside (runs_dir "runs" with another --workspace) becomes the
-        workspace root: the caller did not ask for that place, the server's owner did."""
+        workspace root: the caller did not ask for that place, the server's owner did.
+        A file the tool reads (a Dockerfile) is never swapped for a directory: outside,
+        it is refused like a given one."""
         confined = dict(arguments)
-        for name, marker, value, given in _marked_values(spec, args):
+        for name, marker, value, given, owner in _marked_values(spec, args):
             if value is None:
                 continue
-            if not given and marker.may_write and not self._allows(name, value, marker):
+            settled = marker.for_call(owner)
+            place_to_write = marker.may_write and not marker.written_with
+            if not given and place_to_write and not self._allows(name, value, settled):
                 confined[name] = str(self.root)
             else:
-                self.check(name, value, marker)
+                self.check(name, value, settled)
         return confined
 
     def check(self, name: str, value: str, marker: LocalPath) -> None:
@@ -171,16 +178,18 @@ def _resolve(value: str, base: Path) -> Path:
     return (base / Path(value).expanduser()).resolve()
 
 
-def _marked_values(spec: ToolSpec, args: BaseModel) -> Iterator[tuple[str, LocalPath, Any, bool]]:
-    """(field, marker, value, given by the caller) for every marked input the tool will
-    get: fields of the models its flat inputs are gathered into (the chosen target's
-    only), then its own marked parameters."""
+def _marked_values(
+    spec: ToolSpec, args: BaseModel
+) -> Iterator[tuple[str, LocalPath, Any, bool, BaseModel]]:
+    """(field, marker, value, given by the caller, the model holding it) for every marked
+    input the tool will get: fields of the models its flat inputs are gathered into (the
+    chosen target's only), then its own marked parameters."""
     models = [v for v in spec.call_kwargs(args).values() if isinstance(v, BaseModel)]
     here = runs_here(models)
     for value in models:
         for name, marker in path_fields(type(value)).items():
             if here or not marker.where_job_runs:
-                yield name, marker, getattr(value, name), name in value.model_fields_set
+                yield name, marker, getattr(value, name), name in value.model_fields_set, value
     own = path_fields(spec.params)
     for name in sorted(spec.fn_params & own.keys()):
-        yield name, own[name], getattr(args, name), name in args.model_fields_set
+        yield name, own[name], getattr(args, name), name in args.model_fields_set, args

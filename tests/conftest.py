@@ -98,3 +98,15 @@ def slurm_cluster() -> Iterator[slurm_service.SlurmCluster]:
     _require(slurm_service.check)
     with slurm_service.slurm_cluster() as cluster, _environment(cluster.env):
         yield cluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The tools' state (operations, the remembered ECR repository) goes to a directory of
+    this session, never the user's ~/.local/state; a test that needs its own sets
+    FSDP_EKS_STATE_DIR itself (monkeypatch wins over this)."""
+    if os.environ.get("FSDP_EKS_STATE_DIR"):
+        yield
+        return
+    with _environment({"FSDP_EKS_STATE_DIR": str(tmp_path_factory.mktemp("state"))}):
+        yield

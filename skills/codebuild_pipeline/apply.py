@@ -12,6 +12,7 @@ from typing import Any
 from skills.cloud.clients import aws_session
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.models import PipelineResult, PlannedCall, ResourceChange
+from skills.ecr_publisher import remembered
 from skills.ecr_publisher.repository import ensure_repository
 from skills.shared.next_step import NextStep
 from skills.shared.progress import NullProgress, Progress
@@ -64,6 +65,8 @@ class Applier:
             keep_last=None, write=lambda op, fn, **params: self.write("ecr", op, fn, **params),
         )  # fmt: skip
         created = repo.action == "created"
+        if not self.dry_run:  # its builds push there: deploys default to it
+            remembered.remember(repo.name, self.s.region, "setup_codebuild")
         self.record("ecr_repository", repo.name, repo.arn or arn, not created,
                     [] if created else repo.changes)  # fmt: skip
 

@@ -21,6 +21,7 @@ from skills.cloud.registry_credentials import (
     credentials_for,
     source_of,
 )
+from skills.ecr_publisher import remembered
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.repository import ecr_client, ensure_repository
 from skills.image_builder.registry_check import MANIFEST_TYPES, registry_scheme
@@ -308,6 +309,8 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
     # tags). Only the local test stack lacks a data plane behind moto; its tests record
     # images in moto themselves, playing ECR's part.
     progress.report(1, 1, f"pushed {served}")
+    # The default repository for a deploy that names no image (ECR_REPOSITORY wins).
+    remembered.remember(repo.name, options.region, "push_to_ecr")
     return PushResult(
         image_uri=f"{repo.uri}:{tag}",
         image_uri_digest=f"{repo.uri}@{served}",

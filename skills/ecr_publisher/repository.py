@@ -188,3 +188,18 @@ def latest_image(repository: str, region: str) -> str | None:
     tags = sorted(newest.get("imageTags") or [])
     uri = found["repositoryUri"]
     return f"{uri}:{tags[0]}" if tags else f"{uri}@{newest['imageDigest']}"
+
+
+def image_tags(repository: str, region: str) -> list[str]:
+    """Every tag in `repository` ([] when it does not exist yet: the first push creates
+    it). For semantic versions, which continue from the repository's own tags."""
+    ecr = ecr_client(region)
+    if _describe(ecr, repository) is None:
+        return []
+    tags: list[str] = []
+    pages = ecr.get_paginator("list_images").paginate(
+        repositoryName=repository, filter={"tagStatus": "TAGGED"}
+    )
+    for page in pages:
+        tags += [i["imageTag"] for i in page.get("imageIds", []) if i.get("imageTag")]
+    return tags

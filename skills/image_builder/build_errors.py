@@ -173,6 +173,41 @@ SIGNATURES: tuple[Signature, ...] = (
         "add the file to the context directory, fix the COPY path, or the .dockerignore",
         False,
     ),
+    # --- the container runtime itself (before run_step_failed: its final line is the same)
+    Signature(
+        "docker_unavailable",
+        (
+            r"lost the docker engine api",  # the builder's own line: the stream broke off
+            r"cannot connect to the docker daemon",
+            r"is the docker daemon running",
+            r"error during connect:",
+        ),
+        "the container runtime's API (the Docker daemon or podman service) went away mid-build",
+        "check that the daemon is running and DOCKER_HOST points at it (`docker info` / "
+        "`podman system service`), then build again; nothing in the Dockerfile needs a change",
+        False,
+    ),
+    Signature(
+        "container_runtime_failed",
+        (
+            r"error running container: from \S+ creating container",  # podman: crun/runc
+            r"oci runtime (create|exec|start) failed",  # Docker: runc
+            r"failed to create (shim )?task for container",
+            r"unable to start container process",
+            r"cgroups?\b.*\bnot supported",
+            r"error creating overlay mount",
+            r"failed to register layer",
+            r"layer not known",
+            r"no space left on device",
+            r"database is locked",
+        ),
+        "the container runtime or its storage failed (the RUN command itself never ran, or "
+        "the builder's disk or layer store broke), not the Dockerfile",
+        "fix the build host's runtime: `docker info`/`podman info`, its cgroup setup, free "
+        "disk for the image store, then build again; or build where containers can run "
+        "(CodeBuild: setup_codebuild, then start_codebuild)",
+        False,
+    ),
     Signature(
         "run_step_failed",
         (r"while running runtime: exit status", r"returned a non-zero code"),

@@ -355,7 +355,11 @@ def _build(
     labels: dict[str, str],
     build_args: dict[str, str],
 ) -> _Outcome:
+    import http.client
+
     import docker.errors
+    import requests
+    import urllib3.exceptions
 
     lines: list[str] = []
     image_id = None
@@ -394,6 +398,10 @@ def _build(
                     image_id = aux.get("ID") or image_id
         except docker.errors.APIError as exc:  # refused before streaming (a bad Dockerfile)
             error = str(exc.explanation or exc)
+        except (OSError, requests.RequestException, docker.errors.DockerException,
+                urllib3.exceptions.HTTPError, http.client.HTTPException) as exc:  # fmt: skip
+            # The daemon went away mid-build (a socket error, a cut stream): its own class.
+            error = f"lost the Docker Engine API mid-build: {type(exc).__name__}: {exc}"[:500]
     if error:
         lines.append(error)
     return _Outcome(error is None, lines, image_id, error)

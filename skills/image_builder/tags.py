@@ -5,15 +5,18 @@
   registry's tags (`v1.4.2` -> `v1.4.3`); `v0.1.0` when there is none. Tags that are
   not exactly `vX.Y.Z` (`latest`, a git sha, `v1.2`) are ignored.
 - `git-sha`: the short commit of the build context's git repository (`git rev-parse
-  --short HEAD`), with `-dirty` appended when tracked files have uncommitted changes
-  (an image is never labelled with a commit it was not built from); a context outside
-  a git repository is an invalid_input error.
+  --short HEAD`); when the working tree differs from that commit (changed, staged or
+  new files that git does not ignore) `-dirty-<changes>` follows, `<changes>` a hash of
+  the diff and of the new files' contents, so an image is never labelled with a
+  commit it was not built from and two different dirty trees never share a tag; a
+  context outside a git repository is an invalid_input error.
 - `latest`: `latest`.
 - `auto`: `git-sha` inside a git repository, else `semantic`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 from collections.abc import Iterable
@@ -31,6 +34,9 @@ REPOSITORY_PATTERN = (
     rf"{_COMPONENT}(?:/{_COMPONENT})*$"
 )
 FIRST_VERSION = "v0.1.0"
+# Characters of the changes' hash in a dirty tag: 12 hex, as git's own short ids
+# grow to avoid collisions in large repositories.
+DIRTY_HASH_CHARS = 12
 _SEMVER = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 
 
@@ -73,8 +79,41 @@ def git_sha_tag(context: Path) -> str:
             "Commit first, or use tag_strategy semantic or latest, or pass a tag.",
             {"problems": [{"field": "tag_strategy", "problem": "no commit yet"}]},
         )
-    dirty = _git(context, "status", "--porcelain", "--untracked-files=no").stdout.strip()
-    return sha.stdout.strip() + ("-dirty" if dirty else "")
+    changes = working_tree_changes(context)
+    suffix = f"-dirty-{changes[:DIRTY_HASH_CHARS]}" if changes else ""
+    return sha.stdout.strip() + suffix
+
+
+def working_tree_changes(context: Path) -> str | None:
+    """A hash of how the working tree differs from HEAD (tracked changes, staged or not,
+    and the contents of files git does not ignore), or None when it does not. Read-only:
+    `git diff` and `git hash-object` without -w write nothing into the repository."""
+    top = _git_output(context, "rev-parse", "--show-toplevel").decode().strip()
+    diff = _git_output(top, "diff", "HEAD", "--binary", "--no-ext-diff", "--no-color")
+    listed = _git_output(top, "ls-files", "--others", "--exclude-standard", "-z")
+    paths = [p for p in listed.split(b"\0") if p]
+    if not diff and not paths:
+        return None
+    digest = hashlib.sha256(diff)
+    if paths:
+        blobs = _git_output(top, "hash-object", "--stdin-paths", stdin=b"\n".join(paths))
+        for path, blob in zip(paths, blobs.split(), strict=True):
+            digest.update(b"\0" + path + b"\0" + blob)
+    return digest.hexdigest()
+
+
+def _git_output(where: Path | str, *args: str, stdin: bytes | None = None) -> bytes:
+    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, input=stdin,
+                          timeout=300, check=False)  # fmt: skip
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[:300]
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"git could not read the working tree at {where}: {said}",
+            "Fix the repository (git status shows why), or pass a tag.",
+            {"problems": [{"field": "tag_strategy", "problem": "unreadable working tree"}]},
+        )
+    return done.stdout
 
 
 def _normalized(name: str) -> str:

@@ -3,7 +3,7 @@ target resolves them, where an MCP caller may point them) finds them in one way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from pydantic import BaseModel
@@ -24,10 +24,22 @@ class LocalPath:
     # settings say the job runs here (see `runs_here`); elsewhere it names a path on
     # the cluster, which no rule about this host's paths applies to.
     where_job_runs: bool = False
+    # A file the tool reads, and writes beside or over only when one of these boolean
+    # arguments is true (build_image's Dockerfile: `.fixed` with auto_fix, in place with
+    # write): with all of them false it is a read path. See `for_call`.
+    written_with: tuple[str, ...] = ()
 
     @property
     def may_write(self) -> bool:
         return (not self.hub_name) if self.writable is None else self.writable
+
+    def for_call(self, arguments: BaseModel) -> LocalPath:
+        """This marker as one call's arguments settle it: `written_with` decides whether
+        the tool writes there."""
+        if not self.written_with:
+            return self
+        writes = any(getattr(arguments, name, False) is True for name in self.written_with)
+        return replace(self, writable=writes, written_with=())
 
 
 @cache

@@ -300,6 +300,7 @@ def test_bad_input_gives_typed_errors_with_hints(operator, kube_api, monkeypatch
     assert bad_context.code == "kubeconfig_invalid"
     both = failure(deploy, cluster_name="c", context="kmock")
     assert both.code == "invalid_input"
+    monkeypatch.setenv("FSDP_EKS_STATE_DIR", str(tmp_path / "state"))  # nothing pushed
     no_image = failure(deploy, image_uri=None, dry_run=True)
     assert no_image.code == "invalid_input" and "repository" in no_image.hint
     operator.uninstall()

@@ -130,10 +130,20 @@ def test_s3_hub_names_and_allowed_read_roots_plan(dirs):
     assert plans["s3"]["run_dir"] == str(dirs["ws"] / "s3")
 
 
-def test_default_workspace_is_runs_under_the_servers_directory(dirs):
+def test_default_workspace_is_the_servers_directory(dirs):
+    """Started in a project (as the shipped .mcp.json starts it), the project is the
+    workspace: jobs go to ./runs as the CLI's, and any place in the project is allowed;
+    a place outside it is not."""
     project = dirs["project"]
-    calls = {"omitted": {}, "given": {"runs_dir": "runs"}, "nested": {"runs_dir": "runs/a"}}
+    calls = {
+        "omitted": {},
+        "given": {"runs_dir": "runs"},
+        "nested": {"runs_dir": "runs/a"},
+        "elsewhere": {"runs_dir": "jobs"},
+        "outside": {"runs_dir": str(dirs["outside"])},
+    }
     results = _deploy_all(_stdio(project), calls)
+    assert _error(results.pop("outside"))["code"] == "path_not_allowed"
     for name, result in results.items():
         assert not result.is_error, (name, result.content)
     run_dirs = {name: r.structured_content["plan"]["run_dir"] for name, r in results.items()}
@@ -141,6 +151,7 @@ def test_default_workspace_is_runs_under_the_servers_directory(dirs):
         "omitted": str(project / "runs" / "omitted"),
         "given": str(project / "runs" / "given"),
         "nested": str(project / "runs" / "a" / "nested"),
+        "elsewhere": str(project / "jobs" / "elsewhere"),
     }
 
 

@@ -121,11 +121,26 @@ LOGS: list[tuple[str, str, str]] = [
         'copier: stat: "/nothere": no such file or directory',
     ),
     (
-        "run_step_failed",  # podman's build API (seen here: RUN cannot run in this sandbox)
+        "docker_unavailable",  # the builder's line when the API stream breaks off
+        "STEP 2/3: COPY weights.bin /w\nlost the Docker Engine API mid-build: "
+        "ChunkedEncodingError: Connection broken: IncompleteRead(0 bytes read)",
+        "lost the Docker Engine API mid-build",
+    ),
+    (
+        # podman's build API (seen here: RUN cannot run in this sandbox): the runtime
+        # could not create the container, so the command never ran.
+        "container_runtime_failed",
         "STEP 2/2: RUN echo hi\nerror running container: from /usr/bin/crun creating "
         "container for [/bin/sh -c echo hi]: cgroups in hybrid mode not supported\n"
         ': exit status 1\nbuilding at STEP "RUN echo hi": while running runtime: exit status 1',
-        'building at STEP "RUN echo hi": while running runtime: exit status 1',
+        "error running container: from /usr/bin/crun creating container",
+    ),
+    (
+        "run_step_failed",  # the command ran and failed (podman, where containers run)
+        "STEP 2/2: RUN pip install nosuchpkg\nERROR: No matching distribution found for "
+        'nosuchpkg\nError: building at STEP "RUN pip install nosuchpkg": while running '
+        "runtime: exit status 1",
+        "while running runtime: exit status 1",
     ),
 ]
 
@@ -155,5 +170,28 @@ def test_registry_and_context_failures_have_no_automatic_fix():
         "base_image_access_denied",
         "registry_unreachable",
         "copy_source_missing",
+        "docker_unavailable",
+        "container_runtime_failed",
         "run_step_failed",
     }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "docker: Error response from daemon: OCI runtime create failed: runc create failed: "
+        'unable to start container process: exec: "/bin/sh": permission denied',
+        "failed to create shim task: OCI runtime create failed: cgroup mountpoint does not exist",
+        "Error: committing container for step {Env:[] Command:run}: no space left on device",
+        "error creating overlay mount to /var/lib/containers/storage/overlay/x/merged",
+        "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker "
+        "daemon running?",
+    ],
+)
+def test_a_runtime_failure_is_not_a_failed_run_step(line):
+    log = ["STEP 2/2: RUN make", line, 'building at STEP "RUN make": while running runtime: '
+           "exit status 1"]  # fmt: skip
+    found = classify(log)
+    assert found is not None
+    assert found.error_class in ("container_runtime_failed", "docker_unavailable")
+    assert "fix that command" not in found.fix and "runtime" in found.cause + found.fix

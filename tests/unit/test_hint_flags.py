@@ -36,7 +36,10 @@ PIP_FLAGS = (
 )
 SLURM_FLAGS = "--parsable --parsable2 --noheader --format --gpus-per-node --container-mounts"
 ETCD_FLAGS = "--data-dir --listen-client-urls --listen-peer-urls --advertise-client-urls"
-GIT_FLAGS = "--is-inside-work-tree --porcelain --short --untracked-files"
+GIT_FLAGS = (
+    "--is-inside-work-tree --porcelain --short --untracked-files --show-toplevel --binary "
+    "--no-ext-diff --no-color --others --exclude-standard --stdin-paths"
+)
 ALLOWED: dict[str, str] = {
     **dict.fromkeys(PIP_FLAGS.split(), "pip's: the Dockerfile analyzer reads and fixes pip lines"),
     **dict.fromkeys(GIT_FLAGS.split(), "git's: the argv tags.py runs to find the commit"),

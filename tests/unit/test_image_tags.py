@@ -59,9 +59,39 @@ def test_git_sha_is_the_short_commit(repo):
     assert re.fullmatch(TAG_PATTERN, tag)
 
 
-def test_git_sha_marks_uncommitted_changes(repo):
+def test_git_sha_marks_uncommitted_changes_with_their_content(repo):
+    sha = _git(repo, "rev-parse", "--short", "HEAD")
+    index_before = _git(repo, "diff", "--cached", "--name-only")
     (repo / "Dockerfile").write_text("FROM scratch\nLABEL a=b\n")
-    assert git_sha_tag(repo) == _git(repo, "rev-parse", "--short", "HEAD") + "-dirty"
+    first = git_sha_tag(repo)
+    assert re.fullmatch(rf"{sha}-dirty-[0-9a-f]{{12}}", first) and re.fullmatch(TAG_PATTERN, first)
+    assert git_sha_tag(repo) == first  # the same tree, the same tag
+    (repo / "Dockerfile").write_text("FROM scratch\nLABEL a=c\n")
+    second = git_sha_tag(repo)
+    assert second.startswith(f"{sha}-dirty-") and second != first  # never reused
+    objects = _git(repo, "count-objects")
+    (repo / "weights.bin").write_bytes(b"\xff\xfe not UTF-8, a new file the build may COPY")
+    third = git_sha_tag(repo)
+    assert third not in (first, second)
+    (repo / "weights.bin").write_bytes(b"\xff\xfe other weights")
+    assert git_sha_tag(repo) not in (first, second, third)  # a new file's content counts
+    assert _git(repo, "count-objects") == objects  # nothing written into the repository
+    (repo / "weights.bin").write_bytes(b"\xff\xfe not UTF-8, a new file the build may COPY")
+    assert git_sha_tag(repo) == third
+    assert _git(repo, "diff", "--cached", "--name-only") == index_before  # index untouched
+    (repo / "weights.bin").unlink()
+    assert git_sha_tag(repo) == second
+    _git(repo, "checkout", "--", "Dockerfile")
+    assert git_sha_tag(repo) == sha  # clean again
+
+
+def test_an_ignored_file_does_not_make_the_tree_dirty(repo):
+    (repo / ".gitignore").write_text("runs/\n")
+    _git(repo, "add", ".gitignore")
+    _git(repo, "commit", "-qm", "ignore runs")
+    (repo / "runs").mkdir()
+    (repo / "runs" / "log.txt").write_text("a job's log\n")
+    assert git_sha_tag(repo) == _git(repo, "rev-parse", "--short", "HEAD")
 
 
 def test_git_sha_outside_a_repository_is_a_typed_error(tmp_path):

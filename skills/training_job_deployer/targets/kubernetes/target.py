@@ -95,18 +95,31 @@ class KubernetesPlan(Plan):
         return rows
 
 
+def image_repository(settings: Any) -> tuple[str | None, str | None]:
+    """(ECR repository, its region) for image auto-detection: `repository`, else
+    ECR_REPOSITORY, else the one push_to_ecr/setup_codebuild last used (in its region)."""
+    from skills.ecr_publisher import remembered
+
+    region = settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
+    if repository:
+        return repository, region
+    last = remembered.recall()
+    return (last.repository, last.region) if last else (None, region)
+
+
 def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
     """(image_uri, where it came from): as given, or the newest in the ECR repository."""
     if settings.image_uri:
         return settings.image_uri, "image_uri"
-    repository = settings.repository or os.environ.get("ECR_REPOSITORY")
+    repository, region = image_repository(settings)
     if not repository:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
             "No image: image_uri is not set and no ECR repository is named.",
-            "Pass image_uri, or repository (or set ECR_REPOSITORY) to use its newest image.",
+            "Pass image_uri, or repository (or set ECR_REPOSITORY) to use its newest image, "
+            "or push one first (push_to_ecr): deploys default to its repository.",
         )
-    region = settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
@@ -298,8 +311,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         }
         image = getattr(settings, "image_uri", None)
         ecr = ECR_IMAGE.match(image or "")
-        repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
-        region = settings.region or os.environ.get("AWS_REGION")
+        repository, region = image_repository(settings)
         if ecr:
             repository, region = ecr.group("repository"), ecr.group("region")
         if repository and region:
