@@ -16,6 +16,7 @@ from skills.job_doctor.auto_retry import run as auto_retry_loop
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, tool
+from skills.training_job_deployer.job_cost import dry_run_cost
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
 from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings, get_target
 
@@ -66,6 +67,7 @@ def deploy_training_job(
             max_steps=job.max_steps,
             run_dir=getattr(plan, "run_dir", None),
             log_path=getattr(plan, "log_path", None),
+            cost=dry_run_cost(job, plan, runner),
         )
     if auto_retry and wait_seconds is not None:  # an agent: never hold one call
         return _as_operation(job, target, max_retries, replace_corrupt_record, wait_seconds,

@@ -10,12 +10,17 @@ from typing import Any
 from skills.shared.errors import ErrorCode, ToolFailure
 
 
+def env_region() -> str | None:
+    """The region the standard environment names (AWS_REGION, else AWS_DEFAULT_REGION)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 def aws_session(profile: str | None = None, region: str | None = None) -> Any:
     """A boto3 Session; profile and region fall back to AWS_PROFILE / AWS_REGION."""
     import boto3
     import botocore.exceptions
 
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    region = region or env_region()
     try:
         return boto3.Session(profile_name=profile, region_name=region)
     except botocore.exceptions.ProfileNotFound as exc:
