@@ -247,9 +247,9 @@ def combine(what: str, parts: list[CostEstimate]) -> CostEstimate:
     """The sum of estimates. A figure some part lacks is the sum of those that have it,
     and a note names what is missing; storage (monthly only) adds to the month."""
 
-    def total(field: str) -> float | None:
+    def total(field: str, digits: int = 2) -> float | None:
         values = [getattr(p, field) for p in parts if getattr(p, field) is not None]
-        return round(sum(values), 2) if values else None
+        return round(sum(values), digits) if values else None
 
     unpriced = [p.what for p in parts if p.usd_per_hour is None and p.usd_per_month is None]
     spot = [p for p in parts if p.spot_usd_per_hour_range is not None]
@@ -266,7 +266,7 @@ def combine(what: str, parts: list[CostEstimate]) -> CostEstimate:
     hours = {p.hours for p in parts if p.hours is not None}
     return CostEstimate(
         what=what,
-        usd_per_hour=total("usd_per_hour"),
+        usd_per_hour=total("usd_per_hour", 3),
         usd_per_month=total("usd_per_month"),
         spot_usd_per_hour_range=spot_range,
         hours=hours.pop() if len(hours) == 1 else None,
