@@ -8,6 +8,8 @@ estimate without that figure and a note that says so, never an exception.
 Sources, us-east-1 list prices: GPU instances, /work/shared/reference/CUDA-AND-FAILURES.md
 section 4 (AWS's price list, Aug-Sep 2026, after the June 2025 P4/P5 price cut); the
 system node, EKS, FSx for Lustre, S3 and EBS figures are AWS's public price pages.
+Older figures (p4d ~ $32-40/h, p5 ~ $98-120/h) are the prices before that cut; FSx for
+Lustre's 1.2 TB is $168-720/month here, by deployment type and throughput tier.
 """
 
 from __future__ import annotations
