@@ -17,6 +17,7 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, tool
+from skills.training_job_deployer.job_cost import dry_run_cost
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
 from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings, get_target
 
@@ -76,6 +77,7 @@ def deploy_training_job(
                 arguments={**_call_args(job, target), **_retry_args(auto_retry, max_retries)},
                 why="submit this plan",
             ),
+            cost=dry_run_cost(job, plan, runner),
         )
     if auto_retry and wait_seconds is not None:  # an agent: never hold one call
         result = _as_operation(job, target, max_retries, replace_corrupt_record, wait_seconds,

@@ -241,6 +241,7 @@ def _create_config(
         config_yaml=text,
         changes={"config_path": str(path) if path else None, "command": command},
         summary=f"ClusterConfig for {cluster}: {nodes} x {instance}",
+        cost=eksctl.config_cost(config).model_dump(mode="json"),
     )
     if create:
         ran, tail = eksctl.run_create(shown)

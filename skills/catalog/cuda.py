@@ -19,24 +19,24 @@ Flavor = Literal["runtime", "devel"]
 
 
 def vtuple(version: str) -> tuple[int, ...]:
-    """"12.4" -> (12, 4); "2.5.1+cu124" -> (2, 5, 1); "580" -> (580,)."""
+    """ "12.4" -> (12, 4); "2.5.1+cu124" -> (2, 5, 1); "580" -> (580,)."""
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0]))
 
 
 def torch_minor(torch: str) -> str:
-    """"2.5.1+cu124" -> "2.5"."""
+    """ "2.5.1+cu124" -> "2.5"."""
     major, minor = vtuple(torch)[:2]
     return f"{major}.{minor}"
 
 
 def cu_tag(cuda: str) -> str:
-    """"12.4" -> "cu124" (the wheel index / local-version spelling)."""
+    """ "12.4" -> "cu124" (the wheel index / local-version spelling)."""
     major, minor = vtuple(cuda)[:2]
     return f"cu{major}{minor}"
 
 
 def cuda_from_cu(tag: str) -> str:
-    """"cu124" -> "12.4", "cu118" -> "11.8", "cu130" -> "13.0" (the last digit is the minor)."""
+    """ "cu124" -> "12.4", "cu118" -> "11.8", "cu130" -> "13.0" (the last digit is the minor)."""
     digits = tag.lower().removeprefix("cu")
     return f"{int(digits[:-1])}.{digits[-1]}"
 
@@ -61,35 +61,44 @@ class TorchRelease:
     images: tuple[OfficialImage, ...]
 
 
-def _images(torch: tuple[str, ...], cudas: tuple[str, ...], cudnn: int
-            ) -> tuple[OfficialImage, ...]:
+def _images(
+    torch: tuple[str, ...], cudas: tuple[str, ...], cudnn: int
+) -> tuple[OfficialImage, ...]:
     return tuple(OfficialImage(t, c, cudnn) for t in torch for c in cudas)
 
 
 TORCH_RELEASES: tuple[TorchRelease, ...] = (
-    TorchRelease("2.1", "3.8", "3.11", ("11.8", "12.1"),
-                 _images(("2.1.0", "2.1.1", "2.1.2"), ("11.8", "12.1"), 8)),
+    TorchRelease(
+        "2.1",
+        "3.8",
+        "3.11",
+        ("11.8", "12.1"),
+        _images(("2.1.0", "2.1.1", "2.1.2"), ("11.8", "12.1"), 8),
+    ),
     # The table lists no 2.2 image; 2.3's is 2.3.1 on CUDA 12.1.
     TorchRelease("2.2", "3.8", "3.11", ("11.8", "12.1"), ()),
     TorchRelease("2.3", "3.8", "3.11", ("11.8", "12.1"), _images(("2.3.1",), ("12.1",), 8)),
     # cuDNN 9 from 2.4 on.
-    TorchRelease("2.4", "3.8", "3.12", ("11.8", "12.1", "12.4"),
-                 _images(("2.4.1",), ("12.4",), 9)),
-    TorchRelease("2.5", "3.9", "3.12", ("11.8", "12.1", "12.4"),
-                 _images(("2.5.1",), ("12.4",), 9)),
+    TorchRelease("2.4", "3.8", "3.12", ("11.8", "12.1", "12.4"), _images(("2.4.1",), ("12.4",), 9)),
+    TorchRelease("2.5", "3.9", "3.12", ("11.8", "12.1", "12.4"), _images(("2.5.1",), ("12.4",), 9)),
     TorchRelease("2.6", "3.9", "3.13", ("11.8", "12.4", "12.6"), _images(("2.6.0",), ("12.6",), 9)),
     TorchRelease("2.7", "3.9", "3.13", ("11.8", "12.6", "12.8"), _images(("2.7.1",), ("12.8",), 9)),
     TorchRelease("2.8", "3.9", "3.13", ("12.6", "12.8", "12.9"), _images(("2.8.0",), ("12.9",), 9)),
-    TorchRelease("2.9", "3.10", "3.14", ("12.6", "12.8", "13.0"),
-                 _images(("2.9.1",), ("13.0",), 9)),
-    TorchRelease("2.10", "3.10", "3.14", ("12.6", "12.8", "13.0"),
-                 _images(("2.10.0",), ("13.0",), 9)),
-    TorchRelease("2.11", "3.10", "3.14", ("12.6", "12.8", "13.0"),
-                 _images(("2.11.0",), ("12.8",), 9)),
-    TorchRelease("2.12", "3.10", "3.14", ("12.6", "13.0", "13.2"),
-                 _images(("2.12.0",), ("13.0",), 9)),
-    TorchRelease("2.13", "3.10", "3.15", ("12.6", "13.0", "13.2"),
-                 _images(("2.13.0",), ("13.0", "13.2"), 9)),
+    TorchRelease(
+        "2.9", "3.10", "3.14", ("12.6", "12.8", "13.0"), _images(("2.9.1",), ("13.0",), 9)
+    ),
+    TorchRelease(
+        "2.10", "3.10", "3.14", ("12.6", "12.8", "13.0"), _images(("2.10.0",), ("13.0",), 9)
+    ),
+    TorchRelease(
+        "2.11", "3.10", "3.14", ("12.6", "12.8", "13.0"), _images(("2.11.0",), ("12.8",), 9)
+    ),
+    TorchRelease(
+        "2.12", "3.10", "3.14", ("12.6", "13.0", "13.2"), _images(("2.12.0",), ("13.0",), 9)
+    ),
+    TorchRelease(
+        "2.13", "3.10", "3.15", ("12.6", "13.0", "13.2"), _images(("2.13.0",), ("13.0", "13.2"), 9)
+    ),
     # [unverified] in the source; no image listed yet.
     TorchRelease("2.14", "3.10", "3.15", ("12.6", "13.0", "13.2"), ()),
 )
@@ -204,8 +213,11 @@ def driver_supports(driver_version: str, cuda: str, *, minor_compat: bool = Fals
 def max_cuda_for_driver(driver_version: str, *, minor_compat: bool = False) -> str | None:
     """The newest CUDA of the table this driver runs: with the full feature set, or with
     `minor_compat` also through minor-version compatibility (None: older than all)."""
-    ok = [row.cuda for row in DRIVER_FLOORS
-          if driver_supports(driver_version, row.cuda, minor_compat=minor_compat)]
+    ok = [
+        row.cuda
+        for row in DRIVER_FLOORS
+        if driver_supports(driver_version, row.cuda, minor_compat=minor_compat)
+    ]
     return max(ok, key=vtuple) if ok else None
 
 
@@ -219,7 +231,8 @@ DLC_TAG = re.compile(
     r"^(\d+\.\d+(?:\.\d+)?)-gpu-(py3\d+)-(cu\d+)-(ubuntu\d+\.\d+)-(ec2|sagemaker)(-v\d+(?:\.\d+)*)?$"
 )
 DLC_AL2023_TAG = re.compile(
-    r"^(\d+\.\d+(?:\.\d+)?)-(cu\d+)-(amzn\d+)(-sagemaker)?(-v\d+(?:\.\d+)*)?$")
+    r"^(\d+\.\d+(?:\.\d+)?)-(cu\d+)-(amzn\d+)(-sagemaker)?(-v\d+(?:\.\d+)*)?$"
+)
 
 
 class DlcImage(NamedTuple):
@@ -238,16 +251,21 @@ DLC_IMAGES: tuple[DlcImage, ...] = (
     DlcImage(_UBUNTU, "2.3.0-gpu-py311-cu121-ubuntu20.04-ec2", "2.3.0", "12.1", "3.11", None),
     DlcImage(_UBUNTU, "2.4.0-gpu-py311-cu124-ubuntu22.04-ec2", "2.4.0", "12.4", "3.11", None),
     DlcImage(_UBUNTU, "2.5.1-gpu-py311-cu124-ubuntu22.04-ec2", "2.5.1", "12.4", "3.11", None),
-    DlcImage(_UBUNTU, "2.6.0-gpu-py312-cu126-ubuntu22.04-ec2", "2.6.0", "12.6", "3.12",
-             "2026-01-29"),
-    DlcImage(_UBUNTU, "2.7.1-gpu-py312-cu128-ubuntu22.04-ec2", "2.7.1", "12.8", "3.12",
-             "2026-04-23"),
-    DlcImage(_UBUNTU, "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2", "2.8.0", "12.9", "3.12",
-             "2026-08-06"),
-    DlcImage(_UBUNTU, "2.9.0-gpu-py312-cu130-ubuntu22.04-ec2", "2.9.0", "13.0", "3.12",
-             "2026-10-15"),
-    DlcImage(_UBUNTU, "2.10.0-gpu-py313-cu130-ubuntu22.04-ec2", "2.10.0", "13.0", "3.13",
-             "2027-01-21"),
+    DlcImage(
+        _UBUNTU, "2.6.0-gpu-py312-cu126-ubuntu22.04-ec2", "2.6.0", "12.6", "3.12", "2026-01-29"
+    ),
+    DlcImage(
+        _UBUNTU, "2.7.1-gpu-py312-cu128-ubuntu22.04-ec2", "2.7.1", "12.8", "3.12", "2026-04-23"
+    ),
+    DlcImage(
+        _UBUNTU, "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2", "2.8.0", "12.9", "3.12", "2026-08-06"
+    ),
+    DlcImage(
+        _UBUNTU, "2.9.0-gpu-py312-cu130-ubuntu22.04-ec2", "2.9.0", "13.0", "3.12", "2026-10-15"
+    ),
+    DlcImage(
+        _UBUNTU, "2.10.0-gpu-py313-cu130-ubuntu22.04-ec2", "2.10.0", "13.0", "3.13", "2027-01-21"
+    ),
     DlcImage("pytorch", "2.11.0-cu130-amzn2023", "2.11.0", "13.0", None, "2027-04-30"),
     DlcImage("pytorch", "2.12.1-cu130-amzn2023", "2.12.1", "13.0", None, "2027-07-02"),
     DlcImage("pytorch", "2.13.0-cu133-amzn2023", "2.13.0", "13.3", None, "2027-07-20"),
@@ -310,18 +328,28 @@ Source = Literal["wheel", "official", "dlc"]
 
 def _candidates(source: Source, flavor: Flavor, dlc_repository: str) -> list[Combo]:
     if source == "official":
-        return [Combo(i.torch, i.cuda, i.cudnn, official_tag(i.torch, i.cuda, i.cudnn, flavor))
-                for r in TORCH_RELEASES for i in r.images]
+        return [
+            Combo(i.torch, i.cuda, i.cudnn, official_tag(i.torch, i.cuda, i.cudnn, flavor))
+            for r in TORCH_RELEASES
+            for i in r.images
+        ]
     if source == "dlc":
-        return [Combo(d.torch, d.cuda, expected_cudnn(d.torch), d.tag)
-                for d in DLC_IMAGES if d.repository == dlc_repository]
-    return [Combo(latest_patch(r.minor), c, expected_cudnn(r.minor), None)
-            for r in TORCH_RELEASES for c in r.wheel_cudas]
+        return [
+            Combo(d.torch, d.cuda, expected_cudnn(d.torch), d.tag)
+            for d in DLC_IMAGES
+            if d.repository == dlc_repository
+        ]
+    return [
+        Combo(latest_patch(r.minor), c, expected_cudnn(r.minor), None)
+        for r in TORCH_RELEASES
+        for c in r.wheel_cudas
+    ]
 
 
 def _avoided(combo: Combo, avoid: frozenset[str]) -> bool:
-    return combo.tag is not None and any(a == combo.tag or a.endswith(":" + combo.tag)
-                                         for a in avoid)
+    return combo.tag is not None and any(
+        a == combo.tag or a.endswith(":" + combo.tag) for a in avoid
+    )
 
 
 def nearest_valid(
@@ -340,12 +368,16 @@ def nearest_valid(
     (newer on a tie). Within a minor, a CUDA the driver runs with full features comes
     first, then one it runs through minor-version compatibility (valid, with a warning):
     keeping the user's torch beats a driver's full feature set. Then the newest CUDA."""
+
     def fits(c: Combo) -> bool:
-        return ((gpu_name is None or cuda_ok_for_gpu(c.cuda, gpu_name))
-                and (driver_version is None
-                     or driver_supports(driver_version, c.cuda, minor_compat=True))
-                and (python is None or source != "wheel" or python_ok(c.torch, python))
-                and not _avoided(c, avoid))
+        return (
+            (gpu_name is None or cuda_ok_for_gpu(c.cuda, gpu_name))
+            and (
+                driver_version is None or driver_supports(driver_version, c.cuda, minor_compat=True)
+            )
+            and (python is None or source != "wheel" or python_ok(c.torch, python))
+            and not _avoided(c, avoid)
+        )
 
     ok = [c for c in _candidates(source, flavor, dlc_repository) if fits(c)]
     if not ok:
@@ -372,9 +404,11 @@ def newest_official_image(
     one runs on every driver (minor-version compatibility counts: the CUDA gate's rule)
     and GPU, else of the nearest torch minor that has one (newer on a tie); of that torch,
     the newest CUDA. None: no image in the table runs here."""
+
     def runs(cuda: str) -> bool:
-        return (all(driver_supports(d, cuda, minor_compat=True) for d in drivers)
-                and all(cuda_ok_for_gpu(cuda, g) for g in gpus))
+        return all(driver_supports(d, cuda, minor_compat=True) for d in drivers) and all(
+            cuda_ok_for_gpu(cuda, g) for g in gpus
+        )
 
     images = [i for r in TORCH_RELEASES for i in r.images if runs(i.cuda)]
     if not images:
@@ -384,7 +418,11 @@ def newest_official_image(
     def rank(image: OfficialImage) -> tuple:
         minor = vtuple(image.torch)[:2]
         distance = abs((minor[0] - want[0]) * 100 + minor[1] - want[1])
-        return (distance, tuple(-p for p in minor), tuple(-p for p in vtuple(image.cuda)),
-                tuple(-p for p in vtuple(image.torch)))
+        return (
+            distance,
+            tuple(-p for p in minor),
+            tuple(-p for p in vtuple(image.cuda)),
+            tuple(-p for p in vtuple(image.torch)),
+        )
 
     return min(images, key=rank)

@@ -49,14 +49,24 @@ class InstanceSpec:
     efa: bool
     efa_devices: int | None  # None: the table says only "yes"
     network: str
-    usd_per_hour: float | None  # us-east-1 on-demand; None: capacity blocks only
+    # us-east-1 on-demand, as of pricing.PRICE_TABLE_DATE (pricing.py reads this column);
+    # None: capacity blocks only
+    usd_per_hour: float | None
     # EFA with RDMA read (GPUDirect RDMA): FI_EFA_USE_DEVICE_RDMA=1 is for these only;
     # libfabric aborts when it is set on an EFA device without it (g5/g6/g6e, p3dn).
     rdma: bool = False
 
 
-def _i(name: str, gpu_name: str, gpus: int, gib: int, efa: int | bool, net: str,
-       price: float | None, rdma: bool = False) -> InstanceSpec:
+def _i(
+    name: str,
+    gpu_name: str,
+    gpus: int,
+    gib: int,
+    efa: int | bool,
+    net: str,
+    price: float | None,
+    rdma: bool = False,
+) -> InstanceSpec:
     devices = None if efa is True else int(efa)
     return InstanceSpec(name, gpu_name, gpus, gib, bool(efa), devices, net, price, rdma)
 

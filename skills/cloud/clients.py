@@ -19,12 +19,17 @@ def default_region() -> str | None:
     return env or botocore.session.get_session().get_config_variable("region")
 
 
+def env_region() -> str | None:
+    """The region the standard environment names (AWS_REGION, else AWS_DEFAULT_REGION)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 def aws_session(profile: str | None = None, region: str | None = None) -> Any:
     """A boto3 Session; profile and region fall back to AWS_PROFILE / AWS_REGION."""
     import boto3
     import botocore.exceptions
 
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    region = region or env_region()
     try:
         return boto3.Session(profile_name=profile, region_name=region)
     except botocore.exceptions.ProfileNotFound as exc:

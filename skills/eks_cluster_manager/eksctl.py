@@ -12,6 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from skills.catalog.instances import instance_spec
+from skills.catalog.pricing import (
+    CostEstimate,
+    combine,
+    estimate_eks_control_plane,
+    estimate_instances,
+    estimate_storage,
+)
 from skills.shared.errors import ErrorCode, ToolFailure
 
 SYSTEM_INSTANCE = "m5.xlarge"
@@ -87,6 +94,22 @@ def cluster_config(spec: ConfigSpec) -> dict[str, Any]:
             group,
         ],
     }
+
+
+def config_cost(config: dict[str, Any]) -> CostEstimate:
+    """What the cluster the config creates costs to hold: each node group's instances
+    and gp3 root volumes at their desired size, and the EKS control plane."""
+    region = config["metadata"]["region"]
+    parts = [estimate_eks_control_plane(region)]
+    for group in config.get("managedNodeGroups", []):
+        count = int(group.get("desiredCapacity", 0))
+        parts.append(estimate_instances(group.get("instanceType"), count, region))
+        parts.append(estimate_storage("ebs_gp3", count * int(group.get("volumeSize", 80)), region))
+    nodes = " + ".join(
+        f"{g.get('desiredCapacity', 0)} x {g.get('instanceType')}"
+        for g in config.get("managedNodeGroups", [])
+    )
+    return combine(f"cluster {config['metadata']['name']} ({nodes})", parts)
 
 
 def render(config: dict[str, Any]) -> str:

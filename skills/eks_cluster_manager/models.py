@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from skills.catalog.pricing import cost_comment, cost_rows
 from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
@@ -101,6 +102,9 @@ class ClusterReport(ToolResult):
     )
     config_yaml: str | None = None
     api_calls: int | None = Field(default=None, description="Kubernetes API requests made.")
+    cost: dict[str, Any] | None = Field(
+        default=None, description="create_config: the estimate from the dated price table."
+    )
     next_step: NextStep | None = None
     hint: str | None = Field(default=None, description="What to do that is not one call.")
 
@@ -166,13 +170,14 @@ class ClusterReport(ToolResult):
             rows.append(("api_calls", self.api_calls))
         if self.hint:
             rows.append(("hint", self.hint))
+        rows += cost_rows(self.cost)
         if self.next_step:
             rows.append(("next", self.next_step.text()))
         return rows
 
     def plain_text(self) -> str | None:
         if self.config_yaml and not (self.changes or {}).get("config_path"):
-            return self.config_yaml
+            return self.config_yaml + cost_comment(self.cost)  # YAML comments: still valid
         return None
 
     def cli_exit_status(self) -> int:

@@ -66,7 +66,8 @@ class Analysis(BaseModel):
 BaseKind = Literal["official", "nvidia", "dlc", "python", "unknown"]
 _OFFICIAL_TAG = re.compile(r"^(\d+\.\d+\.\d+)-cuda(\d+\.\d+)-cudnn(\d+)-(runtime|devel)$")
 _NVIDIA_TAG = re.compile(
-    r"^(\d+\.\d+)(\.\d+)?-(?:(cudnn\d*)-)?(base|runtime|devel)-([a-z]+\d+(?:\.\d+)?)$")
+    r"^(\d+\.\d+)(\.\d+)?-(?:(cudnn\d*)-)?(base|runtime|devel)-([a-z]+\d+(?:\.\d+)?)$"
+)
 _PYTHON_TAG = re.compile(r"^(3\.\d+)")
 # nvidia/cuda's "cudnn" (no number) tags came with cuDNN 9; older ones say cudnn8.
 _NVIDIA_UNNUMBERED_CUDNN = 9
@@ -93,7 +94,7 @@ def _split_ref(image: str) -> tuple[str, str]:
     slash = ref.rfind("/")
     colon = ref.rfind(":")
     if colon > slash:
-        return ref[:colon], ref[colon + 1:]
+        return ref[:colon], ref[colon + 1 :]
     return ref, "latest"
 
 
@@ -137,6 +138,7 @@ def parse_base(image: str) -> BaseImage:
 
 
 # --- Parsing --------------------------------------------------------------------------------
+
 
 @dataclass
 class Instruction:
@@ -187,8 +189,9 @@ class Parsed:
         return self.stages[-1]
 
 
-def parse(text: str, *, build_args: dict[str, str] | None = None,
-          base_image: str | None = None) -> Parsed:
+def parse(
+    text: str, *, build_args: dict[str, str] | None = None, base_image: str | None = None
+) -> Parsed:
     build_args = dict(build_args or {})
     if base_image:
         build_args.setdefault("BASE_IMAGE", base_image)
@@ -217,16 +220,22 @@ def parse(text: str, *, build_args: dict[str, str] | None = None,
     return Parsed(stages, global_args, arg_lines)
 
 
-def _read_stage(stage: Stage, items: Sequence[Mapping[str, Any]], env: dict[str, str],
-                build_args: dict[str, str], global_args: dict[str, str]) -> None:
+def _read_stage(
+    stage: Stage,
+    items: Sequence[Mapping[str, Any]],
+    env: dict[str, str],
+    build_args: dict[str, str],
+    global_args: dict[str, str],
+) -> None:
     """The stage's instructions with its ARG/ENV substituted as Docker would."""
     for item in items:
         kind, line, end = item["instruction"], item["startline"] + 1, item["endline"] + 1
         value = item["value"]
         if kind == "ARG":
             for arg, default in assignments(value):
-                chosen = build_args.get(arg, default if default is not None
-                                        else global_args.get(arg))
+                chosen = build_args.get(
+                    arg, default if default is not None else global_args.get(arg)
+                )
                 if chosen is not None:
                     env[arg] = substitute(chosen, env)
         elif kind == "ENV":
@@ -235,7 +244,8 @@ def _read_stage(stage: Stage, items: Sequence[Mapping[str, Any]], env: dict[str,
                     env[key] = substitute(val, env)
         if kind not in ("COMMENT",):
             stage.instructions.append(
-                Instruction(kind, line, end, item["content"], substitute(value, env)))
+                Instruction(kind, line, end, item["content"], substitute(value, env))
+            )
             stage.env = dict(env)
 
 
@@ -246,10 +256,31 @@ def parent_env(stages: list[Stage], parent: Stage | None) -> dict[str, str]:
 # --- pip installs ---------------------------------------------------------------------------
 
 _PIP = re.compile(r"(?:^|/)pip(?:3(?:\.\d+)?)?$")
-_VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-r", "--requirement", "-c",
-                  "--constraint", "-f", "--find-links", "-t", "--target", "--prefix", "--root",
-                  "--python-version", "--platform", "--implementation", "--abi", "--src",
-                  "--cache-dir", "--trusted-host", "--progress-bar", "-e", "--editable"}
+_VALUE_OPTIONS = {
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-r",
+    "--requirement",
+    "-c",
+    "--constraint",
+    "-f",
+    "--find-links",
+    "-t",
+    "--target",
+    "--prefix",
+    "--root",
+    "--python-version",
+    "--platform",
+    "--implementation",
+    "--abi",
+    "--src",
+    "--cache-dir",
+    "--trusted-host",
+    "--progress-bar",
+    "-e",
+    "--editable",
+}
 _REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(.*)$")
 _WHL_CUDA = re.compile(r"download\.pytorch\.org/whl/(?:nightly/|test/)?(cu\d{2,}|cpu)\b")
 FLASH_ATTN = {"flash-attn", "flash_attn"}
@@ -314,7 +345,7 @@ def _pip_commands(run: str) -> list[list[str]]:
             tokens = part.split()
         for k in range(1, len(tokens)):
             if tokens[k] == "install" and _PIP.search(tokens[k - 1]):
-                commands.append(tokens[k + 1:])
+                commands.append(tokens[k + 1 :])
                 break
     return commands
 
@@ -326,8 +357,13 @@ def _read_requirements(path: Path, seen: set[Path], root: Path) -> tuple[list[st
     if path in seen or not path.is_file() or not _within(path, root):
         return [], None
     seen.add(path)
-    text = read_text(path, what="requirements file", max_bytes=MAX_REQUIREMENTS_BYTES,
-                     errors="replace", within=root)
+    text = read_text(
+        path,
+        what="requirements file",
+        max_bytes=MAX_REQUIREMENTS_BYTES,
+        errors="replace",
+        within=root,
+    )
     lines, cuda = [], None
     for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()
@@ -395,11 +431,20 @@ def pip_installs(stage: Stage, context_dir: Path | None) -> list[PipInstall]:
             for ref in files:
                 if context_dir is not None:
                     lines, cuda = _read_requirements(
-                        _context_file(ref, copies, context_dir), set(), context_dir)
+                        _context_file(ref, copies, context_dir), set(), context_dir
+                    )
                     reqs += [r for r in map(parse_requirement, lines) if r]
                     index_cuda = index_cuda or cuda
-            found.append(PipInstall(ins.line, " ".join(ins.raw.split()), reqs, index_cuda,
-                                    "--no-build-isolation" in args, files))
+            found.append(
+                PipInstall(
+                    ins.line,
+                    " ".join(ins.raw.split()),
+                    reqs,
+                    index_cuda,
+                    "--no-build-isolation" in args,
+                    files,
+                )
+            )
     return found
 
 
@@ -421,8 +466,9 @@ class Context:
 
 
 def needs_devel(stage: Stage, context_dir: Path | None) -> bool:
-    return any(r.name in FLASH_ATTN for p in pip_installs(stage, context_dir)
-               for r in p.requirements)
+    return any(
+        r.name in FLASH_ATTN for p in pip_installs(stage, context_dir) for r in p.requirements
+    )
 
 
 def torch_cuda(stage: Stage, base: BaseImage, context_dir: Path | None) -> str | None:
@@ -440,26 +486,36 @@ def torch_cuda(stage: Stage, base: BaseImage, context_dir: Path | None) -> str |
 
 def image_labels(resolved: Resolved, cuda: str | None) -> dict[str, str]:
     """The labels build_image sets: only what the analysis knows (no label, not a guess)."""
-    known = {cuda_tables.TORCH_LABEL: resolved.torch, cuda_tables.CUDA_LABEL: cuda,
-             cuda_tables.PYTHON_LABEL: resolved.python}
+    known = {
+        cuda_tables.TORCH_LABEL: resolved.torch,
+        cuda_tables.CUDA_LABEL: cuda,
+        cuda_tables.PYTHON_LABEL: resolved.python,
+    }
     return {name: value for name, value in known.items() if value}
 
 
-def label_build_args(text: str, labels: Mapping[str, str],
-                     build_args: Mapping[str, str] | None = None) -> dict[str, str]:
+def label_build_args(
+    text: str, labels: Mapping[str, str], build_args: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Build args that make a Dockerfile's own `LABEL fsdp-eks.cuda="${CUDA_VERSION}"`
     agree with `labels`: TORCH_VERSION, CUDA_VERSION, PYTHON_VERSION, each only when the
     final stage declares it, the caller did not pass it, no global ARG of that name feeds
     a FROM, and nothing but a LABEL reads it (so passing it changes no layer)."""
-    wanted = {"TORCH_VERSION": labels.get(cuda_tables.TORCH_LABEL),
-              "CUDA_VERSION": labels.get(cuda_tables.CUDA_LABEL),
-              "PYTHON_VERSION": labels.get(cuda_tables.PYTHON_LABEL)}
+    wanted = {
+        "TORCH_VERSION": labels.get(cuda_tables.TORCH_LABEL),
+        "CUDA_VERSION": labels.get(cuda_tables.CUDA_LABEL),
+        "PYTHON_VERSION": labels.get(cuda_tables.PYTHON_LABEL),
+    }
     parsed = parse(text, build_args=dict(build_args or {}))
     if not parsed.stages:
         return {}
     final = parsed.final
-    declared = {name for ins in final.instructions if ins.kind == "ARG"
-                for name, _ in assignments(ins.raw.split(None, 1)[-1])}
+    declared = {
+        name
+        for ins in final.instructions
+        if ins.kind == "ARG"
+        for name, _ in assignments(ins.raw.split(None, 1)[-1])
+    }
     read = dockerfile_reader.read(text, dict(build_args or {}))
     # What a FROM reads: its own text and the global ARG defaults it may expand.
     froms = [e.written for e in read.froms] + [default for _, default in read.arg_lines.values()]
@@ -468,21 +524,33 @@ def label_build_args(text: str, labels: Mapping[str, str],
         if not value or name not in declared or name in (build_args or {}):
             continue
         use = re.compile(rf"\$(?:{name}\b|\{{{name}\b)")
-        readers = froms + [ins.raw for ins in final.instructions
-                           if ins.kind not in ("ARG", "LABEL")]
+        readers = froms + [
+            ins.raw for ins in final.instructions if ins.kind not in ("ARG", "LABEL")
+        ]
         if not any(use.search(reader) for reader in readers):
             out[name] = value
     return out
 
 
 def stage_torch(stage: Stage, base: BaseImage, context_dir: Path | None) -> str | None:
-    pins = [pin[0].version for s in stage.chain() for p in pip_installs(s, context_dir)
-            if (pin := torch_pin(p)) and pin[0].version]
+    pins = [
+        pin[0].version
+        for s in stage.chain()
+        for p in pip_installs(s, context_dir)
+        if (pin := torch_pin(p)) and pin[0].version
+    ]
     return pins[-1] if pins else base.torch
 
 
-def target_for(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None, *,
-               avoid: frozenset[str] = frozenset(), torch: str | None = None) -> Combo | None:
+def target_for(
+    stage: Stage,
+    base: BaseImage,
+    ctx: Context,
+    context_dir: Path | None,
+    *,
+    avoid: frozenset[str] = frozenset(),
+    torch: str | None = None,
+) -> Combo | None:
     """The one torch/CUDA combination a stage should be aligned to: the nearest valid one
     for its base's kind. For a CUDA base that ships no torch, the base's own CUDA when a
     wheel exists for it (the smallest edit), else the newest valid wheel CUDA."""
@@ -495,11 +563,16 @@ def target_for(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | 
         repo = base.repository
         return cuda_tables.nearest_valid(torch, source="dlc", dlc_repository=repo, **common)
     python = base.python
-    if (torch and base.cuda and cuda_tables.wheel_exists(torch, base.cuda, python)
-            and (base.cudnn is None or base.cudnn == cuda_tables.expected_cudnn(torch))
-            and (ctx.gpu is None or cuda_tables.cuda_ok_for_gpu(base.cuda, ctx.gpu))
-            and (ctx.driver_version is None
-                 or cuda_tables.driver_supports(ctx.driver_version, base.cuda))):
+    if (
+        torch
+        and base.cuda
+        and cuda_tables.wheel_exists(torch, base.cuda, python)
+        and (base.cudnn is None or base.cudnn == cuda_tables.expected_cudnn(torch))
+        and (ctx.gpu is None or cuda_tables.cuda_ok_for_gpu(base.cuda, ctx.gpu))
+        and (
+            ctx.driver_version is None or cuda_tables.driver_supports(ctx.driver_version, base.cuda)
+        )
+    ):
         return Combo(torch, base.cuda, cuda_tables.expected_cudnn(torch), None)
     return cuda_tables.nearest_valid(torch, source="wheel", python=python, **common)
 
@@ -533,17 +606,32 @@ def render_base(base: BaseImage, target: Combo | None, flavor: Flavor) -> str | 
 
 
 def stage_flavor(stage: Stage, base: BaseImage, context_dir: Path | None) -> Flavor:
-    return "devel" if base.flavor == "devel" or needs_devel(stage, context_dir) else (
-        base.flavor or "runtime")
+    return (
+        "devel"
+        if base.flavor == "devel" or needs_devel(stage, context_dir)
+        else (base.flavor or "runtime")
+    )
 
 
 # --- Checks ---------------------------------------------------------------------------------
 
 
-def _finding(code: str, line: int | None, evidence: str, explanation: str, fix: str,
-             severity: Literal["error", "warning"] = "error") -> Finding:
-    return Finding(code=code, severity=severity, line=line, evidence=evidence.strip(),
-                   explanation=explanation, fix=fix)
+def _finding(
+    code: str,
+    line: int | None,
+    evidence: str,
+    explanation: str,
+    fix: str,
+    severity: Literal["error", "warning"] = "error",
+) -> Finding:
+    return Finding(
+        code=code,
+        severity=severity,
+        line=line,
+        evidence=evidence.strip(),
+        explanation=explanation,
+        fix=fix,
+    )
 
 
 def _fix_text(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None) -> str:
@@ -556,7 +644,8 @@ def _fix_text(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | N
     index = f"{cuda_tables.PYTORCH_WHEEL_INDEX}/{cuda_tables.cu_tag(target.cuda)}"
     if image and image != base.image:
         return f"use base image {image}" + (
-            f" and install {wheel} from {index}" if _pins_torch(stage, context_dir) else "")
+            f" and install {wheel} from {index}" if _pins_torch(stage, context_dir) else ""
+        )
     return f"install {wheel} from --index-url {index}"
 
 
@@ -564,42 +653,67 @@ def _pins_torch(stage: Stage, context_dir: Path | None) -> bool:
     return any(torch_pin(p) for s in stage.chain() for p in pip_installs(s, context_dir))
 
 
-def _check_base(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None,
-                out: list[Finding]) -> None:
+def _check_base(
+    stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None, out: list[Finding]
+) -> None:
     line, evidence = stage.from_line, f"FROM {base.image}"
     if "$" in base.image:
-        out.append(_finding(
-            "unknown_base", line, evidence,
-            "the base image depends on a build argument that has no value",
-            "give the ARG a default or pass it (build_args / base_image)", "warning"))
+        out.append(
+            _finding(
+                "unknown_base",
+                line,
+                evidence,
+                "the base image depends on a build argument that has no value",
+                "give the ARG a default or pass it (build_args / base_image)",
+                "warning",
+            )
+        )
         return
     if base.kind == "unknown" or (base.kind in ("official", "nvidia") and base.cuda is None):
-        out.append(_finding(
-            "unknown_base", line, evidence,
-            "the tables know pytorch/pytorch, nvidia/cuda, AWS DLC and python images with "
-            "versioned tags; this base's CUDA and torch cannot be checked",
-            "use a versioned pytorch/pytorch, nvidia/cuda or DLC tag, e.g. "
-            f"{cuda_tables.official_image('2.13.0', '13.0', 9, 'runtime')}", "warning"))
+        out.append(
+            _finding(
+                "unknown_base",
+                line,
+                evidence,
+                "the tables know pytorch/pytorch, nvidia/cuda, AWS DLC and python images with "
+                "versioned tags; this base's CUDA and torch cannot be checked",
+                "use a versioned pytorch/pytorch, nvidia/cuda or DLC tag, e.g. "
+                f"{cuda_tables.official_image('2.13.0', '13.0', 9, 'runtime')}",
+                "warning",
+            )
+        )
         return
     torch, cuda = base.torch, base.cuda  # official and DLC tags name both
     published = (
-        torch is not None and cuda is not None and cuda_tables.image_published(torch, cuda)
-        and any(i.cudnn == base.cudnn for i in cuda_tables.official_images(torch))
-        if base.kind == "official" else
         torch is not None
-        and any(cuda_tables.torch_minor(d.torch) == cuda_tables.torch_minor(torch)
-                and d.cuda == cuda for d in cuda_tables.DLC_IMAGES)
-        if base.kind == "dlc" else True)
+        and cuda is not None
+        and cuda_tables.image_published(torch, cuda)
+        and any(i.cudnn == base.cudnn for i in cuda_tables.official_images(torch))
+        if base.kind == "official"
+        else torch is not None
+        and any(
+            cuda_tables.torch_minor(d.torch) == cuda_tables.torch_minor(torch) and d.cuda == cuda
+            for d in cuda_tables.DLC_IMAGES
+        )
+        if base.kind == "dlc"
+        else True
+    )
     if not published:
-        out.append(_finding(
-            "no_such_image", line, evidence,
-            f"{base.repository} publishes no torch {base.torch} image on CUDA {base.cuda}"
-            + (f" with cuDNN {base.cudnn}" if base.cudnn else ""),
-            _fix_text(stage, base, ctx, context_dir)))
+        out.append(
+            _finding(
+                "no_such_image",
+                line,
+                evidence,
+                f"{base.repository} publishes no torch {base.torch} image on CUDA {base.cuda}"
+                + (f" with cuDNN {base.cudnn}" if base.cudnn else ""),
+                _fix_text(stage, base, ctx, context_dir),
+            )
+        )
 
 
-def _check_pip(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None,
-               out: list[Finding]) -> None:
+def _check_pip(
+    stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None, out: list[Finding]
+) -> None:
     for pip in pip_installs(stage, context_dir):
         if pin := torch_pin(pip):
             req, cuda = pin
@@ -609,50 +723,86 @@ def _check_pip(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | 
             if req.name not in FLASH_ATTN:
                 continue
             if not pip.no_build_isolation:
-                out.append(_finding(
-                    "flash_attn_build_isolation", pip.line, pip.evidence,
-                    "pip builds flash-attn in an isolated environment without torch "
-                    "(\"No module named 'torch'\")",
-                    "install torch first, then pip install --no-build-isolation flash-attn"))
+                out.append(
+                    _finding(
+                        "flash_attn_build_isolation",
+                        pip.line,
+                        pip.evidence,
+                        "pip builds flash-attn in an isolated environment without torch "
+                        "(\"No module named 'torch'\")",
+                        "install torch first, then pip install --no-build-isolation flash-attn",
+                    )
+                )
             if base.flavor == "runtime":
                 devel = render_base(base, None, "devel")
-                out.append(_finding(
-                    "flash_attn_runtime_image", pip.line, pip.evidence,
-                    f"{base.image} is a runtime image: no nvcc to compile flash-attn "
-                    "(\"nvcc was not found\")",
-                    f"use the devel base {devel}" if devel and devel != base.image
-                    else "use a -devel CUDA base image or install a prebuilt flash-attn wheel"))
+                out.append(
+                    _finding(
+                        "flash_attn_runtime_image",
+                        pip.line,
+                        pip.evidence,
+                        f"{base.image} is a runtime image: no nvcc to compile flash-attn "
+                        '("nvcc was not found")',
+                        f"use the devel base {devel}"
+                        if devel and devel != base.image
+                        else "use a -devel CUDA base image or install a prebuilt flash-attn wheel",
+                    )
+                )
 
 
-def _check_wheel(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None,
-                 pip: PipInstall, torch: str, cuda: str | None, out: list[Finding]) -> None:
+def _check_wheel(
+    stage: Stage,
+    base: BaseImage,
+    ctx: Context,
+    context_dir: Path | None,
+    pip: PipInstall,
+    torch: str,
+    cuda: str | None,
+    out: list[Finding],
+) -> None:
     fix = _fix_text(stage, base, ctx, context_dir)
     rel = cuda_tables.release(torch)
     missing = None
     if rel is None:
         missing = f"torch {torch} is not in the compatibility table"
     elif cuda and cuda not in rel.wheel_cudas:
-        missing = (f"torch {torch} has no CUDA {cuda} wheel (it has "
-                   f"{', '.join(cuda_tables.cu_tag(c) for c in rel.wheel_cudas)})")
+        missing = (
+            f"torch {torch} has no CUDA {cuda} wheel (it has "
+            f"{', '.join(cuda_tables.cu_tag(c) for c in rel.wheel_cudas)})"
+        )
     elif base.python and not cuda_tables.python_ok(torch, base.python):
-        missing = (f"torch {torch} has no wheel for Python {base.python} "
-                   f"({rel.python_min}-{rel.python_max})")
+        missing = (
+            f"torch {torch} has no wheel for Python {base.python} "
+            f"({rel.python_min}-{rel.python_max})"
+        )
     if missing:
         out.append(_finding("no_such_wheel", pip.line, pip.evidence, missing, fix))
     if cuda and base.cuda and cuda != base.cuda and base.kind != "python":
-        out.append(_finding(
-            "wheel_cuda_mismatch", pip.line, pip.evidence,
-            f"pip installs a CUDA {cuda} torch on a CUDA {base.cuda} base image (extension "
-            "builds fail: \"The detected CUDA version mismatches\")", fix))
+        out.append(
+            _finding(
+                "wheel_cuda_mismatch",
+                pip.line,
+                pip.evidence,
+                f"pip installs a CUDA {cuda} torch on a CUDA {base.cuda} base image (extension "
+                'builds fail: "The detected CUDA version mismatches")',
+                fix,
+            )
+        )
     if base.cudnn and base.cudnn != cuda_tables.expected_cudnn(torch):
-        out.append(_finding(
-            "cudnn_mismatch", pip.line, pip.evidence,
-            f"torch {torch} expects cuDNN {cuda_tables.expected_cudnn(torch)}; the base has "
-            f"cuDNN {base.cudnn} (\"libcudnn.so.{base.cudnn}\" errors)", fix))
+        out.append(
+            _finding(
+                "cudnn_mismatch",
+                pip.line,
+                pip.evidence,
+                f"torch {torch} expects cuDNN {cuda_tables.expected_cudnn(torch)}; the base has "
+                f'cuDNN {base.cudnn} ("libcudnn.so.{base.cudnn}" errors)',
+                fix,
+            )
+        )
 
 
-def _runtime_cudas(stage: Stage, base: BaseImage, context_dir: Path | None
-                   ) -> list[tuple[str, int, str]]:
+def _runtime_cudas(
+    stage: Stage, base: BaseImage, context_dir: Path | None
+) -> list[tuple[str, int, str]]:
     """Every CUDA the final image runs: (cuda, line, evidence) from its base and pip pins."""
     found = []
     if base.cuda:
@@ -664,30 +814,49 @@ def _runtime_cudas(stage: Stage, base: BaseImage, context_dir: Path | None
     return found
 
 
-def _check_hardware(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None,
-                    out: list[Finding]) -> None:
+def _check_hardware(
+    stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | None, out: list[Finding]
+) -> None:
     for cuda, line, evidence in _runtime_cudas(stage, base, context_dir):
         fix = None
         if ctx.gpu and (problem := cuda_tables.cuda_problem_for_gpu(cuda, ctx.gpu)):
             spec = instances.gpu(ctx.gpu)
             fix = _fix_text(stage, base, ctx, context_dir)
-            why = (f"{ctx.gpu} (sm_{spec.sm}) needs CUDA >= {spec.min_cuda}"
-                   if problem == "too_old" else
-                   f"CUDA {cuda} dropped {ctx.gpu} (sm_{spec.sm}): newest is {spec.max_cuda}")
-            out.append(_finding(f"cuda_{problem}_for_gpu", line, evidence,
-                                f"{why}; \"no kernel image is available for execution\"", fix))
+            why = (
+                f"{ctx.gpu} (sm_{spec.sm}) needs CUDA >= {spec.min_cuda}"
+                if problem == "too_old"
+                else f"CUDA {cuda} dropped {ctx.gpu} (sm_{spec.sm}): newest is {spec.max_cuda}"
+            )
+            out.append(
+                _finding(
+                    f"cuda_{problem}_for_gpu",
+                    line,
+                    evidence,
+                    f'{why}; "no kernel image is available for execution"',
+                    fix,
+                )
+            )
         drv = ctx.driver_version
         if drv and not cuda_tables.driver_supports(drv, cuda):
             hard = not cuda_tables.driver_supports(drv, cuda, minor_compat=True)
             floor = cuda_tables.driver_floor(cuda, minor_compat=hard) or "a newer driver"
-            out.append(_finding(
-                "cuda_above_driver", line, evidence,
-                f"CUDA {cuda} needs driver >= {floor}"
-                + ("" if hard else " for every feature") + f"; the nodes have {drv}"
-                + (" (\"CUDA driver version is insufficient\")" if hard else
-                   ": only minor-version compatibility (limited features, no PTX JIT)"),
-                fix or _fix_text(stage, base, ctx, context_dir),
-                "error" if hard else "warning"))
+            out.append(
+                _finding(
+                    "cuda_above_driver",
+                    line,
+                    evidence,
+                    f"CUDA {cuda} needs driver >= {floor}"
+                    + ("" if hard else " for every feature")
+                    + f"; the nodes have {drv}"
+                    + (
+                        ' ("CUDA driver version is insufficient")'
+                        if hard
+                        else ": only minor-version compatibility (limited features, no PTX JIT)"
+                    ),
+                    fix or _fix_text(stage, base, ctx, context_dir),
+                    "error" if hard else "warning",
+                )
+            )
 
 
 def analyze(
@@ -706,11 +875,24 @@ def analyze(
     parsed = parse(text, build_args=build_args, base_image=base_image)
     findings: list[Finding] = []
     if not parsed.stages:
-        findings.append(_finding("unknown_base", None, "", "no FROM instruction",
-                                 "start the Dockerfile with FROM <base image>", "warning"))
-        return Analysis(resolved=Resolved(base_image=None, torch=None, cuda=None, cudnn=None,
-                                          python=None, flavor=None),
-                        findings=findings, gpu=gpu, driver_version=driver_version)
+        findings.append(
+            _finding(
+                "unknown_base",
+                None,
+                "",
+                "no FROM instruction",
+                "start the Dockerfile with FROM <base image>",
+                "warning",
+            )
+        )
+        return Analysis(
+            resolved=Resolved(
+                base_image=None, torch=None, cuda=None, cudnn=None, python=None, flavor=None
+            ),
+            findings=findings,
+            gpu=gpu,
+            driver_version=driver_version,
+        )
     for stage in parsed.stages:
         base = parse_base(stage.root.image)
         if stage.parent is None:
@@ -725,8 +907,18 @@ def analyze(
     for f in findings:
         unique.setdefault((f.code, f.line), f)
     resolved = Resolved(
-        base_image=final.root.image, torch=torch, cuda=base.cuda or (wheel[-1] if wheel else None),
-        cudnn=str(base.cudnn) if base.cudnn else None, python=base.python, flavor=base.flavor)
+        base_image=final.root.image,
+        torch=torch,
+        cuda=base.cuda or (wheel[-1] if wheel else None),
+        cudnn=str(base.cudnn) if base.cudnn else None,
+        python=base.python,
+        flavor=base.flavor,
+    )
     labels = image_labels(resolved, torch_cuda(final, base, context_dir))
-    return Analysis(resolved=resolved, findings=list(unique.values()), gpu=gpu,
-                    driver_version=driver_version, labels=labels)
+    return Analysis(
+        resolved=resolved,
+        findings=list(unique.values()),
+        gpu=gpu,
+        driver_version=driver_version,
+        labels=labels,
+    )

@@ -29,9 +29,17 @@ from skills.image_builder.dockerfile_analyzer import (
 from skills.shared.files import write_new_or_owned
 
 # Findings fixed by aligning a stage's base and pip pins to one torch/CUDA combination.
-CUDA_CODES = frozenset({"no_such_image", "no_such_wheel", "wheel_cuda_mismatch",
-                        "cuda_too_old_for_gpu", "cuda_too_new_for_gpu", "cuda_above_driver",
-                        "cudnn_mismatch"})
+CUDA_CODES = frozenset(
+    {
+        "no_such_image",
+        "no_such_wheel",
+        "wheel_cuda_mismatch",
+        "cuda_too_old_for_gpu",
+        "cuda_too_new_for_gpu",
+        "cuda_above_driver",
+        "cudnn_mismatch",
+    }
+)
 _CU_PIN = re.compile(r"(\b(?:torch|torchvision|torchaudio)==[^\s+\"']+)\+cu\d+")
 _WHL = re.compile(r"(download\.pytorch\.org/whl/(?:nightly/|test/)?)cu\d+")
 _PIP_INSTALL = re.compile(r"\bpip(?:3(?:\.\d+)?)?\s+install\b")
@@ -51,12 +59,12 @@ class _Editor:
         self.changes: list[str] = []
 
     def replace(self, first: int, last: int, edit, why: str) -> None:
-        old = "".join(self.lines[first - 1:last])
+        old = "".join(self.lines[first - 1 : last])
         new = edit(old)
         if new == old:
             return
         new_lines = new.splitlines(keepends=True)
-        self.lines[first - 1:last] = new_lines
+        self.lines[first - 1 : last] = new_lines
         before, after = " ".join(old.split()), " ".join(new.split())
         self.changes.append(f"line {first}: {before} -> {after} ({why})")
 
@@ -83,9 +91,14 @@ def _set_image(ed: _Editor, root: Stage, new: str, why: str) -> None:
     if src.where == "from":
         ed.replace(root.from_line, root.from_line, lambda t: t.replace(src.raw, new, 1), why)
     elif src.where == "arg" and src.line:
-        ed.replace(src.line, src.line,
-                   lambda t: t.replace(f"{src.arg}={src.raw}", f"{src.arg}={new}", 1)
-                   .replace(f'{src.arg}="{src.raw}"', f'{src.arg}="{new}"', 1), why)
+        ed.replace(
+            src.line,
+            src.line,
+            lambda t: t.replace(f"{src.arg}={src.raw}", f"{src.arg}={new}", 1).replace(
+                f'{src.arg}="{src.raw}"', f'{src.arg}="{new}"', 1
+            ),
+            why,
+        )
     else:
         where = f"the {src.arg} build argument" if src.arg else "the base_image argument"
         ed.note(f"the base image comes from {where}: pass {new} instead of {src.raw} ({why})")
@@ -128,8 +141,11 @@ def fix(
     if not errors:
         return None
     parsed = parse(text)
-    if parsed.stages and analysis.resolved.base_image and \
-            parsed.final.root.image != analysis.resolved.base_image:
+    if (
+        parsed.stages
+        and analysis.resolved.base_image
+        and parsed.final.root.image != analysis.resolved.base_image
+    ):
         parsed = parse(text, base_image=analysis.resolved.base_image)  # it came from an override
     ctx = Context(analysis.gpu, analysis.driver_version)
     ed = _Editor(text)
@@ -145,11 +161,19 @@ def fix(
         new_image = None
         if codes & CUDA_CODES:
             is_final = leaf is parsed.final
-            target = target_for(leaf, base, ctx, None, avoid=avoid_images,
-                                torch=analysis.resolved.torch if is_final else None)
+            target = target_for(
+                leaf,
+                base,
+                ctx,
+                None,
+                avoid=avoid_images,
+                torch=analysis.resolved.torch if is_final else None,
+            )
             if target is None:
-                ed.note(f"no torch/CUDA combination in the tables fits stage {root.index + 1} "
-                        f"(GPU {ctx.gpu or 'any'}, driver {ctx.driver_version or 'any'})")
+                ed.note(
+                    f"no torch/CUDA combination in the tables fits stage {root.index + 1} "
+                    f"(GPU {ctx.gpu or 'any'}, driver {ctx.driver_version or 'any'})"
+                )
                 continue
             new_image = render_base(base, target, flavor)
             for stage in members:
@@ -165,19 +189,29 @@ def fix(
             else:
                 _set_image(ed, root, new_image, "; ".join(sorted(codes)))
         elif "flash_attn_runtime_image" in codes:
-            ed.note(f"{base.image} has no devel variant: use a -devel CUDA base or a "
-                    "prebuilt flash-attn wheel")
+            ed.note(
+                f"{base.image} has no devel variant: use a -devel CUDA base or a "
+                "prebuilt flash-attn wheel"
+            )
         if "flash_attn_build_isolation" in codes:
             for stage in members:
                 for ins in stage.instructions:
-                    if ins.kind == "RUN" and any(n in ins.value for n in FLASH_ATTN) \
-                            and "--no-build-isolation" not in ins.value:
+                    if (
+                        ins.kind == "RUN"
+                        and any(n in ins.value for n in FLASH_ATTN)
+                        and "--no-build-isolation" not in ins.value
+                    ):
                         _no_build_isolation(ed, ins)
     if not ed.changes:
         return None
-    diff = "".join(difflib.unified_diff(
-        text.splitlines(keepends=True), ed.text.splitlines(keepends=True),
-        fromfile=f"a/{path_label}", tofile=f"b/{path_label}"))
+    diff = "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True),
+            ed.text.splitlines(keepends=True),
+            fromfile=f"a/{path_label}",
+            tofile=f"b/{path_label}",
+        )
+    )
     return FixResult(text=ed.text, diff=diff, changes=ed.changes)
 
 

@@ -29,10 +29,17 @@ class ReadRefused(ToolFailure):
     """A file that the bounded reader will not read (too big, not a regular file, a link,
     outside its root, not UTF-8, not JSON/YAML or nested too deep)."""
 
-    def __init__(self, what: str, path: Path | str, problem: str, hint: str,
-                 code: ErrorCode = ErrorCode.INVALID_INPUT) -> None:
-        super().__init__(code, f"{what} {path} {problem}.", hint,
-                         {"path": str(path), "problem": problem})
+    def __init__(
+        self,
+        what: str,
+        path: Path | str,
+        problem: str,
+        hint: str,
+        code: ErrorCode = ErrorCode.INVALID_INPUT,
+    ) -> None:
+        super().__init__(
+            code, f"{what} {path} {problem}.", hint, {"path": str(path), "problem": problem}
+        )
         self.problem = problem
 
 
@@ -51,17 +58,25 @@ def _open_regular(
         raise
     except OSError as exc:
         if not follow_links and _is_link(path):
-            raise ReadRefused(what, path, "is a symbolic link", link_hint,
-                              ErrorCode.PATH_NOT_ALLOWED) from None
-        raise ReadRefused(what, path, f"cannot be read ({type(exc).__name__})",
-                          f"Give the path of a readable {what}.") from None
+            raise ReadRefused(
+                what, path, "is a symbolic link", link_hint, ErrorCode.PATH_NOT_ALLOWED
+            ) from None
+        raise ReadRefused(
+            what,
+            path,
+            f"cannot be read ({type(exc).__name__})",
+            f"Give the path of a readable {what}.",
+        ) from None
     handle = os.fdopen(fd, "rb")
     info = os.fstat(handle.fileno())
     if not stat.S_ISREG(info.st_mode):
         handle.close()
-        raise ReadRefused(what, path, "is not a regular file",
-                          f"Give the path of a regular {what} (not a device, pipe or "
-                          "directory).")
+        raise ReadRefused(
+            what,
+            path,
+            "is not a regular file",
+            f"Give the path of a regular {what} (not a device, pipe or directory).",
+        )
     return handle, info
 
 
@@ -78,13 +93,23 @@ def read_bytes(
     that resolves (links followed) outside that directory. Raises ReadRefused."""
     path = Path(path).expanduser()
     if within is not None and not _inside(path, within):
-        raise ReadRefused(what, path, f"lies outside {within}",
-                          f"Keep {what} inside {within}.", ErrorCode.PATH_NOT_ALLOWED)
+        raise ReadRefused(
+            what,
+            path,
+            f"lies outside {within}",
+            f"Keep {what} inside {within}.",
+            ErrorCode.PATH_NOT_ALLOWED,
+        )
     try:
         handle, info = _open_regular(path, what, follow_links, "Links are not followed here.")
     except FileNotFoundError:
-        raise ReadRefused(what, path, "does not exist", f"Give the path of an existing {what}.",
-                          ErrorCode.NOT_FOUND) from None
+        raise ReadRefused(
+            what,
+            path,
+            "does not exist",
+            f"Give the path of an existing {what}.",
+            ErrorCode.NOT_FOUND,
+        ) from None
     with handle:
         if info.st_size > max_bytes:
             raise _too_big(what, path, max_bytes)
@@ -124,8 +149,9 @@ def read_text(path: Path | str, *, errors: str = "strict", **limits: Any) -> str
     try:
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError:
-        raise ReadRefused(what, path, "is not UTF-8 text",
-                          f"Give a UTF-8 encoded {what}.") from None
+        raise ReadRefused(
+            what, path, "is not UTF-8 text", f"Give a UTF-8 encoded {what}."
+        ) from None
 
 
 def load_json(path: Path | str, *, max_depth: int = DEFAULT_MAX_DEPTH, **limits: Any) -> Any:
@@ -134,15 +160,21 @@ def load_json(path: Path | str, *, max_depth: int = DEFAULT_MAX_DEPTH, **limits:
     return parse_json(read_text(path, **limits), what=what, source=path, max_depth=max_depth)
 
 
-def parse_json(text: str, *, what: str = "document", source: Path | str = "",
-               max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+def parse_json(
+    text: str,
+    *,
+    what: str = "document",
+    source: Path | str = "",
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> Any:
     """json.loads with a nesting limit checked before parsing (the parser itself recurses)."""
     _check_nesting(text, what, source, max_depth)
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise ReadRefused(what, source, f"is not valid JSON ({str(exc)[:120]})",
-                          f"Give a {what} in JSON.") from None
+        raise ReadRefused(
+            what, source, f"is not valid JSON ({str(exc)[:120]})", f"Give a {what} in JSON."
+        ) from None
 
 
 def load_yaml(path: Path | str, *, max_depth: int = DEFAULT_MAX_DEPTH, **limits: Any) -> Any:
@@ -155,8 +187,9 @@ def load_yaml(path: Path | str, *, max_depth: int = DEFAULT_MAX_DEPTH, **limits:
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:
-        raise ReadRefused(what, path, f"is not valid YAML ({type(exc).__name__})",
-                          f"Give a {what} in YAML.") from None
+        raise ReadRefused(
+            what, path, f"is not valid YAML ({type(exc).__name__})", f"Give a {what} in YAML."
+        ) from None
     if depth_of(data, max_depth) > max_depth:
         raise _too_deep(what, path, max_depth)
     return data
@@ -213,13 +246,21 @@ def _is_link(path: Path) -> bool:
 
 
 def _too_big(what: str, path: Path | str, max_bytes: int) -> ReadRefused:
-    return ReadRefused(what, path, f"is larger than {max_bytes} bytes",
-                       f"Give a {what} under {max_bytes // 1024} KiB.")
+    return ReadRefused(
+        what,
+        path,
+        f"is larger than {max_bytes} bytes",
+        f"Give a {what} under {max_bytes // 1024} KiB.",
+    )
 
 
 def _too_deep(what: str, path: Path | str, max_depth: int) -> ReadRefused:
-    return ReadRefused(what, path, f"is nested deeper than {max_depth} levels",
-                       f"Give a {what} nested at most {max_depth} levels.")
+    return ReadRefused(
+        what,
+        path,
+        f"is nested deeper than {max_depth} levels",
+        f"Give a {what} nested at most {max_depth} levels.",
+    )
 
 
 __all__ = [

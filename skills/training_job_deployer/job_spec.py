@@ -81,9 +81,7 @@ class JobSpec(BaseModel):
     ] = 2
     model_type: Annotated[
         str,
-        Field(
-            pattern=r"^[a-z0-9_]+$", description="Model preset (debug: tiny, CPU)."
-        ),
+        Field(pattern=r"^[a-z0-9_]+$", description="Model preset (debug: tiny, CPU)."),
         TrainerFlag(),
     ] = "debug"
     model_name_or_path: Annotated[
@@ -115,8 +113,7 @@ class JobSpec(BaseModel):
     dataset: Annotated[
         Location | None,
         Field(
-            description=".txt/.jsonl path, s3:// or hub name (default: the bundled "
-            "corpus).",
+            description=".txt/.jsonl path, s3:// or hub name (default: the bundled corpus).",
         ),
         TrainerFlag(),
         LocalPath(hub_name=True, where_job_runs=True),
@@ -181,8 +178,7 @@ class JobSpec(BaseModel):
     reduce_dtype: Annotated[
         Literal["float32", "bfloat16"] | None,
         Field(
-            description="Gradient reduce dtype (FSDP2; default float32, also with bf16 "
-            "params).",
+            description="Gradient reduce dtype (FSDP2; default float32, also with bf16 params).",
         ),
         TrainerFlag(),
     ] = None

@@ -174,3 +174,33 @@ class LogFollower:
             if progress is not None and event["event"] in ("start", "step"):
                 m = self.metrics
                 progress.report(m.steps, m.max_steps, m.progress_message())
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per optimizer step, measured between the first and last step lines of
+    one attempt (so the first step's compile and warm-up are left out)."""
+
+    seconds: float
+    steps: int  # the steps the measurement spans
+    world_size: int | None
+
+
+def measured_step_time(text: str) -> StepTime | None:
+    """The step time of the last attempt in `text` (a job's log) that logged two or more
+    steps with their elapsed time; None when none did."""
+    attempts: list[tuple[int | None, list[dict[str, Any]]]] = [(None, [])]
+    for event in parse_events(text):
+        if event["event"] == "start":
+            attempts.append((event.get("world_size"), []))
+        elif event["event"] == "step" and event.get("elapsed_s") is not None:
+            attempts[-1][1].append(event)
+    for world_size, steps in reversed(attempts):
+        if len(steps) < 2:
+            continue
+        first, last = steps[0], steps[-1]
+        spanned = int(last["step"]) - int(first["step"])
+        seconds = (float(last["elapsed_s"]) - float(first["elapsed_s"])) / max(spanned, 1)
+        if spanned > 0 and seconds > 0:
+            return StepTime(seconds, spanned, world_size)
+    return None

@@ -467,3 +467,47 @@ def test_the_dry_run_shows_the_memory_estimate_and_refuses_a_plan_that_cannot_fi
     one_gpu = failure(deploy, model_type="llama_v3_8b", num_nodes=1, gpu_per_node=1)
     assert one_gpu.code == "gpu_memory_exceeded"
     assert "num_nodes=" in one_gpu.hint and "cpu_offload" in one_gpu.hint
+
+
+def test_a_dry_run_prices_the_nodes_and_the_hours_an_earlier_attempt_measured(
+    operator, kube_api, monkeypatch
+):
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    first = deploy(dry_run=True, max_steps=1000)  # no job of that name yet: per hour only
+    cost = first.cost
+    assert cost is not None and cost["what"] == "2 x p5.48xlarge in us-east-1"
+    assert cost["usd_per_hour"] == pytest.approx(2 * 55.04) and cost["total_usd"] is None
+    assert cost["price_table_date"] == "2026-09"
+    assert any("per hour only" in n for n in cost["notes"])
+    assert not exists("llama")  # the dry run started nothing
+    # An attempt runs and logs its steps (the recorded trainer log, on rank 0) ...
+    deploy()
+    operator.run("llama", outcome="Succeeded")
+    steps = [json.loads(line) for line in RUN_LOG.splitlines() if '"event": "step"' in line]
+    seconds = (steps[-1]["elapsed_s"] - steps[0]["elapsed_s"]) / (
+        steps[-1]["step"] - steps[0]["step"]
+    )
+    # ... so the next dry run of the same job prices max_steps at that step time.
+    again = deploy(dry_run=True, max_steps=1000, replace=True)
+    hours = 1000 * seconds / 3600
+    assert again.cost is not None and again.cost["hours"] == pytest.approx(hours)
+    assert again.cost["total_usd"] == pytest.approx(2 * 55.04 * hours, abs=0.01)
+    assert any(f"{seconds:.3f} s/step" in n for n in again.cost["notes"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run_cli(deploy_training_job, ["--job_name", "llama", "--image_uri", IMAGE,
+                                      "--instance_type", "p5.48xlarge", "--num_nodes", "2",
+                                      "--max_steps", "1000", "--dry_run"])  # fmt: skip
+    assert "110.08/h on-demand" in out.getvalue() and "(prices of 2026-09)" in out.getvalue()
+
+
+def test_a_dry_run_without_an_instance_type_or_a_cluster_still_answers(monkeypatch):
+    # No kubeconfig at all: the earlier attempt cannot be read; the estimate says what
+    # it lacks and the plan is returned all the same.
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    planned = deploy(dry_run=True, instance_type=None)
+    assert planned.status == "planned" and planned.cost is not None
+    assert planned.cost["usd_per_hour"] is None and planned.cost["notes"]
+    priced = deploy(dry_run=True, region="ap-northeast-1")
+    assert priced.cost is not None
+    assert priced.cost["usd_per_hour"] == pytest.approx(2 * 55.04 * 1.4)

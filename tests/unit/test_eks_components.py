@@ -243,3 +243,38 @@ def test_bad_input_names_its_field(args, field):
         manage_eks_cluster(**{**base, **args})
     assert failure.value.code == "invalid_input" and failure.value.exit_status == 2
     assert [p["field"] for p in failure.value.details["problems"]] == [field]
+
+
+def test_create_config_prices_each_node_group_at_its_desired_size(tmp_path):
+    from skills.catalog.instances import instance_spec
+
+    report = manage_eks_cluster(
+        action="create_config",
+        cluster_name="train",
+        region="us-west-2",
+        instance_type="p4d.24xlarge",
+        nodes=4,
+        volume_size=800,
+    )
+    config = yaml.safe_load(report.config_yaml)
+    cost = report.cost
+    assert cost is not None and cost["price_table_date"] == "2026-09"
+    groups = {g["name"]: g for g in config["managedNodeGroups"]}
+    system, gpu = groups["system"], groups["gpu-p4d"]
+    # Node groups x instance x desired size, and the EKS control plane ($0.10/h).
+    per_hour = (
+        system["desiredCapacity"] * 0.192
+        + gpu["desiredCapacity"] * instance_spec("p4d.24xlarge").usd_per_hour
+        + 0.10
+    )
+    assert gpu["desiredCapacity"] == 4 and cost["usd_per_hour"] == pytest.approx(per_hour)
+    gib = system["desiredCapacity"] * system["volumeSize"] + 4 * 800  # gp3 root volumes
+    assert cost["usd_per_month"] == pytest.approx(per_hour * 730 + gib * 0.08, abs=0.02)
+    low, high = cost["spot_usd_per_hour_range"]
+    assert low < high < cost["usd_per_hour"]
+    assert cost["what"] == "cluster train (2 x m5.xlarge + 4 x p4d.24xlarge)"
+    # The CLI prints the YAML with the cost as comments: still the same config.
+    text = report.plain_text()
+    assert text is not None and "# cost: cluster train" in text
+    assert yaml.safe_load(text) == config
+    assert any(k == "cost" and "/h on-demand" in v for k, v in report.summary_rows())

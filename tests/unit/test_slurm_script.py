@@ -182,13 +182,24 @@ def test_partition_facts_from_sinfo_rows():
     ]
     info = PartitionInfo.from_sinfo("gpu", rows)
     assert info == PartitionInfo(
-        "gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True, rdma=True
+        "gpu",
+        nodes=16,
+        cpus_per_node=96,
+        gpus_per_node=8,
+        efa=True,
+        rdma=True,
+        instance_type="p5.48xlarge",
     )
     cpu = PartitionInfo.from_sinfo("debug", [("2", "(null)", "(null)", "1")])
-    assert (cpu.gpus_per_node, cpu.efa, cpu.rdma) == (0, False, False)
+    assert (cpu.gpus_per_node, cpu.efa, cpu.rdma, cpu.instance_type) == (0, False, False, None)
+    # Node groups of two instance types: none is the partition's (nothing is priced).
+    mixed = PartitionInfo.from_sinfo(
+        "mix", [("96", "gpu:8", "p4d.24xlarge,efa", "1"), ("96", "gpu:8", "p5.48xlarge,efa", "1")]
+    )
+    assert mixed.instance_type is None
     # g5's EFA has no RDMA read: no FI_EFA_USE_DEVICE_RDMA (libfabric would abort)
     g5 = PartitionInfo.from_sinfo("g5", [("192", "gpu:8", "static,g5.48xlarge,efa,gpu", "2")])
-    assert (g5.efa, g5.rdma) == (True, False)
+    assert (g5.efa, g5.rdma, g5.instance_type) == (True, False, "g5.48xlarge")
     assert "FI_EFA_USE_DEVICE_RDMA" not in batch_env(g5.efa, g5.rdma)
 
 
@@ -224,3 +235,29 @@ def test_through_ssh_the_jobs_paths_are_the_clusters():
     # checkpoint_dir (paths on the cluster): see skills/shared/paths.runs_here.
     assert SlurmDeploySettings(target="slurm").job_runs_here
     assert not SlurmDeploySettings(target="slurm", ssh_host="login1").job_runs_here
+
+
+def test_a_partition_of_a_known_instance_type_is_priced_per_hour(tmp_path, monkeypatch):
+    import dataclasses
+
+    from skills.training_job_deployer.job_cost import dry_run_cost
+
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    p5 = dataclasses.replace(GPU_PARTITION, instance_type="p5.48xlarge")
+    spec, plan = _plan(p5, tmp_path)
+    target = SlurmTarget(SlurmDeploySettings(target="slurm", runs_dir=str(tmp_path / "runs")))
+    cost = dry_run_cost(spec, plan, target)  # no earlier attempt: per hour only
+    assert cost is not None and cost["what"] == "4 x p5.48xlarge in eu-west-1"
+    assert cost["usd_per_hour"] == pytest.approx(4 * 55.04 * 1.1)
+    assert cost["total_usd"] is None and any("per hour only" in n for n in cost["notes"])
+    # The CLI prints the script as sbatch gets it, then the cost as shell comments.
+    from skills.training_job_deployer.targets.registry import DeployResult
+
+    shown = DeployResult(job_name=spec.job_name, target="slurm", status="planned",
+                         dry_run=True, plan=plan, cost=cost).plain_text()  # fmt: skip
+    assert shown is not None and shown.startswith(plan.script.rstrip("\n"))
+    assert "\n# cost: 4 x p5.48xlarge in eu-west-1: $242.18/h on-demand" in shown
+    _bash_n(shown)
+    # Nodes of no known type (an on-premises partition): nothing to price, no failure.
+    _, unknown = _plan(GPU_PARTITION, tmp_path)
+    assert unknown.billing() is None and dry_run_cost(spec, unknown, target) is None

@@ -37,9 +37,24 @@ class TargetSettings(BaseModel):
         return True
 
 
+@dataclass(frozen=True)
+class Billing:
+    """What a plan runs on that is paid by the hour: `nodes` instances of one type
+    (None: not named) in `region` (None: not known)."""
+
+    instance_type: str | None
+    nodes: int
+    region: str | None
+
+
 class Plan(BaseModel):
     """Exactly what submit will do, as data. Each target's subclass has a
     `target: Literal["<name>"]` field."""
+
+    def billing(self) -> Billing | None:
+        """The instances the job would hold, for a dry run's cost; None: nothing is
+        billed (this host, or nodes of unknown type)."""
+        return None
 
     def to_display(self) -> list[tuple[str, Any]]:
         """Rows a person reads for a dry run."""

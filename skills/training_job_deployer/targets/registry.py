@@ -7,6 +7,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, field_serializer
 
+from skills.catalog.pricing import cost_comment, cost_rows
 from skills.shared.errors import ToolFailure
 from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import Flatten
@@ -77,11 +78,16 @@ class DeployResult(JobState):
         """A job that failed is a failed deploy (isError over MCP; a failed operation)."""
         return self.job_failure()
 
+    cost: dict[str, Any] | None = Field(
+        default=None, description="Dry run: the estimate from the dated price table."
+    )
+
     def summary_rows(self) -> list[tuple[str, Any]]:
         if self.status == "planned":
             return [
                 ("job", self.job_name),
                 ("status", "planned (dry run: nothing was started)"),
+                *cost_rows(self.cost),
                 *mask_data(self.plan.to_display()),
                 *([("next", self.next_step.text())] if self.next_step else []),
             ]
@@ -100,7 +106,10 @@ class DeployResult(JobState):
 
     def plain_text(self) -> str | None:
         text = self.plan.plain_text() if self.status == "planned" else None
-        return None if text is None else redact(text)
+        if text is None:
+            return None
+        # The script as sbatch gets it, then the cost as shell comments.
+        return redact(text.rstrip("\n") + "\n" + cost_comment(self.cost))
 
     def left_out_over_mcp(self) -> set[str]:
         # The plan (a PyTorchJob manifest: ~4 KB) is a dry run's answer; dry_run shows it.

@@ -19,10 +19,29 @@ DEFAULT_HOST_PATH = "/mnt/k8s-disks/0/checkpoints"
 
 # The node's own directories: a hostPath at or under one of these is refused; the bare
 # parents of data directories (/, /var, /mnt, /home...) are refused themselves only.
-_SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/usr", "/bin", "/sbin",
-                 "/lib", "/lib32", "/lib64", "/run", "/var/run", "/var/lib/kubelet",
-                 "/var/lib/containerd", "/var/lib/docker", "/var/log", "/var/lib/cni",
-                 "/opt/cni", "/etc/kubernetes")
+_SYSTEM_TREES = (
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/root",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/run",
+    "/var/run",
+    "/var/lib/kubelet",
+    "/var/lib/containerd",
+    "/var/lib/docker",
+    "/var/log",
+    "/var/lib/cni",
+    "/opt/cni",
+    "/etc/kubernetes",
+)
 _SYSTEM_DIRS = ("/", "/var", "/var/lib", "/home", "/mnt", "/opt", "/srv", "/tmp", "/snap")
 
 
@@ -105,6 +124,7 @@ class KubernetesDeploySettings(KubernetesSettings):
                 f"{DEFAULT_HOST_PATH}) or pvc:<claim>"
             )
         return volume
+
     etcd_endpoint: Annotated[
         str | None, Field(pattern=HOST_PORT, description="etcd host:port: etcd rendezvous.")
     ] = None

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import Field
 
+from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
 from skills.kube.access import cluster_api_client
 from skills.kube.gpu_nodes import GPU_RESOURCE, node_gpu_facts
@@ -34,6 +35,7 @@ from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
+    Billing,
     Capability,
     LogOptions,
     Plan,
@@ -70,6 +72,8 @@ class KubernetesPlan(Plan):
         default=None, description="Secret created/updated from HF_TOKEN (value never shown)."
     )
     instance_type: str | None = None
+    nodes: int = Field(default=1, description="Nodes the job asks for (num_nodes).")
+    region: str | None = Field(default=None, description="AWS region, where known.")
     replace: bool = False
     confirm: bool = False
     skip_gate: bool = False
@@ -79,6 +83,9 @@ class KubernetesPlan(Plan):
         description="Per-GPU memory estimate (GiB) on instance_type; None when unknown.",
     )
     warnings: list[str] = Field(default_factory=list)
+
+    def billing(self) -> Billing:
+        return Billing(self.instance_type, self.nodes, self.region)
 
     def to_display(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [
@@ -194,6 +201,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
             manifest=manifest,
             hf_token_secret=HF_SECRET if has_token else None,
             instance_type=settings.instance_type,
+            nodes=spec.num_nodes,
+            region=settings.region or env_region(),
             replace=settings.replace,
             confirm=settings.confirm,
             skip_gate=settings.skip_gate,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import jinja2
 
+from skills.catalog.instances import instance_spec
 from skills.kube.efa import efa_env, has_rdma
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -50,6 +51,9 @@ class PartitionInfo:
     # RDMA read: every node names a catalogue instance type with it among its features
     # (ParallelCluster lists the instance type there).
     rdma: bool = False
+    # The catalogue instance type every node names among its features (one for all the
+    # partition's nodes), else None: what a dry run prices.
+    instance_type: str | None = None
 
     @classmethod
     def from_sinfo(cls, name: str, lines: list[tuple[str, str, str, str]]) -> PartitionInfo:
@@ -65,7 +69,24 @@ class PartitionInfo:
             rdma=all(
                 any(has_rdma(f) for f in features.lower().split(",")) for _, _, features, _ in lines
             ),
+            instance_type=_one_instance_type([features for _, _, features, _ in lines]),
         )
+
+
+def _one_instance_type(feature_lists: list[str]) -> str | None:
+    """The catalogue instance type named in every node group's features, if one."""
+    names: set[str | None] = set()
+    for features in feature_lists:
+        known = {name for name in map(_catalogue_name, features.lower().split(",")) if name}
+        names.add(known.pop() if len(known) == 1 else None)
+    return names.pop() if len(names) == 1 else None
+
+
+def _catalogue_name(feature: str) -> str | None:
+    try:
+        return instance_spec(feature).name
+    except ToolFailure:  # most features are not instance types ("efa", "static", ...)
+        return None
 
 
 def _gpus(gres: str) -> int:

@@ -29,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from skills.cloud.clients import env_region
 from skills.operations import processes
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import path_fields
@@ -36,7 +37,7 @@ from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer.job_spec import JobName, JobSpec, trainer_argv
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets.base import Plan, TargetSettings
+from skills.training_job_deployer.targets.base import Billing, Plan, TargetSettings
 from skills.training_job_deployer.targets.run_dir import (
     CHECKPOINTS,
     LOG_TAIL_LINES,
@@ -154,10 +155,21 @@ class SlurmPlan(Plan):
     nproc_per_node: int
     gpus_per_node: int | None = Field(description="None: CPU processes (no GPU on the nodes).")
     efa: bool
+    instance_type: str | None = Field(
+        default=None, description="The nodes' instance type, where their features name one."
+    )
     run_dir: str = Field(description="The job's directory on the cluster.")
     log_path: str = Field(description="The job's output file (%j: the Slurm job id).")
     checkpoint_dir: str
     adopt_checkpoint_dir: bool = False
+
+    def billing(self) -> Billing | None:
+        # Only nodes whose type the catalogue knows (ParallelCluster's) are priced; a
+        # region the environment does not name is priced at us-east-1's (the estimate
+        # says so).
+        if self.instance_type is None:
+            return None
+        return Billing(self.instance_type, self.nodes, env_region())
 
     def to_display(self) -> list[tuple[str, Any]]:
         return [
@@ -423,6 +435,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             nproc_per_node=shape.nproc_per_node,
             gpus_per_node=shape.gpus_per_node,
             efa=info.efa and shape.gpus_per_node is not None,
+            instance_type=info.instance_type,
             run_dir=run.cluster_dir,
             log_path=run.log("%j"),
             checkpoint_dir=checkpoint_dir,
