@@ -27,7 +27,7 @@ def delete_model_server(
     ] = False,
     progress: Progress | None = None,
 ) -> ServerState:
-    """Stop a model server and remove it (local: its process; kubernetes: its objects)."""
+    """Stop a model server and remove it (needs confirm=true)."""
     require_confirm(confirm, f"Deleting model server {name!r} stops its endpoint.")
     return get_server_target(target).delete(name, target)
 

@@ -30,11 +30,8 @@ def deploy_model_server(
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> ServerState:
-    """Serve an exported model (trainer.export) behind an OpenAI-compatible API, wait
-    until ready, smoke-test it; returns the endpoint and a curl line.
-
-    local: transformers serve here; kubernetes: vLLM. Given replicas, a running server scales.
-    """
+    """Serve an exported model behind an OpenAI-compatible API, smoke-test it; returns
+    the endpoint and a curl line. Given replicas, a running server scales."""
     runner = get_server_target(target)
     replicas = getattr(target, "replicas", None)
     if replicas is not None and "replicas" in target.model_fields_set and not dry_run:

@@ -16,7 +16,7 @@ from skills.shared.tooling import tool
 def get_model_server(
     *, name: ServerName, target: ServerTargetSettings, progress: Progress | None = None
 ) -> ServerState:
-    """A model server's status, replicas, endpoint (base URL) and a curl line."""
+    """A model server's status, endpoint (base URL) and a curl line."""
     return get_server_target(target).get(name, target)
 
 

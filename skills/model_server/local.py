@@ -53,7 +53,7 @@ SMOKE_MAX_TOKENS = 8
 
 
 class LocalServerSettings(ServerSettings):
-    """serves with `transformers serve` on this host"""
+    """transformers serve on this host"""
 
     target: Literal["local"] = "local"
     port: Annotated[
@@ -247,13 +247,14 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
 
     def plan(self, name: str, model: str, settings: LocalServerSettings) -> ServerPlan:
         path = check_model_dir(model)
+        running = self._read(name)
+        if running is not None and not self._alive(running):
+            running = None
         port = settings.port
-        if port is None:
-            port = free_port()
-        else:
-            running = self._read(name)
-            if running is None or running.port != port or not self._alive(running):
-                check_port_free(port)  # (a running server of this name holds it itself)
+        if port is None:  # the running server's own port, else a free one
+            port = running.port if running is not None else free_port()
+        elif running is None or running.port != port:
+            check_port_free(port)  # (a running server of this name holds it itself)
         argv = [sys.executable, "-m", SERVE_MODULE, "serve", str(path), "--host", HOST,
                 "--port", str(port), "--device", settings.device, "--log-level", "info"]  # fmt: skip
         process = {"kind": "Process", "endpoint": endpoint_of(port), "port": port,

@@ -13,7 +13,7 @@ from skills.model_server.base import ServerSettings
 
 
 class KubernetesServerSettings(ServerSettings):
-    """runs vLLM's OpenAI server as a Deployment + Service"""
+    """vLLM Deployment + Service"""
 
     target: Literal["kubernetes"] = "kubernetes"
     cluster_name: Annotated[
