@@ -66,9 +66,8 @@ class ByteTokenizer:
         run loads in transformers and vLLM with a tokenizer: a byte-level BPE with no
         merges (each byte is its own id) plus <s>, </s>, <pad> at 256-258. Prompts get
         BOS in front as in training; the chat template is render_chat's markers."""
-        from tokenizers import AddedToken
+        from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
         from tokenizers import Tokenizer as HFCore
-        from tokenizers import decoders, models, pre_tokenizers, processors
 
         byte_char = _gpt2_byte_chars()
         core = HFCore(models.BPE(vocab={byte_char[b]: b for b in range(256)}, merges=[]))
@@ -93,7 +92,10 @@ class ByteTokenizer:
             "chat_template": BYTE_CHAT_TEMPLATE,
         }
         files = [directory / TOKENIZER_FILE]
-        for name, data in (("tokenizer_config.json", config), ("special_tokens_map.json", specials)):
+        for name, data in (
+            ("tokenizer_config.json", config),
+            ("special_tokens_map.json", specials),
+        ):
             (directory / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
             files.append(directory / name)
         return files

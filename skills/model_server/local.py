@@ -84,9 +84,7 @@ def servers_dir() -> Path:
 def _expected(name: str) -> processes.Expected:
     """The server process of `name`: `-m transformers.cli.transformers serve` on its
     command line and our marker in its environment."""
-    return processes.Expected(
-        command=("-m", SERVE_MODULE, "serve"), environment={MARKER_ENV: name}
-    )
+    return processes.Expected(command=("-m", SERVE_MODULE, "serve"), environment={MARKER_ENV: name})
 
 
 def check_model_dir(model: str) -> Path:
@@ -95,7 +93,7 @@ def check_model_dir(model: str) -> Path:
         raise ToolFailure(
             ErrorCode.UNSUPPORTED_FOR_TARGET,
             f"The local target serves a directory on this host, not {model!r}.",
-            "Download the export first (aws s3 cp --recursive), or use target 'kubernetes'.",
+            "Download the export first (`aws s3 cp --recursive`), or use target 'kubernetes'.",
             {"model": model},
         )
     path = Path(model).expanduser().resolve()
@@ -255,12 +253,19 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
             port = running.port if running is not None else free_port()
         elif running is None or running.port != port:
             check_port_free(port)  # (a running server of this name holds it itself)
-        argv = [sys.executable, "-m", SERVE_MODULE, "serve", str(path), "--host", HOST,
-                "--port", str(port), "--device", settings.device, "--log-level", "info"]  # fmt: skip
-        process = {"kind": "Process", "endpoint": endpoint_of(port), "port": port,
-                   "state_dir": str(self._dir(name)), "log": str(self._dir(name) / LOG)}  # fmt: skip
-        return ServerPlan(name=name, model=str(path), target=self.name, objects=[process],
-                          argv=argv)  # fmt: skip
+        argv = [sys.executable, "-m", SERVE_MODULE, "serve", str(path), "--host", HOST]
+        argv += ["--port", str(port), "--device", settings.device, "--log-level", "info"]
+        folder = self._dir(name)
+        process = {
+            "kind": "Process",
+            "endpoint": endpoint_of(port),
+            "port": port,
+            "state_dir": str(folder),
+            "log": str(folder / LOG),
+        }
+        return ServerPlan(
+            name=name, model=str(path), target=self.name, objects=[process], argv=argv
+        )
 
     def _alive(self, record: ServerRecord) -> bool:
         return self._identity(record) is processes.Identity.OURS
@@ -284,13 +289,14 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
                     )
                 raise ToolFailure(
                     ErrorCode.CONFLICT,
-                    f"Model server {name!r} already serves {running.model} on port "
-                    f"{running.port}.",
+                    f"Model server {name!r} already serves {running.model} on port {running.port}.",
                     "Delete it first, or deploy under another name.",
                     {"name": name, "model": running.model, "port": running.port},
-                    next_step=NextStep(tool="delete_model_server",
-                                       arguments={"name": name, "confirm": True},
-                                       why="stop the running server"),  # fmt: skip
+                    next_step=NextStep(
+                        tool="delete_model_server",
+                        arguments={"name": name, "confirm": True},
+                        why="stop the running server",
+                    ),  # fmt: skip
                 )
             check_port_free(port)
             record = self._start(plan)
@@ -386,8 +392,11 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
                 f"No local model server named {name!r}.",
                 "list_model_servers shows the servers this host runs.",
                 {"name": name},
-                next_step=NextStep(tool="list_model_servers", arguments={"target": "local"},
-                                   why="the servers on this host"),  # fmt: skip
+                next_step=NextStep(
+                    tool="list_model_servers",
+                    arguments={"target": "local"},
+                    why="the servers on this host",
+                ),  # fmt: skip
             )
         return self._state(record)
 

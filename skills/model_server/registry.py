@@ -25,12 +25,15 @@ TARGETS: dict[str, tuple[type[ServerSettings], str]] = {
     ),
 }
 
+
+def _one_of(models: list[type[ServerSettings]]) -> Any:
+    """A union of the settings models, told apart by `target`."""
+    return Annotated[Union[tuple(models)], Field(discriminator="target")]  # noqa: UP007
+
+
 # A tool parameter: `target` plus each target's own settings as flat inputs.
 ServerTargetSettings = Annotated[
-    Annotated[
-        Union[tuple(settings for settings, _ in TARGETS.values())],  # noqa: UP007
-        Field(discriminator="target"),
-    ],
+    _one_of([settings for settings, _ in TARGETS.values()]),
     Flatten("target", description="Where the model is served:"),
 ]
 
