@@ -16,14 +16,18 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import anyio
 import psutil
 import pytest
+from mcp import Client
 
 from commands.delete_model_server import delete_model_server
 from commands.deploy_model_server import deploy_model_server
 from commands.deploy_training_job import deploy_training_job
 from commands.get_model_server import get_model_server
 from commands.list_model_servers import list_model_servers
+from mcp_server import build_server
+from mcp_server.workspace import Workspace
 from skills.model_server.local import RECORD, servers_dir
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
@@ -183,10 +187,20 @@ def test_a_server_that_dies_on_start_is_a_typed_error_with_its_log(state, tmp_pa
 
 
 def test_delete_needs_confirm_then_stops_the_process(exported):
-    # Deployed as an agent would (a bounded wait): it starts as an operation.
-    server = deploy_model_server(name="doomed", model=str(exported), device="cpu",
-                                 wait_seconds=240)  # fmt: skip
-    assert server.status == "ready", server.message
+    # Deployed as an agent does: over MCP (settings nested per target, the model inside
+    # the server's workspace), where the start runs as an operation the call waits for.
+    async def deploy():
+        workspace = Workspace.create(str(exported.parents[1]))
+        async with Client(build_server(workspace=workspace)) as client:
+            return await client.call_tool("deploy_model_server", {
+                "name": "doomed", "model": str(exported), "local": {"device": "cpu"},
+                "wait_seconds": 240,
+            })  # fmt: skip
+
+    answer = anyio.run(deploy)
+    assert not answer.is_error, answer.content[0].text
+    server = answer.structured_content
+    assert server["status"] == "ready" and server["endpoint"].startswith("http://127.0.0.1:")
     pid = record_of("doomed")["pid"]
     with pytest.raises(ToolFailure) as refused:
         delete_model_server(name="doomed")
