@@ -58,8 +58,9 @@ def in_process_tokens_per_s(model: str) -> float:
     for _ in range(REPEATS):
         start = time.perf_counter()
         with torch.no_grad():
-            out = llm.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                               do_sample=False)  # fmt: skip
+            out = llm.generate(
+                ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
+            )
         rates.append((out.shape[1] - ids.shape[1]) / (time.perf_counter() - start))
     return statistics.median(rates)
 
@@ -74,9 +75,20 @@ def main() -> None:
     job = deploy_training_job(job_name="bench", runs_dir=str(work / "runs"), max_steps=20)
     assert job.status == "succeeded", job.log_tail
     export = work / "export"
-    subprocess.run([sys.executable, "-m", "trainer.export", "--checkpoint",
-                    str(work / "runs" / "bench" / "checkpoints"), "--out", str(export)],
-                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.export",
+            "--checkpoint",
+            str(work / "runs" / "bench" / "checkpoints"),
+            "--out",
+            str(export),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
 
     start = time.perf_counter()
     server = deploy_model_server(name="bench", model=str(export), device="cpu")
@@ -89,16 +101,20 @@ def main() -> None:
     finally:
         delete_model_server(name="bench", confirm=True)
     baseline = in_process_tokens_per_s(str(export))
-    print(json.dumps({
-        "bench": "model_server_local",
-        "start_to_ready_s": round(ready_s, 2),
-        "start_to_first_token_s": round(ready_s + ttft, 2),
-        "first_token_after_ready_s": round(ttft, 3),
-        "served_tokens_per_s": round(served, 1),
-        "in_process_tokens_per_s": round(baseline, 1),
-        "served_vs_in_process": round(served / baseline, 2),
-        "new_tokens": NEW_TOKENS,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "bench": "model_server_local",
+                "start_to_ready_s": round(ready_s, 2),
+                "start_to_first_token_s": round(ready_s + ttft, 2),
+                "first_token_after_ready_s": round(ttft, 3),
+                "served_tokens_per_s": round(served, 1),
+                "in_process_tokens_per_s": round(baseline, 1),
+                "served_vs_in_process": round(served / baseline, 2),
+                "new_tokens": NEW_TOKENS,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,14 @@ def deploy_model_server(
             return runner.scale(name, replicas, target)
     plan = runner.plan(name, model, target)
     if dry_run:
-        return ServerState(name=name, target=runner.name, status="planned", model=plan.model,
-                           plan=plan, message="dry run: nothing was started")  # fmt: skip
+        return ServerState(
+            name=name,
+            target=runner.name,
+            status="planned",
+            model=plan.model,
+            plan=plan,
+            message="dry run: nothing was started",
+        )
     if wait_seconds is not None:  # an agent: the start runs on as an operation
         return _as_operation(name, model, target, wait_seconds, progress)
     return runner.deploy(plan, target, progress, wait_seconds)  # type: ignore[arg-type]
@@ -76,12 +82,17 @@ def _as_operation(
         return state.result
     if state.status == "running":
         return ServerState(
-            name=name, target=target.target, status="starting", model=model,
+            name=name,
+            target=target.target,
+            status="starting",
+            model=model,
             message=f"starting as operation {state.operation_id}: {state.message}",
-            next_step=NextStep(tool="get_operation",
-                               arguments={"operation_id": state.operation_id, "wait_seconds": 30},
-                               why="follow the start to ready"),
-        )  # fmt: skip
+            next_step=NextStep(
+                tool="get_operation",
+                arguments={"operation_id": state.operation_id, "wait_seconds": 30},
+                why="follow the start to ready",
+            ),
+        )
     error = {"code": ErrorCode.OPERATION_FAILED, "message": "Starting the model server failed."}
     error.update(state.error or {})
     error["details"] = {"operation_id": state.operation_id, **(error.get("details") or {})}

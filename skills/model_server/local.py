@@ -156,10 +156,22 @@ def endpoint_of(port: int) -> str:
 
 
 def curl_line(endpoint: str, model: str) -> str:
-    body = {"model": model, "messages": [{"role": "user", "content": SMOKE_PROMPT}],
-            "max_tokens": 32}  # fmt: skip
-    return shlex.join(["curl", "-s", f"{endpoint}/v1/chat/completions", "-H",
-                       "Content-Type: application/json", "-d", json.dumps(body)])  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": SMOKE_PROMPT}],
+        "max_tokens": 32,
+    }
+    return shlex.join(
+        [
+            "curl",
+            "-s",
+            f"{endpoint}/v1/chat/completions",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps(body),
+        ]
+    )
 
 
 def http_json(url: str, body: dict[str, Any] | None = None, timeout_s: float = 5.0) -> Any:
@@ -184,14 +196,18 @@ def smoke_test(endpoint: str, model: str, timeout_s: float = 120.0) -> str:
         http_json(f"{endpoint}/v1/models", timeout_s=timeout_s)
         messages = [{"role": "user", "content": SMOKE_PROMPT}]
         try:
-            answer = http_json(f"{endpoint}/v1/chat/completions", {"model": model,
-                               "messages": messages, "max_tokens": SMOKE_MAX_TOKENS},
-                               timeout_s)  # fmt: skip
+            answer = http_json(
+                f"{endpoint}/v1/chat/completions",
+                {"model": model, "messages": messages, "max_tokens": SMOKE_MAX_TOKENS},
+                timeout_s,
+            )
             text = answer["choices"][0]["message"]["content"]
         except urllib.error.HTTPError:  # e.g. a tokenizer without a chat template
-            answer = http_json(f"{endpoint}/v1/completions", {"model": model,
-                               "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS},
-                               timeout_s)  # fmt: skip
+            answer = http_json(
+                f"{endpoint}/v1/completions",
+                {"model": model, "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS},
+                timeout_s,
+            )
             text = answer["choices"][0]["text"]
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise ToolFailure(
@@ -296,7 +312,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
                         tool="delete_model_server",
                         arguments={"name": name, "confirm": True},
                         why="stop the running server",
-                    ),  # fmt: skip
+                    ),
                 )
             check_port_free(port)
             record = self._start(plan)
@@ -319,9 +335,15 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
         }
         started_at = time.time()
         pid = processes.spawn_module(*plan.argv[2:], log=folder / LOG, env=env)
-        return ServerRecord(name=plan.name, model=plan.model, port=int(plan.objects[0]["port"]),
-                            argv=plan.argv, pid=pid, pid_started=processes.start_time(pid),
-                            started_at=started_at)  # fmt: skip
+        return ServerRecord(
+            name=plan.name,
+            model=plan.model,
+            port=int(plan.objects[0]["port"]),
+            argv=plan.argv,
+            pid=pid,
+            pid_started=processes.start_time(pid),
+            started_at=started_at,
+        )
 
     def _follow(
         self,
@@ -340,8 +362,11 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
                 return "exited"
             if is_healthy(endpoint):
                 return "ready"
-            progress.report(0, None, f"loading {Path(record.model).name} "
-                            f"({time.time() - record.started_at:.0f} s)")  # fmt: skip
+            progress.report(
+                0,
+                None,
+                f"loading {Path(record.model).name} ({time.time() - record.started_at:.0f} s)",
+            )
             return "starting"
 
         timeout = STARTUP_TIMEOUT_S if wait_seconds is None else wait_seconds
@@ -367,10 +392,12 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
         )
         progress.report(2, 2, f"answered {smoke}")
         state = self.get(record.name, settings)
-        return state.model_copy(update={
-            "smoke": smoke,
-            "message": f"ready in {ready_at - record.started_at:.1f} s",
-        })  # fmt: skip
+        return state.model_copy(
+            update={
+                "smoke": smoke,
+                "message": f"ready in {ready_at - record.started_at:.1f} s",
+            }
+        )
 
     def _exited(self, record: ServerRecord) -> ToolFailure:
         tail = log_tail(self._dir(record.name) / LOG)
@@ -396,22 +423,31 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
                     tool="list_model_servers",
                     arguments={"target": "local"},
                     why="the servers on this host",
-                ),  # fmt: skip
+                ),
             )
         return self._state(record)
 
     def _state(self, record: ServerRecord) -> ServerState:
         endpoint = endpoint_of(record.port)
-        common: dict[str, Any] = {"name": record.name, "target": self.name, "model": record.model,
-                                  "replicas": 1}  # fmt: skip
+        common: dict[str, Any] = {
+            "name": record.name,
+            "target": self.name,
+            "model": record.model,
+            "replicas": 1,
+        }
         if not self._alive(record):
             tail = log_tail(self._dir(record.name) / LOG, 5)
-            return ServerState(**common, status="failed", ready_replicas=0,
-                               message="its process has ended; " + " | ".join(tail)[-300:],
-                               next_step=NextStep(tool="delete_model_server",
-                                                  arguments={"name": record.name,
-                                                             "confirm": True},
-                                                  why="remove its record"))  # fmt: skip
+            return ServerState(
+                **common,
+                status="failed",
+                ready_replicas=0,
+                message="its process has ended; " + " | ".join(tail)[-300:],
+                next_step=NextStep(
+                    tool="delete_model_server",
+                    arguments={"name": record.name, "confirm": True},
+                    why="remove its record",
+                ),
+            )
         ready = is_healthy(endpoint)
         return ServerState(
             **common,
@@ -429,8 +465,11 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
             try:
                 record = self._read(folder.name)
             except ToolFailure as failure:
-                found.append(ServerState(name=folder.name, target=self.name, status="failed",
-                                         message=failure.message))  # fmt: skip
+                found.append(
+                    ServerState(
+                        name=folder.name, target=self.name, status="failed", message=failure.message
+                    )
+                )
                 continue
             if record is not None:
                 found.append(self._state(record))
@@ -457,17 +496,24 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
                     said = f"pid {record.pid} now belongs to another process (not signalled); "
                     said += "its record removed"
             shutil.rmtree(file.path.parent, ignore_errors=True)
-        return ServerState(name=name, target=self.name, status="deleted",
-                           model=record.model if record else "", replicas=0, ready_replicas=0,
-                           message=said)  # fmt: skip
+        return ServerState(
+            name=name,
+            target=self.name,
+            status="deleted",
+            model=record.model if record else "",
+            replicas=0,
+            ready_replicas=0,
+            message=said,
+        )
 
     def _stop(self, record: ServerRecord) -> None:
         """SIGTERM to the server's process group, SIGKILL after the grace period."""
         expected = _expected(record.name)
         if not processes.signal_group(record.pid, record.pid_started, signal.SIGTERM, expected):
             return
-        gone = poll_until(lambda: not processes.is_alive(record.pid, record.pid_started),
-                          bool, STOP_GRACE_S, 0.1)  # fmt: skip
+        gone = poll_until(
+            lambda: not processes.is_alive(record.pid, record.pid_started), bool, STOP_GRACE_S, 0.1
+        )
         if not gone:
             with contextlib.suppress(ProcessLookupError):
                 processes.signal_group(record.pid, record.pid_started, signal.SIGKILL, expected)

@@ -54,10 +54,21 @@ def exported(tmp_path_factory, state) -> Path:
     assert job.status == "succeeded", job.log_tail
     out = runs / "serve" / "export"
     done = subprocess.run(
-        [sys.executable, "-m", "trainer.export", "--checkpoint",
-         str(runs / "serve" / "checkpoints"), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "trainer.export",
+            "--checkpoint",
+            str(runs / "serve" / "checkpoints"),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 
@@ -94,12 +105,16 @@ def test_the_served_export_answers_a_completion_over_plain_http(served, exported
 
     with urllib.request.urlopen(f"{server.endpoint}/v1/models", timeout=30) as response:
         assert json.loads(response.read())["object"] == "list"
-    completion = post(f"{server.endpoint}/v1/completions",
-                      {"model": server.model, "prompt": "The model", "max_tokens": 8})  # fmt: skip
+    completion = post(
+        f"{server.endpoint}/v1/completions",
+        {"model": server.model, "prompt": "The model", "max_tokens": 8},
+    )
     assert isinstance(completion["choices"][0]["text"], str)
     assert 1 <= completion["usage"]["completion_tokens"] <= 8
-    chat = post(f"{server.endpoint}/v1/chat/completions", {"model": server.model,
-                "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})  # fmt: skip
+    chat = post(
+        f"{server.endpoint}/v1/chat/completions",
+        {"model": server.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+    )
     assert chat["choices"][0]["message"]["role"] == "assistant"
     # The prompt went through the exported chat template: BOS + "<|user|>\nHi\n<|assistant|>\n".
     assert chat["usage"]["prompt_tokens"] == 1 + len("<|user|>\nHi\n<|assistant|>\n")
@@ -192,10 +207,15 @@ def test_delete_needs_confirm_then_stops_the_process(exported):
     async def deploy():
         workspace = Workspace.create(str(exported.parents[1]))
         async with Client(build_server(workspace=workspace)) as client:
-            return await client.call_tool("deploy_model_server", {
-                "name": "doomed", "model": str(exported), "local": {"device": "cpu"},
-                "wait_seconds": 240,
-            })  # fmt: skip
+            return await client.call_tool(
+                "deploy_model_server",
+                {
+                    "name": "doomed",
+                    "model": str(exported),
+                    "local": {"device": "cpu"},
+                    "wait_seconds": 240,
+                },
+            )
 
     answer = anyio.run(deploy)
     assert not answer.is_error, answer.content[0].text
@@ -218,13 +238,18 @@ def test_delete_never_signals_a_process_the_record_does_not_identify(served):
     """A record edited to point at another process (ours, but not a server): delete
     removes the record and leaves that process alone."""
     server, _ = served
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                start_new_session=True)  # fmt: skip
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
     try:
         folder = servers_dir() / "forged"
         folder.mkdir(parents=True)
-        forged = {**record_of("demo"), "name": "forged", "pid": stranger.pid,
-                  "pid_started": psutil.Process(stranger.pid).create_time()}  # fmt: skip
+        forged = {
+            **record_of("demo"),
+            "name": "forged",
+            "pid": stranger.pid,
+            "pid_started": psutil.Process(stranger.pid).create_time(),
+        }
         (folder / RECORD).write_text(json.dumps(forged))
         assert get_model_server(name="forged").status == "failed"
         deleted = delete_model_server(name="forged", confirm=True)
