@@ -39,12 +39,16 @@ def first_token_s(endpoint: str, model: str) -> float:
     raise RuntimeError("the stream ended without a chunk")
 
 
+SERVED_TOKENS: list[int] = []  # what each served completion produced (EOS may end it early)
+
+
 def served_tokens_per_s(endpoint: str, model: str) -> float:
     body = {"model": model, "prompt": PROMPT, "max_tokens": NEW_TOKENS}
     start = time.perf_counter()
     with urllib.request.urlopen(post(f"{endpoint}/v1/completions", body), timeout=300) as r:
         answer = json.loads(r.read())
-    return answer["usage"]["completion_tokens"] / (time.perf_counter() - start)
+    SERVED_TOKENS.append(answer["usage"]["completion_tokens"])
+    return SERVED_TOKENS[-1] / (time.perf_counter() - start)
 
 
 def in_process_tokens_per_s(model: str) -> float:
@@ -112,6 +116,7 @@ def main() -> None:
                 "in_process_tokens_per_s": round(baseline, 1),
                 "served_vs_in_process": round(served / baseline, 2),
                 "new_tokens": NEW_TOKENS,
+                "served_completion_tokens": SERVED_TOKENS,
             }
         )
     )
