@@ -59,6 +59,7 @@ bench: setup-dev
 	$(PY) benchmarks/slurm_overhead.py
 	$(PY) benchmarks/eks_validate.py
 	$(PY) benchmarks/k8s_submit.py
+	$(PY) benchmarks/model_server_local.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

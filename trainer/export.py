@@ -7,7 +7,8 @@
 step-<N> directory (it must be complete), local or s3://. The model is rebuilt from
 the step's train_config.json and its weights read from the DCP files in one process,
 no process group needed. The output loads with `LlamaForCausalLM.from_pretrained`
-and vLLM. stdout is one JSON line: {"event": "exported", ...} or {"event": "error",
+and vLLM, with the run's tokenizer (the byte-level one as an equivalent
+tokenizer.json). stdout is one JSON line: {"event": "exported", ...} or {"event": "error",
 ...}; the exit code is 2 for bad input, 1 for anything else.
 """
 
@@ -36,6 +37,7 @@ from trainer.checkpoint_layout import (
 )
 from trainer.config import ConfigError, ModelConfig, RopeScaling
 from trainer.model import Transformer
+from trainer.tokenizer import ByteTokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -149,12 +151,26 @@ def load_weights(step_path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     return state
 
 
+def _trained_with_byte_tokenizer(step_path: Path) -> bool:
+    """The run's train_config.json names no tokenizer (the byte-level default)."""
+    try:
+        run = json.loads((step_path / CONFIG_FILE).read_text(encoding="utf-8"))
+        return run.get("data", {}).get("tokenizer") is None
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def export(checkpoint: str, out: str, dtype: torch.dtype) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="trainer-export-") as tmp:
         step_path, step = resolve_step(checkpoint, Path(tmp, "checkpoint"))
         cfg = model_config(step_path)
         state = load_weights(step_path, cfg)
         tokenizer_dir = step_path / TOKENIZER_DIR
+        if not tokenizer_dir.is_dir() and _trained_with_byte_tokenizer(step_path):
+            # The byte tokenizer ships no files; write its HF equivalent, so the export
+            # is a complete model directory a server (transformers serve, vLLM) loads.
+            tokenizer_dir = Path(tmp, "byte-tokenizer")
+            ByteTokenizer().save_hf(tokenizer_dir)
         # s3:// output is written locally first, then uploaded with config.json
         # last: a reader that sees config.json finds the weights already there.
         local_out = Path(tmp, "export") if storage.is_s3(out) else Path(out)

@@ -60,6 +60,67 @@ class ByteTokenizer:
         # Special ids are dropped; a byte sequence cut mid-character decodes to U+FFFD.
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
+    def save_hf(self, directory: Path) -> list[Path]:
+        """This tokenizer as Hugging Face files (tokenizer.json, tokenizer_config.json,
+        special_tokens_map.json) with the very same ids, so an export of a byte-level
+        run loads in transformers and vLLM with a tokenizer: a byte-level BPE with no
+        merges (each byte is its own id) plus <s>, </s>, <pad> at 256-258. Prompts get
+        BOS in front as in training; the chat template is render_chat's markers."""
+        from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+        from tokenizers import Tokenizer as HFCore
+
+        byte_char = _gpt2_byte_chars()
+        core = HFCore(models.BPE(vocab={byte_char[b]: b for b in range(256)}, merges=[]))
+        core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        core.decoder = decoders.ByteLevel()
+        specials = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+        core.add_special_tokens([AddedToken(t, special=True) for t in specials.values()])
+        core.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", self.bos_id)]
+        )
+        assert [core.token_to_id(t) for t in specials.values()] == [
+            self.bos_id, self.eos_id, self.pad_id
+        ]  # fmt: skip
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        core.save(str(directory / TOKENIZER_FILE))
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **specials,
+            "add_bos_token": True,
+            "clean_up_tokenization_spaces": False,
+            "chat_template": BYTE_CHAT_TEMPLATE,
+        }
+        files = [directory / TOKENIZER_FILE]
+        for name, data in (
+            ("tokenizer_config.json", config),
+            ("special_tokens_map.json", specials),
+        ):
+            (directory / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            files.append(directory / name)
+        return files
+
+
+# render_chat's blocks (data.py), with the assistant's marker as the generation prompt.
+BYTE_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def _gpt2_byte_chars() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, which the ByteLevel pre-tokenizer
+    maps bytes through (printable ASCII and Latin-1 stand for themselves)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+            *range(ord("\xae"), ord("\xff") + 1)]  # fmt: skip
+    chars = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
 
 class HFTokenizer:
     """A `tokenizers.Tokenizer` with BOS/EOS added by us, not by its post-processor.

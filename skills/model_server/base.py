@@ -6,12 +6,13 @@ plan) -> get/list -> scale -> delete. A target is one module with a settings mod
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
+from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 
@@ -19,6 +20,26 @@ from skills.shared.results import ToolResult
 # MODEL_SERVER_LABEL=<name> (cleanup and list find them by these).
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "fsdp-eks")
 MODEL_SERVER_LABEL = "fsdp-eks/model-server"
+
+# A server's name: a DNS-1035 label, so it is also a Kubernetes Service name.
+ServerName = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$",
+        description="Server name (lowercase letters, digits, '-').",
+    ),
+]
+# What to serve: an exported model directory (trainer.export), s3:// or a hub name.
+ModelSource = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=4096,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="Exported model: a directory, s3:// URI or hub name.",
+    ),
+    LocalPath(hub_name=True, writable=False, where_job_runs=True),
+]
 
 ServerStatus = Literal["planned", "starting", "ready", "failed", "stopped", "deleted"]
 

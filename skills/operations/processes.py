@@ -108,11 +108,17 @@ def project_pythonpath() -> str:
     return os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
 
 
-def spawn_module(module: str, *args: str, log: Path, stdin: bytes | None = None) -> int:
+def spawn_module(
+    module: str,
+    *args: str,
+    log: Path,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
     """Start `python -m module args` detached: its own session (it outlives the caller,
-    its terminal and its signals), output appended to `log`, `stdin` written to it.
-    Returns its pid."""
-    env = {**os.environ, "PYTHONPATH": project_pythonpath()}
+    its terminal and its signals), output appended to `log`, `stdin` written to it,
+    `env` added to this process's environment. Returns its pid."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": project_pythonpath()}
     with open(log, "ab") as out:
         child = subprocess.Popen(
             [sys.executable, "-m", module, *args],

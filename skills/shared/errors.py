@@ -47,6 +47,10 @@ class ErrorCode(str, Enum):
     PATH_NOT_ALLOWED = ("path_not_allowed", EXIT_BAD_INPUT)
     # A saved pod-doctor snapshot that is not one (not JSON, or the wrong shape).
     SNAPSHOT_INVALID = ("snapshot_invalid", EXIT_BAD_INPUT)
+    # A model directory a server cannot load (no config.json, no safetensors weights).
+    MODEL_INVALID = ("model_invalid", EXIT_BAD_INPUT)
+    # The port a server was asked to listen on is taken on this host.
+    PORT_IN_USE = ("port_in_use", EXIT_BAD_INPUT)
     # The state of things: the call was right, now is not the time.
     JOB_RUNNING = ("job_running", EXIT_FAILED)
     # A job of that name exists on the cluster (replace=true, or delete it first).
@@ -68,6 +72,8 @@ class ErrorCode(str, Enum):
     NO_SPACE_LEFT = ("no_space_left", EXIT_FAILED)
     TRAINER_NOT_INSTALLED = ("trainer_not_installed", EXIT_FAILED)
     LAUNCH_FAILED = ("launch_failed", EXIT_FAILED)
+    # A model server's process ended before it was ready (its log tail says why).
+    SERVER_EXITED = ("server_exited", EXIT_FAILED)
     SERVICE_ERROR = ("service_error", EXIT_FAILED)
     OPERATION_FAILED = ("operation_failed", EXIT_FAILED)
     # A result whose outcome is a failure: the image did not build, the job failed.

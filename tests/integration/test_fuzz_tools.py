@@ -133,7 +133,7 @@ def arguments(draw: st.DrawFn, spec: ToolSpec) -> dict[str, Any]:
 
 def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
     """No case starts training or stops anything real."""
-    if tool == "deploy_training_job":
+    if tool in ("deploy_training_job", "deploy_model_server"):
         args["dry_run"] = True
     if tool == "cancel_training_job" and args.get("confirm") not in (None, False):
         args["runs_dir"] = EMPTY_RUNS

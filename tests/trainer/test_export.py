@@ -45,7 +45,9 @@ def make(cfg: ModelConfig, seed: int) -> Transformer:
     return model
 
 
-def write_step(root: Path, step: int, model: Transformer, complete: bool = True) -> Path:
+def write_step(
+    root: Path, step: int, model: Transformer, complete: bool = True, tokenizer: bool = True
+) -> Path:
     """A step directory laid out as the trainer writes it (DCP files, train_config.json,
     tokenizer/, COMPLETE last); the state dict has the trainer's top-level keys."""
     path = root / f"step-{step}"
@@ -56,7 +58,8 @@ def write_step(root: Path, step: int, model: Transformer, complete: bool = True)
         dcp.save(state, checkpoint_id=str(path), no_dist=True)
     run = TrainConfig(model=model.cfg)
     (path / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(run), indent=2))
-    write_tokenizer(path / TOKENIZER_DIR)
+    if tokenizer:  # a run with the byte tokenizer (the default) ships none
+        write_tokenizer(path / TOKENIZER_DIR)
     if complete:
         (path / MARKER).write_text(json.dumps({"step": step, "world_size": 1}))
     return path
@@ -133,6 +136,32 @@ def test_export_picks_the_newest_complete_step_and_keeps_the_logits(checkpoints,
         out, dtype=torch.float32, attn_implementation="sdpa"
     ).eval()
     torch.testing.assert_close(logits(theirs), logits(original), rtol=0, atol=1e-5)
+
+
+def test_a_byte_tokenizer_run_exports_an_equivalent_tokenizer(tmp_path):
+    """A byte-level run ships no tokenizer files; the export writes tokenizer.json etc.
+    with the very same ids, so transformers (and a server) load a complete model."""
+    step = write_step(tmp_path / "ckpt", 3, make(CFG, seed=3), tokenizer=False)
+    out = tmp_path / "hf"
+    proc, event = run_export("--checkpoint", str(step), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} <= set(
+        event["files"]
+    )
+    config = json.loads((out / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (256, 257)
+
+    from trainer.tokenizer import ByteTokenizer
+
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.AutoTokenizer.from_pretrained(out)
+    text = "Hello, wörld ☃ 😀\n\tend"
+    assert theirs(text).input_ids == ByteTokenizer().encode(text, eos=False)
+    assert theirs.decode(theirs(text).input_ids, skip_special_tokens=True) == text
+    prompt = theirs.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
+    assert prompt == "<s><|user|>\nhi\n<|assistant|>\n"
 
 
 def test_export_of_a_step_dir_in_bfloat16(checkpoints, tmp_path):

@@ -49,6 +49,11 @@ ALLOWED: dict[str, str] = {
     "--enable-scheme": "the Training Operator's: its pinned Deployment (components.py)",
     "--profile": "the kubeconfig exec plugin's own argv (kube/access.py)",
     "--flag": "a placeholder in a docstring (slurm_script.py)",
+    "--log-level": "transformers serve's: the argv the local model server runs",
+    **dict.fromkeys(
+        ("--checkpoint", "--out"),
+        "trainer.export's: the hint to export a checkpoint before serving it (model_server)",
+    ),
     **dict.fromkeys(
         ("--validate_components", "--validate-components"),
         "the seed's CLI spelling manage_eks_cluster's main still takes (the default action)",

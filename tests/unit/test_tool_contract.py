@@ -33,6 +33,10 @@ def test_registry_lists_every_tool_with_its_gates():
         "push_to_ecr",
         "manage_eks_cluster",
         "inspect_eks_cluster",
+        "deploy_model_server",
+        "get_model_server",
+        "list_model_servers",
+        "delete_model_server",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["diagnose_training_job"].read_only
@@ -45,6 +49,8 @@ def test_registry_lists_every_tool_with_its_gates():
     assert specs["inspect_eks_cluster"].read_only and specs["inspect_eks_cluster"].idempotent
     assert specs["manage_eks_cluster"].destructive
     assert "validate_components" not in specs["manage_eks_cluster"].params.model_fields
+    assert specs["get_model_server"].read_only and specs["list_model_servers"].read_only
+    assert specs["delete_model_server"].destructive and specs["deploy_model_server"].long
 
 
 def test_input_model_comes_from_the_signature():

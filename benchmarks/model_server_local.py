@@ -1,0 +1,126 @@
+"""The local model server on CPU: start to ready, start to first token, and tokens/s of
+the demo model (trained briefly, exported) behind `transformers serve`. Baseline in the
+same run: `generate()` on the same export in this process (no HTTP, no server), so the
+ratio is what serving costs. Prints one JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+NEW_TOKENS = 64
+PROMPT = "The model"
+REPEATS = 3
+
+
+def post(url: str, body: dict) -> urllib.request.Request:
+    data = json.dumps(body).encode()
+    return urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+
+
+def first_token_s(endpoint: str, model: str) -> float:
+    """Seconds from sending a streaming completion to its first text chunk."""
+    body = {"model": model, "prompt": PROMPT, "max_tokens": 8, "stream": True}
+    start = time.perf_counter()
+    with urllib.request.urlopen(post(f"{endpoint}/v1/completions", body), timeout=120) as r:
+        for line in r:
+            if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+                return time.perf_counter() - start
+    raise RuntimeError("the stream ended without a chunk")
+
+
+SERVED_TOKENS: list[int] = []  # what each served completion produced (EOS may end it early)
+
+
+def served_tokens_per_s(endpoint: str, model: str) -> float:
+    body = {"model": model, "prompt": PROMPT, "max_tokens": NEW_TOKENS}
+    start = time.perf_counter()
+    with urllib.request.urlopen(post(f"{endpoint}/v1/completions", body), timeout=300) as r:
+        answer = json.loads(r.read())
+    SERVED_TOKENS.append(answer["usage"]["completion_tokens"])
+    return SERVED_TOKENS[-1] / (time.perf_counter() - start)
+
+
+def in_process_tokens_per_s(model: str) -> float:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    llm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    rates = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = llm.generate(
+                ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
+            )
+        rates.append((out.shape[1] - ids.shape[1]) / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
+    os.environ["FSDP_EKS_STATE_DIR"] = str(work / "state")
+    from commands.delete_model_server import delete_model_server
+    from commands.deploy_model_server import deploy_model_server
+    from commands.deploy_training_job import deploy_training_job
+
+    job = deploy_training_job(job_name="bench", runs_dir=str(work / "runs"), max_steps=20)
+    assert job.status == "succeeded", job.log_tail
+    export = work / "export"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.export",
+            "--checkpoint",
+            str(work / "runs" / "bench" / "checkpoints"),
+            "--out",
+            str(export),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+
+    start = time.perf_counter()
+    server = deploy_model_server(name="bench", model=str(export), device="cpu")
+    ready_s = time.perf_counter() - start  # spawn -> /health -> smoke request answered
+    try:
+        ttft = first_token_s(server.endpoint, server.model)
+        served = statistics.median(
+            served_tokens_per_s(server.endpoint, server.model) for _ in range(REPEATS)
+        )
+    finally:
+        delete_model_server(name="bench", confirm=True)
+    baseline = in_process_tokens_per_s(str(export))
+    print(
+        json.dumps(
+            {
+                "bench": "model_server_local",
+                "start_to_ready_s": round(ready_s, 2),
+                "start_to_first_token_s": round(ready_s + ttft, 2),
+                "first_token_after_ready_s": round(ttft, 3),
+                "served_tokens_per_s": round(served, 1),
+                "in_process_tokens_per_s": round(baseline, 1),
+                "served_vs_in_process": round(served / baseline, 2),
+                "new_tokens": NEW_TOKENS,
+                "served_completion_tokens": SERVED_TOKENS,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""vLLM's OpenAI server on Kubernetes (Deployment + Service): the serve-kube slice."""
