@@ -257,6 +257,23 @@ def test_deploy_through_the_api_server_proxy_for_a_cluster_ip_service(kube, stan
     assert state.curl == f"kubectl -n default get --raw {proxy}/v1/models"
     assert state.smoke == "Hello from demo."
     assert [p for _, p, _ in stand_in.requests] == ["/v1/models", "/v1/chat/completions"]
+    calls = target.kube.calls if target.kube else 0
+    print(f"rollout-to-ready + smoke via proxy: {calls} API calls")
+
+
+def test_a_server_that_does_not_list_its_model_fails_the_smoke_test(kube):
+    stand_in = StandInOpenAI("some-other-model")  # the stand-in serves the wrong name
+    try:
+        config = settings(port=stand_in.port, service_type="LoadBalancer")
+        controller = DeploymentController(kube, "demo")
+        target = KubernetesServerTarget(poll_seconds=0, sleep=controller.turn)
+        state = target.deploy(
+            target.plan("demo", "org/m", config), config, CollectingProgress(), 60
+        )
+    finally:
+        stand_in.close()
+    assert state.status == "failed" and "smoke request failed" in state.message
+    assert state.smoke is None and [p for _, p, _ in stand_in.requests] == ["/v1/models"]
 
 
 def test_wait_zero_returns_starting_with_the_next_step(kube):
@@ -293,6 +310,9 @@ def test_get_list_scale_and_an_idempotent_delete(kube):
     for name in ("alpha", "beta"):
         target.deploy(target.plan(name, "org/m", config), config, CollectingProgress(), 0)
     # Not ours: no model-server label.
+    _ = target.deploy(target.plan("gamma", "s3://b-1/x", config), config, CollectingProgress(), 0)
+    assert target.get("gamma", config).model == "s3://b-1/x"  # as given, not the pod's path
+    assert target.delete("gamma", config).status == "deleted"
     kube.emulator.objects[DEPLOYMENTS, "default", "other"] = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "other", "namespace": "default", "labels": {"app": "x"}},

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent  # resolved at import: a later chdir must
 MODEL_MOUNT = "/models"
 S3_MODEL_DIR = f"{MODEL_MOUNT}/model"
 SHM_SIZE = "16Gi"  # NCCL between tensor-parallel workers needs more than Docker's 64 MiB
+MODEL_ANNOTATION = "fsdp-eks/model"  # the model as the user gave it (get reports it)
 STARTUP_CHECKS = 180  # x 10 s: loading large weights takes minutes before /health answers
 # The schema version objects are checked against: the newest EKS standard-support version
 # as of this writing (kubernetes-validate ships 1.25-1.37).
@@ -163,6 +164,7 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
         .get_template("deployment.yaml.j2")
         .render(
             **values,
+            annotations={MODEL_ANNOTATION: model},
             replicas=settings.replicas,
             service_account=settings.service_account,
             node_selector={INSTANCE_TYPE_LABELS[0]: instance_spec(settings.instance_type).name},

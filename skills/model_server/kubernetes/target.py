@@ -30,7 +30,7 @@ from skills.model_server.base import (
     ServerState,
     ServerTarget,
 )
-from skills.model_server.kubernetes.manifest import check_name, render
+from skills.model_server.kubernetes.manifest import MODEL_ANNOTATION, check_name, render
 from skills.model_server.kubernetes.settings import KubernetesServerSettings
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
@@ -242,9 +242,9 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
         wanted, ready, failure = rollout(deployment)
         service = kube.get_or_none(_service_path(settings.namespace, name))
         endpoint, curl = self._endpoint(kube, service, name, settings)
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
-        command = container.get("command") or []
-        model = command[2] if len(command) > 2 else ""
+        model = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
+            MODEL_ANNOTATION, ""
+        )
         if failure:
             status, message = "failed", f"Rollout failed: {failure}"
         elif wanted == 0:
