@@ -67,10 +67,11 @@ class KubernetesServerSettings(ServerSettings):
         str, Field(pattern=IMAGE, description="Image of the s3:// fetch init container.")
     ] = S3_FETCH_IMAGE
     max_model_len: Annotated[
-        int | None, Field(ge=16, le=10_000_000, description="vLLM --max-model-len.")
+        int | None, Field(ge=16, le=10_000_000, description="Longest context vLLM serves (tokens).")
     ] = None
     dtype: Annotated[
-        Literal["auto", "bfloat16", "float16", "float32"], Field(description="vLLM --dtype.")
+        Literal["auto", "bfloat16", "float16", "float32"],
+        Field(description="Weights dtype vLLM loads."),
     ] = "auto"
     port: Annotated[int, Field(ge=1024, le=65535, description="Server and Service port.")] = 8000
     service_type: Annotated[
