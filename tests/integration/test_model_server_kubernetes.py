@@ -276,6 +276,23 @@ def test_a_server_that_does_not_list_its_model_fails_the_smoke_test(kube):
     assert state.smoke is None and [p for _, p, _ in stand_in.requests] == ["/v1/models"]
 
 
+def test_a_rollout_past_its_deadline_fails_without_a_smoke_request(kube, stand_in):
+    config = settings(port=stand_in.port, service_type="LoadBalancer")
+    controller = DeploymentController(kube, "demo")
+
+    def stuck(_seconds: float) -> None:  # the controller gives up: pods never get ready
+        condition = {"type": "Progressing", "status": "False",
+                     "reason": "ProgressDeadlineExceeded", "message": "demo timed out"}  # fmt: skip
+        controller.apps.patch_namespaced_deployment_status(
+            "demo", "default", {"status": {"observedGeneration": 1, "conditions": [condition]}}
+        )
+
+    target = KubernetesServerTarget(poll_seconds=0, sleep=stuck)
+    state = target.deploy(target.plan("demo", "org/m", config), config, CollectingProgress(), 60)
+    assert (state.status, state.message) == ("failed", "Rollout failed: demo timed out")
+    assert stand_in.requests == []
+
+
 def test_wait_zero_returns_starting_with_the_next_step(kube):
     config = settings()
     target = KubernetesServerTarget(poll_seconds=0)
