@@ -300,6 +300,23 @@ def test_wait_zero_returns_starting_with_the_next_step(kube):
     assert state.status == "starting" and state.ready_replicas == 0
     assert state.next_step is not None and state.next_step.tool == "get_model_server"
     assert state.next_step.arguments["name"] == "demo"
+    assert state.message == "0/1 replicas ready."  # no pods yet: nothing else to say
+
+    # The kubelet cannot start the container: the Secret is missing. get says so.
+    kube.emulator.objects["v1/pods", "default", "demo-7d4b9-x2k"] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "demo-7d4b9-x2k", "namespace": "default",
+                     "labels": {MODEL_SERVER_LABEL: "demo"}},
+        "status": {"phase": "Pending", "containerStatuses": [{"name": "vllm", "state": {
+            "waiting": {"reason": "CreateContainerConfigError",
+                        "message": 'secret "hf-token" not found'}}}]},
+    }  # fmt: skip
+    found = target.get("demo", config)
+    assert found.status == "starting"
+    assert found.message == (
+        "0/1 replicas ready. Pod demo-7d4b9-x2k container vllm: CreateContainerConfigError: "
+        'secret "hf-token" not found'
+    )
 
 
 def test_the_hf_token_is_only_a_secret_reference(kube, stand_in, monkeypatch):

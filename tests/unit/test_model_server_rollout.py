@@ -3,7 +3,8 @@ once the controller has seen the current spec, and a passed progress deadline fa
 
 from __future__ import annotations
 
-from skills.model_server.kubernetes.target import rollout
+from skills.model_server.base import MODEL_SERVER_LABEL
+from skills.model_server.kubernetes.target import rollout, waiting_reason
 
 
 def deployment(replicas: int, generation: int, **status) -> dict:
@@ -37,3 +38,22 @@ def test_a_passed_progress_deadline_is_a_failure():
     }
     stuck = deployment(1, 1, observedGeneration=1, conditions=[condition])
     assert rollout(stuck) == (1, 0, "ReplicaSet timed out")
+
+
+def pod(name: str, server: str, **status) -> dict:
+    return {"metadata": {"name": name, "labels": {MODEL_SERVER_LABEL: server}}, "status": status}
+
+
+def test_a_waiting_reason_names_the_pod_and_what_it_waits_for():
+    full = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    unscheduled = {"type": "PodScheduled", "status": "False", "message": full}
+    pulling = {"name": "vllm", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    assert waiting_reason([pod("a-1", "a", containerStatuses=[pulling])], "a") is None
+    assert waiting_reason([pod("b-1", "b", conditions=[unscheduled])], "a") is None  # not a's
+    assert waiting_reason([pod("a-1", "a", conditions=[unscheduled])], "a") == (
+        "Pod a-1 is not scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    )
+    backoff = {"name": "fetch-model", "state": {"waiting": {"reason": "ImagePullBackOff"}}}
+    assert waiting_reason([pod("a-1", "a", initContainerStatuses=[backoff])], "a") == (
+        "Pod a-1 container fetch-model: ImagePullBackOff"
+    )

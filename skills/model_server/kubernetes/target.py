@@ -77,6 +77,32 @@ def rollout(deployment: dict[str, Any]) -> tuple[int, int, str | None]:
     return wanted, ready if current else 0, failure
 
 
+# Waiting reasons every starting pod passes through; anything else is worth saying.
+ROUTINE_WAITS = ("ContainerCreating", "PodInitializing")
+
+
+def waiting_reason(pods: list[dict[str, Any]], name: str) -> str | None:
+    """The first thing a server's pod waits for that is not routine, in one line."""
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if (meta.get("labels") or {}).get(MODEL_SERVER_LABEL) != name:
+            continue  # the selector is the server's optimisation; check it here too
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                why = condition.get("message") or condition.get("reason") or "not scheduled"
+                return f"Pod {meta.get('name')} is not scheduled: {why[:300]}"
+        statuses = (status.get("initContainerStatuses") or []) + (
+            status.get("containerStatuses") or []
+        )
+        for container in statuses:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason")
+            if reason and reason not in ROUTINE_WAITS:
+                detail = f": {waiting['message'][:300]}" if waiting.get("message") else ""
+                return f"Pod {meta.get('name')} container {container.get('name')}: {reason}{detail}"
+    return None
+
+
 class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
     name: ClassVar[str] = "kubernetes"
 
@@ -143,8 +169,10 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
             state = self._state(kube, name, settings)
             wanted = state.replicas or 0
             progress.report(state.ready_replicas or 0, wanted or None, state.message)
-            if state.status in ("ready", "failed", "stopped") or self.clock() >= deadline:
+            if state.status in ("ready", "failed", "stopped"):
                 return state
+            if self.clock() >= deadline:
+                return self._with_waiting_reason(kube, state, settings)
             self.sleep(self.poll_seconds)
 
     # the endpoint and its smoke test -------------------------------------------------------
@@ -273,10 +301,28 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
             next_step=next_step,
         )
 
+    def _with_waiting_reason(
+        self, kube: KubeJson, state: ServerState, settings: KubernetesServerSettings
+    ) -> ServerState:
+        """A starting server's message says what its pods wait for (an image pull, a
+        missing Secret, no node with free GPUs), read from the pods' own statuses."""
+        if state.status != "starting":
+            return state
+        reason = waiting_reason(
+            kube.items(
+                f"/api/v1/namespaces/{settings.namespace}/pods",
+                {"labelSelector": f"{MODEL_SERVER_LABEL}={state.name}"},
+            ),
+            state.name,
+        )
+        if reason is None:
+            return state
+        return state.model_copy(update={"message": f"{state.message} {reason}"})
+
     def get(self, name: str, settings: KubernetesServerSettings) -> ServerState:
         check_name(name)
         kube = self._client(settings)
-        return self._state(kube, name, settings)
+        return self._with_waiting_reason(kube, self._state(kube, name, settings), settings)
 
     def list(self, settings: KubernetesServerSettings) -> list[ServerState]:
         kube = self._client(settings)
