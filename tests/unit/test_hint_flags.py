@@ -40,12 +40,20 @@ GIT_FLAGS = (
     "--is-inside-work-tree --porcelain --short --untracked-files --show-toplevel --binary "
     "--no-ext-diff --no-color --others --exclude-standard --stdin-paths"
 )
+VLLM_FLAGS = "--served-model-name --tensor-parallel-size --dtype --max-model-len"
 ALLOWED: dict[str, str] = {
     **dict.fromkeys(PIP_FLAGS.split(), "pip's: the Dockerfile analyzer reads and fixes pip lines"),
     **dict.fromkeys(GIT_FLAGS.split(), "git's: the argv tags.py runs to find the commit"),
     "--junitxml": "pytest's: the buildspec's test step (commands/_buildspec.py)",
     **dict.fromkeys(SLURM_FLAGS.split(), "Slurm's and pyxis's: the argv the Slurm target runs"),
     **dict.fromkeys(ETCD_FLAGS.split(), "etcd's: the etcd Deployment auto_fix applies"),
+    **dict.fromkeys(
+        VLLM_FLAGS.split(), "vLLM's: the model server's argv (model_server/kubernetes)"
+    ),
+    **dict.fromkeys(
+        ("--no-progress", "--only-show-errors"), "aws s3 sync's: the model fetch init container"
+    ),
+    "--raw": "kubectl get's: the model server's curl line through the API proxy",
     "--enable-scheme": "the Training Operator's: its pinned Deployment (components.py)",
     "--profile": "the kubeconfig exec plugin's own argv (kube/access.py)",
     "--flag": "a placeholder in a docstring (slurm_script.py)",

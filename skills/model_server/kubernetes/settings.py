@@ -1,31 +1,86 @@
-"""PLACEHOLDER (serve-local slice): the smallest KubernetesServerSettings that lets the
-model-server tools take `target="kubernetes"`. The serve-kube slice owns this file and
-replaces it with the real settings (instance type, model source, max_model_len, ...);
-until then the Kubernetes target answers unsupported_for_target (registry.py)."""
+"""The Kubernetes model-server target's settings: how to reach the cluster (every model
+server tool takes these) and how to run vLLM there (deploy only; defaults elsewhere)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from skills.model_server.base import ServerSettings
+from skills.shared.paths import LocalPath
+
+DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# vLLM's OpenAI-compatible server image, pinned (the newest vLLM release as of 2026-11).
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+# The init container that copies an s3:// model into the pod (pinned aws CLI v2).
+S3_FETCH_IMAGE = "amazon/aws-cli:2.22.0"
+IMAGE = r"^[^\s\x00-\x1f-][^\s\x00-\x1f]{0,511}$"
 
 
 class KubernetesServerSettings(ServerSettings):
-    """vLLM Deployment + Service"""
+    """vLLM's OpenAI server as a Deployment + Service on a Kubernetes cluster"""
 
     target: Literal["kubernetes"] = "kubernetes"
     cluster_name: Annotated[
         str | None,
         Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$", description="EKS cluster name."),
     ] = None
+    region: Annotated[
+        str | None, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region.")
+    ] = None
+    kubeconfig: Annotated[
+        str | None,
+        Field(min_length=1, max_length=4096, description="kubeconfig path (default KUBECONFIG)."),
+        LocalPath(writable=False),
+    ] = None
+    context: Annotated[
+        str | None,
+        Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f]+$",
+              description="kubeconfig context."),
+    ] = None  # fmt: skip
     namespace: Annotated[
-        str,
-        Field(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Namespace."),
+        str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
     ] = "default"
-    replicas: Annotated[int, Field(ge=0, le=64, description="Server replicas.")] = 1
+    # --- deploy only ---------------------------------------------------------------------
+    instance_type: Annotated[
+        str,
+        Field(pattern=r"^[a-z0-9.-]{1,40}$", description="GPU instance type, e.g. g5.12xlarge."),
+    ] = "g5.12xlarge"
+    replicas: Annotated[int, Field(ge=0, le=64, description="Server replicas (pods).")] = 1
+    image: Annotated[str, Field(pattern=IMAGE, description="vLLM OpenAI server image.")] = (
+        VLLM_IMAGE
+    )
+    model_claim: Annotated[
+        str | None,
+        Field(max_length=253, pattern=DNS_NAME, description="PVC (e.g. FSx) holding model=path."),
+    ] = None
+    hf_token_secret: Annotated[
+        str | None,
+        Field(max_length=253, pattern=DNS_NAME, description="Secret (key 'token') with HF token."),
+    ] = None
+    service_account: Annotated[
+        str | None,
+        Field(max_length=253, pattern=DNS_NAME, description="Pod service account (S3 access)."),
+    ] = None
+    s3_fetch_image: Annotated[
+        str, Field(pattern=IMAGE, description="Image of the s3:// fetch init container.")
+    ] = S3_FETCH_IMAGE
+    max_model_len: Annotated[
+        int | None, Field(ge=16, le=10_000_000, description="Longest context vLLM serves (tokens).")
+    ] = None
+    dtype: Annotated[
+        Literal["auto", "bfloat16", "float16", "float32"],
+        Field(description="Weights dtype vLLM loads."),
+    ] = "auto"
+    port: Annotated[int, Field(ge=1024, le=65535, description="Server and Service port.")] = 8000
+    service_type: Annotated[
+        Literal["ClusterIP", "LoadBalancer"],
+        Field(description="ClusterIP (via API proxy) or internal LoadBalancer."),
+    ] = "ClusterIP"
 
-    @property
-    def job_runs_here(self) -> bool:
-        return False  # the model path is read in the pods, not on this host
+    @model_validator(mode="after")
+    def _one_way_in(self) -> KubernetesServerSettings:
+        if self.cluster_name and (self.kubeconfig or self.context):
+            raise ValueError("give cluster_name, or kubeconfig/context, not both")
+        return self

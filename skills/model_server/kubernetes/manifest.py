@@ -1,0 +1,211 @@
+"""(name, model, settings) -> the Deployment and Service that run vLLM's OpenAI server,
+rendered with jinja2 from templates/ and validated offline against the Kubernetes
+OpenAPI schema (kubernetes-validate, strict) before anything reaches a cluster.
+
+Where the model comes from decides the pod's shape (model_source):
+  s3://bucket/prefix   an init container copies it into an emptyDir (`aws s3 sync`);
+  model_claim=<pvc>    the claim (e.g. FSx for Lustre) is mounted read-only, model is
+                       the path inside it;
+  org/name             vLLM pulls it from the Hugging Face Hub, HF_TOKEN from the Secret
+                       named by hf_token_secret (only the name is in the manifest)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from skills.catalog.instances import instance_spec
+from skills.kube.efa import GPU_TOLERATIONS
+from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
+from skills.model_server.base import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
+from skills.model_server.kubernetes.settings import KubernetesServerSettings
+from skills.shared.errors import ErrorCode, ToolFailure
+
+HERE = Path(__file__).resolve().parent  # resolved at import: a later chdir must not move it
+MODEL_MOUNT = "/models"
+S3_MODEL_DIR = f"{MODEL_MOUNT}/model"
+SHM_SIZE = "16Gi"  # NCCL between tensor-parallel workers needs more than Docker's 64 MiB
+MODEL_ANNOTATION = "fsdp-eks/model"  # the model as the user gave it (get reports it)
+STARTUP_CHECKS = 180  # x 10 s: loading large weights takes minutes before /health answers
+# The schema version objects are checked against: the newest EKS standard-support version
+# as of this writing (kubernetes-validate ships 1.25-1.37).
+K8S_SCHEMA_VERSION = "1.33"
+# A Service name is a DNS-1035 label.
+SERVER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\x00-\x1f]*)?$")
+# An internal load balancer (AWS Load Balancer Controller): reachable from the VPC only;
+# vLLM answers without authentication, so nothing here faces the internet by default.
+LB_ANNOTATIONS = {
+    "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+}
+
+Source = Literal["s3", "pvc", "hub"]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    kind: Source
+    served_path: str  # what vLLM is given: a path in the container or a Hub id
+    claim: str | None = None
+    fetch_command: tuple[str, ...] = ()
+
+
+def check_name(name: str) -> None:
+    if not SERVER_NAME.match(name):
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"name {name!r} is not a Kubernetes Service name.",
+            "Use lowercase letters, digits and '-', starting with a letter, at most 63.",
+            {"problems": [{"field": "name", "problem": "not a DNS-1035 label"}]},
+        )
+
+
+def model_source(model: str, settings: KubernetesServerSettings) -> ModelSource:
+    """Where the pods get the model; a path only this machine has is refused."""
+    if settings.model_claim:
+        inner = posixpath.normpath("/" + model.lstrip("/"))
+        if model.startswith("s3://") or ".." in model.split("/"):
+            raise _bad_model(model, "with model_claim, model is a path inside the claim")
+        return ModelSource(
+            "pvc", MODEL_MOUNT + (inner if inner != "/" else ""), settings.model_claim
+        )
+    if model.startswith("s3://"):
+        if not S3_URI.match(model):
+            raise _bad_model(model, "not an s3://bucket/prefix URI")
+        uri = model.rstrip("/") + "/"
+        command = ("aws", "s3", "sync", "--no-progress", "--only-show-errors", uri, S3_MODEL_DIR)
+        return ModelSource("s3", S3_MODEL_DIR, fetch_command=command)
+    if HUB_ID.match(model) and not Path(model).exists():
+        return ModelSource("hub", model)
+    raise _bad_model(
+        model,
+        "the cluster cannot read a path on this machine; give s3://..., a Hub id (org/name), "
+        "or model_claim with the path inside the claim",
+    )
+
+
+def _bad_model(model: str, why: str) -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.INVALID_INPUT,
+        f"model {model!r}: {why}.",
+        "Export the model to S3 (the trainer's export does), put it on a PVC/FSx claim and "
+        "pass model_claim, or pass a Hugging Face Hub id.",
+        {"problems": [{"field": "model", "problem": why}]},
+    )
+
+
+def gpus_per_replica(instance_type: str) -> int:
+    """All GPUs of the instance per replica: vLLM shards the model over them."""
+    return instance_spec(instance_type).gpus
+
+
+def vllm_command(name: str, source: ModelSource, settings: KubernetesServerSettings) -> list[str]:
+    """The server's argv (never a shell string). --served-model-name is the server's name,
+    so clients ask for `model: <name>` whatever the weights are called."""
+    command = [
+        "vllm",
+        "serve",
+        source.served_path,
+        "--served-model-name",
+        name,
+        "--host",
+        "0.0.0.0",  # noqa: S104 (inside the pod; the Service decides who reaches it)
+        "--port",
+        str(settings.port),
+        "--tensor-parallel-size",
+        str(gpus_per_replica(settings.instance_type)),
+        "--dtype",
+        settings.dtype,
+    ]
+    if settings.max_model_len:
+        command += ["--max-model-len", str(settings.max_model_len)]
+    return command
+
+
+def labels(name: str) -> dict[str, str]:
+    return {MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1], MODEL_SERVER_LABEL: name}
+
+
+@cache
+def _environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # YAML, not HTML: every value goes through tojson instead
+        keep_trailing_newline=True,
+    )
+
+
+def render(name: str, model: str, settings: KubernetesServerSettings) -> list[dict[str, Any]]:
+    """[Deployment, Service] as the API receives them, each validated against the schema."""
+    check_name(name)
+    source = model_source(model, settings)
+    gpus = gpus_per_replica(settings.instance_type)
+    values = {
+        "name": name,
+        "namespace": settings.namespace,
+        "labels": labels(name),
+        "selector": {MODEL_SERVER_LABEL: name},
+        "port": settings.port,
+    }
+    deployment = (
+        _environment()
+        .get_template("deployment.yaml.j2")
+        .render(
+            **values,
+            annotations={MODEL_ANNOTATION: model},
+            replicas=settings.replicas,
+            service_account=settings.service_account,
+            node_selector={INSTANCE_TYPE_LABELS[0]: instance_spec(settings.instance_type).name},
+            tolerations=[GPU_TOLERATIONS[0]],  # the GPU taint; vLLM needs no EFA
+            shm_size=SHM_SIZE,
+            source=source.kind,
+            claim=source.claim,
+            fetch_image=settings.s3_fetch_image,
+            fetch_command=list(source.fetch_command),
+            model_mount=MODEL_MOUNT,
+            image=settings.image,
+            command=vllm_command(name, source, settings),
+            hf_secret=settings.hf_token_secret,
+            resources={GPU_RESOURCE: str(gpus)},  # a quantity, as the API returns it
+            startup_checks=STARTUP_CHECKS,
+        )
+    )
+    service = (
+        _environment()
+        .get_template("service.yaml.j2")
+        .render(**values, service_type=settings.service_type, lb_annotations=LB_ANNOTATIONS)
+    )
+    objects = [yaml.safe_load(deployment), yaml.safe_load(service)]
+    for obj in objects:
+        validate(obj)
+    return objects
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """`obj` against the Kubernetes OpenAPI schema, offline and strict (unknown fields
+    fail): a template bug is caught here, not by the API server mid-deploy."""
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(obj, K8S_SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        path = "/".join(str(p) for p in exc.path)
+        problem = {"path": path, "problem": str(exc.message)[:300]}
+        raise ToolFailure(
+            ErrorCode.MANIFEST_INVALID,
+            f"The rendered {obj.get('kind')} does not match the Kubernetes schema: {problem}",
+            "This is a bug in the model-server templates; report it with the details.",
+            {"problems": [problem], "kubernetes_version": K8S_SCHEMA_VERSION},
+        ) from None

@@ -1,0 +1,383 @@
+"""vLLM on Kubernetes: plan renders the Deployment + Service (manifest.py), deploy applies
+exactly those objects (server-side apply) through the one Kubernetes client, follows the
+rollout to Ready, then smoke-tests the OpenAI endpoint.
+
+How a tool outside the cluster reaches the server (the smoke request and `endpoint`):
+  * service_type=LoadBalancer: the Service's load balancer address once the cloud has
+    published it (status.loadBalancer.ingress), http://<host>:<port>. It is an internal
+    load balancer: this works from inside the VPC (a VPN, a bastion, CI in the VPC).
+  * otherwise (ClusterIP): the Kubernetes API server's service proxy,
+    <api>/api/v1/namespaces/<ns>/services/<name>:<port>/proxy, through the same
+    authenticated client: no port-forward process, nothing exposed. A person uses
+    `kubectl get --raw` on the same path (the `curl` line) or a port-forward.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from skills.kube.access import cluster_api_client
+from skills.kube.client import KubeJson
+from skills.model_server.base import (
+    MANAGED_BY_LABEL,
+    MODEL_SERVER_LABEL,
+    ServerPlan,
+    ServerState,
+    ServerTarget,
+)
+from skills.model_server.kubernetes.manifest import MODEL_ANNOTATION, check_name, render
+from skills.model_server.kubernetes.settings import KubernetesServerSettings
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
+from skills.shared.progress import Progress
+
+FIELD_MANAGER = "fsdp-eks"
+DEFAULT_WAIT_S = 30 * 60  # weights of a large model load for many minutes
+SMOKE_TIMEOUT_S = 60.0
+SMOKE_PROMPT = "Say hello in one short sentence."
+
+
+def _deployment_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+    return f"{base}/{name}" if name else base
+
+
+def _service_path(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{namespace}/services"
+    return f"{base}/{name}" if name else base
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    if obj["kind"] == "Deployment":
+        return _deployment_path(meta["namespace"], meta["name"])
+    return _service_path(meta["namespace"], meta["name"])
+
+
+def rollout(deployment: dict[str, Any]) -> tuple[int, int, str | None]:
+    """(wanted, ready, failure) of a Deployment as its controller reports it: ready counts
+    only once the controller has seen the current spec (observedGeneration)."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    wanted = int(spec.get("replicas", 1))
+    generation = (deployment.get("metadata") or {}).get("generation")
+    seen = status.get("observedGeneration")
+    current = generation is None or (seen is not None and seen >= generation)
+    ready = min(int(status.get("readyReplicas") or 0), int(status.get("updatedReplicas") or 0))
+    failure = None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Progressing" and condition.get("reason") == (
+            "ProgressDeadlineExceeded"
+        ):
+            failure = condition.get("message") or "the rollout passed its progress deadline"
+    return wanted, ready if current else 0, failure
+
+
+# Waiting reasons every starting pod passes through; anything else is worth saying.
+ROUTINE_WAITS = ("ContainerCreating", "PodInitializing")
+
+
+def waiting_reason(pods: list[dict[str, Any]], name: str) -> str | None:
+    """The first thing a server's pod waits for that is not routine, in one line."""
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if (meta.get("labels") or {}).get(MODEL_SERVER_LABEL) != name:
+            continue  # the selector is the server's optimisation; check it here too
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                why = condition.get("message") or condition.get("reason") or "not scheduled"
+                return f"Pod {meta.get('name')} is not scheduled: {why[:300]}"
+        statuses = (status.get("initContainerStatuses") or []) + (
+            status.get("containerStatuses") or []
+        )
+        for container in statuses:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason")
+            if reason and reason not in ROUTINE_WAITS:
+                detail = f": {waiting['message'][:300]}" if waiting.get("message") else ""
+                return f"Pod {meta.get('name')} container {container.get('name')}: {reason}{detail}"
+    return None
+
+
+class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
+    name: ClassVar[str] = "kubernetes"
+
+    def __init__(
+        self,
+        poll_seconds: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.poll_seconds = poll_seconds
+        self.clock = clock
+        self.sleep = sleep
+        self.kube: KubeJson | None = None  # the last client: `calls` measures a deploy
+
+    def _client(self, settings: KubernetesServerSettings) -> KubeJson:
+        api = cluster_api_client(
+            settings.cluster_name, settings.region, None, settings.kubeconfig, settings.context
+        )
+        self.kube = KubeJson(api)
+        return self.kube
+
+    # plan / deploy ------------------------------------------------------------------------
+
+    def plan(self, name: str, model: str, settings: KubernetesServerSettings) -> ServerPlan:
+        objects = render(name, model, settings)
+        container = objects[0]["spec"]["template"]["spec"]["containers"][0]
+        return ServerPlan(
+            name=name, model=model, target=self.name, objects=objects, argv=container["command"]
+        )
+
+    def deploy(
+        self,
+        plan: ServerPlan,
+        settings: KubernetesServerSettings,
+        progress: Progress,
+        wait_seconds: float | None,
+    ) -> ServerState:
+        kube = self._client(settings)
+        for obj in plan.objects:  # exactly the plan: server-side apply of each object
+            kube.request(
+                "PATCH",
+                object_path(obj),
+                query={"fieldManager": FIELD_MANAGER, "force": "true"},
+                body=obj,
+                content_type="application/apply-patch+yaml",
+            )
+        progress.report(0, None, f"applied Deployment and Service {plan.name}")
+        wait = DEFAULT_WAIT_S if wait_seconds is None else wait_seconds
+        state = self._follow(kube, plan.name, settings, progress, wait)
+        if state.status != "ready":
+            return state
+        return self._smoke(kube, state, settings)
+
+    def _follow(
+        self,
+        kube: KubeJson,
+        name: str,
+        settings: KubernetesServerSettings,
+        progress: Progress,
+        wait: float,
+    ) -> ServerState:
+        deadline = self.clock() + wait
+        while True:
+            state = self._state(kube, name, settings)
+            wanted = state.replicas or 0
+            progress.report(state.ready_replicas or 0, wanted or None, state.message)
+            if state.status in ("ready", "failed", "stopped"):
+                return state
+            if self.clock() >= deadline:
+                return self._with_waiting_reason(kube, state, settings)
+            self.sleep(self.poll_seconds)
+
+    # the endpoint and its smoke test -------------------------------------------------------
+
+    @staticmethod
+    def _proxy_path(settings: KubernetesServerSettings, name: str) -> str:
+        return f"{_service_path(settings.namespace, name)}:{settings.port}/proxy"
+
+    def _endpoint(
+        self, kube: KubeJson, service: dict[str, Any] | None, name: str, settings: Any
+    ) -> tuple[str | None, str | None]:
+        """(base URL, curl line); a LoadBalancer whose address is not published yet has none."""
+        if service is None:
+            return None, None
+        if (service.get("spec") or {}).get("type") == "LoadBalancer":
+            ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+            if not ingress:
+                return None, None
+            host = ingress[0].get("hostname") or ingress[0].get("ip")
+            base = f"http://{host}:{settings.port}"
+            return base, f"curl -s {base}/v1/models"
+        path = self._proxy_path(settings, name)
+        return kube.host.rstrip("/") + path, (
+            f"kubectl -n {settings.namespace} get --raw {path}/v1/models"
+        )
+
+    def _call(
+        self, kube: KubeJson, base: str, settings: Any, name: str, method: str, path: str,
+        body: dict[str, Any] | None = None,
+    ) -> Any:  # fmt: skip
+        """One request to the server: through the API server's proxy when `base` is it
+        (the client adds the cluster's credentials), else plain HTTP to the load balancer."""
+        proxy = self._proxy_path(settings, name)
+        if base.endswith(proxy):
+            return kube.json(method, proxy + path, body=body)
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=SMOKE_TIMEOUT_S) as response:  # noqa: S310
+            return json.loads(response.read())
+
+    def _smoke(
+        self, kube: KubeJson, state: ServerState, settings: KubernetesServerSettings
+    ) -> ServerState:
+        """GET /v1/models (the served name is listed), then one chat completion."""
+        if state.endpoint is None:
+            return state.model_copy(
+                update={"message": "Ready; the load balancer has no address yet: no smoke."}
+            )
+        name = state.name
+        try:
+            models = self._call(kube, state.endpoint, settings, name, "GET", "/v1/models")
+            ids = [m.get("id") for m in (models or {}).get("data") or []]
+            if name not in ids:
+                raise ValueError(f"/v1/models lists {ids}, not {name!r}")
+            body = {
+                "model": name,
+                "messages": [{"role": "user", "content": SMOKE_PROMPT}],
+                "max_tokens": 16,
+            }
+            answer = self._call(kube, state.endpoint, settings, name, "POST",
+                                "/v1/chat/completions", body)  # fmt: skip
+            text = answer["choices"][0]["message"]["content"]
+        except ToolFailure:
+            raise
+        except Exception as exc:  # urllib, the client's ApiException, a malformed answer
+            return state.model_copy(
+                update={
+                    "status": "failed",
+                    "message": f"Ready, but the smoke request failed: {type(exc).__name__}: "
+                    f"{str(exc)[:300]}",
+                }
+            )
+        return state.model_copy(
+            update={"smoke": str(text)[:200], "message": f"Ready; answered {len(ids)} model(s)."}
+        )
+
+    # get / list / delete / scale -------------------------------------------------------------
+
+    def _state(self, kube: KubeJson, name: str, settings: KubernetesServerSettings) -> ServerState:
+        deployment = kube.get_or_none(_deployment_path(settings.namespace, name))
+        if deployment is None:
+            raise ToolFailure(
+                ErrorCode.NOT_FOUND,
+                f"No model server {name!r} in namespace {settings.namespace!r}.",
+                "List them with list_model_servers, or deploy it with deploy_model_server.",
+                {"name": name, "namespace": settings.namespace},
+            )
+        return self._describe(kube, deployment, settings)
+
+    def _describe(
+        self, kube: KubeJson, deployment: dict[str, Any], settings: KubernetesServerSettings
+    ) -> ServerState:
+        name = deployment["metadata"]["name"]
+        wanted, ready, failure = rollout(deployment)
+        service = kube.get_or_none(_service_path(settings.namespace, name))
+        endpoint, curl = self._endpoint(kube, service, name, settings)
+        model = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
+            MODEL_ANNOTATION, ""
+        )
+        if failure:
+            status, message = "failed", f"Rollout failed: {failure}"
+        elif wanted == 0:
+            status, message = "stopped", "Scaled to 0 replicas."
+        elif ready >= wanted:
+            status, message = "ready", f"{ready}/{wanted} replicas ready."
+        else:
+            status, message = "starting", f"{ready}/{wanted} replicas ready."
+        next_step = None
+        if status == "starting":
+            next_step = NextStep(
+                tool="get_model_server",
+                arguments={"name": name, **_access(settings)},
+                why="Follow the rollout until every replica is ready.",
+            )
+        return ServerState(
+            name=name,
+            target=self.name,
+            status=status,
+            model=model,
+            endpoint=endpoint,
+            replicas=wanted,
+            ready_replicas=ready,
+            curl=curl,
+            message=message,
+            next_step=next_step,
+        )
+
+    def _with_waiting_reason(
+        self, kube: KubeJson, state: ServerState, settings: KubernetesServerSettings
+    ) -> ServerState:
+        """A starting server's message says what its pods wait for (an image pull, a
+        missing Secret, no node with free GPUs), read from the pods' own statuses."""
+        if state.status != "starting":
+            return state
+        reason = waiting_reason(
+            kube.items(
+                f"/api/v1/namespaces/{settings.namespace}/pods",
+                {"labelSelector": f"{MODEL_SERVER_LABEL}={state.name}"},
+            ),
+            state.name,
+        )
+        if reason is None:
+            return state
+        return state.model_copy(update={"message": f"{state.message} {reason}"})
+
+    def get(self, name: str, settings: KubernetesServerSettings) -> ServerState:
+        check_name(name)
+        kube = self._client(settings)
+        return self._with_waiting_reason(kube, self._state(kube, name, settings), settings)
+
+    def list(self, settings: KubernetesServerSettings) -> list[ServerState]:
+        kube = self._client(settings)
+        selector = f"{MANAGED_BY_LABEL[0]}={MANAGED_BY_LABEL[1]},{MODEL_SERVER_LABEL}"
+        found = kube.items(_deployment_path(settings.namespace), {"labelSelector": selector})
+        ours = [  # filtered here too: the selector is the server's optimisation, not a promise
+            d for d in found
+            if ((d.get("metadata") or {}).get("labels") or {}).get(MODEL_SERVER_LABEL)
+            and (d["metadata"]["labels"].get(MANAGED_BY_LABEL[0]) == MANAGED_BY_LABEL[1])
+        ]  # fmt: skip
+        return sorted((self._describe(kube, d, settings) for d in ours), key=lambda s: s.name)
+
+    def delete(self, name: str, settings: KubernetesServerSettings) -> ServerState:
+        """The Deployment (its pods with it) and the Service; gone already is not an error."""
+        check_name(name)
+        kube = self._client(settings)
+        removed = []
+        for kind, path in (
+            ("Deployment", _deployment_path(settings.namespace, name)),
+            ("Service", _service_path(settings.namespace, name)),
+        ):
+            status, _ = kube.request(
+                "DELETE", path, query={"propagationPolicy": "Foreground"}, missing_ok=(404,)
+            )
+            if status < 300:
+                removed.append(kind)
+        message = f"Deleted {' and '.join(removed)}." if removed else "Nothing to delete."
+        return ServerState(name=name, target=self.name, status="deleted", message=message)
+
+    def scale(self, name: str, replicas: int, settings: KubernetesServerSettings) -> ServerState:
+        check_name(name)
+        if not 0 <= replicas <= 64:
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"replicas={replicas} is outside 0..64.",
+                "Pass replicas between 0 and 64.",
+                {"problems": [{"field": "replicas", "problem": "out of range"}]},
+            )
+        kube = self._client(settings)
+        path = _deployment_path(settings.namespace, name)
+        patched = kube.json(
+            "PATCH",
+            path,
+            body={"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+            missing_ok=(404,),
+        )
+        if patched is None:
+            return self._state(kube, name, settings)  # raises NOT_FOUND with its hint
+        return self._describe(kube, patched, settings)
+
+
+def _access(settings: KubernetesServerSettings) -> dict[str, Any]:
+    """The settings a follow-up tool call needs to reach the same cluster and namespace."""
+    keys = ("cluster_name", "region", "kubeconfig", "context")
+    found: dict[str, Any] = {"target": "kubernetes", "namespace": settings.namespace}
+    found.update({k: getattr(settings, k) for k in keys if getattr(settings, k)})
+    return found
