@@ -9,7 +9,7 @@ from typing import Any
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
 from skills.eks_cluster_manager.kube import Kube
-from skills.eks_cluster_manager.models import ClusterReport
+from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
 from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
@@ -247,3 +247,131 @@ def judge_nccl_output(nccl_output: str, instance_type: str | None) -> ClusterRep
     summary = f"{report.verdict}: {report.reason}"
     return ClusterReport(action="nccl_test", nccl=report, summary=summary)
 
+
+def _counts(rows: list[Any]) -> str:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.action] = counts.get(row.action, 0) + 1
+    return ", ".join(f"{n} {a}" for a, n in counts.items()) or "nothing"
+
+
+def storage(access: Access, spec: Any, apply: bool, progress: Progress) -> ClusterReport:
+    """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
+    (apply) each missing or differing piece made, in that order."""
+    from skills.eks_cluster_manager import storage as fsx_storage
+    from skills.eks_cluster_manager.cleanup import Counted
+
+    cluster_name = access.need_cluster("storage")
+    fsx_storage.check_size(spec.deployment_type, spec.size_gib)
+    aws = Counted(access.session())
+    region = aws.session.region_name
+    progress.report(0, 4, "the cluster's network")
+    cluster = fsx_storage.describe_cluster_raw(aws.session, aws("eks"), cluster_name)
+    account = aws("sts").get_caller_identity()["Account"]
+    bucket = fsx_storage.bucket_name(spec, account)
+    net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
+    kube = access.kube()
+    progress.report(1, 4, "security group and file system")
+    group_row, group_id = fsx_storage.ensure_group(aws("ec2"), spec, net, apply)
+    fs_row, fs = fsx_storage.ensure_file_system(aws("fsx"), spec, net, group_id, apply)
+    progress.report(2, 4, "bucket")
+    bucket_row = fsx_storage.ensure_bucket(aws("s3"), spec, bucket, region, apply)
+    progress.report(3, 4, "Kubernetes objects")
+    rows = [group_row, fs_row, bucket_row, *fsx_storage.ensure_objects(kube, spec, fs, apply)]
+    driver = fsx_storage.csi_driver(kube)
+    progress.report(4, 4, "done")
+    changes: dict[str, Any] = {
+        "csi_driver": driver or "missing",
+        "claim": f"{spec.namespace}/{spec.claim}",
+        "bucket": f"s3://{bucket}",
+        "aws_calls": len(aws.calls),
+    }
+    report = ClusterReport(action="storage", resources=rows, changes=changes, api_calls=kube.calls)
+    writes = [r for r in rows if r.action in ("create", "update")]
+    if not apply:
+        report.cost = fsx_storage.storage_cost(spec, region)
+        report.summary = (
+            f"plan: {len(writes)} resource(s) to create or update; nothing changed"
+            if writes
+            else "unchanged: everything is in place"
+        )
+        if writes:
+            report.next_step = "Call again with confirm=true (CLI: --confirm) to apply this plan."
+    else:
+        changed = [r for r in rows if r.action in ("created", "updated")]
+        report.summary = f"applied: {_counts(rows)}" if changed else "unchanged"
+        if rows[1].action in ("created", "unchanged") and fs is not None:
+            report.summary += f"; mount it with checkpoint_volume=pvc:{spec.claim}"
+    if driver is None:
+        hint = fsx_storage.csi_install_hint(cluster_name, region, account)
+        changes["csi_driver"] = f"missing: the claim mounts once it runs; {hint}"
+        report.next_step = f"Install the FSx CSI driver: {hint}"
+    return report
+
+
+def cleanup(access: Access, spec: Any, apply: bool, progress: Progress) -> ClusterReport:
+    """What this suite created for the cluster, deleted in dependency order (a plan
+    unless `apply`); what stays is reported with why."""
+    from skills.eks_cluster_manager import cleanup as sweep
+    from skills.eks_cluster_manager import storage as fsx_storage
+
+    cluster_name = access.need_cluster("cleanup")
+    aws = sweep.Counted(access.session())
+    region = aws.session.region_name
+    cluster = fsx_storage.describe_cluster_raw(aws.session, aws("eks"), cluster_name)
+    rows = []
+    kube_calls = 0
+    progress.report(0, 4, "jobs, model servers and storage objects")
+    try:
+        kube = access.kube()
+        rows += sweep.kube_rows(kube, spec.parts, apply)
+        kube_calls = kube.calls
+    except ToolFailure as failure:
+        if failure.code != ErrorCode.ENDPOINT_UNREACHABLE:
+            raise
+        rows.append(
+            ResourceChange(
+                kind="Kubernetes objects",
+                name=cluster_name,
+                action="left" if apply else "keep",
+                detail=f"the API is not reachable ({failure.message})",
+            )
+        )
+    progress.report(1, 4, "node groups")
+    if "nodegroups" in spec.parts:
+        rows += sweep.nodegroup_rows(aws("eks"), cluster_name, apply)
+    progress.report(2, 4, "file system and security group")
+    if "fsx" in spec.parts:
+        rows += sweep.fsx_rows(aws("fsx"), aws("ec2"), cluster_name, apply)
+    progress.report(3, 4, "bucket and cluster")
+    if spec.delete_bucket != "keep" or spec.bucket:
+        account = aws("sts").get_caller_identity()["Account"]
+        name = fsx_storage.bucket_name(
+            fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
+        )
+        rows += sweep.bucket_rows(aws("s3"), name, spec.delete_bucket, apply)
+    if spec.delete_cluster:
+        # The cluster's VPC goes with it: not while a file system's interfaces are in it.
+        fs_left = apply and sweep.file_system_remains(aws("fsx"), cluster_name)
+        rows.append(sweep.cluster_row(cluster.get("tags"), cluster_name, region, fs_left, apply))
+    progress.report(4, 4, "done")
+    report = ClusterReport(
+        action="cleanup",
+        resources=rows,
+        changes={"aws_calls": len(aws.calls), "kubernetes_calls": kube_calls},
+        api_calls=kube_calls + len(aws.calls),
+    )
+    deletes = [r for r in rows if r.action == "delete"]
+    if not apply:
+        report.summary = (
+            f"plan: {len(deletes)} resource(s) to delete; nothing deleted"
+            if deletes
+            else "nothing to delete"
+        )
+        if deletes:
+            report.next_step = "Call again with confirm=true (CLI: --confirm) to delete them."
+    else:
+        report.summary = f"cleanup: {_counts(rows)}" if rows else "nothing to delete"
+        if any(r.action == "left" for r in rows):
+            report.next_step = "Run action=cleanup again for what was left (see each row's why)."
+    return report
