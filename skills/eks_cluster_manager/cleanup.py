@@ -16,6 +16,7 @@ Everything else is reported as left, with why. A second run finds nothing to del
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -263,8 +264,12 @@ def _delete_bucket(s3: Any, name: str) -> None:
     s3.delete_bucket(Bucket=name)
 
 
+# The command as a person would paste it (the argv cleanup runs is split from it).
+DELETE_CLUSTER = "`eksctl delete cluster --name {cluster} --region {region} --wait`"
+
+
 def delete_cluster_command(cluster: str, region: str) -> list[str]:
-    return ["eksctl", "delete", "cluster", "--name", cluster, "--region", region, "--wait"]
+    return shlex.split(DELETE_CLUSTER.strip("`").format(cluster=cluster, region=region))
 
 
 def cluster_row(
@@ -274,7 +279,7 @@ def cluster_row(
     fs_left: bool,
     apply: bool,
 ) -> ResourceChange:
-    command = " ".join(delete_cluster_command(cluster, region))
+    command = DELETE_CLUSTER.format(cluster=cluster, region=region)
     if not ownership.made_by_suite(tags):
         return _row("EKS cluster", cluster, "keep", "not created by fsdp-eks (no created-by tag)")
     if fs_left:

@@ -518,19 +518,19 @@ def csi_driver(kube: Kube) -> str | None:
     return None
 
 
+# The EKS add-on with its IAM role (action=create_config's eksctl config lists it already).
+CSI_INSTALL = (
+    "`eksctl create iamserviceaccount --cluster {cluster} --region {region} --namespace "
+    "kube-system --name fsx-csi-controller-sa --attach-policy-arn "
+    "arn:aws:iam::aws:policy/AmazonFSxFullAccess --role-name {role} --role-only --approve`, "
+    "then `aws eks create-addon --cluster-name {cluster} --region {region} --addon-name "
+    "aws-fsx-csi-driver --service-account-role-arn arn:aws:iam::{account}:role/{role}`"
+)
+
+
 def csi_install_hint(cluster: str, region: str, account: str) -> str:
-    """How to install the driver: the EKS add-on with its IAM role (the eksctl config of
-    action=create_config lists it already)."""
     role = f"fsdp-eks-fsx-csi-{cluster}"[:64]
-    return (
-        f"eksctl create iamserviceaccount --cluster {cluster} --region {region} "
-        "--namespace kube-system --name fsx-csi-controller-sa "
-        "--attach-policy-arn arn:aws:iam::aws:policy/AmazonFSxFullAccess "
-        f"--role-name {role} --role-only --approve; then "
-        f"aws eks create-addon --cluster-name {cluster} --region {region} "
-        f"--addon-name aws-fsx-csi-driver --service-account-role-arn "
-        f"arn:aws:iam::{account}:role/{role}"
-    )
+    return CSI_INSTALL.format(cluster=cluster, region=region, account=account, role=role)
 
 
 def storage_cost(spec: StorageSpec, region: str) -> dict[str, Any] | None:

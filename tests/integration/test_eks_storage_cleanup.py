@@ -395,7 +395,7 @@ def test_cleanup_only_a_part_and_the_cluster_through_eksctl(aws, kube, tmp_path,
     plan = call(kube, "cl-b", action="cleanup", delete_cluster=True)
     assert plan.resources[-1].action == "delete"
     assert (
-        plan.resources[-1].detail == "eksctl delete cluster --name cl-b --region us-east-1 --wait"
+        plan.resources[-1].detail == "`eksctl delete cluster --name cl-b --region us-east-1 --wait`"
     )
     assert not record.exists()
     done = call(kube, "cl-b", action="cleanup", delete_cluster=True, confirm=True)
