@@ -476,17 +476,20 @@ def ensure_objects(
 
     mount = ((fs or {}).get("LustreConfiguration") or {}).get("MountName")
     if fs is None or not mount or not fs.get("DNSName"):
-        why = (
-            "volumeHandle, dnsname and mountname: the new file system's"
+        pending = (
+            "names the new file system (id, DNS name, mount name)"
             if fs is None
             else "waiting for the file system's mount name (FSx reports it once it is "
             "created): run action=storage again"
         )
-        action = "create" if fs is None or not apply else "left"
+        later: ResourceAction = "create" if fs is None or not apply else "left"
         return [
-            ResourceChange(kind=kind, name=name, action=action, detail=why)
+            ResourceChange(
+                kind=kind, name=name, action=later,
+                detail=pending if kind == "PersistentVolume" or fs is not None else "",
+            )
             for kind, name in _kube_names(spec)
-        ]
+        ]  # fmt: skip
     rows = []
     for obj, (kind, name) in zip(kube_objects(spec, fs), _kube_names(spec), strict=True):
         current = kube.get_or_none(object_path(obj))

@@ -446,3 +446,21 @@ def test_cleanup_comes_back_for_what_fsx_holds(moto_server, kube, tmp_path, monk
         assert actions_of(last)[("SecurityGroup", group["GroupId"])] == "deleted"
         assert actions_of(last)[("EKS cluster", "cl-d")] == "deleted"
         assert not fsx_group("cl-d")
+
+
+def test_storage_waits_for_a_mount_name_and_finishes_on_the_next_run(moto_server, kube):
+    """moto alone answers with no MountName (as a file system might before FSx fills it
+    in): the claim is left with why, and the next run, with the answer complete, makes it."""
+    make_cluster("st-d")
+    first = call(kube, "st-d", action="storage", confirm=True)
+    rows = {r.kind: r for r in first.resources}
+    assert rows["FSx file system"].action == "created"
+    assert rows["PersistentVolume"].action == "left"
+    assert "mount name" in rows["PersistentVolume"].detail
+    assert kube_object(kube, "v1/persistentvolumes", None, storage.PERSISTENT_VOLUME) is None
+    with fsx_as_aws_answers():
+        second = call(kube, "st-d", action="storage", confirm=True)
+    assert [r.action for r in second.resources] == [
+        "unchanged", "unchanged", "unchanged", "created", "created", "created"
+    ]  # fmt: skip
+    assert len(file_systems("st-d")) == 1
