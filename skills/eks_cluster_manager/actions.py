@@ -271,6 +271,7 @@ def storage(access: Access, spec: Any, apply: bool, progress: Progress) -> Clust
     bucket = fsx_storage.bucket_name(spec, account)
     net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
     kube = access.kube()
+    driver = fsx_storage.csi_driver(kube)  # first: an unreachable API fails before any write
     progress.report(1, 4, "security group and file system")
     group_row, group_id = fsx_storage.ensure_group(aws("ec2"), spec, net, apply)
     fs_row, fs = fsx_storage.ensure_file_system(aws("fsx"), spec, net, group_id, apply)
@@ -278,7 +279,6 @@ def storage(access: Access, spec: Any, apply: bool, progress: Progress) -> Clust
     bucket_row = fsx_storage.ensure_bucket(aws("s3"), spec, bucket, region, apply)
     progress.report(3, 4, "Kubernetes objects")
     rows = [group_row, fs_row, bucket_row, *fsx_storage.ensure_objects(kube, spec, fs, apply)]
-    driver = fsx_storage.csi_driver(kube)
     progress.report(4, 4, "done")
     changes: dict[str, Any] = {
         "csi_driver": driver or "missing",
@@ -344,12 +344,11 @@ def cleanup(access: Access, spec: Any, apply: bool, progress: Progress) -> Clust
     if "fsx" in spec.parts:
         rows += sweep.fsx_rows(aws("fsx"), aws("ec2"), cluster_name, apply)
     progress.report(3, 4, "bucket and cluster")
-    if spec.delete_bucket != "keep" or spec.bucket:
-        account = aws("sts").get_caller_identity()["Account"]
-        name = fsx_storage.bucket_name(
-            fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
-        )
-        rows += sweep.bucket_rows(aws("s3"), name, spec.delete_bucket, apply)
+    account = aws("sts").get_caller_identity()["Account"]
+    name = fsx_storage.bucket_name(
+        fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
+    )
+    rows += sweep.bucket_rows(aws("s3"), name, spec.delete_bucket, apply)
     if spec.delete_cluster:
         # The cluster's VPC goes with it: not while a file system's interfaces are in it.
         fs_left = apply and sweep.file_system_remains(aws("fsx"), cluster_name)

@@ -299,15 +299,6 @@ def bucket_state(s3: Any, name: str) -> BucketState:
             ) from None
         raise
 
-    def absent(call: Any, missing: str) -> bool:
-        try:
-            call(Bucket=name)
-        except botocore.exceptions.ClientError as exc:
-            if _client_error_code(exc) == missing:
-                return True
-            raise
-        return False
-
     tags: list[dict[str, Any]] = []
     try:
         tags = s3.get_bucket_tagging(Bucket=name).get("TagSet", [])
@@ -321,9 +312,13 @@ def bucket_state(s3: Any, name: str) -> BucketState:
     except botocore.exceptions.ClientError as exc:
         if _client_error_code(exc) != "NoSuchPublicAccessBlockConfiguration":
             raise
-    encrypted = not absent(
-        s3.get_bucket_encryption, "ServerSideEncryptionConfigurationNotFoundError"
-    )
+    encrypted = True
+    try:
+        s3.get_bucket_encryption(Bucket=name)
+    except botocore.exceptions.ClientError as exc:
+        if _client_error_code(exc) != "ServerSideEncryptionConfigurationNotFoundError":
+            raise
+        encrypted = False
     return BucketState(
         exists=True, ours=ownership.made_by_suite(tags), encrypted=encrypted, blocked=blocked
     )

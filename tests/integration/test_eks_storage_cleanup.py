@@ -382,6 +382,7 @@ def test_cleanup_only_a_part_and_the_cluster_through_eksctl(aws, kube, tmp_path,
     assert [(r.kind, r.name, r.action) for r in only.resources] == [
         ("node group", "byo", "keep"),
         ("node group", "gpu", "deleted"),
+        ("S3 bucket", f"fsdp-eks-cl-b-{ACCOUNT}", "keep"),  # reported, never without asking
     ]
     assert file_systems("cl-b")  # the rest stays
 
@@ -464,3 +465,13 @@ def test_storage_waits_for_a_mount_name_and_finishes_on_the_next_run(moto_server
         "unchanged", "unchanged", "unchanged", "created", "created", "created"
     ]  # fmt: skip
     assert len(file_systems("st-d")) == 1
+
+
+def test_storage_writes_nothing_when_the_kubernetes_api_is_unreachable(aws):
+    """moto's cluster endpoint is fake: the API is asked first, so nothing is half made."""
+    make_cluster("st-e")
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(action="storage", cluster_name="st-e", region=REGION, confirm=True)
+    assert failure.value.code == "endpoint_unreachable"
+    assert not file_systems("st-e") and not fsx_group("st-e")
+    assert not bucket_exists(f"fsdp-eks-st-e-{ACCOUNT}")
