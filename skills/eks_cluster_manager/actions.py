@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
@@ -14,6 +14,10 @@ from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.shared.reading import read_text
+
+if TYPE_CHECKING:  # the modules themselves load with their action
+    from skills.eks_cluster_manager.cleanup import CleanupSpec
+    from skills.eks_cluster_manager.storage import StorageSpec
 
 
 @dataclass(frozen=True)
@@ -255,7 +259,7 @@ def _counts(rows: list[Any]) -> str:
     return ", ".join(f"{n} {a}" for a, n in counts.items()) or "nothing"
 
 
-def storage(access: Access, spec: Any, apply: bool, progress: Progress) -> ClusterReport:
+def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
     from skills.eks_cluster_manager import storage as fsx_storage
@@ -305,11 +309,13 @@ def storage(access: Access, spec: Any, apply: bool, progress: Progress) -> Clust
     if driver is None:
         hint = fsx_storage.csi_install_hint(cluster_name, region, account)
         changes["csi_driver"] = f"missing: the claim mounts once it runs; {hint}"
-        report.next_step = f"Install the FSx CSI driver: {hint}"
+        report.next_step = f"Install the FSx CSI driver: {hint}" + (
+            "; and call again with confirm=true to apply this plan" if writes and not apply else ""
+        )
     return report
 
 
-def cleanup(access: Access, spec: Any, apply: bool, progress: Progress) -> ClusterReport:
+def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) -> ClusterReport:
     """What this suite created for the cluster, deleted in dependency order (a plan
     unless `apply`); what stays is reported with why."""
     from skills.eks_cluster_manager import cleanup as sweep

@@ -250,7 +250,7 @@ def test_storage_without_the_csi_driver_says_how_to_install_it(aws, kube):
     plan = call(kube, "st-c", action="storage", nodegroup="gpu")
     assert plan.changes["csi_driver"].startswith("missing")
     assert "--addon-name aws-fsx-csi-driver" in plan.next_step
-    assert "AmazonFSxFullAccess" in plan.next_step
+    assert "AmazonFSxFullAccess" in plan.next_step and "confirm=true" in plan.next_step
     # nodegroup places the file system in the GPU nodes' subnet (their AZ).
     gpu_subnet = boto3.client("eks", region_name=REGION).describe_nodegroup(
         clusterName="st-c", nodegroupName="gpu"
