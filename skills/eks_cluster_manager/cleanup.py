@@ -106,12 +106,15 @@ def kube_rows(kube: Kube, parts: tuple[Part, ...], apply: bool) -> list[Resource
 
     rows = []
     selector = [("labelSelector", "=".join(ownership.MANAGED_BY_LABEL))]
+    listed: dict[str, list[dict[str, Any]]] = {}  # one list per kind (Secrets serve two steps)
     for part, kind, path, label in KUBE_STEPS:
         if part not in parts:
             continue
         # The selector narrows a real API server's answer; the labels are read again here
         # (a server that ignores selectors must not widen what is deleted).
-        for obj in kube.items(path, selector):
+        if path not in listed:
+            listed[path] = kube.items(path, selector)
+        for obj in listed[path]:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             if label is None and any(other in labels for other in _OTHER_LABELS):
                 continue  # a server's or the storage's: their own step
