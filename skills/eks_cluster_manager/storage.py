@@ -123,7 +123,7 @@ def network(eks: Any, ec2: Any, cluster: dict[str, Any], nodegroup: str | None) 
             {"cluster_name": cluster["name"]},
         )
     subnet = ec2.describe_subnets(SubnetIds=[subnets[0]])["Subnets"][0]
-    vpc_id = config.get("vpcId") or subnet["VpcId"]
+    vpc_id = config.get("vpcId") or subnet["VpcId"]  # EKS names it; moto leaves it out
     cidr = ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlock"]
     return Network(vpc_id=vpc_id, cidr=cidr, subnet_id=subnets[0])
 
