@@ -24,8 +24,9 @@ from skills.shared.progress import NullProgress, Progress
 from skills.shared.tooling import spec_of, tool
 
 Action = Literal[
-    "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config"
-]
+    "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config",
+    "storage", "cleanup",
+]  # fmt: skip
 
 
 @tool(read_only=False, destructive=True, long=True)
@@ -39,7 +40,8 @@ def manage_eks_cluster(
     namespace: p.Namespace = "default",
     auto_fix: Annotated[bool, Field(description="= action auto_fix.")] = False,
     confirm: Annotated[
-        bool, Field(description="Apply auto_fix; scale to 0; re-point a context; run eksctl.")
+        bool,
+        Field(description="Apply auto_fix/storage; cleanup; scale to 0; re-point; run eksctl."),
     ] = False,
     checkpoint_pvc: p.CheckpointPvc = None,
     rdzv_backend: p.RdzvBackend = "c10d",
@@ -54,13 +56,33 @@ def manage_eks_cluster(
     volume_size: Annotated[int, Field(description="GPU node GiB."), p.within(20, 16384)] = 500,
     capacity_reservation_id: p.CapacityReservationId = None,
     output: p.EksctlOutput = None,
+    fsx_size_gib: Annotated[
+        int, Field(description="storage: FSx GiB (1200, 2400, n*2400)."), p.within(1200, 460800)
+    ] = 1200,
+    fsx_deployment_type: Annotated[
+        Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"],
+        Field(description="storage: FSx deployment type."),
+    ] = "SCRATCH_2",
+    bucket: Annotated[
+        str | None, Field(description="storage/cleanup: S3 bucket (fsdp-eks-<cluster>-<account>).")
+    ] = None,
+    delete_bucket: Annotated[
+        Literal["keep", "if_empty", "with_objects"], Field(description="cleanup: the bucket.")
+    ] = "keep",
+    delete_cluster: Annotated[bool, Field(description="cleanup: the cluster (eksctl).")] = False,
+    only: Annotated[
+        list[Literal["jobs", "model_servers", "nodegroups", "fsx"]] | None,
+        Field(description="cleanup: only these parts."),
+    ] = None,
     wait_seconds: p.Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
     """Check, fix and change a GPU cluster for FSDP jobs (EKS: cluster_name; any:
     kubeconfig). Reads only: inspect_eks_cluster. action: describe; validate; auto_fix
     (a plan; confirm applies); nccl_test (job as operation, or nccl_output); scale;
-    kubeconfig (writes the named file; no aws CLI); create_config (eksctl)."""
+    kubeconfig (writes the named file; no aws CLI); create_config (eksctl); storage (FSx +
+    S3 + PV/PVC: a plan; confirm applies); cleanup (what this suite made: a plan; confirm
+    deletes)."""
     progress = progress or NullProgress()
     access = actions.Access(cluster_name, region, None, kubeconfig, context)
     options = Options(namespace=namespace, checkpoint_pvc=checkpoint_pvc, rdzv_backend=rdzv_backend)
@@ -78,6 +100,30 @@ def manage_eks_cluster(
         _need(kubeconfig, "kubeconfig", "kubeconfig", "Name the kubeconfig file to write "
               "(the CLI's default: $KUBECONFIG, else ~/.kube/config).")  # fmt: skip
         return actions.kubeconfig(access, confirm)
+    if action == "storage":
+        from skills.eks_cluster_manager.storage import DEFAULT_CLAIM, StorageSpec
+
+        spec = StorageSpec(
+            cluster=access.need_cluster("storage"),
+            namespace=namespace,
+            claim=checkpoint_pvc or DEFAULT_CLAIM,
+            size_gib=fsx_size_gib,
+            deployment_type=fsx_deployment_type,
+            bucket=bucket,
+            nodegroup=nodegroup,
+        )
+        return actions.storage(access, spec, confirm, progress)
+    if action == "cleanup":
+        from skills.eks_cluster_manager.cleanup import CleanupSpec, needs_parts
+
+        spec = CleanupSpec(
+            cluster=access.need_cluster("cleanup"),
+            parts=needs_parts(list(only or [])),
+            bucket=bucket,
+            delete_bucket=delete_bucket,
+            delete_cluster=delete_cluster,
+        )
+        return actions.cleanup(access, spec, confirm, progress)
     if action == "nccl_test":
         return _nccl(
             access, namespace, nodes, instance_type, image, nccl_output, wait_seconds, progress

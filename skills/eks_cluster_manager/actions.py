@@ -5,17 +5,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
 from skills.eks_cluster_manager.kube import Kube
-from skills.eks_cluster_manager.models import ClusterReport
+from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
 from skills.kube.access import cluster_api_client
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.reading import read_text
+
+if TYPE_CHECKING:  # the modules themselves load with their action
+    from skills.eks_cluster_manager.cleanup import CleanupSpec
+    from skills.eks_cluster_manager.storage import StorageSpec
 
 
 @dataclass(frozen=True)
@@ -272,3 +276,174 @@ def judge_nccl_output(nccl_output: str, instance_type: str | None) -> ClusterRep
     report = parse(text, spec)
     summary = f"{report.verdict}: {report.reason}"
     return ClusterReport(action="nccl_test", nccl=report, summary=summary)
+
+
+def _counts(rows: list[Any]) -> str:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.action] = counts.get(row.action, 0) + 1
+    return ", ".join(f"{n} {a}" for a, n in counts.items()) or "nothing"
+
+
+def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) -> ClusterReport:
+    """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
+    (apply) each missing or differing piece made, in that order."""
+    from skills.eks_cluster_manager import storage as fsx_storage
+    from skills.eks_cluster_manager.cleanup import Counted
+
+    cluster_name = access.need_cluster("storage")
+    fsx_storage.check_size(spec.deployment_type, spec.size_gib)
+    aws = Counted(access.session())
+    region = aws.session.region_name
+    progress.report(0, 4, "the cluster's network")
+    cluster = fsx_storage.describe_cluster_raw(aws.session, aws("eks"), cluster_name)
+    account = aws("sts").get_caller_identity()["Account"]
+    bucket = fsx_storage.bucket_name(spec, account)
+    net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
+    kube = access.kube()
+    driver = fsx_storage.csi_driver(kube)  # first: an unreachable API fails before any write
+    progress.report(1, 4, "security group and file system")
+    group_row, group_id = fsx_storage.ensure_group(aws("ec2"), spec, net, apply)
+    fs_row, fs = fsx_storage.ensure_file_system(aws("fsx"), spec, net, group_id, apply)
+    progress.report(2, 4, "bucket")
+    bucket_row = fsx_storage.ensure_bucket(aws("s3"), spec, bucket, region, apply)
+    progress.report(3, 4, "Kubernetes objects")
+    rows = [group_row, fs_row, bucket_row, *fsx_storage.ensure_objects(kube, spec, fs, apply)]
+    progress.report(4, 4, "done")
+    changes: dict[str, Any] = {
+        "csi_driver": driver or "missing",
+        "claim": f"{spec.namespace}/{spec.claim}",
+        "bucket": f"s3://{bucket}",
+        "aws_calls": len(aws.calls),
+    }
+    report = ClusterReport(action="storage", resources=rows, changes=changes, api_calls=kube.calls)
+    writes = [r for r in rows if r.action in ("create", "update")]
+    if not apply:
+        report.cost = fsx_storage.storage_cost(spec, region)
+        report.summary = (
+            f"plan: {len(writes)} resource(s) to create or update; nothing changed"
+            if writes
+            else "unchanged: everything is in place"
+        )
+        if writes:
+            report.next_step = NextStep(
+                tool="manage_eks_cluster",
+                arguments={**_storage_args(access, spec), "confirm": True},
+                why="apply this plan",
+            )
+    else:
+        changed = [r for r in rows if r.action in ("created", "updated")]
+        report.summary = f"applied: {_counts(rows)}" if changed else "unchanged"
+        if rows[1].action in ("created", "unchanged") and fs is not None:
+            report.summary += f"; mount it with checkpoint_volume=pvc:{spec.claim}"
+    if driver is None:
+        hint = fsx_storage.csi_install_hint(cluster_name, region, account)
+        changes["csi_driver"] = f"missing: the claim mounts once it runs; {hint}"
+        # Installing the driver is not a call of this suite: a hint beside the plan's step.
+        report.hint = f"Install the FSx CSI driver: {hint}"
+    return report
+
+
+def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) -> ClusterReport:
+    """What this suite created for the cluster, deleted in dependency order (a plan
+    unless `apply`); what stays is reported with why."""
+    from skills.eks_cluster_manager import cleanup as sweep
+    from skills.eks_cluster_manager import storage as fsx_storage
+
+    cluster_name = access.need_cluster("cleanup")
+    aws = sweep.Counted(access.session())
+    region = aws.session.region_name
+    cluster = fsx_storage.describe_cluster_raw(aws.session, aws("eks"), cluster_name)
+    rows = []
+    kube_calls = 0
+    progress.report(0, 4, "jobs, model servers and storage objects")
+    try:
+        kube = access.kube()
+        rows += sweep.kube_rows(kube, spec.parts, apply)
+        kube_calls = kube.calls
+    except ToolFailure as failure:
+        if failure.code != ErrorCode.ENDPOINT_UNREACHABLE:
+            raise
+        rows.append(
+            ResourceChange(
+                kind="Kubernetes objects",
+                name=cluster_name,
+                action="left" if apply else "keep",
+                detail=f"the API is not reachable ({failure.message})",
+            )
+        )
+    progress.report(1, 4, "node groups")
+    if "nodegroups" in spec.parts:
+        rows += sweep.nodegroup_rows(aws("eks"), cluster_name, apply)
+    progress.report(2, 4, "file system and security group")
+    if "fsx" in spec.parts:
+        rows += sweep.fsx_rows(aws("fsx"), aws("ec2"), cluster_name, apply)
+    progress.report(3, 4, "bucket and cluster")
+    account = aws("sts").get_caller_identity()["Account"]
+    name = fsx_storage.bucket_name(
+        fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
+    )
+    rows += sweep.bucket_rows(aws("s3"), name, spec.delete_bucket, apply)
+    if spec.delete_cluster:
+        # The cluster's VPC goes with it: not while a file system's interfaces are in it.
+        fs_left = apply and sweep.file_system_remains(aws("fsx"), cluster_name)
+        rows.append(sweep.cluster_row(cluster.get("tags"), cluster_name, region, fs_left, apply))
+    progress.report(4, 4, "done")
+    report = ClusterReport(
+        action="cleanup",
+        resources=rows,
+        changes={"aws_calls": len(aws.calls), "kubernetes_calls": kube_calls},
+        api_calls=kube_calls + len(aws.calls),
+    )
+    deletes = [r for r in rows if r.action == "delete"]
+    if not apply:
+        report.summary = (
+            f"plan: {len(deletes)} resource(s) to delete; nothing deleted"
+            if deletes
+            else "nothing to delete"
+        )
+        if deletes:
+            report.next_step = NextStep(
+                tool="manage_eks_cluster",
+                arguments={**_cleanup_args(access, spec), "confirm": True},
+                why="delete them",
+            )
+    else:
+        report.summary = f"cleanup: {_counts(rows)}" if rows else "nothing to delete"
+        if any(r.action == "left" for r in rows):
+            report.next_step = NextStep(
+                tool="manage_eks_cluster",
+                arguments={**_cleanup_args(access, spec), "confirm": True},
+                why="delete what was left (each row's detail says why it stayed)",
+            )
+    return report
+
+
+def _storage_args(access: Access, spec: StorageSpec) -> dict[str, Any]:
+    """This storage plan as manage_eks_cluster's arguments (defaults left out)."""
+    from skills.eks_cluster_manager.storage import DEFAULT_CLAIM
+
+    given = {
+        "namespace": (spec.namespace, "default"),
+        "checkpoint_pvc": (spec.claim, DEFAULT_CLAIM),
+        "fsx_size_gib": (spec.size_gib, 1200),
+        "fsx_deployment_type": (spec.deployment_type, "SCRATCH_2"),
+        "bucket": (spec.bucket, None),
+        "nodegroup": (spec.nodegroup, None),
+    }
+    extra = {k: v for k, (v, default) in given.items() if v != default}
+    return {"action": "storage", **access.call_args(), **extra}
+
+
+def _cleanup_args(access: Access, spec: CleanupSpec) -> dict[str, Any]:
+    """This cleanup as manage_eks_cluster's arguments (defaults left out)."""
+    from skills.eks_cluster_manager.cleanup import PARTS
+
+    given = {
+        "only": (list(spec.parts), list(PARTS)),
+        "bucket": (spec.bucket, None),
+        "delete_bucket": (spec.delete_bucket, "keep"),
+        "delete_cluster": (spec.delete_cluster, False),
+    }
+    extra = {k: v for k, (v, default) in given.items() if v != default}
+    return {"action": "cleanup", **access.call_args(), **extra}

@@ -32,6 +32,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
         False,
     ),
     "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs", True),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "PersistentVolume": ("/api/v1", "persistentvolumes", False),
+    "StorageClass": ("/apis/storage.k8s.io/v1", "storageclasses", False),
     "ValidatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1",
         "validatingwebhookconfigurations",

@@ -53,6 +53,22 @@ class PlannedObject(BaseModel):
     error: str | None = None
 
 
+# plan: create/update/unchanged/delete/keep; done: created/updated/deleted/left/failed.
+ResourceAction = Literal[
+    "create", "update", "unchanged", "delete", "keep", "created", "updated", "deleted",
+    "left", "failed",
+]  # fmt: skip
+
+
+class ResourceChange(BaseModel):
+    """One cloud or Kubernetes resource that storage or cleanup would touch, or did."""
+
+    kind: str  # "FSx file system", "SecurityGroup", "S3 bucket", "StorageClass", ...
+    name: str
+    action: ResourceAction
+    detail: str = ""  # why (a rule added, what is in the way, what was left and why)
+
+
 class NcclRow(BaseModel):
     size_bytes: int
     busbw_gbps: float
@@ -101,6 +117,10 @@ class ClusterReport(ToolResult):
         "the kubeconfig and context, the eksctl config path and command.",
     )
     config_yaml: str | None = None
+    resources: list[ResourceChange] | None = Field(
+        default=None, description="storage/cleanup: each resource, its action and why."
+    )
+    cost: dict[str, Any] | None = Field(default=None, description="storage: the estimate.")
     api_calls: int | None = Field(default=None, description="Kubernetes API requests made.")
     cost: dict[str, Any] | None = Field(
         default=None, description="create_config: the estimate from the dated price table."
@@ -147,6 +167,8 @@ class ClusterReport(ToolResult):
                     f"{item.kind} {where}{item.name} ({item.version})",
                 )
             )
+        for res in self.resources or ():
+            rows.append((f"{res.action} {res.kind}", f"{res.name} {res.detail}".strip()))
         if self.nccl:
             n = self.nccl
             rows.append(("nccl", f"{n.verdict}: {n.reason}"))
@@ -186,5 +208,7 @@ class ClusterReport(ToolResult):
         if isinstance(after, dict):
             failed = any(v == "failed" for v in after.values())
         if self.nccl is not None and self.nccl.verdict in ("fail", "incomplete"):
+            failed = True
+        if any(r.action == "failed" for r in self.resources or ()):
             failed = True
         return 1 if failed else 0

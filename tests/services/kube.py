@@ -59,6 +59,8 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "apps/v1/deployments": ("Deployment", True, ("status",)),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, ()),
     "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True, ("status",)),
+    "v1/persistentvolumes": ("PersistentVolume", False, ("status",)),
+    "storage.k8s.io/v1/storageclasses": ("StorageClass", False, ()),
     "v1/serviceaccounts": ("ServiceAccount", True, ()),
     "rbac.authorization.k8s.io/v1/clusterroles": ("ClusterRole", False, ()),
     "rbac.authorization.k8s.io/v1/clusterrolebindings": ("ClusterRoleBinding", False, ()),

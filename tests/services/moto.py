@@ -115,3 +115,76 @@ def moto_server(*, load_iam_managed_policies: bool = True) -> Iterator[MotoServi
         server.stop()
         default_user_config.clear()
         default_user_config.update(saved)
+
+
+class FsxAsAws:
+    """What `fsx_as_aws_answers` yields: `finish_deletions()` plays the minutes FSx takes
+    to delete a file system (with `slow_delete`)."""
+
+    def __init__(self) -> None:
+        self.deleting: list[tuple[object, str]] = []  # (backend, file system id)
+
+    def finish_deletions(self) -> None:
+        for backend, fs_id in self.deleting:
+            backend.file_systems.pop(fs_id, None)  # type: ignore[attr-defined]
+        self.deleting.clear()
+
+
+@contextlib.contextmanager
+def fsx_as_aws_answers(*, slow_delete: bool = False) -> Iterator[FsxAsAws]:
+    """moto's FSx (5.x) stores a file system but leaves out two fields AWS's answer has:
+    `Lifecycle` and the Lustre `MountName` (AWS: "fsx" for SCRATCH_1, else 8 generated
+    characters). The in-process server's model fills them as AWS does, for the duration
+    (a stand-in's gap, like the kmock patches in tests/services/kube.py).
+
+    `slow_delete`: as AWS, a deleted file system stays DELETING (until
+    `finish_deletions()`), and while one names a security group, EC2 refuses to delete
+    that group with DependencyViolation (its network interfaces hold it); moto alone
+    deletes both at once."""
+    from moto.ec2.exceptions import DependencyViolationError
+    from moto.ec2.models.security_groups import SecurityGroupBackend
+    from moto.fsx import models
+
+    handle = FsxAsAws()
+    original = models.FileSystem.to_dict
+    original_delete = models.FSxBackend.delete_file_system
+    original_delete_group = SecurityGroupBackend.delete_security_group
+
+    def to_dict(self: models.FileSystem) -> dict:
+        answer = original(self)
+        answer.setdefault("Lifecycle", getattr(self, "lifecycle", "AVAILABLE"))
+        lustre = answer.get("LustreConfiguration")
+        if isinstance(lustre, dict) and "MountName" not in lustre:
+            scratch_1 = lustre.get("DeploymentType") == "SCRATCH_1"
+            answer["LustreConfiguration"] = {
+                **lustre,
+                "MountName": "fsx" if scratch_1 else self.file_system_id[3:11],
+            }
+        return answer
+
+    def delete_file_system(self: models.FSxBackend, file_system_id: str, *args, **kwargs):
+        found = self.file_systems.get(file_system_id)
+        answer = original_delete(self, file_system_id, *args, **kwargs)
+        if found is not None:  # back in, DELETING, until the test finishes it
+            found.lifecycle = "DELETING"  # type: ignore[attr-defined]
+            self.file_systems[file_system_id] = found
+            handle.deleting.append((self, file_system_id))
+        return answer
+
+    def delete_security_group(self, name=None, group_id=None):
+        for backend, fs_id in handle.deleting:
+            fs = backend.file_systems.get(fs_id)  # type: ignore[attr-defined]
+            if fs is not None and group_id in (fs.security_group_ids or ()):
+                raise DependencyViolationError(f"resource {group_id} has a dependent object")
+        return original_delete_group(self, name=name, group_id=group_id)
+
+    models.FileSystem.to_dict = to_dict
+    if slow_delete:
+        models.FSxBackend.delete_file_system = delete_file_system
+        SecurityGroupBackend.delete_security_group = delete_security_group
+    try:
+        yield handle
+    finally:
+        models.FileSystem.to_dict = original
+        models.FSxBackend.delete_file_system = original_delete
+        SecurityGroupBackend.delete_security_group = original_delete_group

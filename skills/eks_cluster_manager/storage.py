@@ -1,0 +1,542 @@
+"""action=storage: the shared storage of a training cluster, as a plan, then (confirm)
+applied, resource by resource, each only when it is missing or differs:
+
+1. a security group in the cluster's VPC with the Lustre rules (TCP 988 and 1018-1023,
+   from itself, which FSx's own servers need, and from the VPC's CIDR, the clients);
+2. an FSx for Lustre file system in one of the cluster's subnets (a named node group's
+   first subnet: the GPU nodes' AZ);
+3. an S3 bucket for data and checkpoints: default encryption (SSE-S3) on, public
+   access blocked;
+4. the StorageClass, PersistentVolume and PersistentVolumeClaim that mount the file
+   system by static provisioning through the FSx CSI driver (fsx.csi.aws.com).
+
+Everything is tagged/labelled as this suite's (skills.eks_cluster_manager.ownership),
+which is how a second run finds it ("unchanged") and how cleanup knows it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from skills.eks_cluster_manager import ownership
+from skills.eks_cluster_manager.kube import Kube, object_path
+from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.shared.errors import ErrorCode, ToolFailure
+
+DEPLOYMENT_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
+# MB/s per TiB for the persistent types (FSx requires one; the middle of each range).
+THROUGHPUT = {"PERSISTENT_1": 200, "PERSISTENT_2": 250}
+LUSTRE_VERSION = "2.15"  # PERSISTENT_2 needs 2.12 or later
+LUSTRE_PORTS = ((988, 988), (1018, 1023))  # Lustre: FSx servers and clients
+CSI_DRIVER = "fsx.csi.aws.com"
+CSI_WORKLOADS = ("fsx-csi-node", "fsx-csi-controller")  # what the add-on runs
+STORAGE_CLASS = "fsdp-eks-fsx"
+PERSISTENT_VOLUME = "fsdp-eks-fsx"
+DEFAULT_CLAIM = "fsx-claim"
+GONE = ("DELETING", "FAILED")  # a file system in these states is not the one to use
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_DONE: dict[str, ResourceAction] = {"create": "created", "update": "updated"}
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    cluster: str
+    namespace: str = "default"
+    claim: str = DEFAULT_CLAIM
+    size_gib: int = 1200
+    deployment_type: str = "SCRATCH_2"
+    bucket: str | None = None  # None: fsdp-eks-<cluster>-<account>
+    nodegroup: str | None = None  # its first subnet holds the file system
+
+
+def check_size(deployment_type: str, size_gib: int) -> None:
+    """FSx for Lustre's valid SSD sizes: 1200, 2400, then steps of 2400 GiB (SCRATCH_1:
+    1200, 2400, 3600, then steps of 3600)."""
+    step = 3600 if deployment_type == "SCRATCH_1" else 2400
+    valid = size_gib in (1200, 2400, 3600 if step == 3600 else 2400) or (
+        size_gib > 0 and size_gib % step == 0
+    )
+    if not valid:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"FSx for Lustre {deployment_type} cannot be {size_gib} GiB.",
+            f"Use 1200, 2400 or a multiple of {step} GiB.",
+            {"problems": [{"field": "fsx_size_gib", "problem": f"1200, 2400 or n*{step}"}]},
+        )
+
+
+def bucket_name(spec: StorageSpec, account: str) -> str:
+    name = spec.bucket or f"fsdp-eks-{spec.cluster.lower()}-{account}"[:63].rstrip(".-")
+    if not _BUCKET_NAME.match(name) or ".." in name:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"{name!r} is not a valid S3 bucket name.",
+            "3-63 characters: lowercase letters, digits, '.' and '-', starting and ending "
+            "with a letter or digit.",
+            {"problems": [{"field": "bucket", "problem": "not an S3 bucket name"}]},
+        )
+    return name
+
+
+def _client_error_code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+# -- the cluster's network ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Network:
+    vpc_id: str
+    cidr: str
+    subnet_id: str
+
+
+def describe_cluster_raw(session: Any, eks: Any, cluster: str) -> dict[str, Any]:
+    """EKS describe-cluster as the API answers it (VPC config, tags); an unknown name is
+    the typed not_found that lists the region's clusters."""
+    import botocore.exceptions
+
+    try:
+        return eks.describe_cluster(name=cluster)["cluster"]
+    except botocore.exceptions.ClientError as exc:
+        if _client_error_code(exc) != "ResourceNotFoundException":
+            raise
+    from skills.kube.access import describe_cluster
+
+    describe_cluster(cluster, session)  # raises not_found with the known names
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def network(eks: Any, ec2: Any, cluster: dict[str, Any], nodegroup: str | None) -> Network:
+    config = cluster.get("resourcesVpcConfig") or {}
+    subnets = list(config.get("subnetIds") or [])
+    if nodegroup:
+        group = eks.describe_nodegroup(clusterName=cluster["name"], nodegroupName=nodegroup)
+        subnets = list(group["nodegroup"].get("subnets") or []) or subnets
+    if not subnets:
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"EKS reports no subnets for cluster {cluster['name']}.",
+            "Check the cluster's networking (aws eks describe-cluster).",
+            {"cluster_name": cluster["name"]},
+        )
+    subnet = ec2.describe_subnets(SubnetIds=[subnets[0]])["Subnets"][0]
+    vpc_id = config.get("vpcId") or subnet["VpcId"]  # EKS names it; moto leaves it out
+    cidr = ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlock"]
+    return Network(vpc_id=vpc_id, cidr=cidr, subnet_id=subnets[0])
+
+
+# -- the security group ---------------------------------------------------------------
+
+
+def group_name(cluster: str) -> str:
+    return f"fsdp-eks-fsx-{cluster}"
+
+
+def find_group(ec2: Any, vpc_id: str, cluster: str) -> dict[str, Any] | None:
+    found = ec2.describe_security_groups(
+        Filters=[
+            {"Name": "vpc-id", "Values": [vpc_id]},
+            {"Name": "group-name", "Values": [group_name(cluster)]},
+        ]
+    )["SecurityGroups"]
+    return found[0] if found else None
+
+
+def _missing_rules(group: dict[str, Any] | None, cidr: str) -> list[dict[str, Any]]:
+    """The Lustre ingress rules the group lacks, as IpPermissions to authorize."""
+    group_id = (group or {}).get("GroupId")
+    have = {(p.get("FromPort"), p.get("ToPort")): p for p in (group or {}).get("IpPermissions", [])}
+    missing = []
+    for lo, hi in LUSTRE_PORTS:
+        rule = have.get((lo, hi)) or {}
+        self_ok = any(
+            pair.get("GroupId") == group_id for pair in rule.get("UserIdGroupPairs") or ()
+        )
+        cidr_ok = any(r.get("CidrIp") == cidr for r in rule.get("IpRanges") or ())
+        if self_ok and cidr_ok:
+            continue
+        permission: dict[str, Any] = {"IpProtocol": "tcp", "FromPort": lo, "ToPort": hi}
+        if not cidr_ok:
+            permission["IpRanges"] = [{"CidrIp": cidr, "Description": "Lustre clients"}]
+        if not self_ok:
+            permission["UserIdGroupPairs"] = [{"GroupId": group_id or "self"}]
+        missing.append(permission)
+    return missing
+
+
+def _rules_text(rules: list[dict[str, Any]]) -> str:
+    parts = []
+    for rule in rules:
+        ports = f"{rule['FromPort']}" + (
+            f"-{rule['ToPort']}" if rule["ToPort"] != rule["FromPort"] else ""
+        )
+        sources = [r["CidrIp"] for r in rule.get("IpRanges", [])]
+        sources += ["itself" for _ in rule.get("UserIdGroupPairs", [])]
+        parts.append(f"tcp {ports} from {' and '.join(sources)}")
+    return "; ".join(parts)
+
+
+def ensure_group(
+    ec2: Any, spec: StorageSpec, net: Network, apply: bool
+) -> tuple[ResourceChange, str | None]:
+    group = find_group(ec2, net.vpc_id, spec.cluster)
+    rules = _missing_rules(group, net.cidr)
+    name = group_name(spec.cluster)
+    action: ResourceAction = "create" if group is None else ("update" if rules else "unchanged")
+    detail = f"in {net.vpc_id}: " + (f"add {_rules_text(rules)}" if rules else "Lustre rules")
+    group_id = group["GroupId"] if group else None
+    if apply and action != "unchanged":
+        if group_id is None:
+            group_id = ec2.create_security_group(
+                GroupName=name,
+                Description="FSx for Lustre of fsdp-eks cluster " + spec.cluster,
+                VpcId=net.vpc_id,
+                TagSpecifications=[
+                    {
+                        "ResourceType": "security-group",
+                        "Tags": ownership.tag_list(ownership.aws_tags(spec.cluster, name)),
+                    }
+                ],
+            )["GroupId"]
+        for rule in rules:  # "self" is the group, known only now
+            for pair in rule.get("UserIdGroupPairs", []):
+                pair["GroupId"] = group_id
+        ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=rules)
+        action = _DONE[action]
+    row = ResourceChange(kind="SecurityGroup", name=group_id or name, action=action, detail=detail)
+    return row, group_id
+
+
+# -- the file system ------------------------------------------------------------------
+
+
+def find_file_system(fsx: Any, cluster: str) -> dict[str, Any] | None:
+    for page in fsx.get_paginator("describe_file_systems").paginate():
+        for fs in page.get("FileSystems", []):
+            if (
+                fs.get("FileSystemType") == "LUSTRE"
+                and fs.get("Lifecycle") not in GONE
+                and ownership.ours(fs.get("Tags"), cluster)
+            ):
+                return fs
+    return None
+
+
+def _fs_text(size: int, deployment: str) -> str:
+    return f"{size} GiB {deployment}"
+
+
+def ensure_file_system(
+    fsx: Any, spec: StorageSpec, net: Network, group_id: str | None, apply: bool
+) -> tuple[ResourceChange, dict[str, Any] | None]:
+    fs = find_file_system(fsx, spec.cluster)
+    wanted = _fs_text(spec.size_gib, spec.deployment_type)
+    if fs is not None:
+        lustre = fs.get("LustreConfiguration") or {}
+        have = _fs_text(fs.get("StorageCapacity", 0), lustre.get("DeploymentType", "?"))
+        detail = f"{have}, {fs.get('Lifecycle') or 'state unknown'}"
+        if have != wanted:  # never resized or replaced here: it holds data
+            detail += f" (asked {wanted}: left as it is; resize with update-file-system)"
+        row = ResourceChange(
+            kind="FSx file system", name=fs["FileSystemId"], action="unchanged", detail=detail
+        )
+        return row, fs
+    detail = f"{wanted} in {net.subnet_id}"
+    if not apply:
+        return ResourceChange(
+            kind="FSx file system", name=f"fsdp-eks-{spec.cluster}", action="create", detail=detail
+        ), None
+    lustre: dict[str, Any] = {"DeploymentType": spec.deployment_type}
+    if spec.deployment_type in THROUGHPUT:
+        lustre["PerUnitStorageThroughput"] = THROUGHPUT[spec.deployment_type]
+    fs = fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        FileSystemTypeVersion=LUSTRE_VERSION,
+        StorageCapacity=spec.size_gib,
+        StorageType="SSD",
+        SubnetIds=[net.subnet_id],
+        SecurityGroupIds=[group_id] if group_id else [],
+        LustreConfiguration=lustre,
+        Tags=ownership.tag_list(ownership.aws_tags(spec.cluster, f"fsdp-eks-{spec.cluster}")),
+    )["FileSystem"]
+    detail += f", {fs.get('Lifecycle') or 'CREATING'} (AVAILABLE in about 10 minutes)"
+    row = ResourceChange(
+        kind="FSx file system", name=fs["FileSystemId"], action="created", detail=detail
+    )
+    return row, fs
+
+
+# -- the bucket -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketState:
+    exists: bool
+    ours: bool = False
+    encrypted: bool = False
+    blocked: bool = False
+
+
+def bucket_state(s3: Any, name: str) -> BucketState:
+    import botocore.exceptions
+
+    try:
+        s3.head_bucket(Bucket=name)
+    except botocore.exceptions.ClientError as exc:
+        code = _client_error_code(exc)
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            return BucketState(exists=False)
+        if code in ("403", "AccessDenied"):
+            raise ToolFailure(
+                ErrorCode.CONFLICT,
+                f"S3 bucket {name} exists and this identity cannot use it (another "
+                "account's, or no access).",
+                "Name another bucket (bucket), or get access to this one.",
+                {"bucket": name},
+            ) from None
+        raise
+
+    tags: list[dict[str, Any]] = []
+    try:
+        tags = s3.get_bucket_tagging(Bucket=name).get("TagSet", [])
+    except botocore.exceptions.ClientError as exc:
+        if _client_error_code(exc) != "NoSuchTagSet":
+            raise
+    blocked = False
+    try:
+        config = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
+        blocked = all(config.get(k) for k in _PUBLIC_BLOCK)
+    except botocore.exceptions.ClientError as exc:
+        if _client_error_code(exc) != "NoSuchPublicAccessBlockConfiguration":
+            raise
+    encrypted = True
+    try:
+        s3.get_bucket_encryption(Bucket=name)
+    except botocore.exceptions.ClientError as exc:
+        if _client_error_code(exc) != "ServerSideEncryptionConfigurationNotFoundError":
+            raise
+        encrypted = False
+    return BucketState(
+        exists=True, ours=ownership.made_by_suite(tags), encrypted=encrypted, blocked=blocked
+    )
+
+
+_PUBLIC_BLOCK = (
+    "BlockPublicAcls",
+    "IgnorePublicAcls",
+    "BlockPublicPolicy",
+    "RestrictPublicBuckets",
+)
+
+
+def ensure_bucket(
+    s3: Any, spec: StorageSpec, name: str, region: str, apply: bool
+) -> ResourceChange:
+    state = bucket_state(s3, name)
+    todo = [
+        what
+        for what, done in (
+            ("default encryption", state.encrypted),
+            ("public access block", state.blocked),
+        )
+        if not done
+    ]
+    if state.exists and not state.ours:  # someone's bucket: used, never reconfigured
+        detail = "exists, not created by fsdp-eks: used as it is"
+        if todo:
+            detail += f" (it has no {' and no '.join(todo)})"
+        return ResourceChange(kind="S3 bucket", name=name, action="keep", detail=detail)
+    action: ResourceAction = "create" if not state.exists else ("update" if todo else "unchanged")
+    detail = (
+        "SSE-S3 encryption, public access blocked"
+        if action != "update"
+        else "turn on " + " and ".join(todo)
+    )
+    if apply and action != "unchanged":
+        if not state.exists:
+            extra = (
+                {}
+                if region == "us-east-1"
+                else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            )
+            s3.create_bucket(Bucket=name, **extra)
+            s3.put_bucket_tagging(
+                Bucket=name,
+                Tagging={"TagSet": ownership.tag_list(ownership.aws_tags(spec.cluster, name))},
+            )
+        if not state.encrypted:
+            s3.put_bucket_encryption(
+                Bucket=name,
+                ServerSideEncryptionConfiguration={
+                    "Rules": [
+                        {
+                            "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"},
+                            "BucketKeyEnabled": True,
+                        }
+                    ]
+                },
+            )
+        if not state.blocked:
+            s3.put_public_access_block(
+                Bucket=name,
+                PublicAccessBlockConfiguration=dict.fromkeys(_PUBLIC_BLOCK, True),
+            )
+        action = _DONE[action]
+    return ResourceChange(kind="S3 bucket", name=name, action=action, detail=detail)
+
+
+# -- the Kubernetes objects -----------------------------------------------------------
+
+
+def kube_objects(spec: StorageSpec, fs: dict[str, Any]) -> list[dict[str, Any]]:
+    """StorageClass, PV, PVC for the file system (static provisioning: the PV names the
+    file system; the claim binds that PV by name)."""
+    labels = ownership.managed_labels(**{ownership.STORAGE_LABEL: "fsx"})
+    size = f"{fs.get('StorageCapacity', spec.size_gib)}Gi"
+    lustre = fs.get("LustreConfiguration") or {}
+    return [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": STORAGE_CLASS, "labels": labels},
+            "provisioner": CSI_DRIVER,
+            "reclaimPolicy": "Retain",
+            "volumeBindingMode": "Immediate",
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": PERSISTENT_VOLUME, "labels": labels},
+            "spec": {
+                "capacity": {"storage": size},
+                "volumeMode": "Filesystem",
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",  # deleting the claim keeps data
+                "storageClassName": STORAGE_CLASS,
+                "mountOptions": ["flock"],
+                "claimRef": {"namespace": spec.namespace, "name": spec.claim},
+                "csi": {
+                    "driver": CSI_DRIVER,
+                    "volumeHandle": fs["FileSystemId"],
+                    "volumeAttributes": {
+                        "dnsname": fs["DNSName"],
+                        "mountname": lustre["MountName"],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": spec.claim, "namespace": spec.namespace, "labels": labels},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": STORAGE_CLASS,
+                "volumeName": PERSISTENT_VOLUME,
+                "resources": {"requests": {"storage": size}},
+            },
+        },
+    ]
+
+
+def _kube_names(spec: StorageSpec) -> list[tuple[str, str]]:
+    return [
+        ("StorageClass", STORAGE_CLASS),
+        ("PersistentVolume", PERSISTENT_VOLUME),
+        ("PersistentVolumeClaim", f"{spec.namespace}/{spec.claim}"),
+    ]
+
+
+def _differs(actual: Any, wanted: Any, path: str = "") -> str | None:
+    """The first field of `wanted` that `actual` does not have as wanted (the API server
+    adds defaults and status; those are not differences)."""
+    if isinstance(wanted, dict):
+        if not isinstance(actual, dict):
+            return path or "."
+        for key, value in wanted.items():
+            found = _differs(actual.get(key), value, f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    return None if actual == wanted else (path or ".")
+
+
+def ensure_objects(
+    kube: Kube, spec: StorageSpec, fs: dict[str, Any] | None, apply: bool
+) -> list[ResourceChange]:
+    from kubernetes.client.exceptions import ApiException
+
+    mount = ((fs or {}).get("LustreConfiguration") or {}).get("MountName")
+    if fs is None or not mount or not fs.get("DNSName"):
+        pending = (
+            "names the new file system (id, DNS name, mount name)"
+            if fs is None
+            else "waiting for the file system's mount name (FSx reports it once it is "
+            "created): run action=storage again"
+        )
+        later: ResourceAction = "create" if fs is None or not apply else "left"
+        return [
+            ResourceChange(
+                kind=kind, name=name, action=later,
+                detail=pending if kind == "PersistentVolume" or fs is not None else "",
+            )
+            for kind, name in _kube_names(spec)
+        ]  # fmt: skip
+    rows = []
+    for obj, (kind, name) in zip(kube_objects(spec, fs), _kube_names(spec), strict=True):
+        current = kube.get_or_none(object_path(obj))
+        differs = None if current is None else _differs(current, obj)
+        action: ResourceAction = (
+            "create" if current is None else ("update" if differs else "unchanged")
+        )
+        detail = f"{differs} differs" if differs else ""
+        if kind == "PersistentVolume":
+            detail = (detail + f"; {CSI_DRIVER} {fs['FileSystemId']}").lstrip("; ")
+        if apply and action != "unchanged":
+            try:
+                kube.apply(obj)
+                action = _DONE[action]
+            except ApiException as exc:  # a PV's source is immutable: say so, go on
+                action = "failed"
+                detail = f"HTTP {exc.status} {exc.reason or ''}".strip()
+        rows.append(ResourceChange(kind=kind, name=name, action=action, detail=detail))
+    return rows
+
+
+def csi_driver(kube: Kube) -> str | None:
+    """Where the FSx CSI driver runs ('kube-system/fsx-csi-node'), or None."""
+    for path in ("/apis/apps/v1/daemonsets", "/apis/apps/v1/deployments"):
+        for obj in kube.items(path):
+            meta = obj.get("metadata") or {}
+            if meta.get("name") in CSI_WORKLOADS:
+                return f"{meta.get('namespace')}/{meta['name']}"
+    return None
+
+
+# The EKS add-on with its IAM role (action=create_config's eksctl config lists it already).
+CSI_INSTALL = (
+    "`eksctl create iamserviceaccount --cluster {cluster} --region {region} --namespace "
+    "kube-system --name fsx-csi-controller-sa --attach-policy-arn "
+    "arn:aws:iam::aws:policy/AmazonFSxFullAccess --role-name {role} --role-only --approve`, "
+    "then `aws eks create-addon --cluster-name {cluster} --region {region} --addon-name "
+    "aws-fsx-csi-driver --service-account-role-arn arn:aws:iam::{account}:role/{role}`"
+)
+
+
+def csi_install_hint(cluster: str, region: str, account: str) -> str:
+    role = f"fsdp-eks-fsx-csi-{cluster}"[:64]
+    return CSI_INSTALL.format(cluster=cluster, region=region, account=account, role=role)
+
+
+def storage_cost(spec: StorageSpec, region: str) -> dict[str, Any] | None:
+    """The month's price of the file system, for the dry run (the bucket is billed by
+    what is put in it: nothing up front)."""
+    from skills.catalog.pricing import estimate_storage
+
+    estimate = estimate_storage(
+        "fsx_lustre", spec.size_gib, region, deployment_type=spec.deployment_type
+    )
+    return estimate.model_dump(mode="json")
