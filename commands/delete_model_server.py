@@ -11,7 +11,7 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.model_server.base import ServerName, ServerState
-from skills.model_server.registry import ServerTargetSettings, get_server_target
+from skills.model_server.registry import ServerTargetAccess, get_server_target
 from skills.shared.confirm import require_confirm
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -21,7 +21,7 @@ from skills.shared.tooling import tool
 def delete_model_server(
     *,
     name: ServerName,
-    target: ServerTargetSettings,
+    target: ServerTargetAccess,
     confirm: Annotated[
         bool, Field(strict=True, description="Must be true: the endpoint stops answering.")
     ] = False,

@@ -7,14 +7,14 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 
 from commands._cli import main_for
 from skills.model_server.base import ServerName, ServerState
-from skills.model_server.registry import ServerTargetSettings, get_server_target
+from skills.model_server.registry import ServerTargetAccess, get_server_target
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 
 
 @tool(read_only=True, idempotent=True)
 def get_model_server(
-    *, name: ServerName, target: ServerTargetSettings, progress: Progress | None = None
+    *, name: ServerName, target: ServerTargetAccess, progress: Progress | None = None
 ) -> ServerState:
     """A model server's status, endpoint (base URL) and a curl line."""
     return get_server_target(target).get(name, target)

@@ -9,7 +9,7 @@ from typing import Any
 
 from commands._cli import main_for
 from skills.model_server.base import ServerState
-from skills.model_server.registry import ServerTargetSettings, get_server_target
+from skills.model_server.registry import ServerTargetAccess, get_server_target
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
@@ -26,7 +26,7 @@ class ServerList(ToolResult):
 
 @tool(read_only=True, idempotent=True)
 def list_model_servers(
-    *, target: ServerTargetSettings, progress: Progress | None = None
+    *, target: ServerTargetAccess, progress: Progress | None = None
 ) -> ServerList:
     """List the model servers a target runs, with status and endpoint."""
     return ServerList(servers=get_server_target(target).list(target))

@@ -192,4 +192,5 @@ def _marked_values(
                 yield name, marker, getattr(value, name), name in value.model_fields_set, value
     own = path_fields(spec.params)
     for name in sorted(spec.fn_params & own.keys()):
-        yield name, own[name], getattr(args, name), name in args.model_fields_set, args
+        if here or not own[name].where_job_runs:
+            yield name, own[name], getattr(args, name), name in args.model_fields_set, args

@@ -83,9 +83,13 @@ class ServerState(ToolResult):
 
 
 S = TypeVar("S", bound=ServerSettings)
+A = TypeVar("A", bound=ServerSettings)
 
 
-class ServerTarget(ABC, Generic[S]):
+class ServerTarget(ABC, Generic[S, A]):
+    """S: the settings deploy takes; A: the part of them that reaches the target (what
+    get, list and delete take)."""
+
     name: ClassVar[str]
 
     @abstractmethod
@@ -98,13 +102,13 @@ class ServerTarget(ABC, Generic[S]):
         """Start exactly `plan`, follow it to ready (or the wait's end), smoke-test it."""
 
     @abstractmethod
-    def get(self, name: str, settings: S) -> ServerState: ...
+    def get(self, name: str, settings: A) -> ServerState: ...
 
     @abstractmethod
-    def list(self, settings: S) -> list[ServerState]: ...
+    def list(self, settings: A) -> list[ServerState]: ...
 
     @abstractmethod
-    def delete(self, name: str, settings: S) -> ServerState: ...
+    def delete(self, name: str, settings: A) -> ServerState: ...
 
     def scale(self, name: str, replicas: int, settings: S) -> ServerState:
         raise ToolFailure(

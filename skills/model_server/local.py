@@ -52,12 +52,17 @@ SMOKE_PROMPT = "Hello"
 SMOKE_MAX_TOKENS = 8
 
 
-class LocalServerSettings(ServerSettings):
+class LocalServerAccess(ServerSettings):
     """transformers serve on this host"""
 
     target: Literal["local"] = "local"
+
+
+class LocalServerSettings(LocalServerAccess):
+    """transformers serve on this host"""
+
     port: Annotated[
-        int | None, Field(ge=1, le=65535, description="Port on 127.0.0.1 (default: a free one).")
+        int | None, Field(ge=1, le=65535, description="Port (local: a free one on 127.0.0.1).")
     ] = None
     device: Annotated[
         str, Field(pattern=r"^(auto|cpu|mps|cuda(:\d{1,2})?)$", description="auto, cpu, cuda:N.")
@@ -231,7 +236,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     return [redact(line) for line in text.splitlines()[-lines:]]
 
 
-class LocalServerTarget(ServerTarget[LocalServerSettings]):
+class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
     name: ClassVar[str] = "local"
     settings_model: ClassVar[type[ServerSettings]] = LocalServerSettings
 
@@ -411,7 +416,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
 
     # --- get / list -------------------------------------------------------------------
 
-    def get(self, name: str, settings: LocalServerSettings) -> ServerState:
+    def get(self, name: str, settings: LocalServerAccess) -> ServerState:
         record = self._read(name)
         if record is None:
             raise ToolFailure(
@@ -458,7 +463,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
             message=f"pid {record.pid}, log {self._dir(record.name) / LOG}",
         )
 
-    def list(self, settings: LocalServerSettings) -> list[ServerState]:
+    def list(self, settings: LocalServerAccess) -> list[ServerState]:
         root = servers_dir()
         found = []
         for folder in sorted(root.iterdir()) if root.is_dir() else ():
@@ -477,7 +482,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings]):
 
     # --- delete / scale ---------------------------------------------------------------
 
-    def delete(self, name: str, settings: LocalServerSettings) -> ServerState:
+    def delete(self, name: str, settings: LocalServerAccess) -> ServerState:
         file = self._file(name)
         if not file.path.parent.is_dir():
             self.get(name, settings)  # not_found, with its next step

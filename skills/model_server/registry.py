@@ -11,16 +11,25 @@ from typing import Annotated, Any, Union
 from pydantic import Field
 
 from skills.model_server.base import ServerSettings, ServerTarget
-from skills.model_server.kubernetes.settings import KubernetesServerSettings
-from skills.model_server.local import LocalServerSettings
+from skills.model_server.kubernetes.settings import (
+    KubernetesServerAccess,
+    KubernetesServerSettings,
+)
+from skills.model_server.local import LocalServerAccess, LocalServerSettings
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.tooling import Flatten
 
-# target name -> (settings model, "module:class" of its ServerTarget)
-TARGETS: dict[str, tuple[type[ServerSettings], str]] = {
-    "local": (LocalServerSettings, "skills.model_server.local:LocalServerTarget"),
+# target name -> (deploy's settings, the access part get/list/delete take, "module:class"
+# of its ServerTarget)
+TARGETS: dict[str, tuple[type[ServerSettings], type[ServerSettings], str]] = {
+    "local": (
+        LocalServerSettings,
+        LocalServerAccess,
+        "skills.model_server.local:LocalServerTarget",
+    ),
     "kubernetes": (
         KubernetesServerSettings,
+        KubernetesServerAccess,
         "skills.model_server.kubernetes.target:KubernetesServerTarget",
     ),
 }
@@ -31,17 +40,22 @@ def _one_of(models: list[type[ServerSettings]]) -> Any:
     return Annotated[Union[tuple(models)], Field(discriminator="target")]  # noqa: UP007
 
 
-# A tool parameter: `target` plus each target's own settings as flat inputs.
+# A tool parameter: `target` plus each target's own settings as flat inputs (deploy).
 ServerTargetSettings = Annotated[
-    _one_of([settings for settings, _ in TARGETS.values()]),
+    _one_of([settings for settings, _, _ in TARGETS.values()]),
+    Flatten("target", description="Where the model is served:"),
+]
+# The same, only what reaches a target's servers (get, list, delete).
+ServerTargetAccess = Annotated[
+    _one_of([access for _, access, _ in TARGETS.values()]),
     Flatten("target", description="Where the model is served:"),
 ]
 
 
-def get_server_target(settings: ServerSettings) -> ServerTarget[Any]:
+def get_server_target(settings: ServerSettings) -> ServerTarget[Any, Any]:
     """The target its settings name."""
     name: str = settings.target  # type: ignore[attr-defined]
-    module, _, cls = TARGETS[name][1].partition(":")
+    module, _, cls = TARGETS[name][2].partition(":")
     try:
         target = getattr(importlib.import_module(module), cls)
     except ModuleNotFoundError as exc:

@@ -44,6 +44,7 @@ VLLM_FLAGS = "--served-model-name --tensor-parallel-size --dtype --max-model-len
 ALLOWED: dict[str, str] = {
     **dict.fromkeys(PIP_FLAGS.split(), "pip's: the Dockerfile analyzer reads and fixes pip lines"),
     **dict.fromkeys(GIT_FLAGS.split(), "git's: the argv tags.py runs to find the commit"),
+    "--no-": "next_step.py's: the prefix of a boolean's negative flag (--no-<name>)",
     "--junitxml": "pytest's: the buildspec's test step (commands/_buildspec.py)",
     **dict.fromkeys(SLURM_FLAGS.split(), "Slurm's and pyxis's: the argv the Slurm target runs"),
     **dict.fromkeys(ETCD_FLAGS.split(), "etcd's: the etcd Deployment auto_fix applies"),

@@ -120,7 +120,7 @@ def vllm_command(name: str, source: ModelSource, settings: KubernetesServerSetti
         "--host",
         "0.0.0.0",  # noqa: S104 (inside the pod; the Service decides who reaches it)
         "--port",
-        str(settings.port),
+        str(settings.served_port),
         "--tensor-parallel-size",
         str(gpus_per_replica(settings.instance_type)),
         "--dtype",
@@ -157,7 +157,7 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
         "namespace": settings.namespace,
         "labels": labels(name),
         "selector": {MODEL_SERVER_LABEL: name},
-        "port": settings.port,
+        "port": settings.served_port,
     }
     deployment = (
         _environment()

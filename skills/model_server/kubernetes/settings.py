@@ -1,5 +1,6 @@
 """The Kubernetes model-server target's settings: how to reach the cluster (every model
-server tool takes these) and how to run vLLM there (deploy only; defaults elsewhere)."""
+server tool takes these: KubernetesServerAccess) and how to run vLLM there (deploy only:
+KubernetesServerSettings)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 # The init container that copies an s3:// model into the pod (pinned aws CLI v2).
 S3_FETCH_IMAGE = "amazon/aws-cli:2.22.0"
+DEFAULT_PORT = 8000
 IMAGE = r"^[^\s\x00-\x1f-][^\s\x00-\x1f]{0,511}$"
 
 
-class KubernetesServerSettings(ServerSettings):
+class KubernetesServerAccess(ServerSettings):
     """vLLM's OpenAI server as a Deployment + Service on a Kubernetes cluster"""
 
     target: Literal["kubernetes"] = "kubernetes"
@@ -42,7 +44,21 @@ class KubernetesServerSettings(ServerSettings):
     namespace: Annotated[
         str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
     ] = "default"
-    # --- deploy only ---------------------------------------------------------------------
+
+    @property
+    def job_runs_here(self) -> bool:
+        return False  # the model path is read in the pods, not on this host
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> KubernetesServerAccess:
+        if self.cluster_name and (self.kubeconfig or self.context):
+            raise ValueError("give cluster_name, or kubeconfig/context, not both")
+        return self
+
+
+class KubernetesServerSettings(KubernetesServerAccess):
+    """vLLM's OpenAI server as a Deployment + Service on a Kubernetes cluster"""
+
     instance_type: Annotated[
         str,
         Field(pattern=r"^[a-z0-9.-]{1,40}$", description="GPU instance type, e.g. g5.12xlarge."),
@@ -73,14 +89,15 @@ class KubernetesServerSettings(ServerSettings):
         Literal["auto", "bfloat16", "float16", "float32"],
         Field(description="Weights dtype vLLM loads."),
     ] = "auto"
-    port: Annotated[int, Field(ge=1024, le=65535, description="Server and Service port.")] = 8000
+    # int | None as the local target's port is (one flat `port` input for both).
+    port: Annotated[
+        int | None, Field(ge=1024, le=65535, description="Server and Service port (8000).")
+    ] = None
     service_type: Annotated[
         Literal["ClusterIP", "LoadBalancer"],
         Field(description="ClusterIP (via API proxy) or internal LoadBalancer."),
     ] = "ClusterIP"
 
-    @model_validator(mode="after")
-    def _one_way_in(self) -> KubernetesServerSettings:
-        if self.cluster_name and (self.kubeconfig or self.context):
-            raise ValueError("give cluster_name, or kubeconfig/context, not both")
-        return self
+    @property
+    def served_port(self) -> int:
+        return self.port or DEFAULT_PORT

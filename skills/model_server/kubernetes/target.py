@@ -31,7 +31,11 @@ from skills.model_server.base import (
     ServerTarget,
 )
 from skills.model_server.kubernetes.manifest import MODEL_ANNOTATION, check_name, render
-from skills.model_server.kubernetes.settings import KubernetesServerSettings
+from skills.model_server.kubernetes.settings import (
+    DEFAULT_PORT,
+    KubernetesServerAccess,
+    KubernetesServerSettings,
+)
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
@@ -103,7 +107,7 @@ def waiting_reason(pods: list[dict[str, Any]], name: str) -> str | None:
     return None
 
 
-class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
+class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesServerAccess]):
     name: ClassVar[str] = "kubernetes"
 
     def __init__(
@@ -117,7 +121,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
         self.sleep = sleep
         self.kube: KubeJson | None = None  # the last client: `calls` measures a deploy
 
-    def _client(self, settings: KubernetesServerSettings) -> KubeJson:
+    def _client(self, settings: KubernetesServerAccess) -> KubeJson:
         api = cluster_api_client(
             settings.cluster_name, settings.region, None, settings.kubeconfig, settings.context
         )
@@ -178,8 +182,8 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
     # the endpoint and its smoke test -------------------------------------------------------
 
     @staticmethod
-    def _proxy_path(settings: KubernetesServerSettings, name: str) -> str:
-        return f"{_service_path(settings.namespace, name)}:{settings.port}/proxy"
+    def _proxy_path(settings: KubernetesServerAccess, name: str, port: int) -> str:
+        return f"{_service_path(settings.namespace, name)}:{port}/proxy"
 
     def _endpoint(
         self, kube: KubeJson, service: dict[str, Any] | None, name: str, settings: Any
@@ -187,14 +191,15 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
         """(base URL, curl line); a LoadBalancer whose address is not published yet has none."""
         if service is None:
             return None, None
+        port = _service_port(service)
         if (service.get("spec") or {}).get("type") == "LoadBalancer":
             ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
             if not ingress:
                 return None, None
             host = ingress[0].get("hostname") or ingress[0].get("ip")
-            base = f"http://{host}:{settings.port}"
+            base = f"http://{host}:{port}"
             return base, f"curl -s {base}/v1/models"
-        path = self._proxy_path(settings, name)
+        path = self._proxy_path(settings, name, port)
         return kube.host.rstrip("/") + path, (
             f"kubectl -n {settings.namespace} get --raw {path}/v1/models"
         )
@@ -205,9 +210,9 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
     ) -> Any:  # fmt: skip
         """One request to the server: through the API server's proxy when `base` is it
         (the client adds the cluster's credentials), else plain HTTP to the load balancer."""
-        proxy = self._proxy_path(settings, name)
-        if base.endswith(proxy):
-            return kube.json(method, proxy + path, body=body)
+        host = kube.host.rstrip("/")
+        if base.startswith(host + "/api/"):  # the endpoint _endpoint made: the service proxy
+            return kube.json(method, base[len(host) :] + path, body=body)
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(base + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
@@ -215,7 +220,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
             return json.loads(response.read())
 
     def _smoke(
-        self, kube: KubeJson, state: ServerState, settings: KubernetesServerSettings
+        self, kube: KubeJson, state: ServerState, settings: KubernetesServerAccess
     ) -> ServerState:
         """GET /v1/models (the served name is listed), then one chat completion."""
         if state.endpoint is None:
@@ -252,7 +257,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
 
     # get / list / delete / scale -------------------------------------------------------------
 
-    def _state(self, kube: KubeJson, name: str, settings: KubernetesServerSettings) -> ServerState:
+    def _state(self, kube: KubeJson, name: str, settings: KubernetesServerAccess) -> ServerState:
         deployment = kube.get_or_none(_deployment_path(settings.namespace, name))
         if deployment is None:
             raise ToolFailure(
@@ -264,7 +269,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
         return self._describe(kube, deployment, settings)
 
     def _describe(
-        self, kube: KubeJson, deployment: dict[str, Any], settings: KubernetesServerSettings
+        self, kube: KubeJson, deployment: dict[str, Any], settings: KubernetesServerAccess
     ) -> ServerState:
         name = deployment["metadata"]["name"]
         wanted, ready, failure = rollout(deployment)
@@ -302,7 +307,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
         )
 
     def _with_waiting_reason(
-        self, kube: KubeJson, state: ServerState, settings: KubernetesServerSettings
+        self, kube: KubeJson, state: ServerState, settings: KubernetesServerAccess
     ) -> ServerState:
         """A starting server's message says what its pods wait for (an image pull, a
         missing Secret, no node with free GPUs), read from the pods' own statuses."""
@@ -319,12 +324,12 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
             return state
         return state.model_copy(update={"message": f"{state.message} {reason}"})
 
-    def get(self, name: str, settings: KubernetesServerSettings) -> ServerState:
+    def get(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         check_name(name)
         kube = self._client(settings)
         return self._with_waiting_reason(kube, self._state(kube, name, settings), settings)
 
-    def list(self, settings: KubernetesServerSettings) -> list[ServerState]:
+    def list(self, settings: KubernetesServerAccess) -> list[ServerState]:
         kube = self._client(settings)
         selector = f"{MANAGED_BY_LABEL[0]}={MANAGED_BY_LABEL[1]},{MODEL_SERVER_LABEL}"
         found = kube.items(_deployment_path(settings.namespace), {"labelSelector": selector})
@@ -335,7 +340,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
         ]  # fmt: skip
         return sorted((self._describe(kube, d, settings) for d in ours), key=lambda s: s.name)
 
-    def delete(self, name: str, settings: KubernetesServerSettings) -> ServerState:
+    def delete(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         """The Deployment (its pods with it) and the Service; gone already is not an error."""
         check_name(name)
         kube = self._client(settings)
@@ -375,7 +380,13 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings]):
         return self._describe(kube, patched, settings)
 
 
-def _access(settings: KubernetesServerSettings) -> dict[str, Any]:
+def _service_port(service: dict[str, Any]) -> int:
+    """The port the Service serves on (what deploy set; get is not told it)."""
+    ports = (service.get("spec") or {}).get("ports") or [{}]
+    return int(ports[0].get("port") or DEFAULT_PORT)
+
+
+def _access(settings: KubernetesServerAccess) -> dict[str, Any]:
     """The settings a follow-up tool call needs to reach the same cluster and namespace."""
     keys = ("cluster_name", "region", "kubeconfig", "context")
     found: dict[str, Any] = {"target": "kubernetes", "namespace": settings.namespace}
