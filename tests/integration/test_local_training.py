@@ -208,16 +208,8 @@ def _free_port() -> int:
 def test_streamable_http_server_serves_the_same_tools(runs_dir):
     port = _free_port()
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mcp_server",
-            "--http",
-            "--port",
-            str(port),
-            "--workspace",
-            str(runs_dir),
-        ],  # fmt: skip
+        [sys.executable, "-m", "mcp_server", "--http", "--port", str(port),
+         "--workspace", str(runs_dir)],  # fmt: skip
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
