@@ -46,11 +46,31 @@ def deploy_model_server(
             status="planned",
             model=plan.model,
             plan=plan,
+            cost=_cost(runner, target),
             message="dry run: nothing was started",
+            next_step=NextStep(
+                tool="deploy_model_server",
+                arguments={
+                    "name": name,
+                    "model": model,
+                    **target.model_dump(mode="json", exclude_unset=True),
+                    "target": runner.name,
+                },
+                why="start this plan",
+            ),
         )
     if wait_seconds is not None:  # an agent: the start runs on as an operation
         return _as_operation(name, model, target, wait_seconds, progress)
     return runner.deploy(plan, target, progress, wait_seconds)  # type: ignore[arg-type]
+
+
+def _cost(runner: Any, settings: ServerSettings) -> dict[str, Any] | None:
+    billing = runner.billing(settings)
+    if billing is None:
+        return None
+    from skills.catalog.pricing import estimate_instances
+
+    return estimate_instances(*billing).model_dump(mode="json")
 
 
 def _existing(runner: Any, name: str, settings: ServerSettings) -> ServerState | None:

@@ -15,8 +15,20 @@ from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
 
 
+# A list says which servers and how they stand; get_model_server gives one in full.
+LISTED_SERVER_DETAIL = {"curl", "smoke", "message", "plan", "cost", "next_step"}
+
+
 class ServerList(ToolResult):
     servers: list[ServerState]
+
+    def left_out_over_mcp(self) -> dict[str, Any]:
+        return {"servers": {"__all__": LISTED_SERVER_DETAIL}}
+
+    def compact(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Each listed server without its unset fields."""
+        servers = [{k: v for k, v in s.items() if v not in (None, [], {})} for s in data["servers"]]
+        return {**data, "servers": servers}
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         if not self.servers:

@@ -5,12 +5,14 @@ plan) -> get/list -> scale -> delete. A target is one module with a settings mod
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.catalog.pricing import cost_rows
 from skills.shared.next_step import NextStep
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
@@ -60,6 +62,21 @@ class ServerPlan(BaseModel):
     objects: list[dict[str, Any]] = Field(default_factory=list)  # what is applied/started
     argv: list[str] = Field(default_factory=list)  # the server's command line
 
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        """The plan in a line or two (--json has every object in full)."""
+        named = [
+            f"{o['kind']} {o.get('metadata', {}).get('namespace', '')}/"
+            f"{o.get('metadata', {}).get('name', '')}"
+            for o in self.objects
+            if "kind" in o
+        ]
+        rows: list[tuple[str, Any]] = []
+        if named:
+            rows.append(("objects", ", ".join(named) + " (in full: --json)"))
+        if self.argv:
+            rows.append(("argv", shlex.join(self.argv)))
+        return rows
+
 
 class ServerState(ToolResult):
     """One model server as the tools report it."""
@@ -77,6 +94,28 @@ class ServerState(ToolResult):
     plan: ServerPlan | None = None  # dry runs (and include_plan)
     cost: dict[str, Any] | None = None  # the estimate of skills/catalog/pricing.py
     next_step: NextStep | None = None
+
+    def summary_rows(self) -> list[tuple[str, Any]]:
+        rows = super().summary_rows()
+        if self.plan is not None:
+            rows += self.plan.summary_rows()
+        rows += cost_rows(self.cost)
+        if self.next_step:
+            rows.append(("next", self.next_step.text()))
+        return rows
+
+    def failure(self) -> ToolFailure | None:
+        """A server that failed (its rollout, its smoke request) is a failed call."""
+        if self.status != "failed":
+            return None
+        return ToolFailure(
+            ErrorCode.SERVER_FAILED,
+            f"Model server {self.name!r} failed: {self.message or 'see get_model_server'}",
+            "Fix what the message names (model source, image, GPUs), then deploy again; "
+            "get_model_server shows what its pods wait for.",
+            {"name": self.name, "target": self.target},
+            self.next_step,
+        )
 
     def cli_exit_status(self) -> int:
         return 1 if self.status == "failed" else 0
@@ -100,6 +139,12 @@ class ServerTarget(ABC, Generic[S, A]):
         self, plan: ServerPlan, settings: S, progress: Progress, wait_seconds: float | None
     ) -> ServerState:
         """Start exactly `plan`, follow it to ready (or the wait's end), smoke-test it."""
+
+    def billing(self, settings: S) -> tuple[str, int, str | None] | None:
+        """(instance type, count, region) deploy would run, for the dry run's cost;
+        None when nothing is billed (this host)."""
+        del settings
+        return None
 
     @abstractmethod
     def get(self, name: str, settings: A) -> ServerState: ...

@@ -79,6 +79,7 @@ class ErrorCode(str, Enum):
     # A result whose outcome is a failure: the image did not build, the job failed.
     BUILD_FAILED = ("build_failed", EXIT_FAILED)
     JOB_FAILED = ("job_failed", EXIT_FAILED)
+    SERVER_FAILED = ("server_failed", EXIT_FAILED)
     INTERNAL_ERROR = ("internal_error", EXIT_FAILED)
     # A rendered manifest the CRD schema rejects (a template bug).
     MANIFEST_INVALID = ("manifest_invalid", EXIT_FAILED)

@@ -375,7 +375,9 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
     """Each tool's largest realistic results: built by the code that makes them, or
     returned by the tool itself where that is cheap (a 64-node cluster in the emulator,
     every saved pod-doctor snapshot, a 64-node dry run, a 100-job listing)."""
+    from commands.list_model_servers import ServerList
     from commands.list_operations import OperationList
+    from skills.model_server.base import ServerState
     from commands.list_training_jobs import JobList
     from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
     from skills.ecr_publisher.models import PushResult
@@ -397,6 +399,10 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
                                     "gpu_per_node": 8, "include_plan": True, "kubernetes": {
                                         "kubeconfig": str(tmp_path / "kc"),
                                         "image_uri": "r/t:1"}})]
+        + [("deploy_model_server", {"name": "big", "model": "s3://demo-bucket/runs/big/export",
+                                    "dry_run": True, "target": "kubernetes", "kubernetes": {
+                                        "kubeconfig": str(tmp_path / "kc"), "replicas": 64,
+                                        "instance_type": "p5.48xlarge"}})]
     )  # fmt: skip
     state = _job_state()
     retried = state.model_dump(exclude={"next_step"}) | {
@@ -427,7 +433,16 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
     listed_ops = OperationList(operations=[build] * 50)  # limit: at most 50
     logs = JobLogs(job_name="j", target="kubernetes", log_path="pod/j-master-0", lines=10_000,
                    text="\n".join(f"{LONG_LINE} {i}" for i in range(10_000)))  # fmt: skip
+    server = ServerState(
+        name="big", target="kubernetes", status="starting", model="s3://demo-bucket/m",
+        endpoint="https://k/api/v1/namespaces/default/services/big:8000/proxy", replicas=64,
+        ready_replicas=3, curl="kubectl get --raw " + LONG_LINE, smoke=LONG_LINE[:200],
+        message=LONG_LINE, next_step=NextStep(tool="get_model_server", arguments={"name": "big"}),
+    )  # fmt: skip
+    servers = ServerList(servers=[server] * 100)
     return {
+        "deploy_model_server": called["deploy_model_server"], "get_model_server": [server],
+        "delete_model_server": [server], "list_model_servers": [servers],
         "build_image": [build], "get_operation": [recorded], "cancel_operation": [recorded],
         "list_operations": [listed_ops], "push_to_ecr": [push],
         "get_training_job": [state], "cancel_training_job": [state],

@@ -22,8 +22,14 @@ from commands.build_image import push_step
 from commands.push_to_ecr import deploy_step
 from mcp_server import build_server
 from skills.codebuild_pipeline import builds
+from skills.eks_cluster_manager import actions
+from skills.eks_cluster_manager.cleanup import CleanupSpec
+from skills.eks_cluster_manager.storage import StorageSpec
+from skills.model_server.kubernetes.settings import KubernetesServerAccess
+from skills.model_server.kubernetes.target import _access as server_access
 from skills.operations.operation_state import OperationRecord, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.next_step import NextStep
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
@@ -253,6 +259,46 @@ def _setup(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
 @producer("manage_eks_cluster", "inspect_eks_cluster")
 def _cluster(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     yield from CLUSTER_STEPS
+    access = actions.Access("c1", "us-east-1", None, None, None)
+    storage = StorageSpec(cluster="c1", size_gib=2400, nodegroup="gpu", bucket="team-data")
+    for source, arguments in (
+        ("storage plan", actions._storage_args(access, storage)),
+        ("cleanup plan", actions._cleanup_args(access, CleanupSpec(cluster="c1", parts=("fsx",),
+                                                                   delete_bucket="if_empty"))),
+    ):  # fmt: skip
+        yield (
+            source,
+            _nested(NextStep(tool="manage_eks_cluster", arguments={**arguments, "confirm": True})),
+        )
+
+
+@producer("deploy_model_server", "get_model_server", "list_model_servers", "delete_model_server")
+def _servers(tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    kubeconfig = str(tmp / "kubeconfig")
+    planned = _call("deploy_model_server", {
+        "name": "demo", "model": "s3://demo-bucket/runs/demo/export", "dry_run": True,
+        "target": "kubernetes",
+        "kubernetes": {"kubeconfig": kubeconfig, "instance_type": "g5.48xlarge", "replicas": 2},
+    })  # fmt: skip
+    assert not planned.is_error, planned.content[0].text
+    step = _sent_step(planned)
+    assert step is not None and step["tool"] == "deploy_model_server"
+    assert planned.structured_content["cost"]["usd_per_hour"] > 0
+    yield "model server dry run", step
+    settings = KubernetesServerAccess(kubeconfig=kubeconfig, namespace="serving")
+    yield (
+        "kubernetes server starting",
+        _nested(
+            NextStep(tool="get_model_server", arguments={"name": "demo", **server_access(settings)})
+        ),
+    )
+    missing = _call("get_model_server", {"name": "nobody", "target": "local"})
+    assert missing.is_error
+    yield "local server not found", _sent_step(missing)
+    yield (
+        "local server conflict or ended",
+        _nested(NextStep(tool="delete_model_server", arguments={"name": "demo", "confirm": True})),
+    )
 
 
 CLUSTER_STEPS: list[tuple[str, dict[str, Any]]] = []

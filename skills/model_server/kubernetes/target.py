@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from skills.cloud.clients import env_region
 from skills.kube.access import cluster_api_client
 from skills.kube.client import KubeJson
 from skills.model_server.base import (
@@ -254,6 +255,10 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         return state.model_copy(
             update={"smoke": str(text)[:200], "message": f"Ready; answered {len(ids)} model(s)."}
         )
+
+    def billing(self, settings: KubernetesServerSettings) -> tuple[str, int, str | None]:
+        # One node of instance_type per replica (each pod asks all of its GPUs).
+        return settings.instance_type, settings.replicas, settings.region or env_region()
 
     # get / list / delete / scale -------------------------------------------------------------
 
