@@ -119,5 +119,6 @@ def test_read_only_server_process_serves_only_tools_that_change_nothing():
         "get_training_job", "get_training_job_logs", "list_training_jobs",
         "diagnose_training_job",
         "get_operation", "list_operations", "get_codebuild_build", "inspect_eks_cluster",
+        "get_model_server", "list_model_servers",
     }  # fmt: skip
     assert refused.is_error

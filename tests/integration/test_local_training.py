@@ -281,10 +281,12 @@ def test_read_only_server_hides_tools_that_write():
     assert anyio.run(scenario) == [
         "diagnose_training_job",
         "get_codebuild_build",
+        "get_model_server",
         "get_operation",
         "get_training_job",
         "get_training_job_logs",
         "inspect_eks_cluster",
+        "list_model_servers",
         "list_operations",
         "list_training_jobs",
     ]

@@ -393,7 +393,7 @@ def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypat
     job.patch({"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}})
     state = get_operation(operation_id=started.operation["operation_id"], wait_seconds=30)
     assert state.status == "succeeded", state.error
-    nccl = state.result["nccl"]
+    nccl = state.result.model_dump(mode="json")["nccl"]  # get_operation types the result
     assert nccl["verdict"] == "pass" and nccl["transport"] == "efa" and nccl["nodes"] == 2
     assert nccl["peak_busbw_gbps"] == 383.66
     assert not exists(kube, jobs[0]) and not exists(kube, ("v1/configmaps", namespace, name))
