@@ -120,10 +120,9 @@ class ClusterReport(ToolResult):
     resources: list[ResourceChange] | None = Field(
         default=None, description="storage/cleanup: each resource, its action and why."
     )
-    cost: dict[str, Any] | None = Field(default=None, description="storage: the estimate.")
     api_calls: int | None = Field(default=None, description="Kubernetes API requests made.")
     cost: dict[str, Any] | None = Field(
-        default=None, description="create_config: the estimate from the dated price table."
+        default=None, description="create_config, storage: the estimate from the dated price table."
     )
     next_step: NextStep | None = None
     hint: str | None = Field(default=None, description="What to do that is not one call.")

@@ -48,7 +48,7 @@ TERMINAL = {"succeeded", "failed", "cancelled", "stopped", "deleted", "ready"}
 DRIVER = "550.127.08"
 INSTANCE = "p4d.24xlarge"
 # What the agent's user told it: the cluster (kmock's kubeconfig) and its nodes.
-CLUSTER_SETTINGS = {"target": "kubernetes", "instance_type": INSTANCE}
+CLUSTER_SETTINGS = {"target": "kubernetes", "kubernetes": {"instance_type": INSTANCE}}
 
 RANK1_OOM = (
     "[rank1]: Traceback (most recent call last):\n"
@@ -165,6 +165,7 @@ class Reply:
     data: dict[str, Any]
     seconds: float
     size: int
+    text: str = ""
 
     @property
     def status(self) -> str | None:
@@ -172,7 +173,7 @@ class Reply:
 
     @property
     def next_step(self) -> dict[str, Any] | None:
-        step = self.data.get("next_step") or self.data.get("error", {}).get("next_step")
+        step = self.data.get("next_step") or (self.data.get("error") or {}).get("next_step")
         return step if isinstance(step, dict) else None
 
 
@@ -187,7 +188,8 @@ class Agent:
     async def start(self) -> None:
         tools = (await self.client.list_tools()).tools
         self.schemas = {t.name: t.input_schema for t in tools}
-        self.listing_bytes = sum(len(t.model_dump_json(by_alias=True)) for t in tools)
+        listed = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+        self.listing_bytes = len(json.dumps({"tools": listed}, separators=(",", ":")).encode())
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Reply:
         jsonschema.validate(arguments, self.schemas[tool])  # an agent's call is well-formed
@@ -199,23 +201,26 @@ class Agent:
         structured = result.structured_content
         data = structured if structured is not None else _json_or_empty(text)
         size = len(text.encode()) + len(json.dumps(structured or {}).encode())
-        reply = Reply(tool, bool(result.is_error), data, seconds, size)
+        reply = Reply(tool, bool(result.is_error), data, seconds, size, text)
         self.log.append(reply)
         # The session's rules, checked on every call.
         assert seconds < CALL_LIMIT_S, (tool, seconds)
         assert size < RESULT_LIMIT, (tool, size)
-        failed = "error" in data or reply.status == "failed"
+        failed = bool(data.get("error")) or reply.status == "failed"
         assert reply.is_error == failed, (tool, reply.is_error, data)
         return reply
 
     async def follow(self, reply: Reply, **told: Any) -> Reply:
-        """Call the reply's next step as given (plus what the user told the agent, for
-        the arguments the step leaves to the agent)."""
+        """Call the reply's next step as given, with what the user told the agent (a job
+        name, the nodes' instance type) in place of the step's own choice."""
         step = reply.next_step
         assert step, (reply.tool, reply.data)
         arguments = {**step["arguments"]}
         for key, value in told.items():
-            arguments.setdefault(key, value)
+            if isinstance(value, dict) and isinstance(arguments.get(key), dict):
+                arguments[key] = {**arguments[key], **value}
+            else:
+                arguments[key] = value
         return await self.call(step["tool"], arguments)
 
     async def until_settled(self, reply: Reply, limit: int = 40) -> Reply:
@@ -277,8 +282,9 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
     plans = {
         "llama": [{"outcome": "Succeeded"}],
         "oom": [
-            {"outcome": "Failed", "exit_codes": {"master-0": 1, "worker-0": 1},
-             "rank_logs": {"worker-0": RANK1_OOM}},
+            # rank 1 shares the master pod (8 GPUs a node): its traceback is that pod's log
+            {"outcome": "Failed", "exit_codes": {"master-0": 1},
+             "rank_logs": {"master-0": RANK1_OOM}},
             {"outcome": "Succeeded", "rank_logs": {"master-0": _resumed_log(3)}},
         ],
     }  # fmt: skip
@@ -295,7 +301,14 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             pushed = await agent.until_settled(await agent.follow(built))
             assert pushed.tool == "push_to_ecr" and pushed.status == "succeeded", pushed.data
             # CI for the repository.
-            ci = await agent.call("setup_codebuild", {"confirm": True})
+            # CI for the repository: the user names the project, where the source lives, and
+            # the region; the repository is the one the push made.
+            pushed_to = pushed.data.get("result") or pushed.data
+            ci = await agent.call("setup_codebuild", {
+                "project_name": "fsdp-eks-ci", "region": pushed_to["region"],
+                "ecr_repository": pushed_to["repository"],
+                "source_url": "https://github.com/acme/fsdp-trainer",
+            })  # fmt: skip
             assert not ci.is_error, ci.data
             # The cluster.
             checked = await agent.call("manage_eks_cluster", {"action": "validate"})
@@ -304,7 +317,9 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             deploy = pushed.next_step
             assert deploy and deploy["tool"] == "deploy_training_job", pushed.data
             job = {"job_name": "llama", "max_steps": 6}
-            refused = await agent.follow(pushed, **job, **CLUSTER_SETTINGS)
+            planned = await agent.follow(pushed, **job, **CLUSTER_SETTINGS)
+            assert planned.status == "planned" and "cost" in planned.data, planned.data
+            refused = await agent.follow(planned)  # the plan's own next step submits it
             gate_calls.append(refused.tool)
             assert refused.is_error and refused.data["error"]["code"] == "cuda_incompatible"
             # The gate's remedy: rebuild, push, deploy — one rebuild.
@@ -313,23 +328,25 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             assert rebuilt.tool == "build_image" and rebuilt.status == "succeeded", rebuilt.data
             repushed = await agent.until_settled(await agent.follow(rebuilt))
             gate_calls.append(repushed.tool)
-            started = await agent.follow(repushed, **job, **CLUSTER_SETTINGS)
+            replanned = await agent.follow(repushed, **job, **CLUSTER_SETTINGS)
+            gate_calls.append(replanned.tool)
+            started = await agent.follow(replanned)
             gate_calls.append(started.tool)
             assert not started.is_error, started.data
             done = await agent.until_settled(started)
             assert done.status == "succeeded", done.data
             logs = await agent.call("get_training_job_logs", {"job_name": "llama",
                                                               "kubernetes": {}})  # fmt: skip
-            assert not logs.is_error and "step" in json.dumps(logs.data), logs.data
+            assert not logs.is_error and '"event": "step"' in logs.text, logs.text  # said once
             # A job that runs out of memory, with auto_retry: diagnosed, fixed, resumed.
-            image = started.data.get("image_uri") or deploy["arguments"].get("image_uri")
+            image = repushed.next_step["arguments"]["kubernetes"]["image_uri"]  # the fixed one
             oom = await agent.call("deploy_training_job", {
                 "job_name": "oom", "max_steps": 6, "train_batch_size": 8,
-                "grad_accum_steps": 2, "auto_retry": True, "image_uri": image,
-                "kubernetes": {"instance_type": INSTANCE},
+                "grad_accum_steps": 2, "auto_retry": True, "target": "kubernetes",
+                "kubernetes": {"instance_type": INSTANCE, "image_uri": image},
             })  # fmt: skip
             fixed = await agent.until_settled(oom)
-            assert fixed.status == "succeeded", fixed.data
+            assert fixed.status == "succeeded", json.dumps(fixed.data, indent=1)[:6000]
             assert "cuda_oom" in json.dumps(fixed.data), fixed.data
             return agent
 
