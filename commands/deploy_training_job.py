@@ -61,7 +61,7 @@ def deploy_training_job(
     runner = get_target(target)
     if auto_retry:
         require_support(runner)
-    plan = runner.plan(job)
+    plan = _plan(runner, job, target, _retry_args(auto_retry, max_retries))
     if dry_run:
         return DeployResult(
             job_name=job.job_name,
@@ -103,6 +103,23 @@ def deploy_training_job(
         runner.cancel(job.job_name, grace_s=10)
         raise
     return _with_plan(DeployResult(**state.model_dump(), plan=plan), include_plan)
+
+
+def _plan(runner: Any, job: JobSpec, target: Any, retry_args: dict[str, Any]) -> Any:
+    """The target's plan. A refusal of more GPUs per node than the instance type has
+    carries, as its next step, the dry run of this call with the most it has."""
+    try:
+        return runner.plan(job)
+    except ToolFailure as failure:
+        most = failure.details.get("instance_gpus")
+        if failure.code == ErrorCode.NOT_ENOUGH_GPUS and isinstance(most, int) and most > 0:
+            fitted = job.model_copy(update={"gpu_per_node": most})
+            failure.next_step = failure.next_step or NextStep(
+                tool="deploy_training_job",
+                arguments={**_call_args(fitted, target), **retry_args, "dry_run": True},
+                why=f"plan it with gpu_per_node={most}",
+            )
+        raise
 
 
 def _call_args(job: JobSpec, target: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from skills.eks_cluster_manager import fix, nodegroups
 from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
 from skills.kube.access import cluster_api_client
+from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
@@ -96,7 +97,7 @@ def describe(access: Access, progress: Progress) -> ClusterReport:
     try:
         kube = access.kube()
         snapshot_nodes = kube.items("/api/v1/nodes")
-        pods = kube.items("/api/v1/pods", [("fieldSelector", "status.phase=Running")])
+        pods = kube.items("/api/v1/pods", [("fieldSelector", NOT_ENDED_SELECTOR)])
     except ToolFailure as failure:
         if not access.cluster_name or failure.code != ErrorCode.ENDPOINT_UNREACHABLE:
             raise
@@ -105,7 +106,7 @@ def describe(access: Access, progress: Progress) -> ClusterReport:
         snapshot = checklist.Snapshot(
             version={},
             nodes=snapshot_nodes,
-            pods=[p for p in pods if (p.get("status") or {}).get("phase") == "Running"],
+            pods=pods,
             daemonsets=[],
             deployments=[],
             crd=None,

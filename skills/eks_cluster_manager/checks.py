@@ -12,7 +12,13 @@ from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.kube import Kube, access_failure
 from skills.eks_cluster_manager.models import Check, NodeInfo
-from skills.kube.gpu_nodes import GPU_RESOURCE, NodeGpuFacts, node_gpu_facts
+from skills.kube.gpu_nodes import (
+    GPU_RESOURCE,
+    NOT_ENDED_SELECTOR,
+    NodeGpuFacts,
+    gpus_requested_by_node,
+    node_gpu_facts,
+)
 from skills.shared.errors import ToolFailure
 
 NVIDIA_PLUGIN_NAMES = ("nvidia-device-plugin",)
@@ -49,12 +55,12 @@ def read_snapshot(kube: Kube, options: Options, identity: str | None = None) -> 
         nodes = kube.items("/api/v1/nodes")
     except ApiException as exc:
         raise access_failure(exc, kube.host) or exc from None
-    # Running pods only: finished ones hold no GPUs (kmock ignores selectors: filtered below too).
-    pods = kube.items("/api/v1/pods", [("fieldSelector", "status.phase=Running")])
+    # Pods not ended: those hold GPUs (gpus_requested_by_node skips ended ones again).
+    pods = kube.items("/api/v1/pods", [("fieldSelector", NOT_ENDED_SELECTOR)])
     snapshot = Snapshot(
         version=version,
         nodes=nodes,
-        pods=[p for p in pods if (p.get("status") or {}).get("phase") == "Running"],
+        pods=pods,
         daemonsets=kube.items("/apis/apps/v1/daemonsets"),
         deployments=kube.items("/apis/apps/v1/deployments"),
         crd=kube.get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"),
@@ -90,22 +96,8 @@ def gpu_nodes(snapshot: Snapshot) -> list[tuple[NodeGpuFacts, InstanceSpec | Non
 
 
 def gpus_in_use(snapshot: Snapshot) -> dict[str, int]:
-    """GPUs requested by running pods, per node."""
-    used: dict[str, int] = {}
-    for pod in snapshot.pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            continue
-        for container in (pod.get("spec") or {}).get("containers") or ():
-            resources = container.get("resources") or {}
-            asked = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-                resources.get("requests") or {}
-            ).get(GPU_RESOURCE)
-            try:
-                used[node] = used.get(node, 0) + int(str(asked or 0))
-            except ValueError:
-                continue
-    return used
+    """GPUs held per node, counted as deploy counts them (gpus_requested_by_node)."""
+    return gpus_requested_by_node(snapshot.pods)
 
 
 def node_rows(snapshot: Snapshot) -> list[NodeInfo]:

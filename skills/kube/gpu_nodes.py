@@ -2,7 +2,10 @@
 returns it (camelCase JSON): instance type, allocatable GPUs and EFA devices, and the
 NVIDIA driver, product and compute capability that gpu-feature-discovery (GPU operator)
 puts in its labels. The cluster checks, the describe view and the CUDA gate before a
-job is submitted all read nodes through this one function."""
+job is submitted all read nodes through this one function.
+
+The GPUs pods hold on a node are counted here too, once: describe's "in use" and
+deploy's free-GPU check both call gpus_requested_by_node."""
 
 from __future__ import annotations
 
@@ -21,6 +24,10 @@ DRIVER_PART_LABELS = (
 )  # fmt: skip
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COMPUTE_LABELS = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
+# Pods that ended free what they requested; every other phase (Pending on a node,
+# Running, Unknown) still holds it, as the scheduler counts.
+ENDED_PHASES = ("Succeeded", "Failed")
+NOT_ENDED_SELECTOR = ",".join(f"status.phase!={phase}" for phase in ENDED_PHASES)
 
 
 @dataclass(frozen=True)
@@ -74,3 +81,43 @@ def node_gpu_facts(node: dict[str, Any]) -> NodeGpuFacts:
         gpu_product=labels.get(PRODUCT_LABEL),
         compute_capability=sm,
     )
+
+
+def container_gpu_request(container: dict[str, Any]) -> int:
+    """The GPUs a container requests. An extended resource such as nvidia.com/gpu given
+    only as a limit gets that limit as its request (Kubernetes' defaulting), so a
+    limits-only container holds its GPUs too."""
+    resources = container.get("resources") or {}
+    asked = (resources.get("requests") or {}).get(GPU_RESOURCE)
+    if asked is None:
+        asked = (resources.get("limits") or {}).get(GPU_RESOURCE)
+    return _quantity(asked)
+
+
+def pod_gpu_request(pod_spec: dict[str, Any]) -> int:
+    """A pod's effective GPU request, by the scheduler's rule: the larger of (its
+    containers plus its sidecars) and the peak of its init phase, where init containers
+    run one at a time beside the sidecars (restartPolicy Always) started before them."""
+    sidecars = init_peak = 0
+    for init in pod_spec.get("initContainers") or ():
+        asked = container_gpu_request(init)
+        if init.get("restartPolicy") == "Always":  # a sidecar: keeps running
+            sidecars += asked
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + asked)
+    running = sum(container_gpu_request(c) for c in pod_spec.get("containers") or ())
+    return max(running + sidecars, init_peak)
+
+
+def gpus_requested_by_node(pods: list[dict[str, Any]]) -> dict[str, int]:
+    """GPUs held per node: the effective requests of the pods bound to it that have not
+    ended. Both describe and deploy's capacity check count through this one function."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ENDED_PHASES:
+            continue
+        used[node] = used.get(node, 0) + pod_gpu_request(spec)
+    return used

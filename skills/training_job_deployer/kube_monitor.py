@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from skills.kube.client import KubeJson
+from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.secrets import redact
@@ -135,7 +136,9 @@ class KubeReader(KubeJson):
         return list((self.json("GET", "/api/v1/nodes") or {}).get("items") or [])
 
     def all_pods(self) -> list[dict[str, Any]]:
-        return list((self.json("GET", "/api/v1/pods") or {}).get("items") or [])
+        """Every namespace's pods that have not ended (those that may hold GPUs)."""
+        listed = self.json("GET", "/api/v1/pods", query={"fieldSelector": NOT_ENDED_SELECTOR})
+        return list((listed or {}).get("items") or [])
 
     # secrets ------------------------------------------------------------------------
 

@@ -158,6 +158,10 @@ def _deploy_steps(tmp_path: Any) -> Iterator[tuple[str, dict[str, Any]]]:
             not again.is_error
             and again.structured_content["plan"] == (result.structured_content["plan"])
         )
+    over = _call("deploy_training_job", {"job_name": "ns", "dry_run": True, "gpu_per_node": 8,
+                 "kubernetes": {"kubeconfig": kc, "instance_type": "g5.12xlarge"}})  # fmt: skip
+    assert over.is_error and (step := _sent_step(over)) is not None, over.content[0].text
+    yield "kubernetes: more GPUs per node than the instance has", step
     yield (
         "kubernetes: confirm to replace",
         _confirm_step(

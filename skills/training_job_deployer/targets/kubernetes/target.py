@@ -2,12 +2,14 @@
 plan -> submit -> follow/describe -> logs -> cancel, plus list_jobs, delete and
 snapshot (the job doctor's input).
 
-plan renders and validates the manifest (no cluster call: a dry run needs no cluster);
-submit checks the cluster serves PyTorchJobs, refuses an existing job of the name (or
-deletes it with replace=true), runs the driver/CUDA gate, warns when fewer GPUs are
-free than asked, puts HF_TOKEN into a Secret the manifest references, then creates
-exactly the plan's manifest. The monitor reads the job, its pods, its events (one
-request per kind) and rank 0's log, parsed by the same reader as the local target."""
+plan renders and validates the manifest (no cluster call: a dry run needs no cluster)
+and refuses more GPUs per node than the instance type has (NOT_ENOUGH_GPUS); submit
+checks the cluster serves PyTorchJobs, refuses an existing job of the name (or deletes
+it with replace=true), runs the driver/CUDA gate, warns when fewer GPUs are free than
+asked (counted as describe counts them), puts HF_TOKEN into a Secret the manifest
+references, then creates exactly the plan's manifest. The monitor reads the job, its
+pods, its events (one request per kind) and rank 0's log, parsed by the same reader as
+the local target."""
 
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import Field
 
+from skills.catalog.gpu_capacity import require_gpus_per_node
 from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
 from skills.kube.access import cluster_api_client
-from skills.kube.gpu_nodes import GPU_RESOURCE, node_gpu_facts
+from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -179,6 +182,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         settings = self.settings
         if not isinstance(settings, KubernetesDeploySettings):
             settings = KubernetesDeploySettings(**settings.model_dump())
+        if settings.instance_type:  # a shape no node can run: refused first, dry run included
+            require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
         manifest = render(spec, settings, image, HF_SECRET)
         warnings = []
@@ -272,8 +277,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         running pods request: a warning only (the autoscaler may add nodes)."""
         spec = plan.manifest["spec"]
         asked = sum(
-            int(r["replicas"])
-            * int(r["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE])
+            int(r["replicas"]) * pod_gpu_request(r["template"]["spec"])
             for r in spec["pytorchReplicaSpecs"].values()
         )
         free = sum(self._free_gpus(nodes, plan.instance_type).values())
@@ -287,7 +291,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     def _free_gpus(self, nodes: list[Any], instance_type: str | None) -> dict[str, int]:
         """Free GPUs per Ready node (of the instance type, when given): allocatable less
-        what the pods that run or wait there request."""
+        what the pods bound there and not ended request, counted as describe counts
+        (gpus_requested_by_node: limits as requests where only limits are set)."""
         matching = {
             n.name: n.gpus_allocatable
             for n in nodes
@@ -295,17 +300,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         }
         if not matching:
             return {}
-        free = dict(matching)
-        for pod in self.reader.all_pods():
-            phase = (pod.get("status") or {}).get("phase")
-            spec_ = pod.get("spec") or {}
-            node = spec_.get("nodeName")
-            if node not in free or phase in ("Succeeded", "Failed"):
-                continue
-            for c in spec_.get("containers") or []:
-                requests = (c.get("resources") or {}).get("requests") or {}
-                free[node] -= int(requests.get(GPU_RESOURCE, 0))
-        return free
+        used = gpus_requested_by_node(self.reader.all_pods())
+        return {node: gpus - used.get(node, 0) for node, gpus in matching.items()}
 
     def retry_facts(self) -> dict[str, Any]:
         """What auto-retry's remedies need beyond the snapshot (remedies.Facts): free GPUs
