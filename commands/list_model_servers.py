@@ -14,7 +14,6 @@ from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
 
-
 # A list says which servers and how they stand; get_model_server gives one in full.
 LISTED_SERVER_DETAIL = {"curl", "smoke", "message", "plan", "cost", "next_step"}
 

@@ -11,8 +11,8 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from skills.shared.errors import ErrorCode, ToolFailure
 from skills.catalog.pricing import cost_rows
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress

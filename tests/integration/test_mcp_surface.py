@@ -377,10 +377,10 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
     every saved pod-doctor snapshot, a 64-node dry run, a 100-job listing)."""
     from commands.list_model_servers import ServerList
     from commands.list_operations import OperationList
-    from skills.model_server.base import ServerState
     from commands.list_training_jobs import JobList
     from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
     from skills.ecr_publisher.models import PushResult
+    from skills.model_server.base import ServerState
     from skills.training_job_deployer.models import JobLogs, RetryAttempt
     from tests.services.eks_cluster import seed_healthy
 
