@@ -131,9 +131,9 @@ def for_offerings(
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
             f"EC2 offers {instance_type} in no available zone of {region}.",
-            "Pick a region (or an instance type) that has it: `aws ec2 "
-            "describe-instance-type-offerings --location-type availability-zone --filters "
-            f"Name=instance-type,Values={instance_type} --region REGION`.",
+            "Pick a region (or an instance type) that has it: "
+            "`aws ec2 describe-instance-type-offerings --location-type availability-zone` "
+            "lists where each type is offered.",
             {"field": "instance_type", "region": region},
         )
     cluster = _cluster_zones(region, usable[0], zones, preferred=set(usable))
