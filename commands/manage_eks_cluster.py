@@ -244,7 +244,8 @@ def _create_config(
     output: str | None,
     create: bool,
 ) -> ClusterReport:
-    from skills.eks_cluster_manager import eksctl
+    from skills.catalog.instances import instance_spec
+    from skills.eks_cluster_manager import eksctl, zones
 
     cluster = access.need_cluster("create_config")
     instance = _need(
@@ -259,6 +260,20 @@ def _create_config(
         "create_config",
         "Pass region or set AWS_REGION.",
     )
+    if create and not output:  # the CLI names <cluster>-eksctl.yaml; an MCP caller names it
+        _need(
+            output,
+            "output",
+            "create_config with confirm",
+            "Name the eksctl config file to write (under the workspace over MCP).",
+        )
+    gpu = instance_spec(instance)  # an unknown type fails here, before EC2 is asked
+    placement = zones.read_placement(
+        access.session().client("ec2", region_name=region),
+        gpu.name,
+        capacity_reservation_id,
+        one_zone=gpu.efa,
+    )
     config = eksctl.cluster_config(
         eksctl.ConfigSpec(
             cluster_name=cluster,
@@ -267,16 +282,11 @@ def _create_config(
             nodes=nodes,
             volume_size=volume_size,
             capacity_reservation_id=capacity_reservation_id,
+            cluster_zones=placement.cluster_zones,
+            gpu_zones=placement.gpu_zones,
         )
     )
     text = eksctl.render(config)
-    if create and not output:  # the CLI names <cluster>-eksctl.yaml; an MCP caller names it
-        _need(
-            output,
-            "output",
-            "create_config with confirm",
-            "Name the eksctl config file to write (under the workspace over MCP).",
-        )
     path = Path(output).expanduser().absolute() if output else None
     if path is not None:
         write_new_or_owned(path, text, owns=_is_eksctl_config)
@@ -285,8 +295,14 @@ def _create_config(
     report = ClusterReport(
         action="create_config",
         config_yaml=text,
-        changes={"config_path": str(path) if path else None, "command": command},
-        summary=f"ClusterConfig for {cluster}: {nodes} x {instance}",
+        changes={
+            "config_path": str(path) if path else None,
+            "command": command,
+            "availability_zones": list(placement.cluster_zones),
+            "gpu_zones": list(placement.gpu_zones or placement.cluster_zones),
+        },
+        summary=f"ClusterConfig for {cluster}: {nodes} x {instance} in "
+        f"{', '.join(placement.gpu_zones or placement.cluster_zones)} ({placement.why})",
         cost=eksctl.config_cost(config).model_dump(mode="json"),
     )
     if create:

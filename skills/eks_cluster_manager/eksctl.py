@@ -1,7 +1,8 @@
 """An eksctl ClusterConfig for a GPU training cluster: a small system node group, a GPU
 node group (instance type, EFA with its placement group and single AZ, optional
-capacity reservation, root volume), OIDC and the add-ons a training job uses. No
-credentials ever go in: eksctl signs with the caller's own AWS identity."""
+capacity reservation, root volume), OIDC and the add-ons a training job uses; the zones
+are read from EC2 (zones.py). No credentials ever go in: eksctl signs with the caller's
+own AWS identity."""
 
 from __future__ import annotations
 
@@ -41,7 +42,10 @@ class ConfigSpec:
     kubernetes_version: str = "1.32"
     volume_size: int = 500
     capacity_reservation_id: str | None = None
-    availability_zone: str | None = None
+    # From zones.read_placement: the cluster's zones (two or more) and the GPU node
+    # group's (None: the cluster's).
+    cluster_zones: tuple[str, ...] = ()
+    gpu_zones: tuple[str, ...] | None = None
 
 
 def cluster_config(spec: ConfigSpec) -> dict[str, Any]:
@@ -63,7 +67,8 @@ def cluster_config(spec: ConfigSpec) -> dict[str, Any]:
     if gpu.efa:
         # EFA wants the nodes in one AZ; eksctl then also makes a cluster placement group.
         group["efaEnabled"] = True
-        group["availabilityZones"] = [spec.availability_zone or f"{spec.region}a"]
+    if spec.gpu_zones:
+        group["availabilityZones"] = list(spec.gpu_zones)
     if spec.capacity_reservation_id:
         group["capacityReservation"] = {
             "capacityReservationTarget": {"capacityReservationID": spec.capacity_reservation_id}
@@ -77,6 +82,7 @@ def cluster_config(spec: ConfigSpec) -> dict[str, Any]:
             "version": spec.kubernetes_version,
             "tags": {"created-by": "fsdp-eks"},
         },
+        **({"availabilityZones": list(spec.cluster_zones)} if spec.cluster_zones else {}),
         "iam": {"withOIDC": True},
         "addons": [{"name": a} for a in ADDONS],
         "managedNodeGroups": [

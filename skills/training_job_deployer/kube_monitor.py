@@ -87,6 +87,21 @@ class KubeReader(KubeJson):
         ]
         return sorted(pods, key=pod_order)
 
+    def pods_by_job(self) -> dict[str, list[dict[str, Any]]]:
+        """Every PyTorchJob's pods in the namespace, one LIST, by job name (each list
+        ordered as pods() orders it)."""
+        listed = self.json(
+            "GET",
+            f"/api/v1/namespaces/{self.namespace}/pods",
+            query={"labelSelector": JOB_NAME_LABEL},
+        )
+        by_job: dict[str, list[dict[str, Any]]] = {}
+        for pod in listed.get("items") or []:
+            job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+            if job:
+                by_job.setdefault(job, []).append(pod)
+        return {job: sorted(pods, key=pod_order) for job, pods in by_job.items()}
+
     def events(self, job_name: str, pod_names: list[str]) -> list[dict[str, Any]]:
         """Events of the job and its pods, one LIST, oldest first."""
         names = {job_name, *pod_names}

@@ -128,7 +128,36 @@ def test_submit_monitor_succeeded_with_metrics(operator, kube_api):
     last = progress.events[-1]
     assert (last.completed, last.total) == (6, 6) and "loss 5.1393" in last.message
     listed = list_training_jobs(**K8S)
-    assert [(j.job_name, j.status) for j in listed.jobs] == [("llama", "succeeded")]
+    assert [(j.job_name, j.status, j.steps, j.max_steps) for j in listed.jobs] == [
+        ("llama", "succeeded", 6, 6)
+    ]
+    assert listed.summary_rows() == [("llama", "succeeded 6/6 steps")]
+
+
+def test_list_reads_each_jobs_steps_from_the_end_of_rank_0s_log(operator):
+    # A long run: its start line (max_steps) is far above the end of the log, which
+    # holds the summary; the trainer was told --max_steps in the job's own command.
+    lines = RUN_LOG.splitlines(keepends=True)
+    noise = [f"[rank0]: step {i} stats\n" for i in range(500)]
+    deploy(job_name="long", max_steps=6)
+    long_log = "".join([*lines[:-1], *noise, lines[-1]])
+    operator.run("long", outcome="Succeeded", rank_logs={"master-0": long_log})
+    deploy(job_name="mid", max_steps=6)  # still training: step 1 logged, then a checkpoint
+    operator.run("mid", outcome="Running", rank_logs={"master-0": "".join(lines[:3])})
+    deploy(job_name="queued", max_steps=40)  # no pods yet: no log to read
+    target = KubernetesTarget(KubernetesSettings())
+    before = target.reader.calls
+    jobs = {j.job_name: j for j in target.list_jobs()}
+    # The jobs and their pods: one LIST each; then the end of each started rank 0's log.
+    assert target.reader.calls - before == 2 + 2
+    seen = {name: (j.status, j.steps, j.max_steps) for name, j in jobs.items()}
+    assert seen == {
+        "long": ("succeeded", 6, 6),
+        "mid": ("running", 1, 6),
+        "queued": ("running", 0, 40),
+    }
+    rows = dict(list_training_jobs(**K8S).summary_rows())
+    assert rows["long"] == "succeeded 6/6 steps" and rows["queued"] == "running 0/40 steps"
 
 
 def test_a_failed_job_reports_the_trainers_error_and_restarts(operator):

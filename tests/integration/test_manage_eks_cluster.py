@@ -9,6 +9,7 @@ import json
 import time
 
 import pytest
+import yaml
 
 from commands._cli import run_cli
 from commands.inspect_eks_cluster import inspect_eks_cluster
@@ -157,6 +158,41 @@ def test_unknown_node_group_and_unknown_instance_type_are_typed_errors(moto_serv
             action="nccl_test", instance_type="x1.huge", nccl_output=str(tmp_path / "x")
         )
     assert failure.value.code == "invalid_input"
+
+
+def test_create_config_reads_the_zones_from_ec2_never_a_guessed_a(moto_server):
+    import boto3
+
+    # moto's EC2 offers p4d.24xlarge in eu-west-1 only in eu-west-1c (its offerings data).
+    ec2 = boto3.client("ec2", region_name="eu-west-1")
+    offered = {
+        o["Location"]
+        for o in ec2.describe_instance_type_offerings(
+            LocationType="availability-zone",
+            Filters=[{"Name": "instance-type", "Values": ["p4d.24xlarge"]}],
+        )["InstanceTypeOfferings"]
+    }
+    assert offered == {"eu-west-1c"}
+    report = manage_eks_cluster(
+        action="create_config", cluster_name="c2", region="eu-west-1", instance_type="p4d.24xlarge"
+    )
+    config = yaml.safe_load(report.config_yaml)
+    gpu = config["managedNodeGroups"][1]
+    assert gpu["efaEnabled"] and gpu["availabilityZones"] == ["eu-west-1c"]
+    zones = config["availabilityZones"]
+    available = {z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]}
+    assert zones[0] == "eu-west-1c" and len(zones) >= 2 and set(zones) <= available
+    assert report.changes["gpu_zones"] == ["eu-west-1c"]
+    assert "eu-west-1c" in report.summary and "offers p4d.24xlarge" in report.summary
+    # A type EC2 offers nowhere in the region is refused, with where to look.
+    with pytest.raises(ToolFailure) as failure:
+        manage_eks_cluster(
+            action="create_config", cluster_name="c2", region="eu-west-1",
+            instance_type="p5.48xlarge",
+        )  # fmt: skip
+    assert failure.value.code == "invalid_input" and "describe-instance-type-offerings" in (
+        failure.value.hint
+    )
 
 
 def test_auto_fix_plans_then_applies_then_revalidates(kube):

@@ -209,10 +209,11 @@ def test_the_schedulers_refusals_are_typed_errors_with_its_message(slurm_cluster
 
 
 def test_no_slurm_clients_or_no_ssh_route_are_typed_errors(slurm_cluster, runs, monkeypatch):
-    unreachable = _failure(ssh_host="no-such-host.invalid", dry_run=True, **_slurm(runs))
+    # A submit needs Slurm (a dry run renders the script without it: test_slurm_script).
+    unreachable = _failure(ssh_host="no-such-host.invalid", **_slurm(runs))
     assert unreachable.code == "endpoint_unreachable"
     assert "no-such-host.invalid" in unreachable.message and "ssh" in unreachable.hint
     monkeypatch.setenv("PATH", str(runs / "no-bin"))
-    missing = _failure(dry_run=True, **_slurm(runs))
+    missing = _failure(**_slurm(runs))
     assert missing.code == "slurm_unavailable" and "not on PATH" in missing.message
     assert "ssh_host" in missing.hint

@@ -121,7 +121,7 @@ _MNG = {
         "volumeType": {"enum": ["gp2", "gp3", "io1", "io2"]},
         "privateNetworking": {"type": "boolean"},
         "efaEnabled": {"type": "boolean"},
-        "availabilityZones": {"type": "array", "items": {"type": "string"}, "maxItems": 1},
+        "availabilityZones": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "taints": {"type": "array", "items": _TAINT},
         "iam": {
@@ -161,6 +161,12 @@ EKSCTL_SCHEMA = {
                 "tags": {"type": "object"},
             },
         },
+        "availabilityZones": {
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": 2,  # eksctl refuses fewer
+            "uniqueItems": True,
+        },
         "iam": {"type": "object", "properties": {"withOIDC": {"type": "boolean"}}},
         "addons": {"type": "array", "items": {"type": "object", "required": ["name"]}},
         "managedNodeGroups": {"type": "array", "items": _MNG},
@@ -168,17 +174,20 @@ EKSCTL_SCHEMA = {
 }
 
 
+# create_config reads the zones from EC2: these run against moto (its zones and instance
+# type offerings). moto 5.2 has no DescribeCapacityReservations (HTTP 500, "not
+# implemented"), so a reservation's zone is tested on the decision itself
+# (test_a_capacity_reservation_puts_the_gpu_group_in_its_zone) with EC2's documented record.
+@pytest.mark.integration
 @pytest.mark.parametrize(
-    ("instance_type", "nodes", "reservation", "efa"),
-    [
-        ("p5.48xlarge", 4, "cr-0123456789abcdef0", True),
-        ("g5.xlarge", 1, None, False),
-        ("ml.p4d.24xlarge", 2, None, True),
-    ],
+    ("instance_type", "nodes", "efa"),
+    [("p5.48xlarge", 4, True), ("g5.xlarge", 1, False), ("ml.p4d.24xlarge", 2, True)],
 )
 def test_create_config_yaml_follows_the_parameters(
-    tmp_path, instance_type, nodes, reservation, efa
+    moto_server, tmp_path, instance_type, nodes, efa
 ):
+    import boto3
+
     out = tmp_path / "cluster.yaml"
     report = manage_eks_cluster(
         action="create_config",
@@ -187,7 +196,6 @@ def test_create_config_yaml_follows_the_parameters(
         instance_type=instance_type,
         nodes=nodes,
         volume_size=800,
-        capacity_reservation_id=reservation,
         output=str(out),
     )
     config = yaml.safe_load(out.read_text())
@@ -198,9 +206,15 @@ def test_create_config_yaml_follows_the_parameters(
     assert gpu["instanceType"] == instance_type.removeprefix("ml.")
     assert (gpu["desiredCapacity"], gpu["maxSize"], gpu["volumeSize"]) == (nodes, nodes, 800)
     assert gpu.get("efaEnabled", False) is efa
+    # The cluster's zones are the region's (EC2's list); an EFA group sits in one of them.
+    ec2 = boto3.client("ec2", region_name="us-west-2")
+    region_zones = {z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]}
+    assert set(config["availabilityZones"]) <= region_zones
     assert ("availabilityZones" in gpu) is efa  # EFA: one AZ (and a placement group)
-    target = gpu.get("capacityReservation", {}).get("capacityReservationTarget", {})
-    assert target.get("capacityReservationID") == reservation
+    if efa:
+        assert len(gpu["availabilityZones"]) == 1
+        assert gpu["availabilityZones"][0] == config["availabilityZones"][0]
+    assert "capacityReservation" not in gpu
     assert {"aws-fsx-csi-driver", "vpc-cni"} <= {a["name"] for a in config["addons"]}
     assert report.changes["command"] == ["eksctl", "create", "cluster", "-f", str(out)]
     for line in report.config_yaml.splitlines():  # no credentials, ever
@@ -208,7 +222,8 @@ def test_create_config_yaml_follows_the_parameters(
         assert "aws_access_key" not in line.lower() and "secret" not in line.lower()
 
 
-def test_create_config_without_eksctl_returns_the_command(tmp_path, monkeypatch):
+@pytest.mark.integration
+def test_create_config_without_eksctl_returns_the_command(moto_server, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no eksctl here
     report = manage_eks_cluster(
         action="create_config",
@@ -245,7 +260,8 @@ def test_bad_input_names_its_field(args, field):
     assert [p["field"] for p in failure.value.details["problems"]] == [field]
 
 
-def test_create_config_prices_each_node_group_at_its_desired_size(tmp_path):
+@pytest.mark.integration
+def test_create_config_prices_each_node_group_at_its_desired_size(moto_server, tmp_path):
     from skills.catalog.instances import instance_spec
 
     report = manage_eks_cluster(
@@ -278,3 +294,106 @@ def test_create_config_prices_each_node_group_at_its_desired_size(tmp_path):
     assert text is not None and "# cost: cluster train" in text
     assert yaml.safe_load(text) == config
     assert any(k == "cost" and "/h on-demand" in v for k, v in report.summary_rows())
+
+
+# --- the zones of a new cluster, decided from EC2's answers (skills/eks_cluster_manager/zones)
+
+US_WEST_2 = ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"]
+# One record of DescribeCapacityReservations, with the fields EC2's API reference lists.
+RESERVATION = {
+    "CapacityReservationId": "cr-0123456789abcdef0",
+    "InstanceType": "p5.48xlarge",
+    "InstancePlatform": "Linux/UNIX",
+    "AvailabilityZone": "us-west-2d",
+    "AvailabilityZoneId": "usw2-az4",
+    "Tenancy": "default",
+    "TotalInstanceCount": 4,
+    "AvailableInstanceCount": 4,
+    "State": "active",
+    "InstanceMatchCriteria": "targeted",
+}
+
+
+def test_a_capacity_reservation_puts_the_gpu_group_in_its_zone():
+    from skills.eks_cluster_manager import eksctl, zones
+
+    placement = zones.for_reservation("us-west-2", "p5.48xlarge", RESERVATION, US_WEST_2)
+    assert placement.gpu_zones == ("us-west-2d",)  # not a guessed us-west-2a
+    assert placement.cluster_zones == ("us-west-2d", "us-west-2a", "us-west-2b")
+    assert "cr-0123456789abcdef0 is in us-west-2d" in placement.why
+    config = eksctl.cluster_config(
+        eksctl.ConfigSpec(
+            "train",
+            "us-west-2",
+            "p5.48xlarge",
+            4,
+            capacity_reservation_id="cr-0123456789abcdef0",
+            cluster_zones=placement.cluster_zones,
+            gpu_zones=placement.gpu_zones,
+        )  # fmt: skip
+    )
+    jsonschema.validate(config, EKSCTL_SCHEMA)
+    gpu = config["managedNodeGroups"][1]
+    assert gpu["availabilityZones"] == ["us-west-2d"] and gpu["efaEnabled"] is True
+    assert gpu["capacityReservation"] == {
+        "capacityReservationTarget": {"capacityReservationID": "cr-0123456789abcdef0"}
+    }
+    assert config["availabilityZones"] == ["us-west-2d", "us-west-2a", "us-west-2b"]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [({"InstanceType": "p4d.24xlarge"}, "holds p4d.24xlarge, not p5.48xlarge"),
+     ({"State": "expired"}, "is expired")],
+)  # fmt: skip
+def test_a_reservation_of_another_type_or_one_that_ended_is_refused(change, said):
+    from skills.eks_cluster_manager import zones
+
+    with pytest.raises(ToolFailure) as failure:
+        zones.for_reservation("us-west-2", "p5.48xlarge", {**RESERVATION, **change}, US_WEST_2)
+    assert failure.value.code == "invalid_input" and said in failure.value.message
+    assert failure.value.hint and failure.value.details["field"] == "capacity_reservation_id"
+
+
+def test_an_unknown_reservation_id_is_not_found_with_a_hint():
+    import botocore.exceptions
+
+    from skills.eks_cluster_manager import zones
+
+    # EC2's error for an id it does not have, as botocore raises it.
+    for code in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+        exc = botocore.exceptions.ClientError(
+            {"Error": {"Code": code, "Message": "The capacity reservation ID does not exist"}},
+            "DescribeCapacityReservations",
+        )
+        assert zones.is_unknown_reservation(exc)
+    other = botocore.exceptions.ClientError(
+        {"Error": {"Code": "UnauthorizedOperation", "Message": "no"}},
+        "DescribeCapacityReservations",
+    )
+    assert not zones.is_unknown_reservation(other)  # mapped at the edge as access_denied
+    failure = zones.unknown_reservation("cr-0123456789abcdef0", "us-west-2")
+    assert failure.code == "not_found" and "cr-0123456789abcdef0" in failure.message
+    assert "describe-capacity-reservations --region us-west-2" in failure.hint
+
+
+def test_without_a_reservation_the_gpu_zone_is_one_that_offers_the_type():
+    from skills.eks_cluster_manager import zones
+
+    eu_west_1 = ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
+    only_c = zones.for_offerings("eu-west-1", "p4d.24xlarge", {"eu-west-1c"}, eu_west_1, True)
+    assert only_c.gpu_zones == ("eu-west-1c",)
+    assert only_c.cluster_zones == ("eu-west-1c", "eu-west-1a", "eu-west-1b")
+    # Without EFA the group spans the cluster's zones that offer the type.
+    spread = zones.for_offerings("us-west-2", "g5.xlarge", {"us-west-2b", "us-west-2d"},
+                                 US_WEST_2, one_zone=False)  # fmt: skip
+    assert spread.cluster_zones == ("us-west-2b", "us-west-2d", "us-west-2a")
+    assert spread.gpu_zones == ("us-west-2b", "us-west-2d")
+    everywhere = zones.for_offerings("us-west-2", "g5.xlarge", set(US_WEST_2), US_WEST_2, False)
+    assert everywhere.gpu_zones is None  # the cluster's zones
+    with pytest.raises(ToolFailure) as failure:
+        zones.for_offerings("eu-west-1", "p5.48xlarge", set(), ["eu-west-1a"], True)
+    assert failure.value.code == "invalid_input" and "no available zone" in failure.value.message
+    with pytest.raises(ToolFailure) as failure:  # eksctl needs two zones
+        zones.for_offerings("xx-east-1", "p5.48xlarge", {"xx-east-1a"}, ["xx-east-1a"], True)
+    assert "needs two" in failure.value.message

@@ -261,3 +261,71 @@ def test_a_partition_of_a_known_instance_type_is_priced_per_hour(tmp_path, monke
     # Nodes of no known type (an on-premises partition): nothing to price, no failure.
     _, unknown = _plan(GPU_PARTITION, tmp_path)
     assert unknown.billing() is None and dry_run_cost(spec, unknown, target) is None
+
+
+# What a dry run without a reachable Slurm cannot read from the partition (sinfo).
+NOT_READ = {"default partition", "node count", "GPUs per node", "CPUs per node", "EFA",
+            "instance type"}  # fmt: skip
+
+
+def test_a_dry_run_with_no_route_to_slurm_renders_the_script_and_says_what_was_not_read(
+    tmp_path,
+):
+    # ssh to a login node that does not resolve: ssh's own failure (exit 255).
+    result = deploy_training_job(
+        job_name="llama-ft", target="slurm", runs_dir=str(tmp_path / "runs"),
+        ssh_host="login.no-such-host.invalid", num_nodes=4, gpu_per_node=8,
+        account="ml-team", time_limit="24:00:00", max_steps=100, dry_run=True,
+    )  # fmt: skip
+    assert result.status == "planned" and result.dry_run
+    plan = result.plan
+    _bash_n(plan.script)
+    sbatch = [line for line in plan.script.splitlines() if line.startswith("#SBATCH ")]
+    assert sbatch[:4] == [
+        "#SBATCH --job-name=llama-ft",
+        "#SBATCH --nodes=4",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",  # the job's request, not the nodes' count
+    ]
+    assert "#SBATCH --account=ml-team" in sbatch and "#SBATCH --time=24:00:00" in sbatch
+    # Facts not read are not invented: no CPU count, no EFA, no partition line.
+    assert "--cpus-per-task" not in plan.script and "OMP_NUM_THREADS" not in plan.script
+    assert "FI_PROVIDER" not in plan.script and "#SBATCH --partition" not in plan.script
+    assert set(plan.not_read) == NOT_READ
+    assert "login.no-such-host.invalid" in (plan.not_read_because or "")
+    assert plan.instance_type is None and result.cost is None  # no type: nothing priced
+    # The summary (the CLI's text and MCP's text content) says so, after the script.
+    text = result.plain_text()
+    assert text is not None and text.startswith(plan.script.rstrip("\n"))
+    assert "# not read (Slurm unreachable): " in text and "not checked" in text
+    _bash_n(text)
+    rows = dict(result.summary_rows())
+    assert "GPUs per node" in rows["not read"] and "not checked" in rows["not read"]
+
+
+def test_a_dry_run_where_slurms_clients_are_not_installed_prints_the_script(tmp_path):
+    # The CLI as a person runs it, on a host with no sinfo on PATH (nor a slurm.conf).
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    env["PATH"] = str(tmp_path / "no-bin")
+    argv = [sys.executable, str(Path(__file__).parents[2] / "commands/deploy_training_job.py"),
+            "--target", "slurm", "--job_name", "offline", "--runs_dir", str(tmp_path / "runs"),
+            "--partition", "gpu", "--dry_run"]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("#!/bin/bash\n") and "#SBATCH --partition=gpu" in done.stdout
+    assert "# not read (Slurm unreachable): " in done.stdout
+    assert "sinfo is not on PATH" in done.stdout
+    shown = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True)
+    plan = json.loads(shown.stdout)["plan"]
+    # A named partition: which one is the default does not matter.
+    assert set(plan["not_read"]) == NOT_READ - {"default partition"}
+
+
+def test_a_submit_with_no_route_to_slurm_is_a_typed_failure_and_leaves_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    with pytest.raises(ToolFailure) as failure:
+        deploy_training_job(job_name="offline", target="slurm", runs_dir=str(runs),
+                            ssh_host="login.no-such-host.invalid")  # fmt: skip
+    assert failure.value.code == "endpoint_unreachable"
+    assert "login.no-such-host.invalid" in failure.value.message and failure.value.hint
+    assert not runs.exists()

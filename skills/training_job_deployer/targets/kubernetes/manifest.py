@@ -157,6 +157,20 @@ def container_command(
     ]
 
 
+def commanded_max_steps(job: dict[str, Any]) -> int | None:
+    """The --max_steps a PyTorchJob's trainer was given in its container command (None:
+    the trainer's default), read back from the job as the cluster holds it."""
+    for replica in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).values():
+        for container in ((replica.get("template") or {}).get("spec") or {}).get(
+            "containers"
+        ) or []:
+            command = [str(arg) for arg in container.get("command") or []]
+            if "--max_steps" in command[:-1]:
+                value = command[command.index("--max_steps") + 1]
+                return int(value) if value.isdigit() else None
+    return None
+
+
 def labels(spec: JobSpec) -> dict[str, str]:
     return {LABEL_MANAGED: "fsdp-eks", LABEL_JOB: spec.job_name}
 

@@ -45,7 +45,11 @@ from skills.training_job_deployer.targets.base import (
     Target,
     TargetSettings,
 )
-from skills.training_job_deployer.targets.kubernetes.manifest import HF_SECRET, render
+from skills.training_job_deployer.targets.kubernetes.manifest import (
+    HF_SECRET,
+    commanded_max_steps,
+    render,
+)
 from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
@@ -55,6 +59,9 @@ from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, LogFollower
 POLL_S = 2.0
 DETACH_S = 300.0  # wait_seconds=None (a person at the CLI): detach after 5 minutes
 LOG_TAIL_LINES = 40
+# The end of rank 0's log a listing reads: room for the trainer's summary (or its last
+# step) after what torchrun and NCCL print when a run ends.
+LIST_LOG_LINES = 100
 MAX_LOG_CHARS = 64_000  # what one logs call returns at most
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -542,25 +549,41 @@ class KubernetesTarget(Target[KubernetesPlan]):
         return state
 
     def list_jobs(self) -> list[JobState]:
-        """Every PyTorchJob in the namespace, newest first; status from the job alone (one
-        request in all)."""
+        """Every PyTorchJob in the namespace, newest first: status from the job; steps
+        from the end of rank 0's log (the trainer's summary or its last step); max_steps
+        from the trainer's start line there, else the job's command. The jobs and their
+        pods are one LIST each, then one bounded log read per job whose rank 0 started."""
         jobs = sorted(
             self.reader.jobs(),
             key=lambda j: (j.get("metadata") or {}).get("creationTimestamp") or "",
             reverse=True,
         )
+        pods = self.reader.pods_by_job() if jobs else {}
         states = []
         for job in jobs:
+            name = (job.get("metadata") or {}).get("name", "")
             condition = kube_pods.current_condition(job)
+            metrics = self._log_end_metrics(pods.get(name, []))
             states.append(
                 JobState(
-                    job_name=(job.get("metadata") or {}).get("name", ""),
+                    job_name=name,
                     target=self.name,
                     status=kube_pods.job_status(job),  # type: ignore[arg-type]
+                    steps=metrics.steps,
+                    max_steps=metrics.max_steps or commanded_max_steps(job),
                     message=None if condition is None else redact(condition.message or ""),
                 )
             )
         return states
+
+    def _log_end_metrics(self, pods: list[dict[str, Any]]) -> RunMetrics:
+        """What the last LIST_LOG_LINES lines of rank 0's log say (nothing before it runs)."""
+        follower = LogFollower()
+        rank0 = pods[0] if pods else None
+        if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
+            log = self.reader.log(pod_name(rank0), tail_lines=LIST_LOG_LINES)
+            follower.feed(log.encode(), final=True)
+        return follower.metrics
 
     # the job doctor's input -------------------------------------------------------------
 

@@ -45,7 +45,7 @@ class PartitionInfo:
 
     name: str
     nodes: int
-    cpus_per_node: int
+    cpus_per_node: int | None  # None: not read (a dry run without Slurm: see assumed)
     gpus_per_node: int = 0
     efa: bool = False
     # RDMA read: every node names a catalogue instance type with it among its features
@@ -71,6 +71,19 @@ class PartitionInfo:
             ),
             instance_type=_one_instance_type([features for _, _, features, _ in lines]),
         )
+
+    @classmethod
+    def assumed(cls, name: str, num_nodes: int, gpu_per_node: int) -> PartitionInfo:
+        """A partition that sinfo could not read, taken to be what the job asks for:
+        `num_nodes` nodes of `gpu_per_node` GPUs; CPUs, EFA and instance type unknown, so
+        the script claims none of them (a dry run's preview; submit reads the real one)."""
+        return cls(name=name, nodes=num_nodes, cpus_per_node=None, gpus_per_node=gpu_per_node)
+
+    @staticmethod
+    def facts_not_read(partition_named: bool) -> list[str]:
+        """What `assumed` does not know, as the dry run names it."""
+        facts = ["node count", "GPUs per node", "CPUs per node", "EFA", "instance type"]
+        return facts if partition_named else ["default partition", *facts]
 
 
 def _one_instance_type(feature_lists: list[str]) -> str | None:
@@ -100,10 +113,12 @@ class Layout:
     nodes: int
     nproc_per_node: int
     gpus_per_node: int | None  # None: CPU processes
-    cpus_per_task: int
+    cpus_per_task: int | None  # None: not known (the script asks for none)
 
     @property
-    def omp_threads(self) -> int:
+    def omp_threads(self) -> int | None:
+        if self.cpus_per_task is None:
+            return None
         return max(1, self.cpus_per_task // self.nproc_per_node)
 
 
@@ -128,6 +143,8 @@ def layout(num_nodes: int, gpu_per_node: int, partition: PartitionInfo) -> Layou
             )
         gpus: int | None = gpu_per_node
     else:
+        # A partition without GPUs was read (an assumed one has the job's GPUs).
+        assert partition.cpus_per_node is not None
         if gpu_per_node > partition.cpus_per_node:
             raise ToolFailure(
                 ErrorCode.NOT_ENOUGH_GPUS,

@@ -75,6 +75,9 @@ FINAL_STATES = frozenset(
         "OUT_OF_MEMORY",
     }
 )
+# Failures that mean Slurm cannot be asked from here (no clients, no controller, no ssh
+# route), as opposed to Slurm's own refusals: a dry run goes on without the partition.
+UNREACHABLE = (ErrorCode.SLURM_UNAVAILABLE, ErrorCode.ENDPOINT_UNREACHABLE)
 SLURM_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 SLURM_TIME = r"^(\d{1,7}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$"
@@ -162,6 +165,20 @@ class SlurmPlan(Plan):
     log_path: str = Field(description="The job's output file (%j: the Slurm job id).")
     checkpoint_dir: str
     adopt_checkpoint_dir: bool = False
+    not_read: list[str] = Field(
+        default_factory=list,
+        description="Partition facts sinfo could not read (Slurm unreachable): not checked.",
+    )
+    not_read_because: str | None = Field(default=None, description="Why Slurm was unreachable.")
+
+    def not_read_line(self) -> str | None:
+        """The facts this plan did not read, in one line (None: all were read)."""
+        if not self.not_read:
+            return None
+        return (
+            f"{', '.join(self.not_read)}: not checked (the script assumes the job's "
+            f"num_nodes and gpu_per_node; submit reads them). {self.not_read_because}"
+        )
 
     def billing(self) -> Billing | None:
         # Only nodes whose type the catalogue knows (ParallelCluster's) are priced; a
@@ -172,15 +189,21 @@ class SlurmPlan(Plan):
         return Billing(self.instance_type, self.nodes, env_region())
 
     def to_display(self) -> list[tuple[str, Any]]:
+        unread = self.not_read_line()
         return [
             ("submit", shlex.join(self.sbatch) + " < script"),
             ("run dir", self.run_dir),
+            *([("not read", unread)] if unread else []),
             ("script", "\n" + self.script),
         ]
 
     def plain_text(self) -> str:
-        """The CLI's --dry_run prints the script exactly, ready for sbatch."""
-        return self.script
+        """The CLI's --dry_run prints the script exactly, ready for sbatch (what was not
+        read from the partition follows as a shell comment)."""
+        unread = self.not_read_line()
+        if unread is None:
+            return self.script
+        return self.script.rstrip("\n") + "\n# not read (Slurm unreachable): " + unread + "\n"
 
 
 class SlurmEnd(BaseModel):
@@ -369,8 +392,24 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         return PartitionInfo.from_sinfo(wanted, rows[wanted])
 
     def plan(self, spec: JobSpec) -> SlurmPlan:
+        """The plan on the partition as sinfo reads it; where Slurm cannot be reached,
+        the plan on the partition the job asks for, naming the facts not read (a dry
+        run's preview: submit refuses such a plan)."""
         self.check_run_dir_free(self._run(spec.job_name))
-        return self.plan_for(spec, self.partition())
+        try:
+            info = self.partition()
+        except ToolFailure as failure:
+            if failure.code not in UNREACHABLE:
+                raise
+            name = self.settings.partition or "(default)"
+            assumed = PartitionInfo.assumed(name, spec.num_nodes, spec.gpu_per_node)
+            return self.plan_for(spec, assumed).model_copy(
+                update={
+                    "not_read": PartitionInfo.facts_not_read(self.settings.partition is not None),
+                    "not_read_because": failure.message,
+                }
+            )
+        return self.plan_for(spec, info)
 
     def plan_for(self, spec: JobSpec, info: PartitionInfo) -> SlurmPlan:
         """The plan for a partition whose nodes are as `info` says (no scheduler asked)."""
@@ -447,6 +486,16 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
     def submit(
         self, job_name: str, plan: SlurmPlan, *, replace_corrupt_record: bool = False
     ) -> None:
+        if plan.not_read:
+            # Made without the partition: Slurm's failure now (as a plan's would be),
+            # or, had it come back since, a plan to make again.
+            self.partition()
+            raise ToolFailure(
+                ErrorCode.SLURM_UNAVAILABLE,
+                "This plan was made while Slurm was unreachable: "
+                f"{', '.join(plan.not_read)} were not read.",
+                "Deploy again: the plan then reads the partition.",
+            )
         run = self._run(job_name)
         run.path.mkdir(parents=True, exist_ok=True)
         with run.record_file.lock():
