@@ -14,7 +14,6 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +25,7 @@ from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.model_server.base import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
 from skills.model_server.kubernetes.settings import KubernetesServerSettings
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.templates import yaml_templates
 
 HERE = Path(__file__).resolve().parent  # resolved at import: a later chdir must not move it
 MODEL_MOUNT = "/models"
@@ -135,18 +135,6 @@ def labels(name: str) -> dict[str, str]:
     return {MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1], MODEL_SERVER_LABEL: name}
 
 
-@cache
-def _environment() -> Any:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,  # YAML, not HTML: every value goes through tojson instead
-        keep_trailing_newline=True,
-    )
-
-
 def render(name: str, model: str, settings: KubernetesServerSettings) -> list[dict[str, Any]]:
     """[Deployment, Service] as the API receives them, each validated against the schema."""
     check_name(name)
@@ -160,7 +148,7 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
         "port": settings.served_port,
     }
     deployment = (
-        _environment()
+        yaml_templates(HERE / "templates")
         .get_template("deployment.yaml.j2")
         .render(
             **values,
@@ -183,7 +171,7 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
         )
     )
     service = (
-        _environment()
+        yaml_templates(HERE / "templates")
         .get_template("service.yaml.j2")
         .render(**values, service_type=settings.service_type, lb_annotations=LB_ANNOTATIONS)
     )

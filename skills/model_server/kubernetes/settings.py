@@ -8,10 +8,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from skills.kube.fields import (
+    DNS_NAME,
+    ClusterName,
+    Kubeconfig,
+    KubeContext,
+    Namespace,
+    Region,
+)
 from skills.model_server.base import ServerSettings
-from skills.shared.paths import LocalPath
 
-DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 # vLLM's OpenAI-compatible server image, pinned (the newest vLLM release as of 2026-11).
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 # The init container that copies an s3:// model into the pod (pinned aws CLI v2).
@@ -24,26 +30,11 @@ class KubernetesServerAccess(ServerSettings):
     """vLLM's OpenAI server as a Deployment + Service on a Kubernetes cluster"""
 
     target: Literal["kubernetes"] = "kubernetes"
-    cluster_name: Annotated[
-        str | None,
-        Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$", description="EKS cluster name."),
-    ] = None
-    region: Annotated[
-        str | None, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region.")
-    ] = None
-    kubeconfig: Annotated[
-        str | None,
-        Field(min_length=1, max_length=4096, description="kubeconfig path (default KUBECONFIG)."),
-        LocalPath(writable=False),
-    ] = None
-    context: Annotated[
-        str | None,
-        Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f]+$",
-              description="kubeconfig context."),
-    ] = None  # fmt: skip
-    namespace: Annotated[
-        str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
-    ] = "default"
+    cluster_name: ClusterName = None
+    region: Region = None
+    kubeconfig: Kubeconfig = None
+    context: KubeContext = None
+    namespace: Namespace = "default"
 
     @property
     def job_runs_here(self) -> bool:

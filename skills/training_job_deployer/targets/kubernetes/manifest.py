@@ -18,6 +18,7 @@ import yaml
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
@@ -186,18 +187,6 @@ def check_job_name(job_name: str) -> None:
         )
 
 
-@cache
-def _environment() -> Any:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,  # YAML, not HTML: every value goes through tojson instead
-        keep_trailing_newline=True,
-    )
-
-
 def render(
     spec: JobSpec, settings: KubernetesDeploySettings, image: str, hf_secret: str | None
 ) -> dict[str, Any]:
@@ -209,7 +198,7 @@ def render(
     # Quantities as strings, as the API returns them (the Pod schema's int-or-string).
     limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type)}
     text = (
-        _environment()
+        yaml_templates(HERE / "templates")
         .get_template(TEMPLATE)
         .render(
             name=spec.job_name,

@@ -9,10 +9,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from skills.shared.paths import LocalPath
+from skills.kube.fields import (
+    ClusterName,
+    Kubeconfig,
+    KubeContext,
+    Namespace,
+    Region,
+)
 from skills.training_job_deployer.targets.base import TargetSettings
 
-DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:\d{1,5}$"
 DEFAULT_HOST_PATH = "/mnt/k8s-disks/0/checkpoints"
 
@@ -57,26 +62,11 @@ class KubernetesSettings(TargetSettings):
     """a Kubeflow PyTorchJob"""
 
     target: Literal["kubernetes"] = "kubernetes"
-    cluster_name: Annotated[
-        str | None,
-        Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$", description="EKS cluster name."),
-    ] = None
-    region: Annotated[
-        str | None, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region.")
-    ] = None
-    kubeconfig: Annotated[
-        str | None,
-        Field(min_length=1, max_length=4096, description="kubeconfig path (default KUBECONFIG)."),
-        LocalPath(writable=False),
-    ] = None
-    context: Annotated[
-        str | None,
-        Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f]+$", description="kubeconfig "
-              "context."),
-    ] = None  # fmt: skip
-    namespace: Annotated[
-        str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
-    ] = "default"
+    cluster_name: ClusterName = None
+    region: Region = None
+    kubeconfig: Kubeconfig = None
+    context: KubeContext = None
+    namespace: Namespace = "default"
 
     @property
     def job_runs_here(self) -> bool:

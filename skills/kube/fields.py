@@ -1,0 +1,31 @@
+"""The settings every tool that reaches a cluster takes, as field types: one definition
+for the job and model-server targets (the same checks, the same one-line docs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from skills.shared.paths import LocalPath
+
+DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+ClusterName = Annotated[
+    str | None,
+    Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$", description="EKS cluster name."),
+]
+Region = Annotated[str | None, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region.")]
+Kubeconfig = Annotated[
+    str | None,
+    Field(min_length=1, max_length=4096, description="kubeconfig path (default KUBECONFIG)."),
+    LocalPath(writable=False),
+]
+KubeContext = Annotated[
+    str | None,
+    Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f]+$",
+          description="kubeconfig context."),
+]  # fmt: skip
+Namespace = Annotated[
+    str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
+]
