@@ -327,11 +327,7 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
             else "unchanged: everything is in place"
         )
         if writes:
-            report.next_step = NextStep(
-                tool="manage_eks_cluster",
-                arguments={**_storage_args(access, spec), "confirm": True},
-                why="apply this plan",
-            )
+            report.next_step = _confirmed(_storage_args(access, spec), "apply this plan")
     else:
         changed = [r for r in rows if r.action in ("created", "updated")]
         report.summary = f"applied: {_counts(rows)}" if changed else "unchanged"
@@ -404,18 +400,13 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
             else "nothing to delete"
         )
         if deletes:
-            report.next_step = NextStep(
-                tool="manage_eks_cluster",
-                arguments={**_cleanup_args(access, spec), "confirm": True},
-                why="delete them",
-            )
+            report.next_step = _confirmed(_cleanup_args(access, spec), "delete them")
     else:
         report.summary = f"cleanup: {_counts(rows)}" if rows else "nothing to delete"
         if any(r.action == "left" for r in rows):
-            report.next_step = NextStep(
-                tool="manage_eks_cluster",
-                arguments={**_cleanup_args(access, spec), "confirm": True},
-                why="delete what was left (each row's detail says why it stayed)",
+            report.next_step = _confirmed(
+                _cleanup_args(access, spec),
+                "delete what was left (each row's detail says why it stayed)",
             )
     return report
 
@@ -448,3 +439,8 @@ def _cleanup_args(access: Access, spec: CleanupSpec) -> dict[str, Any]:
     }
     extra = {k: v for k, (v, default) in given.items() if v != default}
     return {"action": "cleanup", **access.call_args(), **extra}
+
+
+def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:
+    """The same manage_eks_cluster call with confirm=true: a plan's next step."""
+    return NextStep(tool="manage_eks_cluster", arguments={**arguments, "confirm": True}, why=why)

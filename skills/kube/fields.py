@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BaseModel, Field, model_validator
 
 from skills.shared.paths import LocalPath
 
@@ -29,3 +29,25 @@ KubeContext = Annotated[
 Namespace = Annotated[
     str, Field(max_length=63, pattern=DNS_NAME, description="Kubernetes namespace.")
 ]
+
+
+class ClusterAccess(BaseModel):
+    """How a target reaches its cluster (mixed into a target's settings): an EKS
+    cluster_name, or a kubeconfig and context, and the namespace. What runs there reads
+    its paths in the pods, not on this host."""
+
+    cluster_name: ClusterName = None
+    region: Region = None
+    kubeconfig: Kubeconfig = None
+    context: KubeContext = None
+    namespace: Namespace = "default"
+
+    @property
+    def job_runs_here(self) -> bool:
+        return False
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> ClusterAccess:
+        if self.cluster_name and (self.kubeconfig or self.context):
+            raise ValueError("give cluster_name, or kubeconfig/context, not both")
+        return self

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from skills.kube.fields import (
     DNS_NAME,
-    ClusterName,
-    Kubeconfig,
-    KubeContext,
-    Namespace,
-    Region,
+    ClusterAccess,
 )
 from skills.model_server.base import ServerSettings
 
@@ -26,25 +22,10 @@ DEFAULT_PORT = 8000
 IMAGE = r"^[^\s\x00-\x1f-][^\s\x00-\x1f]{0,511}$"
 
 
-class KubernetesServerAccess(ServerSettings):
+class KubernetesServerAccess(ClusterAccess, ServerSettings):
     """vLLM's OpenAI server as a Deployment + Service on a Kubernetes cluster"""
 
     target: Literal["kubernetes"] = "kubernetes"
-    cluster_name: ClusterName = None
-    region: Region = None
-    kubeconfig: Kubeconfig = None
-    context: KubeContext = None
-    namespace: Namespace = "default"
-
-    @property
-    def job_runs_here(self) -> bool:
-        return False  # the model path is read in the pods, not on this host
-
-    @model_validator(mode="after")
-    def _one_way_in(self) -> KubernetesServerAccess:
-        if self.cluster_name and (self.kubeconfig or self.context):
-            raise ValueError("give cluster_name, or kubeconfig/context, not both")
-        return self
 
 
 class KubernetesServerSettings(KubernetesServerAccess):

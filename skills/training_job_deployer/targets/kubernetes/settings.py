@@ -10,11 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from skills.kube.fields import (
-    ClusterName,
-    Kubeconfig,
-    KubeContext,
-    Namespace,
-    Region,
+    ClusterAccess,
 )
 from skills.training_job_deployer.targets.base import TargetSettings
 
@@ -58,25 +54,10 @@ def is_system_path(path: str) -> bool:
     return any(normal == tree or normal.startswith(tree + "/") for tree in _SYSTEM_TREES)
 
 
-class KubernetesSettings(TargetSettings):
+class KubernetesSettings(ClusterAccess, TargetSettings):
     """a Kubeflow PyTorchJob"""
 
     target: Literal["kubernetes"] = "kubernetes"
-    cluster_name: ClusterName = None
-    region: Region = None
-    kubeconfig: Kubeconfig = None
-    context: KubeContext = None
-    namespace: Namespace = "default"
-
-    @property
-    def job_runs_here(self) -> bool:
-        return False  # dataset, checkpoint_dir, ... are paths in the pods
-
-    @model_validator(mode="after")
-    def _one_way_in(self) -> KubernetesSettings:
-        if self.cluster_name and (self.kubeconfig or self.context):
-            raise ValueError("give cluster_name, or kubeconfig/context, not both")
-        return self
 
 
 class KubernetesDeploySettings(KubernetesSettings):
