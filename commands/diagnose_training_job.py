@@ -29,7 +29,7 @@ from skills.training_job_deployer.targets.registry import DoctorSettings, get_ta
 # A snapshot file larger than this is not one this tool wrote (logs are tailed).
 MAX_SNAPSHOT_BYTES = 512 * 2**20
 
-_PATH = Field(min_length=1, max_length=4096)
+_PATH = Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")
 
 
 class DiagnosisResult(Diagnosis, ToolResult):

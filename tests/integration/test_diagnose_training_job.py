@@ -120,3 +120,21 @@ def test_snapshot_files_that_are_not_snapshots(tmp_path):
     with pytest.raises(ToolFailure) as info:
         diagnose_training_job(snapshot=str(FIXTURES / "cuda_oom.json"), save_snapshot="x.json")
     assert info.value.code == "invalid_input"
+
+
+@pytest.mark.parametrize("path", ["a\x00b", "/tmp/\x00", "snap\n.json"])
+def test_a_snapshot_path_with_a_control_character_is_invalid_input_over_mcp(path):
+    """The fuzzer's find: a NUL in the path reached open() (ValueError: embedded null
+    byte) and came back as internal_error."""
+    import anyio
+    from mcp import Client
+
+    from mcp_server import build_server
+
+    async def call():
+        async with Client(build_server()) as client:
+            return await client.call_tool("diagnose_training_job", {"snapshot": path})
+
+    result = anyio.run(call)
+    assert result.is_error
+    assert json.loads(result.content[0].text)["error"]["code"] == "invalid_input"
