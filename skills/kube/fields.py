@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from skills.shared.paths import LocalPath
 
@@ -16,9 +16,19 @@ ClusterName = Annotated[
     Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$", description="EKS cluster name."),
 ]
 Region = Annotated[str | None, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region.")]
+
+
+def _no_control_characters(value: str | None) -> str | None:
+    # A validator, not a schema pattern: the same check without bytes in every tools/list.
+    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("a path has no control characters")
+    return value
+
+
 Kubeconfig = Annotated[
     str | None,
     Field(min_length=1, max_length=4096, description="kubeconfig path (default KUBECONFIG)."),
+    AfterValidator(_no_control_characters),
     LocalPath(writable=False),
 ]
 KubeContext = Annotated[

@@ -138,3 +138,20 @@ def test_a_snapshot_path_with_a_control_character_is_invalid_input_over_mcp(path
     result = anyio.run(call)
     assert result.is_error
     assert json.loads(result.content[0].text)["error"]["code"] == "invalid_input"
+
+
+@pytest.mark.parametrize("tool", ["list_training_jobs", "list_model_servers"])
+def test_a_kubeconfig_path_with_a_nul_is_invalid_input_over_mcp(tool):
+    import anyio
+    from mcp import Client
+
+    from mcp_server import build_server
+
+    async def call():
+        async with Client(build_server()) as client:
+            return await client.call_tool(
+                tool, {"target": "kubernetes", "kubernetes": {"kubeconfig": "kc\x00"}}
+            )
+
+    result = anyio.run(call)
+    assert json.loads(result.content[0].text)["error"]["code"] == "invalid_input"
