@@ -96,6 +96,13 @@ def test_describe_and_deploy_count_the_same_free_gpus(operator, kube_api):
     ]
     free_by_deploy = re.search(r"(\d+) free", asked[0])
     assert free_by_deploy and int(free_by_deploy[1]) == (described.gpus or {})["free"]
+    # 8 free in all, but 4 on each node: one pod of 8 fits on neither.
+    split = deploy(job_name="split", num_nodes=1, gpu_per_node=8, skip_gate=True)
+    assert [w for w in split.warnings if "GPUs" in w and "asked" in w] == [
+        "1 pod(s) of 8 GPUs asked; 8 GPUs are free on Ready p5.48xlarge nodes, but only 0 "
+        "such pod(s) fit on one node each: the rest stay Pending until the autoscaler adds "
+        "nodes or GPUs free up"
+    ]
 
     # Once the limits-only pod ends, its 4 are free again in both views.
     kube_api.emulator.objects["v1/pods", "team", "limits-only"]["status"] = {"phase": "Succeeded"}

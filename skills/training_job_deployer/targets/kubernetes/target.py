@@ -280,19 +280,27 @@ class KubernetesTarget(Target[KubernetesPlan]):
             )
 
     def _quota_warnings(self, plan: KubernetesPlan, nodes: list[Any]) -> list[str]:
-        """GPUs asked vs allocatable GPUs on Ready nodes of the instance type, less those
-        running pods request: a warning only (the autoscaler may add nodes)."""
-        spec = plan.manifest["spec"]
-        asked = sum(
-            int(r["replicas"]) * pod_gpu_request(r["template"]["spec"])
-            for r in spec["pytorchReplicaSpecs"].values()
-        )
-        free = sum(self._free_gpus(nodes, plan.instance_type).values())
+        """The job's pods vs free GPUs on Ready nodes of the instance type (allocatable
+        less what placed pods request), node by node, since a pod's GPUs are on one node:
+        a warning only (the autoscaler may add nodes)."""
+        replicas = plan.manifest["spec"]["pytorchReplicaSpecs"].values()
+        pods = [pod_gpu_request(r["template"]["spec"]) for r in replicas
+                for _ in range(int(r["replicas"]))]  # fmt: skip
+        free_by_node = self._free_gpus(nodes, plan.instance_type)
+        asked, free = sum(pods), sum(max(f, 0) for f in free_by_node.values())
+        each = max(pods, default=0)
+        fit = sum(max(f, 0) // each for f in free_by_node.values()) if each else len(pods)
+        where = plan.instance_type or "GPU"
         if asked > free:
-            where = plan.instance_type or "GPU"
             return [
-                f"{asked} GPUs asked, {max(free, 0)} free on Ready {where} nodes: pods stay "
+                f"{asked} GPUs asked, {free} free on Ready {where} nodes: pods stay "
                 "Pending until the autoscaler adds nodes or GPUs free up"
+            ]
+        if fit < len(pods):
+            return [
+                f"{len(pods)} pod(s) of {each} GPUs asked; {free} GPUs are free on Ready "
+                f"{where} nodes, but only {fit} such pod(s) fit on one node each: the rest "
+                "stay Pending until the autoscaler adds nodes or GPUs free up"
             ]
         return []
 
