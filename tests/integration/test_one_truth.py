@@ -147,7 +147,7 @@ def test_a_failed_local_job_is_a_failed_deploy_call_with_its_next_step(tmp_path)
                                  "local": {"runs_dir": str(tmp_path)}, "wait_seconds": 120}),
     )  # fmt: skip
     error = _error(result)
-    assert error["code"] == "job_failed" and "no_such_preset" in error["message"]
+    assert error["code"] == "job_failed" and "no_such_preset" in error["message"], error
     logs = error["next_step"]
     assert logs["tool"] == "get_training_job_logs"
     assert logs["arguments"] == {"job_name": "broken", "target": "local", "tail_lines": 200,
