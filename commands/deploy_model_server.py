@@ -113,10 +113,7 @@ def _as_operation(
                 why="follow the start to ready",
             ),
         )
-    error = {"code": ErrorCode.OPERATION_FAILED, "message": "Starting the model server failed."}
-    error.update(state.error or {})
-    error["details"] = {"operation_id": state.operation_id, **(error.get("details") or {})}
-    raise ToolFailure.from_dict(error)
+    raise state.as_failure("Starting the model server failed.")
 
 
 main = main_for(deploy_model_server)

@@ -175,10 +175,7 @@ def _as_operation(
             message=f"auto-retry running as operation {state.operation_id}: {state.message}",
             next_step=state.next_step,
         )
-    error = {"code": ErrorCode.OPERATION_FAILED, "message": "The auto-retry run failed."}
-    error.update(state.error or {})
-    error["details"] = {"operation_id": state.operation_id, **(error.get("details") or {})}
-    raise ToolFailure.from_dict(error)
+    raise state.as_failure("The auto-retry run failed.")
 
 
 main = main_for(deploy_training_job)

@@ -228,10 +228,7 @@ def _nccl(
         report.summary = f"NCCL test running as operation {state.operation_id}"
         report.next_step = state.next_step
     else:
-        error = {"code": ErrorCode.OPERATION_FAILED, "message": "The NCCL test failed."}
-        error.update(state.error or {})
-        error["details"] = {"operation_id": state.operation_id, **(error.get("details") or {})}
-        raise ToolFailure.from_dict(error)
+        raise state.as_failure("The NCCL test failed.")
     return report
 
 

@@ -154,7 +154,13 @@ class OperationState(ToolResult):
         """A failed operation's error (its code, hint and next step)."""
         if self.status != "failed":
             return None
-        error = {"code": ErrorCode.OPERATION_FAILED, "message": f"{self.tool} failed."}
+        return self.as_failure(f"{self.tool} failed.")
+
+    def as_failure(self, message: str) -> ToolFailure:
+        """This ended operation's error as a failure: its code, message, hint and next
+        step, the operation's id in details (`message` and operation_failed when it
+        recorded none)."""
+        error = {"code": ErrorCode.OPERATION_FAILED, "message": message}
         error.update(self.error or {})
         error["details"] = {"operation_id": self.operation_id, **(error.get("details") or {})}
         failure = ToolFailure.from_dict(error)
