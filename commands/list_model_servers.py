@@ -11,7 +11,7 @@ from commands._cli import main_for
 from skills.model_server.base import ServerState
 from skills.model_server.registry import ServerTargetAccess, get_server_target
 from skills.shared.progress import Progress
-from skills.shared.results import ToolResult
+from skills.shared.results import ToolResult, without_unset
 from skills.shared.tooling import tool
 
 # A list says which servers and how they stand; get_model_server gives one in full.
@@ -25,9 +25,7 @@ class ServerList(ToolResult):
         return {"servers": {"__all__": LISTED_SERVER_DETAIL}}
 
     def compact(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Each listed server without its unset fields."""
-        servers = [{k: v for k, v in s.items() if v not in (None, [], {})} for s in data["servers"]]
-        return {**data, "servers": servers}
+        return {**data, "servers": without_unset(data["servers"])}
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         if not self.servers:

@@ -9,7 +9,7 @@ from typing import Any
 
 from commands._cli import main_for
 from skills.shared.progress import Progress
-from skills.shared.results import ToolResult
+from skills.shared.results import ToolResult, without_unset
 from skills.shared.tooling import tool
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.registry import TargetSettings, get_target
@@ -26,9 +26,7 @@ class JobList(ToolResult):
         return {"jobs": {"__all__": LISTED_JOB_DETAIL}}
 
     def compact(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Each listed job without its unset fields (a list of 100 jobs stays small)."""
-        jobs = [{k: v for k, v in job.items() if v not in (None, [], {})} for job in data["jobs"]]
-        return {**data, "jobs": jobs}
+        return {**data, "jobs": without_unset(data["jobs"])}
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         if not self.jobs:

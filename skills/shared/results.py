@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict
 from skills.shared.errors import ToolFailure
 
 
+def without_unset(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A list result's items without their unset fields (a list of 100 stays small)."""
+    return [{k: v for k, v in item.items() if v not in (None, [], {})} for item in items]
+
+
 class ToolResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
