@@ -159,7 +159,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         state = self._follow(kube, plan.name, settings, progress, wait)
         if state.status != "ready":
             return state
-        return self._smoke(kube, state, settings)
+        return self._smoke(kube, state)
 
     def _follow(
         self,
@@ -205,10 +205,10 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             f"kubectl -n {settings.namespace} get --raw {path}/v1/models"
         )
 
+    @staticmethod
     def _call(
-        self, kube: KubeJson, base: str, settings: Any, name: str, method: str, path: str,
-        body: dict[str, Any] | None = None,
-    ) -> Any:  # fmt: skip
+        kube: KubeJson, base: str, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> Any:
         """One request to the server: through the API server's proxy when `base` is it
         (the client adds the cluster's credentials), else plain HTTP to the load balancer."""
         host = kube.host.rstrip("/")
@@ -220,9 +220,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         with urllib.request.urlopen(request, timeout=SMOKE_TIMEOUT_S) as response:  # noqa: S310
             return json.loads(response.read())
 
-    def _smoke(
-        self, kube: KubeJson, state: ServerState, settings: KubernetesServerAccess
-    ) -> ServerState:
+    def _smoke(self, kube: KubeJson, state: ServerState) -> ServerState:
         """GET /v1/models (the served name is listed), then one chat completion."""
         if state.endpoint is None:
             return state.model_copy(
@@ -230,7 +228,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             )
         name = state.name
         try:
-            models = self._call(kube, state.endpoint, settings, name, "GET", "/v1/models")
+            models = self._call(kube, state.endpoint, "GET", "/v1/models")
             ids = [m.get("id") for m in (models or {}).get("data") or []]
             if name not in ids:
                 raise ValueError(f"/v1/models lists {ids}, not {name!r}")
@@ -239,8 +237,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
                 "messages": [{"role": "user", "content": SMOKE_PROMPT}],
                 "max_tokens": 16,
             }
-            answer = self._call(kube, state.endpoint, settings, name, "POST",
-                                "/v1/chat/completions", body)  # fmt: skip
+            answer = self._call(kube, state.endpoint, "POST", "/v1/chat/completions", body)
             text = answer["choices"][0]["message"]["content"]
         except ToolFailure:
             raise
