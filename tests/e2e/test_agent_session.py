@@ -71,7 +71,7 @@ def _resumed_log(step: int) -> str:
 # ---------------------------------------------------------------------------- the stack
 
 
-def _publish_bases(registry, docker_api, config_dir: Path, work: Path) -> None:
+def _publish_bases(registry, docker_api, work: Path) -> None:
     """Stand-ins for every pytorch/pytorch runtime tag the catalogue lists as published
     (what Docker Hub holds), in the mirror under their real names."""
     import docker
@@ -257,7 +257,7 @@ def stack(moto_server, registry, docker_api, kube_api, tmp_path) -> Iterator[dic
     (config_dir / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
     bases = tmp_path / "bases"
     bases.mkdir()
-    _publish_bases(registry, docker_api, config_dir, bases)
+    _publish_bases(registry, docker_api, bases)
     operator = TrainingOperator(kube_api)
     operator.add_nodes(INSTANCE, 2, driver=DRIVER, efa=4)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DOCKER_CONFIG": str(config_dir),
@@ -350,8 +350,10 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             assert "cuda_oom" in json.dumps(fixed.data), fixed.data
             return agent
 
-    with ClusterPlayer(operator, plans):
+    with ClusterPlayer(operator, plans) as player:
         agent = anyio.run(session)
+    # The refused submit made no job; the OOM job ran twice (the retry resumed).
+    assert player.played == ["llama#1:Succeeded", "oom#1:Failed", "oom#2:Succeeded"]
     total = sum(reply.size for reply in agent.log)
     print(f"\nagent session: {len(agent.log)} calls, {total} bytes of results, "
           f"tools/list {agent.listing_bytes} bytes; gate loop: {len(gate_calls)} calls "
