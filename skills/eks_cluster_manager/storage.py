@@ -103,10 +103,9 @@ def describe_cluster_raw(session: Any, eks: Any, cluster: str) -> dict[str, Any]
     except botocore.exceptions.ClientError as exc:
         if _client_error_code(exc) != "ResourceNotFoundException":
             raise
-    from skills.kube.access import describe_cluster
+        from skills.kube.access import cluster_not_found, region_of
 
-    describe_cluster(cluster, session)  # raises not_found with the known names
-    raise AssertionError("unreachable")  # pragma: no cover
+        raise cluster_not_found(eks, cluster, region_of(session)) from None
 
 
 def network(eks: Any, ec2: Any, cluster: dict[str, Any], nodegroup: str | None) -> Network:

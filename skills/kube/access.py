@@ -99,6 +99,18 @@ def cluster_names(eks: Any) -> list[str]:
     return sorted(names)
 
 
+def cluster_not_found(eks: Any, cluster_name: str, region: str) -> ToolFailure:
+    """NOT_FOUND for a cluster EKS does not know, listing the clusters in the region."""
+    known = cluster_names(eks)
+    listed = ", ".join(known) if known else "none"
+    return ToolFailure(
+        ErrorCode.NOT_FOUND,
+        f"No EKS cluster {cluster_name!r} in {region}; clusters there: {listed}.",
+        "Pass one of the listed names, or the region the cluster is in (region / AWS_REGION).",
+        {"cluster_name": cluster_name, "region": region, "clusters": known},
+    )
+
+
 def describe_cluster(cluster_name: str, session: Any) -> ClusterInfo:
     """EKS's view of the cluster; an unknown name lists the clusters in the region."""
     import botocore.exceptions
@@ -112,14 +124,7 @@ def describe_cluster(cluster_name: str, session: Any) -> ClusterInfo:
     except botocore.exceptions.ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
             raise
-        known = cluster_names(eks)
-        listed = ", ".join(known) if known else "none"
-        raise ToolFailure(
-            ErrorCode.NOT_FOUND,
-            f"No EKS cluster {cluster_name!r} in {region}; clusters there: {listed}.",
-            "Pass one of the listed names, or the region the cluster is in (region / AWS_REGION).",
-            {"cluster_name": cluster_name, "region": region, "clusters": known},
-        ) from None
+        raise cluster_not_found(eks, cluster_name, region) from None
     return ClusterInfo(
         name=cluster["name"],
         region=region,

@@ -282,6 +282,15 @@ def test_storage_bad_input_is_typed(aws, kube, arguments, field):
     assert failure.value.details["problems"][0]["field"] == field
 
 
+@pytest.mark.parametrize("action", ["storage", "cleanup"])
+def test_an_unknown_cluster_is_not_found_with_the_regions_clusters(aws, kube, action):
+    make_cluster(f"known-{action}")
+    with pytest.raises(ToolFailure) as caught:
+        call(kube, "nope", action=action)
+    assert caught.value.code == "not_found"
+    assert f"known-{action}" in caught.value.details["clusters"]
+
+
 def test_valid_fsx_sizes():
     for size in (1200, 2400, 4800, 9600):
         storage.check_size("PERSISTENT_2", size)
