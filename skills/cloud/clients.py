@@ -10,18 +10,22 @@ from typing import Any
 from skills.shared.errors import ErrorCode, ToolFailure
 
 
-def default_region() -> str | None:
-    """The region a call without one would use: AWS_REGION, AWS_DEFAULT_REGION, else the
-    profile's configured region (None when none is set anywhere)."""
-    import botocore.session
-
-    env = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return env or botocore.session.get_session().get_config_variable("region")
-
-
 def env_region() -> str | None:
     """The region the standard environment names (AWS_REGION, else AWS_DEFAULT_REGION)."""
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
+def default_region() -> str | None:
+    """The region a call without one would use: the environment's, else the profile's
+    configured region (None when none is set anywhere)."""
+    import botocore.session
+
+    return env_region() or botocore.session.get_session().get_config_variable("region")
+
+
+def aws_error_code(exc: Exception) -> str:
+    """The AWS error code of a botocore ClientError ('' for any other exception)."""
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
 def aws_session(profile: str | None = None, region: str | None = None) -> Any:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import ownership, storage
 from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
@@ -79,10 +80,6 @@ def _row(kind: str, name: str, action: ResourceAction, detail: str = "") -> Reso
     return ResourceChange(kind=kind, name=name, action=action, detail=detail)
 
 
-def _client_error_code(exc: Exception) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-
-
 def _delete(apply: bool, kind: str, name: str, do: Callable[[], Any]) -> ResourceChange:
     """Plan: 'delete'. Apply: run `do` (a str it returns says why it left the resource)."""
     if not apply:
@@ -92,7 +89,7 @@ def _delete(apply: bool, kind: str, name: str, do: Callable[[], Any]) -> Resourc
     try:
         left = do()
     except botocore.exceptions.ClientError as exc:
-        return _row(kind, name, "failed", f"{_client_error_code(exc)}: {exc}"[:300])
+        return _row(kind, name, "failed", f"{aws_error_code(exc)}: {exc}"[:300])
     if isinstance(left, str) and left:
         return _row(kind, name, "left", left)
     return _row(kind, name, "deleted")
@@ -221,7 +218,7 @@ def _delete_group(ec2: Any, group_id: str) -> str | None:
     try:
         ec2.delete_security_group(GroupId=group_id)
     except botocore.exceptions.ClientError as exc:
-        if _client_error_code(exc) != "DependencyViolation":
+        if aws_error_code(exc) != "DependencyViolation":
             raise
         return (
             "still in use (the file system's network interfaces hold it until FSx has "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager.models import NodeGroupInfo
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -43,7 +44,7 @@ def describe_one(eks: Any, cluster: str, nodegroup: str) -> NodeGroupInfo:
     try:
         group = eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)
     except botocore.exceptions.ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+        if aws_error_code(exc) != "ResourceNotFoundException":
             raise
         known = names(eks, cluster)
         raise ToolFailure(

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import ownership
 from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
@@ -79,10 +80,6 @@ def bucket_name(spec: StorageSpec, account: str) -> str:
     return name
 
 
-def _client_error_code(exc: Exception) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-
-
 # -- the cluster's network ------------------------------------------------------------
 
 
@@ -101,7 +98,7 @@ def describe_cluster_raw(session: Any, eks: Any, cluster: str) -> dict[str, Any]
     try:
         return eks.describe_cluster(name=cluster)["cluster"]
     except botocore.exceptions.ClientError as exc:
-        if _client_error_code(exc) != "ResourceNotFoundException":
+        if aws_error_code(exc) != "ResourceNotFoundException":
             raise
         from skills.kube.access import cluster_not_found, region_of
 
@@ -285,7 +282,7 @@ def bucket_state(s3: Any, name: str) -> BucketState:
     try:
         s3.head_bucket(Bucket=name)
     except botocore.exceptions.ClientError as exc:
-        code = _client_error_code(exc)
+        code = aws_error_code(exc)
         if code in ("404", "NoSuchBucket", "NotFound"):
             return BucketState(exists=False)
         if code in ("403", "AccessDenied"):
@@ -302,20 +299,20 @@ def bucket_state(s3: Any, name: str) -> BucketState:
     try:
         tags = s3.get_bucket_tagging(Bucket=name).get("TagSet", [])
     except botocore.exceptions.ClientError as exc:
-        if _client_error_code(exc) != "NoSuchTagSet":
+        if aws_error_code(exc) != "NoSuchTagSet":
             raise
     blocked = False
     try:
         config = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
         blocked = all(config.get(k) for k in _PUBLIC_BLOCK)
     except botocore.exceptions.ClientError as exc:
-        if _client_error_code(exc) != "NoSuchPublicAccessBlockConfiguration":
+        if aws_error_code(exc) != "NoSuchPublicAccessBlockConfiguration":
             raise
     encrypted = True
     try:
         s3.get_bucket_encryption(Bucket=name)
     except botocore.exceptions.ClientError as exc:
-        if _client_error_code(exc) != "ServerSideEncryptionConfigurationNotFoundError":
+        if aws_error_code(exc) != "ServerSideEncryptionConfigurationNotFoundError":
             raise
         encrypted = False
     return BucketState(

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from skills.cloud.clients import aws_session
+from skills.cloud.clients import aws_error_code, aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import atomic_write_bytes, atomic_write_text
 
@@ -122,7 +122,7 @@ def describe_cluster(cluster_name: str, session: Any) -> ClusterInfo:
     try:
         cluster = eks.describe_cluster(name=cluster_name)["cluster"]
     except botocore.exceptions.ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+        if aws_error_code(exc) != "ResourceNotFoundException":
             raise
         raise cluster_not_found(eks, cluster_name, region) from None
     return ClusterInfo(
