@@ -25,7 +25,7 @@ def default_region() -> str | None:
 
 def aws_error_code(exc: Exception) -> str:
     """The AWS error code of a botocore ClientError ('' for any other exception)."""
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+    return str(((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code", ""))
 
 
 def aws_session(profile: str | None = None, region: str | None = None) -> Any:

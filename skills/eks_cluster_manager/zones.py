@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from skills.cloud.clients import aws_error_code
 from skills.shared.errors import ErrorCode, ToolFailure
 
 CLUSTER_ZONES = 3  # eksctl's own default count
@@ -77,8 +78,7 @@ def read_reservation(ec2: Any, reservation_id: str) -> dict[str, Any]:
 
 def is_unknown_reservation(exc: Any) -> bool:
     """EC2's answer for an id it does not have (or that is not an id) in this region."""
-    code = str(((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code", ""))
-    return code.startswith("InvalidCapacityReservationId")
+    return aws_error_code(exc).startswith("InvalidCapacityReservationId")
 
 
 def unknown_reservation(reservation_id: str, region: str) -> ToolFailure:
