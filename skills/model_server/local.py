@@ -36,6 +36,7 @@ from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Cancelled, Progress, raise_if_cancelled
+from skills.shared.reading import ReadRefused, read_chunk
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 
@@ -48,6 +49,7 @@ STARTUP_TIMEOUT_S = 300.0  # loading a model on CPU can take a while; a hung sta
 POLL_S = 0.25
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 20
+LOG_TAIL_BYTES = 64 * 1024
 SMOKE_PROMPT = "Hello"
 SMOKE_MAX_TOKENS = 8
 
@@ -226,12 +228,11 @@ def smoke_test(endpoint: str, model: str, timeout_s: float = 120.0) -> str:
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The server log's last lines, secrets masked; none when it cannot be read (the
+    bounded reader: no device, FIFO or link in place of the log)."""
     try:
-        with open(path, "rb") as log:
-            log.seek(0, 2)
-            log.seek(max(0, log.tell() - 64 * 1024))
-            text = log.read().decode("utf-8", errors="replace")
-    except OSError:
+        text = read_chunk(path, -LOG_TAIL_BYTES, what="server log").decode(errors="replace")
+    except (OSError, ReadRefused):
         return []
     return [redact(line) for line in text.splitlines()[-lines:]]
 
