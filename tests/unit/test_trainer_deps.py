@@ -7,12 +7,12 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 
