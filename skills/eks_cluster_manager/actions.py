@@ -294,6 +294,7 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
 
     cluster_name = access.need_cluster("storage")
     fsx_storage.check_size(spec.deployment_type, spec.size_gib)
+    fsx_storage.throughput_of(spec)  # a tier the type lacks: refused before any call
     aws = Counted(access.session())
     region = aws.session.region_name
     progress.report(0, 4, "the cluster's network")
