@@ -120,9 +120,9 @@ def ensure_role(
                 {"role": name},
             )
         try:
-            have = _document(iam.get_role_policy(RoleName=name, PolicyName=POLICY_NAME)[
-                "PolicyDocument"
-            ])  # fmt: skip
+            have = _document(
+                iam.get_role_policy(RoleName=name, PolicyName=POLICY_NAME)["PolicyDocument"]
+            )
         except botocore.exceptions.ClientError as exc:
             if aws_error_code(exc) != "NoSuchEntity":
                 raise
@@ -161,18 +161,27 @@ def ensure_agent(eks: Any, cluster: str, apply: bool) -> ResourceChange:
         addon = None
     if addon is not None:
         status = addon.get("status") or "state unknown"
-        return ResourceChange(kind="EKS add-on", name=AGENT_ADDON, action="unchanged",
-                              detail=status)  # fmt: skip
+        return ResourceChange(
+            kind="EKS add-on", name=AGENT_ADDON, action="unchanged", detail=status
+        )
     if not apply:
-        return ResourceChange(kind="EKS add-on", name=AGENT_ADDON, action="create",
-                              detail="hands pods their role's credentials")  # fmt: skip
+        return ResourceChange(
+            kind="EKS add-on",
+            name=AGENT_ADDON,
+            action="create",
+            detail="hands pods their role's credentials",
+        )
     created = eks.create_addon(
         clusterName=cluster,
         addonName=AGENT_ADDON,
         tags=ownership.aws_tags(cluster, AGENT_ADDON),
     )["addon"]
-    return ResourceChange(kind="EKS add-on", name=AGENT_ADDON, action="created",
-                          detail=created.get("status") or "CREATING")  # fmt: skip
+    return ResourceChange(
+        kind="EKS add-on",
+        name=AGENT_ADDON,
+        action="created",
+        detail=created.get("status") or "CREATING",
+    )
 
 
 def find_association(eks: Any, cluster: str, namespace: str) -> dict[str, Any] | None:
@@ -197,11 +206,16 @@ def ensure_association(
     where = f"{namespace}/{S3_SERVICE_ACCOUNT}"
     found = find_association(eks, cluster, namespace)
     if found is not None and not ownership.ours(found.get("tags"), cluster):
-        return ResourceChange(kind="Pod Identity association", name=where, action="keep",
-                              detail=f"not made by fsdp-eks: role {found.get('roleArn')}")  # fmt: skip
+        return ResourceChange(
+            kind="Pod Identity association",
+            name=where,
+            action="keep",
+            detail=f"not made by fsdp-eks: role {found.get('roleArn')}",
+        )
     if found is not None and role_arn and found.get("roleArn") == role_arn:
-        return ResourceChange(kind="Pod Identity association", name=where, action="unchanged",
-                              detail=role_arn)  # fmt: skip
+        return ResourceChange(
+            kind="Pod Identity association", name=where, action="unchanged", detail=role_arn
+        )
     action: ResourceAction = "create" if found is None else "update"
     detail = f"-> {role_arn or 'the role above'}"
     if apply and action != "unchanged" and role_arn:
@@ -218,8 +232,7 @@ def ensure_association(
                 clusterName=cluster, associationId=found["associationId"], roleArn=role_arn
             )
         action = _DONE[action]
-    return ResourceChange(kind="Pod Identity association", name=where, action=action,
-                          detail=detail)  # fmt: skip
+    return ResourceChange(kind="Pod Identity association", name=where, action=action, detail=detail)
 
 
 def service_account(namespace: str, bucket: str, role_arn: str | None) -> dict[str, Any]:
@@ -247,8 +260,12 @@ def ensure_service_account(
     name = f"{namespace}/{S3_SERVICE_ACCOUNT}"
     current = kube.get_or_none(object_path(wanted))
     if current is not None and not ownership.labelled_ours(current):
-        return ResourceChange(kind="ServiceAccount", name=name, action="keep",
-                              detail="not made by fsdp-eks: used as it is")  # fmt: skip
+        return ResourceChange(
+            kind="ServiceAccount",
+            name=name,
+            action="keep",
+            detail="not made by fsdp-eks: used as it is",
+        )
     have = ((current or {}).get("metadata") or {}).get("annotations") or {}
     same = current is not None and all(
         have.get(k) == v for k, v in wanted["metadata"]["annotations"].items()
@@ -284,8 +301,11 @@ def cleanup_rows(eks: Any, iam: Any, cluster: str, apply: bool) -> list[Resource
             eks.delete_pod_identity_association(
                 clusterName=cluster, associationId=found["associationId"]
             )
-        rows.append(ResourceChange(kind="Pod Identity association", name=where,
-                                   action="deleted" if apply else "delete"))  # fmt: skip
+        rows.append(
+            ResourceChange(
+                kind="Pod Identity association", name=where, action="deleted" if apply else "delete"
+            )
+        )
     name = role_name(cluster)
     try:
         tags = iam.list_role_tags(RoleName=name).get("Tags", [])
@@ -294,17 +314,20 @@ def cleanup_rows(eks: Any, iam: Any, cluster: str, apply: bool) -> list[Resource
             raise
         return rows
     if not ownership.ours(tags, cluster):
-        rows.append(ResourceChange(kind="IAM role", name=name, action="keep",
-                                   detail="not created by fsdp-eks for this cluster"))  # fmt: skip
+        rows.append(
+            ResourceChange(
+                kind="IAM role",
+                name=name,
+                action="keep",
+                detail="not created by fsdp-eks for this cluster",
+            )
+        )
         return rows
     if apply:
         for policy in iam.list_role_policies(RoleName=name).get("PolicyNames", []):
             iam.delete_role_policy(RoleName=name, PolicyName=policy)
-        for attached in iam.list_attached_role_policies(RoleName=name).get(
-            "AttachedPolicies", []
-        ):
+        for attached in iam.list_attached_role_policies(RoleName=name).get("AttachedPolicies", []):
             iam.detach_role_policy(RoleName=name, PolicyArn=attached["PolicyArn"])
         iam.delete_role(RoleName=name)
-    rows.append(ResourceChange(kind="IAM role", name=name,
-                               action="deleted" if apply else "delete"))  # fmt: skip
+    rows.append(ResourceChange(kind="IAM role", name=name, action="deleted" if apply else "delete"))
     return rows

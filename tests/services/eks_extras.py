@@ -108,9 +108,14 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         url = urllib.parse.urlsplit(self.path)
         parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
-        if len(parts) < 3 or parts[0] != "clusters" or parts[2] not in (
-            "pod-identity-associations",
-            "addons",
+        if (
+            len(parts) < 3
+            or parts[0] != "clusters"
+            or parts[2]
+            not in (
+                "pod-identity-associations",
+                "addons",
+            )
         ):
             self._forward(body)
             return
