@@ -11,10 +11,18 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from skills.shared.paths import LocalPath
 from skills.shared.validators import grammar
+from skills.training_job_deployer.model_names import preset_name
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
@@ -42,6 +50,22 @@ Location = Annotated[
     ),
     AfterValidator(_location),
 ]
+
+
+# Other documents' spellings of a sharding strategy (the FSDP-on-EKS document's `shard`,
+# FSDP1's ShardingStrategy names) -> the trainer's. Case does not matter.
+SHARDING_SPELLINGS = {
+    "shard": "full",
+    "full_shard": "full",
+    "hybrid_shard": "hybrid",
+}
+
+
+def _sharding_strategy(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    key = value.strip().lower()
+    return SHARDING_SPELLINGS.get(key, key)
 
 
 @dataclass(frozen=True)
@@ -82,6 +106,9 @@ class JobSpec(BaseModel):
     model_type: Annotated[
         str,
         Field(pattern=r"^[a-z0-9_]+$", description="Model preset (debug: tiny, CPU)."),
+        # An alias (llama_v3) becomes the preset it names; an unknown name is refused
+        # here, with the valid ones, not in every pod at start.
+        AfterValidator(preset_name),
         TrainerFlag(),
     ] = "debug"
     model_name_or_path: Annotated[
@@ -154,6 +181,11 @@ class JobSpec(BaseModel):
         ),
         TrainerFlag(),
     ] = None
+    max_grad_norm: Annotated[
+        float | None,
+        Field(ge=0, le=1e6, description="Gradient clipping norm; 0 = off (default 1)."),
+        TrainerFlag(),
+    ] = None
     grad_accum_steps: Annotated[
         int | None,
         Field(
@@ -165,6 +197,7 @@ class JobSpec(BaseModel):
     ] = None
     sharding_strategy: Annotated[
         Literal["full", "shard_grad_op", "hybrid", "no_shard"],
+        BeforeValidator(_sharding_strategy),
         Field(description="FSDP sharding; hybrid = replicate across nodes, shard within."),
         TrainerFlag(),
     ] = "full"

@@ -43,6 +43,7 @@ def every_field(tmp_path) -> dict[str, object]:
         "train_on": "assistant",
         "learning_rate": 0.0007,
         "min_lr_ratio": 0.25,
+        "max_grad_norm": 0.25,
         "grad_accum_steps": 2,
         "sharding_strategy": "hybrid",
         "activation_checkpointing": "selective",
