@@ -466,6 +466,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             # Here, the nodes see this checkout: they run these tools' trainer, as the
             # local target does (a path a node lacks is skipped by Python).
             code_dir=None if remote or settings.container_image else processes.PROJECT_ROOT,
+            job_env=spec.env,
         )
         return SlurmPlan(
             script=script,
