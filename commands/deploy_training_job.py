@@ -60,6 +60,7 @@ def deploy_training_job(
     if not monitor:  # `--no-monitor`: start it and return (as wait_seconds=0)
         wait_seconds = 0
     runner = get_target(target)
+    job = runner.fitted(job)  # e.g. gpu_per_node from the instance type, for every attempt
     if auto_retry:
         require_support(runner)
     plan = _plan(runner, job, target, _retry_args(auto_retry, max_retries))

@@ -157,6 +157,11 @@ class Target(ABC, Generic[PlanT]):
 
     # what every target does -------------------------------------------------------------
 
+    def fitted(self, spec: JobSpec) -> JobSpec:
+        """The job with the defaults this target's settings decide (a Kubernetes job on a
+        known instance type: gpu_per_node = its GPUs); plan applies it too."""
+        return spec
+
     @abstractmethod
     def plan(self, spec: JobSpec) -> PlanT:
         """The exact request submit would make; starts and writes nothing."""

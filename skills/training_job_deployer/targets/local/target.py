@@ -226,6 +226,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             "PYTHONPATH": processes.project_pythonpath(),
             # torchelastic and the ranks make temp files: they stay in the run dir.
             "TMPDIR": str(run.scratch),
+            **spec.env,  # the job's own variables (NCCL_DEBUG=INFO) last
         }
         return LocalPlan(
             argv=argv,
