@@ -231,7 +231,7 @@ class JobSpec(BaseModel):
     ] = None
     max_grad_norm: Annotated[
         float | None,
-        Field(ge=0, le=1e6, description="Gradient clipping norm; 0 = off (default 1)."),
+        Field(ge=0, le=1e6, description="Gradient clip norm (0 = off)."),
         TrainerFlag(),
     ] = None
     grad_accum_steps: Annotated[

@@ -16,7 +16,9 @@ from trainer.config import flag_table, get_path
 from trainer.config_loader import load_config
 
 # Fields of the launcher, not the trainer (torchrun/scheduler/ownership).
-LAUNCHER_FIELDS = {"job_name", "num_nodes", "gpu_per_node", "max_restarts", "adopt_checkpoint_dir"}
+LAUNCHER_FIELDS = {
+    "job_name", "num_nodes", "gpu_per_node", "max_restarts", "adopt_checkpoint_dir", "env",
+}  # fmt: skip
 
 
 def every_field(tmp_path) -> dict[str, object]:
@@ -57,6 +59,7 @@ def every_field(tmp_path) -> dict[str, object]:
         "seed": 42,
         "max_restarts": 3,
         "adopt_checkpoint_dir": True,
+        "env": {"NCCL_DEBUG": "INFO"},
     }
 
 

@@ -109,3 +109,27 @@ def test_the_default_toy_model_is_named_loudly_on_a_cluster(target, tmp_path):
     )
     assert not [w for w in sized.warnings if "toy" in w]
     assert sized.model == "llama_v3_1b (1.24B parameters)"
+
+
+def trainer_env(plan: Any) -> dict[str, str]:
+    """The plain variables a plan gives the trainer, as each target renders them."""
+    if plan.target == "local":
+        return dict(plan.env)
+    if plan.target == "kubernetes":
+        (replica, *_) = plan.manifest["spec"]["pytorchReplicaSpecs"].values()
+        env = replica["template"]["spec"]["containers"][0]["env"]
+        return {e["name"]: e["value"] for e in env if "value" in e}
+    exports = [ln.removeprefix("export ") for ln in plan.script.splitlines()]
+    return dict(shlex.split(e)[0].split("=", 1) for e in exports if e.startswith("TRAINER_"))
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_knobs_without_a_parameter_reach_the_trainer_on_every_target(target, tmp_path):
+    knobs = {"TRAINER_WARMUP_STEPS": "3", "TRAINER_WEIGHT_DECAY": "0.01"}
+    result = deploy_training_job(
+        job_name="knobs", env=knobs, max_grad_norm=0, dry_run=True, **_settings(target, tmp_path)
+    )
+    plan = result.plan
+    cfg = load_config(trainer_args(plan), environ=trainer_env(plan))
+    assert (cfg.optim.warmup_steps, cfg.optim.weight_decay) == (3, 0.01)
+    assert cfg.optim.max_grad_norm == 0.0
