@@ -78,3 +78,19 @@ def test_through_ssh_a_log_is_read_bounded_on_the_remote_side(tmp_path, monkeypa
     assert target._read_from(str(log), 7, max_bytes=14) == b"line 1\nline 2\n"
     assert target._read_from(str(log), -12) == b"\nline 99999\n"
     assert len(target._read_from(str(log), 0, max_bytes=1000)) == 1000
+
+
+def test_the_fleet_benchmark_runs_in_its_quick_mode():
+    """benchmarks/fleet_history_and_logs.py at its smallest size, so it cannot rot unseen."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "fleet_history_and_logs.py"), "--quick"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "500 records: page   20 reads" in done.stdout
+    assert "16 MiB log" in done.stdout and "status succeeded" in done.stdout
