@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 QUICK = "--quick" in sys.argv
 CLIENTS = [1, 4] if QUICK else [1, 4, 16]
 CALLS = 2 if QUICK else 5
-JOBS = 40
+JOBS = 10 if QUICK else 40
 
 SERVE = """
 import sys, uvicorn
