@@ -23,6 +23,7 @@ from pydantic import (
 from skills.shared.paths import LocalPath
 from skills.shared.secrets import is_secret_name
 from skills.shared.validators import grammar
+from skills.training_job_deployer.model_names import preset_name
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
@@ -50,6 +51,22 @@ Location = Annotated[
     ),
     AfterValidator(_location),
 ]
+
+
+# Other documents' spellings of a sharding strategy (the FSDP-on-EKS document's `shard`,
+# FSDP1's ShardingStrategy names) -> the trainer's. Case does not matter.
+SHARDING_SPELLINGS = {
+    "shard": "full",
+    "full_shard": "full",
+    "hybrid_shard": "hybrid",
+}
+
+
+def _sharding_strategy(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    key = value.strip().lower()
+    return SHARDING_SPELLINGS.get(key, key)
 
 
 # Variables the launcher itself sets for each rank: a job's own value would break the
@@ -137,6 +154,9 @@ class JobSpec(BaseModel):
     model_type: Annotated[
         str,
         Field(pattern=r"^[a-z0-9_]+$", description="Model preset (debug: tiny, CPU)."),
+        # An alias (llama_v3) becomes the preset it names; an unknown name is refused
+        # here, with the valid ones, not in every pod at start.
+        AfterValidator(preset_name),
         TrainerFlag(),
     ] = "debug"
     model_name_or_path: Annotated[
@@ -209,6 +229,11 @@ class JobSpec(BaseModel):
         ),
         TrainerFlag(),
     ] = None
+    max_grad_norm: Annotated[
+        float | None,
+        Field(ge=0, le=1e6, description="Gradient clip norm (0 = off)."),
+        TrainerFlag(),
+    ] = None
     grad_accum_steps: Annotated[
         int | None,
         Field(
@@ -220,6 +245,7 @@ class JobSpec(BaseModel):
     ] = None
     sharding_strategy: Annotated[
         Literal["full", "shard_grad_op", "hybrid", "no_shard"],
+        BeforeValidator(_sharding_strategy),
         Field(description="FSDP sharding; hybrid = replicate across nodes, shard within."),
         TrainerFlag(),
     ] = "full"

@@ -227,8 +227,9 @@ def test_tools_that_can_delete_are_annotated_destructive():
 # --- item 14: every crash is a typed error -----------------------------------------------------
 
 
-@pytest.mark.parametrize("pin", ["torch==2", "torch==x", "torch==2.5.1+cu1", "torch===",
-                                 "torch==2.*"])
+@pytest.mark.parametrize(
+    "pin", ["torch==2", "torch==x", "torch==2.5.1+cu1", "torch===", "torch==2.*"]
+)
 def test_odd_torch_pins_analyze_without_a_crash(pin):
     from skills.image_builder.dockerfile_analyzer import analyze
 

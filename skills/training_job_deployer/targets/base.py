@@ -128,6 +128,8 @@ class Target(ABC, Generic[PlanT]):
     deploy_settings_model: ClassVar[type[TargetSettings]]
     plan_model: ClassVar[type[Plan]]
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    # Whether jobs run on a cluster's nodes (paid GPUs), where a toy model is a mistake.
+    on_cluster: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -158,6 +158,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
     name: ClassVar[str] = "local"
     settings_model: ClassVar[type[TargetSettings]] = LocalSettings
     plan_model: ClassVar[type[Plan]] = LocalPlan
+    on_cluster: ClassVar[bool] = False
     record_name: ClassVar[str] = RECORD
     poll_s: ClassVar[float] = POLL_S
 
