@@ -310,7 +310,12 @@ def parallelize(model: Transformer, cfg: TrainConfig, device: torch.device, env:
     if cfg.parallel.compile:
         apply_compile(model)
     world = dist.get_world_size()
-    strategy = resolve_strategy(cfg.parallel.sharding_strategy, world, env.local_world_size)
+    gpu_bytes = (
+        torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    )
+    strategy = resolve_strategy(
+        cfg.parallel.sharding_strategy, world, env.local_world_size, num_params(model), gpu_bytes
+    )
     mesh = build_mesh(device.type, strategy, world, env.local_world_size)
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
     apply_fsdp(

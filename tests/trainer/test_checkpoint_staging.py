@@ -28,8 +28,15 @@ def test_resume_from_s3_without_output_dir_stages_once_per_host(moto_server, tmp
     boto3.client("s3").create_bucket(Bucket=bucket)
     env = {**moto_server.env, "FSDP_EKS_CACHE_DIR": str(tmp_path / "cache")}
     args = [*SMALL, "--checkpoint_dir", f"s3://{bucket}/ckpt", "--checkpoint_freq", "0"]
-    code, events, err = run(torchrun(2, [*args, "--max_steps", "4"]), env)
+    # Step 2 saves asynchronously: each rank's upload runs off the loop, the marker
+    # follows at a later step once every rank said its upload is done.
+    first = [*args, "--max_steps", "4", "--checkpoint_freq", "2", "--async_save", "true"]
+    code, events, err = run(torchrun(2, first), env)
     assert code == 0, err[-3000:]
+    saved = {e["step"]: e for e in events if e["event"] == "checkpoint_saved"}
+    assert saved[2]["async_save"] is True and saved[4]["async_save"] is False
+    keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket)["Contents"]}
+    assert {"ckpt/step-4/COMPLETE", "ckpt/step-4/__1_0.distcp"} <= keys
     code, resumed, err = run(torchrun(2, [*args, "--max_steps", "6"]), env)
     assert code == 0, err[-3000:]
     assert of(resumed, "checkpoint_loaded")[0]["step"] == 4

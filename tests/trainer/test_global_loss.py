@@ -82,10 +82,11 @@ def _steps(
     t.init_weights(model, cfg, device, resuming=False)
     optimizer = t.build_optimizer(model, cfg, "cpu")
     # Gradients are summed over ranks as plain SUM collectives (the loss carries 1/N).
-    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
-    assert len(units) == cfg.model.n_layers + 3  # embedding, blocks, [norm, lm_head], root
-    for unit in units:
-        for group in unit._get_fsdp_state()._fsdp_param_groups:
+    states = {id(s): s for m in model.modules() if isinstance(m, FSDPModule)
+              for s in [m._get_fsdp_state()]}  # fmt: skip
+    assert len(states) == cfg.model.n_layers + 3  # embedding, blocks, [norm, lm_head], root
+    for state in states.values():
+        for group in state._fsdp_param_groups:
             assert group.gradient_divide_factor == 1.0 and group.force_sum_reduction_for_comms
     tokens = batch * world * accum * 16
     counts, results = [], []

@@ -133,6 +133,14 @@ def test_auto_sharding_is_hybrid_across_nodes(world, local, strategy):
     assert resolve_strategy("shard_grad_op", world, local) == "shard_grad_op"
 
 
+def test_auto_shards_across_nodes_when_one_nodes_gpus_cannot_hold_the_state():
+    gib = 2**30
+    # 8B on 8 x 80 GB per node: 16 GB of state per GPU -> hybrid.
+    assert resolve_strategy("auto", 16, 8, n_params=8 * 10**9, gpu_bytes=80 * gib) == "hybrid"
+    # 70B: 140 GB per GPU within a node -> shard over every GPU.
+    assert resolve_strategy("auto", 16, 8, n_params=70 * 10**9, gpu_bytes=80 * gib) == "full"
+
+
 def test_auto_maps_to_the_mesh_of_what_it_resolves_to():
     assert mesh_shape("auto", world_size=16, local_world_size=8) == (2, 8)
     assert mesh_shape("auto", world_size=8, local_world_size=8) == (8,)
