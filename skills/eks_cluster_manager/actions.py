@@ -303,13 +303,19 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
     kube = access.kube()
     driver = fsx_storage.csi_driver(kube)  # first: an unreachable API fails before any write
+    current = fsx_storage.current_objects(kube, spec)  # and someone else's claim refuses
     progress.report(1, 4, "security group and file system")
     group_row, group_id = fsx_storage.ensure_group(aws("ec2"), spec, net, apply)
     fs_row, fs = fsx_storage.ensure_file_system(aws("fsx"), spec, net, group_id, apply)
     progress.report(2, 4, "bucket")
     bucket_row = fsx_storage.ensure_bucket(aws("s3"), spec, bucket, region, apply)
     progress.report(3, 4, "Kubernetes objects")
-    rows = [group_row, fs_row, bucket_row, *fsx_storage.ensure_objects(kube, spec, fs, apply)]
+    rows = [
+        group_row,
+        fs_row,
+        bucket_row,
+        *fsx_storage.ensure_objects(kube, spec, fs, apply, current),
+    ]
     progress.report(4, 4, "done")
     changes: dict[str, Any] = {
         "csi_driver": driver or "missing",
@@ -380,7 +386,7 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
     name = fsx_storage.bucket_name(
         fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
     )
-    rows += sweep.bucket_rows(aws("s3"), name, spec.delete_bucket, apply)
+    rows += sweep.bucket_rows(aws("s3"), name, cluster_name, spec.delete_bucket, apply)
     if spec.delete_cluster:
         # The cluster's VPC goes with it: not while a file system's interfaces are in it.
         fs_left = apply and sweep.file_system_remains(aws("fsx"), cluster_name)

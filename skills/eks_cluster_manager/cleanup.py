@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from skills.cloud.clients import aws_error_code
-from skills.eks_cluster_manager import ownership, storage
+from skills.eks_cluster_manager import storage
 from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
 Part = Literal["jobs", "model_servers", "nodegroups", "fsx"]
@@ -227,12 +228,14 @@ def _delete_group(ec2: Any, group_id: str) -> str | None:
     return None
 
 
-def bucket_rows(s3: Any, name: str, policy: BucketPolicy, apply: bool) -> list[ResourceChange]:
-    state = storage.bucket_state(s3, name)
+def bucket_rows(
+    s3: Any, name: str, cluster: str, policy: BucketPolicy, apply: bool
+) -> list[ResourceChange]:
+    state = storage.bucket_state(s3, name, cluster)
     if not state.exists:
         return []
-    if not state.ours:
-        return [_row("S3 bucket", name, "keep", "not created by fsdp-eks")]
+    if state.not_ours:  # another cluster's bucket (the suite's or not) is not this one's
+        return [_row("S3 bucket", name, "keep", state.not_ours)]
     if policy == "keep":
         return [
             _row(
