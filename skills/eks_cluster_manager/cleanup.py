@@ -1,6 +1,6 @@
 """action=cleanup: what this suite created for a cluster, deleted in dependency order
 (a plan first; confirm deletes), each resource only when its tags/labels say it is this
-suite's (skills.eks_cluster_manager.ownership):
+suite's (skills.shared.ownership):
 
 1. PyTorchJobs (free the GPUs and the volume mounts), then the jobs' Secrets/ConfigMaps;
 2. model servers (Deployments, Services, Secrets, ConfigMaps labelled fsdp-eks/model-server);

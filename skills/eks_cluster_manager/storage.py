@@ -10,7 +10,7 @@ applied, resource by resource, each only when it is missing or differs:
 4. the StorageClass, PersistentVolume and PersistentVolumeClaim that mount the file
    system by static provisioning through the FSx CSI driver (fsx.csi.aws.com).
 
-Everything is tagged/labelled as this suite's (skills.eks_cluster_manager.ownership),
+Everything is tagged/labelled as this suite's (skills.shared.ownership),
 which is how a second run finds it ("unchanged") and how cleanup knows it."""
 
 from __future__ import annotations
