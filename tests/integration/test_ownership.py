@@ -166,7 +166,7 @@ def test_a_foreign_service_alone_also_refuses_the_deploy(kube):
 
 
 @pytest.fixture
-def aws(moto_server):
+def aws(moto_server, eks_extras):
     with fsx_as_aws_answers():
         yield moto_server
 
