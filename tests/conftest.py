@@ -14,18 +14,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pytest
 
-from tests.services import kube, moto, podman
+from tests.services import kube, moto, podman, standin_base
 from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
 from tests.services._common import MissingBinary
+from tests.services.eks_extras import EksExtras
+from tests.services.eks_extras import eks_extras as eks_extras_server
 
 # Under xdist (`make test` runs pytest -n auto --dist loadfile) each worker is its own
 # session and starts the services its files ask for: every service takes free ports and
 # private paths (Slurm also a random first job id, see services/slurm.py), so workers and
 # parallel sessions on one host never share or collide.
 
-# Tests that run real jobs on a local Slurm (seconds to a minute each).
-SLOW_FIXTURES = {"slurm_cluster"}
+# Tests that run real jobs on a local Slurm (seconds to a minute each), or build and run
+# the trainer image on a stand-in base (minutes; the base's first build on a machine more).
+SLOW_FIXTURES = {"slurm_cluster", "standin_bases"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -58,6 +61,14 @@ def moto_server() -> Iterator[moto.MotoService]:
     """moto on 127.0.0.1; AWS_ENDPOINT_URL, fake credentials and us-east-1 in the env."""
     with moto.moto_server() as aws, _environment(aws.env, aws.unset):
         yield aws
+
+
+@pytest.fixture(scope="session")
+def eks_extras(moto_server: moto.MotoService) -> Iterator[EksExtras]:
+    """EKS add-ons and Pod Identity associations (which moto lacks) in front of moto's
+    EKS: AWS_ENDPOINT_URL_EKS in the env (tests/services/eks_extras.py)."""
+    with eks_extras_server(moto_server.endpoint_url) as extras, _environment(extras.env):
+        yield extras
 
 
 @pytest.fixture(scope="session")
@@ -98,6 +109,15 @@ def slurm_cluster() -> Iterator[slurm_service.SlurmCluster]:
     _require(slurm_service.check)
     with slurm_service.slurm_cluster() as cluster, _environment(cluster.env):
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def standin_bases() -> Callable[..., standin_base.StandinBase]:
+    """standin_bases(name, torch=VERSION): a stand-in of the base image `name` in a podman
+    image store kept per machine (built once, minutes; see services/standin_base.py)."""
+    _require(standin_base.check)
+    _require(podman.check)
+    return standin_base.standin_base
 
 
 @pytest.fixture(scope="session", autouse=True)
