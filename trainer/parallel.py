@@ -26,7 +26,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from trainer.model import Transformer
+from trainer.model import TransformerBlock
 
 aten = torch.ops.aten
 # Selective activation checkpointing keeps the outputs of the expensive ops (matmuls,
@@ -91,17 +91,44 @@ def checkpoint_fn(mode: str) -> Any:
     raise ValueError(f"unknown activation_checkpointing mode {mode!r}")
 
 
-def apply_activation_checkpointing(model: Transformer, mode: str) -> None:
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated decoder layers, found from the model itself (any family):
+    the longest ModuleList whose members are all of one class."""
+    runs = [
+        list(child)
+        for child in model.modules()
+        if isinstance(child, nn.ModuleList)
+        and len(child) > 0
+        and len({type(layer) for layer in child}) == 1
+    ]
+    if not runs:
+        raise ValueError(f"{type(model).__name__} has no repeated decoder layers to shard")
+    return max(runs, key=len)
+
+
+def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
     fn = checkpoint_fn(mode)
-    for block in model.layers:
-        block.checkpoint_fn = fn
+    if fn is None:
+        return
+    for block in decoder_layers(model):
+        if isinstance(block, TransformerBlock):
+            block.checkpoint_fn = fn
+        else:  # another family's layer: wrap its forward (names stay the checkpoint's)
+            block.forward = partial(_checkpointed, fn, block.forward)
 
 
-def apply_compile(model: Transformer) -> None:
+def _checkpointed(fn: Any, forward: Any, *args: Any, **kwargs: Any) -> Any:
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    return fn(forward, *args, **kwargs)
+
+
+def apply_compile(model: nn.Module) -> None:
     """torch.compile each block in place (before FSDP, as torchtitan does): blocks
     are identical, so one compiled graph serves them all and names stay unchanged."""
-    for block in model.layers:
-        block.compile(fullgraph=True)
+    for block in decoder_layers(model):
+        # Other families' layers take optional arguments (masks, caches): no fullgraph.
+        block.compile(fullgraph=isinstance(block, TransformerBlock))
 
 
 def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
@@ -111,7 +138,7 @@ def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
 
 
 def apply_fsdp(
-    model: Transformer,
+    model: nn.Module,
     mesh: DeviceMesh,
     mp_policy: MixedPrecisionPolicy,
     reshard_after_forward: bool,
@@ -119,8 +146,9 @@ def apply_fsdp(
 ) -> nn.Module:
     """Shard `model` in place (per block, then root) and return it."""
     extra = {"offload_policy": offload_policy(cpu_offload)} if cpu_offload else {}
-    n_layers = len(model.layers)
-    for i, block in enumerate(model.layers):
+    layers = decoder_layers(model)
+    n_layers = len(layers)
+    for i, block in enumerate(layers):
         # The last block's params would be re-gathered right away by backward, so
         # keep them (torchtitan does the same).
         fully_shard(
