@@ -17,12 +17,15 @@ runs that code only when the user opts in (--trust_remote_code).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import ConfigError
+from trainer.data import IGNORE_INDEX
 
 # ModelConfig fields the trainer reads (sizes for the vocabulary check, FLOPs, the
 # memory estimate) -> the HF config keys that may hold them, first found wins.
@@ -97,13 +100,26 @@ def build_meta(
         model = AutoModelForCausalLM.from_config(
             config, torch_dtype=torch.float32, trust_remote_code=trust_remote_code
         )
-    # The training loop takes logits, as from the trainer's own model.
-    model.register_forward_hook(_logits_only)
+    # The trainer's own model's contract (model.Transformer.forward): logits, or with
+    # targets the cross-entropy summed over them. An instance attribute: FSDP2's hooks
+    # run around it all the same.
+    model.forward = partial(_forward, model.forward)
     return model
 
 
-def _logits_only(module: nn.Module, args: Any, output: Any) -> torch.Tensor:
-    return output.logits if hasattr(output, "logits") else output[0]
+def _forward(
+    hf_forward: Any, tokens: torch.Tensor, targets: torch.Tensor | None = None
+) -> torch.Tensor:
+    """logits (batch, seq, vocab); with targets, the fp32 cross-entropy summed over the
+    targets that are not IGNORE_INDEX. The family's own head computes the logits (Gemma's
+    soft-capping included), so they exist whole here, unlike in our Llama's chunked head."""
+    logits = hf_forward(input_ids=tokens).logits
+    if targets is None:
+        return logits
+    return F.cross_entropy(
+        logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )  # fmt: skip
 
 
 @torch.no_grad()
