@@ -182,9 +182,24 @@ def _count(params: int) -> str:
     return f"{params} parameters"
 
 
+def effective_strategy(spec: JobSpec, shape: ModelShape | None, gib: int | None) -> str:
+    """The strategy the trainer runs (trainer.parallel.resolve_strategy, which the
+    trainer's image cannot import from here): `auto` is hybrid across nodes when one
+    node's GPUs hold the states in half their memory, else full."""
+    if spec.sharding_strategy != "auto":
+        return spec.sharding_strategy
+    if spec.num_nodes == 1:
+        return "full"
+    if shape is not None and gib is not None:
+        if STATE_BYTES * shape.params / spec.gpu_per_node > gib * 2**30 / 2:
+            return "full"
+    return "hybrid"
+
+
 def shard_group(spec: JobSpec) -> int:
     world = spec.num_nodes * spec.gpu_per_node
-    return {"no_shard": 1, "hybrid": spec.gpu_per_node}.get(spec.sharding_strategy, world)
+    strategy = effective_strategy(spec, None, None)
+    return {"no_shard": 1, "hybrid": spec.gpu_per_node}.get(strategy, world)
 
 
 def spec_estimate(spec: JobSpec, shape: ModelShape) -> Estimate:
@@ -238,6 +253,7 @@ def check_fits(spec: JobSpec, instance_type: str) -> dict[str, Any] | None:
         gib = instance_spec(instance_type).gib_per_gpu
     except ToolFailure:
         return None  # not in the catalogue: nothing to check against
+    spec = spec.model_copy(update={"sharding_strategy": effective_strategy(spec, shape, gib)})
     est, usable = spec_estimate(spec, shape), usable_bytes(gib)
     summary = {"params": shape.params, "gpu_gib": gib, **est.summary(gib)}
     if est.total <= usable:
