@@ -25,13 +25,13 @@ trainer/presets.py by a test. The terms follow the trainer (trainer/model.py, pa
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from skills.catalog.instances import instance_spec
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.reading import load_json
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.model_names import PRESET_SHAPES, TOY_PRESETS
 
@@ -143,13 +143,13 @@ def model_shape(spec: JobSpec) -> ModelShape | None:
     if spec.model_name_or_path is not None:
         config = Path(spec.model_name_or_path).expanduser() / "config.json"
         try:
-            hf = json.loads(config.read_text(encoding="utf-8"))
+            hf = load_json(config, what="model config", max_bytes=1 << 20)  # bounded
             return ModelShape(
                 hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"],
                 hf.get("num_key_value_heads", hf["num_attention_heads"]), hf["vocab_size"],
                 hf["intermediate_size"], bool(hf.get("tie_word_embeddings", False)),
             )  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ToolFailure, KeyError, TypeError):
             return None
     row = PRESET_SHAPES.get(spec.model_type)
     return None if row is None else ModelShape(*row)
