@@ -44,9 +44,12 @@ class ClientTarget:
     new_file: dict[str, Any]
 
 
-def server_argv(project: Path) -> list[str]:
-    """This interpreter running this server with the project as its workspace."""
-    return [sys.executable, "-m", "mcp_server", "--workspace", str(project)]
+def server_argv(project: Path, scope: Scope = "project") -> list[str]:
+    """This interpreter (an absolute path, so the client may start it from any folder)
+    running this server. A project's entry names the project as its workspace; a user's
+    entry serves whichever project the client opens (its roots, else its folder)."""
+    argv = [str(Path(sys.executable).absolute()), "-m", "mcp_server"]
+    return argv + ["--workspace", str(project)] if scope == "project" else argv
 
 
 def client_target(
@@ -57,7 +60,7 @@ def client_target(
     environ: Mapping[str, str] = os.environ,
 ) -> ClientTarget:
     home = home or Path.home()
-    command, *args = argv = server_argv(project)
+    command, *args = argv = server_argv(project, scope)
     if client == "claude":
         base = project if scope == "project" else home
         config = project / ".mcp.json" if scope == "project" else home / ".claude.json"
