@@ -60,6 +60,7 @@ bench: setup-dev
 	$(PY) benchmarks/eks_validate.py
 	$(PY) benchmarks/k8s_submit.py
 	$(PY) benchmarks/model_server_local.py
+	$(PY) benchmarks/fleet_history_and_logs.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

@@ -19,6 +19,7 @@ from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, tool
 from skills.training_job_deployer.job_cost import dry_run_cost
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
+from skills.training_job_deployer.memory_estimate import model_label, toy_model_warning
 from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings, get_target
 
 
@@ -59,9 +60,11 @@ def deploy_training_job(
     if not monitor:  # `--no-monitor`: start it and return (as wait_seconds=0)
         wait_seconds = 0
     runner = get_target(target)
+    job = runner.fitted(job)  # e.g. gpu_per_node from the instance type, for every attempt
     if auto_retry:
         require_support(runner)
     plan = _plan(runner, job, target, _retry_args(auto_retry, max_retries))
+    named = {"model": model_label(job), "warnings": _model_warnings(job, runner)}
     if dry_run:
         return DeployResult(
             job_name=job.job_name,
@@ -69,6 +72,7 @@ def deploy_training_job(
             status="planned",
             dry_run=True,
             plan=plan,
+            **named,
             max_steps=job.max_steps,
             run_dir=getattr(plan, "run_dir", None),
             log_path=getattr(plan, "log_path", None),
@@ -102,7 +106,16 @@ def deploy_training_job(
         # client's cancel only stops following: the job goes on, as after wait_seconds.)
         runner.cancel(job.job_name, grace_s=10)
         raise
-    return _with_plan(DeployResult(**state.model_dump(), plan=plan), include_plan)
+    fields = state.model_dump()
+    fields["warnings"] = [*named["warnings"], *fields["warnings"]]
+    result = DeployResult(**{**fields, "model": named["model"]}, plan=plan)
+    return _with_plan(result, include_plan)
+
+
+def _model_warnings(job: JobSpec, runner: Any) -> list[str]:
+    """A toy model on a cluster is said loudly: the default trains 0.5M parameters."""
+    toy = toy_model_warning(job) if runner.on_cluster else None
+    return [toy] if toy else []
 
 
 def _plan(runner: Any, job: JobSpec, target: Any, retry_args: dict[str, Any]) -> Any:

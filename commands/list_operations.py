@@ -46,7 +46,7 @@ def list_operations(
     their ids, status and progress. get_operation gives one in full."""
     from skills.operations import operations  # the store loads on first use
 
-    found = operations.list_records(tool=tool_name, status=status)[:limit]
+    found = operations.list_records(tool=tool_name, status=status, limit=limit)
     return OperationList(operations=[OperationState.of(record) for record in found])
 
 

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from trainer.presets import PRESETS
+from trainer.presets import ALIASES, PRESETS
 
 SHARDING_STRATEGIES = ("full", "shard_grad_op", "hybrid", "no_shard")
+# Other documents' spellings (the FSDP-on-EKS document's `shard`; FSDP1's
+# ShardingStrategy names, upper case) -> ours. Read case-insensitively.
+SHARDING_SPELLINGS = {"shard": "full", "full_shard": "full", "hybrid_shard": "hybrid"}
 AC_MODES = ("none", "selective", "full")
 REDUCE_DTYPES = ("float32", "bfloat16")
 TRAIN_ON = ("all", "assistant")
@@ -179,7 +182,9 @@ class MetricsConfig:
 
 @dataclass
 class TrainConfig:
-    model_type: str = setting("debug", f"model preset: {', '.join(PRESETS)}")
+    model_type: str = setting(
+        "debug", f"model preset: {', '.join(PRESETS)} (or {', '.join(ALIASES)})"
+    )
     model_name_or_path: str | None = setting(
         None, "HF Llama checkpoint dir (local or s3://) to start from"
     )

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from trainer import hf
 from trainer.config import (
     SECTIONS,
+    SHARDING_SPELLINGS,
     ConfigError,
     ModelConfig,
     RopeScaling,
@@ -30,7 +31,7 @@ from trainer.config import (
     set_path,
     validate,
 )
-from trainer.presets import PRESETS
+from trainer.presets import PRESETS, preset_name, unknown_model_type
 
 ENV_PREFIX = "TRAINER_"
 
@@ -158,11 +159,10 @@ def base_model(cfg: TrainConfig) -> ModelConfig:
     """The model before overrides: an HF checkpoint's config.json, else the preset."""
     if cfg.model_name_or_path:
         return hf.read_model_config(cfg.model_name_or_path)
-    if cfg.model_type not in PRESETS:
-        raise ConfigError(
-            f"unknown model_type {cfg.model_type!r}; choose one of {', '.join(PRESETS)}"
-        )
-    preset = dict(PRESETS[cfg.model_type])
+    name = preset_name(cfg.model_type)
+    if name is None:
+        raise ConfigError(unknown_model_type(cfg.model_type))
+    preset = dict(PRESETS[name])
     if preset.get("rope_scaling") is not None:
         preset["rope_scaling"] = RopeScaling(**preset["rope_scaling"])
     return ModelConfig(**preset)
@@ -189,6 +189,9 @@ def load_config(
 ) -> TrainConfig:
     """Flags + YAML + environment -> validated TrainConfig. Raises ConfigError."""
     settings = _layered_settings(argv, os.environ if environ is None else environ)
+    if isinstance(strategy := settings.get("sharding_strategy"), str):
+        key = strategy.strip().lower()
+        settings["sharding_strategy"] = SHARDING_SPELLINGS.get(key, key)
     table = flag_table()
     cfg = TrainConfig()
     rope_scaling = settings.pop("rope_scaling", "unset")
@@ -198,6 +201,8 @@ def load_config(
             set_path(cfg, table[name].path, value)
     # The model section's base depends on model_type/model_name_or_path, set just above.
     cfg.model = base_model(cfg)
+    # An alias (llama_v3) is logged and checkpointed as the preset it names.
+    cfg.model_type = preset_name(cfg.model_type) or cfg.model_type
     for name, value in model_settings.items():
         set_path(cfg, table[name].path, value)
     if rope_scaling != "unset":

@@ -94,3 +94,39 @@ PRESETS: dict[str, dict[str, Any]] = {
         "norm_eps": 1e-5,
     },
 }
+
+
+# The names other FSDP documents use for `--model_type` (the FSDP-on-EKS document's
+# llama_v2 / llama_v3) -> the preset they mean: its largest dense shape we carry.
+ALIASES: dict[str, str] = {
+    "llama_v2": "llama_v2_7b",
+    "llama_v3": "llama_v3_8b",
+    "llama2": "llama_v2_7b",
+    "llama3": "llama_v3_8b",
+}
+
+# Names those documents use that are no preset here, and what to pass instead. A
+# name here is refused at plan time and by the trainer with this advice.
+NOT_PRESETS: dict[str, str] = {
+    "gpt2": "GPT-2 has no preset; pass --model_name_or_path of an HF gpt2 checkpoint",
+    "gpt_neox": "GPT-NeoX has no preset; pass --model_name_or_path of an HF checkpoint",
+    "mistral": "Mistral has no preset; pass --model_name_or_path of an HF Mistral checkpoint",
+    "mixtral": "Mixtral (mixture of experts) is not supported by this trainer",
+}
+
+
+def preset_name(model_type: str) -> str | None:
+    """The preset `model_type` names (itself or through an alias); None if none."""
+    name = ALIASES.get(model_type, model_type)
+    return name if name in PRESETS else None
+
+
+def unknown_model_type(model_type: str) -> str:
+    """Why `model_type` is refused, with the names that are accepted."""
+    advice = NOT_PRESETS.get(model_type)
+    valid = ", ".join([*PRESETS, *ALIASES])
+    return (
+        f"unknown model_type {model_type!r}"
+        + (f" ({advice})" if advice else "")
+        + f"; choose one of {valid}"
+    )

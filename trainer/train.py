@@ -600,6 +600,8 @@ class TrainLoop:
         else:  # resumed a checkpoint already at max_steps: nothing left to do
             throughput = math.nan
         summary = {
+            "model": self.cfg.model_name_or_path or self.cfg.model_type,
+            "params": self.params,
             "steps": step,
             "first_loss": round(p.first_loss, 5),
             "last_loss": round(p.last_loss, 5),

@@ -48,3 +48,34 @@ def require_gpus_per_node(instance_type: str, gpu_per_node: int) -> None:
             "larger_instance_type": f"{prefix}{bigger.name}" if bigger else None,
         },
     )
+
+
+def instance_gpus(instance_type: str | None) -> int | None:
+    """The GPUs of `instance_type`; None without one or for a type not in the catalogue."""
+    if not instance_type:
+        return None
+    try:
+        return instance_spec(instance_type).gpus
+    except ToolFailure:
+        return None
+
+
+def idle_gpu_warning(instance_type: str | None, gpu_per_node: int, nodes: int) -> str | None:
+    """A warning when a job on an EFA instance (billed whole, one pod per node) asks
+    fewer GPUs per node than the instance has, with what the idle GPUs cost an hour."""
+    try:
+        spec = instance_spec(instance_type) if instance_type else None
+    except ToolFailure:
+        return None
+    if spec is None or not spec.efa or gpu_per_node >= spec.gpus:
+        return None
+    idle = spec.gpus - gpu_per_node
+    text = (
+        f"gpu_per_node={gpu_per_node} leaves {idle} of {spec.gpus} GPUs idle on each "
+        f"{spec.name} (x{nodes} nodes)"
+    )
+    if spec.usd_per_hour is not None:
+        # The node is billed whole: the idle GPUs' share of its on-demand price.
+        cost = spec.usd_per_hour * idle / spec.gpus * nodes
+        text += f": ~${cost:,.2f}/h of ${spec.usd_per_hour * nodes:,.2f}/h paid for nothing"
+    return text + f"; leave gpu_per_node unset to use all {spec.gpus}"

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import sys
 import time
@@ -148,6 +149,7 @@ def start(spec: ToolSpec, raw: Mapping[str, Any]) -> OperationRecord:
 def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
     arguments = args.model_dump(mode="json", exclude_unset=True)
     arguments.pop(WAIT_PARAM, None)
+    prune()
     now = time.time()
     stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%d-%H%M%S")
     operation_id = f"{spec.name}-{stamp}-{secrets.token_hex(3)}"
@@ -274,20 +276,76 @@ def _refuse_foreign(record: OperationRecord, worker: processes.Expected) -> None
         )
 
 
-def list_records(tool: str | None = None, status: str | None = None) -> list[OperationRecord]:
-    """Newest first; records that cannot be read are left out."""
-    found = []
+# The history is pruned when an operation starts: ended operations older than this, or
+# past this many newest, are removed (a running one never is).
+KEEP_DAYS = 30
+KEEP_COUNT = 500
+
+
+def _stamp(name: str) -> str:
+    """The creation time an operation id carries (YYYYMMDD-HHMMSS), sortable as text."""
+    return name[-22:-7]
+
+
+def _folders_newest_first(tool: str | None = None) -> list[str]:
+    """Operation folders by the time in their names, newest first: a listing, no reads."""
     root = operations_dir()
-    for folder in root.iterdir() if root.is_dir() else ():
-        if not re.fullmatch(OPERATION_ID, folder.name):
+    names = [
+        entry.name
+        for entry in (os.scandir(root) if root.is_dir() else ())
+        if re.fullmatch(OPERATION_ID, entry.name)
+        and (tool is None or entry.name[: -len("-YYYYMMDD-HHMMSS-abcdef")] == tool)
+    ]
+    return sorted(names, key=_stamp, reverse=True)
+
+
+def list_records(
+    tool: str | None = None, status: str | None = None, limit: int | None = None
+) -> list[OperationRecord]:
+    """Newest first, reading records only until `limit` are found; records that cannot
+    be read are left out. Ids of one second are ordered by their records' times."""
+    found: list[OperationRecord] = []
+    names = _folders_newest_first(tool)
+    i = 0
+    while i < len(names) and (limit is None or len(found) < limit):
+        same_second = [n for n in names[i:] if _stamp(n) == _stamp(names[i])]
+        i += len(same_second)
+        group = []
+        for name in same_second:
+            try:
+                record = get(name)
+            except ToolFailure:
+                continue
+            if (tool is None or record.tool == tool) and (
+                status is None or record.status == status
+            ):
+                group.append(record)
+        found.extend(sorted(group, key=lambda r: r.created_at, reverse=True))
+    return found if limit is None else found[:limit]
+
+
+def prune(now: float | None = None) -> int:
+    """Remove ended operations past KEEP_COUNT newest or older than KEEP_DAYS; only
+    folders of this store's own form, never a running operation's. Returns how many."""
+    now = time.time() if now is None else now
+    oldest = datetime.fromtimestamp(now - KEEP_DAYS * 86400, timezone.utc)
+    cutoff = oldest.strftime("%Y%m%d-%H%M%S")
+    removed = 0
+    for rank, name in enumerate(_folders_newest_first()):
+        if rank < KEEP_COUNT and _stamp(name) >= cutoff:
             continue
+        folder = _path(name)
         try:
-            record = get(folder.name)
-        except ToolFailure:
+            record = _file(name).read()
+        except RecordCorrupt:
+            record = None
+        if record is not None and record.status not in TERMINAL:
             continue
-        if (tool is None or record.tool == tool) and (status is None or record.status == status):
-            found.append(record)
-    return sorted(found, key=lambda r: r.created_at, reverse=True)
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def call(

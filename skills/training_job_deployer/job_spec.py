@@ -11,10 +11,19 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from skills.shared.paths import LocalPath
+from skills.shared.secrets import is_secret_name
 from skills.shared.validators import grammar
+from skills.training_job_deployer.model_names import preset_name
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
@@ -41,6 +50,69 @@ Location = Annotated[
         ARG_VALUE, "a path, s3:// URI or name (no leading '-' or space, no control characters)"
     ),
     AfterValidator(_location),
+]
+
+
+# Other documents' spellings of a sharding strategy (the FSDP-on-EKS document's `shard`,
+# FSDP1's ShardingStrategy names) -> the trainer's. Case does not matter.
+SHARDING_SPELLINGS = {
+    "shard": "full",
+    "full_shard": "full",
+    "hybrid_shard": "hybrid",
+}
+
+
+def _sharding_strategy(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    key = value.strip().lower()
+    return SHARDING_SPELLINGS.get(key, key)
+
+
+# Variables the launcher itself sets for each rank: a job's own value would break the
+# rendezvous, so they are refused rather than silently overridden.
+LAUNCHER_ENV = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "CUDA_VISIBLE_DEVICES",
+})  # fmt: skip
+LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_", "SLURM_")
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+EnvValue = Annotated[str, StringConstraints(max_length=4096, pattern=r"^[^\x00-\x1f]*$")]
+
+
+def _env_pairs(value: object) -> object:
+    """KEY=VALUE strings (the CLI's repeated flag, an MCP list) as a dict; a dict as is."""
+    if isinstance(value, (list, tuple)):
+        pairs = {}
+        for item in value:
+            if not isinstance(item, str) or "=" not in item:
+                raise ValueError(f"{item!r} is not KEY=VALUE")
+            key, _, val = item.partition("=")
+            pairs[key] = val
+        return pairs
+    return value
+
+
+def _not_secret_or_launcher(env: dict[str, str]) -> dict[str, str]:
+    """Secrets never ride in a job's plain environment: it is written into manifests,
+    batch scripts and records (HF_TOKEN reaches a job from the caller's environment,
+    through a Kubernetes Secret on a cluster)."""
+    for key in env:
+        if is_secret_name(key):
+            raise ValueError(
+                f"{key} names a secret: env is for non-secret settings; export it where the "
+                "job runs (HF_TOKEN goes through a Kubernetes Secret)"
+            )
+        if key in LAUNCHER_ENV or key.startswith(LAUNCHER_ENV_PREFIXES):
+            raise ValueError(f"{key} is set by the launcher for each rank")
+    return env
+
+
+JobEnv = Annotated[
+    dict[EnvName, EnvValue],
+    BeforeValidator(_env_pairs),
+    AfterValidator(_not_secret_or_launcher),
+    Field(max_length=64, description="Extra non-secret env vars, KEY=VALUE (NCCL_DEBUG=INFO)."),
 ]
 
 
@@ -82,6 +154,9 @@ class JobSpec(BaseModel):
     model_type: Annotated[
         str,
         Field(pattern=r"^[a-z0-9_]+$", description="Model preset (debug: tiny, CPU)."),
+        # An alias (llama_v3) becomes the preset it names; an unknown name is refused
+        # here, with the valid ones, not in every pod at start.
+        AfterValidator(preset_name),
         TrainerFlag(),
     ] = "debug"
     model_name_or_path: Annotated[
@@ -154,6 +229,11 @@ class JobSpec(BaseModel):
         ),
         TrainerFlag(),
     ] = None
+    max_grad_norm: Annotated[
+        float | None,
+        Field(ge=0, le=1e6, description="Gradient clip norm (0 = off)."),
+        TrainerFlag(),
+    ] = None
     grad_accum_steps: Annotated[
         int | None,
         Field(
@@ -165,6 +245,7 @@ class JobSpec(BaseModel):
     ] = None
     sharding_strategy: Annotated[
         Literal["full", "shard_grad_op", "hybrid", "no_shard"],
+        BeforeValidator(_sharding_strategy),
         Field(description="FSDP sharding; hybrid = replicate across nodes, shard within."),
         TrainerFlag(),
     ] = "full"
@@ -253,6 +334,9 @@ class JobSpec(BaseModel):
             description="Adopt another job's checkpoint_dir; resume from it.",
         ),
     ] = False
+    # Every target sets these for every process, after its own (NCCL_DEBUG=INFO replaces
+    # the Kubernetes target's WARN).
+    env: JobEnv = {}
 
     def trainer_args(self) -> list[str]:
         return trainer_argv(self)

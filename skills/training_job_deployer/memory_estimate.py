@@ -5,9 +5,9 @@
     check_fits(spec, instance)   the estimate against the instance's GPU memory; a plan
                                  that cannot fit is refused naming the knobs that fix it
 
-The trainer runs in the job's image and the tools may not import it (import-linter), so
-the preset dimensions the estimate needs are a data table here; a test pins every row to
-trainer/presets.py. The terms follow the trainer (trainer/model.py, parallel.py):
+The trainer runs in the job's image and the tools do not import it, so the preset
+dimensions the estimate needs are a data table (model_names.py) pinned to
+trainer/presets.py by a test. The terms follow the trainer (trainer/model.py, parallel.py):
 
 - states: fp32 master parameters, fp32 gradients and AdamW's two fp32 moments, 16 bytes
   a parameter, sharded over the FSDP group (the world; a node under `hybrid`; not at all
@@ -33,6 +33,7 @@ from typing import Any
 from skills.catalog.instances import instance_spec
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer.model_names import PRESET_SHAPES, TOY_PRESETS
 
 GIB = 1024**3
 STATE_BYTES = 16  # fp32 param + fp32 grad + AdamW exp_avg + exp_avg_sq
@@ -41,17 +42,6 @@ RESERVED_FIXED = 2 * GIB
 RESERVED_SHARE = 0.08
 # The trainer's defaults, for JobSpec fields left None (trainer/config.py).
 DEFAULT_BATCH, DEFAULT_SEQ = 8, 128
-
-# trainer/presets.py, the numbers the estimate needs (tests/unit/test_memory_estimate.py
-# pins each row to it): dim, n_layers, n_heads, n_kv_heads, vocab, ffn width, tied.
-PRESET_SHAPES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
-    "debug": (128, 2, 4, 2, 512, 384, False),
-    "debug_large": (512, 8, 8, 4, 512, 1408, False),
-    "llama_v2_7b": (4096, 32, 32, 32, 32000, 11008, False),
-    "llama_v3_1b": (2048, 16, 32, 8, 128256, 8192, True),
-    "llama_v3_3b": (3072, 28, 24, 8, 128256, 8192, True),
-    "llama_v3_8b": (4096, 32, 32, 8, 128256, 14336, False),
-}
 
 
 @dataclass(frozen=True)
@@ -163,6 +153,33 @@ def model_shape(spec: JobSpec) -> ModelShape | None:
             return None
     row = PRESET_SHAPES.get(spec.model_type)
     return None if row is None else ModelShape(*row)
+
+
+def model_label(spec: JobSpec) -> str:
+    """The model a job trains and its size, for the plan and the summary."""
+    shape = model_shape(spec)
+    size = "size read when the job starts" if shape is None else _count(shape.params)
+    name = spec.model_name_or_path or spec.model_type
+    return f"{name} ({size})"
+
+
+def toy_model_warning(spec: JobSpec) -> str | None:
+    """Said on a cluster target when the model is a CPU-sized toy preset (the default)."""
+    if spec.model_name_or_path is not None or spec.model_type not in TOY_PRESETS:
+        return None
+    shape = ModelShape(*PRESET_SHAPES[spec.model_type])
+    return (
+        f"model_type {spec.model_type!r} is a {shape.n_layers}-layer toy "
+        f"({_count(shape.params)}) for CPU tests: set model_type (e.g. llama_v3_8b) "
+        "or model_name_or_path"
+    )
+
+
+def _count(params: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if params >= scale:
+            return f"{params / scale:.2f}{unit} parameters"
+    return f"{params} parameters"
 
 
 def shard_group(spec: JobSpec) -> int:

@@ -164,8 +164,22 @@ class LogFollower:
 
     metrics: RunMetrics = field(default_factory=RunMetrics)
     pending: bytes = b""
+    resync: bool = False  # after a skip: drop bytes up to the next newline
+
+    def skip(self) -> None:
+        """The reader jumps over the middle of a long log to its tail: a partial line is
+        dropped, and so is what the head alone said of the outcome (a summary, error or
+        preemption there was followed by more log, so it was not the run's last word;
+        the tail's own events decide again)."""
+        self.pending, self.resync = b"", True
+        self.metrics.summary = self.metrics.error = self.metrics.preempted = None
 
     def feed(self, chunk: bytes, progress: Progress | None = None, final: bool = False) -> None:
+        if self.resync:
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                return
+            chunk, self.resync = chunk[cut + 1 :], False
         complete, _, self.pending = (self.pending + chunk).rpartition(b"\n")
         if final and self.pending:  # the last line may lack its newline
             complete, self.pending = complete + b"\n" + self.pending, b""

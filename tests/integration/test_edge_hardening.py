@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from mcp_server.listing import writing_parameters
 from mcp_server.workspace import Workspace
 from skills.shared.errors import ToolFailure
 from skills.shared.files import SymlinkDestination, write_new_or_owned
+from tests.stdio_replies import read_replies
 
 pytestmark = pytest.mark.integration
 
@@ -97,16 +97,9 @@ def _exchange(server: subprocess.Popen, requests: list[dict], replies: int) -> d
     assert server.stdin is not None and server.stdout is not None
     server.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
     server.stdin.flush()
-    got: dict = {}
     # Generous: a server with an empty schema cache imports every tool first, and CI runs
     # tests on every core.
-    deadline = time.monotonic() + 120
-    while len(got) < replies and time.monotonic() < deadline:
-        ready, _, _ = select.select([server.stdout], [], [], deadline - time.monotonic())
-        if ready and (line := server.stdout.readline()):
-            reply = json.loads(line)
-            got[reply.get("id")] = reply
-    return got
+    return {reply.get("id"): reply for reply in read_replies(server, replies, timeout=120)}
 
 
 def test_a_read_only_server_process_refuses_and_hides_every_writing_parameter(tmp_path):
@@ -234,8 +227,9 @@ def test_tools_that_can_delete_are_annotated_destructive():
 # --- item 14: every crash is a typed error -----------------------------------------------------
 
 
-@pytest.mark.parametrize("pin", ["torch==2", "torch==x", "torch==2.5.1+cu1", "torch===",
-                                 "torch==2.*"])
+@pytest.mark.parametrize(
+    "pin", ["torch==2", "torch==x", "torch==2.5.1+cu1", "torch===", "torch==2.*"]
+)
 def test_odd_torch_pins_analyze_without_a_crash(pin):
     from skills.image_builder.dockerfile_analyzer import analyze
 

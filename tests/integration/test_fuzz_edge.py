@@ -43,8 +43,10 @@ def _planted(home: Path) -> list[str]:
         d.mkdir(parents=True, exist_ok=True)
     (outside / "secret.txt").write_text(f"HF_TOKEN={CANARY}\n")
     (outside / "Dockerfile").write_text(f"FROM scratch\nLABEL x={CANARY}\n")
-    (ws / "Dockerfile").write_text("FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\n"
-                                   "RUN pip install -r ../outside/secret.txt torch==2\n")
+    (ws / "Dockerfile").write_text(
+        "FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\n"
+        "RUN pip install -r ../outside/secret.txt torch==2\n"
+    )
     (ws / "Dockerfile.fixed").symlink_to(outside / "Dockerfile")
     (ws / "link-out").symlink_to(outside)
     (ws / "secret-link").symlink_to(outside / "secret.txt")

@@ -280,8 +280,13 @@ def no_aws(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> N
     """The CodeBuild tools reach no AWS: no credentials anywhere (every call fails fast
     as no_credentials), and an endpoint that refuses connections in case one appears."""
     if "codebuild" in request.node.name or "manage_eks" in request.node.name:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        for name in (
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+        ):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
         monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")

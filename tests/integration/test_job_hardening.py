@@ -508,12 +508,16 @@ def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
     assert 1 <= len(errors) <= 2 and all(e["retryable"] is False for e in errors)
 
 
-def test_no_run_leaves_files_in_tmp(tmp_path):
-    before = {p.name for p in Path("/tmp").glob("torchelastic_*")}
-    state = deploy_training_job(job_name="clean", runs_dir=str(tmp_path), max_steps=2)
+def test_no_run_leaves_files_in_tmp(tmp_path, monkeypatch):
+    # The temp dir the job inherits is private to this test: comparing the global /tmp
+    # raced other workers' torchrun, which make torchelastic_* there at the same time.
+    inherited = tmp_path / "inherited-tmp"
+    inherited.mkdir()
+    monkeypatch.setenv("TMPDIR", str(inherited))
+    state = deploy_training_job(job_name="clean", runs_dir=str(tmp_path / "runs"), max_steps=2)
     assert state.status == "succeeded"
-    assert {p.name for p in Path("/tmp").glob("torchelastic_*")} == before
-    assert not (tmp_path / "clean" / "tmp").exists()
+    assert list(inherited.iterdir()) == []
+    assert not (tmp_path / "runs" / "clean" / "tmp").exists()
 
 
 @pytest.fixture(autouse=True)

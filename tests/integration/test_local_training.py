@@ -104,14 +104,13 @@ def test_get_training_job_logs_returns_the_log_tail(full_run, runs_dir):
 
 
 def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
-    result = deploy_training_job(
-        job_name="broken", model_type="no_such_preset", runs_dir=str(runs_dir)
-    )
+    # seq_len beyond the debug model's 512 positions: only the trainer knows its shape.
+    result = deploy_training_job(job_name="broken", seq_len=4096, runs_dir=str(runs_dir))
     assert result.status == "failed"
     assert result.exit_code != 0
     assert result.error and result.error["event"] == "error"
-    assert "no_such_preset" in result.error["message"]
-    assert result.log_tail and "no_such_preset" in result.log_tail
+    assert "max_seq_len" in result.error["message"]
+    assert result.log_tail and "max_seq_len" in result.log_tail
 
 
 # --- the same function through the CLI and MCP -------------------------------
@@ -208,8 +207,16 @@ def _free_port() -> int:
 def test_streamable_http_server_serves_the_same_tools(runs_dir):
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "mcp_server", "--http", "--port", str(port),
-         "--workspace", str(runs_dir)],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mcp_server",
+            "--http",
+            "--port",
+            str(port),
+            "--workspace",
+            str(runs_dir),
+        ],  # fmt: skip
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

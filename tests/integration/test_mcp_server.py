@@ -18,6 +18,7 @@ from mcp_server.server import MCP_DEFAULT_WAIT_S
 from skills.shared.progress import Cancelled, Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WaitSeconds, spec_of, tool
+from tests.stdio_replies import read_replies
 
 
 class Echo(ToolResult):
@@ -197,7 +198,6 @@ def test_string_grammar_is_checked_by_the_tool_not_listed():
 def _stdio_exchange(lines: list[bytes], tmp_path, replies: int) -> list[dict]:
     """Send raw lines to a real `python -m mcp_server` over stdio; read `replies` lines."""
     import os
-    import select
     import subprocess
     import sys
     from pathlib import Path
@@ -212,13 +212,7 @@ def _stdio_exchange(lines: list[bytes], tmp_path, replies: int) -> list[dict]:
     try:
         server.stdin.write(b"".join(line + b"\n" for line in lines))
         server.stdin.flush()
-        got: list[dict] = []
-        deadline = time.monotonic() + 30
-        while len(got) < replies and time.monotonic() < deadline:
-            ready, _, _ = select.select([server.stdout], [], [], deadline - time.monotonic())
-            if ready and (line := server.stdout.readline()):
-                got.append(json.loads(line))
-        return got
+        return read_replies(server, replies, timeout=30)
     finally:
         server.kill()
         server.wait(10)

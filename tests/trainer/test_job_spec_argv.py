@@ -16,7 +16,9 @@ from trainer.config import flag_table, get_path
 from trainer.config_loader import load_config
 
 # Fields of the launcher, not the trainer (torchrun/scheduler/ownership).
-LAUNCHER_FIELDS = {"job_name", "num_nodes", "gpu_per_node", "max_restarts", "adopt_checkpoint_dir"}
+LAUNCHER_FIELDS = {
+    "job_name", "num_nodes", "gpu_per_node", "max_restarts", "adopt_checkpoint_dir", "env",
+}  # fmt: skip
 
 
 def every_field(tmp_path) -> dict[str, object]:
@@ -43,6 +45,7 @@ def every_field(tmp_path) -> dict[str, object]:
         "train_on": "assistant",
         "learning_rate": 0.0007,
         "min_lr_ratio": 0.25,
+        "max_grad_norm": 0.25,
         "grad_accum_steps": 2,
         "sharding_strategy": "hybrid",
         "activation_checkpointing": "selective",
@@ -56,6 +59,7 @@ def every_field(tmp_path) -> dict[str, object]:
         "seed": 42,
         "max_restarts": 3,
         "adopt_checkpoint_dir": True,
+        "env": {"NCCL_DEBUG": "INFO"},
     }
 
 

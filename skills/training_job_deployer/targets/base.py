@@ -128,6 +128,8 @@ class Target(ABC, Generic[PlanT]):
     deploy_settings_model: ClassVar[type[TargetSettings]]
     plan_model: ClassVar[type[Plan]]
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    # Whether jobs run on a cluster's nodes (paid GPUs), where a toy model is a mistake.
+    on_cluster: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -154,6 +156,11 @@ class Target(ABC, Generic[PlanT]):
             )
 
     # what every target does -------------------------------------------------------------
+
+    def fitted(self, spec: JobSpec) -> JobSpec:
+        """The job with the defaults this target's settings decide (a Kubernetes job on a
+        known instance type: gpu_per_node = its GPUs); plan applies it too."""
+        return spec
 
     @abstractmethod
     def plan(self, spec: JobSpec) -> PlanT:

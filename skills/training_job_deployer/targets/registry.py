@@ -68,6 +68,7 @@ class DeployResult(JobState):
     attempts: list[RetryAttempt] | None = Field(default=None, description="auto_retry: each try.")
     stop_reason: str | None = None
     operation_id: str | None = None
+    model: str | None = Field(default=None, description="The model and its parameter count.")
     # include_plan=true: the plan goes over MCP after a submit too (a dry run's always).
     _show_plan: bool = PrivateAttr(default=False)
 
@@ -87,11 +88,15 @@ class DeployResult(JobState):
             return [
                 ("job", self.job_name),
                 ("status", "planned (dry run: nothing was started)"),
+                *([("model", self.model)] if self.model else []),
+                *[("warning", w) for w in self.warnings],
                 *cost_rows(self.cost),
                 *mask_data(self.plan.to_display()),
                 *([("next", self.next_step.text())] if self.next_step else []),
             ]
         rows = super().summary_rows()
+        if self.model:
+            rows.insert(1, ("model", self.model))
         for a in self.attempts or []:
             said = f"{a.code} on {a.pod} (rank {a.rank})" if a.code else a.status
             rows.append((f"attempt {a.number}", said + (f" -> {a.remedy}" if a.remedy else "")))

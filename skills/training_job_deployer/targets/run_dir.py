@@ -33,6 +33,9 @@ LOG_TAIL_LINES = 40
 # A read of a job's log is bounded: a follow step takes at most a chunk, a tail the end.
 LOG_CHUNK_BYTES = 8 * 2**20
 LOG_TAIL_BYTES = 4 * 2**20
+# A log longer than head + tail is read from both ends only: the head has the start and
+# the first losses, the tail the last steps, checkpoint and the trainer's summary line.
+LOG_HEAD_BYTES = 1 * 2**20
 # Another deploy of the job waits this long for the lock, then gets conflict.
 LOCK_TIMEOUT_S = 15.0
 
@@ -240,6 +243,11 @@ class RunDirTarget(Target[PlanT]):
             nonlocal offset
             # The record first: once it says ended, the log holds every line.
             seen = self._poll(run)
+            if offset == 0 and (size := self._log_size(log)) > LOG_HEAD_BYTES + LOG_TAIL_BYTES:
+                # Never the whole of a long log: its head, then on from its tail.
+                follower.feed(self._read_from(log, 0, LOG_HEAD_BYTES))
+                follower.skip()
+                offset = size - LOG_TAIL_BYTES
             chunk = self._read_from(log, offset)
             offset += len(chunk)
             follower.feed(chunk, progress, final=seen[1])
@@ -269,10 +277,17 @@ class RunDirTarget(Target[PlanT]):
         # Masked when written; masked again for values only this reader knows.
         return redact("\n".join(lines))
 
-    def _read_from(self, log: Any, offset: int) -> bytes:
+    def _read_from(self, log: Any, offset: int, max_bytes: int = LOG_CHUNK_BYTES) -> bytes:
         """The log's bytes from `offset` (negative: from the end), b"" while there is
-        none; at most LOG_CHUNK_BYTES a call, never through a link (the bounded reader)."""
-        return read_chunk(log, offset, what="job log", max_bytes=LOG_CHUNK_BYTES)
+        none; at most `max_bytes` a call, never through a link (the bounded reader)."""
+        return read_chunk(log, offset, what="job log", max_bytes=max_bytes)
+
+    def _log_size(self, log: Any) -> int:
+        """The log's size in bytes now (0 while there is none)."""
+        try:
+            return os.lstat(log).st_size
+        except OSError:
+            return 0
 
     def list_jobs(self) -> list[JobState]:
         """Every job with a record under runs_dir, newest first; a record that cannot

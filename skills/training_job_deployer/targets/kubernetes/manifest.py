@@ -217,7 +217,8 @@ def render(
             image=image,
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
-            env=container_env(settings),
+            # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
+            env={**container_env(settings), **spec.env},
             hf_secret=hf_secret,
             requests={**limits, **efa_requests(settings.instance_type)},
             limits=limits,

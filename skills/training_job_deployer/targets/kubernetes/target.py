@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import Field
 
-from skills.catalog.gpu_capacity import require_gpus_per_node
+from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
 from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
 from skills.kube.access import cluster_api_client
@@ -185,10 +185,23 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     # plan -------------------------------------------------------------------------------
 
-    def plan(self, spec: JobSpec) -> KubernetesPlan:
+    def _deploy_settings(self) -> KubernetesDeploySettings:
         settings = self.settings
         if not isinstance(settings, KubernetesDeploySettings):
             settings = KubernetesDeploySettings(**settings.model_dump())
+        return settings
+
+    def fitted(self, spec: JobSpec) -> JobSpec:
+        """gpu_per_node left unset on a known instance type: all its GPUs (one pod per
+        node holds the whole node, EFA devices included, so fewer would idle the rest)."""
+        gpus = instance_gpus(self._deploy_settings().instance_type)
+        if gpus is None or "gpu_per_node" in spec.model_fields_set:
+            return spec
+        return spec.model_copy(update={"gpu_per_node": gpus})
+
+    def plan(self, spec: JobSpec) -> KubernetesPlan:
+        settings = self._deploy_settings()
+        spec = self.fitted(spec)
         if settings.instance_type:  # a shape no node can run: refused first, dry run included
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
@@ -200,6 +213,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     "checkpoints on a hostPath are per node: resuming a multi-node job needs "
                     "checkpoint_volume=pvc:<claim> (FSx) or an s3:// checkpoint_dir"
                 )
+        idle = idle_gpu_warning(settings.instance_type, spec.gpu_per_node, spec.num_nodes)
+        if idle:
+            warnings.append(idle)
         memory = None
         if settings.instance_type is None:
             warnings.append("no instance_type: no node selector and no EFA devices requested")

@@ -158,6 +158,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
     name: ClassVar[str] = "local"
     settings_model: ClassVar[type[TargetSettings]] = LocalSettings
     plan_model: ClassVar[type[Plan]] = LocalPlan
+    on_cluster: ClassVar[bool] = False
     record_name: ClassVar[str] = RECORD
     poll_s: ClassVar[float] = POLL_S
 
@@ -225,6 +226,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             "PYTHONPATH": processes.project_pythonpath(),
             # torchelastic and the ranks make temp files: they stay in the run dir.
             "TMPDIR": str(run.scratch),
+            **spec.env,  # the job's own variables (NCCL_DEBUG=INFO) last
         }
         return LocalPlan(
             argv=argv,

@@ -205,6 +205,7 @@ def render(
     rdma: bool = False,
     container_args: list[str] | None = None,
     code_dir: str | None = None,
+    job_env: dict[str, str] | None = None,
 ) -> str:
     """The batch script. Values for `#SBATCH` lines must already match their patterns
     (the settings model checks them); this re-checks, so no caller can slip one by."""
@@ -234,7 +235,8 @@ def render(
         time_limit=time_limit,
         grace_s=GRACE_S,
         log_dir=log_dir,
-        env=batch_env(efa and bool(layout.gpus_per_node), rdma),
+        # The job's own variables (JobSpec.env) last: they replace the suite's.
+        env={**batch_env(efa and bool(layout.gpus_per_node), rdma), **(job_env or {})},
         code_dir=code_dir,
         container_args=container_args or [],
         python=python,

@@ -40,6 +40,7 @@ from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.base import Billing, Plan, TargetSettings
 from skills.training_job_deployer.targets.run_dir import (
     CHECKPOINTS,
+    LOG_CHUNK_BYTES,
     LOG_TAIL_LINES,
     RecordedRun,
     RunDirTarget,
@@ -465,6 +466,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             # Here, the nodes see this checkout: they run these tools' trainer, as the
             # local target does (a path a node lacks is skipped by Python).
             code_dir=None if remote or settings.container_image else processes.PROJECT_ROOT,
+            job_env=spec.env,
         )
         return SlurmPlan(
             script=script,
@@ -700,12 +702,22 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
     def _where(self, path: str) -> str:  # type: ignore[override]
         return path if self.settings.ssh_host is None else f"{self.settings.ssh_host}:{path}"
 
-    def _read_from(self, log: str, offset: int) -> bytes:
+    def _read_from(self, log: str, offset: int, max_bytes: int = LOG_CHUNK_BYTES) -> bytes:
         if self.settings.ssh_host is None:
-            return super()._read_from(log, offset)
-        start = str(-offset) if offset < 0 else f"+{offset + 1}"  # negative: the end
-        done = self.scheduler.run(["tail", "-c", start, "--", log])
+            return super()._read_from(log, offset, max_bytes)
+        if offset < 0:  # the end: at most -offset bytes
+            argv = ["tail", "-c", str(min(-offset, max_bytes)), "--", log]
+        else:  # bounded on the remote side too: only max_bytes cross the connection
+            argv = ["dd", f"if={log}", "iflag=skip_bytes,count_bytes", f"skip={offset}",
+                    f"count={max_bytes}", "status=none"]  # fmt: skip
+        done = self.scheduler.run(argv)
         return done.stdout if done.returncode == 0 else b""
+
+    def _log_size(self, log: str) -> int:
+        if self.settings.ssh_host is None:
+            return super()._log_size(log)
+        done = self.scheduler.run(["stat", "-c", "%s", "--", log])
+        return int(done.stdout) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
 
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
         """scancel: Slurm sends SIGTERM to the steps and the batch script (the trainer

@@ -1,0 +1,105 @@
+"""Fleet scale, measured at three sizes spanning 16x (issue 35 items 2 and 4):
+
+- list_operations (a page of 20) over 500 / 2,000 / 8,000 recorded operations: the
+  records read and the time, against reading every record (what it did before) in the
+  same run;
+- get_training_job on a finished local job whose log is 16 MiB / 64 MiB / 256 MiB (a
+  real job's log lengthened with step lines): time, bytes read and peak traced memory.
+
+`--quick` runs the smallest size once (the test suite runs it so the benchmark cannot rot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from skills.operations import operations  # noqa: E402
+from skills.operations.operation_state import OperationRecord  # noqa: E402
+from skills.operations.record_store import RecordFile  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+RECORDS = [500] if QUICK else [500, 2000, 8000]
+LOG_MIB = [16] if QUICK else [16, 64, 256]
+
+
+def _seed(count: int) -> None:
+    now = time.time()
+    for i in range(count):
+        created = now - i * 60
+        stamp = datetime.fromtimestamp(created, timezone.utc).strftime("%Y%m%d-%H%M%S")
+        op_id = f"build_image-{stamp}-{i:06x}"
+        folder = operations.operations_dir() / op_id
+        folder.mkdir(parents=True)
+        RecordFile(folder / operations.RECORD, OperationRecord).write(OperationRecord(
+            operation_id=op_id, tool="build_image", entry="m:f", arguments={}, cwd="/",
+            status="succeeded", created_at=created, updated_at=created, ended_at=created,
+        ))  # fmt: skip
+
+
+def _timed(call):
+    reads: list[str] = []
+    real = operations._read
+    operations._read = lambda op_id: (reads.append(op_id), real(op_id))[1]
+    try:
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start, len(reads)
+    finally:
+        operations._read = real
+
+
+def history() -> None:
+    print("list_operations, a page of 20: records read and seconds (all read = before)")
+    for count in RECORDS:
+        with tempfile.TemporaryDirectory() as state:
+            os.environ[operations.STATE_DIR_ENV] = state
+            _seed(count)
+            page_s, page_reads = _timed(lambda: operations.list_records(limit=20))
+            all_s, all_reads = _timed(lambda: operations.list_records()[:20])
+            print(f"  {count:>6} records: page {page_reads:>4} reads {page_s * 1000:7.1f} ms"
+                  f" | all {all_reads:>5} reads {all_s * 1000:8.1f} ms"
+                  f" | ratio {all_s / page_s:6.1f}x")  # fmt: skip
+
+
+def long_logs() -> None:
+    from commands.deploy_training_job import deploy_training_job
+    from commands.get_training_job import get_training_job
+    from skills.training_job_deployer.trainer_log import parse_events
+
+    print("get_training_job on a finished local job: seconds and peak traced memory")
+    with tempfile.TemporaryDirectory() as runs:
+        os.environ[operations.STATE_DIR_ENV] = str(Path(runs) / "state")
+        state = deploy_training_job(job_name="long", runs_dir=runs, max_steps=3)
+        log = Path(runs) / "long" / "logs" / "attempt-1.log"
+        events = parse_events(log.read_text())
+        step = next(e for e in events if e["event"] == "step")
+        summary = next(e for e in events if e["event"] == "summary")
+        original = log.read_bytes()
+        for mib in LOG_MIB:
+            line = json.dumps(step).encode() + b"\n"
+            count = mib * 2**20 // len(line)
+            log.write_bytes(original + line * count + json.dumps(
+                {**summary, "steps": count}).encode() + b"\n")  # fmt: skip
+            tracemalloc.start()
+            start = time.perf_counter()
+            state = get_training_job(job_name="long", runs_dir=runs)
+            seconds = time.perf_counter() - start
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert state.status == "succeeded" and state.steps == count, state
+            print(f"  {mib:>4} MiB log: {seconds * 1000:7.1f} ms, peak {peak / 2**20:5.1f} MiB,"
+                  f" status {state.status} at step {state.steps}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    history()
+    long_logs()
