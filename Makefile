@@ -25,7 +25,8 @@ setup: $(VENV)/.trainer
 setup-dev: $(VENV)/.dev
 
 # The local test services that pytest starts (tests/services/): podman's Docker API,
-# Debian's docker-registry, and a one-node Slurm (slurm-wlm + munge).
+# Debian's docker-registry, and a one-node Slurm (slurm-wlm + munge); node and npm for
+# the TypeScript SDK client test (its npm packages: tests/integration/test_ts_client.py).
 system-deps:
 	@missing=""; for bin in podman docker-registry sbatch slurmctld slurmd munged; do \
 	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/bin/$$bin ] || [ -x /usr/sbin/$$bin ] || missing="$$missing $$bin"; done; \
@@ -34,6 +35,9 @@ system-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "installing nodejs npm"; $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; }
 
 demo: setup
 	$(PY) commands/deploy_training_job.py --target local --job_name demo

@@ -188,22 +188,22 @@ def plan(target: ClientTarget, install: bool, skills: list[Skill] | None = None)
 def apply(changes: list[Change]) -> None:
     """Every change, or none: a write that fails undoes the ones before it."""
     done: list[Change] = []
-    try:
-        for change in changes:
-            if change.action in ("unchanged", "kept"):
-                continue
+    for change in changes:
+        if change.action in ("unchanged", "kept"):
+            continue
+        try:
             _write(change)
-            done.append(change)
-    except OSError as exc:
-        for change in reversed(done):
-            _undo(change)
-        raise ToolFailure(
-            ErrorCode.INTERNAL_ERROR,
-            f"Writing {change.path} failed ({exc.strerror or type(exc).__name__}); "
-            "every file written before it was restored.",
-            "Fix what stopped the write (permissions, disk space) and run it again.",
-            {"path": str(change.path)},
-        ) from None
+        except OSError as exc:
+            for written in reversed(done):
+                _undo(written)
+            raise ToolFailure(
+                ErrorCode.INTERNAL_ERROR,
+                f"Writing {change.path} failed ({exc.strerror or type(exc).__name__}); "
+                "every file written before it was restored.",
+                "Fix what stopped the write (permissions, disk space) and run it again.",
+                {"path": str(change.path)},
+            ) from None
+        done.append(change)
 
 
 def _write(change: Change) -> None:

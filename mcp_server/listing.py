@@ -134,7 +134,9 @@ def input_schema(spec: ToolSpec) -> dict[str, Any]:
             key: {
                 "type": "object",
                 "properties": {
-                    n: _brief(properties[n], describe=False)
+                    # bare: a target's setting is named by the standard term and its
+                    # default is the target's (runs/, namespace "default"), as the CLI says
+                    n: {k: v for k, v in _brief(properties[n], False).items() if k != "default"}
                     for n in model.model_fields
                     if n != group.discriminator
                 },

@@ -163,3 +163,41 @@ def test_a_callers_long_wait_is_cut_to_what_clients_hold(tmp_path):
     assert arguments["wait_seconds"] == MCP_MAX_WAIT_S <= 45
     left = server._arguments(spec, {"job_name": "j", "wait_seconds": 5})
     assert left["wait_seconds"] == 5
+
+
+def _analyze(server: Any, **arguments: Any) -> dict:
+    async def scenario() -> Any:
+        async with Client(server) as client:
+            result: Any = await client.call_tool("build_image", {"analyze_only": True, **arguments})
+            assert not result.is_error, result.content[0].text
+            data = result.structured_content
+            return data["result"] if isinstance(data.get("result"), dict) else data, result
+
+    data, result = anyio.run(scenario)
+    return {**data, "text": result.content[0].text}
+
+
+def test_a_project_without_a_dockerfile_gets_the_packaged_trainer_image(places, tmp_path):
+    """From the project's subdirectory, no Dockerfile anywhere in it: the trainer image
+    this package ships (its Dockerfile and sources assembled from the installed package)."""
+    env = {**ENV, "FSDP_EKS_STATE_DIR": str(tmp_path / "state")}
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_server", "--workspace", str(places["project"])],
+        cwd=str(places["project"] / "sub"),
+        env=env,
+    )
+    packaged = _analyze(server)
+    assert packaged["packaged_trainer"] is True and packaged["status"] == "analyzed"
+    assert packaged["resolved"]["torch"]  # the shipped Dockerfile, analyzed
+    context = Path(packaged["dockerfile"]).parent
+    assert context.is_relative_to(tmp_path / "state")
+    for name in ("pyproject.toml", "README.md", "trainer/__main__.py", "mcp_server/server.py"):
+        assert (context / name).is_file() and not (context / name).is_symlink(), name
+    assert (context / "Dockerfile").read_bytes() == (ROOT / "Dockerfile").read_bytes()
+    assert "packaged_trainer: True" in packaged["text"]  # the text says so too
+
+    (places["project"] / "Dockerfile").write_text("FROM python:3.12-slim\n")  # the project's wins
+    own = _analyze(server)
+    assert own["packaged_trainer"] is False
+    assert own["dockerfile"] == str(places["project"] / "Dockerfile")
