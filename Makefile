@@ -65,6 +65,7 @@ bench: setup-dev
 	$(PY) benchmarks/k8s_submit.py
 	$(PY) benchmarks/model_server_local.py
 	$(PY) benchmarks/fleet_history_and_logs.py
+	$(PY) benchmarks/http_many_agents.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

@@ -36,6 +36,7 @@ from mcp_server.listing import (
     unnest,
     writing_parameters,
 )
+from mcp_server.shared_reads import SharedReads, key_of
 from mcp_server.workspace import Workspace
 from skills.operations.operation_state import OPERATION_SCOPE, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -264,6 +265,7 @@ class ToolServer(MCPServer):
         self._entries = {entry["name"]: entry for entry in listed}
         self._load = load
         self._tools = [Tool.model_validate(entry) for entry in listed]
+        self.shared_reads = SharedReads()
 
     def spec(self, name: str) -> ToolSpec | None:
         """The tool's spec, its module imported on the first call; None if not served."""
@@ -293,16 +295,34 @@ class ToolServer(MCPServer):
         progress = _ThreadProgress(context)
         # Operations are scoped to the workspace that started them (operation_state).
         scope = None if self.workspace is None else str(self.workspace.root)
-        try:
+
+        async def answer() -> CallToolResult:
             result = await anyio.to_thread.run_sync(
                 _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
             )
+            return self.respond(spec, result)
+
+        try:
+            if self._shares(spec):  # the whole answer is shared: summary and data too
+                return await self.shared_reads.get(key_of(spec.name, arguments, scope), answer)
+            self.shared_reads.clear()  # what this call may change, no read serves from before
+            return await answer()
         except ToolFailure as failure:
             return error_result(failure, self.nest_step)
         except anyio.get_cancelled_exc_class():
             progress.cancel()  # the thread stops at its next report
             raise
-        return self.respond(spec, result)
+
+    @staticmethod
+    def _shares(spec: ToolSpec) -> bool:
+        """A read whose answer callers asking the same may share (shared_reads)."""
+        return (
+            spec.read_only
+            and spec.idempotent
+            and not spec.long
+            and not spec.operation
+            and not writing_parameters(spec)
+        )
 
     async def _settle_workspace(self, context: Context) -> None:
         """With no --workspace, the client's project is the workspace: its first file://

@@ -1,0 +1,150 @@
+"""Identical reads on one server share one answer (issue 35 item 5): concurrent callers
+wait for the one computation, a kept answer expires, a write through the server clears
+it, failures are shared but never kept, and a cancelled computation lets the others ask
+again."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from mcp_server.shared_reads import SharedReads
+
+
+def test_concurrent_callers_share_one_computation():
+    reads = SharedReads()
+    calls = 0
+
+    async def compute():
+        nonlocal calls
+        calls += 1
+        await anyio.sleep(0.2)
+        return calls
+
+    async def scenario():
+        got = []
+        async with anyio.create_task_group() as group:
+            for _ in range(16):
+                group.start_soon(lambda: _append(got, reads.get("k", compute)))
+        return got
+
+    assert anyio.run(scenario) == [1] * 16 and calls == 1 and reads.computed == 1
+
+
+async def _append(got, awaitable):
+    got.append(await awaitable)
+
+
+def test_a_kept_answer_expires_and_a_clear_forgets_it():
+    reads = SharedReads(ttl_s=0.3)
+    values = iter(range(10))
+
+    async def compute():
+        return next(values)
+
+    async def scenario():
+        first = await reads.get("k", compute)
+        again = await reads.get("k", compute)
+        await anyio.sleep(0.35)
+        expired = await reads.get("k", compute)
+        reads.clear()
+        cleared = await reads.get("k", compute)
+        other = await reads.get("other", compute)
+        return first, again, expired, cleared, other
+
+    assert anyio.run(scenario) == (0, 0, 1, 2, 3)
+
+
+def test_a_failure_reaches_the_waiters_and_is_not_kept():
+    reads = SharedReads()
+    attempts = 0
+
+    async def compute():
+        nonlocal attempts
+        attempts += 1
+        await anyio.sleep(0.1)
+        if attempts == 1:
+            raise ValueError("boom")
+        return "ok"
+
+    async def scenario():
+        errors = []
+
+        async def ask():
+            try:
+                await reads.get("k", compute)
+            except ValueError as exc:
+                errors.append(str(exc))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(ask)
+        return errors, await reads.get("k", compute)
+
+    errors, later = anyio.run(scenario)
+    assert errors == ["boom"] * 3 and later == "ok" and attempts == 2
+
+
+def test_a_cancelled_computation_lets_a_waiter_compute():
+    reads = SharedReads()
+    started = anyio.Event()
+
+    async def slow():
+        started.set()
+        await anyio.sleep(10)
+
+    async def fast():
+        return "fresh"
+
+    async def scenario():
+        result = {}
+        async with anyio.create_task_group() as group:
+            scope = anyio.CancelScope()
+
+            async def first():
+                with scope:
+                    await reads.get("k", slow)
+
+            async def second():
+                await started.wait()
+                result["second"] = await reads.get("k", fast)
+
+            group.start_soon(first)
+            group.start_soon(second)
+            await started.wait()
+            await anyio.sleep(0.05)
+            scope.cancel()
+        return result
+
+    assert anyio.run(scenario) == {"second": "fresh"}
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_old_keys_are_dropped_past_the_bound(size):
+    reads = SharedReads(max_entries=size)
+
+    async def compute():
+        return 1
+
+    async def scenario():
+        for key in "abc":
+            await reads.get(key, compute)
+
+    anyio.run(scenario)
+    assert len(reads._entries) == size
+
+
+def test_the_many_agents_benchmark_runs_in_its_quick_mode():
+    """benchmarks/http_many_agents.py at its smallest sizes, so it cannot rot unseen."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "http_many_agents.py"), "--quick"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|") for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0].strip() for row in rows] == ["1", "4"]
