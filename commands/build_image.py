@@ -12,6 +12,7 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.cloud.clients import default_region
+from skills.image_builder import last_build
 from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
 from skills.image_builder.registry_check import MIRROR_PATTERN
@@ -117,6 +118,7 @@ def build_image(
     result = build(options, progress)
     result.packaged_trainer = packaged
     if result.status == "built" and result.tags:
+        last_build.remember(result.tags[0])
         result.next_step = push_step(result.tags[0], repository)
     return result
 

@@ -37,6 +37,7 @@ from mcp_server.listing import (
     writing_parameters,
 )
 from mcp_server.shared_reads import SharedReads, key_of
+from mcp_server.spellings import translate
 from mcp_server.workspace import Workspace
 from skills.operations.operation_state import OPERATION_SCOPE, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -363,7 +364,7 @@ class ToolServer(MCPServer):
 
     def _arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """The call's flat arguments, validated and confined, with agents' default wait."""
-        arguments = unnest(spec, arguments)
+        arguments = unnest(spec, translate(spec.name, arguments))
         if self.read_only:
             refuse_writes(spec, arguments)
         field = spec.params.model_fields.get(WAIT_PARAM)
