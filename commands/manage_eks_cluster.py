@@ -6,6 +6,7 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
+import datetime
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from commands import _eks_params as p
 from commands._cli import run_cli
 from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
+from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import write_new_or_owned
@@ -63,6 +65,12 @@ def manage_eks_cluster(
         Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"],
         Field(description="storage: FSx deployment type."),
     ] = "SCRATCH_2",
+    fsx_throughput: Annotated[
+        int | None, Field(description="storage: persistent FSx MB/s/TiB (P1 200, P2 250).")
+    ] = None,
+    kubernetes_version: Annotated[
+        str, Field(pattern=r"^1\.\d{2}$", description="create_config: EKS Kubernetes version.")
+    ] = DEFAULT_KUBERNETES_VERSION,
     bucket: Annotated[
         str | None, Field(description="storage/cleanup: S3 bucket (fsdp-eks-<cluster>-<account>).")
     ] = None,
@@ -111,6 +119,7 @@ def manage_eks_cluster(
             deployment_type=fsx_deployment_type,
             bucket=bucket,
             nodegroup=nodegroup,
+            throughput=fsx_throughput,
         )
         return actions.storage(access, spec, confirm, progress)
     if action == "cleanup":
@@ -129,8 +138,9 @@ def manage_eks_cluster(
             access, namespace, nodes, instance_type, image, nccl_output, wait_seconds, progress
         )
     return _create_config(
-        access, instance_type, nodes, volume_size, capacity_reservation_id, output, confirm
-    )
+        access, instance_type, nodes, volume_size, capacity_reservation_id, output, confirm,
+        kubernetes_version,
+    )  # fmt: skip
 
 
 def _need(value: str | None, field: str, action: str, hint: str) -> str:
@@ -240,6 +250,7 @@ def _create_config(
     capacity_reservation_id: str | None,
     output: str | None,
     create: bool,
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
 ) -> ClusterReport:
     from skills.catalog.instances import instance_spec
     from skills.eks_cluster_manager import eksctl, zones
@@ -277,6 +288,7 @@ def _create_config(
             region=region,
             instance_type=instance,
             nodes=nodes,
+            kubernetes_version=kubernetes_version,
             volume_size=volume_size,
             capacity_reservation_id=capacity_reservation_id,
             cluster_zones=placement.cluster_zones,
@@ -302,6 +314,9 @@ def _create_config(
         f"{', '.join(placement.gpu_zones or placement.cluster_zones)} ({placement.why})",
         cost=eksctl.config_cost(config).model_dump(mode="json"),
     )
+    note = eksctl.support_note(kubernetes_version, datetime.date.today().isoformat())
+    if note and report.cost is not None:
+        report.cost["notes"].append(note)
     if create:
         ran, tail = eksctl.run_create(shown)
         report.summary += "; eksctl create cluster ran" if ran else "; eksctl is not on PATH"

@@ -290,24 +290,81 @@ def _cache_dir() -> Path:
     return Path(base) / "fsdp-eks"
 
 
-def cached_entries() -> list[dict[str, Any]]:
-    """Every registered tool's entry, from the cache when the sources are unchanged, else
-    computed (importing every tool module) and cached for the next start."""
-    path = _cache_dir() / f"tools-{sources_hash()}.json"
+# The listing is ~25 KB; a file far bigger in the cache's place is not one we wrote.
+_CACHE_MAX_BYTES = 1 << 20
+_ENTRY_FIELDS = {"name": str, "description": str, "inputSchema": dict, "annotations": dict,
+                 WRITES_KEY: list}  # fmt: skip
+
+
+def cache_document(entries: list[dict[str, Any]]) -> str:
+    """The cache file's text: the entries and the SHA-256 of their JSON, which a read
+    checks (a cache edited, cut short or left half-written is rebuilt, not served)."""
+    return json.dumps({"sha256": _digest(entries), "entries": entries}, separators=(",", ":"))
+
+
+def _digest(entries: Any) -> str:
+    body = json.dumps(entries, separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _tool_modules() -> set[str]:
+    """The tools' names as the commands package's public modules say, without importing
+    one (commands.tool_names imports them all, which the cache exists to avoid)."""
+    import pkgutil
+
+    import commands
+
+    return {m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")}
+
+
+def _read_cache(path: Path) -> list[dict[str, Any]] | None:
+    """The entries in the cache file, or None when there is none we can trust: read by
+    the bounded no-link reader (a link, FIFO or device in its place is no cache), then
+    its hash, every entry's shape and the set of tool names checked."""
+    from skills.shared.errors import ToolFailure
+    from skills.shared.reading import load_json
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
+        document = load_json(path, what="listing cache", max_bytes=_CACHE_MAX_BYTES,
+                             follow_links=False)  # fmt: skip
+    except ToolFailure:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
+        return None
+    entries = document["entries"]
+    if document.get("sha256") != _digest(entries):
+        return None  # edited, or not a cache this server wrote
+    shaped = all(
+        isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY_FIELDS.items())
+        and isinstance(e["annotations"].get("readOnlyHint"), bool)
+        for e in entries
+    )  # fmt: skip
+    if not shaped or sorted(e["name"] for e in entries) != sorted(_tool_modules()):
+        return None
+    return entries
+
+
+def cached_entries(write: bool = True) -> list[dict[str, Any]]:
+    """Every registered tool's entry, from the cache when the sources are unchanged and
+    the cache checks out (_read_cache), else computed (importing every tool module) and,
+    with `write` (not on a read-only server), cached for the next start: written to a
+    temporary file and renamed, never through a link."""
+    path = _cache_dir() / f"tools-{sources_hash()}.json"
+    cached = _read_cache(path)
+    if cached is not None:
+        return cached
     from commands import all_tools
 
     entries = entries_of(all_tools())
-    try:
+    if write:
+        from skills.shared.errors import ToolFailure
         from skills.shared.files import atomic_write_text
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(entries, separators=(",", ":")))
-    except OSError:  # a read-only home: serve uncached
-        pass
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, cache_document(entries))
+        except (OSError, ToolFailure):  # a read-only home, a link in its place: uncached
+            pass
     return entries
 
 

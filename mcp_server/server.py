@@ -444,7 +444,7 @@ def build_server(
     if specs is None:
         from commands import tool_spec
 
-        entries, load = cached_entries(), tool_spec
+        entries, load = cached_entries(write=not read_only), tool_spec  # read-only: no writes
     else:
         given = {spec.name: spec for spec in specs}
         entries, load = entries_of(given.values()), given.__getitem__

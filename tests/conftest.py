@@ -18,6 +18,8 @@ from tests.services import kube, moto, podman
 from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
 from tests.services._common import MissingBinary
+from tests.services.eks_extras import EksExtras
+from tests.services.eks_extras import eks_extras as eks_extras_server
 
 # Under xdist (`make test` runs pytest -n auto --dist loadfile) each worker is its own
 # session and starts the services its files ask for: every service takes free ports and
@@ -58,6 +60,14 @@ def moto_server() -> Iterator[moto.MotoService]:
     """moto on 127.0.0.1; AWS_ENDPOINT_URL, fake credentials and us-east-1 in the env."""
     with moto.moto_server() as aws, _environment(aws.env, aws.unset):
         yield aws
+
+
+@pytest.fixture(scope="session")
+def eks_extras(moto_server: moto.MotoService) -> Iterator[EksExtras]:
+    """EKS add-ons and Pod Identity associations (which moto lacks) in front of moto's
+    EKS: AWS_ENDPOINT_URL_EKS in the env (tests/services/eks_extras.py)."""
+    with eks_extras_server(moto_server.endpoint_url) as extras, _environment(extras.env):
+        yield extras
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ window[1:]); documents run across window edges, so no padding is ever needed.
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ import torch
 
 from trainer import storage
 from trainer.config import ConfigError
+from trainer.safe_files import open_regular, read_regular
 from trainer.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 __all__ = [
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 DATA_SUFFIXES = (".txt", ".jsonl")
-HUB_INSTALL_HINT = "pip install 'fsdp-eks[hub]'"
+HUB_INSTALL_HINT = "pip install 'fsdp-eks[trainer]'"
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -143,7 +145,8 @@ def _record_text(record: Any, chat: ChatRenderer = render_chat) -> str:
 
 def _read_jsonl(path: Path, chat: ChatRenderer) -> list[str]:
     docs = []
-    with path.open(encoding="utf-8") as fh:
+    # A regular file only (a FIFO or device is refused at open), read line by line.
+    with io.TextIOWrapper(open_regular(path, "dataset file"), encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue  # blank lines (e.g. a trailing newline pair) are not records
@@ -164,8 +167,8 @@ def _read_file(path: Path, chat: ChatRenderer) -> list[str]:
     try:
         if path.suffix == ".jsonl":
             return _read_jsonl(path, chat)
-        if path.suffix == ".txt":
-            return [path.read_text(encoding="utf-8")]
+        if path.suffix == ".txt":  # one document: read up to its size, a regular file only
+            return [read_regular(path, "dataset file").decode("utf-8")]
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text: {exc}") from exc
     raise ConfigError(

@@ -55,7 +55,11 @@ OTHER_USD_PER_HOUR: dict[str, float] = {
 EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
 
 # Storage, us-east-1 $/GB-month (the GB AWS bills is the GiB the file system or volume
-# is sized in). FSx for Lustre by deployment type and throughput tier (MB/s per TiB).
+# is sized in). FSx for Lustre (SSD) by deployment type and throughput tier (MB/s per
+# TiB): these rows are also the tiers the storage action accepts. Checked against
+# aws.amazon.com/fsx/lustre/pricing (Nov 2026: the page quotes per GB-month by tier) and
+# an independent estimator (c3x.dev: PERSISTENT_2 125 MB/s/TiB ~$0.145/GB-month); issue 29:
+# 2400 GiB PERSISTENT_2 at 250 MB/s/TiB is 2400 x 0.210 = $504/month.
 FSX_LUSTRE_USD_PER_GIB_MONTH: dict[tuple[str, int | None], float] = {
     ("SCRATCH_2", None): 0.140,
     ("PERSISTENT_1", 50): 0.140,
@@ -67,6 +71,14 @@ FSX_LUSTRE_USD_PER_GIB_MONTH: dict[tuple[str, int | None], float] = {
     ("PERSISTENT_2", 1000): 0.600,
 }
 FSX_DEFAULT = ("PERSISTENT_2", 125)
+
+
+def fsx_tiers(deployment_type: str) -> tuple[int, ...]:
+    """The throughput tiers (MB/s/TiB) the price table has for a persistent type; ()
+    for scratch, which has none to choose."""
+    return tuple(
+        sorted(t for d, t in FSX_LUSTRE_USD_PER_GIB_MONTH if d == deployment_type and t)
+    )
 S3_STANDARD_USD_PER_GIB_MONTH = 0.023  # the first 50 TB a month
 EBS_GP3_USD_PER_GIB_MONTH = 0.08  # 3,000 IOPS and 125 MB/s included
 # Storage prices per region: where a kind costs what it does in us-east-1, and the

@@ -8,7 +8,6 @@ the default when neither is set.
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,7 +15,9 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from skills.operations.operations import state_dir
+from skills.shared.errors import ToolFailure
 from skills.shared.files import atomic_write_text
+from skills.shared.reading import load_json
 
 FILE_NAME = "ecr_repository.json"
 # The names ECR accepts (a record edited by hand is ignored unless it is one).
@@ -48,15 +49,19 @@ def remember(repository: str, region: str, recorded_by: str) -> None:
         path = _path()
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, record.model_dump_json(indent=2) + "\n")
-    except OSError:
+    except (OSError, ToolFailure):  # a link in its place is not written through either
         pass
 
 
 def recall() -> RememberedRepository | None:
-    """The last recorded repository, or None (never recorded, unreadable, not valid)."""
+    """The last recorded repository, or None (never recorded, unreadable, not valid). Read
+    by the bounded reader: a link, a FIFO, a device or a deep document in its place is
+    not a record (no hang, no MemoryError, no RecursionError)."""
     try:
-        record = RememberedRepository.model_validate(json.loads(_path().read_text()))
-    except (OSError, ValueError, ValidationError):
+        data = load_json(_path(), what="repository record", max_bytes=64 * 1024,
+                         follow_links=False)  # fmt: skip
+        record = RememberedRepository.model_validate(data)
+    except (ToolFailure, ValidationError):
         return None
     if not (_NAME.fullmatch(record.repository) and _REGION.fullmatch(record.region)):
         return None

@@ -289,11 +289,14 @@ def _counts(rows: list[Any]) -> str:
 def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
+    from skills.eks_cluster_manager import pod_identity
     from skills.eks_cluster_manager import storage as fsx_storage
     from skills.eks_cluster_manager.cleanup import Counted
+    from skills.kube.identity import S3_SERVICE_ACCOUNT
 
     cluster_name = access.need_cluster("storage")
     fsx_storage.check_size(spec.deployment_type, spec.size_gib)
+    fsx_storage.throughput_of(spec)  # a tier the type lacks: refused before any call
     aws = Counted(access.session())
     region = aws.session.region_name
     progress.report(0, 4, "the cluster's network")
@@ -306,15 +309,29 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     progress.report(1, 4, "security group and file system")
     group_row, group_id = fsx_storage.ensure_group(aws("ec2"), spec, net, apply)
     fs_row, fs = fsx_storage.ensure_file_system(aws("fsx"), spec, net, group_id, apply)
-    progress.report(2, 4, "bucket")
+    progress.report(2, 4, "bucket and the pods' identity for it")
     bucket_row = fsx_storage.ensure_bucket(aws("s3"), spec, bucket, region, apply)
+    role_row, role_arn = pod_identity.ensure_role(
+        aws("iam"), cluster_name, spec.namespace, bucket, apply
+    )
+    agent_row = pod_identity.ensure_agent(aws("eks"), cluster_name, apply)
+    association_row = pod_identity.ensure_association(
+        aws("eks"), cluster_name, spec.namespace, role_arn, apply
+    )
     progress.report(3, 4, "Kubernetes objects")
-    rows = [group_row, fs_row, bucket_row, *fsx_storage.ensure_objects(kube, spec, fs, apply)]
+    rows = [
+        group_row, fs_row, bucket_row, role_row, agent_row, association_row,
+        *fsx_storage.ensure_objects(kube, spec, fs, apply),
+        pod_identity.ensure_service_account(kube, spec.namespace, bucket, role_arn, apply),
+    ]  # fmt: skip
     progress.report(4, 4, "done")
     changes: dict[str, Any] = {
         "csi_driver": driver or "missing",
         "claim": f"{spec.namespace}/{spec.claim}",
         "bucket": f"s3://{bucket}",
+        # Who pods that name s3://<bucket> are to AWS (jobs and model servers use it).
+        "service_account": f"{spec.namespace}/{S3_SERVICE_ACCOUNT}",
+        "iam_role": role_arn or pod_identity.role_name(cluster_name),
         "aws_calls": len(aws.calls),
     }
     report = ClusterReport(action="storage", resources=rows, changes=changes, api_calls=kube.calls)
@@ -375,6 +392,9 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
     progress.report(2, 4, "file system and security group")
     if "fsx" in spec.parts:
         rows += sweep.fsx_rows(aws("fsx"), aws("ec2"), cluster_name, apply)
+        from skills.eks_cluster_manager import pod_identity
+
+        rows += pod_identity.cleanup_rows(aws("eks"), aws("iam"), cluster_name, apply)
     progress.report(3, 4, "bucket and cluster")
     account = aws("sts").get_caller_identity()["Account"]
     name = fsx_storage.bucket_name(

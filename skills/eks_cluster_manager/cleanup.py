@@ -45,6 +45,8 @@ KUBE_STEPS: tuple[tuple[Part, str, str, str | None], ...] = (
     ("fsx", "PersistentVolumeClaim", "/api/v1/persistentvolumeclaims", ownership.STORAGE_LABEL),
     ("fsx", "PersistentVolume", "/api/v1/persistentvolumes", ownership.STORAGE_LABEL),
     ("fsx", "StorageClass", "/apis/storage.k8s.io/v1/storageclasses", ownership.STORAGE_LABEL),
+    # The pods' S3 identity (pod_identity.py), with its association and role below.
+    ("fsx", "ServiceAccount", "/api/v1/serviceaccounts", ownership.STORAGE_LABEL),
 )
 _OTHER_LABELS = (ownership.MODEL_SERVER_LABEL, ownership.STORAGE_LABEL)
 

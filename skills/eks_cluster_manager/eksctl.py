@@ -23,6 +23,18 @@ from skills.catalog.pricing import (
 from skills.shared.errors import ErrorCode, ToolFailure
 
 SYSTEM_INSTANCE = "m5.xlarge"
+# EKS standard support lasts 14 months from a version's EKS release, then extended
+# support (at a higher control-plane price) for 12 more. Sources: docs.aws.amazon.com/eks/
+# latest/userguide/kubernetes-versions.html (the 14 + 12 months) and endoflife.date/
+# amazon-eks (1.34: 6 Oct 2025 to 2 Dec 2026; 1.35: 28 Jan 2026 to 27 Mar 2027). In Nov
+# 2026, 1.35 is the newest version with those dates on record, in standard support.
+DEFAULT_KUBERNETES_VERSION = "1.35"
+STANDARD_SUPPORT_ENDS: dict[str, str] = {
+    "1.32": "2026-03-23",
+    "1.33": "2026-07-29",
+    "1.34": "2026-12-02",
+    "1.35": "2027-03-27",
+}
 ADDONS = (
     "vpc-cni",
     "coredns",
@@ -39,13 +51,30 @@ class ConfigSpec:
     region: str
     instance_type: str
     nodes: int
-    kubernetes_version: str = "1.32"
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     volume_size: int = 500
     capacity_reservation_id: str | None = None
     # From zones.read_placement: the cluster's zones (two or more) and the GPU node
     # group's (None: the cluster's).
     cluster_zones: tuple[str, ...] = ()
     gpu_zones: tuple[str, ...] | None = None
+
+
+def support_note(version: str, today: str) -> str | None:
+    """A note when `version`'s EKS standard support has ended by `today` (ISO date), or
+    when this table has no date for it."""
+    ends = STANDARD_SUPPORT_ENDS.get(version)
+    if ends is None:
+        return (
+            f"Kubernetes {version}: no EKS support dates on record here (known: "
+            f"{', '.join(STANDARD_SUPPORT_ENDS)}); eksctl refuses one EKS does not offer"
+        )
+    if today > ends:
+        return (
+            f"Kubernetes {version} left EKS standard support on {ends}: extended support "
+            f"costs more per cluster hour; {DEFAULT_KUBERNETES_VERSION} is in standard support"
+        )
+    return None
 
 
 def cluster_config(spec: ConfigSpec) -> dict[str, Any]:

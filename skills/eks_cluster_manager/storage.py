@@ -26,7 +26,8 @@ from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
 from skills.shared.errors import ErrorCode, ToolFailure
 
 DEPLOYMENT_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
-# MB/s per TiB for the persistent types (FSx requires one; the middle of each range).
+# MB/s per TiB for the persistent types when none is asked (FSx requires one; the
+# tiers are pricing.fsx_tiers: PERSISTENT_1 50/100/200, PERSISTENT_2 125/250/500/1000).
 THROUGHPUT = {"PERSISTENT_1": 200, "PERSISTENT_2": 250}
 LUSTRE_VERSION = "2.15"  # PERSISTENT_2 needs 2.12 or later
 LUSTRE_PORTS = ((988, 988), (1018, 1023))  # Lustre: FSx servers and clients
@@ -49,6 +50,33 @@ class StorageSpec:
     deployment_type: str = "SCRATCH_2"
     bucket: str | None = None  # None: fsdp-eks-<cluster>-<account>
     nodegroup: str | None = None  # its first subnet holds the file system
+    throughput: int | None = None  # MB/s/TiB, persistent only (None: THROUGHPUT's)
+
+
+def throughput_of(spec: StorageSpec) -> int | None:
+    """The throughput tier the file system is made (and priced) at; None for scratch. A
+    tier the deployment type does not have is the caller's input error."""
+    from skills.catalog.pricing import fsx_tiers
+
+    tiers = fsx_tiers(spec.deployment_type)
+    if not tiers:
+        if spec.throughput is not None:
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"{spec.deployment_type} has no throughput tier to choose.",
+                "Leave fsx_throughput unset, or use PERSISTENT_1 or PERSISTENT_2.",
+                {"problems": [{"field": "fsx_throughput", "problem": "scratch has no tier"}]},
+            )
+        return None
+    tier = spec.throughput or THROUGHPUT[spec.deployment_type]
+    if tier not in tiers:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"{spec.deployment_type} has no {tier} MB/s/TiB tier.",
+            f"Use one of {', '.join(map(str, tiers))} MB/s/TiB.",
+            {"problems": [{"field": "fsx_throughput", "problem": f"one of {list(tiers)}"}]},
+        )
+    return tier
 
 
 def check_size(deployment_type: str, size_gib: int) -> None:
@@ -221,18 +249,22 @@ def find_file_system(fsx: Any, cluster: str) -> dict[str, Any] | None:
     return None
 
 
-def _fs_text(size: int, deployment: str) -> str:
-    return f"{size} GiB {deployment}"
+def _fs_text(size: int, deployment: str, tier: int | None = None) -> str:
+    return f"{size} GiB {deployment}" + (f" {tier} MB/s/TiB" if tier else "")
 
 
 def ensure_file_system(
     fsx: Any, spec: StorageSpec, net: Network, group_id: str | None, apply: bool
 ) -> tuple[ResourceChange, dict[str, Any] | None]:
     fs = find_file_system(fsx, spec.cluster)
-    wanted = _fs_text(spec.size_gib, spec.deployment_type)
+    wanted = _fs_text(spec.size_gib, spec.deployment_type, throughput_of(spec))
     if fs is not None:
         lustre = fs.get("LustreConfiguration") or {}
-        have = _fs_text(fs.get("StorageCapacity", 0), lustre.get("DeploymentType", "?"))
+        have = _fs_text(
+            fs.get("StorageCapacity", 0),
+            lustre.get("DeploymentType", "?"),
+            lustre.get("PerUnitStorageThroughput"),
+        )
         detail = f"{have}, {fs.get('Lifecycle') or 'state unknown'}"
         if have != wanted:  # never resized or replaced here: it holds data
             detail += f" (asked {wanted}: left as it is; resize with update-file-system)"
@@ -246,8 +278,9 @@ def ensure_file_system(
             kind="FSx file system", name=f"fsdp-eks-{spec.cluster}", action="create", detail=detail
         ), None
     lustre: dict[str, Any] = {"DeploymentType": spec.deployment_type}
-    if spec.deployment_type in THROUGHPUT:
-        lustre["PerUnitStorageThroughput"] = THROUGHPUT[spec.deployment_type]
+    tier = throughput_of(spec)
+    if tier is not None:
+        lustre["PerUnitStorageThroughput"] = tier
     fs = fsx.create_file_system(
         FileSystemType="LUSTRE",
         FileSystemTypeVersion=LUSTRE_VERSION,
@@ -528,11 +561,15 @@ def csi_install_hint(cluster: str, region: str, account: str) -> str:
 
 
 def storage_cost(spec: StorageSpec, region: str) -> dict[str, Any] | None:
-    """The month's price of the file system, for the dry run (the bucket is billed by
-    what is put in it: nothing up front)."""
+    """The month's price of the file system at the tier it is made with, for the dry run
+    (the bucket is billed by what is put in it: nothing up front)."""
     from skills.catalog.pricing import estimate_storage
 
     estimate = estimate_storage(
-        "fsx_lustre", spec.size_gib, region, deployment_type=spec.deployment_type
+        "fsx_lustre",
+        spec.size_gib,
+        region,
+        deployment_type=spec.deployment_type,
+        throughput_mbps_per_tib=throughput_of(spec),
     )
     return estimate.model_dump(mode="json")

@@ -7,8 +7,11 @@ model, port, argv, and the process's identity: pid + start time), `server.log` (
 server's output) and `hf-cache/` (an empty hub cache, which `/v1/models` scans). The
 server runs detached in its own session, so the tool call, the CLI or the MCP server
 may end while it serves. It is signalled only when its pid, start time, command line
-and the FSDP_EKS_MODEL_SERVER=<name> marker in its environment all say it is this
-server (skills.operations.processes), so an edited record cannot kill anything else.
+and the FSDP_EKS_MODEL_SERVER=<its server directory> marker in its environment all say
+it is the server of the directory asked about (skills.operations.processes): an edited
+record, or one copied into another folder or another state directory, cannot stop
+anything else. The folder is never a link and its files are written through the no-link
+writers (skills.shared.files), so nothing lands outside it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from skills.operations import processes
 from skills.operations.operations import state_dir
 from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.files import open_for_append, own_directory
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Cancelled, Progress, raise_if_cancelled
 from skills.shared.reading import ReadRefused, read_chunk
@@ -41,7 +45,7 @@ from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 
 SERVE_MODULE = "transformers.cli.transformers"  # what the `transformers` script runs
-MARKER_ENV = "FSDP_EKS_MODEL_SERVER"  # names the server in its process's environment
+MARKER_ENV = "FSDP_EKS_MODEL_SERVER"  # its server directory, in its process's environment
 HOST = "127.0.0.1"  # no authentication in front of it: this host only
 RECORD = "server.json"
 LOG = "server.log"
@@ -88,10 +92,19 @@ def servers_dir() -> Path:
     return state_dir() / "model_servers"
 
 
-def _expected(name: str) -> processes.Expected:
-    """The server process of `name`: `-m transformers.cli.transformers serve` on its
-    command line and our marker in its environment."""
-    return processes.Expected(command=("-m", SERVE_MODULE, "serve"), environment={MARKER_ENV: name})
+def _marker(folder: Path) -> str:
+    """What the server of `folder` carries in MARKER_ENV: the folder's real path, so two
+    state directories with a server of the same name tell their processes apart."""
+    return str(folder.resolve())
+
+
+def _expected(folder: Path) -> processes.Expected:
+    """The server process of the server directory `folder`: `-m
+    transformers.cli.transformers serve` on its command line and the folder's marker in
+    its environment (never what a record says its name is)."""
+    return processes.Expected(
+        command=("-m", SERVE_MODULE, "serve"), environment={MARKER_ENV: _marker(folder)}
+    )
 
 
 def check_model_dir(model: str) -> Path:
@@ -244,14 +257,28 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
     # --- where a server lives ---------------------------------------------------------
 
     def _dir(self, name: str) -> Path:
-        return servers_dir() / name
+        """The server's folder; a link or a file in its place is refused (what is written
+        there, the log above all, would land behind the link)."""
+        folder = servers_dir() / name
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise ToolFailure(
+                ErrorCode.PATH_NOT_ALLOWED,
+                f"{folder} is a link or not a directory, not the folder of a model server.",
+                "Remove it yourself (the tool neither follows nor deletes it), then deploy "
+                "again.",
+                {"name": name, "path": str(folder)},
+            )
+        return folder
 
     def _file(self, name: str) -> RecordFile[ServerRecord]:
         return RecordFile(self._dir(name) / RECORD, ServerRecord)
 
     def _read(self, name: str) -> ServerRecord | None:
         try:
-            return self._file(name).read()
+            record = self._file(name).read()
+            if record is not None and record.name != name:  # copied from another folder
+                raise RecordCorrupt(self._file(name).path, f"it names server {record.name!r}")
+            return record
         except RecordCorrupt as exc:
             raise ToolFailure(
                 ErrorCode.JOB_RECORD_CORRUPT,
@@ -261,7 +288,9 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
             ) from None
 
     def _identity(self, record: ServerRecord) -> processes.Identity:
-        return processes.identify(record.pid, record.pid_started, _expected(record.name))
+        """The record's process as the server of the folder it was read from."""
+        expected = _expected(self._dir(record.name))
+        return processes.identify(record.pid, record.pid_started, expected)
 
     # --- plan / deploy ----------------------------------------------------------------
 
@@ -300,8 +329,8 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
         wait_seconds: float | None,
     ) -> ServerState:
         name, port = plan.name, int(plan.objects[0]["port"])
+        own_directory(self._dir(name))
         file = self._file(name)
-        file.path.parent.mkdir(parents=True, exist_ok=True)
         with file.lock():  # one deploy or delete of a name at a time
             running = self._read(name)
             if running is not None and self._alive(running):
@@ -331,11 +360,10 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
 
     def _start(self, plan: ServerPlan) -> ServerRecord:
         folder = self._dir(plan.name)
-        cache = folder / "hf-cache"
-        cache.mkdir(parents=True, exist_ok=True)
-        (folder / LOG).write_bytes(b"")  # this start's output only
+        cache = own_directory(folder / "hf-cache")
+        open_for_append(folder / LOG, truncate=True).close()  # this start's output only
         env = {
-            MARKER_ENV: plan.name,
+            MARKER_ENV: _marker(folder),
             "HF_HUB_CACHE": str(cache),  # /v1/models scans it; it must exist
             "HF_HUB_OFFLINE": "1",  # a local directory needs no hub; never hang on one
         }
@@ -441,13 +469,20 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
             "model": record.model,
             "replicas": 1,
         }
-        if not self._alive(record):
+        identity = self._identity(record)
+        if identity is not processes.Identity.OURS:
             tail = log_tail(self._dir(record.name) / LOG, 5)
+            said = "its process has ended; "
+            if identity is processes.Identity.FOREIGN:  # pid and start time: another's
+                said = (
+                    f"the server is gone: its pid {record.pid} was reused and now belongs "
+                    "to another process (not ours, never signalled); "
+                )
             return ServerState(
                 **common,
                 status="failed",
                 ready_replicas=0,
-                message="its process has ended; " + " | ".join(tail)[-300:],
+                message=said + " | ".join(tail)[-300:],
                 next_step=NextStep(
                     tool="delete_model_server",
                     arguments={"name": record.name, "confirm": True},
@@ -468,6 +503,8 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
         root = servers_dir()
         found = []
         for folder in sorted(root.iterdir()) if root.is_dir() else ():
+            if not folder.is_dir() and not folder.is_symlink():
+                continue  # a stray file: not a server (a link is listed, as refused)
             try:
                 record = self._read(folder.name)
             except ToolFailure as failure:
@@ -484,7 +521,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
     # --- delete / scale ---------------------------------------------------------------
 
     def delete(self, name: str, settings: LocalServerAccess) -> ServerState:
-        file = self._file(name)
+        file = self._file(name)  # a link in the folder's place: refused, not followed
         if not file.path.parent.is_dir():
             self.get(name, settings)  # not_found, with its next step
         with file.lock():
@@ -514,7 +551,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
 
     def _stop(self, record: ServerRecord) -> None:
         """SIGTERM to the server's process group, SIGKILL after the grace period."""
-        expected = _expected(record.name)
+        expected = _expected(self._dir(record.name))
         if not processes.signal_group(record.pid, record.pid_started, signal.SIGTERM, expected):
             return
         gone = poll_until(

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from skills.shared.files import open_for_append
+
 # This project's root (a checkout or an install): a child started with `-m <module>`
 # must import these tools, whatever its working directory.
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
@@ -117,9 +119,10 @@ def spawn_module(
 ) -> int:
     """Start `python -m module args` detached: its own session (it outlives the caller,
     its terminal and its signals), output appended to `log`, `stdin` written to it,
-    `env` added to this process's environment. Returns its pid."""
+    `env` added to this process's environment. Returns its pid. The log is opened by
+    the no-link writer: a link or FIFO in its place is refused before anything starts."""
     env = {**os.environ, **(env or {}), "PYTHONPATH": project_pythonpath()}
-    with open(log, "ab") as out:
+    with open_for_append(log) as out:
         child = subprocess.Popen(
             [sys.executable, "-m", module, *args],
             env=env,

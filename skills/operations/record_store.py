@@ -1,6 +1,8 @@
-"""A small JSON record (a job's, an operation's) that several processes share: read
-validated, changed only read-modify-write under an advisory file lock, written
-atomically from a temp file of its own so a reader never sees half a record."""
+"""A small JSON record (a job's, an operation's, a model server's) that several processes
+share: read validated through the bounded reader (never through a link, never a device
+or FIFO, never unbounded or nested deep enough to crash a parser), changed only
+read-modify-write under an advisory file lock, written atomically from a temp file of
+its own so a reader never sees half a record."""
 
 from __future__ import annotations
 
@@ -15,9 +17,14 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, ValidationError
 
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.files import atomic_write_text
+from skills.shared.files import SymlinkDestination, atomic_write_text
+from skills.shared.reading import DEFAULT_MAX_BYTES, ReadRefused, check_nesting, read_bytes
 
 M = TypeVar("M", bound=BaseModel)
+
+# A record is a few KB (an operation's result with its log tail a few hundred); far
+# more is not a record this suite wrote.
+MAX_RECORD_BYTES = DEFAULT_MAX_BYTES
 
 
 class RecordCorrupt(Exception):
@@ -39,7 +46,10 @@ class RecordFile(Generic[M]):
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the record's lock (re-entrant in one process); ToolFailure(conflict) if
-        another process holds it for longer than the timeout."""
+        another process holds it for longer than the timeout. A link in the lock file's
+        place is refused: taking the lock opens it for writing."""
+        if Path(self._lock.lock_file).is_symlink():
+            raise SymlinkDestination(Path(self._lock.lock_file))
         try:
             self._lock.acquire()
         except Timeout:
@@ -58,11 +68,16 @@ class RecordFile(Generic[M]):
     def read(self) -> M | None:
         """The record, or None when there is none. RecordCorrupt when it is unreadable."""
         try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            raise RecordCorrupt(self.path, "it is a directory, not a file") from None
+            data = read_bytes(
+                self.path, what="record", max_bytes=MAX_RECORD_BYTES, follow_links=False
+            )
+            check_nesting(data.decode("utf-8", errors="replace"), "record", self.path, 64)
+        except ReadRefused as refused:
+            if refused.code == "not_found":
+                return None
+            if self.path.is_dir() and not self.path.is_symlink():
+                raise RecordCorrupt(self.path, "it is a directory, not a file") from None
+            raise RecordCorrupt(self.path, f"it {refused.problem}") from None
         try:
             return self.model.model_validate_json(data)
         except ValidationError as exc:
@@ -82,7 +97,7 @@ class RecordFile(Generic[M]):
         try:
             atomic_write_text(self.path, text)
         except OSError as exc:
-            if exc.errno != errno.ENOSPC or not self.path.is_file():
+            if exc.errno != errno.ENOSPC or self.path.is_symlink() or not self.path.is_file():
                 raise
             self._overwrite_in_place(text)
 

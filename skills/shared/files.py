@@ -7,6 +7,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -85,6 +86,58 @@ def write_new_or_owned(
     return atomic_write_text(path, text, mode)
 
 
+def open_for_append(path: Path | str, *, truncate: bool = False) -> BinaryIO:
+    """The one way a tool opens a file it writes as it goes (a server's or a job's log):
+    created if missing, never through a symbolic link (O_NOFOLLOW: a link put in its place
+    is refused, its target untouched), never a device or FIFO (O_NONBLOCK, then fstat),
+    and only then truncated when `truncate`. SymlinkDestination for a link, ToolFailure
+    (PATH_NOT_ALLOWED) for anything that is not a regular file; OSError as the disk gives it."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:
+        if _is_symlink(path):
+            raise SymlinkDestination(path) from None
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise _not_regular(path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_regular(path)
+    os.set_blocking(fd, True)
+    if truncate:
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, "ab", buffering=0)
+
+
+def own_directory(path: Path | str) -> Path:
+    """`path` as a directory the tool keeps its files in (a server's folder): made if
+    missing, refused when a symbolic link or anything but a directory stands there, so
+    what the tool writes inside lands where it says, never behind a link."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True)
+    except FileExistsError:  # a directory already, or whatever stands there: judged below
+        pass
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise SymlinkDestination(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise _not_regular(path, "is not a directory")
+    return path
+
+
+def _not_regular(path: Path, problem: str = "is not a regular file") -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.PATH_NOT_ALLOWED,
+        f"{path} {problem}; the tool does not write there.",
+        "Remove what stands at that path (a device, pipe, directory or link); the tool "
+        "makes its own file there.",
+        {"path": str(path)},
+    )
+
+
 def _head(path: Path, limit: int = 16 << 20) -> bytes:
     """The first bytes of a regular file (b"" for anything else: not ours to judge)."""
     try:
@@ -119,4 +172,11 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["SymlinkDestination", "atomic_write_bytes", "atomic_write_text", "write_new_or_owned"]
+__all__ = [
+    "SymlinkDestination",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "open_for_append",
+    "own_directory",
+    "write_new_or_owned",
+]

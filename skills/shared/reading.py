@@ -67,17 +67,17 @@ def _open_regular(
             f"cannot be read ({type(exc).__name__})",
             f"Give the path of a readable {what}.",
         ) from None
-    handle = os.fdopen(fd, "rb")
-    info = os.fstat(handle.fileno())
+    info = os.fstat(fd)  # before fdopen, which raises IsADirectoryError on a directory
     if not stat.S_ISREG(info.st_mode):
-        handle.close()
+        os.close(fd)
         raise ReadRefused(
             what,
             path,
             "is not a regular file",
             f"Give the path of a regular {what} (not a device, pipe or directory).",
         )
-    return handle, info
+    os.set_blocking(fd, True)  # a regular file: O_NONBLOCK only kept a FIFO from hanging
+    return os.fdopen(fd, "rb"), info
 
 
 def read_bytes(
@@ -168,7 +168,7 @@ def parse_json(
     max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> Any:
     """json.loads with a nesting limit checked before parsing (the parser itself recurses)."""
-    _check_nesting(text, what, source, max_depth)
+    check_nesting(text, what, source, max_depth)
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -183,7 +183,7 @@ def load_yaml(path: Path | str, *, max_depth: int = DEFAULT_MAX_DEPTH, **limits:
 
     what = limits.get("what", "file")
     text = read_text(path, **limits)
-    _check_nesting(text, what, path, max_depth)
+    check_nesting(text, what, path, max_depth)
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:
@@ -211,7 +211,9 @@ def depth_of(value: Any, limit: int) -> int:
     return deepest
 
 
-def _check_nesting(text: str, what: str, source: Path | str, max_depth: int) -> None:
+def check_nesting(text: str, what: str, source: Path | str, max_depth: int) -> None:
+    """ReadRefused when `text` nests brackets deeper than `max_depth` (for a caller that
+    parses the text itself, e.g. pydantic's model_validate_json)."""
     # Brackets outside strings counted in one pass: linear, and catches a deep document
     # before a recursive parser sees it. For YAML flow style it is a safe over-count.
     depth, in_string, escaped = 0, False, False
@@ -267,6 +269,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_DEPTH",
     "ReadRefused",
+    "check_nesting",
     "depth_of",
     "load_json",
     "load_yaml",

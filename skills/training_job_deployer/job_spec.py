@@ -76,8 +76,10 @@ LAUNCHER_ENV = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "CUDA_VISIBLE_DEVICES",
 })  # fmt: skip
 LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_", "SLURM_")
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
-EnvValue = Annotated[str, StringConstraints(max_length=4096, pattern=r"^[^\x00-\x1f]*$")]
+# Checked by the validator below, not schema patterns: the same rule without bytes in
+# every tools/list.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_ENV_VALUE = re.compile(r"[^\x00-\x1f]{0,4096}")
 
 
 def _env_pairs(value: object) -> object:
@@ -97,7 +99,11 @@ def _not_secret_or_launcher(env: dict[str, str]) -> dict[str, str]:
     """Secrets never ride in a job's plain environment: it is written into manifests,
     batch scripts and records (HF_TOKEN reaches a job from the caller's environment,
     through a Kubernetes Secret on a cluster)."""
-    for key in env:
+    for key, value in env.items():
+        if not _ENV_NAME.fullmatch(key):
+            raise ValueError(f"{key!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if not _ENV_VALUE.fullmatch(value):
+            raise ValueError(f"the value of {key} has a control character or is too long")
         if is_secret_name(key):
             raise ValueError(
                 f"{key} names a secret: env is for non-secret settings; export it where the "
@@ -109,10 +115,10 @@ def _not_secret_or_launcher(env: dict[str, str]) -> dict[str, str]:
 
 
 JobEnv = Annotated[
-    dict[EnvName, EnvValue],
+    dict[str, str],
     BeforeValidator(_env_pairs),
     AfterValidator(_not_secret_or_launcher),
-    Field(max_length=64, description="Extra non-secret env vars, KEY=VALUE (NCCL_DEBUG=INFO)."),
+    Field(max_length=64, description="Non-secret env vars, KEY=VALUE (NCCL_DEBUG=INFO)."),
 ]
 
 

@@ -44,7 +44,8 @@ def kube(kube_api):
 
 
 @pytest.fixture
-def aws(moto_server):
+def aws(moto_server, eks_extras):
+    eks_extras.reset()  # add-ons and Pod Identity associations (moto has neither)
     with fsx_as_aws_answers():
         yield moto_server
 
@@ -131,14 +132,18 @@ def test_storage_plans_applies_and_is_unchanged_the_second_time(aws, kube):
         ("SecurityGroup", "create"),
         ("FSx file system", "create"),
         ("S3 bucket", "create"),
+        ("IAM role", "create"),
+        ("EKS add-on", "create"),
+        ("Pod Identity association", "create"),
         ("StorageClass", "create"),
         ("PersistentVolume", "create"),
         ("PersistentVolumeClaim", "create"),
+        ("ServiceAccount", "create"),
     ]
     assert "tcp 988 from 10.20.0.0/16 and itself" in plan.resources[0].detail
     assert "tcp 1018-1023" in plan.resources[0].detail
     assert f"1200 GiB SCRATCH_2 in {net['subnet_a']}" == plan.resources[1].detail
-    assert plan.summary.startswith("plan: 6 resource(s)")
+    assert plan.summary.startswith("plan: 10 resource(s)")
     assert plan.next_step.arguments["confirm"] is True
     assert plan.next_step.arguments["action"] == "storage"
     # 1200 GiB SCRATCH_2 at $0.140/GiB-month (the dated price table)
@@ -223,9 +228,13 @@ def test_storage_repairs_what_differs_and_leaves_someone_elses_bucket(aws, kube)
         ("SecurityGroup", group["GroupId"]): "update",
         ("FSx file system", file_systems("st-b")[0]["FileSystemId"]): "unchanged",
         ("S3 bucket", bucket): "update",
+        ("IAM role", "fsdp-eks-s3-st-b"): "unchanged",
+        ("EKS add-on", "eks-pod-identity-agent"): "unchanged",
+        ("Pod Identity association", "fsdp-eks-s3"): "unchanged",
         ("StorageClass", storage.STORAGE_CLASS): "unchanged",
         ("PersistentVolume", storage.PERSISTENT_VOLUME): "unchanged",
         ("PersistentVolumeClaim", storage.DEFAULT_CLAIM): "create",
+        ("ServiceAccount", "fsdp-eks-s3"): "unchanged",
     }
     assert plan.resources[0].detail.endswith("add tcp 988 from 10.20.0.0/16")
     assert plan.resources[2].detail == "turn on public access block"
@@ -353,9 +362,12 @@ def test_cleanup_deletes_the_suites_stack_in_order_and_twice_deletes_nothing(aws
         ("PersistentVolumeClaim", f"default/{storage.DEFAULT_CLAIM}"),
         ("PersistentVolume", storage.PERSISTENT_VOLUME),
         ("StorageClass", storage.STORAGE_CLASS),
+        ("ServiceAccount", "default/fsdp-eks-s3"),
         ("node group", "gpu"),
         ("FSx file system", fs["FileSystemId"]),
         ("SecurityGroup", group["GroupId"]),
+        ("Pod Identity association", "default/fsdp-eks-s3"),
+        ("IAM role", "fsdp-eks-s3-cl-a"),
     ]
     deletes = [(r.kind, r.name) for r in plan.resources if r.action == "delete"]
     assert deletes == expected  # the dependency order, and only this suite's
@@ -379,8 +391,8 @@ def test_cleanup_deletes_the_suites_stack_in_order_and_twice_deletes_nothing(aws
     assert kube_object(kube, "v1/secrets", "default", "other") is not None
     assert kube_object(kube, "apps/v1/deployments", "serve", "demo") is None
     assert kube_object(kube, "v1/persistentvolumes", None, storage.PERSISTENT_VOLUME) is None
-    # One list per kind (8 kinds), one DELETE per object (8 of them), nothing else.
-    assert done.changes["kubernetes_calls"] == 8 + 8
+    # One list per kind (9 kinds), one DELETE per object (9 of them), nothing else.
+    assert done.changes["kubernetes_calls"] == 9 + 9
     assert done.changes["aws_calls"] > 0 and done.api_calls == (
         done.changes["aws_calls"] + done.changes["kubernetes_calls"]
     )
@@ -469,7 +481,8 @@ def test_cleanup_comes_back_for_what_fsx_holds(moto_server, kube, tmp_path, monk
         assert not fsx_group("cl-d")
 
 
-def test_storage_waits_for_a_mount_name_and_finishes_on_the_next_run(moto_server, kube):
+def test_storage_waits_for_a_mount_name_and_finishes_on_the_next_run(moto_server, eks_extras,
+                                                                     kube):  # fmt: skip
     """moto alone answers with no MountName (as a file system might before FSx fills it
     in): the claim is left with why, and the next run, with the answer complete, makes it."""
     make_cluster("st-d")
@@ -482,7 +495,8 @@ def test_storage_waits_for_a_mount_name_and_finishes_on_the_next_run(moto_server
     with fsx_as_aws_answers():
         second = call(kube, "st-d", action="storage", confirm=True)
     assert [r.action for r in second.resources] == [
-        "unchanged", "unchanged", "unchanged", "created", "created", "created"
+        "unchanged", "unchanged", "unchanged", "unchanged", "unchanged", "unchanged",
+        "created", "created", "created", "unchanged",
     ]  # fmt: skip
     assert len(file_systems("st-d")) == 1
 

@@ -108,8 +108,11 @@ def test_the_listing_is_cached_by_the_sources_hash(tmp_path, monkeypatch):
     assert listing.cached_entries() == fresh  # computed, then written
     (written,) = tmp_path.iterdir()
     assert written.name == f"tools-{listing.sources_hash()}.json"
-    written.write_text(json.dumps([{**fresh[0], "description": "from the cache"}]))
+    edited = [{**fresh[0], "description": "from the cache"}, *fresh[1:]]
+    written.write_text(listing.cache_document(edited))  # as the server writes it
     assert listing.cached_entries()[0]["description"] == "from the cache"
+    written.write_text(json.dumps({"sha256": "0" * 64, "entries": edited}))  # hash fails
+    assert listing.cached_entries() == fresh  # not served: computed and written again
     monkeypatch.setattr(listing, "sources_hash", lambda: "changed")
     assert listing.cached_entries() == fresh  # a changed source: computed again
 

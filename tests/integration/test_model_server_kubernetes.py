@@ -120,6 +120,16 @@ def settings(**kwargs) -> KubernetesServerSettings:
     return KubernetesServerSettings(**kwargs)
 
 
+def s3_identity(kube, bucket: str) -> None:
+    """The ServiceAccount manage_eks_cluster action=storage makes for the bucket (an s3://
+    model is fetched as it; tests/integration/test_pod_s3_identity.py makes it for real)."""
+    from skills.eks_cluster_manager.pod_identity import service_account
+
+    kube.emulator.objects["v1/serviceaccounts", "default", "fsdp-eks-s3"] = service_account(
+        "default", bucket, None
+    )
+
+
 def forward_proxy(kube, stand_in: StandInOpenAI, name: str, port: int) -> None:
     """kmock answers the API server's service proxy path by forwarding to the stand-in,
     as a real API server forwards to the Service's pods."""
@@ -246,6 +256,7 @@ def test_deploy_follows_the_rollout_and_smoke_tests_through_the_load_balancer(ku
 
 def test_deploy_through_the_api_server_proxy_for_a_cluster_ip_service(kube, stand_in):
     config = settings(port=8000)
+    s3_identity(kube, "demo-bucket")
     forward_proxy(kube, stand_in, "demo", 8000)
     controller = DeploymentController(kube, "demo")
     target = KubernetesServerTarget(poll_seconds=0, sleep=controller.turn)
@@ -344,6 +355,7 @@ def test_get_list_scale_and_an_idempotent_delete(kube):
     for name in ("alpha", "beta"):
         target.deploy(target.plan(name, "org/m", config), config, CollectingProgress(), 0)
     # Not ours: no model-server label.
+    s3_identity(kube, "b-1")
     _ = target.deploy(target.plan("gamma", "s3://b-1/x", config), config, CollectingProgress(), 0)
     assert target.get("gamma", config).model == "s3://b-1/x"  # as given, not the pod's path
     assert target.delete("gamma", config).status == "deleted"

@@ -22,6 +22,7 @@ import yaml
 from skills.catalog.instances import instance_spec
 from skills.kube.efa import GPU_TOLERATIONS
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
+from skills.kube.identity import S3_SERVICE_ACCOUNT
 from skills.model_server.base import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
 from skills.model_server.kubernetes.settings import KubernetesServerSettings
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -154,7 +155,10 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
             **values,
             annotations={MODEL_ANNOTATION: model},
             replicas=settings.replicas,
-            service_account=settings.service_account,
+            # An s3:// model is fetched as the suite's S3 identity (manage_eks_cluster
+            # action=storage binds it to a role for the bucket) unless one is named.
+            service_account=settings.service_account
+            or (S3_SERVICE_ACCOUNT if source.kind == "s3" else None),
             node_selector={INSTANCE_TYPE_LABELS[0]: instance_spec(settings.instance_type).name},
             tolerations=[GPU_TOLERATIONS[0]],  # the GPU taint; vLLM needs no EFA
             shm_size=SHM_SIZE,

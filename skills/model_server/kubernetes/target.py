@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from skills.cloud.clients import env_region
 from skills.kube.access import cluster_api_client
 from skills.kube.client import KubeJson
+from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.model_server.base import (
     MANAGED_BY_LABEL,
     MODEL_SERVER_LABEL,
@@ -146,6 +147,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         wait_seconds: float | None,
     ) -> ServerState:
         kube = self._client(settings)
+        _require_s3_identity(kube, plan.objects[0])
         for obj in plan.objects:  # exactly the plan: server-side apply of each object
             kube.request(
                 "PATCH",
@@ -394,3 +396,20 @@ def _access(settings: KubernetesServerAccess) -> dict[str, Any]:
     found: dict[str, Any] = {"target": "kubernetes", "namespace": settings.namespace}
     found.update({k: getattr(settings, k) for k in keys if getattr(settings, k)})
     return found
+
+
+def _require_s3_identity(kube: KubeJson, deployment: dict[str, Any]) -> None:
+    """An s3:// model's fetch runs as the suite's S3 ServiceAccount: without it the pod is
+    never created (or its init container gets AccessDenied), so it is refused here."""
+    account = deployment["spec"]["template"]["spec"].get("serviceAccountName")
+    if account != S3_SERVICE_ACCOUNT:
+        return
+    namespace = deployment["metadata"]["namespace"]
+    if kube.get_or_none(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}") is None:
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"The s3:// model is fetched as ServiceAccount {namespace}/{account}, which does "
+            "not exist.",
+            f"{MAKE_IT}; or pass service_account (one that can read the bucket).",
+            {"namespace": namespace, "service_account": account},
+        )

@@ -17,6 +17,7 @@ import yaml
 
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
+from skills.kube.identity import S3_SERVICE_ACCOUNT, s3_buckets
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
@@ -65,6 +66,20 @@ def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
     if settings.nccl_socket_ifname:
         env["NCCL_SOCKET_IFNAME"] = settings.nccl_socket_ifname
     return env
+
+
+def job_buckets(spec: JobSpec) -> list[str]:
+    """The S3 buckets the job's pods read or write (model, data, tokenizer, checkpoints)."""
+    return s3_buckets(
+        (spec.model_name_or_path, spec.dataset, spec.tokenizer, spec.checkpoint_dir)
+    )
+
+
+def service_account(spec: JobSpec) -> str | None:
+    """The ServiceAccount a pod that names an s3:// path runs as: the one whose EKS Pod
+    Identity role reaches the suite's bucket (manage_eks_cluster action=storage makes
+    both). None: the namespace's default (no AWS identity beyond the node's)."""
+    return S3_SERVICE_ACCOUNT if job_buckets(spec) else None
 
 
 def node_selector(instance_type: str | None) -> dict[str, str]:
@@ -223,6 +238,7 @@ def render(
             requests={**limits, **efa_requests(settings.instance_type)},
             limits=limits,
             tolerations=list(GPU_TOLERATIONS),
+            service_account=service_account(spec),
         )
     )
     manifest = _joined(yaml.safe_load(text))

@@ -2,11 +2,13 @@
 plan -> submit -> follow/describe -> logs -> cancel, plus list_jobs, delete and
 snapshot (the job doctor's input).
 
-plan renders and validates the manifest (no cluster call: a dry run needs no cluster)
+plan renders and validates the manifest (a dry run needs no cluster: the one read it
+tries, the ServiceAccount of a job that names s3:// paths, warns when out of reach)
 and refuses more GPUs per node than the instance type has (NOT_ENOUGH_GPUS); submit
 checks the cluster serves PyTorchJobs, refuses an existing job of the name (or deletes
 it with replace=true), runs the driver/CUDA gate, warns when fewer GPUs are free than
-asked (counted as describe counts them), puts HF_TOKEN into a Secret the manifest
+asked (counted as describe counts them), refuses an s3:// job whose ServiceAccount
+is missing (its pods could not be created), puts HF_TOKEN into a Secret the manifest
 references, then creates exactly the plan's manifest. The monitor reads the job, its
 pods, its events (one request per kind) and rank 0's log, parsed by the same reader as
 the local target."""
@@ -25,6 +27,7 @@ from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
 from skills.kube.access import cluster_api_client
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
+from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
 from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -48,7 +51,9 @@ from skills.training_job_deployer.targets.base import (
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
     commanded_max_steps,
+    job_buckets,
     render,
+    service_account,
 )
 from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
@@ -92,6 +97,10 @@ class KubernetesPlan(Plan):
         default=None,
         description="Per-GPU memory estimate (GiB) on instance_type; None when unknown.",
     )
+    service_account: str | None = Field(
+        default=None, description="The pods' ServiceAccount (None: the namespace's default)."
+    )
+    identity: str = Field(default="", description="Who the pods are to AWS, in words.")
     warnings: list[str] = Field(default_factory=list)
 
     def billing(self) -> Billing:
@@ -104,6 +113,8 @@ class KubernetesPlan(Plan):
         ]
         if self.hf_token_secret:
             rows.append(("secret", f"{self.hf_token_secret} <- HF_TOKEN"))
+        if self.identity:
+            rows.append(("identity", self.identity))
         if self.memory_estimate:
             m = self.memory_estimate
             rows.append(("memory/GPU", f"~{m['total_gib']} GiB of {m['usable_gib']} usable"))
@@ -154,6 +165,27 @@ def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
             {"repository": repository},
         )
     return image, f"ecr:{repository}"
+
+
+def _identity_text(namespace: str, account: str | None, buckets: list[str]) -> str:
+    if account is None:
+        return f"ServiceAccount {namespace}/default: no AWS role of its own (the node's)"
+    named = ", ".join(f"s3://{b}" for b in buckets)
+    return (
+        f"ServiceAccount {namespace}/{account}: the EKS Pod Identity role manage_eks_cluster "
+        f"action=storage binds to its bucket (the job names {named})"
+    )
+
+
+def _manifest_s3_paths(manifest: dict[str, Any]) -> list[str]:
+    """The s3:// values of the trainer's path flags in the manifest's container command."""
+    flags = {"--model_name_or_path", "--dataset", "--tokenizer", "--checkpoint_dir"}
+    found = []
+    for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
+        for container in replica["template"]["spec"]["containers"]:
+            command = [str(a) for a in container.get("command") or []]
+            found += [v for f, v in zip(command, command[1:], strict=False) if f in flags]
+    return found
 
 
 def _masked_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -207,6 +239,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
         image, source = resolve_image(settings)
         manifest = render(spec, settings, image, HF_SECRET)
         warnings = []
+        account = service_account(spec)
+        identity = _identity_text(settings.namespace, account, job_buckets(spec))
+        if account:  # best effort, as the dry run's cost is: a cluster out of reach warns
+            found, checked = self._service_account_or_none(account)
+            warnings += reach_warnings(job_buckets(spec), settings.namespace, found, checked)
         if spec.num_nodes > 1 and not (spec.checkpoint_dir or "").startswith("s3://"):
             if not settings.checkpoint_volume.startswith("pvc:"):
                 warnings.append(
@@ -236,8 +273,36 @@ class KubernetesTarget(Target[KubernetesPlan]):
             skip_gate=settings.skip_gate,
             log_path=self._pod_path(self._rank0_name(manifest)),
             memory_estimate=memory,
+            service_account=account,
+            identity=identity,
             warnings=warnings,
         )
+
+    def _service_account_or_none(self, name: str) -> tuple[dict[str, Any] | None, bool]:
+        """(the ServiceAccount or None, whether the cluster answered)."""
+        path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{name}"
+        try:
+            return self.reader.get_or_none(path), True
+        except ToolFailure:
+            return None, False
+
+    def _require_service_account(self, plan: KubernetesPlan) -> None:
+        """A pod naming a ServiceAccount that does not exist is never created (the API's
+        admission refuses it, and the job waits without pods): refused here instead."""
+        if not plan.service_account:
+            return
+        path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{plan.service_account}"
+        found = self.reader.get_or_none(path)
+        if found is None:
+            raise ToolFailure(
+                ErrorCode.NOT_FOUND,
+                f"The job names s3:// paths; its pods run as ServiceAccount "
+                f"{self.namespace}/{plan.service_account}, which does not exist.",
+                f"{MAKE_IT}; then deploy again.",
+                {"namespace": self.namespace, "service_account": plan.service_account},
+            )
+        buckets = s3_buckets(_manifest_s3_paths(plan.manifest))
+        self._warnings += reach_warnings(buckets, self.namespace, found, True)
 
     @staticmethod
     def _rank0_name(manifest: dict[str, Any]) -> str:
@@ -275,6 +340,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     {"namespace": self.namespace, "job_name": job_name, "delete": True},
                 )
             self._delete_and_wait(job_name)
+        self._require_service_account(plan)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)

@@ -19,7 +19,8 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-from skills.shared.errors import ErrorCode
+from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.files import open_for_append
 from skills.shared.secrets import redact, secret_values
 from skills.training_job_deployer.targets.local.record import (
     RUN_DIR_ENV,
@@ -138,9 +139,12 @@ class Supervisor:
         path = self.run.log(self.plan.attempt)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return open(path, "ab", buffering=0)
+            return open_for_append(path)  # never through a link or into a FIFO
         except OSError as exc:
             self._log_failed(path, exc)
+            return None
+        except ToolFailure as refused:
+            self._log_failed(path, OSError(errno.ELOOP, refused.message))
             return None
 
     def _write(self, log: IO[bytes], line: str) -> IO[bytes] | None:
