@@ -96,6 +96,10 @@ class ModelConfig:
     rope_scaling: RopeScaling | None = None
     norm_eps: float = setting(1e-5, "RMSNorm epsilon", gt=0)
     tie_word_embeddings: bool = setting(False, "share embedding and lm_head")
+    # A checkpoint of another family than Llama (Mistral, Qwen, Gemma, ...): its
+    # config.json, which builds the transformers class (trainer/families.py); the
+    # fields above then only describe its size.
+    hf_config: dict[str, Any] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -190,7 +194,10 @@ class TrainConfig:
         "debug", f"model preset: {', '.join(PRESETS)} (or {', '.join(ALIASES)})"
     )
     model_name_or_path: str | None = setting(
-        None, "HF Llama checkpoint dir (local or s3://) to start from"
+        None, "HF checkpoint dir (local or s3://) of a decoder-only causal LM to start from"
+    )
+    trust_remote_code: bool = setting(
+        False, "run a checkpoint's own model code (config.json auto_map)"
     )
     max_steps: int = setting(200, "optimizer steps to run", ge=1)
     train_batch_size: int = setting(8, "sequences per rank per micro-batch", ge=1)
@@ -285,7 +292,7 @@ def _cross_field_problems(cfg: TrainConfig) -> list[str]:
         problems.append(
             f"seq_len {cfg.data.seq_len} exceeds max_seq_len {m.max_seq_len} of the model"
         )
-    if m.n_heads >= 1 and m.n_kv_heads >= 1:
+    if m.hf_config is None and m.n_heads >= 1 and m.n_kv_heads >= 1:
         if m.dim % m.n_heads:
             problems.append("dim must be divisible by n_heads")
         if m.n_heads % m.n_kv_heads:

@@ -34,7 +34,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from trainer.model import Transformer
+from trainer.model import Transformer, TransformerBlock
 
 aten = torch.ops.aten
 # Selective activation checkpointing keeps the outputs of the expensive ops (matmuls,
@@ -126,17 +126,44 @@ def checkpoint_fn(mode: str) -> Any:
     raise ValueError(f"unknown activation_checkpointing mode {mode!r}")
 
 
-def apply_activation_checkpointing(model: Transformer, mode: str) -> None:
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated decoder layers, found from the model itself (any family):
+    the longest ModuleList whose members are all of one class."""
+    runs = [
+        list(child)
+        for child in model.modules()
+        if isinstance(child, nn.ModuleList)
+        and len(child) > 0
+        and len({type(layer) for layer in child}) == 1
+    ]
+    if not runs:
+        raise ValueError(f"{type(model).__name__} has no repeated decoder layers to shard")
+    return max(runs, key=len)
+
+
+def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
     fn = checkpoint_fn(mode)
-    for block in model.layers:
-        block.checkpoint_fn = fn
+    if fn is None:
+        return
+    for block in decoder_layers(model):
+        if isinstance(block, TransformerBlock):
+            block.checkpoint_fn = fn
+        else:  # another family's layer: wrap its forward (names stay the checkpoint's)
+            block.forward = partial(_checkpointed, fn, block.forward)
 
 
-def apply_compile(model: Transformer) -> None:
+def _checkpointed(fn: Any, forward: Any, *args: Any, **kwargs: Any) -> Any:
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    return fn(forward, *args, **kwargs)
+
+
+def apply_compile(model: nn.Module) -> None:
     """torch.compile each block in place (before FSDP, as torchtitan does): blocks
     are identical, so one compiled graph serves them all and names stay unchanged."""
-    for block in model.layers:
-        block.compile(fullgraph=True)
+    for block in decoder_layers(model):
+        # Other families' layers take optional arguments (masks, caches): no fullgraph.
+        block.compile(fullgraph=isinstance(block, TransformerBlock))
 
 
 def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
@@ -145,17 +172,29 @@ def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
     return CPUOffloadPolicy() if cpu_offload else None
 
 
-def fsdp_units(model: Transformer) -> list[tuple[list[nn.Module], bool]]:
+def _ends(model: nn.Module) -> tuple[nn.Module, nn.Module | None, nn.Module]:
+    """(input embedding, final norm or None, lm_head) of our Llama or a transformers
+    model (its base model's `norm`, or GPT-2's `ln_f`)."""
+    if isinstance(model, Transformer):
+        return model.embed_tokens, model.norm, model.lm_head
+    base = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    norm = getattr(base, "norm", None) or getattr(base, "ln_f", None)
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()  # type: ignore[operator]
+    return embed, norm if isinstance(norm, nn.Module) else None, head
+
+
+def fsdp_units(model: nn.Module) -> list[tuple[list[nn.Module], bool]]:
     """The units below the root, in forward order: (modules, reshard_after_forward
     allowed). The last unit's params would be re-gathered right away by backward, so
     it keeps them (torchtitan does the same)."""
     units: list[tuple[list[nn.Module], bool]] = []
-    tied = model.lm_head.weight is model.embed_tokens.weight
+    embed, norm, head = _ends(model)
+    tied = head.weight is embed.weight
     if not tied:
-        units.append(([model.embed_tokens], True))
-    units += [([block], True) for block in model.layers]
+        units.append(([embed], True))
+    units += [([block], True) for block in decoder_layers(model)]
     if not tied:
-        units.append(([model.norm, model.lm_head], True))
+        units.append(([norm, head] if norm is not None else [head], True))
     last_modules, _ = units[-1]
     units[-1] = (last_modules, False)
     return units
@@ -172,7 +211,7 @@ def sum_gradients(model: nn.Module) -> None:
 
 
 def apply_fsdp(
-    model: Transformer,
+    model: nn.Module,
     mesh: DeviceMesh,
     mp_policy: MixedPrecisionPolicy,
     reshard_after_forward: bool,

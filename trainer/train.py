@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import hf
+from trainer import families, hf
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
@@ -282,29 +282,35 @@ def restore(
 # --- model and parallelism --------------------------------------------------------------
 
 
-def build_model(cfg: TrainConfig) -> Transformer:
-    """The model's structure on `meta`: no rank ever allocates the whole model."""
+def build_model(cfg: TrainConfig) -> nn.Module:
+    """The model's structure on `meta`: no rank ever allocates the whole model. Our
+    own Llama, or the transformers class of another family's checkpoint."""
+    if cfg.model.hf_config is not None:
+        return families.build_meta(
+            cfg.model.hf_config, cfg.trust_remote_code, cfg.model_name_or_path
+        )
     return build_meta_model(cfg.model, rope_len=cfg.data.seq_len)
 
 
-def init_weights(
-    model: Transformer, cfg: TrainConfig, device: torch.device, resuming: bool
-) -> None:
+def init_weights(model: nn.Module, cfg: TrainConfig, device: torch.device, resuming: bool) -> None:
     """Allocate this rank's shards and fill them: HF weights read per shard, else the
     seeded random init a full CPU build would give. A resume loads the checkpoint over
     them, so it leaves them uninitialized."""
     # With CPU offload the sharded parameters live in host memory.
     init_device = torch.device("cpu") if cfg.parallel.cpu_offload else device
-    materialize(model, init_device, device)
+    if isinstance(model, Transformer):
+        materialize(model, init_device, device)
+    else:
+        families.materialize(model, init_device)
     if resuming:
         return
     if cfg.model_name_or_path:
         hf.load_hf_weights(model, cfg.model_name_or_path)
-    else:
+    elif isinstance(model, Transformer):
         init_random(model, cfg.seed, on_device=device.type == "cuda")
 
 
-def parallelize(model: Transformer, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:
+def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:
     """Activation checkpointing, then compile, then FSDP2, in place (torchtitan's order)."""
     apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
     if cfg.parallel.compile:
