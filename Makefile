@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 # Pinned: an unpinned torch pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := podman docker-registry slurm-wlm munge
+APT_PACKAGES := podman docker-registry slurm-wlm munge mmdebstrap
 
 .PHONY: setup setup-dev system-deps demo test bench lint clean
 
@@ -25,9 +25,10 @@ setup: $(VENV)/.trainer
 setup-dev: $(VENV)/.dev
 
 # The local test services that pytest starts (tests/services/): podman's Docker API,
-# Debian's docker-registry, and a one-node Slurm (slurm-wlm + munge).
+# Debian's docker-registry, a one-node Slurm (slurm-wlm + munge), and mmdebstrap for the
+# stand-in of the trainer image's base (built once per machine, tests/services/standin_base.py).
 system-deps:
-	@missing=""; for bin in podman docker-registry sbatch slurmctld slurmd munged; do \
+	@missing=""; for bin in podman docker-registry sbatch slurmctld slurmd munged mmdebstrap; do \
 	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/bin/$$bin ] || [ -x /usr/sbin/$$bin ] || missing="$$missing $$bin"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \

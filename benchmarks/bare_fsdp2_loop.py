@@ -1,11 +1,16 @@
-"""The baseline loop for benchmarks/trainer_bench.py, run under torchrun.
+"""The baseline loop for benchmarks/trainer_bench.py and benchmarks/gpu_mfu.py, run
+under torchrun.
 
 The least a FSDP2 training step can do: fully_shard per block then the root, AdamW,
-forward, cross-entropy, backward, step. No data pipeline (pre-made random batches),
-no clipping, no metrics, no checkpoints. `--impl hf` runs Hugging Face's
-LlamaForCausalLM of the same dims under the same wrapping and loop.
+forward, cross-entropy over full logits, backward, step. No data pipeline (pre-made
+random batches), no clipping, no metrics, no checkpoints. The device follows
+availability, as the trainer's does: a GPU with NCCL, bf16 compute (fp32 reduction)
+and fused AdamW where there is one, else CPU with gloo and fp32, so a GPU run compares
+like with like. `--impl hf` runs Hugging Face's LlamaForCausalLM of the same dims
+under the same wrapping and loop.
 
-Prints one JSON line from rank 0: {"impl", "step_s", "tokens_per_s"}.
+Prints one JSON line from rank 0:
+{"impl", "device", "step_s", "tokens_per_s", "tokens_per_s_per_device", "mfu"}.
 """
 
 from __future__ import annotations
@@ -20,26 +25,51 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.fsdp import fully_shard
 
+from trainer import device as devices
+from trainer import metrics
 from trainer.config_loader import load_config
 from trainer.hf import hf_config_from_model
-from trainer.model import Transformer
+from trainer.model import Transformer, num_params
 from trainer.parallel import apply_fsdp, build_mesh
 from trainer.train import build_optimizer
 
 
-def build(impl: str, cfg, mesh) -> torch.nn.Module:
+def setup() -> torch.device:
+    """This rank's device and process group, chosen as the trainer chooses them."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    cuda = torch.cuda.is_available()
+    device_type, backend = devices.choose_device_and_backend(cuda, local_rank)
+    visible = torch.cuda.device_count() if cuda else None
+    device = devices.device_for(device_type, local_rank, visible)
+    if cuda:
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
+    dist.init_process_group(backend, device_id=device if cuda else None)
+    return device
+
+
+def build(impl: str, cfg, mesh, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(cfg.seed)
+    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    policy = devices.mixed_precision_policy(device.type, bf16, cfg.parallel.reduce_dtype)
     if impl == "ours":
-        model = Transformer(cfg.model, rope_len=cfg.data.seq_len)
-        return apply_fsdp(model, mesh, torch.distributed.fsdp.MixedPrecisionPolicy(), True)
+        with device:
+            model = Transformer(cfg.model, rope_len=cfg.data.seq_len)
+        # apply_fsdp sums gradients over ranks: the step divides by the global tokens.
+        return apply_fsdp(model, mesh, policy, True)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     hf_cfg = LlamaConfig(**hf_config_from_model(cfg.model))
-    model = LlamaForCausalLM(hf_cfg).float()
+    model = LlamaForCausalLM(hf_cfg).float().to(device)
     layers = model.model.layers
-    for i, layer in enumerate(layers):  # same rule as trainer.parallel.apply_fsdp
-        fully_shard(layer, mesh=mesh, reshard_after_forward=i < len(layers) - 1)
-    fully_shard(model, mesh=mesh)
+    for i, layer in enumerate(layers):  # per block, the last one kept gathered
+        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=i < len(layers) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    for module in model.modules():  # summed over ranks, as apply_fsdp does
+        if hasattr(module, "set_gradient_divide_factor"):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
     return model
 
 
@@ -51,36 +81,60 @@ def main() -> None:
     args, trainer_flags = parser.parse_known_args()
     cfg = load_config(trainer_flags, environ={})
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
-    dist.init_process_group("gloo")
+    device = setup()
     world = dist.get_world_size()
-    mesh = build_mesh("cpu", "full", world, world)
-    model = build(args.impl, cfg, mesh)
-    optimizer = build_optimizer(model, cfg)
+    mesh = build_mesh(device.type, "full", world, world)
+    model = build(args.impl, cfg, mesh, device)
+    optimizer = build_optimizer(model, cfg, device.type)
 
     gen = torch.Generator().manual_seed(dist.get_rank())
     shape = (cfg.train_batch_size, cfg.data.seq_len + 1)
-    batches = [torch.randint(0, 259, shape, generator=gen) for _ in range(8)]
+    vocab = min(cfg.model.vocab_size, 259)
+    batches = [torch.randint(0, vocab, shape, generator=gen).to(device) for _ in range(8)]
+    global_tokens = cfg.train_batch_size * cfg.data.seq_len * world
 
     def step(i: int) -> None:
         rows = batches[i % len(batches)]
         out = model(rows[:, :-1])
         logits = out if isinstance(out, torch.Tensor) else out.logits
-        F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten()).backward()
+        loss = F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten(), reduction="sum")
+        (loss / global_tokens).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+
     for i in range(args.warmup):
         step(i)
-    dist.barrier()
+    sync()
     start = time.perf_counter()
     for i in range(args.steps):
         step(i)
-    dist.barrier()
+    sync()
     step_s = (time.perf_counter() - start) / args.steps
-    tokens = cfg.train_batch_size * cfg.data.seq_len * world
+    per_device = global_tokens / step_s / world
+    m = cfg.model
+    flops = metrics.flops_per_token(
+        metrics.matmul_params(num_params(model), m.vocab_size, m.dim, m.tie_word_embeddings),
+        m.n_layers,
+        m.dim,
+        cfg.data.seq_len,
+    )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    mfu = metrics.mfu(per_device, flops, metrics.peak_flops(name))
     if dist.get_rank() == 0:
-        print(json.dumps({"impl": args.impl, "step_s": step_s, "tokens_per_s": tokens / step_s}))
+        line = {
+            "impl": args.impl,
+            "device": name or "cpu",
+            "step_s": step_s,
+            "tokens_per_s": global_tokens / step_s,
+            "tokens_per_s_per_device": per_device,
+            "mfu": mfu,
+        }
+        print(json.dumps(line))
     dist.destroy_process_group()
 
 

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.operations.operation_state import OperationId, OperationState
-from skills.shared.confirm import require_confirm
+from skills.shared.confirm import Confirm, require_confirm
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 
@@ -21,9 +21,7 @@ def cancel_operation(
     *,
     operation_id: OperationId,
     confirm: Annotated[
-        bool,
-        # strict: only a real true opens a write; "true" or 1 is a mistake to name.
-        Field(strict=True, description="Must be true: the work stops part-way."),
+        Confirm, Field(description="Must be true: the work stops part-way.")
     ] = False,
     progress: Progress | None = None,
 ) -> OperationState:

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from commands._cli import main_for
-from skills.shared.confirm import require_confirm
+from skills.shared.confirm import Confirm, require_confirm
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
@@ -24,11 +24,7 @@ def cancel_training_job(
     job_name: JobName,
     target: TargetSettings,
     confirm: Annotated[
-        bool,
-        # strict: only a real true opens a write; "true" or 1 is a mistake to name.
-        Field(
-            strict=True, description="Must be true: cancelling stops training (checkpoints stay)."
-        ),
+        Confirm, Field(description="Must be true: cancelling stops training (checkpoints stay).")
     ] = False,
     progress: Progress | None = None,
 ) -> JobState:

@@ -12,7 +12,7 @@ from pydantic import Field
 from commands._cli import main_for
 from skills.model_server.base import ServerName, ServerState
 from skills.model_server.registry import ServerTargetAccess, get_server_target
-from skills.shared.confirm import require_confirm
+from skills.shared.confirm import Confirm, require_confirm
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 
@@ -23,7 +23,7 @@ def delete_model_server(
     name: ServerName,
     target: ServerTargetAccess,
     confirm: Annotated[
-        bool, Field(strict=True, description="Must be true: the endpoint stops answering.")
+        Confirm, Field(description="Must be true: the endpoint stops answering.")
     ] = False,
     progress: Progress | None = None,
 ) -> ServerState:

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from commands._cli import main_for
-from skills.shared.confirm import require_confirm
+from skills.shared.confirm import Confirm, require_confirm
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
@@ -33,8 +33,7 @@ def delete_training_job(
     job_name: JobName,
     target: TargetSettings,
     confirm: Annotated[
-        bool,
-        Field(strict=True, description="Must be true: deleting stops it and removes its pods."),
+        Confirm, Field(description="Must be true: deleting stops it and removes its pods.")
     ] = False,
     progress: Progress | None = None,
 ) -> JobState:

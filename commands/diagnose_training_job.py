@@ -48,8 +48,14 @@ class DiagnosisResult(Diagnosis, ToolResult):
             rows.append(("retryable", "yes" if root.retryable else "no (permanent)"))
             rows.append(("evidence", "\n" + "\n".join(root.evidence)))
         if len(self.findings) > 1:
-            others = [f"{f.code} [{f.role}] {f.pod} (rank {f.rank})" for f in self.findings[1:]]
+            others = [
+                f"{f.code} [{f.role}] {f.pod} (rank {f.rank})"
+                + (f" and {f.alike} more pods" if f.alike else "")
+                for f in self.findings[1:]
+            ]
             rows.append(("also seen", "\n" + "\n".join(others)))
+        if self.findings_cut:
+            rows.append(("left out", f"{self.findings_cut} more per-pod findings"))
         if self.logs_cut:
             rows.append(("logs cut", ", ".join(self.logs_cut)))
         if self.saved_snapshot:
@@ -74,6 +80,7 @@ def diagnose_training_job(
         Field(description="Also write the live snapshot (secrets masked)."),
         LocalPath(writable=True),
     ] = None,  # fmt: skip
+    per_pod: Annotated[bool, Field(description="Each pod's findings, not grouped.")] = False,
     progress: Progress | None = None,
 ) -> DiagnosisResult:
     """Diagnose a PyTorchJob's failing pods: findings (code, pod, rank, evidence, root
@@ -88,7 +95,9 @@ def diagnose_training_job(
                 "diagnose_training_job",
             )
         data = _read_snapshot(Path(snapshot).expanduser())
-        return DiagnosisResult(source=f"snapshot {snapshot}", **_fields(diagnose(data)))
+        return DiagnosisResult(
+            source=f"snapshot {snapshot}", **_fields(diagnose(data, per_pod=per_pod))
+        )
     if job_name is None or snapshot is not None:  # neither given, or both
         raise bad_fields(
             [{"field": "job_name", "problem": "give job_name (live) or snapshot (a file)"}],
@@ -108,7 +117,7 @@ def diagnose_training_job(
         data = redacted(data)
         saved = str(_write_snapshot(Path(save_snapshot), data))
     result = DiagnosisResult(
-        source=f"cluster {where}", saved_snapshot=saved, **_fields(diagnose(data))
+        source=f"cluster {where}", saved_snapshot=saved, **_fields(diagnose(data, per_pod))
     )
     progress.report(2, 2, result.summary)
     return result

@@ -5,13 +5,16 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from commands._cli import main_for
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult, without_unset
 from skills.shared.tooling import tool
-from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.models import JobState, JobStatus
+from skills.training_job_deployer.targets.base import JobPage
 from skills.training_job_deployer.targets.registry import TargetSettings, get_target
 
 # What a listed job leaves out over MCP (a failed job's log tail, its pods, next step).
@@ -20,6 +23,10 @@ LISTED_JOB_DETAIL = {"log_tail", "pods", "conditions", "error", "next_step", "hi
 
 class JobList(ToolResult):
     jobs: list[JobState]
+    more: int | None = Field(
+        default=0, description="Jobs past this page (None: more, not counted)."
+    )
+    next_cursor: str | None = Field(default=None, description="Pass as cursor for the rest.")
 
     def left_out_over_mcp(self) -> dict[str, Any]:
         # A list says which jobs and how they stand; get_training_job gives one in full.
@@ -29,18 +36,33 @@ class JobList(ToolResult):
         return {**data, "jobs": without_unset(data["jobs"])}
 
     def summary_rows(self) -> list[tuple[str, Any]]:
-        if not self.jobs:
-            return [("jobs", "none")]
-        return [
+        rows: list[tuple[str, Any]] = [
             (job.job_name, f"{job.status} {job.steps}/{job.max_steps or '?'} steps")
             for job in self.jobs
-        ]
+        ] or [("jobs", "none")]
+        if self.next_cursor is not None:
+            more = "more" if self.more is None else f"{self.more} more"
+            rows.append((more, f"cursor={self.next_cursor}"))
+        return rows
 
 
 @tool(read_only=True, idempotent=True)
-def list_training_jobs(*, target: TargetSettings, progress: Progress | None = None) -> JobList:
+def list_training_jobs(
+    *,
+    target: TargetSettings,
+    status: Annotated[JobStatus | None, Field(description="Only these.")] = None,
+    limit: Annotated[int, Field(ge=1, le=200, description="At most this many.")] = 20,
+    cursor: Annotated[
+        str | None, Field(pattern=r"^[0-9]{1,9}$", description="A list's next_cursor.")
+    ] = None,
+    progress: Progress | None = None,
+) -> JobList:
     """List the training jobs a target knows, newest first, with status and steps."""
-    return JobList(jobs=get_target(target).list_jobs())
+    offset = int(cursor or 0)
+    jobs, total = get_target(target).list_jobs(JobPage(limit, offset, status))
+    more = None if total is None else max(0, total - offset - len(jobs))
+    has_more = total is None or more
+    return JobList(jobs=jobs, more=more, next_cursor=str(offset + len(jobs)) if has_more else None)
 
 
 main = main_for(list_training_jobs)

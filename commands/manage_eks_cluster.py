@@ -20,6 +20,7 @@ from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.shared.confirm import Confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import write_new_or_owned
 from skills.shared.progress import NullProgress, Progress
@@ -40,9 +41,9 @@ def manage_eks_cluster(
     kubeconfig: p.KubeconfigWrite = None,
     context: p.Context = None,
     namespace: p.Namespace = "default",
-    auto_fix: Annotated[bool, Field(description="= action auto_fix.")] = False,
+    auto_fix: Annotated[Confirm, Field(description="= action auto_fix.")] = False,
     confirm: Annotated[
-        bool,
+        Confirm,
         Field(description="Apply auto_fix/storage; cleanup; scale to 0; re-point; run eksctl."),
     ] = False,
     checkpoint_pvc: p.CheckpointPvc = None,

@@ -15,6 +15,7 @@ from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.push import PushOptions, publish
 from skills.image_builder.registry_check import HOST_PATTERN
 from skills.image_builder.tags import TAG_PATTERN
+from skills.shared.confirm import Confirm
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -50,9 +51,7 @@ def push_to_ecr(
     keep_last: Annotated[
         int | None, Field(ge=1, le=10_000, description="Lifecycle: keep last N (default 30).")
     ] = None,
-    confirm: Annotated[
-        bool, Field(strict=True, description="Allow moving an existing tag.")
-    ] = False,
+    confirm: Annotated[Confirm, Field(description="Allow moving an existing tag.")] = False,
     registry_host: Annotated[
         str | None,
         Field(max_length=255, description="Push via HOST[:PORT] (proxy/cache)."),

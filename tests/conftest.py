@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pytest
 
-from tests.services import kube, moto, podman
+from tests.services import kube, moto, podman, standin_base
 from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
 from tests.services._common import MissingBinary
@@ -26,8 +26,9 @@ from tests.services.eks_extras import eks_extras as eks_extras_server
 # private paths (Slurm also a random first job id, see services/slurm.py), so workers and
 # parallel sessions on one host never share or collide.
 
-# Tests that run real jobs on a local Slurm (seconds to a minute each).
-SLOW_FIXTURES = {"slurm_cluster"}
+# Tests that run real jobs on a local Slurm (seconds to a minute each), or build and run
+# the trainer image on a stand-in base (minutes; the base's first build on a machine more).
+SLOW_FIXTURES = {"slurm_cluster", "standin_bases"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -108,6 +109,15 @@ def slurm_cluster() -> Iterator[slurm_service.SlurmCluster]:
     _require(slurm_service.check)
     with slurm_service.slurm_cluster() as cluster, _environment(cluster.env):
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def standin_bases() -> Callable[..., standin_base.StandinBase]:
+    """standin_bases(name, torch=VERSION): a stand-in of the base image `name` in a podman
+    image store kept per machine (built once, minutes; see services/standin_base.py)."""
+    _require(standin_base.check)
+    _require(podman.check)
+    return standin_base.standin_base
 
 
 @pytest.fixture(scope="session", autouse=True)

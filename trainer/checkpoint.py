@@ -5,10 +5,15 @@ after every rank reported its writes, so when rank 0's save has returned the dat
 all on disk and rank 0 writes the COMPLETE marker (checkpoint_layout.py). A resumed
 run loads the newest complete checkpoint; DCP reshards it to the current world size.
 
-With async_save the state is copied to CPU memory (staged) while the loop waits, and
-written by a background thread while training goes on. Finalizing (marker, S3 upload,
-pruning) happens at a step where every rank agrees the write is done; the loop asks
-`pending_done()` and reduces the answers with the step's other collective values.
+With async_save the state is copied to host memory (staged) and written while training
+goes on (staging_plan): on a GPU into pinned, shared memory by a background copy that
+overlaps the next forward and backward (the loop waits for it only before the
+optimizer changes the weights: `wait_staged()`), and written by a writer process, which
+holds no GIL the loop needs; on CPU the copy is synchronous and a thread writes. With
+an s3:// checkpoint_dir each rank's upload of what it wrote follows in the background
+too. Finalizing (marker, pruning) happens at a step where every rank agrees the write
+(and upload) is done; the loop asks `pending_done()` and reduces the answers with the
+step's other collective values.
 
 An s3:// checkpoint_dir is staged in a local directory and uploaded after each save,
 the marker last; resume downloads the newest complete one.
@@ -27,7 +32,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType, AsyncSaveResponse
 
 from trainer import storage
 from trainer.checkpoint_layout import (
@@ -64,6 +71,32 @@ class _Pending:
     future: Future | None  # None: a synchronous save, already written
     started: float
     blocked_s: float = 0.0  # how long save() held up the training loop
+    staged: Future | None = None  # done once the state is copied off the weights
+    uploaded: bool = False  # the future includes this rank's S3 upload
+
+
+@dataclass(frozen=True)
+class StagingPlan:
+    """How an async checkpoint leaves the training loop."""
+
+    options: StagingOptions | None  # None: DCP's own (a synchronous copy to the host)
+    writer: AsyncCheckpointerType
+
+
+def staging_plan(device_type: str) -> StagingPlan:
+    """GPU: stage into pinned memory (fast, non-blocking device-to-host copies) that is
+    also shared memory (the writer process reads it without a copy), in the background;
+    a writer process serialises and writes. CPU: the state already is host memory; a
+    thread writes (pinned memory needs CUDA)."""
+    if device_type == "cuda":
+        options = StagingOptions(
+            use_pinned_memory=True,
+            use_shared_memory=True,
+            use_async_staging=True,
+            use_non_blocking_copy=True,
+        )
+        return StagingPlan(options, AsyncCheckpointerType.PROCESS)
+    return StagingPlan(None, AsyncCheckpointerType.THREAD)
 
 
 class Checkpointer:
@@ -78,8 +111,14 @@ class Checkpointer:
         run_config: dict[str, Any],
         tokenizer_files: list[Path],
         staging_root: Path,
+        plan: StagingPlan | None = None,
     ) -> None:
         self.cfg = cfg
+        self.plan = plan or staging_plan("cpu")
+        # One stager for the run: its pinned buffers are reused by every save.
+        self.stager = DefaultStager(self.plan.options) if self.plan.options else None
+        # Uploads each rank's files of an async save after the write, off the loop.
+        self.uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
         self.rank = rank
         self.emit = emit
         self.run_config = run_config
@@ -198,8 +237,20 @@ class Checkpointer:
         dist.barrier(group=self.group)
         use_async = self.cfg.async_save and not force_sync
         if use_async:
-            future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
-            self.pending = _Pending(step, path, future, start)
+            response = dcp.async_save(
+                state,
+                checkpoint_id=str(path),
+                process_group=self.group,
+                async_checkpointer_type=self.plan.writer,
+                async_stager=self.stager,
+            )
+            staged = None
+            if isinstance(response, AsyncSaveResponse):  # staging runs in the background
+                staged, response = response.staging_completion, response.upload_completion
+            self.pending = _Pending(step, path, response, start, staged=staged)
+            if self.remote:
+                self.pending.future = self._then_upload(self.pending, response)
+                self.pending.uploaded = True
         else:
             dcp.save(state, checkpoint_id=str(path), process_group=self.group)
             self.pending = _Pending(step, path, None, start)
@@ -208,6 +259,25 @@ class Checkpointer:
         if not use_async:
             self.finalize(wait=True)
         return blocked
+
+    def wait_staged(self) -> None:
+        """Wait until an async save's state is copied off the weights: call before the
+        optimizer changes them. (No collective.)"""
+        if self.pending is not None and self.pending.staged is not None:
+            self.pending.staged.result()
+            self.pending.staged = None
+
+    def _then_upload(self, pending: _Pending, written: Future) -> Future:
+        """A future for the write and then this rank's upload of it (rank 0: with the
+        metadata and sidecar files), run by the uploader thread."""
+
+        def write_then_upload() -> None:
+            written.result()
+            if self.rank == 0:
+                self._write_sidecar_files(pending.path)
+            self._upload_files(pending)
+
+        return self.uploader.submit(write_then_upload)
 
     def pending_done(self) -> bool:
         """This rank's view (no collective): is the write in flight finished?"""
@@ -219,12 +289,16 @@ class Checkpointer:
         pending, self.pending = self.pending, None
         if pending is None:
             return
+        if pending.staged is not None:
+            pending.staged.result()
         if pending.future is not None:
-            pending.future.result()  # re-raises a failed write
-        if self.rank == 0:
+            pending.future.result()  # re-raises a failed write (or upload)
+        if self.rank == 0 and not pending.uploaded:
             self._write_sidecar_files(pending.path)
-        if self.remote:
-            self._upload(pending)
+        if self.remote and not pending.uploaded:
+            self._upload_files(pending)
+        if self.remote:  # every rank's files are up before the marker
+            dist.barrier(group=self.group)
         if self.rank == 0:
             marker = {"step": pending.step, "world_size": dist.get_world_size()}
             marker["saved_at"] = time.time()
@@ -246,6 +320,10 @@ class Checkpointer:
         """Finish a write in flight (e.g. the last good checkpoint before an error)."""
         if self.pending is not None:
             self.finalize(wait=True)
+        self.uploader.shutdown(wait=True)
+        if self.stager is not None:
+            self.stager.close()
+            self.stager = None
 
     # --- helpers ------------------------------------------------------------------
     def _write_sidecar_files(self, path: Path) -> None:
@@ -260,16 +338,15 @@ class Checkpointer:
         assert self.remote is not None
         return storage.join(self.remote, f"step-{step}")
 
-    def _upload(self, pending: _Pending) -> None:
+    def _upload_files(self, pending: _Pending) -> None:
         # Each rank uploads the shard files it wrote; rank 0 also the metadata and
-        # sidecars. The marker follows once every rank's upload is done.
+        # sidecars. The marker follows once every rank's upload is done (finalize).
         mine = f"__{self.rank}_"
         names = [p.name for p in pending.path.iterdir() if p.name.startswith(mine)]
         if self.rank == 0:
             names += [p.name for p in pending.path.iterdir() if not p.name.startswith("__")]
         names = [n for n in names if n != MARKER]
         storage.upload_dir(pending.path, self._remote_step(pending.step), only=tuple(names))
-        dist.barrier(group=self.group)
 
     def _prune(self) -> None:
         """Rank 0: drop complete checkpoints beyond keep_last and dead partial ones."""

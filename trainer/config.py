@@ -20,7 +20,7 @@ from typing import Any
 
 from trainer.presets import ALIASES, PRESETS
 
-SHARDING_STRATEGIES = ("full", "shard_grad_op", "hybrid", "no_shard")
+SHARDING_STRATEGIES = ("auto", "full", "shard_grad_op", "hybrid", "no_shard")
 # Other documents' spellings (the FSDP-on-EKS document's `shard`; FSDP1's
 # ShardingStrategy names, upper case) -> ours. Read case-insensitively.
 SHARDING_SPELLINGS = {"shard": "full", "full_shard": "full", "hybrid_shard": "hybrid"}
@@ -96,6 +96,10 @@ class ModelConfig:
     rope_scaling: RopeScaling | None = None
     norm_eps: float = setting(1e-5, "RMSNorm epsilon", gt=0)
     tie_word_embeddings: bool = setting(False, "share embedding and lm_head")
+    # A checkpoint of another family than Llama (Mistral, Qwen, Gemma, ...): its
+    # config.json, which builds the transformers class (trainer/families.py); the
+    # fields above then only describe its size.
+    hf_config: dict[str, Any] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -143,8 +147,9 @@ class OptimConfig:
 
 @dataclass
 class ParallelConfig:
+    # auto: hybrid (HSDP) when the job spans more than one node, else full.
     sharding_strategy: str = setting(
-        "full",
+        "auto",
         f"FSDP strategy: {'|'.join(SHARDING_STRATEGIES)}",
         choices=SHARDING_STRATEGIES,
     )
@@ -152,10 +157,13 @@ class ParallelConfig:
         "none", f"recompute activations in backward: {'|'.join(AC_MODES)}", choices=AC_MODES
     )
     # fp32 gradient reduction with bf16 parameters is the usual choice at scale: a sum
-    # over hundreds of ranks in bf16 loses the small gradients.
+    # over hundreds of ranks in bf16 loses the small gradients (8 mantissa bits). bf16
+    # halves the bytes of every reduce-scatter (and HSDP's all-reduce across nodes):
+    # worth it when the network is the bottleneck and the world is small.
     reduce_dtype: str = setting(
         "float32",
-        f"dtype FSDP2 reduces gradients in: {'|'.join(REDUCE_DTYPES)}",
+        f"gradient reduce dtype: {'|'.join(REDUCE_DTYPES)} (bf16: half the traffic, "
+        "less precise sums)",
         choices=REDUCE_DTYPES,
     )
     compile: bool = setting(False, "torch.compile each transformer block")
@@ -186,7 +194,10 @@ class TrainConfig:
         "debug", f"model preset: {', '.join(PRESETS)} (or {', '.join(ALIASES)})"
     )
     model_name_or_path: str | None = setting(
-        None, "HF Llama checkpoint dir (local or s3://) to start from"
+        None, "HF checkpoint dir (local or s3://) of a decoder-only causal LM to start from"
+    )
+    trust_remote_code: bool = setting(
+        False, "run a checkpoint's own model code (config.json auto_map)"
     )
     max_steps: int = setting(200, "optimizer steps to run", ge=1)
     train_batch_size: int = setting(8, "sequences per rank per micro-batch", ge=1)
@@ -281,7 +292,7 @@ def _cross_field_problems(cfg: TrainConfig) -> list[str]:
         problems.append(
             f"seq_len {cfg.data.seq_len} exceeds max_seq_len {m.max_seq_len} of the model"
         )
-    if m.n_heads >= 1 and m.n_kv_heads >= 1:
+    if m.hf_config is None and m.n_heads >= 1 and m.n_kv_heads >= 1:
         if m.dim % m.n_heads:
             problems.append("dim must be divisible by n_heads")
         if m.n_heads % m.n_kv_heads:

@@ -158,7 +158,7 @@ def env_settings(environ: Mapping[str, str]) -> dict[str, Any]:
 def base_model(cfg: TrainConfig) -> ModelConfig:
     """The model before overrides: an HF checkpoint's config.json, else the preset."""
     if cfg.model_name_or_path:
-        return hf.read_model_config(cfg.model_name_or_path)
+        return hf.read_model_config(cfg.model_name_or_path, cfg.trust_remote_code)
     name = preset_name(cfg.model_type)
     if name is None:
         raise ConfigError(unknown_model_type(cfg.model_type))
@@ -201,6 +201,12 @@ def load_config(
             set_path(cfg, table[name].path, value)
     # The model section's base depends on model_type/model_name_or_path, set just above.
     cfg.model = base_model(cfg)
+    if cfg.model.hf_config is not None and model_settings:
+        raise ConfigError(
+            f"--{', --'.join(model_settings)}: shape flags apply to presets and Llama "
+            f"checkpoints; a {cfg.model.hf_config.get('model_type')} checkpoint's shape is "
+            "its config.json's"
+        )
     # An alias (llama_v3) is logged and checkpointed as the preset it names.
     cfg.model_type = preset_name(cfg.model_type) or cfg.model_type
     for name, value in model_settings.items():

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 DATA_SUFFIXES = (".txt", ".jsonl")
-HUB_INSTALL_HINT = "pip install 'fsdp-eks[hub]'"
+HUB_INSTALL_HINT = "pip install 'fsdp-eks[trainer]'"
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -7,6 +7,8 @@ GPU code paths unit-testable on a CPU-only machine.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -18,9 +20,26 @@ def choose_device_and_backend(cuda_available: bool, local_rank: int) -> tuple[st
     return ("cuda", "nccl") if cuda_available else ("cpu", "gloo")
 
 
-def device_for(device_type: str, local_rank: int) -> torch.device:
-    """One GPU per local rank; all CPU ranks share 'cpu'."""
-    return torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
+def device_for(device_type: str, local_rank: int, visible_gpus: int | None = None) -> torch.device:
+    """One GPU per local rank; all CPU ranks share 'cpu'.
+
+    `visible_gpus` (torch.cuda.device_count()): a launcher that gives each process
+    one GPU of its own (CUDA_VISIBLE_DEVICES=<one id>, Slurm's --gpus-per-task=1) leaves
+    it as cuda:0 whatever LOCAL_RANK is; cuda:LOCAL_RANK would be "invalid device
+    ordinal". Otherwise local rank r takes GPU r, and one GPU too few is an error here,
+    not a crash inside NCCL."""
+    if device_type != "cuda":
+        return torch.device("cpu")
+    if visible_gpus is None or visible_gpus <= 0:
+        return torch.device("cuda", local_rank)
+    if visible_gpus == 1:
+        return torch.device("cuda", 0)
+    if local_rank >= visible_gpus:
+        raise ValueError(
+            f"LOCAL_RANK {local_rank} but this process sees {visible_gpus} GPUs: start "
+            "at most one process per visible GPU (--gpu_per_node / --nproc_per_node)"
+        )
+    return torch.device("cuda", local_rank)
 
 
 def choose_param_dtype(device_type: str, bf16_supported: bool) -> torch.dtype:
@@ -63,3 +82,35 @@ def choose_num_threads(cpu_count: int, local_world_size: int, omp_num_threads: s
         except ValueError:
             pass
     return max(1, cpu_count // max(1, local_world_size))
+
+
+def optimizer_flags(device_type: str) -> dict[str, bool]:
+    """AdamW's implementation: the fused kernel on CUDA (one launch for all parameters,
+    and it honours an on-device `found_inf`, so a non-finite step is skipped without a
+    host sync); foreach on CPU (what this project measures its CPU runs with)."""
+    if device_type == "cuda":
+        return {"fused": True}
+    return {"foreach": True}
+
+
+# NCCL's flight recorder: a ring of the last collectives per rank, dumped when a
+# collective times out, so a hang names the rank and collective that stopped.
+FLIGHT_RECORDER_ENTRIES = 20000
+
+
+def flight_recorder_env(dump_dir: str, environ: dict[str, str]) -> dict[str, str]:
+    """The variables to set before the NCCL process group exists (values the user set
+    win). Dumps go to <dump_dir>/nccl_trace_rank_<rank>; both spellings of the dump path
+    (TORCH_FR_* is the newer, TORCH_NCCL_DEBUG_INFO_TEMP_FILE the older) are set."""
+    prefix = flight_recorder_prefix(dump_dir)
+    wanted = {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+    }
+    return {k: v for k, v in wanted.items() if k not in environ}
+
+
+def flight_recorder_prefix(dump_dir: str) -> str:
+    return str(Path(dump_dir) / "nccl_trace_rank_")

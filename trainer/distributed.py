@@ -15,7 +15,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+# Until the first step is done: rendezvous, HF weight reads, compile and the first
+# all-gathers may all be slow.
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=10)
+# After it, a collective that waits this long is a hang: fail (and let NCCL's flight
+# recorder dump) rather than hold the GPUs for the first timeout. Long enough for rank
+# 0's work between collectives (checkpoint marker, S3 pruning, an eval).
+TRAIN_TIMEOUT = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,12 @@ def init_distributed(backend: str, device: torch.device, env: DistEnv) -> None:
             device_id=device_id,
         )
     else:  # another env:// launcher (MASTER_ADDR/PORT, RANK, WORLD_SIZE)
-        dist.init_process_group(backend=backend, device_id=device_id)
+        dist.init_process_group(backend=backend, device_id=device_id, timeout=PROCESS_GROUP_TIMEOUT)
+
+
+def shorten_timeout(timeout: timedelta = TRAIN_TIMEOUT) -> None:
+    """The default process group's timeout from now on (called after the first step)."""
+    dist.distributed_c10d._set_pg_timeout(timeout)
 
 
 class StopRequest:

@@ -1,4 +1,5 @@
-"""Export a training checkpoint as a Hugging Face Llama model directory.
+"""Export a training checkpoint as a Hugging Face model directory (Llama, or the
+family of the checkpoint the run started from, with that checkpoint's config.json).
 
     python -m trainer.export --checkpoint <root-or-step-dir> --out <dir|s3://...>
         [--dtype float32|bfloat16]
@@ -25,7 +26,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed.checkpoint as dcp
 
-from trainer import hf, storage
+from trainer import families, hf, storage
 from trainer.checkpoint_layout import (
     CONFIG_FILE,
     MARKER,
@@ -139,8 +140,11 @@ def load_weights(step_path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     The trainer saved {"model": ..., "optim": ..., "train": ...}; only the model
     entries are read. A meta-device model supplies names and shapes without the cost
     of initialising weights that are overwritten anyway."""
-    with torch.device("meta"):
-        shapes = Transformer(cfg, rope_len=1).state_dict()
+    if cfg.hf_config is not None:  # another family: its transformers class
+        shapes = families.build_meta(cfg.hf_config).state_dict()
+    else:
+        with torch.device("meta"):
+            shapes = Transformer(cfg, rope_len=1).state_dict()
     if cfg.tie_word_embeddings:
         shapes.pop("lm_head.weight")  # the same tensor as embed_tokens.weight
     state = {name: torch.empty(t.shape, dtype=t.dtype) for name, t in shapes.items()}

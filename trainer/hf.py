@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from torch import nn
 
 from trainer import storage
 from trainer.config import ConfigError, ModelConfig, RopeScaling
 from trainer.materialize import copy_shard, local_rows
-
-if TYPE_CHECKING:
-    from trainer.model import Transformer
 
 # ModelConfig field -> HF LlamaConfig key
 HF_KEYS = {
@@ -36,9 +36,22 @@ HF_KEYS = {
 }
 
 
-def model_config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    """An HF Llama config.json (as a dict) -> ModelConfig."""
-    if hf.get("model_type", "llama") != "llama":
+def model_config_from_hf(hf: dict[str, Any], trust_remote_code: bool = False) -> ModelConfig:
+    """An HF config.json (as a dict) -> ModelConfig: the trainer's own Llama where it
+    fits, else the transformers class of its family (trainer/families.py)."""
+    try:
+        return _llama_config(hf)
+    except ConfigError:
+        if hf.get("model_type", "llama") == "llama" and not hf.get("auto_map"):
+            raise
+    from trainer import families
+
+    families.check_supported(hf, trust_remote_code)
+    return ModelConfig(**families.shape_fields(hf), hf_config=dict(hf))
+
+
+def _llama_config(hf: dict[str, Any]) -> ModelConfig:
+    if hf.get("model_type", "llama") != "llama" or hf.get("auto_map"):
         raise ConfigError(f"model_type {hf.get('model_type')!r} is not a Llama checkpoint")
     fields = {ours: hf[theirs] for ours, theirs in HF_KEYS.items() if theirs in hf}
     fields.setdefault("n_kv_heads", fields.get("n_heads"))
@@ -62,7 +75,10 @@ def model_config_from_hf(hf: dict[str, Any]) -> ModelConfig:
 
 
 def hf_config_from_model(cfg: ModelConfig, dtype: str = "float32") -> dict[str, Any]:
-    """ModelConfig -> an HF LlamaConfig dict that transformers and vLLM load."""
+    """ModelConfig -> an HF config dict that transformers and vLLM load: a family's own
+    config.json as it was read, else the LlamaConfig of our model."""
+    if cfg.hf_config is not None:
+        return {**cfg.hf_config, "dtype": dtype, "torch_dtype": dtype}
     hf: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -96,7 +112,7 @@ def hf_config_from_model(cfg: ModelConfig, dtype: str = "float32") -> dict[str, 
     return hf
 
 
-def read_model_config(name_or_path: str) -> ModelConfig:
+def read_model_config(name_or_path: str, trust_remote_code: bool = False) -> ModelConfig:
     """config.json of an HF checkpoint directory (local or s3://) -> ModelConfig."""
     source = storage.join(name_or_path, "config.json")
     try:
@@ -104,10 +120,10 @@ def read_model_config(name_or_path: str) -> ModelConfig:
         hf = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(
-            f"cannot read {source}: {exc}; model_name_or_path must be an HF Llama "
+            f"cannot read {source}: {exc}; model_name_or_path must be an HF "
             "checkpoint directory (config.json + *.safetensors), local or s3://"
         ) from exc
-    return model_config_from_hf(hf)
+    return model_config_from_hf(hf, trust_remote_code)
 
 
 # --- weights ---------------------------------------------------------------------------
@@ -133,8 +149,45 @@ def _few(keys: set[str] | list[str], n: int = 5) -> str:
     return ", ".join(shown) + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
 
 
+def _names(model: nn.Module) -> tuple[Callable[[str], str], bool]:
+    """(checkpoint name -> parameter name, whether lm_head is the embedding) of our
+    Llama (names without `model.`) or a transformers model (the checkpoint's own
+    names; old ones may lack the base model's prefix, as GPT-2's `h.0...`)."""
+    own = getattr(model, "cfg", None)
+    if own is not None:
+        return (lambda name: name.removeprefix("model.")), own.tie_word_embeddings
+    params = {name for name, _ in model.named_parameters()}
+    params |= {name for name, _ in model.named_buffers()}
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    renames = _checkpoint_renames(model)
+
+    def rename(name: str) -> str:
+        for pattern, replacement in renames:
+            name = pattern.sub(replacement, name)
+        return prefix + name if name not in params and prefix + name in params else name
+
+    config = getattr(model, "config", None)
+    return rename, bool(getattr(config, "tie_word_embeddings", False))
+
+
+def _checkpoint_renames(model: nn.Module) -> list[tuple[re.Pattern[str], str]]:
+    """transformers' own key renames for checkpoints saved in an older layout (EXAONE
+    3.5's `transformer.h.N`, ...): what from_pretrained applies, as regexes."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightRenaming
+    except ImportError:  # an older transformers: no renames
+        return []
+    renames = []
+    for transform in get_model_conversion_mapping(model):  # type: ignore[arg-type]
+        if type(transform) is WeightRenaming:
+            (target,) = transform.target_patterns
+            renames += [(re.compile(source), target) for source in transform.source_patterns]
+    return renames
+
+
 @torch.no_grad()
-def load_hf_weights(model: Transformer, name_or_path: str) -> None:
+def load_hf_weights(model: nn.Module, name_or_path: str) -> None:
     """Copy an HF Llama checkpoint's weights (local dir or s3:// prefix) into `model`,
     in place, cast to the model's dtype. The model may be sharded (FSDP2 DTensors):
     each rank then reads only its own rows of each tensor (safetensors slices), so no
@@ -146,9 +199,12 @@ def load_hf_weights(model: Transformer, name_or_path: str) -> None:
     from safetensors import safe_open
 
     files = _safetensors_files(storage.fetch(name_or_path), name_or_path)
+    rename, tied = _names(model)
     # The parameters themselves (sharded or not); a tied lm_head appears once, as
     # embed_tokens.
     target = dict(model.named_parameters())
+    # Buffers some checkpoints carry (GPT-2's attention masks) are derived, not loaded.
+    buffers = {name for name, _ in model.named_buffers()}
     with contextlib.ExitStack() as stack:
         # our name -> (open file, HF name)
         found: dict[str, tuple[Any, str]] = {}
@@ -156,9 +212,9 @@ def load_hf_weights(model: Transformer, name_or_path: str) -> None:
             handle = stack.enter_context(safe_open(file, framework="pt"))
             for hf_name in handle.keys():
                 # RoPE tables are derived from the config; old exports saved them anyway.
-                if not hf_name.endswith("rotary_emb.inv_freq"):
-                    found[hf_name.removeprefix("model.")] = (handle, hf_name)
-        if model.cfg.tie_word_embeddings:
+                if not hf_name.endswith("rotary_emb.inv_freq") and rename(hf_name) not in buffers:
+                    found[rename(hf_name)] = (handle, hf_name)
+        if tied:
             # lm_head IS embed_tokens; a checkpoint that still carries lm_head (saved
             # untied) must not silently overwrite the embedding.
             target.pop("lm_head.weight", None)
@@ -199,7 +255,9 @@ def hf_state_dict(
     for name, tensor in state.items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue  # HF re-ties it from embed_tokens on load
-        hf_name = name if name.startswith("lm_head.") else f"model.{name}"
+        # A family's names are the checkpoint's own; ours lack Llama's `model.`.
+        own = cfg.hf_config is not None or name.startswith("lm_head.")
+        hf_name = name if own else f"model.{name}"
         t = tensor.detach().to(device="cpu", dtype=dtype or tensor.dtype)
         storage_ptr = t.untyped_storage().data_ptr()
         # Copy only where needed, so exporting a large model does not hold it twice.

@@ -42,21 +42,36 @@ class MetricsEmitter:
         stream.flush()
 
 
-def memory_mb(device_type: str) -> float:
-    """Peak memory of this process: CUDA allocator peak on GPU, peak RSS on CPU."""
+def memory_stats(device_type: str) -> dict[str, float | int]:
+    """The step line's memory fields: peak allocated MiB (peak RSS on CPU) and, on a
+    GPU, the allocator's reserved MiB and its allocation retries (a retry means it had
+    to free its cache and try again: memory is nearly full and steps slow down)."""
     if device_type == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
+        return cuda_memory_fields(torch.cuda.memory_stats())
     # ru_maxrss is in KiB on Linux.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"mem_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def cuda_memory_fields(stats: dict[str, int]) -> dict[str, float | int]:
+    """From torch.cuda.memory_stats(): what a step line reports."""
+    return {
+        "mem_mb": round(stats.get("allocated_bytes.all.peak", 0) / 2**20, 1),
+        "mem_reserved_mb": round(stats.get("reserved_bytes.all.peak", 0) / 2**20, 1),
+        "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+    }
 
 
 # Dense bf16 tensor-core peak FLOP/s per GPU, from NVIDIA's datasheets (without
 # sparsity). Matched against torch.cuda.get_device_name() by substring, first match
-# wins, so more specific names come first.
+# wins, so more specific names come first. It covers every GPU of the deployer's
+# catalogue (skills/catalog/instances.py GPUS; a test checks), which the trainer
+# cannot import: it runs in the image without the suite.
 GPU_PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
     ("GB200", 2.5e15),
-    ("B200", 2.25e15),
-    ("H200", 989e12),
+    ("B200", 2.25e15),  # p6-b200
+    ("RTX PRO 6000", 503.8e12),  # Blackwell Server Edition: its dense FP16/BF16 figure
+    ("H200", 989e12),  # p5e/p5en
+    ("H100 NVL", 835e12),
     ("H100 PCIe", 756e12),
     ("H100", 989e12),  # SXM (p5)
     ("A100", 312e12),  # p4d/p4de
@@ -79,13 +94,19 @@ def peak_flops(device_name: str | None) -> float | None:
     return None
 
 
-def flops_per_token(
-    n_params: int, n_embedding_params: int, n_layers: int, dim: int, seq_len: int
-) -> float:
-    """Training FLOPs per token: 6 per weight (forward 2, backward 4) for every matmul
-    weight, plus attention's score and value matmuls, 12 * layers * dim * seq_len
-    (the PaLM appendix B formula, also torchtitan's). Embedding lookups are free."""
-    return 6 * (n_params - n_embedding_params) + 12 * n_layers * dim * seq_len
+def matmul_params(n_params: int, vocab_size: int, dim: int, tied: bool) -> int:
+    """Weights that take part in a matmul: all but the embedding table, whose lookup is
+    free. Tied embeddings count the shared matrix once in n_params, and it is lm_head's
+    matmul weight too, so nothing is taken off (taking V*D off under-reported the Llama
+    3.2 presets' MFU by 8-15%)."""
+    return n_params if tied else n_params - vocab_size * dim
+
+
+def flops_per_token(n_matmul_params: int, n_layers: int, dim: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6 per matmul weight (forward 2, backward 4), plus
+    attention's score and value matmuls, 12 * layers * dim * seq_len (the PaLM
+    appendix B formula, also torchtitan's)."""
+    return 6 * n_matmul_params + 12 * n_layers * dim * seq_len
 
 
 def mfu(tokens_per_s_per_device: float, flops_per_tok: float, peak: float | None) -> float | None:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import ModelConfig, RopeScaling
+from trainer.loss import chunked_cross_entropy_sum
 
 INIT_STD = 0.02
 
@@ -105,13 +106,11 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(bsz, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(bsz, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        # Expand shared KV heads to match the query heads (explicit, works on every
-        # SDPA backend).
-        repeats = self.n_heads // self.n_kv_heads
-        if repeats > 1:
-            k = k.repeat_interleave(repeats, dim=1)
-            v = v.repeat_interleave(repeats, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # SDPA shares each KV head among its query heads itself (enable_gqa): no
+        # repeat_interleave copies of K and V per step.
+        out = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_heads != self.n_kv_heads
+        )
         return self.o_proj(out.transpose(1, 2).reshape(bsz, seq, -1))
 
 
@@ -126,6 +125,19 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LMHead(nn.Linear):
+    """The output projection. Given targets it returns the summed cross-entropy instead
+    of the logits, computed in chunks (trainer.loss): the full fp32 logits never exist.
+    Inside this module's own forward, so under FSDP2 its weight is gathered."""
+
+    def forward(  # type: ignore[override]
+        self, x: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if targets is None:
+            return super().forward(x)
+        return chunked_cross_entropy_sum(x, self.weight, targets)
 
 
 class TransformerBlock(nn.Module):
@@ -162,7 +174,7 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.lm_head = LMHead(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:  # Llama 3.2 1B/3B share the input and output matrix
             self.lm_head.weight = self.embed_tokens.weight
         # Derived from config, so not saved in checkpoints (persistent=False).
@@ -188,8 +200,10 @@ class Transformer(nn.Module):
             elif isinstance(module, RMSNorm):
                 module.reset_parameters()
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: (batch, seq) int64 -> logits (batch, seq, vocab)."""
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens: (batch, seq) int64 -> logits (batch, seq, vocab); with targets
+        (batch, seq), the fp32 cross-entropy summed over the targets that are not
+        IGNORE_INDEX (trainer.loss), without materialising the logits."""
         seq = tokens.shape[1]
         if seq > self.rope_len:
             raise ValueError(f"sequence length {seq} > {self.rope_len} positions (max_seq_len)")
@@ -197,7 +211,7 @@ class Transformer(nn.Module):
         cos, sin = self.rope_cos[:seq].to(h.dtype), self.rope_sin[:seq].to(h.dtype)
         for layer in self.layers:
             h = layer(h, cos, sin)
-        return self.lm_head(self.norm(h))
+        return self.lm_head(self.norm(h), targets)
 
 
 def num_params(model: nn.Module) -> int:

@@ -1,13 +1,21 @@
 """FSDP2 wrapping: the device mesh and `fully_shard`.
 
-Each TransformerBlock becomes its own FSDP unit (its parameters are all-gathered
-just before it runs and freed after), then the root picks up the rest (embeddings,
-final norm, lm_head).
+FSDP units (torchtitan's): the embedding, each TransformerBlock, and [final norm,
+lm_head] are each their own unit, so their all-gathers and reduce-scatters overlap
+with compute instead of sitting exposed in the root (for 8B the embedding and lm_head
+are 1.05B parameters). Tied embeddings share one parameter between the embedding and
+lm_head, which must stay in one unit: the root then holds all three.
+
+Gradients are SUMMED over ranks, not averaged (sum_gradients): the loss is already
+divided by the global count of trained-on targets (trainer.loss).
 
 Sharding strategies, in FSDP2 terms:
+  auto          hybrid on more than one node, else full (the default)
   full          1-D mesh, reshard after forward (ZeRO-3)
   shard_grad_op 1-D mesh, keep params gathered between forward and backward (ZeRO-2)
-  hybrid        2-D mesh (replicate across nodes, shard within a node) (HSDP)
+  hybrid        2-D mesh (replicate across nodes, shard within a node) (HSDP): the
+                all-gathers and reduce-scatters stay on NVLink; only one all-reduce
+                of the gradient shards crosses the network (EFA)
   no_shard      2-D mesh with shard size 1: pure replication (DDP-like)
 """
 
@@ -19,14 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
     create_selective_checkpoint_contexts,
 )
 
-from trainer.model import Transformer
+from trainer.model import Transformer, TransformerBlock
 
 aten = torch.ops.aten
 # Selective activation checkpointing keeps the outputs of the expensive ops (matmuls,
@@ -42,8 +50,35 @@ SAVED_OPS = {
 }
 
 
+# fp32 weights, gradients and AdamW's two moments.
+STATE_BYTES_PER_PARAM = 16
+
+
+def resolve_strategy(
+    strategy: str,
+    world_size: int,
+    local_world_size: int,
+    n_params: int = 0,
+    gpu_bytes: int | None = None,
+) -> str:
+    """`auto`: hybrid when the job spans more than one node (flat FSDP across nodes
+    sends every all-gather and reduce-scatter over the network), else full. Hybrid
+    shards the state over one node's GPUs only; where that would take more than half of
+    a GPU's memory (`gpu_bytes`, when known), the state is sharded over every GPU."""
+    if strategy != "auto":
+        return strategy
+    multi_node = world_size > local_world_size and world_size % local_world_size == 0
+    if not multi_node:
+        return "full"
+    per_gpu = n_params * STATE_BYTES_PER_PARAM / local_world_size
+    if gpu_bytes is not None and per_gpu > gpu_bytes / 2:
+        return "full"
+    return "hybrid"
+
+
 def mesh_shape(strategy: str, world_size: int, local_world_size: int) -> tuple[int, ...]:
     """Mesh shape for a strategy: (shard,) or (replicate, shard)."""
+    strategy = resolve_strategy(strategy, world_size, local_world_size)
     if strategy in ("full", "shard_grad_op"):
         return (world_size,)
     if strategy == "hybrid":
@@ -68,8 +103,8 @@ def build_mesh(
 
 def reshard_after_forward(strategy: str) -> bool:
     # Freeing gathered params after forward saves memory at the cost of a second
-    # all-gather in backward; no_shard has nothing to free.
-    return strategy in ("full", "hybrid")
+    # all-gather in backward; no_shard has nothing to free. (`auto` is full or hybrid.)
+    return strategy in ("auto", "full", "hybrid")
 
 
 def _save_expensive_ops(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
@@ -91,17 +126,44 @@ def checkpoint_fn(mode: str) -> Any:
     raise ValueError(f"unknown activation_checkpointing mode {mode!r}")
 
 
-def apply_activation_checkpointing(model: Transformer, mode: str) -> None:
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated decoder layers, found from the model itself (any family):
+    the longest ModuleList whose members are all of one class."""
+    runs = [
+        list(child)
+        for child in model.modules()
+        if isinstance(child, nn.ModuleList)
+        and len(child) > 0
+        and len({type(layer) for layer in child}) == 1
+    ]
+    if not runs:
+        raise ValueError(f"{type(model).__name__} has no repeated decoder layers to shard")
+    return max(runs, key=len)
+
+
+def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
     fn = checkpoint_fn(mode)
-    for block in model.layers:
-        block.checkpoint_fn = fn
+    if fn is None:
+        return
+    for block in decoder_layers(model):
+        if isinstance(block, TransformerBlock):
+            block.checkpoint_fn = fn
+        else:  # another family's layer: wrap its forward (names stay the checkpoint's)
+            block.forward = partial(_checkpointed, fn, block.forward)
 
 
-def apply_compile(model: Transformer) -> None:
+def _checkpointed(fn: Any, forward: Any, *args: Any, **kwargs: Any) -> Any:
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    return fn(forward, *args, **kwargs)
+
+
+def apply_compile(model: nn.Module) -> None:
     """torch.compile each block in place (before FSDP, as torchtitan does): blocks
     are identical, so one compiled graph serves them all and names stay unchanged."""
-    for block in model.layers:
-        block.compile(fullgraph=True)
+    for block in decoder_layers(model):
+        # Other families' layers take optional arguments (masks, caches): no fullgraph.
+        block.compile(fullgraph=isinstance(block, TransformerBlock))
 
 
 def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
@@ -110,24 +172,60 @@ def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
     return CPUOffloadPolicy() if cpu_offload else None
 
 
+def _ends(model: nn.Module) -> tuple[nn.Module, nn.Module | None, nn.Module]:
+    """(input embedding, final norm or None, lm_head) of our Llama or a transformers
+    model (its base model's `norm`, or GPT-2's `ln_f`)."""
+    if isinstance(model, Transformer):
+        return model.embed_tokens, model.norm, model.lm_head
+    base = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    norm = getattr(base, "norm", None) or getattr(base, "ln_f", None)
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()  # type: ignore[operator]
+    return embed, norm if isinstance(norm, nn.Module) else None, head
+
+
+def fsdp_units(model: nn.Module) -> list[tuple[list[nn.Module], bool]]:
+    """The units below the root, in forward order: (modules, reshard_after_forward
+    allowed). The last unit's params would be re-gathered right away by backward, so
+    it keeps them (torchtitan does the same)."""
+    units: list[tuple[list[nn.Module], bool]] = []
+    embed, norm, head = _ends(model)
+    tied = head.weight is embed.weight
+    if not tied:
+        units.append(([embed], True))
+    units += [([block], True) for block in decoder_layers(model)]
+    if not tied:
+        units.append(([norm, head] if norm is not None else [head], True))
+    last_modules, _ = units[-1]
+    units[-1] = (last_modules, False)
+    return units
+
+
+def sum_gradients(model: nn.Module) -> None:
+    """Reduce gradients by SUM over all ranks (the loss carries the 1/N of the global
+    target count). force_sum keeps it a plain SUM collective: no PreMulSum (which gloo
+    lacks) and NCCL's zero-copy path."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+
+
 def apply_fsdp(
-    model: Transformer,
+    model: nn.Module,
     mesh: DeviceMesh,
     mp_policy: MixedPrecisionPolicy,
     reshard_after_forward: bool,
     cpu_offload: bool = False,
 ) -> nn.Module:
-    """Shard `model` in place (per block, then root) and return it."""
+    """Shard `model` in place (embedding, per block, [norm, lm_head], then the root),
+    with gradients summed over ranks, and return it."""
     extra = {"offload_policy": offload_policy(cpu_offload)} if cpu_offload else {}
-    n_layers = len(model.layers)
-    for i, block in enumerate(model.layers):
-        # The last block's params would be re-gathered right away by backward, so
-        # keep them (torchtitan does the same).
+    for modules, reshard in fsdp_units(model):
         fully_shard(
-            block,
+            modules if len(modules) > 1 else modules[0],
             mesh=mesh,
             mp_policy=mp_policy,
-            reshard_after_forward=reshard_after_forward and i < n_layers - 1,
+            reshard_after_forward=reshard_after_forward and reshard,
             **extra,
         )
     fully_shard(
@@ -137,4 +235,5 @@ def apply_fsdp(
         reshard_after_forward=reshard_after_forward,
         **extra,
     )
+    sum_gradients(model)
     return model

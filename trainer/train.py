@@ -21,6 +21,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -31,16 +32,21 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import hf
+from trainer import families, hf
 from trainer import metrics as perf
-from trainer.checkpoint import Checkpointer, failure_summary, first_line, staging_root
+from trainer.checkpoint import (
+    Checkpointer,
+    failure_summary,
+    first_line,
+    staging_plan,
+    staging_root,
+)
 from trainer.config import ConfigError, TrainConfig
 from trainer.config_loader import load_config
 from trainer.data import (
@@ -56,9 +62,10 @@ from trainer.data import (
     tokenize_documents,
     tokenize_with_mask,
 )
-from trainer.distributed import DistEnv, StopRequest, init_distributed
+from trainer.distributed import DistEnv, StopRequest, init_distributed, shorten_timeout
+from trainer.loss import global_valid_count
 from trainer.materialize import build_meta_model, init_random, materialize
-from trainer.metrics import MetricsEmitter, format_line, memory_mb
+from trainer.metrics import MetricsEmitter, format_line, memory_stats
 from trainer.model import Transformer, num_params
 from trainer.parallel import (
     apply_activation_checkpointing,
@@ -66,6 +73,7 @@ from trainer.parallel import (
     apply_fsdp,
     build_mesh,
     reshard_after_forward,
+    resolve_strategy,
 )
 from trainer.token_cache import cached_tokens, open_mask, token_file
 from trainer.tokenizer import Tokenizer, load_tokenizer
@@ -91,6 +99,8 @@ def train(
     cfg: TrainConfig, env: DistEnv, emit: Emit, stop: StopRequest | None = None
 ) -> dict[str, Any]:
     device, backend = setup_device(env)
+    if backend == "nccl":  # before the process group exists, which reads them
+        os.environ.update(devices.flight_recorder_env(trace_dir(cfg), dict(os.environ)))
     init_distributed(backend, device, env)
     try:
         summary = _train(cfg, env, emit, device, backend, stop or StopRequest())
@@ -114,11 +124,11 @@ def _train(
         raise ConfigError("cpu_offload moves GPU memory to the host; this run has no GPU")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     data = build_data(cfg, tokenizer, env)
-    checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer)
+    checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer, device.type)
     model = build_model(cfg)
     parallelize(model, cfg, device, env)
     init_weights(model, cfg, device, resuming=resume_from is not None)
-    optimizer = build_optimizer(model, cfg)
+    optimizer = build_optimizer(model, cfg, device.type)
     scheduler = build_lr_scheduler(optimizer, cfg)
     step = restore(checkpointer, resume_from, model, optimizer, scheduler, data.batches)
     write_run_config(cfg)
@@ -132,10 +142,14 @@ def _train(
 
 def setup_device(env: DistEnv) -> tuple[torch.device, str]:
     """This rank's device and process-group backend; CPU threads shared among ranks."""
-    device_type, backend = devices.choose_device_and_backend(
-        torch.cuda.is_available(), env.local_rank
-    )
-    device = devices.device_for(device_type, env.local_rank)
+    cuda = torch.cuda.is_available()
+    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank)
+    try:
+        device = devices.device_for(
+            device_type, env.local_rank, torch.cuda.device_count() if cuda else None
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if device_type == "cuda":
         torch.cuda.set_device(device)
     else:
@@ -145,6 +159,14 @@ def setup_device(env: DistEnv) -> tuple[torch.device, str]:
             )
         )
     return device, backend
+
+
+def trace_dir(cfg: TrainConfig) -> str:
+    """Where NCCL's flight recorder dumps on a collective timeout: beside the run's
+    files (output_dir, else a local checkpoint_dir), else the temp dir."""
+    ckpt = cfg.checkpoint.checkpoint_dir
+    base = cfg.output_dir or (ckpt if ckpt and not ckpt.startswith("s3://") else None)
+    return str(Path(base or tempfile.gettempdir()) / "nccl_traces")
 
 
 # --- data -------------------------------------------------------------------------------
@@ -220,14 +242,15 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
 
 
 def build_checkpointer(
-    cfg: TrainConfig, env: DistEnv, emit: Emit, tokenizer: Tokenizer
+    cfg: TrainConfig, env: DistEnv, emit: Emit, tokenizer: Tokenizer, device_type: str = "cpu"
 ) -> tuple[Checkpointer | None, Path | None]:
     if not cfg.checkpoint.checkpoint_dir:
         return None, None
     staging = staging_root(cfg.output_dir, cfg.checkpoint.checkpoint_dir, env.local_rank)
     checkpointer = Checkpointer(
-        cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging
-    )
+        cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging,
+        staging_plan(device_type),
+    )  # fmt: skip
     resume_from = checkpointer.find_resumable()
     if resume_from is not None:
         check_same_model(resume_from, cfg)
@@ -259,35 +282,47 @@ def restore(
 # --- model and parallelism --------------------------------------------------------------
 
 
-def build_model(cfg: TrainConfig) -> Transformer:
-    """The model's structure on `meta`: no rank ever allocates the whole model."""
+def build_model(cfg: TrainConfig) -> nn.Module:
+    """The model's structure on `meta`: no rank ever allocates the whole model. Our
+    own Llama, or the transformers class of another family's checkpoint."""
+    if cfg.model.hf_config is not None:
+        return families.build_meta(
+            cfg.model.hf_config, cfg.trust_remote_code, cfg.model_name_or_path
+        )
     return build_meta_model(cfg.model, rope_len=cfg.data.seq_len)
 
 
-def init_weights(
-    model: Transformer, cfg: TrainConfig, device: torch.device, resuming: bool
-) -> None:
+def init_weights(model: nn.Module, cfg: TrainConfig, device: torch.device, resuming: bool) -> None:
     """Allocate this rank's shards and fill them: HF weights read per shard, else the
     seeded random init a full CPU build would give. A resume loads the checkpoint over
     them, so it leaves them uninitialized."""
     # With CPU offload the sharded parameters live in host memory.
     init_device = torch.device("cpu") if cfg.parallel.cpu_offload else device
-    materialize(model, init_device, device)
+    if isinstance(model, Transformer):
+        materialize(model, init_device, device)
+    else:
+        families.materialize(model, init_device)
     if resuming:
         return
     if cfg.model_name_or_path:
         hf.load_hf_weights(model, cfg.model_name_or_path)
-    else:
-        init_random(model, cfg.seed)
+    elif isinstance(model, Transformer):
+        init_random(model, cfg.seed, on_device=device.type == "cuda")
 
 
-def parallelize(model: Transformer, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:
+def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:
     """Activation checkpointing, then compile, then FSDP2, in place (torchtitan's order)."""
     apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
     if cfg.parallel.compile:
         apply_compile(model)
-    strategy = cfg.parallel.sharding_strategy
-    mesh = build_mesh(device.type, strategy, dist.get_world_size(), env.local_world_size)
+    world = dist.get_world_size()
+    gpu_bytes = (
+        torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    )
+    strategy = resolve_strategy(
+        cfg.parallel.sharding_strategy, world, env.local_world_size, num_params(model), gpu_bytes
+    )
+    mesh = build_mesh(device.type, strategy, world, env.local_world_size)
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
     apply_fsdp(
         model,
@@ -311,7 +346,9 @@ def lr_factor(step: int, warmup_steps: int, max_steps: int, min_ratio: float = 0
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+def build_optimizer(
+    model: nn.Module, cfg: TrainConfig, device_type: str = "cpu"
+) -> torch.optim.AdamW:
     # Weight decay on matrices only; decaying norm gains towards 0 only hurts.
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -322,6 +359,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
         ],
         lr=cfg.optim.learning_rate,
         betas=(0.9, 0.95),
+        **devices.optimizer_flags(device_type),
     )
 
 
@@ -348,78 +386,111 @@ def write_run_config(cfg: TrainConfig) -> None:
 
 
 def train_step(
-    model: nn.Module, batches: PackedBatches, accum: int, device: torch.device
+    model: nn.Module, batches: PackedBatches, accum: int, device: torch.device, tokens: int
 ) -> torch.Tensor:
-    """Forward and backward over `accum` micro-batches; returns this rank's mean loss
-    (a tensor: reading it would wait for the device)."""
+    """Forward and backward over `accum` micro-batches. Each micro-batch's summed loss is
+    divided by the trained-on targets of the whole step on all ranks (`tokens` of them
+    when nothing is masked), and FSDP sums gradients over ranks: every world size and
+    accumulation split gives the same gradients. Returns this rank's share of the global
+    mean loss (a tensor: reading it would wait for the device)."""
+    micro = [next(batches) for _ in range(accum)]
+    moved = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in micro]
+    count = global_valid_count([y for _, y in moved], batches.masked, tokens)
     loss_sum = torch.zeros((), device=device)
-    for _ in range(accum):
-        inputs, targets = next(batches)
-        logits = model(inputs.to(device, non_blocking=True))
-        # / accum so the accumulated gradient is that of the mean over all micro-batches.
-        loss = token_loss(logits, targets.to(device, non_blocking=True), batches.masked) / accum
+    for inputs, targets in moved:
+        loss = model(inputs, targets) / count
         loss.backward()
         loss_sum += loss.detach()
     return loss_sum
 
 
-def token_loss(logits: torch.Tensor, targets: torch.Tensor, masked: bool) -> torch.Tensor:
-    """Mean cross-entropy over the targets, in fp32 even when the model computes in bf16.
-    `masked` (--train_on assistant): targets equal to IGNORE_INDEX add nothing, and a
-    micro-batch without any trained-on target gives 0, not NaN (mean over none)."""
-    flat_logits, flat_targets = logits.float().flatten(0, 1), targets.flatten()
-    if not masked:
-        return F.cross_entropy(flat_logits, flat_targets)
-    total = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX, reduction="sum")
-    return total / flat_targets.ne(IGNORE_INDEX).sum().clamp(min=1)
-
-
-def grad_norm_of(model: nn.Module, max_norm: float) -> float:
+def grad_norm_of(model: nn.Module, max_norm: float) -> torch.Tensor:
+    """The global gradient norm (clipping to max_norm), left on the device."""
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     if isinstance(norm, DTensor):  # FSDP2 grads are sharded DTensors
         norm = norm.full_tensor()
-    return float(norm)
+    return norm
 
 
 def evaluate(model: nn.Module, batches: list[Batch], device: torch.device) -> float:
-    """Mean loss over the held-out batches of all ranks (same count on every rank)."""
+    """Mean loss per trained-on target over the held-out batches of all ranks."""
     model.eval()
-    total = torch.zeros(2, dtype=torch.float64)
+    total = torch.zeros(2, dtype=torch.float64, device=device)
     with torch.no_grad():
         for inputs, targets in batches:
-            logits = model(inputs.to(device))
-            loss = token_loss(logits, targets.to(device), bool((targets == IGNORE_INDEX).any()))
-            total += torch.tensor([loss.item(), 1.0], dtype=torch.float64)
+            targets = targets.to(device)
+            total[0] += model(inputs.to(device), targets).double()
+            total[1] += targets.ne(IGNORE_INDEX).sum()
     model.train()
-    total = total.to(device)
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
-    return (total[0] / total[1]).item()
+    return (total[0] / total[1].clamp(min=1)).item()
 
 
 @dataclass
 class Agreed:
     """What all ranks agree on after a step (one small all-reduce)."""
 
-    loss: float  # mean over ranks
+    step: int
+    loss: float  # the global mean over trained-on targets
+    grad_norm: float
     stop_requested: bool  # any rank got SIGTERM
     writes_in_flight: bool  # any rank still writes an async checkpoint
 
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.loss) and math.isfinite(self.grad_norm)
 
-def agree(loss_sum: torch.Tensor, stop: StopRequest, checkpointer: Checkpointer | None) -> Agreed:
-    """Every rank gets the same answers, so all take the same branch afterwards."""
+
+class Agreement:
+    """One step's agreed values, reduced on the device and copied to the host without
+    waiting; `resolve()` waits for them (a host sync), which the loop does on the steps
+    that need the numbers (log, eval, checkpoint, last) and one step late on the others,
+    so the device never drains between steps."""
+
+    def __init__(self, step: int, values: torch.Tensor) -> None:
+        self.step = step
+        self.event: torch.cuda.Event | None = None
+        if values.device.type == "cuda":
+            self.host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self.host.copy_(values, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = values
+
+    def resolve(self) -> Agreed:
+        if self.event is not None:
+            self.event.synchronize()
+        loss, stop, in_flight, norm = self.host.tolist()
+        return Agreed(self.step, loss, norm, stop > 0, in_flight > 0)
+
+
+def host_to_device(values: list[float], device: torch.device) -> torch.Tensor:
+    """A few host numbers on the device without a host sync (pinned, non-blocking)."""
+    host = torch.tensor(values, dtype=torch.float32)
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def agree(
+    step: int,
+    loss_sum: torch.Tensor,
+    grad_norm: torch.Tensor,
+    stop: StopRequest,
+    checkpointer: Checkpointer | None,
+) -> tuple[Agreement, torch.Tensor]:
+    """Every rank gets the same answers, so all take the same branch afterwards. Also
+    returns `found_inf` (1.0 when the loss or the gradient norm is not finite), on the
+    device, for an optimizer that can skip the step there (fused AdamW)."""
     pending_done = checkpointer is None or checkpointer.pending_done()
     device = loss_sum.device
-    agreed = torch.stack(
-        [
-            loss_sum.float(),
-            torch.tensor(float(stop.requested), device=device),
-            torch.tensor(float(not pending_done), device=device),
-        ]
-    )
+    flags = host_to_device([float(stop.requested), float(not pending_done)], device)
+    agreed = torch.cat([loss_sum.float().reshape(1), flags])
     dist.all_reduce(agreed, op=dist.ReduceOp.SUM)
-    return Agreed(
-        agreed[0].item() / dist.get_world_size(), agreed[1].item() > 0, agreed[2].item() > 0
-    )
+    values = torch.cat([agreed, grad_norm.detach().float().reshape(1).to(device)])
+    found_inf = (~torch.isfinite(values[0]) | ~torch.isfinite(values[3])).float()
+    return Agreement(step, values), found_inf
 
 
 # --- the loop, with its hooks ---------------------------------------------------------
@@ -467,14 +538,20 @@ class TrainLoop:
         m = cfg.model
         self.params = num_params(model)
         self.flops_per_token = perf.flops_per_token(
-            self.params, m.vocab_size * m.dim, m.n_layers, m.dim, cfg.data.seq_len
+            perf.matmul_params(self.params, m.vocab_size, m.dim, m.tie_word_embeddings),
+            m.n_layers,
+            m.dim,
+            cfg.data.seq_len,
         )
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
         self.peak_flops = perf.peak_flops(name)
-        self.lr = self.grad_norm = math.nan  # of the last step, for its log line
+        self.lr = math.nan  # of the last step, for its log line
+        self.skip_on_device = bool(optimizer.defaults.get("fused"))
 
     def emit_start(self, backend: str, step: int) -> None:
         cfg = self.cfg
+        # Where a hang's NCCL dumps will be: a watchdog abort leaves no error line.
+        dumps = flight_recorder_dumps(os.environ)
         self.emit(
             "start",
             world_size=self.world_size,
@@ -489,53 +566,96 @@ class TrainLoop:
             global_batch_size=cfg.train_batch_size * self.world_size * self.accum,
             tokens_per_step=self.tokens_per_step,
             resumed_from=step or None,
+            **({"nccl_flight_recorder": dumps} if dumps else {}),
         )
 
     def run(self, step: int, resumed_from: Path | None) -> dict[str, Any]:
         start = time.perf_counter()
         p = Progress(first_step=step + 1, start=start, now=start, interval_start=start)
         p.timed_start = start
+        late: Agreement | None = None  # a step's values, read one step later
         while step < self.cfg.max_steps:
             step += 1
-            agreed = self.step(step)
+            current = self.step(step)
+            earlier = self.check(late.resolve()) if late is not None else None
+            late, agreed = None, earlier
+            if self.needs_values(step, p) or (earlier is not None and earlier.stop_requested):
+                agreed = self.check(current.resolve())
+            else:
+                late = current
+            if step == p.first_step:
+                # Compile, the first all-gathers and HF reads are behind us: a collective
+                # that waits longer than this now is a hang (the flight recorder dumps).
+                shorten_timeout()
             self.after_step(step, agreed, p)
+            self.finalize_checkpoint(agreed)
             if self.on_checkpoint(step, agreed, p):
                 break
         if self.checkpointer is not None:
             self.checkpointer.close()
         return self.summary(step, p, resumed_from)
 
-    def step(self, step: int) -> Agreed:
-        """One optimizer step; raises NonFiniteLossError before stepping on NaN/inf."""
-        loss_sum = train_step(self.model, self.data.batches, self.accum, self.device)
+    def needs_values(self, step: int, p: Progress) -> bool:
+        """Steps whose loss, norm or flags are read at once (a host sync): the first, log
+        and eval steps, checkpoint steps (no checkpoint of a non-finite state) and the
+        last. The others are read one step later."""
+        cfg = self.cfg
+        freq = self.cfg.checkpoint.checkpoint_freq
+        return (
+            step == p.first_step
+            or step == cfg.max_steps
+            or step % cfg.metrics.log_freq == 0
+            or bool(self.validation_freq and step % self.validation_freq == 0)
+            or bool(self.checkpointer is not None and freq and step % freq == 0)
+        )
+
+    def step(self, step: int) -> Agreement:
+        """One optimizer step, nothing read back from the device. With fused AdamW a
+        non-finite loss or norm skips the update on the device (found_inf)."""
+        tokens = self.tokens_per_step
+        loss_sum = train_step(self.model, self.data.batches, self.accum, self.device, tokens)
         grad_norm = grad_norm_of(self.model, self.max_norm)
-        agreed = agree(loss_sum, self.stop, self.checkpointer)
-        self.grad_norm = grad_norm
-        if not (math.isfinite(agreed.loss) and math.isfinite(grad_norm)):
-            # Raised before optimizer.step: the weights stay those of the last good
-            # step, and no checkpoint of this state is ever written.
-            if self.checkpointer is not None:
-                self.checkpointer.close()
-            raise NonFiniteLossError(
-                f"non-finite loss {agreed.loss} / grad_norm {grad_norm} at step {step}; "
-                "lower --learning_rate"
-            )
+        agreement, found_inf = agree(step, loss_sum, grad_norm, self.stop, self.checkpointer)
+        if self.skip_on_device:
+            self.optimizer.found_inf = found_inf  # type: ignore[attr-defined]
         self.lr = self.scheduler.get_last_lr()[0]  # the LR this step is taken with
+        if self.checkpointer is not None:
+            self.checkpointer.wait_staged()  # an async save's copy of the weights is done
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        ckpt = self.checkpointer
-        if ckpt is not None and ckpt.pending and not agreed.writes_in_flight:
-            ckpt.finalize(wait=False)
+        return agreement
+
+    def check(self, agreed: Agreed) -> Agreed:
+        """Raise NonFiniteLossError for a step whose loss or gradient norm is NaN/inf.
+        Checkpoint steps are checked before they save, so no checkpoint of such a state
+        is ever written."""
+        if not agreed.finite:
+            if self.checkpointer is not None:
+                self.checkpointer.close()
+            raise NonFiniteLossError(
+                f"non-finite loss {agreed.loss} / grad_norm {agreed.grad_norm} at step "
+                f"{agreed.step}; lower --learning_rate"
+            )
         return agreed
 
-    def after_step(self, step: int, agreed: Agreed, p: Progress) -> None:
+    def finalize_checkpoint(self, agreed: Agreed | None) -> None:
+        """Mark an async checkpoint complete once every rank said its write is done, in
+        values agreed after that save began."""
+        ckpt = self.checkpointer
+        if ckpt is None or ckpt.pending is None or agreed is None:
+            return
+        if agreed.step > ckpt.pending.step and not agreed.writes_in_flight:
+            ckpt.finalize(wait=False)
+
+    def after_step(self, step: int, agreed: Agreed | None, p: Progress) -> None:
         p.now = time.perf_counter()
         p.interval_tokens += self.tokens_per_step
-        if step == p.first_step:
-            p.first_loss, p.timed_start = agreed.loss, p.now
-        p.last_loss = agreed.loss
-        self.on_log(step, agreed, p)
+        if agreed is not None and agreed.step == step:
+            if step == p.first_step:
+                p.first_loss, p.timed_start = agreed.loss, p.now
+            p.last_loss = agreed.loss
+            self.on_log(step, agreed, p)
         self.on_evaluate(step, p)
 
     def on_log(self, step: int, agreed: Agreed, p: Progress) -> None:
@@ -549,13 +669,13 @@ class TrainLoop:
             step=step,
             loss=round(agreed.loss, 5),
             lr=self.lr,
-            grad_norm=round(self.grad_norm, 5),
+            grad_norm=round(agreed.grad_norm, 5),
             tokens_per_s=round(tokens_per_s, 1),
             tokens_per_s_per_device=round(per_device, 1),
             mfu=_round(perf.mfu(per_device, self.flops_per_token, self.peak_flops), 4),
             tokens=step * self.tokens_per_step,
             elapsed_s=round(p.now - p.start, 3),
-            mem_mb=round(memory_mb(self.device.type), 1),
+            **memory_stats(self.device.type),
         )
         p.interval_start, p.interval_tokens = p.now, 0
 
@@ -571,9 +691,11 @@ class TrainLoop:
             perplexity=round(math.exp(min(p.last_eval, 50.0)), 3),
         )
 
-    def on_checkpoint(self, step: int, agreed: Agreed, p: Progress) -> bool:
-        """Save when due; True when the loop must stop (SIGTERM: saved, then stop)."""
-        ckpt, stopping = self.checkpointer, agreed.stop_requested
+    def on_checkpoint(self, step: int, agreed: Agreed | None, p: Progress) -> bool:
+        """Save when due; True when the loop must stop (SIGTERM: saved, then stop).
+        `agreed` is this step's values on every step that saves (needs_values)."""
+        ckpt = self.checkpointer
+        stopping = agreed is not None and agreed.stop_requested
         if ckpt is not None:
             freq = self.cfg.checkpoint.checkpoint_freq
             final = stopping or step == self.cfg.max_steps
@@ -644,6 +766,29 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def flight_recorder_dumps(environ: Any) -> str | None:
+    """Where NCCL's flight recorder dumps on a timeout (one file per rank: the prefix
+    and the rank), when this run has it on (trainer.device.flight_recorder_env)."""
+    if environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT") != "1":
+        return None
+    prefix = environ.get("TORCH_FR_DUMP_TEMP_FILE") or environ.get(
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+    )
+    return f"{prefix}<rank>" if prefix else None
+
+
+def record_error(exc: BaseException, flight_recorder: str | None) -> None:
+    """torchrun's error file (a no-op unless it set TORCHELASTIC_ERROR_FILE): the
+    exception, and where the flight recorder dumps, for the doctor to read."""
+    get_error_handler().record_exception(exc)
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not flight_recorder or not path or not os.path.isfile(path):
+        return
+    data = json.loads(Path(path).read_text())
+    data["message"]["extraInfo"]["nccl_flight_recorder"] = flight_recorder
+    Path(path).write_text(json.dumps(data))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a training job; returns the process exit code.
 
@@ -664,12 +809,14 @@ def main(argv: list[str] | None = None) -> int:
             # A handled error that wraps another: the one-line message leaves out the
             # cause's detail, which belongs in the log (a re-raised one prints its own).
             traceback.print_exception(exc, file=sys.stderr)
+        dumps = flight_recorder_dumps(os.environ)
+        if dumps:
+            fields["nccl_flight_recorder"] = dumps
         if env.rank == 0:
             metrics.emit("error", **fields)
         else:  # stdout belongs to rank 0; other ranks still say what went wrong
             print(format_line("error", rank=env.rank, **fields), file=sys.stderr, flush=True)
-        # A no-op unless torchrun set TORCHELASTIC_ERROR_FILE.
-        get_error_handler().record_exception(exc)
+        record_error(exc, dumps)
 
     stop.install()
     try:

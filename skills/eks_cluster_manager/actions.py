@@ -306,6 +306,7 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
     kube = access.kube()
     driver = fsx_storage.csi_driver(kube)  # first: an unreachable API fails before any write
+    current = fsx_storage.current_objects(kube, spec)  # and someone else's claim refuses
     progress.report(1, 4, "security group and file system")
     group_row, group_id = fsx_storage.ensure_group(aws("ec2"), spec, net, apply)
     fs_row, fs = fsx_storage.ensure_file_system(aws("fsx"), spec, net, group_id, apply)
@@ -321,7 +322,7 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     progress.report(3, 4, "Kubernetes objects")
     rows = [
         group_row, fs_row, bucket_row, role_row, agent_row, association_row,
-        *fsx_storage.ensure_objects(kube, spec, fs, apply),
+        *fsx_storage.ensure_objects(kube, spec, fs, apply, current),
         pod_identity.ensure_service_account(kube, spec.namespace, bucket, role_arn, apply),
     ]  # fmt: skip
     progress.report(4, 4, "done")
@@ -400,7 +401,7 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
     name = fsx_storage.bucket_name(
         fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
     )
-    rows += sweep.bucket_rows(aws("s3"), name, spec.delete_bucket, apply)
+    rows += sweep.bucket_rows(aws("s3"), name, cluster_name, spec.delete_bucket, apply)
     if spec.delete_cluster:
         # The cluster's VPC goes with it: not while a file system's interfaces are in it.
         fs_left = apply and sweep.file_system_remains(aws("fsx"), cluster_name)

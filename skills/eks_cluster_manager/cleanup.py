@@ -1,6 +1,6 @@
 """action=cleanup: what this suite created for a cluster, deleted in dependency order
 (a plan first; confirm deletes), each resource only when its tags/labels say it is this
-suite's (skills.eks_cluster_manager.ownership):
+suite's (skills.shared.ownership):
 
 1. PyTorchJobs (free the GPUs and the volume mounts), then the jobs' Secrets/ConfigMaps;
 2. model servers (Deployments, Services, Secrets, ConfigMaps labelled fsdp-eks/model-server);
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from skills.cloud.clients import aws_error_code
-from skills.eks_cluster_manager import ownership, storage
+from skills.eks_cluster_manager import storage
 from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
 Part = Literal["jobs", "model_servers", "nodegroups", "fsx"]
@@ -229,12 +230,14 @@ def _delete_group(ec2: Any, group_id: str) -> str | None:
     return None
 
 
-def bucket_rows(s3: Any, name: str, policy: BucketPolicy, apply: bool) -> list[ResourceChange]:
-    state = storage.bucket_state(s3, name)
+def bucket_rows(
+    s3: Any, name: str, cluster: str, policy: BucketPolicy, apply: bool
+) -> list[ResourceChange]:
+    state = storage.bucket_state(s3, name, cluster)
     if not state.exists:
         return []
-    if not state.ours:
-        return [_row("S3 bucket", name, "keep", "not created by fsdp-eks")]
+    if state.not_ours:  # another cluster's bucket (the suite's or not) is not this one's
+        return [_row("S3 bucket", name, "keep", state.not_ours)]
     if policy == "keep":
         return [
             _row(

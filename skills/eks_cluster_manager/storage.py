@@ -10,7 +10,7 @@ applied, resource by resource, each only when it is missing or differs:
 4. the StorageClass, PersistentVolume and PersistentVolumeClaim that mount the file
    system by static provisioning through the FSx CSI driver (fsx.csi.aws.com).
 
-Everything is tagged/labelled as this suite's (skills.eks_cluster_manager.ownership),
+Everything is tagged/labelled as this suite's (skills.shared.ownership),
 which is how a second run finds it ("unchanged") and how cleanup knows it."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from skills.cloud.clients import aws_error_code
-from skills.eks_cluster_manager import ownership
 from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
 DEPLOYMENT_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
@@ -304,12 +304,14 @@ def ensure_file_system(
 @dataclass(frozen=True)
 class BucketState:
     exists: bool
-    ours: bool = False
+    not_ours: str | None = None  # why it is not this suite's for the cluster (None: it is)
     encrypted: bool = False
     blocked: bool = False
 
 
-def bucket_state(s3: Any, name: str) -> BucketState:
+def bucket_state(s3: Any, name: str, cluster: str) -> BucketState:
+    """The bucket as storage and cleanup see it; ours only when its tags name this suite
+    and this cluster (another cluster's bucket of the suite is not this cluster's)."""
     import botocore.exceptions
 
     try:
@@ -349,7 +351,10 @@ def bucket_state(s3: Any, name: str) -> BucketState:
             raise
         encrypted = False
     return BucketState(
-        exists=True, ours=ownership.made_by_suite(tags), encrypted=encrypted, blocked=blocked
+        exists=True,
+        not_ours=ownership.why_not_ours_aws(tags, cluster),
+        encrypted=encrypted,
+        blocked=blocked,
     )
 
 
@@ -364,7 +369,7 @@ _PUBLIC_BLOCK = (
 def ensure_bucket(
     s3: Any, spec: StorageSpec, name: str, region: str, apply: bool
 ) -> ResourceChange:
-    state = bucket_state(s3, name)
+    state = bucket_state(s3, name, spec.cluster)
     todo = [
         what
         for what, done in (
@@ -373,8 +378,8 @@ def ensure_bucket(
         )
         if not done
     ]
-    if state.exists and not state.ours:  # someone's bucket: used, never reconfigured
-        detail = "exists, not created by fsdp-eks: used as it is"
+    if state.exists and state.not_ours:  # someone's bucket: used, never reconfigured
+        detail = f"exists, {state.not_ours}: used as it is"
         if todo:
             detail += f" (it has no {' and no '.join(todo)})"
         return ResourceChange(kind="S3 bucket", name=name, action="keep", detail=detail)
@@ -493,9 +498,49 @@ def _differs(actual: Any, wanted: Any, path: str = "") -> str | None:
     return None if actual == wanted else (path or ".")
 
 
+def _kube_refs(spec: StorageSpec) -> list[dict[str, Any]]:
+    """The StorageClass, PV and claim as references (kind, name, namespace): what
+    kube_objects renders, known before the file system is."""
+    return [
+        {"kind": "StorageClass", "metadata": {"name": STORAGE_CLASS}},
+        {"kind": "PersistentVolume", "metadata": {"name": PERSISTENT_VOLUME}},
+        {
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": spec.claim, "namespace": spec.namespace},
+        },
+    ]
+
+
+def current_objects(kube: Kube, spec: StorageSpec) -> list[dict[str, Any] | None]:
+    """The StorageClass, PV and claim as the cluster has them (None: missing), each one
+    this suite's: one of the same name that is not is refused as `not_ours` before
+    anything (AWS included) is written, in the plan as in the apply."""
+    found = []
+    for ref, (kind, name) in zip(_kube_refs(spec), _kube_names(spec), strict=True):
+        current = kube.get_or_none(object_path(ref))
+        instead = (
+            "Name another claim (checkpoint_pvc=...)"
+            if kind == "PersistentVolumeClaim"
+            else f"The suite's {kind} is always named {name}: move that one out of the way"
+        )
+        ownership.require_kube_ours(
+            current, kind, name,
+            f"{instead}; storage never takes over an object it did not make (a later "
+            "cleanup would delete it).",
+            label=ownership.STORAGE_LABEL, namespace=ref["metadata"].get("namespace"),
+        )  # fmt: skip
+        found.append(current)
+    return found
+
+
 def ensure_objects(
-    kube: Kube, spec: StorageSpec, fs: dict[str, Any] | None, apply: bool
+    kube: Kube,
+    spec: StorageSpec,
+    fs: dict[str, Any] | None,
+    apply: bool,
+    current: list[dict[str, Any] | None],
 ) -> list[ResourceChange]:
+    """`current`: current_objects' answer (read, and checked as ours, before any write)."""
     from kubernetes.client.exceptions import ApiException
 
     mount = ((fs or {}).get("LustreConfiguration") or {}).get("MountName")
@@ -515,11 +560,12 @@ def ensure_objects(
             for kind, name in _kube_names(spec)
         ]  # fmt: skip
     rows = []
-    for obj, (kind, name) in zip(kube_objects(spec, fs), _kube_names(spec), strict=True):
-        current = kube.get_or_none(object_path(obj))
-        differs = None if current is None else _differs(current, obj)
+    for obj, (kind, name), have in zip(
+        kube_objects(spec, fs), _kube_names(spec), current, strict=True
+    ):
+        differs = None if have is None else _differs(have, obj)
         action: ResourceAction = (
-            "create" if current is None else ("update" if differs else "unchanged")
+            "create" if have is None else ("update" if differs else "unchanged")
         )
         detail = f"{differs} differs" if differs else ""
         if kind == "PersistentVolume":

@@ -27,7 +27,7 @@ from skills.image_builder import dockerfile_reader
 from skills.image_builder.build_errors import BuildError, classify
 from skills.image_builder.models import Attempt, BuildResult, Versions
 from skills.image_builder.registry_check import check_image, mirror_setting, rewrite_from
-from skills.image_builder.tags import TagStrategy, choose_tag, concrete_strategy
+from skills.image_builder.tags import TagStrategy, build_inputs, choose_tag, concrete_strategy
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.reading import read_bytes
@@ -170,6 +170,7 @@ def _client_and_tag(options: BuildOptions, context: Path) -> tuple[Any, str, str
             repository=options.repository,
             context=context,
             client=client,
+            inputs=build_inputs(options.base_image, options.build_args),
         )
 
     semantic = not options.tag and concrete_strategy(options.tag_strategy, context) == "semantic"

@@ -6,10 +6,12 @@
   not exactly `vX.Y.Z` (`latest`, a git sha, `v1.2`) are ignored.
 - `git-sha`: the short commit of the build context's git repository (`git rev-parse
   --short HEAD`); when the working tree differs from that commit (changed, staged or
-  new files that git does not ignore) `-dirty-<changes>` follows, `<changes>` a hash of
-  the diff and of the new files' contents, so an image is never labelled with a
-  commit it was not built from and two different dirty trees never share a tag; a
-  context outside a git repository is an invalid_input error.
+  new files that git does not ignore) `-dirty-<hash>` follows, `<hash>` covering the
+  diff, the new files' contents and the build's own inputs (base_image, build_args);
+  on a clean tree built with such inputs, `-build-<hash>` of the inputs. So the tag
+  names the content: an image is never labelled with a commit it was not built from,
+  and two different images (two dirty trees, or one tree on two bases) never share a
+  tag. A context outside a git repository is an invalid_input error.
 - `latest`: `latest`.
 - `auto`: `git-sha` inside a git repository, else `semantic`.
 """
@@ -17,9 +19,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,7 +66,20 @@ def in_git_repo(context: Path) -> bool:
     return done.returncode == 0 and done.stdout.strip() == "true"
 
 
-def git_sha_tag(context: Path) -> str:
+def build_inputs(base_image: str | None, build_args: Mapping[str, str] | None) -> dict[str, str]:
+    """What besides the tree decides the image: the base it replaces the FROM with and the
+    build arguments (a Dockerfile's defaults are in the tree already)."""
+    inputs = {f"build_arg:{k}": str(v) for k, v in (build_args or {}).items()}
+    if base_image:
+        inputs["base_image"] = base_image
+    return inputs
+
+
+def _inputs_digest(inputs: Mapping[str, str]) -> bytes:
+    return json.dumps(dict(sorted(inputs.items())), separators=(",", ":")).encode()
+
+
+def git_sha_tag(context: Path, inputs: Mapping[str, str] | None = None) -> str:
     if not in_git_repo(context):
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
@@ -80,8 +96,13 @@ def git_sha_tag(context: Path) -> str:
             {"problems": [{"field": "tag_strategy", "problem": "no commit yet"}]},
         )
     changes = working_tree_changes(context)
-    suffix = f"-dirty-{changes[:DIRTY_HASH_CHARS]}" if changes else ""
-    return sha.stdout.strip() + suffix
+    if not changes and not inputs:
+        return sha.stdout.strip()
+    digest = hashlib.sha256((changes or "").encode())
+    if inputs:
+        digest.update(b"\0" + _inputs_digest(inputs))
+    kind = "dirty" if changes else "build"
+    return f"{sha.stdout.strip()}-{kind}-{digest.hexdigest()[:DIRTY_HASH_CHARS]}"
 
 
 def working_tree_changes(context: Path) -> str | None:
@@ -159,14 +180,15 @@ def choose_tag(
     repository: str,
     context: Path,
     client: Any,
+    inputs: Mapping[str, str] | None = None,
 ) -> tuple[str, str]:
-    """(tag, how it was chosen)."""
+    """(tag, how it was chosen). `inputs`: build_inputs(...), named by a git-sha tag."""
     if tag:
         return tag, "explicit"
     strategy = concrete_strategy(strategy, context)
     if strategy == "latest":
         return "latest", "latest"
     if strategy == "git-sha":
-        return git_sha_tag(context), "git-sha"
+        return git_sha_tag(context, inputs), "git-sha"
     existing = local_tags(client, repository) + registry_tags(repository)
     return next_semantic(existing), "semantic"

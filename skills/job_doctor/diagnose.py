@@ -55,6 +55,11 @@ MAX_EVIDENCE = 4  # lines per finding
 EVIDENCE_CHARS = 400  # characters per evidence line
 HITS_PER_KEYWORD = 64  # occurrences of one keyword looked at per log, newest first
 HEAD_BYTES = 256 * 1024  # a long log's head is scanned too (NCCL/EFA init lines)
+# Past the root cause, findings of one code and role on this many pods or more are one
+# finding that counts them (63 ranks timing out after one OOM say one thing, once).
+GROUP_AT = 3
+ALIKE_PODS_SHOWN = 8
+MAX_PER_POD_FINDINGS = 100  # per_pod: the list is bounded too (its cut is counted)
 MAX_SCAN = 8 * 1024 * 1024  # characters of one log scanned: its head and its tail
 
 ROLE_ORDER: dict[str, int] = {"cause": 0, "fallback": 1, "symptom": 2, "warning": 3}
@@ -81,6 +86,8 @@ class Finding(BaseModel):
     remediation: str
     retryable: bool
     time: str | None = Field(default=None, description="When it was first seen (RFC 3339).")
+    alike: int = Field(default=0, description="How many more pods showed the same.")
+    alike_pods: list[str] = Field(default_factory=list, description="Some of those pods.")
 
     def one_line(self) -> str:
         where = f" on {self.pod}" if self.pod else ""
@@ -101,6 +108,7 @@ class Diagnosis(BaseModel):
     logs_cut: list[str] = Field(
         default_factory=list, description="Logs longer than the scan bound (head+tail read)."
     )
+    findings_cut: int = Field(default=0, description="Per-pod findings left out (bounded).")
 
     @property
     def root(self) -> Finding | None:
@@ -337,8 +345,10 @@ def _evidence(signal: Signal) -> str:
     return line if len(line) <= EVIDENCE_CHARS else line[: EVIDENCE_CHARS - 3] + "..."
 
 
-def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
-    """The findings in a snapshot, root cause first (see the module's docstring)."""
+def diagnose(snapshot: Mapping[str, Any] | Snapshot, per_pod: bool = False) -> Diagnosis:
+    """The findings in a snapshot, root cause first (see the module's docstring); past
+    the root, repeated symptoms grouped unless `per_pod` (then at most
+    MAX_PER_POD_FINDINGS, the rest counted)."""
     snap = snapshot if isinstance(snapshot, Snapshot) else validate_snapshot(snapshot)
     master = has_master(snap.job, snap.pods)
     pods: dict[str, PodInfo] = {}
@@ -350,6 +360,12 @@ def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
     signals, scan, cut_logs = _signals(snap, pods, raw)
     drafts = _drafts(signals)
     findings = [_finding(d, pods.get(d.pod or "")) for d in _root_cause_first(drafts, pods)]
+    cut = 0
+    if per_pod:
+        cut = max(0, len(findings) - MAX_PER_POD_FINDINGS)
+        findings = findings[:MAX_PER_POD_FINDINGS]
+    else:
+        findings = grouped(findings)
     diagnosis = Diagnosis(
         job_name=_str(_get(snap.job, "metadata", "name")) or None,
         namespace=_str(_get(snap.job, "metadata", "namespace")) or None,
@@ -358,11 +374,44 @@ def diagnose(snapshot: Mapping[str, Any] | Snapshot) -> Diagnosis:
         findings=findings,
         log_chars_scanned=scan.chars,
         logs_cut=cut_logs,
+        findings_cut=cut,
     )
-    diagnosis.summary = (
-        findings[0].one_line() if findings else "no known failure signature in the snapshot"
-    )
+    diagnosis.summary = _summary(findings)
     return diagnosis
+
+
+def grouped(findings: list[Finding]) -> list[Finding]:
+    """The root cause as it is; after it, each code and role seen on GROUP_AT pods or
+    more as one finding (its earliest pod's, counting the others), in the order of its
+    first member."""
+    if not findings:
+        return []
+    members: dict[tuple[str, str], list[Finding]] = {}
+    for finding in findings[1:]:
+        members.setdefault((finding.code, finding.role), []).append(finding)
+    out = [findings[0]]
+    for finding in findings[1:]:
+        group = members[(finding.code, finding.role)]
+        if len(group) < GROUP_AT:
+            out.append(finding)
+        elif group[0] is finding:
+            others = [f.pod for f in group[1:] if f.pod]
+            out.append(finding.model_copy(update={
+                "alike": len(group) - 1, "alike_pods": others[:ALIKE_PODS_SHOWN]}))  # fmt: skip
+    return out
+
+
+def _summary(findings: list[Finding]) -> str:
+    """The root cause's line; then the largest group of what followed, counted."""
+    if not findings:
+        return "no known failure signature in the snapshot"
+    line = findings[0].one_line()
+    largest = max(findings[1:], key=lambda f: f.alike, default=None)
+    if largest is not None and largest.alike:
+        root = findings[0]
+        where = f" on {root.pod}" if root.pod else ""
+        line += f" | then {largest.code} on {largest.alike + 1} pods after the {root.code}{where}"
+    return line
 
 
 def _signals(

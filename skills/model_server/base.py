@@ -18,11 +18,6 @@ from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 
-# Every Kubernetes object this suite creates carries this label; a model server's also
-# MODEL_SERVER_LABEL=<name> (cleanup and list find them by these).
-MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "fsdp-eks")
-MODEL_SERVER_LABEL = "fsdp-eks/model-server"
-
 # A server's name: a DNS-1035 label, so it is also a Kubernetes Service name.
 ServerName = Annotated[
     str,

@@ -1,10 +1,20 @@
-"""The confirm gate: a destructive step runs only when the caller said confirm=true."""
+"""The confirm gate: a destructive step runs only when the caller said confirm=true.
+
+`Confirm` is the type of every parameter that opens a write (confirm, auto_fix, a
+replace): strict, so only a real JSON/Python true counts; "true", "yes", "on" or 1 over
+MCP are a caller's mistake, refused as invalid_input, never taken as a yes. A tool gives
+its own description: `Annotated[Confirm, Field(description=...)]` (pydantic merges both).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from skills.shared.errors import ErrorCode, ToolFailure
+
+Confirm = Annotated[bool, Field(strict=True)]
 
 
 def require_confirm(
@@ -27,4 +37,4 @@ def require_confirm(
     )
 
 
-__all__ = ["require_confirm"]
+__all__ = ["Confirm", "require_confirm"]

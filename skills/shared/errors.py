@@ -51,6 +51,9 @@ class ErrorCode(str, Enum):
     MODEL_INVALID = ("model_invalid", EXIT_BAD_INPUT)
     # The port a server was asked to listen on is taken on this host.
     PORT_IN_USE = ("port_in_use", EXIT_BAD_INPUT)
+    # An object the call would delete, scale or apply over exists and is not this suite's
+    # (skills.shared.ownership): nothing was touched; name another, or handle it yourself.
+    NOT_OURS = ("not_ours", EXIT_BAD_INPUT)
     # The state of things: the call was right, now is not the time.
     JOB_RUNNING = ("job_running", EXIT_FAILED)
     # A job of that name exists on the cluster (replace=true, or delete it first).

@@ -119,6 +119,28 @@ def test_a_clean_build_returns_id_size_and_the_tag_of_each_strategy(hub, tmp_pat
         assert again.tags == [f"{repository}:v0.1.1"]
 
 
+def test_a_git_sha_tag_names_the_build_arguments_not_only_the_tree(hub, tmp_path):
+    """Issue 29: one dirty tree built with two build arguments is two images, two tags."""
+
+    # The argument picks a file to COPY, so the two images differ (podman's layer cache
+    # does not key a LABEL on the arguments it reads).
+    for flavor in ("a", "b"):
+        (tmp_path / f"{flavor}.txt").write_text(f"flavor {flavor}\n")
+    dockerfile = _project(tmp_path, extra="ARG FLAVOR=a\nCOPY ${FLAVOR}.txt /app/flavor\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "c")
+    (tmp_path / "train.py").write_text("print('training, uncommitted')\n")
+    sha = _git(tmp_path, "rev-parse", "--short", "HEAD")
+    built = [build_image(dockerfile=str(dockerfile), repository="trainer-args", base_mirror=hub,
+                         tag_strategy="git-sha", build_args={"FLAVOR": f})  # fmt: skip
+             for f in ("a", "b")]  # fmt: skip
+    assert [b.status for b in built] == ["built", "built"]
+    (tag_a,), (tag_b,) = built[0].tags, built[1].tags
+    assert tag_a != tag_b and built[0].image_id != built[1].image_id
+    assert all(t.startswith(f"trainer-args:{sha}-dirty-") for t in (tag_a, tag_b))
+
+
 def test_a_rebuild_may_reuse_a_previous_images_layers(hub, tmp_path):
     # CI pulls the repository's newest image and passes it here (buildspec: cache-flag).
     dockerfile = _project(tmp_path)

@@ -333,3 +333,76 @@ def test_job_logs_never_follow_a_link(tmp_path):
         read_chunk(log, 0, what="job log")
     assert refused.value.code == "path_not_allowed" and "root:x" not in str(refused.value)
     assert read_chunk(tmp_path / "missing.log", 0) == b""
+
+
+# --- issue 30 item 11: strict booleans for every confirm ------------------------------------
+
+# Every parameter that opens a write, per tool (skills.shared.confirm.Confirm).
+CONFIRMS = {
+    "manage_eks_cluster": ("confirm", "auto_fix"),
+    "delete_model_server": ("confirm",),
+    "delete_training_job": ("confirm",),
+    "cancel_training_job": ("confirm",),
+    "cancel_operation": ("confirm",),
+    "push_to_ecr": ("confirm",),
+    "deploy_training_job": ("confirm", "replace"),
+}
+NOT_TRUE = ["true", "yes", "on", "1", 1, "True"]
+
+
+def test_every_write_opening_parameter_is_a_strict_confirm():
+    """The table above is the whole list: every bool parameter named confirm or replace
+    in any tool is in it (with manage_eks_cluster's auto_fix, an action that applies), and
+    each one is the shared strict type."""
+    from pydantic import BaseModel
+
+    from commands import tool_names, tool_spec
+
+    found: dict[str, set[str]] = {}
+    for name in tool_names():
+        spec = tool_spec(name)
+        models: list[type[BaseModel]] = [spec.params]
+        models += [m for g in spec.groups for m in g.members.values()]
+        for model in models:
+            for field, info in model.model_fields.items():
+                opens = field in ("confirm", "replace") or (name, field) == (
+                    "manage_eks_cluster", "auto_fix")  # fmt: skip
+                if opens and info.annotation is bool:
+                    found.setdefault(name, set()).add(field)
+                    assert any(getattr(m, "strict", None) for m in info.metadata), (name, field)
+    assert found == {name: set(fields) for name, fields in CONFIRMS.items()}
+
+
+def test_a_confirm_over_mcp_is_true_only_when_it_is_true(kube_api):
+    """The reproduction: manage_eks_cluster took confirm "true", "yes", 1, "on" over MCP
+    and applied an auto_fix. Every confirm of every tool refuses them as invalid_input,
+    naming the field; the cluster is unchanged."""
+    from tests.services import eks_cluster as seed
+
+    kube_api.reset()
+    seed.seed_healthy(kube_api)
+    del kube_api.emulator.objects[seed.NVIDIA_DS]
+    kubeconfig = str(kube_api.kubeconfig)
+
+    async def scenario():
+        answers = {}
+        async with Client(build_server()) as client:
+            for tool, fields in CONFIRMS.items():
+                for field in fields:
+                    for value in NOT_TRUE:
+                        args = {"action": "auto_fix", "kubeconfig": kubeconfig, field: value}
+                        if tool != "manage_eks_cluster":
+                            args = {field: value, "kubeconfig": "/nonexistent/kubeconfig"}
+                        result = await client.call_tool(tool, args)
+                        answers[tool, field, repr(value)] = result
+        return answers
+
+    answers = anyio.run(scenario)
+    for (tool, field, value), result in answers.items():
+        assert result.is_error, (tool, field, value)
+        error = json.loads(result.content[0].text)["error"]
+        assert error["code"] == "invalid_input", (tool, field, value, error)
+        named = [p["field"] for p in error["details"]["problems"]]
+        assert any(n.split(".")[-1] == field for n in named), (tool, field, value, named)
+    with pytest.raises(KeyError):  # auto_fix applied nothing
+        kube_api.emulator.objects[seed.NVIDIA_DS]

@@ -66,6 +66,9 @@ PATHS = [
 ]  # fmt: skip
 # The Kubernetes target's settings: a call with any of them goes to a cluster.
 CLUSTER_FIELDS = set(KubernetesDeploySettings.model_fields) - {"target"}
+# manage_eks_cluster actions that ask AWS before anything else (which no_aws makes
+# unreachable), so even a confirmed call writes nothing: storage, cleanup.
+AWS_ONLY = ("storage", "cleanup")
 # Confirmed or not, a cancel looks here, where nothing runs.
 EMPTY_RUNS = "empty-runs"
 
@@ -154,10 +157,12 @@ def _made_safe(tool: str, args: dict[str, Any]) -> dict[str, Any]:
         args["kubeconfig"] = "absent-kubeconfig"
     if tool == "inspect_eks_cluster" and args.get("kubeconfig") is None:
         args["kubeconfig"] = "absent-kubeconfig"  # reads from nowhere real
-    if tool == "manage_eks_cluster":  # reads only, from nowhere real; no eksctl, no writes
-        if args.get("action") not in ("describe", "validate", "create_config"):
+    if tool == "manage_eks_cluster":  # from nowhere real (no_aws); no eksctl, no writes
+        if args.get("action") not in ("describe", "validate", "create_config", *AWS_ONLY):
             args["action"] = "validate"
-        args["auto_fix"] = args["confirm"] = False
+        args["auto_fix"] = False
+        if args.get("action") not in AWS_ONLY:  # storage/cleanup reach no AWS: confirm as drawn
+            args["confirm"] = False
         if args.get("kubeconfig") is None:  # never the KUBECONFIG of whoever runs this
             args["kubeconfig"] = "absent-kubeconfig"
         if "output" in args:  # create_config writes it: only here, in the sandbox

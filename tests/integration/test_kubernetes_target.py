@@ -26,6 +26,7 @@ from commands.get_training_job_logs import get_training_job_logs
 from commands.list_training_jobs import list_training_jobs
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
+from skills.training_job_deployer.targets.base import JobPage
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from tests.services.kube import PYTORCHJOB
@@ -147,7 +148,7 @@ def test_list_reads_each_jobs_steps_from_the_end_of_rank_0s_log(operator):
     deploy(job_name="queued", max_steps=40)  # no pods yet: no log to read
     target = KubernetesTarget(KubernetesSettings())
     before = target.reader.calls
-    jobs = {j.job_name: j for j in target.list_jobs()}
+    jobs = {j.job_name: j for j in target.list_jobs()[0]}
     # The jobs and their pods: one LIST each; then the end of each started rank 0's log.
     assert target.reader.calls - before == 2 + 2
     seen = {name: (j.status, j.steps, j.max_steps) for name, j in jobs.items()}
@@ -158,6 +159,34 @@ def test_list_reads_each_jobs_steps_from_the_end_of_rank_0s_log(operator):
     }
     rows = dict(list_training_jobs(**K8S).summary_rows())
     assert rows["long"] == "succeeded 6/6 steps" and rows["queued"] == "running 0/40 steps"
+
+
+def test_a_list_page_reads_logs_only_for_its_own_jobs(operator):
+    """Issue 35 items 1 and 3: the requests a page makes do not grow with the namespace;
+    a status filter reads no log; the rest is counted and reached by the cursor."""
+    lines = RUN_LOG.splitlines(keepends=True)
+    for i in range(6):
+        deploy(job_name=f"job-{i}", max_steps=6)
+        operator.run(f"job-{i}", outcome="Succeeded", rank_logs={"master-0": RUN_LOG})
+    deploy(job_name="live", max_steps=6)
+    operator.run("live", outcome="Running", rank_logs={"master-0": "".join(lines[:3])})
+    target = KubernetesTarget(KubernetesSettings())
+    before = target.reader.calls
+    jobs, total = target.list_jobs(JobPage(limit=2))
+    assert target.reader.calls - before == 2 + 2  # jobs, pods, two logs: not seven
+    assert (len(jobs), total) == (2, 7)
+    before = target.reader.calls
+    target.list_jobs(JobPage(limit=20, status="succeeded"))
+    assert target.reader.calls - before == 2 + 6  # the filter itself read no log
+    page = list_training_jobs(**K8S, limit=2)
+    assert len(page.jobs) == 2 and page.more == 5 and page.next_cursor == "2"
+    rest = list_training_jobs(**K8S, limit=10, cursor=page.next_cursor)
+    assert len(rest.jobs) == 5 and rest.more == 0 and rest.next_cursor is None
+    names = [j.job_name for j in page.jobs + rest.jobs]
+    assert sorted(names) == sorted([f"job-{i}" for i in range(6)] + ["live"])
+    running = list_training_jobs(**K8S, status="running")
+    assert [j.job_name for j in running.jobs] == ["live"] and running.more == 0
+    assert dict(page.summary_rows())["5 more"] == "cursor=2"
 
 
 def test_a_failed_job_reports_the_trainers_error_and_restarts(operator):

@@ -19,10 +19,10 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from skills.model_server.base import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
 from skills.model_server.kubernetes.settings import VLLM_IMAGE, KubernetesServerSettings
 from skills.model_server.kubernetes.target import KubernetesServerTarget
 from skills.shared.errors import ToolFailure
+from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
 from skills.shared.progress import CollectingProgress
 
 pytestmark = pytest.mark.integration

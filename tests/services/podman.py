@@ -59,7 +59,9 @@ def _registries_conf(insecure: Iterable[str]) -> str:
 def _ping(docker_host: str) -> bool:
     import docker
 
-    client = docker.DockerClient(base_url=docker_host, timeout=2)
+    # Not 2 s: the SDK's first call is /version, which podman answers after asking dpkg
+    # about its packages, 3 s and more on a loaded machine.
+    client = docker.DockerClient(base_url=docker_host, timeout=15)
     try:
         return bool(client.ping())
     finally:
@@ -137,5 +139,64 @@ def podman_service(
     finally:
         if process is not None:
             stop_process(process)
+        _unmount_below(tmp)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=False)
+
+
+# --- the podman CLI, for what the Docker API cannot do here (RUN steps, mounting) --------
+
+
+@dataclass
+class PodmanCli:
+    """`podman` with this block's own storage (plus read-only image stores) and registries."""
+
+    binary: str
+    root: Path  # graphroot
+    env: dict[str, str]
+    tmpdir: Path
+
+    def __call__(
+        self, *args: str, timeout: float = 600, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        command = [self.binary, "--events-backend", "file", "--cgroup-manager", "cgroupfs"]
+        command += ["--tmpdir", str(self.tmpdir), *args]
+        done = subprocess.run(command, capture_output=True, text=True, env=self.env,
+                              timeout=timeout, check=False)  # fmt: skip
+        if check and done.returncode != 0:
+            raise RuntimeError(f"podman {' '.join(args[:3])} failed ({done.returncode}):\n"
+                               f"{done.stdout[-3000:]}{done.stderr[-3000:]}")  # fmt: skip
+        return done
+
+
+def _storage_conf(root: Path, runroot: Path, image_stores: Iterable[Path]) -> str:
+    stores = ", ".join(f'"{p}"' for p in image_stores)
+    return "\n".join([
+        "[storage]", 'driver = "overlay"', f'graphroot = "{root}"', f'runroot = "{runroot}"',
+        "[storage.options]", f"additionalimagestores = [{stores}]", "",
+    ])  # fmt: skip
+
+
+@contextlib.contextmanager
+def podman_cli(
+    *, image_stores: Iterable[Path] = (), insecure_registries: Iterable[str] = ()
+) -> Iterator[PodmanCli]:
+    """The podman CLI on private storage in a temp dir, removed after the block.
+
+    `image_stores`: podman stores whose images it may use read-only (additionalimagestores;
+    given through CONTAINERS_STORAGE_CONF, as podman ignores them next to --root)."""
+    binary = check()
+    tmp = Path(tempfile.mkdtemp(prefix="fsdp-podcli-"))
+    try:
+        (tmp / "libpod").mkdir()
+        conf = tmp / "storage.conf"
+        conf.write_text(_storage_conf(tmp / "root", tmp / "runroot", image_stores))
+        registries_conf = tmp / "registries.conf"
+        registries_conf.write_text(_registries_conf(tuple(insecure_registries)))
+        env = {k: v for k, v in os.environ.items() if k not in _UNSET}
+        env["CONTAINERS_STORAGE_CONF"] = str(conf)
+        env["CONTAINERS_REGISTRIES_CONF"] = str(registries_conf)
+        env["REGISTRY_AUTH_FILE"] = str(tmp / "auth.json")
+        yield PodmanCli(binary=binary, root=tmp / "root", env=env, tmpdir=tmp / "libpod")
+    finally:
         _unmount_below(tmp)
         subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=False)

@@ -65,8 +65,27 @@ def _worker(rank: int, store_path: str, hf_dirs: list[str | None]) -> None:
                 assert torch.equal(param.full_tensor(), ref.get_parameter(name)), name
             with torch.no_grad():
                 torch.testing.assert_close(got(tokens), ref(tokens), rtol=0, atol=0)
+            if hf_dir is None:
+                _device_init_is_the_same_at_every_world_size(cfg)
     finally:
         dist.destroy_process_group()
+
+
+def _device_init_is_the_same_at_every_world_size(cfg: ModelConfig) -> None:
+    """The GPU path's init (each rank draws only its rows, on its device): the shards of
+    2 ranks are the rows one whole model on 1 rank draws."""
+    whole = build_meta_model(cfg, rope_len=16)
+    materialize(whole, CPU, CPU)
+    init_random(whole, SEED, on_device=True)
+    sharded = build_meta_model(cfg, rope_len=16)
+    apply_fsdp(sharded, build_mesh("cpu", "full", 2, 2), _no_cast(), True)
+    materialize(sharded, CPU, CPU)
+    init_random(sharded, SEED, on_device=True)
+    for name, param in sharded.named_parameters():
+        assert torch.equal(param.full_tensor(), whole.get_parameter(name)), name
+    embed = whole.embed_tokens.weight
+    assert abs(embed.std().item() - 0.02) < 0.002 and abs(embed.mean().item()) < 0.002
+    assert torch.equal(whole.norm.weight, torch.ones_like(whole.norm.weight))
 
 
 @pytest.mark.parametrize("source", ["random", "hf"])

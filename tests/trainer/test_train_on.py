@@ -20,9 +20,9 @@ from trainer.data import (
     tokenize_documents,
     tokenize_with_mask,
 )
+from trainer.loss import token_loss
 from trainer.token_cache import cached_tokens, open_mask, token_file
 from trainer.tokenizer import HFTokenizer
-from trainer.train import token_loss
 
 TWO_TURNS = [*CHAT, {"role": "user", "content": "there"}, {"role": "assistant", "content": "hi"}]
 

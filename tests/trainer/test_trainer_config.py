@@ -21,7 +21,7 @@ def test_defaults_fill_the_whole_tree_from_the_preset():
     assert isinstance(cfg, TrainConfig)
     assert cfg.model_type == "debug"
     assert cfg.model.dim == PRESETS["debug"]["dim"]
-    assert cfg.parallel.sharding_strategy == "full"
+    assert cfg.parallel.sharding_strategy == "auto"  # hybrid on >1 node, else full
     assert cfg.data.dataset is None
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trainer import device as d
-from trainer.parallel import mesh_shape, reshard_after_forward
+from trainer.parallel import mesh_shape, reshard_after_forward, resolve_strategy
 
 
 def test_cuda_available_uses_cuda_and_nccl():
@@ -77,3 +77,91 @@ def test_sharding_strategy_maps_to_mesh_and_reshard(strategy, shape, reshard):
 def test_hybrid_needs_whole_nodes():
     with pytest.raises(ValueError, match="multiple"):
         mesh_shape("hybrid", world_size=6, local_world_size=4)
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "visible", "expected"),
+    [
+        (3, 1, 0),  # the launcher gave this process its one GPU: it is cuda:0
+        (0, 1, 0),
+        (3, 8, 3),  # all of the node's GPUs visible: local rank r takes GPU r
+        (3, None, 3),  # count unknown: as before
+    ],
+)
+def test_the_gpu_of_a_rank_follows_what_it_can_see(local_rank, visible, expected):
+    assert d.device_for("cuda", local_rank, visible) == torch.device("cuda", expected)
+
+
+def test_more_local_ranks_than_visible_gpus_is_an_error_not_an_invalid_ordinal():
+    with pytest.raises(ValueError, match="LOCAL_RANK 4 but this process sees 2 GPUs"):
+        d.device_for("cuda", 4, 2)
+
+
+def test_fused_adamw_on_cuda_and_foreach_on_cpu():
+    assert d.optimizer_flags("cuda") == {"fused": True}
+    assert d.optimizer_flags("cpu") == {"foreach": True}
+
+
+def test_the_optimizer_is_built_with_the_devices_flags():
+    from trainer.config import TrainConfig
+    from trainer.train import build_optimizer
+
+    model = torch.nn.Linear(4, 4)
+    assert build_optimizer(model, TrainConfig(), "cuda").defaults["fused"] is True
+    cpu = build_optimizer(model, TrainConfig(), "cpu").defaults
+    assert cpu["foreach"] is True and not cpu["fused"]
+
+
+def test_the_flight_recorder_dumps_on_timeout_and_leaves_set_variables_alone():
+    env = d.flight_recorder_env("/runs/a/nccl_traces", {})
+    assert env == {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(d.FLIGHT_RECORDER_ENTRIES),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": "/runs/a/nccl_traces/nccl_trace_rank_",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/runs/a/nccl_traces/nccl_trace_rank_",
+    }
+    mine = d.flight_recorder_env("/x", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in mine and len(mine) == 3
+
+
+@pytest.mark.parametrize(
+    ("world", "local", "strategy"),
+    [(16, 8, "hybrid"), (8, 8, "full"), (2, 2, "full"), (1, 1, "full"), (12, 8, "full")],
+)
+def test_auto_sharding_is_hybrid_across_nodes(world, local, strategy):
+    assert resolve_strategy("auto", world, local) == strategy
+    assert resolve_strategy("shard_grad_op", world, local) == "shard_grad_op"
+
+
+def test_auto_shards_across_nodes_when_one_nodes_gpus_cannot_hold_the_state():
+    gib = 2**30
+    # 8B on 8 x 80 GB per node: 16 GB of state per GPU -> hybrid.
+    assert resolve_strategy("auto", 16, 8, n_params=8 * 10**9, gpu_bytes=80 * gib) == "hybrid"
+    # 70B: 140 GB per GPU within a node -> shard over every GPU.
+    assert resolve_strategy("auto", 16, 8, n_params=70 * 10**9, gpu_bytes=80 * gib) == "full"
+
+
+def test_auto_maps_to_the_mesh_of_what_it_resolves_to():
+    assert mesh_shape("auto", world_size=16, local_world_size=8) == (2, 8)
+    assert mesh_shape("auto", world_size=8, local_world_size=8) == (8,)
+    assert reshard_after_forward("auto") is True
+
+
+def test_the_error_file_names_where_the_flight_recorder_dumped(tmp_path, monkeypatch):
+    import json
+
+    from trainer.train import flight_recorder_dumps, record_error
+
+    env = d.flight_recorder_env(str(tmp_path / "traces"), {})
+    dumps = flight_recorder_dumps(env)
+    assert dumps == f"{tmp_path}/traces/nccl_trace_rank_<rank>"
+    assert flight_recorder_dumps({}) is None  # CPU runs: no flight recorder
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    try:
+        raise RuntimeError("Watchdog caught collective operation timeout")
+    except RuntimeError as exc:
+        record_error(exc, dumps)
+    written = json.loads(error_file.read_text())["message"]
+    assert written["message"] == "RuntimeError: Watchdog caught collective operation timeout"
+    assert written["extraInfo"]["nccl_flight_recorder"] == dumps

@@ -10,13 +10,14 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from trainer import metrics
 from trainer.config import ModelConfig, RopeScaling
-from trainer.model import Transformer, llama3_scaled_inv_freq
+from trainer.model import Transformer, llama3_scaled_inv_freq, num_params
 from trainer.parallel import (
     SAVED_OPS,
     _save_expensive_ops,
     apply_activation_checkpointing,
     apply_compile,
     checkpoint_fn,
+    fsdp_units,
     offload_policy,
 )
 
@@ -109,9 +110,7 @@ def test_specific_names_win_and_unknown_devices_have_no_peak():
 
 
 def test_mfu_is_achieved_over_peak_flops():
-    per_token = metrics.flops_per_token(
-        n_params=1_000, n_embedding_params=200, n_layers=2, dim=8, seq_len=16
-    )
+    per_token = metrics.flops_per_token(n_matmul_params=800, n_layers=2, dim=8, seq_len=16)
     assert per_token == 6 * 800 + 12 * 2 * 8 * 16
     assert metrics.mfu(tokens_per_s_per_device=1e6, flops_per_tok=per_token, peak=1e12) == (
         pytest.approx(1e6 * per_token / 1e12)
@@ -128,3 +127,64 @@ def test_compiled_blocks_with_selective_checkpointing_train_like_eager(run_train
     loss_compiled = {e["step"]: e["loss"] for e in compiled if e["event"] == "step"}
     assert loss_compiled[1] == pytest.approx(loss[1], abs=1e-4)
     assert loss_compiled[2] == pytest.approx(loss[2], abs=1e-3)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_mfu_counts_lm_head_as_a_matmul_also_when_tied(tied):
+    cfg = ModelConfig(**{**CFG.__dict__, "tie_word_embeddings": tied})
+    model = Transformer(cfg)
+    embedding = cfg.vocab_size * cfg.dim
+    # Every Linear's weight does a matmul (lm_head included); the embedding lookup does
+    # not, but when tied its matrix IS lm_head's weight, counted once in the model.
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    norms = sum(p.numel() for n, p in model.named_parameters() if p.ndim == 1)
+    assert metrics.matmul_params(num_params(model), cfg.vocab_size, cfg.dim, tied) == (
+        linear + norms
+    )
+    assert num_params(model) == linear + norms + (0 if tied else embedding)
+
+
+def test_the_peak_table_covers_every_gpu_of_the_catalogue():
+    from skills.catalog.instances import GPUS, INSTANCES
+
+    # torch.cuda.get_device_name() spells them "NVIDIA <name>...".
+    for gpu in GPUS:
+        assert metrics.peak_flops(f"NVIDIA {gpu.name}") is not None, gpu.name
+    assert {i.gpu for i in INSTANCES} <= {g.name for g in GPUS}
+    assert metrics.peak_flops("NVIDIA H100 NVL") == 835e12
+    assert metrics.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert metrics.peak_flops("NVIDIA RTX PRO 6000 Blackwell Server Edition") == 503.8e12
+
+
+def test_cuda_memory_fields_report_peak_reserved_and_allocation_retries():
+    stats = {
+        "allocated_bytes.all.peak": 3 * 2**30,
+        "reserved_bytes.all.peak": 5 * 2**30,
+        "num_alloc_retries": 2,
+    }
+    assert metrics.cuda_memory_fields(stats) == {
+        "mem_mb": 3072.0,
+        "mem_reserved_mb": 5120.0,
+        "alloc_retries": 2,
+    }
+    assert set(metrics.memory_stats("cpu")) == {"mem_mb"}
+
+
+def test_embedding_and_norm_with_lm_head_are_fsdp_units_of_their_own():
+    model = Transformer(CFG)
+    units = fsdp_units(model)
+    assert [modules for modules, _ in units] == [
+        [model.embed_tokens],
+        *[[block] for block in model.layers],
+        [model.norm, model.lm_head],
+    ]
+    # Only the last unit keeps its params gathered after forward: backward needs them next.
+    assert [reshard for _, reshard in units] == [True, True, True, False]
+
+
+def test_tied_embeddings_stay_with_the_root():
+    # One parameter shared by the embedding and lm_head cannot live in two units.
+    model = Transformer(ModelConfig(**{**CFG.__dict__, "tie_word_embeddings": True}))
+    units = fsdp_units(model)
+    assert [modules for modules, _ in units] == [[block] for block in model.layers]
+    assert [reshard for _, reshard in units] == [True, False]

@@ -12,6 +12,7 @@ import pytest
 from skills.image_builder.tags import (
     REPOSITORY_PATTERN,
     TAG_PATTERN,
+    build_inputs,
     choose_tag,
     concrete_strategy,
     git_sha_tag,
@@ -136,3 +137,25 @@ def test_repository_names_docker_refuses(bad):
 @pytest.mark.parametrize("bad", ["", "-lead", ".lead", "a" * 129, "has space", "a:b", "ü"])
 def test_tags_docker_refuses(bad):
     assert not re.fullmatch(TAG_PATTERN, bad)
+
+
+def test_git_sha_names_the_build_inputs_too(repo):
+    """Issue 29: a rebuild of one dirty tree on another base got the first build's tag."""
+    sha = _git(repo, "rev-parse", "--short", "HEAD")
+    on_a = build_inputs("pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime", None)
+    on_b = build_inputs("pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime", None)
+    # A clean tree: the bare sha only when nothing else decides the image.
+    assert git_sha_tag(repo, build_inputs(None, {})) == sha
+    clean_a, clean_b = git_sha_tag(repo, on_a), git_sha_tag(repo, on_b)
+    assert re.fullmatch(rf"{sha}-build-[0-9a-f]{{12}}", clean_a) and clean_a != clean_b
+    assert git_sha_tag(repo, on_a) == clean_a  # the same inputs, the same tag
+    (repo / "Dockerfile").write_text("FROM scratch\nLABEL a=b\n")
+    dirty = {git_sha_tag(repo, inputs) for inputs in (None, on_a, on_b)}
+    assert len(dirty) == 3 and all(t.startswith(f"{sha}-dirty-") for t in dirty)
+    assert all(re.fullmatch(TAG_PATTERN, t) for t in dirty)
+    # Build arguments count, in any order; a value is not confused with another's name.
+    args = [{"A": "1", "B": "2"}, {"B": "2", "A": "1"}, {"A": "1", "B": "3"}, {"A": "1B=2"}]
+    tags = [git_sha_tag(repo, build_inputs(None, a)) for a in args]
+    assert tags[0] == tags[1] and len({tags[0], tags[2], tags[3]}) == 3
+    assert choose_tag(tag=None, strategy="git-sha", repository="r", context=repo, client=None,
+                      inputs=on_b) == (git_sha_tag(repo, on_b), "git-sha")  # fmt: skip

@@ -3,8 +3,8 @@ once the controller has seen the current spec, and a passed progress deadline fa
 
 from __future__ import annotations
 
-from skills.model_server.base import MODEL_SERVER_LABEL
 from skills.model_server.kubernetes.target import rollout, waiting_reason
+from skills.shared.ownership import MODEL_SERVER_LABEL
 
 
 def deployment(replicas: int, generation: int, **status) -> dict:

@@ -94,13 +94,20 @@ def test_root_finding_code_rank_and_remedy(name):
 
 
 def test_symptoms_follow_the_cause_in_a_multi_rank_failure():
-    diagnosis = diagnose(load("multi_oom_then_timeouts"))
+    diagnosis = diagnose(load("multi_oom_then_timeouts"), per_pod=True)
     assert diagnosis.codes == ["cuda_oom"] + ["collective_timeout"] * 3
     assert [f.rank for f in diagnosis.findings] == [2, 0, 1, 3]
     assert diagnosis.root.process_rank == 17  # the global rank torch's [rankN]: prefix names
     assert [f.role for f in diagnosis.findings] == ["cause"] + ["symptom"] * 3
     # The generic ChildFailedError / exit 1 of the same pods adds nothing.
     assert "python_error" not in diagnosis.codes
+    # By default the three timeouts are one finding: the earliest pod's, counting the rest.
+    grouped = diagnose(load("multi_oom_then_timeouts"))
+    assert grouped.codes == ["cuda_oom", "collective_timeout"]
+    symptom = grouped.findings[1]
+    assert (symptom.rank, symptom.alike) == (0, 2)
+    assert symptom.alike_pods == [diagnosis.findings[2].pod, diagnosis.findings[3].pod]
+    assert "then collective_timeout on 3 pods after the cuda_oom on" in grouped.summary
 
 
 def test_the_earliest_cause_wins_when_two_ranks_fail():

@@ -23,9 +23,9 @@ from skills.catalog.instances import instance_spec
 from skills.kube.efa import GPU_TOLERATIONS
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT
-from skills.model_server.base import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
 from skills.model_server.kubernetes.settings import KubernetesServerSettings
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
 from skills.shared.templates import yaml_templates
 
 HERE = Path(__file__).resolve().parent  # resolved at import: a later chdir must not move it

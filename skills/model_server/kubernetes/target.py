@@ -25,13 +25,7 @@ from skills.cloud.clients import env_region
 from skills.kube.access import cluster_api_client
 from skills.kube.client import KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
-from skills.model_server.base import (
-    MANAGED_BY_LABEL,
-    MODEL_SERVER_LABEL,
-    ServerPlan,
-    ServerState,
-    ServerTarget,
-)
+from skills.model_server.base import ServerPlan, ServerState, ServerTarget
 from skills.model_server.kubernetes.manifest import MODEL_ANNOTATION, check_name, render
 from skills.model_server.kubernetes.settings import (
     DEFAULT_PORT,
@@ -40,6 +34,7 @@ from skills.model_server.kubernetes.settings import (
 )
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
+from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL, require_kube_ours
 from skills.shared.progress import Progress
 
 FIELD_MANAGER = "fsdp-eks"
@@ -147,6 +142,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         wait_seconds: float | None,
     ) -> ServerState:
         kube = self._client(settings)
+        self._ours(kube, plan.name, settings, "deploy it under another name")  # before any write
         _require_s3_identity(kube, plan.objects[0])
         for obj in plan.objects:  # exactly the plan: server-side apply of each object
             kube.request(
@@ -270,6 +266,11 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
                 "List them with list_model_servers, or deploy it with deploy_model_server.",
                 {"name": name, "namespace": settings.namespace},
             )
+        require_kube_ours(  # coredns is not a model server to report (nor to scale)
+            deployment, "Deployment", f"{settings.namespace}/{name}",
+            "It is not a model server of this suite's: list_model_servers lists those.",
+            label=MODEL_SERVER_LABEL, value=name, namespace=settings.namespace,
+        )  # fmt: skip
         return self._describe(kube, deployment, settings)
 
     def _describe(
@@ -328,6 +329,27 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             return state
         return state.model_copy(update={"message": f"{state.message} {reason}"})
 
+    @staticmethod
+    def _ours(
+        kube: KubeJson, name: str, settings: KubernetesServerAccess, instead: str
+    ) -> dict[str, dict[str, Any] | None]:
+        """The server's Deployment and Service as the cluster has them (None: missing),
+        each one this suite's model server `name` in this namespace; one of that name
+        that is not (coredns, someone's web) is refused as `not_ours`, untouched."""
+        found: dict[str, dict[str, Any] | None] = {}
+        for kind, path in (
+            ("Deployment", _deployment_path(settings.namespace, name)),
+            ("Service", _service_path(settings.namespace, name)),
+        ):
+            found[kind] = obj = kube.get_or_none(path)
+            require_kube_ours(
+                obj, kind, f"{settings.namespace}/{name}",
+                f"It is not a model server of this suite's: {instead}, or manage it with "
+                "kubectl yourself.",
+                label=MODEL_SERVER_LABEL, value=name, namespace=settings.namespace,
+            )  # fmt: skip
+        return found
+
     def get(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         check_name(name)
         kube = self._client(settings)
@@ -345,17 +367,24 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         return sorted((self._describe(kube, d, settings) for d in ours), key=lambda s: s.name)
 
     def delete(self, name: str, settings: KubernetesServerAccess) -> ServerState:
-        """The Deployment (its pods with it) and the Service; gone already is not an error."""
+        """The Deployment (its pods with it) and the Service, once both are known to be
+        this suite's; gone already is not an error. The DELETE names the uid it checked,
+        so an object replaced in between is not deleted in its place."""
         check_name(name)
         kube = self._client(settings)
+        found = self._ours(kube, name, settings, "delete it with kubectl if it should go")
         removed = []
         for kind, path in (
             ("Deployment", _deployment_path(settings.namespace, name)),
             ("Service", _service_path(settings.namespace, name)),
         ):
+            obj = found[kind]
+            if obj is None:
+                continue
             status, _ = kube.request(
-                "DELETE", path, query={"propagationPolicy": "Foreground"}, missing_ok=(404,)
-            )
+                "DELETE", path, query={"propagationPolicy": "Foreground"},
+                body=_preconditions(obj), missing_ok=(404,),
+            )  # fmt: skip
             if status < 300:
                 removed.append(kind)
         message = f"Deleted {' and '.join(removed)}." if removed else "Nothing to delete."
@@ -371,17 +400,34 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
                 {"problems": [{"field": "replicas", "problem": "out of range"}]},
             )
         kube = self._client(settings)
-        path = _deployment_path(settings.namespace, name)
+        deployment = self._ours(
+            kube, name, settings, "scale only servers deploy_model_server made"
+        )["Deployment"]
+        if deployment is None:
+            return self._state(kube, name, settings)  # raises NOT_FOUND with its hint
+        # The resourceVersion it was checked at: a changed object is a 409, not scaled.
+        version = (deployment.get("metadata") or {}).get("resourceVersion")
+        body: dict[str, Any] = {"spec": {"replicas": replicas}}
+        if version:
+            body["metadata"] = {"resourceVersion": version}
         patched = kube.json(
             "PATCH",
-            path,
-            body={"spec": {"replicas": replicas}},
+            _deployment_path(settings.namespace, name),
+            body=body,
             content_type="application/merge-patch+json",
             missing_ok=(404,),
         )
         if patched is None:
-            return self._state(kube, name, settings)  # raises NOT_FOUND with its hint
+            return self._state(kube, name, settings)
         return self._describe(kube, patched, settings)
+
+
+def _preconditions(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """DeleteOptions that delete only this very object (its uid), when it has one."""
+    uid = (obj.get("metadata") or {}).get("uid")
+    if not uid:
+        return None
+    return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
 
 
 def _service_port(service: dict[str, Any]) -> int:

@@ -75,6 +75,19 @@ class Capability(str, Enum):
 
 
 @dataclass(frozen=True)
+class JobPage:
+    """Which jobs a list returns: `limit` of them (None: all) after the first `offset`,
+    newest first, only those in `status` when given."""
+
+    limit: int | None = None
+    offset: int = 0
+    status: str | None = None
+
+
+EVERY_JOB = JobPage()  # no limit, no filter
+
+
+@dataclass(frozen=True)
 class LogOptions:
     """logs' options for a target with one log per pod (Capability.LOG_OPTIONS)."""
 
@@ -223,8 +236,9 @@ class Target(ABC, Generic[PlanT]):
         """Stop the job (checkpoints stay); a job that ended already is left as it is."""
 
     @abstractmethod
-    def list_jobs(self) -> list[JobState]:
-        """Every job this target knows, newest first."""
+    def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
+        """The page's jobs, newest first, and how many jobs match in all (None where
+        counting them would mean reading every one)."""
 
     # what some targets do (capabilities) ------------------------------------------------
 

@@ -25,7 +25,7 @@ from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets import checkpoint_owner
-from skills.training_job_deployer.targets.base import LogOptions, PlanT, Target
+from skills.training_job_deployer.targets.base import EVERY_JOB, JobPage, LogOptions, PlanT, Target
 from skills.training_job_deployer.trainer_log import LogFollower, RunMetrics
 
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
@@ -87,31 +87,48 @@ def corrupt_record(exc: RecordCorrupt) -> ToolFailure:
 
 
 def list_recorded_jobs(
-    runs_dir: Path, record_name: str, target: str, describe: Callable[[str], JobState]
-) -> list[JobState]:
-    """Every job with a record named `record_name` under runs_dir, newest first, as
-    `describe` tells it; one that cannot be described is listed as unknown, with why."""
+    runs_dir: Path,
+    record_name: str,
+    target: str,
+    describe: Callable[[str], JobState],
+    page: JobPage = EVERY_JOB,
+) -> tuple[list[JobState], int | None]:
+    """The page of jobs with a record named `record_name` under runs_dir, newest first,
+    as `describe` tells it (one that cannot be described is listed as unknown, with
+    why), and how many match. Only the page's jobs are described, unless a status is
+    asked for: then jobs are described in order until the page is full, and the count
+    is None unless every job was."""
     if not runs_dir.is_dir():
-        return []
+        return [], 0
     records = sorted(
         runs_dir.glob(f"*/{record_name}"), key=lambda p: p.stat().st_mtime, reverse=True
     )
-    states = []
-    for path in records:
-        try:
-            states.append(describe(path.parent.name))
-        except ToolFailure as failure:
-            states.append(
-                JobState(
-                    job_name=path.parent.name,
-                    target=target,
-                    status="unknown",
-                    run_dir=str(path.parent),
-                    message=f"{failure.code}: {failure.message}",
-                    hint=failure.hint,
-                )
-            )
-    return states
+    if page.status is None:
+        end = None if page.limit is None else page.offset + page.limit
+        return [_described(p, target, describe) for p in records[page.offset : end]], len(records)
+    matched: list[JobState] = []
+    wanted = None if page.limit is None else page.offset + page.limit
+    for i, path in enumerate(records):
+        state = _described(path, target, describe)
+        if state.status == page.status:
+            matched.append(state)
+        if wanted is not None and len(matched) > wanted:  # one more: there are more
+            return matched[page.offset : wanted], None if i + 1 < len(records) else len(matched)
+    return matched[page.offset : wanted], len(matched)
+
+
+def _described(path: Path, target: str, describe: Callable[[str], JobState]) -> JobState:
+    try:
+        return describe(path.parent.name)
+    except ToolFailure as failure:
+        return JobState(
+            job_name=path.parent.name,
+            target=target,
+            status="unknown",
+            run_dir=str(path.parent),
+            message=f"{failure.code}: {failure.message}",
+            hint=failure.hint,
+        )
 
 
 def cancelled_message(metrics: RunMetrics) -> str:
@@ -289,7 +306,7 @@ class RunDirTarget(Target[PlanT]):
         except OSError:
             return 0
 
-    def list_jobs(self) -> list[JobState]:
-        """Every job with a record under runs_dir, newest first; a record that cannot
-        be read is listed with status unknown and why."""
-        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.describe)
+    def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
+        """The page of jobs with a record under runs_dir, newest first; a record that
+        cannot be read is listed with status unknown and why."""
+        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.describe, page)

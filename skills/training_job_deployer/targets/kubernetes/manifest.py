@@ -70,9 +70,7 @@ def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
 
 def job_buckets(spec: JobSpec) -> list[str]:
     """The S3 buckets the job's pods read or write (model, data, tokenizer, checkpoints)."""
-    return s3_buckets(
-        (spec.model_name_or_path, spec.dataset, spec.tokenizer, spec.checkpoint_dir)
-    )
+    return s3_buckets((spec.model_name_or_path, spec.dataset, spec.tokenizer, spec.checkpoint_dir))
 
 
 def service_account(spec: JobSpec) -> str | None:

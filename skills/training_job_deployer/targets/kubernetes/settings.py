@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from skills.kube.fields import (
     ClusterAccess,
 )
+from skills.shared.confirm import Confirm
 from skills.training_job_deployer.targets.base import TargetSettings
 
 HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:\d{1,5}$"
@@ -112,12 +113,8 @@ class KubernetesDeploySettings(KubernetesSettings):
         str | None,
         Field(pattern=r"^\^?[A-Za-z0-9_.,=^-]{1,200}$", description="NCCL_SOCKET_IFNAME."),
     ] = None
-    replace: Annotated[
-        bool, Field(strict=True, description="Delete a job of the same name first.")
-    ] = False
-    confirm: Annotated[
-        bool, Field(strict=True, description="Confirm replace of a running job.")
-    ] = False
+    replace: Annotated[Confirm, Field(description="Delete a job of the same name first.")] = False
+    confirm: Annotated[Confirm, Field(description="Confirm replace of a running job.")] = False
     skip_gate: Annotated[
         bool, Field(strict=True, description="Skip the driver/CUDA check before submit.")
     ] = False

@@ -41,8 +41,10 @@ from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
+    EVERY_JOB,
     Billing,
     Capability,
+    JobPage,
     LogOptions,
     Plan,
     Target,
@@ -638,19 +640,25 @@ class KubernetesTarget(Target[KubernetesPlan]):
         state.next_step = state.hint = None
         return state
 
-    def list_jobs(self) -> list[JobState]:
-        """Every PyTorchJob in the namespace, newest first: status from the job; steps
-        from the end of rank 0's log (the trainer's summary or its last step); max_steps
-        from the trainer's start line there, else the job's command. The jobs and their
-        pods are one LIST each, then one bounded log read per job whose rank 0 started."""
+    def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
+        """The page of PyTorchJobs in the namespace, newest first: status from the job
+        (so a status filter reads no log); steps from the end of rank 0's log (the
+        trainer's summary or its last step); max_steps from the trainer's start line
+        there, else the job's command. The jobs and their pods are one LIST each, then
+        one bounded log read per job of the page whose rank 0 started: the requests a
+        page makes do not grow with the namespace."""
         jobs = sorted(
             self.reader.jobs(),
             key=lambda j: (j.get("metadata") or {}).get("creationTimestamp") or "",
             reverse=True,
         )
-        pods = self.reader.pods_by_job() if jobs else {}
+        if page.status is not None:
+            jobs = [j for j in jobs if kube_pods.job_status(j) == page.status]
+        end = None if page.limit is None else page.offset + page.limit
+        shown = jobs[page.offset : end]
+        pods = self.reader.pods_by_job() if shown else {}
         states = []
-        for job in jobs:
+        for job in shown:
             name = (job.get("metadata") or {}).get("name", "")
             condition = kube_pods.current_condition(job)
             metrics = self._log_end_metrics(pods.get(name, []))
@@ -664,7 +672,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     message=None if condition is None else redact(condition.message or ""),
                 )
             )
-        return states
+        return states, len(jobs)
 
     def _log_end_metrics(self, pods: list[dict[str, Any]]) -> RunMetrics:
         """What the last LIST_LOG_LINES lines of rank 0's log say (nothing before it runs)."""
