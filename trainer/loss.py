@@ -75,9 +75,14 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        chunk: int,
+        with_grads: bool,
     ) -> torch.Tensor:
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        need_grad = with_grads and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_grad else None
         # The weight's gradient is accumulated over chunks in fp32 even under bf16.
@@ -112,6 +117,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             (grad_weight * grad_out).to(ctx.weight_dtype),
             None,
             None,
+            None,
         )
 
 
@@ -122,4 +128,6 @@ def chunked_cross_entropy_sum(
     hidden: (..., dim); targets: (...) with IGNORE_INDEX where nothing is trained on."""
     flat = hidden.reshape(-1, hidden.shape[-1])
     chunk = chunk or chunk_tokens(weight.shape[0])
-    return ChunkedLinearCrossEntropy.apply(flat, weight, targets.reshape(-1), chunk)
+    # Under no_grad (evaluation) the gradients are not computed: one matmul, not three.
+    with_grads = torch.is_grad_enabled()
+    return ChunkedLinearCrossEntropy.apply(flat, weight, targets.reshape(-1), chunk, with_grads)

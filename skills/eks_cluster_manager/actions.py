@@ -111,13 +111,16 @@ def describe(access: Access, progress: Progress) -> ClusterReport:
             deployments=[],
             crd=None,
         )
-        report.nodes = checklist.node_rows(snapshot)
-        total = sum(n.gpus_allocatable for n in report.nodes)
-        used = sum(n.gpus_in_use for n in report.nodes)
+        rows = checklist.node_rows(snapshot)
+        report.nodes, report.node_counts = checklist.fleet_view(rows)
+        total = sum(n.gpus_allocatable for n in rows)
+        used = sum(n.gpus_in_use for n in rows)
         report.gpus = {"allocatable": total, "in_use": used, "free": max(total - used, 0)}
         report.api_calls = kube.calls
-        ready = sum(n.ready for n in report.nodes)
-        notes.append(f"{ready}/{len(report.nodes)} nodes Ready, GPUs {used}/{total} in use")
+        ready = sum(n.ready for n in rows)
+        notes.append(f"{ready}/{len(rows)} nodes Ready, GPUs {used}/{total} in use")
+        if report.node_counts is not None:
+            notes.append(f"nodes listed: the {len(report.nodes)} not Ready or short of GPUs")
     if report.nodegroups is not None:
         notes.insert(0, f"{len(report.nodegroups)} node group(s)")
     report.summary = "; ".join(notes)

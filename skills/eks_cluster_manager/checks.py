@@ -11,7 +11,7 @@ from typing import Any
 from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.kube import Kube, access_failure
-from skills.eks_cluster_manager.models import Check, NodeInfo
+from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
 from skills.kube.gpu_nodes import (
     GPU_RESOURCE,
     NOT_ENDED_SELECTOR,
@@ -100,6 +100,46 @@ def gpus_in_use(snapshot: Snapshot) -> dict[str, int]:
     return gpus_requested_by_node(snapshot.pods)
 
 
+# A fleet's answer stays small: a describe lists each node up to NODES_LISTED, then only
+# the anomalies beside counts by kind; evidence names at most NAMES_SHOWN nodes.
+NODES_LISTED = 32
+NAMES_SHOWN = 20
+
+
+def named(names: list[str]) -> str:
+    """The first NAMES_SHOWN names, and how many more."""
+    more = len(names) - NAMES_SHOWN
+    return ", ".join(names[:NAMES_SHOWN]) + (f" and {more:,} more" if more > 0 else "")
+
+
+def short_of_gpus(row: NodeInfo) -> bool:
+    spec = known_instance(row.instance_type)
+    return spec is not None and row.gpus_allocatable < spec.gpus
+
+
+def fleet_view(rows: list[NodeInfo]) -> tuple[list[NodeInfo], list[NodeCount] | None]:
+    """The nodes as a describe shows them: all of them up to NODES_LISTED; past it the
+    anomalies (not Ready, short of their type's GPUs; at most NODES_LISTED) and every
+    node counted by kind."""
+    if len(rows) <= NODES_LISTED:
+        return rows, None
+    kinds: dict[tuple[Any, ...], NodeCount] = {}
+    for row in rows:
+        key = (row.instance_type, row.ready, row.gpus_allocatable, row.driver_version)
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = NodeCount(
+                instance_type=row.instance_type, ready=row.ready,
+                gpus_allocatable=row.gpus_allocatable, driver_version=row.driver_version,
+                count=0,
+            )  # fmt: skip
+        kind.count += 1
+        kind.gpus_in_use += row.gpus_in_use
+    odd = [r for r in rows if not r.ready or short_of_gpus(r)]
+    ordered = sorted(kinds.values(), key=lambda k: -k.count)
+    return odd[:NODES_LISTED], ordered[:NODES_LISTED]
+
+
 def node_rows(snapshot: Snapshot) -> list[NodeInfo]:
     used = gpus_in_use(snapshot)
     rows = []
@@ -154,7 +194,7 @@ def check_nodes_ready(s: Snapshot) -> Check:
     return Check(
         name="nodes_ready",
         status="failed" if len(bad) == len(facts) else "warning",
-        evidence=[f"{len(facts) - len(bad)}/{len(facts)} Ready", f"not Ready: {', '.join(bad)}"],
+        evidence=[f"{len(facts) - len(bad)}/{len(facts)} Ready", f"not Ready: {named(bad)}"],
         fix="`kubectl describe node NAME` for the kubelet's condition; replace the node "
         "(terminate the instance: the node group starts another).",
     )
@@ -169,14 +209,22 @@ def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
             evidence=["no GPU nodes"],
             fix="Add a GPU node group (action=create_config) or scale one up.",
         )
-    evidence, bad = [], 0
+    evidence, short, alike = [], [], {}
     for facts, spec in nodes:
         expected = spec.gpus if spec else None
         line = f"{facts.name} ({facts.instance_type}): {GPU_RESOURCE} {facts.gpus_allocatable}"
         if expected is not None and facts.gpus_allocatable != expected:
-            bad += 1
-            line += f", expected {expected}"
-        evidence.append(line)
+            short.append(f"{line}, expected {expected}")
+        elif len(nodes) <= NODES_LISTED:
+            evidence.append(line)
+        else:  # a fleet: the nodes as expected are counted, by type
+            key = f"{facts.instance_type}: {GPU_RESOURCE} {facts.gpus_allocatable}"
+            alike[key] = alike.get(key, 0) + 1
+    evidence += [f"{count:,} nodes {key}" for key, count in alike.items()]
+    evidence += short[:NAMES_SHOWN]
+    if len(short) > NAMES_SHOWN:
+        evidence.append(f"and {len(short) - NAMES_SHOWN:,} more nodes short of their GPUs")
+    bad = len(short)
     if not bad:
         return Check(name="gpu_allocatable", status="ok", evidence=evidence)
     if not plugin_ok:

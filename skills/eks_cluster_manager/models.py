@@ -43,6 +43,17 @@ class NodeInfo(BaseModel):
     driver_version: str | None = None
 
 
+class NodeCount(BaseModel):
+    """Nodes alike (type, readiness, GPUs each, driver), counted: a fleet's describe."""
+
+    instance_type: str | None = None
+    ready: bool
+    gpus_allocatable: int = 0
+    driver_version: str | None = None
+    count: int
+    gpus_in_use: int = 0
+
+
 class PlannedObject(BaseModel):
     component: str
     version: str
@@ -103,7 +114,12 @@ class ClusterReport(ToolResult):
     )
     summary: str = ""
     nodegroups: list[NodeGroupInfo] | None = None
-    nodes: list[NodeInfo] | None = None
+    nodes: list[NodeInfo] | None = Field(
+        default=None, description="Each node; past 32, only those not Ready or short of GPUs."
+    )
+    node_counts: list[NodeCount] | None = Field(
+        default=None, description="Past 32 nodes: every node, counted by kind."
+    )
     gpus: dict[str, int] | None = Field(default=None, description="allocatable, in_use, free.")
     checks: list[Check] | None = None
     plan: list[PlannedObject] | None = None
@@ -149,6 +165,15 @@ class ClusterReport(ToolResult):
                     f"{'Ready' if node.ready else 'NotReady'} {node.instance_type} "
                     f"gpu {node.gpus_in_use}/{node.gpus_allocatable} efa "
                     f"{node.efa_allocatable} driver {node.driver_version or '-'}",
+                )
+            )
+        for kind in self.node_counts or ():
+            rows.append(
+                (
+                    f"{kind.count} nodes",
+                    f"{'Ready' if kind.ready else 'NotReady'} {kind.instance_type} gpu "
+                    f"{kind.gpus_in_use}/{kind.gpus_allocatable * kind.count} driver "
+                    f"{kind.driver_version or '-'}",
                 )
             )
         if self.gpus:

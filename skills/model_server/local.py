@@ -264,8 +264,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
             raise ToolFailure(
                 ErrorCode.PATH_NOT_ALLOWED,
                 f"{folder} is a link or not a directory, not the folder of a model server.",
-                "Remove it yourself (the tool neither follows nor deletes it), then deploy "
-                "again.",
+                "Remove it yourself (the tool neither follows nor deletes it), then deploy again.",
                 {"name": name, "path": str(folder)},
             )
         return folder

@@ -250,11 +250,13 @@ class JobSpec(BaseModel):
         TrainerFlag(),
     ] = None
     sharding_strategy: Annotated[
-        Literal["full", "shard_grad_op", "hybrid", "no_shard"],
+        Literal["auto", "full", "shard_grad_op", "hybrid", "no_shard"],
         BeforeValidator(_sharding_strategy),
-        Field(description="FSDP sharding; hybrid = replicate across nodes, shard within."),
+        Field(
+            description="FSDP sharding; auto = hybrid across nodes if a node holds it, else full."
+        ),
         TrainerFlag(),
-    ] = "full"
+    ] = "auto"
     activation_checkpointing: Annotated[
         Literal["none", "selective", "full"] | None,
         Field(

@@ -25,13 +25,13 @@ trainer/presets.py by a test. The terms follow the trainer (trainer/model.py, pa
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from skills.catalog.instances import instance_spec
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.reading import load_json
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.model_names import PRESET_SHAPES, TOY_PRESETS
 
@@ -143,13 +143,13 @@ def model_shape(spec: JobSpec) -> ModelShape | None:
     if spec.model_name_or_path is not None:
         config = Path(spec.model_name_or_path).expanduser() / "config.json"
         try:
-            hf = json.loads(config.read_text(encoding="utf-8"))
+            hf = load_json(config, what="model config", max_bytes=1 << 20)  # bounded
             return ModelShape(
                 hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"],
                 hf.get("num_key_value_heads", hf["num_attention_heads"]), hf["vocab_size"],
                 hf["intermediate_size"], bool(hf.get("tie_word_embeddings", False)),
             )  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ToolFailure, KeyError, TypeError):
             return None
     row = PRESET_SHAPES.get(spec.model_type)
     return None if row is None else ModelShape(*row)
@@ -182,9 +182,24 @@ def _count(params: int) -> str:
     return f"{params} parameters"
 
 
+def effective_strategy(spec: JobSpec, shape: ModelShape | None, gib: int | None) -> str:
+    """The strategy the trainer runs (trainer.parallel.resolve_strategy, which the
+    trainer's image cannot import from here): `auto` is hybrid across nodes when one
+    node's GPUs hold the states in half their memory, else full."""
+    if spec.sharding_strategy != "auto":
+        return spec.sharding_strategy
+    if spec.num_nodes == 1:
+        return "full"
+    if shape is not None and gib is not None:
+        if STATE_BYTES * shape.params / spec.gpu_per_node > gib * 2**30 / 2:
+            return "full"
+    return "hybrid"
+
+
 def shard_group(spec: JobSpec) -> int:
     world = spec.num_nodes * spec.gpu_per_node
-    return {"no_shard": 1, "hybrid": spec.gpu_per_node}.get(spec.sharding_strategy, world)
+    strategy = effective_strategy(spec, None, None)
+    return {"no_shard": 1, "hybrid": spec.gpu_per_node}.get(strategy, world)
 
 
 def spec_estimate(spec: JobSpec, shape: ModelShape) -> Estimate:
@@ -238,6 +253,7 @@ def check_fits(spec: JobSpec, instance_type: str) -> dict[str, Any] | None:
         gib = instance_spec(instance_type).gib_per_gpu
     except ToolFailure:
         return None  # not in the catalogue: nothing to check against
+    spec = spec.model_copy(update={"sharding_strategy": effective_strategy(spec, shape, gib)})
     est, usable = spec_estimate(spec, shape), usable_bytes(gib)
     summary = {"params": shape.params, "gpu_gib": gib, **est.summary(gib)}
     if est.total <= usable:

@@ -249,3 +249,16 @@ def test_a_record_copied_into_another_folder_stops_nothing(state):
     finally:
         server_a.kill()
         server_a.wait()
+
+
+# --- the same reader for the checkpoint owner marker ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero-link", "link"])
+def test_a_hostile_checkpoint_owner_marker_is_typed_in_time(tmp_path, kind):
+    from skills.training_job_deployer.targets.checkpoint_owner import OWNER_FILE, claim
+
+    checkpoints = tmp_path / "checkpoints"
+    _hostile(checkpoints / OWNER_FILE, kind)
+    refused = typed(lambda: claim(checkpoints, tmp_path / "runs" / "j", adopt=False))
+    assert refused.code in ("path_not_allowed", "invalid_input"), refused.message

@@ -12,12 +12,14 @@ line per tool. The calls are made safe as in test_fuzz_tools (dry runs, no clust
 from __future__ import annotations
 
 import collections
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio.from_thread
+import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -53,7 +55,9 @@ def _planted(home: Path) -> list[str]:
     (ws / "job" / "logs" / "attempt-1.log").symlink_to(outside / "secret.txt")
     (ws / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (ws / "kubeconfig").write_bytes(b"users: [1]\n")
+    _plant_servers(home / "state", outside)
     return [
+        *SERVER_HAZARDS,
         str(ws / "Dockerfile"), str(ws / "Dockerfile.fixed"), str(ws / "link-out"),
         str(ws / "link-out" / "x.yaml"), str(ws / "secret-link"), str(ws / "deep.json"),
         str(ws / "kubeconfig"), str(ws / "job"), str(ws), str(outside / "secret.txt"),
@@ -61,6 +65,43 @@ def _planted(home: Path) -> list[str]:
         "../ws/secret-link", "link-out/new.json", "job", "/", "", "..", "~",
         "s3://bucket/key", "org/model",
     ]  # fmt: skip
+
+
+# Issue 30: the local model servers' state as a careless or hostile hand leaves it. Each
+# name is also a value the fuzz puts into `name` (model-server tools) and a case below.
+SERVER_HAZARDS = ("fifo-record", "zero-record", "deep-record", "linked-folder", "linked-log",
+                  "copied-record")  # fmt: skip
+
+
+def _plant_servers(state: Path, outside: Path) -> None:
+    """state/model_servers/<hazard> for each SERVER_HAZARDS, and a stray file; planted
+    again when a case removed one (delete_model_server may)."""
+    root = state / "model_servers"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "stray.txt").write_text("not a server\n")
+    for name in SERVER_HAZARDS:
+        folder = root / name
+        if folder.exists() or folder.is_symlink():
+            continue
+        if name == "linked-folder":
+            folder.symlink_to(outside)
+            continue
+        folder.mkdir()
+        record = folder / "server.json"
+        if name == "fifo-record":
+            os.mkfifo(record)
+        elif name == "zero-record":
+            record.symlink_to("/dev/zero")
+        elif name == "deep-record":
+            record.write_text("[" * 100_000 + "]" * 100_000)
+        else:  # a record of server "a" (linked-log: its log a link out; copied: in b's folder)
+            record.write_text(json.dumps({
+                "name": "a" if name == "copied-record" else name, "model": "/m", "port": 9,
+                "argv": [], "pid": os.getpid(), "pid_started": psutil.Process().create_time(),
+                "started_at": 0,
+            }))  # fmt: skip
+            if name == "linked-log":
+                (folder / "server.log").symlink_to(outside / "secret.txt")
 
 
 def _tree(home: Path) -> dict[str, tuple[int, int]]:
@@ -163,3 +204,39 @@ def test_string_and_path_parameters_over_mcp_stay_in_the_workspace(name, client,
         assert _tree(home) == before, args
 
     check()
+
+
+MODEL_SERVER_CALLS = {
+    "get_model_server": {},
+    "delete_model_server": {"confirm": True},
+    "deploy_model_server": {"model": "<ws>/model", "dry_run": True},
+}
+
+
+@pytest.mark.parametrize("hazard", SERVER_HAZARDS)
+@pytest.mark.parametrize("tool", MODEL_SERVER_CALLS)
+def test_model_server_tools_over_mcp_answer_hostile_state_in_time(tool, hazard, client, planted):
+    """Each hazard in the local servers' state, through each model-server tool and
+    list_model_servers: a result or a typed error in time (no traceback, no hang on a
+    FIFO, no MemoryError on /dev/zero), nothing outside the state changed, nothing
+    signalled (the records name this very test process)."""
+    portal, mcp = client
+    home, _ = planted
+    _plant_servers(home / "state", home / "outside")
+    model = home / "ws" / "model"  # passes the model check, so the state is read
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    args = {k: str(model) if v == "<ws>/model" else v for k, v in MODEL_SERVER_CALLS[tool].items()}
+    before = _tree(home)
+    results = [
+        portal.call(mcp.call_tool, tool, {"name": hazard, **args}),
+        portal.call(mcp.call_tool, "list_model_servers", {"target": "local"}),
+    ]
+    for result in results:
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        assert "Traceback" not in text and "Error executing tool" not in text, text[:2000]
+        assert CANARY not in text, text[:2000]
+    listed = results[1].structured_content["servers"]
+    assert "stray.txt" not in [s["name"] for s in listed]
+    assert _tree(home) == before

@@ -64,6 +64,40 @@ def test_describe_shows_cluster_node_groups_nodes_and_gpus(moto_server, kube):
     assert report.gpus == {"allocatable": 16, "in_use": 4, "free": 12}
 
 
+def test_a_fleets_describe_and_validate_count_nodes_and_list_the_odd_ones(moto_server, kube):
+    """Issue 35 item 1: 2,048 GPU nodes (3 NotReady, 2 short of GPUs) answer under 40 KB:
+    counts by kind, the anomalies by name, every GPU still added up."""
+    fleet = 2048
+    seed.seed_healthy(kube, gpu_nodes=fleet, instance_type="p5.48xlarge")
+    objects = kube.emulator.objects
+    for i in (7, 900, 2047):
+        objects["v1/nodes", None, f"gpu-{i}"] = seed.node(f"gpu-{i}", "p5.48xlarge", ready=False)
+    for i in (11, 12):
+        objects["v1/nodes", None, f"gpu-{i}"] = seed.node(f"gpu-{i}", "p5.48xlarge", gpus=7)
+    make_cluster("fleet", {"gpu": ("p5.48xlarge", 0, fleet, fleet)})
+    args = {"cluster_name": "fleet", "region": REGION, "kubeconfig": str(kube.kubeconfig)}
+
+    report = manage_eks_cluster(action="describe", **args)
+    assert len(report.model_dump_json()) < 40_000
+    assert sorted(n.name for n in report.nodes) == [
+        "gpu-11", "gpu-12", "gpu-2047", "gpu-7", "gpu-900"]  # fmt: skip
+    counts = {(c.instance_type, c.ready, c.gpus_allocatable): c.count for c in report.node_counts}
+    assert counts == {("p5.48xlarge", True, 8): fleet - 5, ("p5.48xlarge", False, 8): 3,
+                      ("p5.48xlarge", True, 7): 2, ("m5.xlarge", True, 0): 1}  # fmt: skip
+    assert report.gpus["allocatable"] == (fleet - 2) * 8 + 2 * 7
+    assert f"{fleet - 2}/{fleet + 1} nodes Ready" in report.summary
+
+    checked = manage_eks_cluster(action="validate", **args)
+    assert len(checked.model_dump_json()) < 40_000
+    checks = {c.name: c for c in checked.checks}
+    assert "not Ready: gpu-7, gpu-900, gpu-2047" in checks["nodes_ready"].evidence[1]
+    gpu = checks["gpu_allocatable"]
+    assert gpu.status == "failed" and f"{fleet - 2:,} nodes p5.48xlarge: nvidia.com/gpu 8" in (
+        gpu.evidence
+    )
+    assert sum("expected 8" in line for line in gpu.evidence) == 2
+
+
 def test_describe_with_moto_alone_reports_node_groups_and_an_unreachable_api(moto_server):
     make_cluster("desc-b", {"gpu": ("g5.12xlarge", 1, 1, 2)})
     report = manage_eks_cluster(action="describe", cluster_name="desc-b", region=REGION)

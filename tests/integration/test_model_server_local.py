@@ -259,3 +259,31 @@ def test_delete_never_signals_a_process_the_record_does_not_identify(served):
         stranger.wait()
     assert get_model_server(name="demo").status == "ready"  # the real one untouched
     assert os.environ["FSDP_EKS_STATE_DIR"] in str(servers_dir())
+
+
+def test_deleting_a_copy_of_a_servers_record_stops_nothing(served):
+    """Issue 30 item 13, the reproduction: demo's record copied into another folder
+    (naming demo inside); deleting that folder's server stopped demo."""
+    folder = servers_dir() / "copy"
+    folder.mkdir(parents=True)
+    (folder / RECORD).write_text(json.dumps(record_of("demo")))
+    assert get_model_server(name="demo").status == "ready"
+    deleted = delete_model_server(name="copy", confirm=True)
+    assert deleted.status == "deleted" and "stopped" not in deleted.message
+    assert get_model_server(name="demo").status == "ready"
+
+
+def test_a_server_of_the_same_name_in_another_state_directory_stops_nothing(
+    served, tmp_path, monkeypatch
+):
+    """The same copy where the name matches too: another state directory's `demo`. The
+    process is the server of the folder it was started for, not of any folder named so."""
+    copy = record_of("demo")
+    monkeypatch.setenv("FSDP_EKS_STATE_DIR", str(tmp_path / "other-state"))
+    (servers_dir() / "demo").mkdir(parents=True)
+    (servers_dir() / "demo" / RECORD).write_text(json.dumps(copy))
+    assert get_model_server(name="demo").status == "failed"  # not this directory's server
+    deleted = delete_model_server(name="demo", confirm=True)
+    assert deleted.status == "deleted" and "stopped" not in deleted.message
+    monkeypatch.undo()
+    assert get_model_server(name="demo").status == "ready"

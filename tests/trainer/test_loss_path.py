@@ -91,3 +91,14 @@ def test_gqa_through_sdpa_equals_explicit_kv_repeats():
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     want = attn.o_proj(out.transpose(1, 2).reshape(2, 16, -1))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_evaluation_under_no_grad_gives_the_same_loss():
+    gen = torch.Generator().manual_seed(1)
+    hidden = torch.randn(9, 8, generator=gen, requires_grad=True)
+    weight = torch.randn(6, 8, generator=gen, requires_grad=True)
+    targets = torch.randint(0, 6, (9,), generator=gen)
+    with torch.no_grad():
+        evaluated = chunked_cross_entropy_sum(hidden, weight, targets, 4)
+    assert not evaluated.requires_grad
+    assert torch.equal(evaluated, chunked_cross_entropy_sum(hidden, weight, targets, 4).detach())

@@ -136,3 +136,27 @@ def test_an_unknown_shape_or_instance_gives_no_estimate():
         is None
     )
     assert check_fits(JobSpec(job_name="x"), "m5.large") is None
+
+
+LLAMA_8B = ModelShape(4096, 32, 32, 8, 128256, 14336)
+LLAMA_70B = ModelShape(8192, 80, 64, 8, 128256, 28672)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "shape", "gib", "strategy"),
+    [
+        (1, LLAMA_8B, 80, "full"),  # one node: nothing to replicate across
+        (2, LLAMA_8B, 80, "hybrid"),  # 16 GB of states per GPU within a node
+        (2, LLAMA_8B, None, "hybrid"),  # GPU memory unknown
+        (4, LLAMA_70B, 80, "full"),  # a node's 8 GPUs cannot hold 70B's states
+    ],
+)
+def test_auto_sharding_is_resolved_as_the_trainer_resolves_it(nodes, shape, gib, strategy):
+    from skills.training_job_deployer.memory_estimate import effective_strategy
+    from trainer.parallel import resolve_strategy
+
+    spec = JobSpec(job_name="j", num_nodes=nodes, gpu_per_node=8)
+    assert spec.sharding_strategy == "auto"  # the default
+    assert effective_strategy(spec, shape, gib) == strategy
+    gpu_bytes = None if gib is None else gib * 2**30
+    assert resolve_strategy("auto", nodes * 8, 8, shape.params, gpu_bytes) == strategy

@@ -94,7 +94,7 @@ def test_trainer_args_pass_only_what_was_set():
         "--seq_len",
         "64",
         "--sharding_strategy",
-        "full",
+        "auto",
         "--seed",
         "0",
     ]

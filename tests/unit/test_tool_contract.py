@@ -159,7 +159,7 @@ def test_cli_new_flags_reach_the_plan(tmp_path, capsys):
         "--model_type": "debug",
         "--dataset": "roneneldan/TinyStories",
         "--grad_accum_steps": "4",
-        "--sharding_strategy": "full",
+        "--sharding_strategy": "auto",
         "--activation_checkpointing": "full",
         "--cpu_offload": "true",
         "--checkpoint_dir": str(tmp_path / "flags" / "checkpoints"),

@@ -9,15 +9,22 @@ from pathlib import Path
 
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import atomic_write_text
+from skills.shared.reading import ReadRefused, read_text
 
 OWNER_FILE = ".fsdp-eks-owner"
 
 
 def owner_of(checkpoint_dir: Path) -> str | None:
+    """The owner the marker names; None when there is none. Read by the bounded reader:
+    a link, FIFO or device in the marker's place is refused (typed), never followed."""
     try:
-        return (checkpoint_dir / OWNER_FILE).read_text().strip() or None
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+        text = read_text(checkpoint_dir / OWNER_FILE, what="checkpoint owner marker",
+                         max_bytes=64 * 1024, follow_links=False, errors="replace")  # fmt: skip
+    except ReadRefused as refused:
+        if refused.code == ErrorCode.NOT_FOUND or refused.problem.startswith("cannot be read"):
+            return None  # no marker (or no directory yet)
+        raise
+    return text.strip() or None
 
 
 def check_owner(checkpoint_dir: Path, run_dir: Path, adopt: bool) -> None:
