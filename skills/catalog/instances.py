@@ -130,6 +130,49 @@ def gpu_for_instance(name: str) -> GpuSpec:
     return gpu(instance_spec(name).gpu)
 
 
+# (vCPUs, memory GiB) of each instance, from the EC2 instance type pages: what a pod that
+# takes a whole node can ask for (the model server's cpu/memory requests). Its own table,
+# keyed by the rows' names: tests/unit/test_host_resources.py checks both cover the same.
+HOST_RESOURCES: dict[str, tuple[int, int]] = {
+    "p4d.24xlarge": (96, 1152),
+    "p4de.24xlarge": (96, 1152),
+    "p5.48xlarge": (192, 2048),
+    "p5.4xlarge": (16, 256),
+    "p5e.48xlarge": (192, 2048),
+    "p5en.48xlarge": (192, 2048),
+    "p6-b200.48xlarge": (192, 2048),
+    "g5.xlarge": (4, 16),
+    "g5.2xlarge": (8, 32),
+    "g5.4xlarge": (16, 64),
+    "g5.8xlarge": (32, 128),
+    "g5.16xlarge": (64, 256),
+    "g5.12xlarge": (48, 192),
+    "g5.24xlarge": (96, 384),
+    "g5.48xlarge": (192, 768),
+    "g6.xlarge": (4, 16),
+    "g6.2xlarge": (8, 32),
+    "g6.4xlarge": (16, 64),
+    "g6.12xlarge": (48, 192),
+    "g6.24xlarge": (96, 384),
+    "g6.48xlarge": (192, 768),
+    "g6e.xlarge": (4, 32),
+    "g6e.2xlarge": (8, 64),
+    "g6e.4xlarge": (16, 128),
+    "g6e.12xlarge": (48, 384),
+    "g6e.24xlarge": (96, 768),
+    "g6e.48xlarge": (192, 1536),
+    "p3.2xlarge": (8, 61),
+    "p3.8xlarge": (32, 244),
+    "p3.16xlarge": (64, 488),
+    "p3dn.24xlarge": (96, 768),
+}
+
+
+def host_resources(name: str) -> tuple[int, int]:
+    """(vCPUs, memory GiB) of the instance (EC2 or SageMaker `ml.` name)."""
+    return HOST_RESOURCES[instance_spec(name).name]
+
+
 # --- NCCL over EFA: the libfabric/NCCL variables per instance family ----------------------
 #
 # Source: aws-ofi-nccl's own cheatsheet (github.com/aws/aws-ofi-nccl, doc/efa-env-var.md;

@@ -12,6 +12,7 @@ from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.kube import Kube, access_failure
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
+from skills.kube import load_balancer
 from skills.kube.gpu_nodes import (
     GPU_RESOURCE,
     NOT_ENDED_SELECTOR,
@@ -392,6 +393,32 @@ def check_pvc(s: Snapshot, options: Options) -> Check:
     )
 
 
+def check_load_balancer_controller(s: Snapshot) -> Check:
+    """A warning, not a failure: training needs no load balancer; a model server with
+    service_type=LoadBalancer does (deploy_model_server refuses one without it)."""
+    name = "load_balancer_controller"
+    found = load_balancer.controllers(s.deployments)
+    if not found:
+        return Check(
+            name=name,
+            status="warning",
+            evidence=[f"no Deployment {load_balancer.CONTROLLER}",
+                      "a LoadBalancer Service (model server) would get no address"],
+            fix=load_balancer.install_hint(None),
+        )  # fmt: skip
+    status = "ok" if any(load_balancer.ready(d) for d in found) else "warning"
+    evidence = [f"{_where(d)}: {(d.get('status') or {}).get('readyReplicas', 0)} ready"
+                for d in found]  # fmt: skip
+    fix = (
+        None
+        if status == "ok"
+        else (
+            f"`kubectl -n kube-system logs deploy/{load_balancer.CONTROLLER}`: check its IAM role."
+        )
+    )
+    return Check(name=name, status=status, evidence=evidence, fix=fix)
+
+
 def check_etcd(s: Snapshot, options: Options) -> Check:
     found = [
         sv
@@ -422,6 +449,7 @@ def run_checks(s: Snapshot, options: Options) -> list[Check]:
         check_efa_plugin(s),
         check_training_operator(s),
         check_crd(s),
+        check_load_balancer_controller(s),
     ]
     if options.checkpoint_pvc:
         checks += [check_fsx(s), check_pvc(s, options)]

@@ -88,6 +88,8 @@ class ErrorCode(str, Enum):
     MANIFEST_INVALID = ("manifest_invalid", EXIT_FAILED)
     # The cluster serves no kubeflow.org/v1 PyTorchJob (no Training Operator).
     TRAINING_OPERATOR_MISSING = ("training_operator_missing", EXIT_FAILED)
+    # A LoadBalancer Service asked for on a cluster without the AWS Load Balancer Controller.
+    LOAD_BALANCER_CONTROLLER_MISSING = ("load_balancer_controller_missing", EXIT_FAILED)
     # The image's CUDA cannot run on the nodes' driver or GPU (the gate before submit).
     CUDA_INCOMPATIBLE = ("cuda_incompatible", EXIT_FAILED)
     # The gate cannot tell the image's CUDA (labels unreadable or absent): skip_gate or rebuild.

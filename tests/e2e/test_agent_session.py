@@ -7,11 +7,17 @@ and after the first call of each stage it takes the next call from the result's 
 structured `next_step` (adding only what an agent is told by its user: which cluster).
 
 Stand-ins, said plainly: kmock runs no controllers, so `ClusterPlayer` plays the
-Training Operator and the kubelets for each PyTorchJob the tools create (pods, phases,
-logs; an OOM on the first attempt of the OOM job). podman here cannot RUN (rootless,
-no user namespaces in this sandbox: TEST-STACK.md), so the project is this repo's
+Training Operator and the kubelets for each PyTorchJob the tools create: each replica's
+container runs for real (tests/services/training_operator.py `train`): the command, args
+and env the rendered job gives it, plus the env the operator injects, rendezvous names
+mapped to loopback, the checkpoint claim a directory every pod shares. So the jobs train
+(2 pods, CPU, gloo), checkpoint and resume, and a manifest that cannot train fails here.
+The pods run this checkout's venv, not the image: the image built here has no RUN steps
+(podman here cannot RUN through its API: TEST-STACK.md), so the project is this repo's
 Dockerfile and sources with the RUN instructions left out; the mirror holds stand-ins
 (FROM scratch + a file) of every pytorch/pytorch tag the catalogue lists as published.
+The OOM job's first attempt trains for real to its first checkpoint and then crashes
+with a CUDA OOM traceback that the player writes (no CUDA OOM can happen on CPU).
 
 Asserts: every call < 60 s, every result < 40 KB, no failed call with isError=false,
 the CUDA gate loop converges in one rebuild. Prints the call count and total bytes."""
@@ -36,7 +42,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from skills.catalog import cuda
-from tests.services.training_operator import RUN_LOG, TrainingOperator
+from tests.services.training_operator import Injected, JobRun, TrainingOperator
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +53,15 @@ TERMINAL = {"succeeded", "failed", "cancelled", "stopped", "deleted", "ready"}
 # The nodes' driver: CUDA 12.4 at most, so the repo's CUDA 13.0 image is refused.
 DRIVER = "550.127.08"
 INSTANCE = "p4d.24xlarge"
-# What the agent's user told it: the cluster (kmock's kubeconfig) and its nodes.
-CLUSTER_SETTINGS = {"target": "kubernetes", "kubernetes": {"instance_type": INSTANCE}}
+CLAIM = "fsx-checkpoints"
+# What the agent's user told it: the cluster (kmock's kubeconfig), its nodes and the
+# FSx claim checkpoints go to (a hostPath is per node: two pods' shards would split).
+CLUSTER_SETTINGS = {
+    "target": "kubernetes",
+    "kubernetes": {"instance_type": INSTANCE, "checkpoint_volume": f"pvc:{CLAIM}"},
+}
+# 2 pods of 1 CPU process each, a tiny model, a checkpoint every 3 steps.
+SHAPE = {"num_nodes": 2, "gpu_per_node": 1, "max_steps": 6, "checkpoint_freq": 3}
 
 RANK1_OOM = (
     "[rank1]: Traceback (most recent call last):\n"
@@ -57,15 +70,11 @@ RANK1_OOM = (
     "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 "
     "has a total capacity of 39.38 GiB of which 1.02 GiB is free.\n"
 )
-LINES = [json.loads(line) for line in RUN_LOG.splitlines()]
 
 
-def _resumed_log(step: int) -> str:
-    start = {**LINES[0], "resumed_from": step, "train_batch_size": 4, "grad_accum_steps": 4}
-    loaded = {"event": "checkpoint_loaded", "step": step, "path": f"/ckpt/step-{step}",
-              "seconds": 0.2}  # fmt: skip
-    events = [start, loaded, *LINES[3:-1], {**LINES[-1], "resumed_from": step}]
-    return "".join(json.dumps(e) + "\n" for e in events)
+def _events(log: str, kind: str) -> list[dict[str, Any]]:
+    lines = (json.loads(line) for line in log.splitlines() if line.startswith('{"event"'))
+    return [e for e in lines if e["event"] == kind]
 
 
 # ---------------------------------------------------------------------------- the stack
@@ -116,13 +125,18 @@ def _project(tmp: Path) -> Path:
 
 class ClusterPlayer:
     """The Training Operator and kubelets kmock lacks: each new PyTorchJob (one with no
-    status yet) gets pods and its outcome — by job name, one outcome per attempt."""
+    status yet) gets pods whose containers run for real, by job name one plan per
+    attempt (an injected crash or none)."""
 
-    def __init__(self, operator: TrainingOperator, plans: dict[str, list[dict]]) -> None:
+    def __init__(self, operator: TrainingOperator, plans: dict[str, list[Injected | None]]) -> None:
         self.operator, self.plans = operator, plans
-        self.played: list[str] = []
+        self.runs: list[tuple[str, JobRun]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @property
+    def played(self) -> list[str]:
+        return [f"{name}:{run.wait(0) or 'running'}" for name, run in self.runs]
 
     def __enter__(self) -> ClusterPlayer:
         self._thread.start()
@@ -131,6 +145,7 @@ class ClusterPlayer:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+        self.operator.stop()
 
     def _loop(self) -> None:
         attempts: dict[str, int] = {}
@@ -144,14 +159,9 @@ class ClusterPlayer:
                     continue
                 number = attempts.get(name, 0)
                 attempts[name] = number + 1
-                outcomes = self.plans[name]
-                outcome = outcomes[min(number, len(outcomes) - 1)]
-                for pod in self.operator._pods(name):
-                    self.operator.core.delete_namespaced_pod(
-                        pod["metadata"]["name"], self.operator.namespace, _preload_content=False
-                    )
-                self.operator.run(name, **outcome)
-                self.played.append(f"{name}#{number + 1}:{outcome['outcome']}")
+                plans = self.plans[name]
+                inject = plans[min(number, len(plans) - 1)]
+                self.runs.append((f"{name}#{number + 1}", self.operator.train(name, inject=inject)))
             time.sleep(0.1)
 
 
@@ -258,8 +268,9 @@ def stack(moto_server, registry, docker_api, kube_api, tmp_path) -> Iterator[dic
     bases = tmp_path / "bases"
     bases.mkdir()
     _publish_bases(registry, docker_api, bases)
-    operator = TrainingOperator(kube_api)
+    operator = TrainingOperator(kube_api, root=tmp_path / "cluster")
     operator.add_nodes(INSTANCE, 2, driver=DRIVER, efa=4)
+    operator.add_claim(CLAIM)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DOCKER_CONFIG": str(config_dir),
            "FSDP_EKS_BASE_MIRROR": registry.host,
            "FSDP_EKS_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
@@ -279,15 +290,12 @@ def _shipped_server(project: Path, env: dict[str, str]) -> StdioServerParameters
 
 def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(stack):
     operator = stack["operator"]
-    plans = {
-        "llama": [{"outcome": "Succeeded"}],
-        "oom": [
-            # rank 1 shares the master pod (8 GPUs a node): its traceback is that pod's log
-            {"outcome": "Failed", "exit_codes": {"master-0": 1},
-             "rank_logs": {"master-0": RANK1_OOM}},
-            {"outcome": "Succeeded", "rank_logs": {"master-0": _resumed_log(3)}},
-        ],
-    }  # fmt: skip
+    plans: dict[str, list[Injected | None]] = {
+        "llama": [None],
+        # The first attempt trains to its step-3 checkpoint, then its master pod dies with
+        # a CUDA OOM traceback; the retry trains for real and resumes from that checkpoint.
+        "oom": [Injected("master-0", after="checkpoint_saved", log=RANK1_OOM), None],
+    }
     gate_calls: list[str] = []
 
     async def session() -> Agent:
@@ -316,7 +324,7 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             # Registry -> cluster, as the push's next step says: the gate refuses CUDA 13.
             deploy = pushed.next_step
             assert deploy and deploy["tool"] == "deploy_training_job", pushed.data
-            job = {"job_name": "llama", "max_steps": 6}
+            job = {"job_name": "llama", **SHAPE}
             planned = await agent.follow(pushed, **job, **CLUSTER_SETTINGS)
             assert planned.status == "planned" and "cost" in planned.data, planned.data
             refused = await agent.follow(planned)  # the plan's own next step submits it
@@ -338,22 +346,32 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             logs = await agent.call("get_training_job_logs", {"job_name": "llama",
                                                               "kubernetes": {}})  # fmt: skip
             assert not logs.is_error and '"event": "step"' in logs.text, logs.text  # said once
+            # Trained for real: two pods, one world, checkpoints on the claim.
+            assert _events(logs.text, "start")[0]["world_size"] == 2, logs.text
+            assert [e["step"] for e in _events(logs.text, "checkpoint_saved")] == [3, 6]
             # A job that runs out of memory, with auto_retry: diagnosed, fixed, resumed.
             image = repushed.next_step["arguments"]["kubernetes"]["image_uri"]  # the fixed one
             oom = await agent.call("deploy_training_job", {
-                "job_name": "oom", "max_steps": 6, "train_batch_size": 8,
-                "grad_accum_steps": 2, "auto_retry": True, "target": "kubernetes",
-                "kubernetes": {"instance_type": INSTANCE, "image_uri": image},
+                "job_name": "oom", **SHAPE, "train_batch_size": 8, "grad_accum_steps": 2,
+                "auto_retry": True, "target": "kubernetes",
+                "kubernetes": {**CLUSTER_SETTINGS["kubernetes"], "image_uri": image},
             })  # fmt: skip
-            fixed = await agent.until_settled(oom)
+            # Two real attempts (each starts 4 torch processes) and a diagnosis between.
+            fixed = await agent.until_settled(oom, limit=480)
             assert fixed.status == "succeeded", json.dumps(fixed.data, indent=1)[:6000]
             assert "cuda_oom" in json.dumps(fixed.data), fixed.data
+            # The retry resumed from the checkpoint the first attempt saved before it died.
+            retried = await agent.call("get_training_job_logs", {"job_name": "oom",
+                                                                 "kubernetes": {}})  # fmt: skip
+            assert [e["step"] for e in _events(retried.text, "checkpoint_loaded")] == [3]
+            assert _events(retried.text, "start")[0]["resumed_from"] == 3, retried.text
             return agent
 
     with ClusterPlayer(operator, plans) as player:
         agent = anyio.run(session)
     # The refused submit made no job; the OOM job ran twice (the retry resumed).
     assert player.played == ["llama#1:Succeeded", "oom#1:Failed", "oom#2:Succeeded"]
+    assert (stack["operator"].root / "claims" / CLAIM / "oom" / "step-6").is_dir()
     total = sum(reply.size for reply in agent.log)
     print(f"\nagent session: {len(agent.log)} calls, {total} bytes of results, "
           f"tools/list {agent.listing_bytes} bytes; gate loop: {len(gate_calls)} calls "

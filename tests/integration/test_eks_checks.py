@@ -39,6 +39,7 @@ def test_a_healthy_cluster_passes_every_check(kube):
         "efa_device_plugin",
         "training_operator",
         "pytorchjob_crd",
+        "load_balancer_controller",
         "fsx_csi_driver",
         "checkpoint_pvc",
         "etcd_service",
@@ -136,6 +137,14 @@ def _plugin_not_ready(kube):
             "no CRD pytorchjobs.kubeflow.org",
             "CRD",
             "training_operator",
+        ),
+        (
+            _delete(seed.LB_CONTROLLER),
+            "load_balancer_controller",
+            "warning",
+            "no Deployment aws-load-balancer-controller",
+            "helm install aws-load-balancer-controller eks/aws-load-balancer-controller",
+            None,
         ),
         (
             _delete(seed.FSX_DS),

@@ -103,10 +103,25 @@ class DeploymentController:
             )
 
 
+def add_load_balancer_controller(kube) -> None:
+    """The AWS Load Balancer Controller's Deployment, as its Helm chart installs it."""
+    kube.emulator.objects[DEPLOYMENTS, "kube-system", "aws-load-balancer-controller"] = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "aws-load-balancer-controller", "namespace": "kube-system"},
+        "spec": {"replicas": 2}, "status": {"readyReplicas": 2},
+    }  # fmt: skip
+
+
 @pytest.fixture
 def kube(kube_api):
     kube_api.reset()
     return kube_api
+
+
+@pytest.fixture
+def lb_kube(kube):
+    add_load_balancer_controller(kube)
+    return kube
 
 
 @pytest.fixture
@@ -164,6 +179,7 @@ def stored(kube, what: str) -> dict:
     ("model", "options", "source"),
     [
         ("s3://demo-bucket/runs/demo/export", {}, "s3"),
+        ("s3://demo-bucket/runs/demo/export", {"model_claim": "fsx-claim"}, "s3-cached"),
         ("exports/demo", {"model_claim": "fsx-claim"}, "pvc"),
         ("meta-llama/Llama-3.1-8B-Instruct", {"hf_token_secret": "hf-token"}, "hub"),
     ],
@@ -185,6 +201,14 @@ def test_plan_renders_schema_valid_objects_for_each_model_source(model, options,
     vllm = deployment["spec"]["template"]["spec"]["containers"][0]
     assert vllm["image"] == VLLM_IMAGE and ":latest" not in VLLM_IMAGE
     assert vllm["resources"]["limits"] == {"nvidia.com/gpu": "4"}  # g5.12xlarge: 4 A10G
+    # Most of the node's 48 vCPUs / 192 GiB (catalogue): Burstable, not BestEffort.
+    assert vllm["resources"]["requests"] == {"nvidia.com/gpu": "4", "cpu": "38",
+                                             "memory": "153Gi"}  # fmt: skip
+    # The rollout's deadline covers the startup probe's whole budget (and pull + copy).
+    startup = vllm["startupProbe"]
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert deployment["spec"]["progressDeadlineSeconds"] > budget >= 1800
+    assert vllm["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     command = vllm["command"]
     assert command[command.index("--tensor-parallel-size") + 1] == "4"
     assert command[command.index("--max-model-len") + 1] == "4096"
@@ -193,18 +217,28 @@ def test_plan_renders_schema_valid_objects_for_each_model_source(model, options,
     assert plan.argv == command
     pod = deployment["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
+    # Downloaded weights never fill an unbounded emptyDir: 4 x 22 GiB of GPU memory.
+    bounded = {"name": "model", "emptyDir": {"sizeLimit": "88Gi"}}
     if source == "s3":
         (fetch,) = pod["initContainers"]
         assert fetch["command"][:3] == ["aws", "s3", "sync"]
         assert "s3://demo-bucket/runs/demo/export/" in fetch["command"]
-        assert volumes["model"] == {"name": "model", "emptyDir": {}}
+        assert volumes["model"] == bounded
         assert command[2] == "/models/model"
+    elif source == "s3-cached":  # synced into a cache on the claim: the next pod reuses it
+        (fetch,) = pod["initContainers"]
+        cache = "/models/.fsdp-eks-cache/demo-bucket/runs/demo/export"
+        assert fetch["command"][-2:] == ["s3://demo-bucket/runs/demo/export/", cache]
+        assert volumes["model"]["persistentVolumeClaim"] == {
+            "claimName": "fsx-claim", "readOnly": False}  # fmt: skip
+        assert command[2] == cache
     elif source == "pvc":
         assert volumes["model"]["persistentVolumeClaim"] == {
             "claimName": "fsx-claim", "readOnly": True}  # fmt: skip
         assert command[2] == "/models/exports/demo" and "initContainers" not in pod
-    else:
-        assert command[2] == model and "model" not in volumes
+    else:  # the Hub download lands in HF_HOME on the bounded emptyDir
+        assert command[2] == model and volumes["model"] == bounded
+        assert {"name": "HF_HOME", "value": "/models/hf"} in vllm["env"]
         (token,) = [e for e in vllm["env"] if e["name"] == "HF_TOKEN"]
         assert token["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "token"}
     assert service["spec"]["selector"] == {MODEL_SERVER_LABEL: "demo"}
@@ -227,7 +261,9 @@ def test_a_local_path_or_a_bad_name_is_a_typed_error(tmp_path):
 # --- deploy: rollout to Ready, smoke request, the token ---------------------------------------
 
 
-def test_deploy_follows_the_rollout_and_smoke_tests_through_the_load_balancer(kube, stand_in):
+def test_deploy_follows_the_rollout_and_smoke_tests_through_the_load_balancer(
+    kube, lb_kube, stand_in
+):
     config = settings(replicas=2, port=stand_in.port, service_type="LoadBalancer",
                       hf_token_secret="hf-token")  # fmt: skip
     controller = DeploymentController(kube, "demo")
@@ -272,7 +308,7 @@ def test_deploy_through_the_api_server_proxy_for_a_cluster_ip_service(kube, stan
     print(f"rollout-to-ready + smoke via proxy: {calls} API calls")
 
 
-def test_a_server_that_does_not_list_its_model_fails_the_smoke_test(kube):
+def test_a_server_that_does_not_list_its_model_fails_the_smoke_test(kube, lb_kube):
     stand_in = StandInOpenAI("some-other-model")  # the stand-in serves the wrong name
     try:
         config = settings(port=stand_in.port, service_type="LoadBalancer")
@@ -287,7 +323,7 @@ def test_a_server_that_does_not_list_its_model_fails_the_smoke_test(kube):
     assert state.smoke is None and [p for _, p, _ in stand_in.requests] == ["/v1/models"]
 
 
-def test_a_rollout_past_its_deadline_fails_without_a_smoke_request(kube, stand_in):
+def test_a_rollout_past_its_deadline_fails_without_a_smoke_request(kube, lb_kube, stand_in):
     config = settings(port=stand_in.port, service_type="LoadBalancer")
     controller = DeploymentController(kube, "demo")
 
@@ -330,7 +366,7 @@ def test_wait_zero_returns_starting_with_the_next_step(kube):
     )
 
 
-def test_the_hf_token_is_only_a_secret_reference(kube, stand_in, monkeypatch):
+def test_the_hf_token_is_only_a_secret_reference(kube, lb_kube, stand_in, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", CANARY)
     config = settings(port=stand_in.port, service_type="LoadBalancer", hf_token_secret="hf")
     controller = DeploymentController(kube, "demo")
@@ -383,3 +419,21 @@ def test_get_list_scale_and_an_idempotent_delete(kube):
         with pytest.raises(ToolFailure) as caught:
             call()
         assert caught.value.code == "not_found" and caught.value.hint
+
+
+def test_a_load_balancer_without_its_controller_is_refused_before_anything_is_applied(kube):
+    config = settings(service_type="LoadBalancer")
+    target = KubernetesServerTarget(poll_seconds=0)
+    with pytest.raises(ToolFailure) as caught:
+        target.deploy(target.plan("demo", "org/m", config), config, CollectingProgress(), 0)
+    failure = caught.value
+    assert failure.code == "load_balancer_controller_missing"
+    assert "helm install aws-load-balancer-controller eks/aws-load-balancer-controller" in (
+        failure.hint
+    )
+    assert "clusterName=<cluster>" in failure.hint and "ClusterIP" in failure.hint
+    assert (DEPLOYMENTS, "default", "demo") not in kube.emulator.objects
+    # With the controller installed, the same call applies.
+    add_load_balancer_controller(kube)
+    state = target.deploy(target.plan("demo", "org/m", config), config, CollectingProgress(), 0)
+    assert state.status == "starting"

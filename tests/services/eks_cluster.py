@@ -17,6 +17,7 @@ NVIDIA_DS = ("apps/v1/daemonsets", "kube-system", "nvidia-device-plugin-daemonse
 EFA_DS = ("apps/v1/daemonsets", "kube-system", "aws-efa-k8s-device-plugin")  # the chart's name
 FSX_DS = ("apps/v1/daemonsets", "kube-system", "fsx-csi-node")
 OPERATOR = ("apps/v1/deployments", "kubeflow", "training-operator")
+LB_CONTROLLER = ("apps/v1/deployments", "kube-system", "aws-load-balancer-controller")
 CRD = ("apiextensions.k8s.io/v1/customresourcedefinitions", None, "pytorchjobs.kubeflow.org")
 PVC = ("v1/persistentvolumeclaims", "default", "ckpt")
 ETCD = ("v1/services", "default", "etcd")
@@ -97,6 +98,13 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
             },
         },
         "status": {"readyReplicas": 1, "replicas": 1},
+    }
+    objects[LB_CONTROLLER] = {  # as its Helm chart installs it
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": LB_CONTROLLER[2], "namespace": "kube-system"},
+        "spec": {"replicas": 2},
+        "status": {"readyReplicas": 2, "replicas": 2},
     }
     objects[CRD] = {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -25,7 +25,7 @@ PRODUCT_DIRS = ("skills", "commands", "mcp_server")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 # A command of another program, quoted in a hint: its flags are that program's.
 FOREIGN_COMMAND = re.compile(
-    r"`(?:aws|kubectl|docker|git|pip|make|eksctl|sbatch|sinfo|srun|sacct|scontrol)\s[^`]*`"
+    r"`(?:aws|kubectl|docker|git|pip|make|eksctl|helm|sbatch|sinfo|srun|sacct|scontrol)\s[^`]*`"
 )
 
 # Flags of no parser here that a text may still name, each with why.

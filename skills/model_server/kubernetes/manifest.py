@@ -3,11 +3,20 @@ rendered with jinja2 from templates/ and validated offline against the Kubernete
 OpenAPI schema (kubernetes-validate, strict) before anything reaches a cluster.
 
 Where the model comes from decides the pod's shape (model_source):
-  s3://bucket/prefix   an init container copies it into an emptyDir (`aws s3 sync`);
+  s3://bucket/prefix   an init container copies it (`aws s3 sync`) into an emptyDir
+                       bounded by the GPUs' memory (weights vLLM can serve fit in it);
+                       with model_claim, into a cache directory on the claim instead, so
+                       a restarted or second pod syncs only what changed;
   model_claim=<pvc>    the claim (e.g. FSx for Lustre) is mounted read-only, model is
                        the path inside it;
-  org/name             vLLM pulls it from the Hugging Face Hub, HF_TOKEN from the Secret
-                       named by hf_token_secret (only the name is in the manifest)."""
+  org/name             vLLM pulls it from the Hugging Face Hub into HF_HOME on a bounded
+                       emptyDir, HF_TOKEN from the Secret named by hf_token_secret (only
+                       the name is in the manifest).
+
+The pod asks for the node's GPUs and most of its CPUs and memory (Burstable, not the
+BestEffort pods evict first); the Deployment's progressDeadlineSeconds covers what its
+startup probe allows plus the image pull and model copy, so a slow load is not reported
+failed while the probe still waits; a liveness probe restarts a server that hangs."""
 
 from __future__ import annotations
 
@@ -19,7 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
-from skills.catalog.instances import instance_spec
+from skills.catalog.instances import host_resources, instance_spec
 from skills.kube.efa import GPU_TOLERATIONS
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT
@@ -33,7 +42,16 @@ MODEL_MOUNT = "/models"
 S3_MODEL_DIR = f"{MODEL_MOUNT}/model"
 SHM_SIZE = "16Gi"  # NCCL between tensor-parallel workers needs more than Docker's 64 MiB
 MODEL_ANNOTATION = "fsdp-eks/model"  # the model as the user gave it (get reports it)
+PROBE_PERIOD_S = 10
 STARTUP_CHECKS = 180  # x 10 s: loading large weights takes minutes before /health answers
+# Before the startup probe's first check: pulling the vLLM image (~10 GB) and copying the
+# model in. The rollout's deadline is both: a load within the probe's budget is not failed.
+PULL_AND_FETCH_S = 20 * 60
+PROGRESS_DEADLINE_S = STARTUP_CHECKS * PROBE_PERIOD_S + PULL_AND_FETCH_S
+# Of a node's vCPUs and memory, what the server's pod requests: the rest is the kubelet's
+# reserve and the node's daemonsets (device plugins, CNI, CSI).
+HOST_SHARE = 0.8
+CACHE_DIR = ".fsdp-eks-cache"  # on a model claim: s3:// models synced here, by bucket/prefix
 # The schema version objects are checked against: the newest EKS standard-support version
 # as of this writing (kubernetes-validate ships 1.25-1.37).
 K8S_SCHEMA_VERSION = "1.33"
@@ -58,6 +76,7 @@ class ModelSource:
     served_path: str  # what vLLM is given: a path in the container or a Hub id
     claim: str | None = None
     fetch_command: tuple[str, ...] = ()
+    cached: bool = False  # an s3:// model synced into a cache on the claim
 
 
 def check_name(name: str) -> None:
@@ -72,19 +91,24 @@ def check_name(name: str) -> None:
 
 def model_source(model: str, settings: KubernetesServerSettings) -> ModelSource:
     """Where the pods get the model; a path only this machine has is refused."""
+    if model.startswith("s3://"):
+        if not S3_URI.match(model) or ".." in model.split("/"):
+            raise _bad_model(model, "not an s3://bucket/prefix URI")
+        uri = model.rstrip("/") + "/"
+        target = S3_MODEL_DIR
+        if settings.model_claim:  # cached on the claim, by bucket and prefix
+            target = posixpath.join(MODEL_MOUNT, CACHE_DIR, uri.removeprefix("s3://").rstrip("/"))
+        command = ("aws", "s3", "sync", "--no-progress", "--only-show-errors", uri, target)
+        return ModelSource(
+            "s3", target, settings.model_claim, command, cached=settings.model_claim is not None
+        )
     if settings.model_claim:
         inner = posixpath.normpath("/" + model.lstrip("/"))
-        if model.startswith("s3://") or ".." in model.split("/"):
+        if ".." in model.split("/"):
             raise _bad_model(model, "with model_claim, model is a path inside the claim")
         return ModelSource(
             "pvc", MODEL_MOUNT + (inner if inner != "/" else ""), settings.model_claim
         )
-    if model.startswith("s3://"):
-        if not S3_URI.match(model):
-            raise _bad_model(model, "not an s3://bucket/prefix URI")
-        uri = model.rstrip("/") + "/"
-        command = ("aws", "s3", "sync", "--no-progress", "--only-show-errors", uri, S3_MODEL_DIR)
-        return ModelSource("s3", S3_MODEL_DIR, fetch_command=command)
     if HUB_ID.match(model) and not Path(model).exists():
         return ModelSource("hub", model)
     raise _bad_model(
@@ -107,6 +131,19 @@ def _bad_model(model: str, why: str) -> ToolFailure:
 def gpus_per_replica(instance_type: str) -> int:
     """All GPUs of the instance per replica: vLLM shards the model over them."""
     return instance_spec(instance_type).gpus
+
+
+def host_requests(instance_type: str) -> dict[str, str]:
+    """cpu/memory the server's pod requests: HOST_SHARE of the node (catalogue)."""
+    vcpus, memory_gib = host_resources(instance_type)
+    return {"cpu": str(int(vcpus * HOST_SHARE)), "memory": f"{int(memory_gib * HOST_SHARE)}Gi"}
+
+
+def model_dir_limit(instance_type: str) -> str:
+    """An emptyDir's bound for downloaded weights: the replica's GPU memory (weights vLLM
+    can serve over those GPUs are no larger)."""
+    spec = instance_spec(instance_type)
+    return f"{spec.gpus * spec.gib_per_gpu}Gi"
 
 
 def vllm_command(name: str, source: ModelSource, settings: KubernetesServerSettings) -> list[str]:
@@ -170,8 +207,14 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
             image=settings.image,
             command=vllm_command(name, source, settings),
             hf_secret=settings.hf_token_secret,
-            resources={GPU_RESOURCE: str(gpus)},  # a quantity, as the API returns it
+            limits={GPU_RESOURCE: str(gpus)},  # a quantity, as the API returns it
+            requests={GPU_RESOURCE: str(gpus), **host_requests(settings.instance_type)},
+            model_dir_limit=model_dir_limit(settings.instance_type),
+            cached=source.cached,
+            hf_home=f"{MODEL_MOUNT}/hf" if source.kind == "hub" else "/tmp/hf",  # noqa: S108
+            probe_period=PROBE_PERIOD_S,
             startup_checks=STARTUP_CHECKS,
+            progress_deadline=PROGRESS_DEADLINE_S,
         )
     )
     service = (

@@ -14,8 +14,11 @@ from skills.kube.fields import (
 )
 from skills.model_server.base import ServerSettings
 
-# vLLM's OpenAI-compatible server image, pinned (the newest vLLM release as of 2026-11).
-VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+# vLLM's OpenAI-compatible server image, pinned to a tag a stored source shows published:
+# Docker Hub's page for vllm/vllm-openai:v0.12.0 (hub.docker.com/layers/vllm/vllm-openai/
+# v0.12.0/images/sha256-f2309d91...), linked from SemiAnalysisAI/InferenceX issue #303.
+# Newer tags are named in public manifests, but none this project could check.
+VLLM_IMAGE = "vllm/vllm-openai:v0.12.0"
 # The init container that copies an s3:// model into the pod (pinned aws CLI v2).
 S3_FETCH_IMAGE = "amazon/aws-cli:2.22.0"
 DEFAULT_PORT = 8000

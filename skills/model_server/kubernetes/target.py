@@ -22,11 +22,17 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from skills.cloud.clients import env_region
+from skills.kube import load_balancer
 from skills.kube.access import cluster_api_client
 from skills.kube.client import KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.model_server.base import ServerPlan, ServerState, ServerTarget
-from skills.model_server.kubernetes.manifest import MODEL_ANNOTATION, check_name, render
+from skills.model_server.kubernetes.manifest import (
+    MODEL_ANNOTATION,
+    PROGRESS_DEADLINE_S,
+    check_name,
+    render,
+)
 from skills.model_server.kubernetes.settings import (
     DEFAULT_PORT,
     KubernetesServerAccess,
@@ -38,7 +44,7 @@ from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL, requir
 from skills.shared.progress import Progress
 
 FIELD_MANAGER = "fsdp-eks"
-DEFAULT_WAIT_S = 30 * 60  # weights of a large model load for many minutes
+DEFAULT_WAIT_S = PROGRESS_DEADLINE_S  # as long as the rollout itself may take
 SMOKE_TIMEOUT_S = 60.0
 SMOKE_PROMPT = "Say hello in one short sentence."
 
@@ -143,6 +149,8 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
     ) -> ServerState:
         kube = self._client(settings)
         self._ours(kube, plan.name, settings, "deploy it under another name")  # before any write
+        if settings.service_type == "LoadBalancer":
+            self._require_load_balancer_controller(kube, settings)
         _require_s3_identity(kube, plan.objects[0])
         for obj in plan.objects:  # exactly the plan: server-side apply of each object
             kube.request(
@@ -158,6 +166,22 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         if state.status != "ready":
             return state
         return self._smoke(kube, state)
+
+    @staticmethod
+    def _require_load_balancer_controller(
+        kube: KubeJson, settings: KubernetesServerSettings
+    ) -> None:
+        """Refused before anything is applied: without the controller the Service never
+        gets an address and the deploy would wait for it in vain."""
+        if load_balancer.controllers(kube.items("/apis/apps/v1/deployments")):
+            return
+        raise ToolFailure(
+            ErrorCode.LOAD_BALANCER_CONTROLLER_MISSING,
+            f"service_type=LoadBalancer needs the AWS Load Balancer Controller; the cluster "
+            f"has no Deployment {load_balancer.CONTROLLER}.",
+            load_balancer.install_hint(settings.cluster_name),
+            {"service_type": "LoadBalancer", "missing": load_balancer.CONTROLLER},
+        )
 
     def _follow(
         self,
