@@ -260,9 +260,7 @@ def test_an_existing_name_is_a_typed_error_and_replace_starts_over(operator, kub
     assert created(kube_api)["metadata"]["uid"] != first_uid
 
 
-def test_a_confirmed_replace_runs_the_gate_before_it_deletes_the_running_job(
-    operator, kube_api
-):
+def test_a_confirmed_replace_runs_the_gate_before_it_deletes_the_running_job(operator, kube_api):
     """Issue 30 item 6: replace=true confirm=true deleted the running job, then the CUDA
     gate refused the new image: the old job gone, nothing running. Every check that can
     refuse now runs first; the running job is untouched."""
