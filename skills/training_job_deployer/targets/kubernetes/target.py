@@ -323,13 +323,6 @@ class KubernetesTarget(Target[KubernetesPlan]):
         reader = self.reader
         reader.require_crd()
         existing = reader.job(job_name)
-        # Every check that can refuse runs before a replace deletes the running job: a
-        # refused image must not leave the old job gone and nothing running.
-        self._require_service_account(plan)
-        nodes = [node_gpu_facts(n) for n in reader.nodes()]
-        if not plan.skip_gate:
-            gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
-            self._warnings += gate.warnings
         if existing is not None:
             if not plan.replace:
                 raise ToolFailure(
@@ -348,6 +341,14 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     "to delete the running job and start it over",
                     {"namespace": self.namespace, "job_name": job_name, "delete": True},
                 )
+        # Every check that can refuse runs before a replace deletes the running job: a
+        # refused image must not leave the old job gone and nothing running.
+        self._require_service_account(plan)
+        nodes = [node_gpu_facts(n) for n in reader.nodes()]
+        if not plan.skip_gate:
+            gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
+            self._warnings += gate.warnings
+        if existing is not None:
             self._delete_and_wait(job_name)
         self._warnings += self._quota_warnings(plan, nodes)  # after: the old job's GPUs free
         if plan.hf_token_secret:
