@@ -7,10 +7,15 @@ random batches), no clipping, no metrics, no checkpoints. The device follows
 availability, as the trainer's does: a GPU with NCCL, bf16 compute (fp32 reduction)
 and fused AdamW where there is one, else CPU with gloo and fp32, so a GPU run compares
 like with like. `--impl hf` runs Hugging Face's LlamaForCausalLM of the same dims
-under the same wrapping and loop.
+under the same wrapping and loop. `--impl family --model_name_or_path DIR` runs that
+checkpoint's transformers class (any family) built the bare way: on `meta`, sharded per
+decoder layer then the root, allocated, each parameter's full tensor read from the
+safetensors and scattered (torch's distribute_tensor), RoPE tables recomputed.
 
 Prints one JSON line from rank 0:
-{"impl", "device", "step_s", "tokens_per_s", "tokens_per_s_per_device", "mfu"}.
+{"impl", "device", "step_s", "tokens_per_s", "tokens_per_s_per_device", "mfu",
+"peak_first_step_mb"} (peak_first_step_mb: rank 0's peak up to its first optimizer step:
+RSS on CPU, allocated on a GPU).
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ def build(impl: str, cfg, mesh, device: torch.device) -> torch.nn.Module:
             model = Transformer(cfg.model, rope_len=cfg.data.seq_len)
         # apply_fsdp sums gradients over ranks: the step divides by the global tokens.
         return apply_fsdp(model, mesh, policy, True)
+    if impl == "family":
+        return build_family(cfg.model_name_or_path, mesh, policy, device)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     hf_cfg = LlamaConfig(**hf_config_from_model(cfg.model))
@@ -73,9 +80,51 @@ def build(impl: str, cfg, mesh, device: torch.device) -> torch.nn.Module:
     return model
 
 
+def build_family(path: str, mesh, policy, device: torch.device) -> torch.nn.Module:
+    """An HF checkpoint's own class, meta-initialised and sharded with no trainer code."""
+    from safetensors import safe_open
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    config.use_cache = False
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    persistent = set(model.state_dict())
+    owners = {n.rpartition(".")[0] for n, _ in model.named_buffers() if n not in persistent}
+    layers = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
+    for i, layer in enumerate(layers):
+        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=i < len(layers) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    for module in model.modules():
+        if hasattr(module, "set_gradient_divide_factor"):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    model.to_empty(device=device)
+    model.tie_weights()
+    for name in owners:
+        model._init_weights(model.get_submodule(name))
+    params = dict(model.named_parameters())
+    with torch.no_grad(), safe_open(f"{path}/model.safetensors", framework="pt") as f:
+        for name in f.keys():
+            if name in params:
+                full = f.get_tensor(name).to(device)
+                local = distribute_tensor(full, mesh, [Shard(0)]).to_local()
+                params[name].to_local().copy_(local)
+    return model
+
+
+def peak_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=["ours", "hf"], default="ours")
+    parser.add_argument("--impl", choices=["ours", "hf", "family"], default="ours")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     args, trainer_flags = parser.parse_known_args()
@@ -107,7 +156,9 @@ def main() -> None:
             torch.cuda.synchronize(device)
         dist.barrier()
 
-    for i in range(args.warmup):
+    step(0)
+    first_peak = peak_mb(device)
+    for i in range(1, args.warmup):
         step(i)
     sync()
     start = time.perf_counter()
@@ -133,6 +184,7 @@ def main() -> None:
             "tokens_per_s": global_tokens / step_s,
             "tokens_per_s_per_device": per_device,
             "mfu": mfu,
+            "peak_first_step_mb": round(first_peak, 1),
         }
         print(json.dumps(line))
     dist.destroy_process_group()

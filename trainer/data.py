@@ -58,7 +58,7 @@ def bundled_documents() -> list[str]:
     return [f.read_text(encoding="utf-8") for f in files]
 
 
-def render_chat(messages: Any) -> str:
+def render_chat(messages: Any, tools: Any = None) -> str:
     """A chat as plain text, one block per message:
 
         <|user|>
@@ -67,25 +67,49 @@ def render_chat(messages: Any) -> str:
         Fully sharded data parallelism.
 
     The markers are ordinary text (no tokenizer needs special tokens for them), so the
-    same template works with the byte tokenizer and any tokenizer.json. Raises
-    ValueError on anything that is not a list of {"role": str, "content": str}.
+    same template works with the byte tokenizer and any tokenizer.json. Tool calling
+    (OpenAI's format): the record's `tools` open the chat as a `<|tools|>` block, an
+    assistant message may have `content: null` and `tool_calls` (each rendered as a
+    `<tool_call>` JSON line), and `role: tool` messages carry the results. Raises
+    ValueError on any other shape.
     """
+    check_chat(messages, tools)
+    blocks = [f"<|tools|>\n{json.dumps(tools, ensure_ascii=False)}\n"] if tools else []
+    for message in messages:
+        text = message.get("content") or ""
+        for call in message.get("tool_calls") or []:
+            call_json = json.dumps(call.get("function", call), ensure_ascii=False)
+            text += ("\n" if text else "") + f"<tool_call>{call_json}</tool_call>"
+        blocks.append(f"<|{message['role']}|>\n{text}\n")
+    return "".join(blocks)
+
+
+def check_chat(messages: Any, tools: Any = None) -> None:
+    """A list of {"role": str, "content": str}; `content` may be null (or absent) on a
+    message with `tool_calls` (a list of objects); `tools` a list of objects."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("'messages' must be a non-empty list of {role, content} objects")
-    blocks = []
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
+    ):
+        raise ValueError("'tools' must be a list of objects")
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise ValueError(f"messages[{i}] is not an object")
         role, content = message.get("role"), message.get("content")
+        calls = message.get("tool_calls")
         if not isinstance(role, str) or not role:
             raise ValueError(f"messages[{i}].role must be a non-empty string")
-        if not isinstance(content, str):
-            raise ValueError(f"messages[{i}].content must be a string")
-        blocks.append(f"<|{role}|>\n{content}\n")
-    return "".join(blocks)
+        if calls is not None and not (
+            isinstance(calls, list) and calls and all(isinstance(c, dict) for c in calls)
+        ):
+            raise ValueError(f"messages[{i}].tool_calls must be a non-empty list of objects")
+        if not isinstance(content, str) and not (content is None and calls):
+            raise ValueError(f"messages[{i}].content must be a string (null only with tool_calls)")
 
 
-ChatRenderer = Callable[[Any], Any]
+# (messages, tools=None) -> the chat's text (or, for --train_on assistant, Segments).
+ChatRenderer = Callable[..., Any]
 
 # --train_on assistant: a chat document is a list of (text, trained_on) segments, so
 # the loss mask can follow the turns through tokenization.
@@ -94,16 +118,17 @@ Document = str | Segments
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
 
-def assistant_segments(render: Callable[[Any], str]) -> Callable[[Any], Segments]:
+def assistant_segments(render: Callable[..., str]) -> Callable[..., Segments]:
     """A chat renderer that keeps the turns apart: messages[i]'s text is what rendering
-    messages[:i+1] adds to messages[:i], trained on when its role is "assistant"."""
+    messages[:i+1] adds to messages[:i], trained on when its role is "assistant" (its
+    tool calls included; tool results, role "tool", are not)."""
 
-    def segments(messages: Any) -> Segments:
-        full = render(messages)
+    def segments(messages: Any, tools: Any = None) -> Segments:
+        full = render(messages, tools)
         out: Segments = []
         done = ""
         for i, message in enumerate(messages):
-            text = full if i == len(messages) - 1 else render(messages[: i + 1])
+            text = full if i == len(messages) - 1 else render(messages[: i + 1], tools)
             if not text.startswith(done):
                 raise ValueError(
                     "the chat template does not render a conversation's prefix as the "
@@ -123,9 +148,9 @@ def chat_renderer(tokenizer: Tokenizer) -> ChatRenderer:
     if template is None:
         return render_chat
 
-    def render(messages: Any) -> str:
-        render_chat(messages)  # the same checks of the records' shape
-        return template(messages)
+    def render(messages: Any, tools: Any = None) -> str:
+        check_chat(messages, tools)  # the same checks of the records' shape
+        return template(messages, tools)
 
     return render
 
@@ -139,7 +164,7 @@ def _record_text(record: Any, chat: ChatRenderer = render_chat) -> str:
             raise ValueError("'text' must be a string")
         return record["text"]
     if "messages" in record:
-        return chat(record["messages"])
+        return chat(record["messages"], record.get("tools"))
     raise ValueError("expected a 'text' string or a chat 'messages' list")
 
 

@@ -163,10 +163,11 @@ class HFTokenizer:
         template = env.from_string(source)
         eos = declared.get("eos_token", "")
 
-        def render(messages: Any) -> str:
+        def render(messages: Any, tools: Any = None) -> str:
             return template.render(
-                messages=messages, bos_token="", eos_token=eos, add_generation_prompt=False
-            )
+                messages=messages, tools=tools, bos_token="", eos_token=eos,
+                add_generation_prompt=False,
+            )  # fmt: skip
 
         return render
 

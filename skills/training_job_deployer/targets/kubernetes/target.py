@@ -31,7 +31,7 @@ from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
 from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.next_step import NextStep
+from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -450,7 +450,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if detach and state.status not in TERMINAL:
             state.next_step = NextStep(
                 tool="get_training_job",
-                arguments={"job_name": job_name, **self.call_args(), "wait_seconds": 600},
+                arguments={"job_name": job_name, **self.call_args(), "wait_seconds": POLL_WAIT_S},
                 why=f"detached after {DETACH_S / 60:.0f} min (the job goes on); check on it",
             )
         state.warnings = [*self._warnings, *state.warnings]

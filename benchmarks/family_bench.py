@@ -1,0 +1,116 @@
+"""Every decoder family the trainer builds from transformers (trainer/families.py), each
+against the bare FSDP2 loop (benchmarks/bare_fsdp2_loop.py --impl family) on the SAME
+checkpoint, in the same run (2 processes, gloo, CPU):
+
+1. tokens/s: `python -m trainer --model_name_or_path DIR` / the bare loop.
+2. peak memory of rank 0 up to its first optimizer step (RSS on CPU): the trainer's
+   first step line / the bare loop's.                              goal <= 1.1x
+
+Each checkpoint is a random one of the family written here (no hub): hidden 256,
+4 layers, vocabulary 2048. Prints a Markdown table (or --json lines).
+
+    python benchmarks/family_bench.py [--families mistral,qwen2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.trainer.test_families import FAMILIES  # noqa: E402  (the parity test's table)
+
+SHAPE = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+             num_attention_heads=8, num_key_value_heads=4, vocab_size=2048,
+             max_position_embeddings=512, pad_token_id=0, bos_token_id=1,
+             eos_token_id=2)  # fmt: skip
+BATCH = ["--seq_len", "128", "--train_batch_size", "4"]
+STEPS = 10
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
+    e.setdefault("OMP_NUM_THREADS", "1")
+    return e
+
+
+def torchrun(args: list[str]) -> list[dict]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    done = subprocess.run(argv + args, cwd=ROOT, env=env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
+    return [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]
+
+
+def checkpoint(model_type: str, out: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    extra = dict(FAMILIES[model_type])
+    if model_type == "gpt2":
+        extra.update(n_embd=256, n_layer=4, n_head=8, n_positions=512)
+    config = AutoConfig.for_model(model_type, **SHAPE, **extra)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+
+
+def measure(model_type: str, tmp: Path) -> dict[str, object]:
+    path = tmp / model_type
+    checkpoint(model_type, path)
+    model = ["--model_name_or_path", str(path), *BATCH]
+    events = torchrun(
+        ["-m", "trainer", *model, "--max_steps", str(STEPS), "--log_freq", "1",
+         "--validation_freq", "0", "--warmup_steps", "2"]
+    )  # fmt: skip
+    first = next(e for e in events if e["event"] == "step")
+    summary = next(e for e in events if e["event"] == "summary")
+    (bare,) = torchrun(
+        ["benchmarks/bare_fsdp2_loop.py", "--impl", "family", "--steps", str(STEPS - 1),
+         "--warmup", "1", *model]
+    )  # fmt: skip
+    return {
+        "family": model_type,
+        "params": summary["params"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "bare_tokens_per_s": round(bare["tokens_per_s"], 1),
+        "speed_ratio": round(summary["tokens_per_s"] / bare["tokens_per_s"], 3),
+        "peak_first_step_mb": first["mem_mb"],
+        "bare_peak_first_step_mb": bare["peak_first_step_mb"],
+        "memory_ratio": round(first["mem_mb"] / bare["peak_first_step_mb"], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="family-bench-") as tmp:
+        for model_type in args.families.split(","):
+            row = measure(model_type, Path(tmp))
+            rows.append(row)
+            if args.json:
+                print(json.dumps(row), flush=True)
+    if not args.json:
+        print("| family | params | tokens/s trainer / bare | peak MiB at step 1 trainer / bare |")
+        print("|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['family']} | {r['params']:,} | {r['tokens_per_s']:,.0f} / "
+                f"{r['bare_tokens_per_s']:,.0f} = {r['speed_ratio']:.2f}x | "
+                f"{r['peak_first_step_mb']:,.0f} / {r['bare_peak_first_step_mb']:,.0f} = "
+                f"{r['memory_ratio']:.2f}x |"
+            )
+
+
+if __name__ == "__main__":
+    main()
