@@ -306,6 +306,22 @@ def test_an_existing_name_is_a_typed_error_and_replace_starts_over(operator, kub
     assert created(kube_api)["metadata"]["uid"] != first_uid
 
 
+def test_a_confirmed_replace_runs_the_gate_before_it_deletes_the_running_job(operator, kube_api):
+    """Issue 30 item 6: replace=true confirm=true deleted the running job, then the CUDA
+    gate refused the new image: the old job gone, nothing running. Every check that can
+    refuse now runs first; the running job is untouched."""
+    from tests.services import eks_cluster as seed
+
+    deploy(skip_gate=True)  # running (the first image's gate is not this test's)
+    first_uid = created(kube_api)["metadata"]["uid"]
+    kube_api.emulator.objects["v1/nodes", None, "gpu-1"] = seed.node("gpu-1", "p5.48xlarge")
+    refused = failure(deploy, replace=True, confirm=True)  # IMAGE's labels: unreadable
+    assert refused.code == "cuda_unverified"
+    assert created(kube_api)["metadata"]["uid"] == first_uid  # the old job still runs
+    state = deploy(replace=True, confirm=True, skip_gate=True)
+    assert state.status == "running" and created(kube_api)["metadata"]["uid"] != first_uid
+
+
 def test_replace_of_an_ended_job_needs_no_confirm(operator, kube_api):
     """A job that ended is only a record: replace (auto_retry's resubmission) goes on."""
     deploy()

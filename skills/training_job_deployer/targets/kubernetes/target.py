@@ -348,13 +348,16 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     "to delete the running job and start it over",
                     {"namespace": self.namespace, "job_name": job_name, "delete": True},
                 )
-            self._delete_and_wait(job_name)
+        # Every check that can refuse runs before a replace deletes the running job: a
+        # refused image must not leave the old job gone and nothing running.
         self._require_service_account(plan)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
             self._warnings += gate.warnings
-        self._warnings += self._quota_warnings(plan, nodes)
+        if existing is not None:
+            self._delete_and_wait(job_name)
+        self._warnings += self._quota_warnings(plan, nodes)  # after: the old job's GPUs free
         if plan.hf_token_secret:
             token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
             reader.put_secret(plan.hf_token_secret, {"token": token})
