@@ -17,10 +17,12 @@ from typing import Any
 
 from skills.catalog.cuda import (
     CUDA_LABEL,
+    EFA_LABEL,
     PYTORCH_WHEEL_INDEX,
     TORCH_LABEL,
     cu_tag,
     cuda_problem_for_gpu,
+    dlc_efa_image,
     driver_supports,
     max_cuda_for_driver,
     newest_official_image,
@@ -30,7 +32,7 @@ from skills.catalog.cuda import (
     vtuple,
     wheel_cudas,
 )
-from skills.catalog.instances import GPUS, gpu_for_instance
+from skills.catalog.instances import GPUS, gpu_for_instance, instance_spec
 from skills.cloud.registry_credentials import ECR_REGISTRY_HOST_ENV, EcrToken, normalize_host
 from skills.cloud.registry_http import AnswerTooLarge
 from skills.kube.gpu_nodes import NodeGpuFacts
@@ -51,6 +53,8 @@ _ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)
 class ImageCuda:
     torch: str | None
     cuda: str
+    # fsdp-eks.efa: whether the image has libfabric + aws-ofi-nccl (None: it does not say).
+    efa: bool | None = None
 
 
 def image_cuda(labels: dict[str, str] | None) -> ImageCuda | None:
@@ -59,7 +63,9 @@ def image_cuda(labels: dict[str, str] | None) -> ImageCuda | None:
     cuda, torch = labels.get(CUDA_LABEL), labels.get(TORCH_LABEL)
     if not isinstance(cuda, str) or not re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", cuda):
         return None
-    return ImageCuda(torch if isinstance(torch, str) and torch else None, cuda)
+    efa_text = labels.get(EFA_LABEL)
+    efa = {"true": True, "false": False}.get(efa_text) if isinstance(efa_text, str) else None
+    return ImageCuda(torch if isinstance(torch, str) and torch else None, cuda, efa)
 
 
 def _gpu_name(node: NodeGpuFacts, instance_type: str | None) -> str | None:
@@ -134,7 +140,36 @@ def check(
     if result.problems:
         result.next_step = rebuild_step(image, drivers, gpus, instance_type)
         result.fix = result.next_step.cli_line() if result.next_step else None
+    _check_efa(image, instance_type, result)
     return result
+
+
+def _check_efa(image: ImageCuda, instance_type: str | None, result: GateResult) -> None:
+    """efa_missing: an EFA instance and an image whose label says it has no EFA user space
+    (libfabric + aws-ofi-nccl), so NCCL falls back to TCP sockets between nodes. A warning
+    with the DLC rebuild that has it, not a refusal: a one-node job never leaves NVLink,
+    and a slow multi-node job still trains. An image that does not say: a warning too."""
+    try:
+        efa = bool(instance_type) and instance_spec(instance_type or "").efa
+    except ToolFailure:
+        return
+    if not efa or image.efa is True:
+        return
+    if image.efa is None:
+        result.warnings.append(
+            f"the image has no {EFA_LABEL} label: whether it has libfabric/aws-ofi-nccl for "
+            f"{instance_type}'s EFA was not checked"
+        )
+        return
+    text = (
+        f"efa_missing: {instance_type} has EFA, but the image has no libfabric/aws-ofi-nccl "
+        f"({EFA_LABEL}=false): NCCL falls back to TCP sockets between nodes"
+    )
+    if dlc := dlc_efa_image(image.torch):
+        step = NextStep(tool="build_image", why="rebuild with EFA",
+                        arguments={"base_image": dlc, "instance_type": instance_type})  # fmt: skip
+        text += f"; rebuild on the AWS DLC PyTorch image that has it: `{step.cli_line()}`"
+    result.warnings.append(text)
 
 
 def _runs(driver: str) -> str:
