@@ -26,7 +26,8 @@ setup-dev: $(VENV)/.dev
 
 # The local test services that pytest starts (tests/services/): podman's Docker API,
 # Debian's docker-registry, a one-node Slurm (slurm-wlm + munge), and mmdebstrap for the
-# stand-in of the trainer image's base (built once per machine, tests/services/standin_base.py).
+# stand-in of the trainer image's base (built once per machine, tests/services/standin_base.py);
+# node and npm for the TypeScript SDK client test (its npm packages: test_ts_client.py).
 system-deps:
 	@missing=""; for bin in podman docker-registry sbatch slurmctld slurmd munged mmdebstrap; do \
 	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/bin/$$bin ] || [ -x /usr/sbin/$$bin ] || missing="$$missing $$bin"; done; \
@@ -35,6 +36,9 @@ system-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "installing nodejs npm"; $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; }
 
 demo: setup
 	$(PY) commands/deploy_training_job.py --target local --job_name demo

@@ -40,7 +40,7 @@ CACHE_FILE = ".cache-from"
 
 
 def run_tests() -> int:
-    level = os.environ.get("TEST_LEVEL", "quick")
+    level = os.environ.get("TEST_LEVEL", "standard")
     if level not in LEVELS:
         print(f"TEST_LEVEL {level!r} is not one of {', '.join(LEVELS)}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.cloud.clients import default_region
+from skills.image_builder import last_build
 from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
 from skills.image_builder.registry_check import MIRROR_PATTERN
@@ -29,11 +30,16 @@ _KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 def build_image(
     *,
     dockerfile: Annotated[
-        str,
-        Field(min_length=1, max_length=4096, description="Dockerfile path."),
+        str | None,
+        Field(
+            min_length=1,
+            max_length=4096,
+            description="Dockerfile path (default: the project's Dockerfile, else the trainer "
+            "image this package ships).",
+        ),
         # Read; the fix is written beside it (auto_fix) or over it (write).
         LocalPath(writable=False, written_with=("auto_fix", "write")),
-    ] = "Dockerfile",
+    ] = None,
     context: Annotated[
         str | None,
         Field(min_length=1, max_length=4096, description="Build context dir (default: its dir)."),
@@ -87,10 +93,14 @@ def build_image(
     It analyzes the Dockerfile (torch/CUDA/cuDNN/Python, GPU and driver fit), checks
     the base image exists, builds, and on a known failure writes the fix
     (<Dockerfile>.fixed) and rebuilds. Returns every attempt with its error
-    class, evidence and diff, and the image id, tags and size."""
+    class, evidence and diff, and the image id, tags and size. With no dockerfile or
+    context given and no Dockerfile in the project, it builds the trainer image this
+    package ships, and says so."""
+    context_path = Path(context).expanduser().absolute() if context else None
+    path, context_path, packaged = _dockerfile(dockerfile, context_path)
     options = BuildOptions(
-        dockerfile=Path(dockerfile).expanduser().absolute(),
-        context=Path(context).expanduser().absolute() if context else None,
+        dockerfile=path,
+        context=context_path,
         tag=tag,
         repository=repository,
         tag_strategy=tag_strategy,
@@ -106,9 +116,27 @@ def build_image(
         cache_from=list(cache_from),
     )
     result = build(options, progress)
+    result.packaged_trainer = packaged
     if result.status == "built" and result.tags:
+        last_build.remember(result.tags[0])
         result.next_step = push_step(result.tags[0], repository)
     return result
+
+
+def _dockerfile(given: str | None, context: Path | None) -> tuple[Path, Path | None, bool]:
+    """(Dockerfile, context, whether it is the packaged trainer's): the one given; else
+    the project's (./Dockerfile; always with a context given); else the trainer image
+    this package ships, in a build context of its own."""
+    if given is not None:
+        return Path(given).expanduser().absolute(), context, False
+    here = Path.cwd() / "Dockerfile"
+    if context is not None or here.exists() or here.is_symlink():  # the project's own wins
+        return here, context, False
+    from skills.image_builder.packaged import trainer_context
+    from skills.operations.operations import state_dir
+
+    packaged = trainer_context(state_dir() / "trainer_image")
+    return packaged / "Dockerfile", packaged, True
 
 
 def push_step(image: str, repository: str) -> NextStep:

@@ -13,7 +13,7 @@ from commands._cli import main_for
 from skills.model_server.base import ModelSource, ServerName, ServerSettings, ServerState
 from skills.model_server.registry import ServerTargetSettings, get_server_target
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.next_step import NextStep
+from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.progress import Progress
 from skills.shared.tooling import WaitSeconds, spec_of, tool
 
@@ -109,7 +109,7 @@ def _as_operation(
             message=f"starting as operation {state.operation_id}: {state.message}",
             next_step=NextStep(
                 tool="get_operation",
-                arguments={"operation_id": state.operation_id, "wait_seconds": 30},
+                arguments={"operation_id": state.operation_id, "wait_seconds": POLL_WAIT_S},
                 why="follow the start to ready",
             ),
         )

@@ -34,13 +34,13 @@ def deploy_training_job(
         bool,
         Field(
             strict=True,
-            description="Set an unreadable job record aside, start over.",
+            description="Set a corrupt job record aside.",
         ),
     ] = False,
     auto_retry: Annotated[
         bool, Field(strict=True, description="On failure: diagnose, fix, resubmit (resumes).")
     ] = False,
-    max_retries: Annotated[int, Field(ge=0, le=20, description="auto_retry: most resubmits.")] = 3,
+    max_retries: Annotated[int, Field(ge=0, le=20, description="Most auto_retry resubmits.")] = 3,
     monitor: Annotated[
         bool, Field(strict=True, description="Follow the job (false: return once started).")
     ] = True,

@@ -11,11 +11,14 @@ from typing import Annotated
 from pydantic import Field
 
 from commands._cli import main_for
+from skills.cloud.clients import default_region
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.push import PushOptions, publish
+from skills.image_builder import last_build
 from skills.image_builder.registry_check import HOST_PATTERN
 from skills.image_builder.tags import TAG_PATTERN
 from skills.shared.confirm import Confirm
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -29,16 +32,26 @@ ECR_REPOSITORY = r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+
 def push_to_ecr(
     *,
     image: Annotated[
-        str, Field(min_length=1, max_length=512, pattern=r"^\S+$", description="Local image ref.")
-    ],
+        str | None,
+        Field(
+            min_length=1,
+            max_length=512,
+            pattern=r"^\S+$",
+            description="Local image ref (default: the project's last build_image).",
+        ),
+    ] = None,
     repository: Annotated[
         str,
         Field(min_length=2, max_length=256, description="ECR repository (created if absent)."),
         grammar(ECR_REPOSITORY, "an ECR repository name"),
     ],
     region: Annotated[
-        str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$", description="AWS region.")
-    ],
+        str | None,
+        Field(
+            pattern=r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$",
+            description="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's).",
+        ),
+    ] = None,
     tag: Annotated[
         str | None, Field(pattern=TAG_PATTERN, description="Tag (default: the image's).")
     ] = None,
@@ -64,11 +77,12 @@ def push_to_ecr(
 
     Creates or aligns the repository (scan, tag mutability, lifecycle), logs in with
     the ECR token, pushes, verifies the registry's digest. Settings left out keep an
-    existing repo's."""
+    existing repo's. Left out, the image is the one build_image last built in this
+    project and the region the environment's."""
     options = PushOptions(
-        image=image,
+        image=image or _last_built(),
         repository=repository,
-        region=region,
+        region=region or _region(),
         tag=tag,
         scan_on_push=scan_on_push,
         immutable_tags=immutable_tags,
@@ -79,6 +93,30 @@ def push_to_ecr(
     result = publish(options, progress)
     result.next_step = deploy_step(result.image_uri, result.repository)
     return result
+
+
+def _last_built() -> str:
+    built = last_build.recall()
+    if built is None:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "No image given, and build_image has built none in this project.",
+            "Pass image (a local image ref), or build one first with build_image.",
+            {"problems": [{"field": "image", "problem": "missing"}]},
+        )
+    return built.image
+
+
+def _region() -> str:
+    region = default_region()
+    if region is None:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "No region given, and none is configured (AWS_REGION, AWS_DEFAULT_REGION, profile).",
+            "Pass region (e.g. us-west-2) or set AWS_REGION.",
+            {"problems": [{"field": "region", "problem": "missing"}]},
+        )
+    return region
 
 
 def deploy_step(image_uri: str, repository: str) -> NextStep:

@@ -5,6 +5,8 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
+import subprocess
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -34,13 +36,14 @@ def setup_codebuild(
         ),
     ],
     source_url: Annotated[
-        str,
+        str | None,
         Field(
             min_length=6,
             max_length=1024,
-            description="GitHub/CodeCommit https URL or s3://bucket/key.",
+            description="GitHub/CodeCommit https URL or s3://bucket/key (default: the "
+            "project's git remote origin).",
         ),
-    ],
+    ] = None,
     branch: Annotated[
         str, Field(pattern=r"^[A-Za-z0-9._/-]{1,200}$", description="Branch to build.")
     ] = "main",
@@ -80,10 +83,10 @@ def setup_codebuild(
     ] = 30,  # fmt: skip
     test_level: Annotated[
         Literal["quick", "standard", "full"], Field(description="TEST_LEVEL for the buildspec.")
-    ] = "quick",
+    ] = "standard",
     tag_strategy: Annotated[
         Literal["auto", "semantic", "git-sha", "latest"], Field(description="TAG_STRATEGY.")
-    ] = "git-sha",
+    ] = "auto",
     dry_run: Annotated[bool, Field(description="Only list the writes it would make.")] = False,
     progress: Progress | None = None,
 ) -> PipelineResult:
@@ -99,7 +102,7 @@ def setup_codebuild(
         project_name=project_name,
         region=region,
         ecr_repository=ecr_repository,
-        source_url=source_url,
+        source_url=source_url or git_remote_url(),
         branch=branch,
         webhook=webhook,
         compute_type=compute_type,
@@ -108,7 +111,7 @@ def setup_codebuild(
         test_level=test_level,
         tag_strategy=tag_strategy,
     )
-    source = plan.parse_source(source_url)
+    source = plan.parse_source(settings.source_url)
     if webhook and source.type != "GITHUB":
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
@@ -117,6 +120,28 @@ def setup_codebuild(
             {"problems": [{"field": "webhook", "problem": "needs a GitHub source"}]},
         )
     return apply(settings, dry_run, progress)
+
+
+def git_remote_url(project: Path | None = None) -> str:
+    """The project's git remote `origin` as a CodeBuild source URL (the seed document's
+    setup-codebuild call names no --source_url), or invalid_input saying what to pass."""
+    project = project or Path.cwd()
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(project), "remote", "get-url", "origin"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"No source_url given, and {project} has no git remote 'origin' to take it from.",
+            "Pass source_url (https://github.com/OWNER/REPO, a CodeCommit URL or "
+            "s3://BUCKET/KEY.zip), or add the remote: git remote add origin URL.",
+            {"problems": [{"field": "source_url", "problem": "missing"}]},
+        )
+    return plan.remote_as_source_url(done.stdout)
 
 
 main = main_for(setup_codebuild)

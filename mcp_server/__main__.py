@@ -2,9 +2,10 @@
                        [--http [--host H] [--port P] [--token T]]
 python -m mcp_server install|uninstall --client claude|opencode ...  (mcp_server/install.py)
 
-Tool calls may name local paths only under the workspace (default: the directory the
-server starts in, e.g. the project of the shipped .mcp.json), or, for inputs the tools
-only read, under an --allow-path root. Streamable HTTP on an address
+The workspace is the user's project: --workspace DIR, else the client's first root
+(roots/list), else the directory the server starts in. Relative paths and the tools'
+default places (runs/) resolve there, and tool calls may name local paths only under it
+or, for inputs the tools only read, under an --allow-path root. Streamable HTTP on an address
 other than loopback needs a bearer token; with a token, every request must carry it."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mcp_server.server import build_server
 from mcp_server.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
 
 TOKEN_ENV = "FSDP_EKS_MCP_TOKEN"
+MCP_PATH = "/mcp"
 PROG = "fsdp-eks-mcp"
 # What an HTTP header can carry as is: a token outside this would never match.
 _TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
@@ -41,8 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workspace",
         metavar="DIR",
-        help=f"Root that callers' local paths must lie under; jobs are written here "
-        f"(env {WORKSPACE_ENV}; default {DEFAULT_WORKSPACE}, the directory it starts in).",
+        help=f"The project: relative paths resolve here, callers' local paths must lie "
+        f"under it, jobs are written here (env {WORKSPACE_ENV}; default: the client's "
+        f"first root, else {DEFAULT_WORKSPACE}, the directory it starts in).",
     )
     parser.add_argument(
         "--allow-path",
@@ -112,12 +115,20 @@ def _token(args: argparse.Namespace) -> str | None:
     return token
 
 
+def http_url(host: str, port: int) -> str:
+    """The endpoint a client connects to (an IPv6 address in brackets)."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}{MCP_PATH}"
+
+
 def _serve_http(server: Any, host: str, port: int, token: str | None) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host=host)
+    app = server.streamable_http_app(host=host, streamable_http_path=MCP_PATH)
     if token is not None:
         app = BearerAuth(app, token)
+    auth = " (send 'Authorization: Bearer <token>')" if token is not None else ""
+    print(f"{PROG}: serving MCP on {http_url(host, port)}{auth}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
@@ -132,7 +143,13 @@ def main(argv: list[str] | None = None) -> None:
     workspace = Workspace.create(args.workspace, args.allow_path)
     if workspace.root.exists() and not workspace.root.is_dir():
         _refuse(f"the workspace {workspace.root} exists and is not a directory.")
+    try:  # the tools' relative defaults (a Dockerfile, runs/) are the project's
+        workspace.root.mkdir(parents=True, exist_ok=True)
+        os.chdir(workspace.root)
+    except OSError as exc:
+        _refuse(f"cannot work in the workspace {workspace.root}: {exc.strerror}.")
     server = build_server(read_only=args.read_only, workspace=workspace)
+    server.follow_workspace = True
     if args.http:
         _serve_http(server, args.host, args.port, token)
     else:

@@ -1,6 +1,10 @@
 """Where each MCP client keeps its server list and its skills, and the entry that
 starts this server, per scope (from the clients' docs, checked 2026-11):
 
+Skills go in the Claude folders for both clients: opencode also reads
+`.claude/skills/` and `~/.claude/skills/`, so one copy serves both (two copies made it
+warn "duplicate skill name").
+
 Claude Code (code.claude.com/docs/en/mcp, /en/skills): project scope `.mcp.json`
 `mcpServers` and `.claude/skills/<name>/SKILL.md`; user scope `~/.claude.json`
 `mcpServers` (top level) and `~/.claude/skills/<name>/SKILL.md`. A stdio entry is
@@ -42,11 +46,17 @@ class ClientTarget:
     skills_dir: Path
     # What a config file this installer creates starts with (opencode's schema link).
     new_file: dict[str, Any]
+    # The folder the installer works below (the project): no link between it and a file
+    # it writes is followed. None (a user's home): folders may be links, files not.
+    base: Path | None
 
 
-def server_argv(project: Path) -> list[str]:
-    """This interpreter running this server with the project as its workspace."""
-    return [sys.executable, "-m", "mcp_server", "--workspace", str(project)]
+def server_argv(project: Path, scope: Scope = "project") -> list[str]:
+    """This interpreter (an absolute path, so the client may start it from any folder)
+    running this server. A project's entry names the project as its workspace; a user's
+    entry serves whichever project the client opens (its roots, else its folder)."""
+    argv = [str(Path(sys.executable).absolute()), "-m", "mcp_server"]
+    return argv + ["--workspace", str(project)] if scope == "project" else argv
 
 
 def client_target(
@@ -57,24 +67,17 @@ def client_target(
     environ: Mapping[str, str] = os.environ,
 ) -> ClientTarget:
     home = home or Path.home()
-    command, *args = argv = server_argv(project)
+    command, *args = argv = server_argv(project, scope)
+    base = project if scope == "project" else home
+    skills_dir = base / ".claude" / "skills"
+    strict = project if scope == "project" else None
     if client == "claude":
-        base = project if scope == "project" else home
         config = project / ".mcp.json" if scope == "project" else home / ".claude.json"
         entry = {"type": "stdio", "command": command, "args": args}
-        return ClientTarget(
-            client, scope, config, "mcpServers", entry, base / ".claude" / "skills", {}
-        )
+        return ClientTarget(client, scope, config, "mcpServers", entry, skills_dir, {}, strict)
     config_home = Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "opencode"
-    base = project if scope == "project" else config_home
-    skills_dir = (project / ".opencode" if scope == "project" else config_home) / "skills"
+    config = (project if scope == "project" else config_home) / "opencode.json"
     entry = {"type": "local", "command": argv, "enabled": True}
     return ClientTarget(
-        client,
-        scope,
-        base / "opencode.json",
-        "mcp",
-        entry,
-        skills_dir,
-        {"$schema": OPENCODE_SCHEMA},
+        client, scope, config, "mcp", entry, skills_dir, {"$schema": OPENCODE_SCHEMA}, strict
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.reading import ReadRefused, parse_json, read_bytes
 
 
 def refuse_symlink(path: Path) -> None:
@@ -24,28 +25,92 @@ def refuse_symlink(path: Path) -> None:
         )
 
 
-def read_json_object(path: Path) -> dict[str, Any] | None:
-    """The file's object, or None when there is no file."""
+# Claude Code's ~/.claude.json grows with its history; nothing real is this big or deep.
+CONFIG_MAX_BYTES = 32 * 1024 * 1024
+CONFIG_MAX_DEPTH = 200
+
+
+def read_bytes_or_none(path: Path, what: str) -> bytes | None:
+    """The regular file's bytes (bounded, never through a link, never blocking on a FIFO),
+    or None when there is no file. Anything else is a ToolFailure, nothing written."""
     refuse_symlink(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
+        return read_bytes(path, what=what, max_bytes=CONFIG_MAX_BYTES, follow_links=False)
+    except ReadRefused as refused:
+        if refused.code == ErrorCode.NOT_FOUND:
+            return None
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
-            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}); left as it is.",
+            f"{refused.message} Left as it is.",
+            "Move it away (or make it a regular file) and run the installer again.",
+            refused.details,
+        ) from None
+
+
+def read_json_object(path: Path) -> tuple[dict[str, Any] | None, bytes | None]:
+    """(the file's object, its bytes), or (None, None) when there is no file."""
+    data = read_bytes_or_none(path, "config file")
+    if data is None:
+        return None, None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"{path} is not UTF-8 text; left as it is.",
+            "Fix the file's encoding (or move it away) and run the installer again.",
+        ) from None
+    try:
+        parsed = parse_json(text, what="config file", source=path, max_depth=CONFIG_MAX_DEPTH)
+    except ReadRefused as refused:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"{refused.message} Left as it is.",
             "Fix the file (or move it away) and run the installer again.",
         ) from None
-    if not isinstance(data, dict):
+    if not text.strip():
+        parsed = {}
+    if not isinstance(parsed, dict):
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
-            f"{path} holds a JSON {type(data).__name__}, not an object; left as it is.",
+            f"{path} holds a JSON {type(parsed).__name__}, not an object; left as it is.",
             "Fix the file (or move it away) and run the installer again.",
         )
-    return data
+    return parsed, data
+
+
+def refuse_odd_path(base: Path | None, path: Path) -> None:
+    """ToolFailure unless every folder from `base` down to `path` is a real folder (no
+    link that may lead out of `base`, no file where a folder goes) and `path` itself, if
+    it exists, is a regular file that is not a link. `base` None: folders may be links
+    (a home's dotfiles often are), files still may not."""
+    anchor = base if base is not None and path.is_relative_to(base) else Path(path.anchor)
+    here = anchor
+    for part in path.relative_to(anchor).parts[:-1]:
+        here = here / part
+        if base is not None and here.is_symlink():
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"{here} is a symbolic link; the installer does not write through links.",
+                "Replace the link with a folder, or install by hand.",
+                {"path": str(here)},
+            )
+        if here.exists() and not here.is_dir():
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"{here} is a file where a folder goes; left as it is.",
+                "Move it away and run the installer again.",
+                {"path": str(here)},
+            )
+    refuse_symlink(path)
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            f"{path} is {kind}; left as it is.",
+            "Move it away and run the installer again.",
+            {"path": str(path)},
+        )
 
 
 def json_text(data: dict[str, Any]) -> str:

@@ -2,12 +2,13 @@
 once per version of the sources and cached on disk, so a server start imports no tool
 module (a tool's module loads on its first call).
 
-An agent pays for every byte of tools/list in every session. So: no output schemas (a
-result's structuredContent speaks for itself and its text says what it holds), no
-generated titles, no string grammar and no sanity ceilings (the tool's own model checks
-them and a refusal names the rule), optional inputs typed without their null, and each
-target's settings as one object per target instead of flat optional fields (the CLI
-keeps its flat flags: `unnest` turns the objects back into them)."""
+An agent pays for every byte of tools/list in every session. So: an output schema that
+types only the result's key field (every client can validate structuredContent against
+it; the rest of the data is open), no generated titles, no string grammar and no
+sanity ceilings (the tool's own model checks them and a refusal names the rule),
+optional inputs typed without their null, and each target's settings as one object per
+target instead of flat optional fields (the CLI keeps its flat flags: `unnest` turns the
+objects back into them)."""
 
 from __future__ import annotations
 
@@ -127,9 +128,15 @@ def input_schema(spec: ToolSpec) -> dict[str, Any]:
         if group.discriminator is None:
             continue
         nested = {
-            key: {  # its name says which target; `target`'s enum lists them
+            # Its name says which target (`target`'s enum lists them). Closed, as the
+            # server's instructions say (unnest refuses another key by name): an
+            # additionalProperties per object would cost the listing ~0.8 KB.
+            key: {
+                "type": "object",
                 "properties": {
-                    n: _brief(properties[n], describe=False)
+                    # bare: a target's setting is named by the standard term and its
+                    # default is the target's (runs/, namespace "default"), as the CLI says
+                    n: {k: v for k, v in _brief(properties[n], False).items() if k != "default"}
                     for n in model.model_fields
                     if n != group.discriminator
                 },
@@ -218,12 +225,42 @@ def _annotations(spec: ToolSpec) -> dict[str, bool]:
 WRITES_KEY = "writes"
 
 
+# A result's fields worth typing in its outputSchema, in the order one is chosen.
+KEY_FIELDS = ("status", "jobs", "servers", "operations", "action", "source", "job_name")
+
+
+def output_schema(spec: ToolSpec) -> dict[str, Any]:
+    """What every structuredContent of the tool holds: an object with its key field
+    typed (an operation tool's detached answer is an OperationState: a field both have).
+    Other fields are open: the result's model says them and the text summarises them."""
+    shapes = [spec.result.model_json_schema()]
+    if spec.operation:
+        from skills.operations.operation_state import OperationState
+
+        shapes.append(OperationState.model_json_schema())
+    for name in KEY_FIELDS:
+        kinds = {_json_type(shape, name) for shape in shapes}
+        if len(kinds) == 1 and None not in kinds:
+            (kind,) = kinds
+            return {"type": "object", "properties": {name: {"type": kind}}, "required": [name]}
+    return {"type": "object"}
+
+
+def _json_type(shape: dict[str, Any], name: str) -> str | None:
+    """The field's one JSON type when the model requires it, else None."""
+    if name not in shape.get("required", ()):
+        return None
+    kind = shape.get("properties", {}).get(name, {}).get("type")
+    return kind if isinstance(kind, str) else None
+
+
 def tool_entry(spec: ToolSpec) -> dict[str, Any]:
     """The tool as tools/list lists it (JSON, wire names)."""
     return {
         "name": spec.name,
         "description": listed_description(spec.description),
         "inputSchema": input_schema(spec),
+        "outputSchema": output_schema(spec),
         "annotations": _annotations(spec),
         # Not listed: the parameters that write a file (a read-only server hides them).
         WRITES_KEY: writing_parameters(spec),

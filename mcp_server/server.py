@@ -13,8 +13,13 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import anyio
 import anyio.from_thread
@@ -32,6 +37,7 @@ from mcp_server.listing import (
     writing_parameters,
 )
 from mcp_server.shared_reads import SharedReads, key_of
+from mcp_server.spellings import translate
 from mcp_server.workspace import Workspace
 from skills.operations.operation_state import OPERATION_SCOPE, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -40,9 +46,17 @@ from skills.shared.tooling import WAIT_PARAM, ToolSpec
 
 logger = logging.getLogger(__name__)
 
-# Agents' tool calls time out (opencode after about 60 s): an MCP call that would
-# follow a job to its end follows it this long, then returns its state.
+# Agents' tool calls time out (opencode after about 60 s, the TypeScript SDK's default
+# request timeout is 60 s): an MCP call that would follow a job to its end follows it
+# this long, then returns its state; a caller's longer wait is cut to MCP_MAX_WAIT_S
+# (a long wait is a series of polls, each streaming progress).
 MCP_DEFAULT_WAIT_S = 40.0
+MCP_MAX_WAIT_S = 45.0
+# How long the server waits for a client's answer to roots/list.
+ROOTS_TIMEOUT_S = 5.0
+# Request handlers the SDK registers that this server has nothing behind: not advertised.
+_UNSERVED = ("prompts/list", "prompts/get", "resources/list", "resources/read",
+             "resources/templates/list")  # fmt: skip
 
 # A result's text content is a summary, at most this long.
 MAX_TEXT_CHARS = 8_000
@@ -53,7 +67,8 @@ INSTRUCTIONS = (
     "fsdp-eks takes a PyTorch FSDP training job from source to a running, monitored job. "
     "deploy_training_job starts a job (dry_run=true shows the exact plan first) and returns "
     "within wait_seconds; follow a running job with get_training_job. Errors carry a code, "
-    "a message and a hint saying what to do next."
+    "a message and a hint saying what to do next. A target's settings object (local, "
+    "kubernetes, slurm) takes only the keys its schema lists."
 )
 
 
@@ -126,12 +141,10 @@ def summary_text(result: Any, nester: Nester = _flat) -> str:
     step = getattr(result, "next_step", None)
     next_line = f"next: {_step_text(nester(step.model_dump()))}" if step else ""
     if plain:
-        cut = len(plain) - MAX_PLAIN_CHARS
-        kept = f"(first {cut} characters left out)\n{plain[cut:]}" if cut > 0 else plain
-        return (kept + f"\n{next_line}").rstrip()
+        return (_plain_excerpt(plain) + f"\n{next_line}").rstrip()
     rows = result.summary_rows() if hasattr(result, "summary_rows") else []
     lines = [
-        f"{name}: {_row_text(value)}"
+        f"{name}: {_row_text(name, value)}"
         for name, value in rows
         if value not in _EMPTY and name != "next"  # the next step: one line, below
     ]
@@ -147,16 +160,44 @@ def _step_text(step: dict[str, Any]) -> str:
 
 
 _EMPTY = (None, "", [], {})
-# A multi-line value (a log tail) in the summary: its last lines; the data has more.
-SUMMARY_TAIL_LINES = 20
+# A multi-line value in the summary (a manifest, a script, a log tail) is shown whole up
+# to this many characters; a longer one as its last lines, marked, with where the whole is.
+SUMMARY_WHOLE_CHARS = 6_000
+SUMMARY_TAIL_LINES = 40
 
 
-def _row_text(value: Any) -> str:
+def _row_text(name: str, value: Any) -> str:
     text = str(value)
     if "\n" not in text:
         return text
-    tail = bounded_tail(text.splitlines())
-    return "\n" + "\n".join(tail[-SUMMARY_TAIL_LINES:])
+    lines = text.splitlines()
+    if len(text) <= SUMMARY_WHOLE_CHARS:
+        return "\n" + text
+    tail = bounded_tail(lines)[-SUMMARY_TAIL_LINES:]
+    return (
+        f"\n(an excerpt: the last {len(tail)} of {len(lines)} lines; the whole is "
+        f"structuredContent.{name})\n" + "\n".join(tail)
+    )
+
+
+def _plain_excerpt(plain: str) -> str:
+    """A log or a plan as the text itself: whole, or its last whole lines with a marker
+    that says how much was left out (the whole is in structuredContent)."""
+    if len(plain) <= MAX_PLAIN_CHARS:
+        return plain
+    lines = plain.splitlines()
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        size += len(line) + 1
+        if size > MAX_PLAIN_CHARS and kept:
+            break
+        kept.append(line[-MAX_PLAIN_CHARS:])
+    kept.reverse()
+    return (
+        f"(an excerpt: the last {len(kept)} of {len(lines)} lines; the whole is in "
+        "structuredContent)\n" + "\n".join(kept)
+    )
 
 
 def structured(result: Any) -> dict[str, Any]:
@@ -211,7 +252,13 @@ class ToolServer(MCPServer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        for method in _UNSERVED:  # no prompts or resources: none advertised
+            self._lowlevel_server._request_handlers.pop(method, None)
         self.workspace = workspace
+        # True in the server's own process: a workspace taken from the client's roots
+        # becomes its working directory too (what a tool's relative default resolves to).
+        self.follow_workspace = False
+        self._roots_asked = False
         # A read-only server serves only read-only tools, and of those no parameter that
         # writes a file (diagnose_training_job's save_snapshot): hidden and refused.
         self.read_only = read_only
@@ -241,6 +288,7 @@ class ToolServer(MCPServer):
             return await super().call_tool(name, arguments, context)
         if context is None:
             context = Context(mcp_server=self, subscriptions=self._subscriptions)
+        await self._settle_workspace(context)
         try:
             arguments = self._arguments(spec, arguments)
         except ToolFailure as failure:
@@ -277,6 +325,19 @@ class ToolServer(MCPServer):
             and not writing_parameters(spec)
         )
 
+    async def _settle_workspace(self, context: Context) -> None:
+        """With no --workspace, the client's project is the workspace: its first file://
+        root that is a directory (asked once), else the directory the server started in."""
+        if self.workspace is None or self.workspace.chosen or self._roots_asked:
+            return
+        self._roots_asked = True
+        root = await client_root(context)
+        if root is None:
+            return
+        self.workspace = self.workspace.at(root)
+        if self.follow_workspace:
+            os.chdir(self.workspace.root)
+
     def respond(self, spec: ToolSpec, result: Any) -> CallToolResult:
         """The tool's result as the client gets it: a summary and the data, or, when
         the work it did failed, an isError result with the failure and the data."""
@@ -303,17 +364,41 @@ class ToolServer(MCPServer):
 
     def _arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """The call's flat arguments, validated and confined, with agents' default wait."""
-        arguments = unnest(spec, arguments)
+        arguments = unnest(spec, translate(spec.name, arguments))
         if self.read_only:
             refuse_writes(spec, arguments)
         field = spec.params.model_fields.get(WAIT_PARAM)
         waits_until_done = field is not None and field.default is None
         if spec.long and waits_until_done and WAIT_PARAM not in arguments:
             arguments = {**arguments, WAIT_PARAM: MCP_DEFAULT_WAIT_S}
+        wait = arguments.get(WAIT_PARAM)
+        if isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > MCP_MAX_WAIT_S:
+            arguments = {**arguments, WAIT_PARAM: MCP_MAX_WAIT_S}  # then poll again
         args = spec.parse(arguments)
         if self.workspace is not None:
             arguments = self.workspace.confine(spec, args, arguments)
         return arguments
+
+
+async def client_root(context: Context) -> Path | None:
+    """The client's first file:// root that is a directory here, or None (no roots
+    capability, no answer within ROOTS_TIMEOUT_S, none local)."""
+    try:
+        session = context.session
+        capabilities = session.client_capabilities
+        if capabilities is None or capabilities.roots is None:
+            return None
+        with anyio.move_on_after(ROOTS_TIMEOUT_S), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # roots: deprecated in the newest protocol
+            answer = await session.list_roots()
+            for root in answer.roots:
+                uri = urlparse(str(root.uri))
+                path = Path(unquote(uri.path))
+                if uri.scheme == "file" and uri.netloc in ("", "localhost") and path.is_dir():
+                    return path
+    except Exception:  # a client that cannot answer: the server's own directory stays
+        logger.info("roots/list failed; the workspace stays the server's directory")
+    return None
 
 
 def _as_listed(entry: dict[str, Any], read_only: bool) -> dict[str, Any]:
@@ -371,6 +456,15 @@ def build_server(
         workspace,
         read_only,
         name="fsdp-eks",
+        version=package_version(),
         instructions=instructions,
         log_level="WARNING",
     )
+
+
+def package_version() -> str:
+    """The installed distribution's version (serverInfo.version)."""
+    try:
+        return metadata.version("fsdp-eks")
+    except metadata.PackageNotFoundError:  # run from a source tree that was not installed
+        return "0+unknown"

@@ -3,18 +3,20 @@ every call against it before the tool runs; the CLI and Python callers own the m
 and are not confined. Tools mark their path inputs with `LocalPath` (paths.py).
 
 A marked value is allowed when it is an s3:// URI, a hub name (fields that take one),
-or a path that resolves (~ expanded, relative to the server's directory, symlinks
+or a path that resolves (~ expanded, relative to the workspace root, symlinks
 followed) inside the workspace root, or, for a field the tool only reads, inside one
-of the extra read roots (`--allow-path`). The workspace defaults to the directory the
-server starts in: a client config that starts it in a project (the shipped .mcp.json,
-opencode.json) lets the tools use that project's files, its Dockerfile among them."""
+of the extra read roots (`--allow-path`). The workspace is the user's project: the
+server's --workspace (or FSDP_EKS_WORKSPACE); with neither, the client's first root
+(roots/list, asked once) else the directory the server starts in. A relative path, given
+or a tool's default (runs_dir "runs"), reaches the tool as that path under the root, so
+nothing lands beside the checkout the package came from."""
 
 from __future__ import annotations
 
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +30,8 @@ if TYPE_CHECKING:
 
 WORKSPACE_ENV = "FSDP_EKS_WORKSPACE"
 ALLOW_PATHS_ENV = "FSDP_EKS_ALLOW_PATHS"
-# The server's own directory: the project a client config starts it in. The CLI's
-# default runs_dir ("runs") lies under it, so jobs go where the CLI puts them, too.
+# With no --workspace: the server's own directory (a client starts it in its project),
+# unless the client names its project as a root.
 DEFAULT_WORKSPACE = "."
 
 # A hub id is one or two names; each starts with a letter or digit, so no '.'/'..' part.
@@ -41,12 +43,17 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 @dataclass(frozen=True)
 class Workspace:
-    """The writable root, the extra read-only roots, and the directory relative paths
-    start from (the server's, as the tools' own)."""
+    """The writable root and the extra read-only roots. `chosen`: the server's owner
+    named the root (--workspace); otherwise a client's roots may name it instead."""
 
     root: Path
     read_roots: tuple[Path, ...] = ()
-    base: Path = field(default_factory=Path.cwd)
+    chosen: bool = True
+
+    @property
+    def base(self) -> Path:
+        """Where relative paths start: the project's root, never the server's checkout."""
+        return self.root
 
     @classmethod
     def create(
@@ -56,14 +63,18 @@ class Workspace:
         environ: Mapping[str, str] = os.environ,
     ) -> Workspace:
         """From the server's flags, else its environment, else the directory here."""
-        base = Path.cwd()
-        root = root or environ.get(WORKSPACE_ENV) or DEFAULT_WORKSPACE
+        here = Path.cwd()
+        named = root or environ.get(WORKSPACE_ENV)
         allow = list(allow) or environ.get(ALLOW_PATHS_ENV, "").split(os.pathsep)
         return cls(
-            root=_resolve(root, base),
-            read_roots=tuple(_resolve(a, base) for a in allow if a),
-            base=base,
+            root=_resolve(named or DEFAULT_WORKSPACE, here),
+            read_roots=tuple(_resolve(a, here) for a in allow if a),
+            chosen=bool(named),
         )
+
+    def at(self, root: Path) -> Workspace:
+        """This workspace moved to the client's project `root` (its read roots kept)."""
+        return replace(self, root=root.resolve(), chosen=True)
 
     def describe(self) -> str:
         """One sentence for the server's instructions: where paths may point."""
@@ -76,21 +87,23 @@ class Workspace:
         self, spec: ToolSpec, args: BaseModel, arguments: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The call's arguments once every marked path in them is allowed, or
-        ToolFailure(PATH_NOT_ALLOWED). A written path the caller left at a default
-        that lies outside (runs_dir "runs" with another --workspace) becomes the
-        workspace root: the caller did not ask for that place, the server's owner did.
-        A file the tool reads (a Dockerfile) is never swapped for a directory: outside,
-        it is refused like a given one."""
+        ToolFailure(PATH_NOT_ALLOWED). Every relative local path, given or left at its
+        default (runs_dir "runs"), is passed on as that path under the root. A written
+        path left at a default that lies outside becomes the workspace root: the caller
+        did not ask for that place. A file the tool reads (a Dockerfile) is never swapped
+        for a directory: outside, it is refused like a given one."""
         confined = dict(arguments)
         for name, marker, value, given, owner in _marked_values(spec, args):
-            if value is None:
+            if not isinstance(value, str):
                 continue
             settled = marker.for_call(owner)
             place_to_write = marker.may_write and not marker.written_with
             if not given and place_to_write and not self._allows(name, value, settled):
                 confined[name] = str(self.root)
-            else:
-                self.check(name, value, settled)
+                continue
+            self.check(name, value, settled)
+            if self._is_relative_path(value, settled):
+                confined[name] = str(self.root / value)
         return confined
 
     def check(self, name: str, value: str, marker: LocalPath) -> None:
@@ -100,11 +113,20 @@ class Workspace:
             raise ToolFailure(
                 ErrorCode.PATH_NOT_ALLOWED,
                 f"{name} {what}.",
-                "Give a path under the workspace, an s3:// URI or a hub name.",
+                self._hint(marker),
                 {"field": name, "roots": self._roots(marker)},
             )
-        if value.startswith("s3://") and _S3_URI.fullmatch(value):
-            return
+        if value.startswith("s3://"):
+            if _S3_URI.fullmatch(value):
+                return
+            # A tool would take it for a URI whose key walks up ('..'), not for a path.
+            raise ToolFailure(
+                ErrorCode.PATH_NOT_ALLOWED,
+                f"{name}: {value!r} is not an s3:// URI a tool may use (a bucket, then a key "
+                "with no '.' or '..' part).",
+                self._hint(marker),
+                {"field": name, "roots": self._roots(marker)},
+            )
         if marker.hub_name and self._is_hub_name(value):
             return
         path = self._resolve_or_refuse(name, value, marker)
@@ -119,6 +141,11 @@ class Workspace:
         except ToolFailure:
             return False
         return True
+
+    def _is_relative_path(self, value: str, marker: LocalPath) -> bool:
+        if value.startswith(("s3://", "~")) or Path(value).is_absolute():
+            return False
+        return not (marker.hub_name and self._is_hub_name(value))
 
     def _is_hub_name(self, value: str) -> bool:
         # The tools' own rule (local_path): not '.'/'~'-led and not an existing path.
@@ -147,15 +174,22 @@ class Workspace:
         return [str(root) for root in self._roots_of(marker)]
 
     def _hint(self, marker: LocalPath) -> str:
+        """What the field does take: a path under the workspace, and an s3:// URI or a
+        hub name only where the field takes one."""
+        others = [
+            text for text, takes in (("an s3:// URI", marker.s3), ("a hub name", marker.hub_name))
+            if takes
+        ]  # fmt: skip
         if marker.may_write:
+            alternatives = f", or {' or '.join(others)}" if others else ""
             return (
                 f"The tool writes there: use a path under the workspace {self.root} "
-                f"(the server's --workspace DIR or {WORKSPACE_ENV} sets it), or an s3:// URI "
-                "where the field takes one."
+                f"(the server's --workspace DIR or {WORKSPACE_ENV} sets it){alternatives}."
             )
+        alternatives = "".join(f", {text}" for text in others)
         return (
-            f"Use a path under the workspace {self.root}, an s3:// URI or a hub name, or "
-            f"start the server with --allow-path DIR (or {ALLOW_PATHS_ENV}) to let it read DIR."
+            f"Use a path under the workspace {self.root}{alternatives}, or start the server "
+            f"with --allow-path DIR (or {ALLOW_PATHS_ENV}) to let it read DIR."
         )
 
     def _refusal(self, name: str, path: Path, marker: LocalPath) -> ToolFailure:

@@ -111,6 +111,9 @@ OFFICIAL_REPOSITORY = "pytorch/pytorch"
 TORCH_LABEL = "fsdp-eks.torch"
 CUDA_LABEL = "fsdp-eks.cuda"
 PYTHON_LABEL = "fsdp-eks.python"
+# "true" when the image has the EFA user space NCCL needs (libfabric + aws-ofi-nccl),
+# "false" when the analysis knows it has not; no label when it cannot tell (an unknown base).
+EFA_LABEL = "fsdp-eks.efa"
 PYTORCH_WHEEL_INDEX = "https://download.pytorch.org/whl"
 
 
@@ -290,6 +293,24 @@ def parse_dlc_tag(tag: str) -> DlcTag | None:
         torch, cu, os_, sagemaker = m.groups()[:4]
         return DlcTag(torch, cuda_from_cu(cu), None, os_, "sagemaker" if sagemaker else "ec2")
     return None
+
+
+def dlc_efa_image(torch: str | None) -> str | None:
+    """The public AWS DLC PyTorch image of this torch (the newest listed for its minor):
+    the documented EFA variant of the trainer image, since AWS's DLC GPU images ship the
+    EFA installer's libfabric and aws-ofi-nccl (aws/deep-learning-containers: every
+    PyTorch GPU Dockerfile runs the EFA installer). None: no DLC of that torch."""
+    if not torch:
+        return None
+    try:
+        minor = torch_minor(torch)
+    except ValueError:
+        return None
+    found = [d for d in DLC_IMAGES if torch_minor(d.torch) == minor]
+    if not found:
+        return None
+    best = max(found, key=lambda d: vtuple(d.torch))
+    return f"{DLC_PUBLIC_REGISTRY}/{best.repository}:{best.tag}"
 
 
 def dlc_listed(torch: str, cuda: str) -> bool:

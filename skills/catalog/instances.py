@@ -171,3 +171,53 @@ HOST_RESOURCES: dict[str, tuple[int, int]] = {
 def host_resources(name: str) -> tuple[int, int]:
     """(vCPUs, memory GiB) of the instance (EC2 or SageMaker `ml.` name)."""
     return HOST_RESOURCES[instance_spec(name).name]
+
+
+# --- NCCL over EFA: the libfabric/NCCL variables per instance family ----------------------
+#
+# Source: aws-ofi-nccl's own cheatsheet (github.com/aws/aws-ofi-nccl, doc/efa-env-var.md;
+# the same table in aws-samples/awsome-distributed-training 1.architectures/
+# efa-cheatsheet.md), read Nov 2026. For libfabric>=1.18 and aws-ofi-nccl>=1.7 (what the
+# EFA installer in AWS's PyTorch DLCs ships) nothing is required; the rows keep:
+# - FI_PROVIDER=efa: required by aws-ofi-nccl<=1.5 on every EFA GPU instance and harmless
+#   after, so an image with an older plugin still uses EFA;
+# - FI_EFA_USE_DEVICE_RDMA=1 only where EFA has RDMA read (p4/p5/p6): required by
+#   aws-ofi-nccl 1.6.x there, "not harmful" after, and libfabric aborts with it on a device
+#   without RDMA read (g5/g6/g6e, p3dn);
+# - FI_EFA_USE_HUGE_PAGE=0: the cheatsheet's fix for `os.fork()` failing with "Cannot
+#   allocate memory" under multi-process PyTorch data loaders (the trainer forks workers).
+# Left out on purpose: FI_EFA_FORK_SAFE ("not needed anymore": the plugin sets it),
+# NCCL_PROTO=simple (aws-ofi-nccl<=1.5 only), NCCL_MIN_CHANNELS/NCCL_BUFFSIZE ("leave it
+# out"), RDMAV_* ("do not use"). Trainium (trn1/trn2) runs Neuron, not NCCL: not here.
+_EFA_BASE = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}
+_EFA_RDMA = {**_EFA_BASE, "FI_EFA_USE_DEVICE_RDMA": "1"}
+EFA_ENV_BY_FAMILY: dict[str, dict[str, str]] = {
+    "p4d": _EFA_RDMA,
+    "p4de": _EFA_RDMA,
+    "p5": _EFA_RDMA,
+    "p5e": _EFA_RDMA,
+    "p5en": _EFA_RDMA,
+    "p6-b200": _EFA_RDMA,
+    "g5": _EFA_BASE,
+    "g6": _EFA_BASE,
+    "g6e": _EFA_BASE,
+    "p3dn": _EFA_BASE,
+}
+
+
+def family(name: str) -> str:
+    """p5.48xlarge -> p5 (a SageMaker ml. name too)."""
+    return name.strip().lower().removeprefix(SAGEMAKER_PREFIX).split(".", 1)[0]
+
+
+def efa_env_of(spec: InstanceSpec) -> dict[str, str]:
+    """The NCCL-over-EFA variables for an instance with EFA (its family's row); {} without."""
+    if not spec.efa:
+        return {}
+    return dict(EFA_ENV_BY_FAMILY[family(spec.name)])
+
+
+def efa_env_generic(rdma: bool) -> dict[str, str]:
+    """The same variables where only 'EFA, with or without RDMA read' is known (a Slurm
+    partition's node features)."""
+    return dict(_EFA_RDMA if rdma else _EFA_BASE)

@@ -62,6 +62,27 @@ class Source:
     key: str | None = None
 
 
+# A git remote in ssh form, as `git clone git@github.com:OWNER/REPO.git` leaves it.
+_SSH_REMOTE = re.compile(r"^(?:ssh://)?git@(github\.com)[:/]([^/\s]+/[^/\s]+?)(?:\.git)?/?$")
+_CODECOMMIT_SSH = re.compile(
+    r"^ssh://(?:[^@/]+@)?git-codecommit\.([a-z0-9-]+)\.amazonaws\.com/v1/repos/([^/\s]+)$"
+)
+
+
+def remote_as_source_url(remote: str) -> str:
+    """A git remote URL as the https source CodeBuild takes (ssh forms rewritten)."""
+    remote = remote.strip()
+    if match := _SSH_REMOTE.match(remote):
+        return f"https://{match[1]}/{match[2]}"
+    if match := _CODECOMMIT_SSH.match(remote):
+        return f"https://git-codecommit.{match[1]}.amazonaws.com/v1/repos/{match[2]}"
+    if remote.startswith("https://") and "@" in remote.split("/", 3)[2]:  # user:token@host
+        scheme_host = remote.split("/", 3)
+        scheme_host[2] = scheme_host[2].rsplit("@", 1)[1]
+        return "/".join(scheme_host)
+    return remote
+
+
 def parse_source(url: str) -> Source:
     if url.startswith("s3://"):
         parsed = urlparse(url)

@@ -85,35 +85,32 @@ def ecr_login(ecr: Any) -> EcrToken:
 def manifest_digest(
     host: str, repository: str, tag: str, login: RegistryLogin | None
 ) -> str | None:
-    """The registry's Docker-Content-Digest of <repository>:<tag> (None: no such tag)."""
-    import urllib.error
-    import urllib.request
+    """The registry's Docker-Content-Digest of <repository>:<tag> (None: no such tag),
+    through the one registry client: the login stays with `host` across redirects."""
+    from skills.cloud import registry_http
 
-    headers = {"Accept": MANIFEST_TYPES}
-    if login is not None:
-        headers["Authorization"] = login.basic()
-    request = urllib.request.Request(
-        f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}", method="HEAD",
-        headers=headers,
-    )  # fmt: skip
+    url = f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}"
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.headers.get("Docker-Content-Digest")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        if exc.code in (401, 403):
-            raise _refused(host, f"HTTP {exc.code}", login) from None
-        raise ToolFailure(
-            ErrorCode.SERVICE_ERROR, f"The registry {host} answered HTTP {exc.code}.",
-            "Retry; if it persists, check the registry's health.", {"registry": host},
-        ) from None  # fmt: skip
+        answer = registry_http.request(
+            url, method="HEAD", headers={"Accept": MANIFEST_TYPES},
+            authorization=login.basic() if login is not None else None,
+        )  # fmt: skip
     except OSError as exc:
         raise ToolFailure(
             ErrorCode.ENDPOINT_UNREACHABLE, f"Cannot reach the registry {host}: {exc}.",
             f"Check the network, or unset {REGISTRY_HOST_ENV} / registry_host.",
             {"registry": host},
         ) from None  # fmt: skip
+    if answer.status == 404:
+        return None
+    if answer.status in (401, 403):
+        raise _refused(host, f"HTTP {answer.status}", login)
+    if answer.status >= 300:
+        raise ToolFailure(
+            ErrorCode.SERVICE_ERROR, f"The registry {host} answered HTTP {answer.status}.",
+            "Retry; if it persists, check the registry's health.", {"registry": host},
+        )  # fmt: skip
+    return answer.headers.get("Docker-Content-Digest")
 
 
 def _refused(host: str, said: str, login: RegistryLogin | None) -> ToolFailure:

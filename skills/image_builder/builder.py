@@ -275,7 +275,12 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
     raise AssertionError("unreachable: the loop returns")  # pragma: no cover
 
 
-_LABEL_KEYS = (cuda_tables.TORCH_LABEL, cuda_tables.CUDA_LABEL, cuda_tables.PYTHON_LABEL)
+_LABEL_KEYS = (
+    cuda_tables.TORCH_LABEL,
+    cuda_tables.CUDA_LABEL,
+    cuda_tables.PYTHON_LABEL,
+    cuda_tables.EFA_LABEL,
+)
 
 
 def _label_args(text: str, labels: dict[str, str], options: BuildOptions) -> dict[str, str]:

@@ -484,14 +484,63 @@ def torch_cuda(stage: Stage, base: BaseImage, context_dir: Path | None) -> str |
     return base.cuda
 
 
-def image_labels(resolved: Resolved, cuda: str | None) -> dict[str, str]:
+def image_labels(
+    resolved: Resolved, cuda: str | None, efa: bool | None = None
+) -> dict[str, str]:
     """The labels build_image sets: only what the analysis knows (no label, not a guess)."""
     known = {
         cuda_tables.TORCH_LABEL: resolved.torch,
         cuda_tables.CUDA_LABEL: cuda,
         cuda_tables.PYTHON_LABEL: resolved.python,
+        cuda_tables.EFA_LABEL: None if efa is None else str(efa).lower(),
     }
     return {name: value for name, value in known.items() if value}
+
+
+# A RUN that installs the EFA user space NCCL uses: the EFA installer (it bundles libfabric
+# and, since 1.29, aws-ofi-nccl; AWS's DLC Dockerfiles run it so), or libfabric and the
+# aws-ofi-nccl plugin installed by hand.
+_EFA_INSTALLER = re.compile(r"efa_installer\.sh|aws-efa-installer")
+_OFI_NCCL = re.compile(r"aws-ofi-nccl|libnccl-net")
+_LIBFABRIC = re.compile(r"libfabric|/opt/amazon/efa")
+
+
+def efa_stack(stage: Stage, base: BaseImage) -> bool | None:
+    """Whether the stage's image has libfabric + aws-ofi-nccl: an AWS DLC base (they ship
+    both), or a RUN that installs them; None when the base is unknown (it may have them)."""
+    if base.kind == "dlc":
+        return True
+    runs = " ".join(i.value for s in stage.chain() for i in s.instructions if i.kind == "RUN")
+    if _EFA_INSTALLER.search(runs) or (_OFI_NCCL.search(runs) and _LIBFABRIC.search(runs)):
+        return True
+    return None if base.kind == "unknown" else False
+
+
+def efa_finding(
+    stage: Stage, base: BaseImage, torch: str | None, instance_type: str | None
+) -> Finding | None:
+    """efa_missing: the image is for an EFA instance and has no EFA user space, so NCCL
+    would fall back to TCP sockets there (a fraction of the bandwidth the job pays for)."""
+    if not instance_type or not instances.instance_spec(instance_type).efa:
+        return None
+    if efa_stack(stage, base) is not False:
+        return None
+    dlc = cuda_tables.dlc_efa_image(torch)
+    fix = (
+        f"build on the AWS DLC PyTorch image, which ships libfabric and aws-ofi-nccl: "
+        f"base_image={dlc}"
+        if dlc
+        else "install the EFA installer (efa_installer.sh -y --skip-kmod) or use an AWS DLC base"
+    )
+    return _finding(
+        "efa_missing",
+        stage.from_line,
+        f"FROM {base.image}",
+        f"{instance_type} has EFA, but this image has no libfabric/aws-ofi-nccl: NCCL falls "
+        "back to TCP sockets between nodes",
+        fix,
+        "warning",
+    )
 
 
 def label_build_args(
@@ -914,7 +963,10 @@ def analyze(
         python=base.python,
         flavor=base.flavor,
     )
-    labels = image_labels(resolved, torch_cuda(final, base, context_dir))
+    efa = efa_finding(final, base, torch, instance_type)
+    if efa is not None:
+        unique.setdefault((efa.code, efa.line), efa)
+    labels = image_labels(resolved, torch_cuda(final, base, context_dir), efa_stack(final, base))
     return Analysis(
         resolved=resolved,
         findings=list(unique.values()),

@@ -52,9 +52,13 @@ class BuildResult(ToolResult):
     error_class: str | None = None
     hint: str | None = None
     next_step: NextStep | None = None
+    # The project had no Dockerfile: this is the trainer image the package ships.
+    packaged_trainer: bool = False
 
     def summary_rows(self) -> list[tuple[str, Any]]:
-        rows: list[tuple[str, Any]] = [("status", self.status), ("dockerfile", self.dockerfile)]
+        where = " (the trainer image fsdp-eks ships: no Dockerfile in the project)"
+        shown = self.dockerfile + (where if self.packaged_trainer else "")
+        rows: list[tuple[str, Any]] = [("status", self.status), ("dockerfile", shown)]
         if self.image_id:
             rows += [("image", self.image_id[:19]), ("tags", ", ".join(self.tags))]
         if self.size_bytes is not None:

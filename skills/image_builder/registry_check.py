@@ -22,10 +22,10 @@ import os
 import re
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from email.message import Message
 
+from skills.cloud import registry_http
 from skills.cloud.registry_credentials import (
     EcrToken,
     RegistryLogin,
@@ -189,12 +189,15 @@ def _bearer_token(
     query = {"scope": params.get("scope") or f"repository:{repository}:pull"}
     if params.get("service"):
         query["service"] = params["service"]
-    request = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(query)}")
-    if creds and _private_channel(realm):
-        request.add_header("Authorization", creds.basic())
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-        body = json.loads(response.read() or b"{}")
-    return body.get("token") or body.get("access_token")
+    answer = registry_http.request(
+        f"{realm}?{urllib.parse.urlencode(query)}",
+        authorization=creds.basic() if creds and _private_channel(realm) else None,
+    )
+    if answer.status != 200:
+        return None
+    body = json.loads(answer.body or b"{}")
+    token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+    return token if isinstance(token, str) else None
 
 
 def _private_channel(url: str) -> bool:
@@ -210,21 +213,17 @@ def _registry_message(body: bytes, status: int) -> str:
     try:
         errors = json.loads(body).get("errors") or []
         return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors) or str(status)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return f"HTTP {status}"
 
 
 def _request(url: str, authorization: str | None) -> tuple[int, Message, bytes]:
-    """(status, headers, body). The headers stay an email Message: its lookups are
-    case-insensitive, as HTTP header names are (`WWW-Authenticate`, `Www-Authenticate`)."""
-    request = urllib.request.Request(url, headers={"Accept": MANIFEST_TYPES})
-    if authorization:
-        request.add_header("Authorization", authorization)
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.status, response.headers, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers, exc.read()
+    """(status, headers, body) through the one registry client (credentials stay with
+    this URL's origin across redirects; the body is read bounded)."""
+    answer = registry_http.request(
+        url, headers={"Accept": MANIFEST_TYPES}, authorization=authorization
+    )
+    return answer.status, answer.headers, answer.body
 
 
 def registry_get(registry: str, repository: str, path: str) -> tuple[int, bytes, str]:
@@ -283,7 +282,11 @@ def list_tags(repository_ref: str) -> list[str]:
         return []
     if status != 200:
         return []
-    return list(json.loads(body or b"{}").get("tags") or [])
+    try:
+        tags = json.loads(body or b"{}").get("tags") or []
+    except (ValueError, AttributeError, RecursionError):
+        return []
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
 def mirror_setting(given: str | None) -> str | None:

@@ -3,13 +3,12 @@ called by the PyTorchJob manifest, the cluster's NCCL test job and the Slurm scr
 the NCCL check tests the setup of the job it vouches for.
 
 Sources: aws-samples/aws-efa-eks (examples/simple/nccl-efa-tests.yaml: hugepages-2Mi
-5120Mi, memory 8000Mi, "the most important setting"), libfabric's EFA provider
-(FI_EFA_USE_DEVICE_RDMA=1 aborts on a device without RDMA read; FI_EFA_FORK_SAFE=1 for
-processes that fork, as dataloader workers do)."""
+5120Mi, memory 8000Mi, "the most important setting"); the variables are the catalogue's
+per instance family (catalog/instances.py EFA_ENV_BY_FAMILY, with its sources)."""
 
 from __future__ import annotations
 
-from skills.catalog.instances import InstanceSpec, instance_spec
+from skills.catalog.instances import InstanceSpec, efa_env_generic, efa_env_of, instance_spec
 from skills.kube.gpu_nodes import EFA_RESOURCE
 from skills.shared.errors import ToolFailure
 
@@ -22,14 +21,9 @@ MEMORY_REQUEST = "8000Mi"
 
 
 def efa_env(efa: bool, rdma: bool) -> dict[str, str]:
-    """The libfabric variables for NCCL over EFA; empty without EFA. `rdma`: the device
-    has RDMA read (the catalogue's `rdma` column)."""
-    if not efa:
-        return {}
-    env = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"}
-    if rdma:
-        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    return env
+    """The libfabric variables for NCCL over EFA where only EFA and RDMA read are known
+    (a Slurm partition); empty without EFA."""
+    return efa_env_generic(rdma) if efa else {}
 
 
 def instance_efa(instance_type: str | None) -> InstanceSpec | None:
@@ -49,8 +43,9 @@ def has_rdma(instance_type: str) -> bool:
 
 
 def efa_env_for(instance_type: str | None) -> dict[str, str]:
+    """The instance family's row of the catalogue; empty without EFA."""
     spec = instance_efa(instance_type)
-    return efa_env(spec is not None, spec is not None and spec.rdma)
+    return efa_env_of(spec) if spec is not None else {}
 
 
 def efa_devices(instance_type: str | None) -> int:

@@ -35,7 +35,7 @@ ModelSource = Annotated[
         pattern=r"^[^\x00-\x1f\x7f]+$",
         description="Exported model: a directory, s3:// URI or hub name.",
     ),
-    LocalPath(hub_name=True, writable=False, where_job_runs=True),
+    LocalPath(hub_name=True, s3=True, writable=False, where_job_runs=True),
 ]
 
 ServerStatus = Literal["planned", "starting", "ready", "failed", "stopped", "deleted"]

@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from skills.shared.secrets import mask_data
 
+# The wait a next step asks for when it follows running work: under every client's
+# request timeout (the TypeScript SDK's default is 60 s), so each call returns in time
+# and the caller polls again.
+POLL_WAIT_S = 30
+
 
 class NextStep(BaseModel):
     model_config = ConfigDict(extra="forbid")

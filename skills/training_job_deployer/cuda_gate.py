@@ -17,10 +17,12 @@ from typing import Any
 
 from skills.catalog.cuda import (
     CUDA_LABEL,
+    EFA_LABEL,
     PYTORCH_WHEEL_INDEX,
     TORCH_LABEL,
     cu_tag,
     cuda_problem_for_gpu,
+    dlc_efa_image,
     driver_supports,
     max_cuda_for_driver,
     newest_official_image,
@@ -30,8 +32,9 @@ from skills.catalog.cuda import (
     vtuple,
     wheel_cudas,
 )
-from skills.catalog.instances import GPUS, gpu_for_instance
+from skills.catalog.instances import GPUS, gpu_for_instance, instance_spec
 from skills.cloud.registry_credentials import ECR_REGISTRY_HOST_ENV, EcrToken, normalize_host
+from skills.cloud.registry_http import AnswerTooLarge
 from skills.kube.gpu_nodes import NodeGpuFacts
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
@@ -50,15 +53,19 @@ _ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)
 class ImageCuda:
     torch: str | None
     cuda: str
+    # fsdp-eks.efa: whether the image has libfabric + aws-ofi-nccl (None: it does not say).
+    efa: bool | None = None
 
 
 def image_cuda(labels: dict[str, str] | None) -> ImageCuda | None:
     """The image's torch and CUDA from its labels; None when it does not say."""
     labels = labels or {}
-    cuda = labels.get(CUDA_LABEL)
-    if not cuda or not re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", cuda):
+    cuda, torch = labels.get(CUDA_LABEL), labels.get(TORCH_LABEL)
+    if not isinstance(cuda, str) or not re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", cuda):
         return None
-    return ImageCuda(labels.get(TORCH_LABEL) or None, cuda)
+    efa_text = labels.get(EFA_LABEL)
+    efa = {"true": True, "false": False}.get(efa_text) if isinstance(efa_text, str) else None
+    return ImageCuda(torch if isinstance(torch, str) and torch else None, cuda, efa)
 
 
 def _gpu_name(node: NodeGpuFacts, instance_type: str | None) -> str | None:
@@ -133,7 +140,36 @@ def check(
     if result.problems:
         result.next_step = rebuild_step(image, drivers, gpus, instance_type)
         result.fix = result.next_step.cli_line() if result.next_step else None
+    _check_efa(image, instance_type, result)
     return result
+
+
+def _check_efa(image: ImageCuda, instance_type: str | None, result: GateResult) -> None:
+    """efa_missing: an EFA instance and an image whose label says it has no EFA user space
+    (libfabric + aws-ofi-nccl), so NCCL falls back to TCP sockets between nodes. A warning
+    with the DLC rebuild that has it, not a refusal: a one-node job never leaves NVLink,
+    and a slow multi-node job still trains. An image that does not say: a warning too."""
+    try:
+        efa = bool(instance_type) and instance_spec(instance_type or "").efa
+    except ToolFailure:
+        return
+    if not efa or image.efa is True:
+        return
+    if image.efa is None:
+        result.warnings.append(
+            f"the image has no {EFA_LABEL} label: whether it has libfabric/aws-ofi-nccl for "
+            f"{instance_type}'s EFA was not checked"
+        )
+        return
+    text = (
+        f"efa_missing: {instance_type} has EFA, but the image has no libfabric/aws-ofi-nccl "
+        f"({EFA_LABEL}=false): NCCL falls back to TCP sockets between nodes"
+    )
+    if dlc := dlc_efa_image(image.torch):
+        step = NextStep(tool="build_image", why="rebuild with EFA",
+                        arguments={"base_image": dlc, "instance_type": instance_type})  # fmt: skip
+        text += f"; rebuild on the AWS DLC PyTorch image that has it: `{step.cli_line()}`"
+    result.warnings.append(text)
 
 
 def _runs(driver: str) -> str:
@@ -318,13 +354,15 @@ def read_image_labels(image_uri: str) -> LabelRead:
         read = LabelRead(None, host, sent)
         if status != 200:
             return _refused(read, image_uri, status)
-        manifest = json.loads(body)
+        manifest = _object(body, "manifest")
         if "manifests" in manifest:  # an index: take the linux/amd64 image
+            entries = manifest["manifests"]
             entry = next(
                 (
                     m
-                    for m in manifest["manifests"]
-                    if (m.get("platform") or {}).get("architecture") in (None, "amd64")
+                    for m in (entries if isinstance(entries, list) else ())
+                    if isinstance(m, dict)
+                    and (_mapping(m.get("platform")).get("architecture") in (None, "amd64"))
                 ),
                 None,
             )
@@ -332,24 +370,56 @@ def read_image_labels(image_uri: str) -> LabelRead:
                 read.problem = "its index has no linux/amd64 image"
                 read.hint = "Build and push a linux/amd64 image"
                 return read
-            status, body, _ = get(f"manifests/{entry['digest']}")
+            status, body, _ = get(f"manifests/{_digest(entry.get('digest'))}")
             if status != 200:
                 return _refused(read, image_uri, status)
-            manifest = json.loads(body)
-        status, body, _ = get(f"blobs/{manifest['config']['digest']}")
+            manifest = _object(body, "manifest")
+        status, body, _ = get(f"blobs/{_digest(_mapping(manifest.get('config')).get('digest'))}")
         if status != 200:
             return _refused(read, image_uri, status)
-        config = json.loads(body)
+        labels = _mapping(_object(body, "image config").get("config")).get("Labels")
+        # Only text labels count (a numeric one says nothing the gate can check).
+        read.labels = {k: v for k, v in _mapping(labels).items() if isinstance(v, str)}
     except ToolFailure as failure:  # no AWS credentials for the ECR token, and the like
         return LabelRead(None, host, problem=failure.message.rstrip("."),
                          hint=failure.hint.rstrip("."))  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        # Unreachable, an answer too large or too slow, not JSON, not the shape a
+        # registry serves: the gate cannot tell, whatever the registry sent.
+        detail = str(exc)[:200] if isinstance(exc, (AnswerTooLarge, _Shape)) else ""
         return LabelRead(None, host, problem=f"its registry {host} could not be read "
-                         f"({type(exc).__name__})",
-                         hint="Check that the registry is reachable from here")  # fmt: skip
-    read.labels = (config.get("config") or {}).get("Labels") or {}
+                         f"({type(exc).__name__}{': ' + detail if detail else ''})",
+                         hint="Check that the registry is reachable from here and serves "
+                         "this image")  # fmt: skip
     read.rebuild = True
     return read
+
+
+class _Shape(ValueError):
+    """A registry answer that is JSON, but not the object a registry serves there."""
+
+
+def _object(body: bytes, what: str) -> dict[str, Any]:
+    found = json.loads(body)
+    if not isinstance(found, dict):
+        raise _Shape(f"its {what} is a JSON {type(found).__name__}, not an object")
+    return found
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A field that should hold an object: an absent one is empty; any other is a shape
+    error."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Shape(f"a field holds a {type(value).__name__} where an object belongs")
+    return value
+
+
+def _digest(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9]+:[a-f0-9]{32,128}", value):
+        raise _Shape("a digest that is not algorithm:hex")
+    return value
 
 
 def _refused(read: LabelRead, image_uri: str, status: int) -> LabelRead:

@@ -172,7 +172,7 @@ class JobSpec(BaseModel):
             "replaces model_type.",
         ),
         TrainerFlag(),
-        LocalPath(hub_name=True, where_job_runs=True),
+        LocalPath(hub_name=True, s3=True, where_job_runs=True),
     ] = None
     max_steps: Annotated[
         int | None,
@@ -197,7 +197,7 @@ class JobSpec(BaseModel):
             description=".txt/.jsonl path, s3:// or hub name (default: the bundled corpus).",
         ),
         TrainerFlag(),
-        LocalPath(hub_name=True, where_job_runs=True),
+        LocalPath(hub_name=True, s3=True, where_job_runs=True),
     ] = None
     dataset_config_name: Annotated[
         Annotated[str, StringConstraints(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -211,7 +211,7 @@ class JobSpec(BaseModel):
             description="tokenizer.json (file, dir, s3://) or hub model name (default: bytes).",
         ),
         TrainerFlag(),
-        LocalPath(hub_name=True, where_job_runs=True),
+        LocalPath(hub_name=True, s3=True, where_job_runs=True),
     ] = None
     train_on: Annotated[
         Literal["all", "assistant"] | None,
@@ -285,7 +285,7 @@ class JobSpec(BaseModel):
             "<runs_dir>/<job_name>/checkpoints).",
         ),
         TrainerFlag(),
-        LocalPath(where_job_runs=True),
+        LocalPath(s3=True, where_job_runs=True),
     ] = None
     checkpoint_freq: Annotated[
         int | None,

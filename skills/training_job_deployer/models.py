@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.next_step import NextStep
+from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.results import ToolResult
 
 # preempted: stopped by SIGTERM (eviction, spot reclaim); a re-run of the job resumes.
@@ -81,7 +81,7 @@ class JobState(ToolResult):
         elif self.status == "running":
             self.next_step = NextStep(
                 tool="get_training_job",
-                arguments={**job, "wait_seconds": 60},
+                arguments={**job, "wait_seconds": POLL_WAIT_S},
                 why="follow it (cancel_training_job with confirm=true stops it)",
             )
 

@@ -102,14 +102,16 @@ def test_a_clean_build_returns_id_size_and_the_tag_of_each_strategy(hub, tmp_pat
     assert [a.ok for a in result.attempts] == [True]
     assert result.attempts[0].base_images == [f"{hub}/{GOOD_BASE}"]
     assert (result.resolved.torch, result.resolved.cuda) == ("2.5.1", "12.4")
-    # podman counts the labels build_image sets (fsdp-eks.torch/cuda) as steps of its own.
-    assert result.labels == {"fsdp-eks.torch": "2.5.1", "fsdp-eks.cuda": "12.4"}
+    # podman counts the labels build_image sets (fsdp-eks.torch/cuda/efa) as steps of its own.
+    assert result.labels == {"fsdp-eks.torch": "2.5.1", "fsdp-eks.cuda": "12.4",
+                             "fsdp-eks.efa": "false"}  # fmt: skip
     total = 5 + len(result.labels)
     steps = [e for e in progress.events if e.total == total]
     assert [e.completed for e in steps] == list(range(1, total + 1)), progress.events
     image = docker.from_env().images.get(f"{repository}:{expected}")
     assert image.labels["org.example.role"] == "trainer" and image.id == result.image_id
     assert image.labels["fsdp-eks.cuda"] == "12.4" and image.labels["fsdp-eks.torch"] == "2.5.1"
+    assert image.labels["fsdp-eks.efa"] == "false"  # read back from the built image
     assert dockerfile.read_text().startswith(f"FROM {GOOD_BASE}\n")  # the file is not edited
     if strategy == "semantic":  # the next build is the next patch
         again = build_image(dockerfile=str(dockerfile), repository=repository, base_mirror=hub,
@@ -360,10 +362,15 @@ def test_a_build_outlives_a_killed_mcp_server_and_get_operation_reports_it(hub, 
         OPERATION_SCOPE.reset(scope)
 
     async def follow():
+        # One MCP call waits at most 45 s (issue 32): poll, as a client does, up to 240 s.
         async with Client(server()) as client:
-            return await client.call_tool(
-                "get_operation", {"operation_id": operation_id, "wait_seconds": 240}
-            )
+            for _ in range(6):
+                followed = await client.call_tool(
+                    "get_operation", {"operation_id": operation_id, "wait_seconds": 45}
+                )
+                if followed.is_error or followed.structured_content["status"] != "running":
+                    break
+            return followed
 
     followed = anyio.run(follow)
     assert not followed.is_error, followed.content

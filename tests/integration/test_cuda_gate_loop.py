@@ -104,7 +104,8 @@ def test_build_labels_are_the_images_own_and_move_with_base_image_and_build_args
 ):
     plain = build(no_run_dockerfile, mirror, "labels-plain")
     assert plain.status == "built", plain.attempts
-    assert plain.labels == {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0"}
+    assert plain.labels == {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0",
+                            "fsdp-eks.efa": "false"}  # fmt: skip
     assert image_labels("fsdp-eks-trainer:labels-plain") | plain.labels == image_labels(
         "fsdp-eks-trainer:labels-plain"
     )
@@ -112,7 +113,8 @@ def test_build_labels_are_the_images_own_and_move_with_base_image_and_build_args
     cu128 = "pytorch/pytorch:" + BASES[1]
     over = build(no_run_dockerfile, mirror, "labels-override", base_image=cu128)
     got = image_labels("fsdp-eks-trainer:labels-override")
-    assert over.labels == {"fsdp-eks.torch": "2.11.0", "fsdp-eks.cuda": "12.8"}
+    assert over.labels == {"fsdp-eks.torch": "2.11.0", "fsdp-eks.cuda": "12.8",
+                           "fsdp-eks.efa": "false"}  # fmt: skip
     assert (got["fsdp-eks.torch"], got["fsdp-eks.cuda"]) == ("2.11.0", "12.8")
     # The same base through the Dockerfile's BASE_IMAGE build arg.
     by_arg = build(no_run_dockerfile, mirror, "labels-arg", build_args={"BASE_IMAGE": cu128})

@@ -135,7 +135,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, li
 @pytest.fixture(scope="module")
 def client(planted: tuple[Path, list[str]]) -> Iterator[tuple[Any, Any]]:
     home, _ = planted
-    workspace = Workspace(root=home / "ws", base=home / "cwd")
+    workspace = Workspace(root=home / "ws")
     with (
         anyio.from_thread.start_blocking_portal() as portal,
         portal.wrap_async_context_manager(Client(build_server(workspace=workspace))) as mcp,

@@ -359,7 +359,7 @@ def test_the_cli_answers_every_input_with_a_result_or_a_typed_error(name, sandbo
 def mcp_client(sandbox: Path) -> Iterator[tuple[Any, Any]]:
     """One in-process server for the module, confined to a workspace as `python -m
     mcp_server` is, with a client session held open across the cases."""
-    workspace = Workspace(root=sandbox, base=sandbox)
+    workspace = Workspace(root=sandbox)
     with (
         anyio.from_thread.start_blocking_portal() as portal,
         portal.wrap_async_context_manager(Client(build_server(workspace=workspace))) as client,

@@ -78,7 +78,6 @@ def test_paths_outside_the_workspace_are_refused_with_a_typed_error(dirs):
         "etc": ({"dataset": "/etc"}, "dataset", "/etc"),
         "ssh-key": ({"tokenizer": "~root/.ssh/id_rsa"}, "tokenizer", "/root/.ssh/id_rsa"),
         "outside": ({"runs_dir": str(dirs["outside"])}, "runs_dir", str(dirs["outside"])),
-        "relative": ({"runs_dir": "."}, "runs_dir", str(dirs["project"])),
         "symlink": ({"runs_dir": str(dirs["ws"] / "escape")}, "runs_dir", str(dirs["outside"])),
         "read-root": (
             {"checkpoint_dir": str(dirs["data"] / "ckpt")}, "checkpoint_dir",
@@ -126,8 +125,8 @@ def test_s3_hub_names_and_allowed_read_roots_plan(dirs):
     assert "openai-community/gpt2" in plans["hub"]["argv"]
     assert corpus in plans["allowed"]["argv"]
     assert plans["allowed"]["run_dir"] == str(dirs["ws"] / "jobs" / "allowed")
-    # runs_dir left out: the job goes in the workspace, not ./runs of the server.
-    assert plans["s3"]["run_dir"] == str(dirs["ws"] / "s3")
+    # runs_dir left out: the job goes in the workspace's runs/, not the server's directory.
+    assert plans["s3"]["run_dir"] == str(dirs["ws"] / "runs" / "s3")
 
 
 def test_default_workspace_is_the_servers_directory(dirs):
@@ -179,7 +178,7 @@ def test_confinement_leaves_the_tool_listing_unchanged(tmp_path):
 @pytest.mark.parametrize("value", ["", "runs\x00/x", "runs/\nx", "runs\x7f"])
 def test_empty_values_and_control_characters_are_refused(tmp_path, value):
     with pytest.raises(ToolFailure) as refused:
-        Workspace(root=tmp_path, base=tmp_path).check("runs_dir", value, LocalPath())
+        Workspace(root=tmp_path).check("runs_dir", value, LocalPath())
     assert refused.value.code == "path_not_allowed" and refused.value.exit_status == 2
     assert value not in refused.value.message or not value
 
@@ -189,7 +188,7 @@ def test_empty_values_and_control_characters_are_refused(tmp_path, value):
 )
 def test_s3_uris_that_read_as_paths_out_are_not_waved_through(tmp_path, value):
     with pytest.raises(ToolFailure):
-        Workspace(root=tmp_path / "ws", base=tmp_path).check("runs_dir", value, LocalPath())
+        Workspace(root=tmp_path / "ws").check("runs_dir", value, LocalPath())
 
 
 # --- HTTP -----------------------------------------------------------------------

@@ -148,8 +148,9 @@ def test_every_tool_publishes_descriptions_and_annotations(read_only):
                 listed.name,
                 name,
             )
-        # No output schemas: structuredContent speaks for itself (issue 22's budget).
-        assert listed.output_schema is None
+        # An object schema with its key field typed: every client can validate
+        # structuredContent against it (issue 32), at a few dozen bytes a tool.
+        assert listed.output_schema is not None and listed.output_schema["type"] == "object"
 
 
 def test_a_clients_cancel_reaches_a_long_tools_work():

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Budgets (issue 22): what every agent session pays before any work.
 LISTING_BUDGET = 25 * 1024
 TOOL_BUDGET = 4 * 1024
+OUTPUT_SCHEMAS_BUDGET = 2 * 1024
 RESULT_BUDGET = 40 * 1024
 
 
@@ -57,11 +58,17 @@ def _listed() -> list[dict]:
 
 
 def test_tools_list_fits_its_budget_in_total_and_per_tool():
+    """What a model reads (name, description, input schema, annotations) within the
+    listing budget; the output schemas, which clients validate results with and do not
+    put in the model's context, within their own small one."""
     tools = _listed()
-    sizes = {t["name"]: _wire(t) for t in tools}
+    read = [{k: v for k, v in t.items() if k != "outputSchema"} for t in tools]
+    sizes = {t["name"]: _wire(t) for t in read}
     assert len(tools) == len(all_tools())
-    assert _wire({"tools": tools}) <= LISTING_BUDGET, sizes
+    assert _wire({"tools": read}) <= LISTING_BUDGET, sizes
     assert max(sizes.values()) <= TOOL_BUDGET, sizes
+    outputs = {t["name"]: _wire(t["outputSchema"]) for t in tools}
+    assert sum(outputs.values()) <= OUTPUT_SCHEMAS_BUDGET and max(outputs.values()) <= 128, outputs
 
 
 def test_each_targets_settings_are_one_object_that_validates_as_the_flat_fields(tmp_path):

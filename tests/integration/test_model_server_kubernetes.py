@@ -4,9 +4,13 @@ kmock runs no controllers, so the test plays them (as tests play the Training Op
 `DeploymentController` moves the Deployment's status to Ready through the API (the
 target's `sleep` between polls is its turn), and for a LoadBalancer Service publishes the
 load balancer's address, as the AWS Load Balancer Controller would. No vLLM runs here:
-the smoke request goes to a STAND-IN OpenAI-compatible endpoint this test serves on
-127.0.0.1 (`StandInOpenAI`), either straight (the LoadBalancer address) or through the
-API server's service proxy path, which kmock answers by forwarding to the stand-in."""
+it needs a CUDA GPU and the vllm package, and this host has neither, so unlike the
+training jobs' pods (tests/services/kubelet.py runs their containers for real) the
+Deployment's `vllm serve` command is not run; the smoke request goes to a STAND-IN
+OpenAI-compatible endpoint this test serves on 127.0.0.1 (`StandInOpenAI`), either
+straight (the LoadBalancer address) or through the API server's service proxy path,
+which kmock answers by forwarding to the stand-in. (The local target's `transformers
+serve` path runs for real: test_model_server_local.py.)"""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from commands import all_tools, tool_spec
 from commands.build_image import push_step
 from commands.push_to_ecr import deploy_step
 from mcp_server import build_server
+from mcp_server.server import MCP_MAX_WAIT_S
 from skills.codebuild_pipeline import builds
 from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.cleanup import CleanupSpec
@@ -93,6 +94,9 @@ def _check(step: dict[str, Any], source: str) -> None:
         key=str,
     )
     assert not errors, f"{source} -> {step['tool']}: {[e.message for e in errors]}"
+    # Under every client's request timeout (the TypeScript SDK's is 60 s): issue 32.
+    wait = step["arguments"].get("wait_seconds")
+    assert wait is None or wait <= MCP_MAX_WAIT_S, f"{source}: waits {wait} s in one call"
 
 
 def _confirm_step(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -243,3 +243,27 @@ def test_latest_image_is_the_newest_by_push_time(moto_server):
     with pytest.raises(ToolFailure) as caught:
         latest_image("no-such-repo", "us-east-1")
     assert caught.value.code == "not_found"
+
+
+def test_the_seed_call_pushes_the_last_build_to_the_environments_region(
+    image, registry, state_dir, tmp_path, monkeypatch
+):
+    """`push_to_ecr --repository fsdp` as the seed document writes it: the image is the
+    one build_image last built in this project, the region AWS_REGION's (issue 32)."""
+    from skills.image_builder import last_build
+
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("FSDP_EKS_ECR_REGISTRY_HOST", registry.host)
+    status, out, err = cli("--repository", "fsdp", "--json")
+    assert status == 2 and json.loads(out or err)["error"]["code"] == "invalid_input"
+    assert "build_image" in json.loads(out or err)["error"]["hint"]
+    last_build.remember(image)  # what build_image records after a build here
+    status, out, err = cli("--repository", "fsdp", "--json")
+    assert status == 0, err
+    assert json.loads(out)["image_uri"] == f"{ECR_HOST}/fsdp:llama32-1b-v1"
+    assert registry.tags("fsdp") == ["llama32-1b-v1"]
+    monkeypatch.chdir(tmp_path)  # another project: its own last build (none)
+    assert cli("--repository", "fsdp", "--json")[0] == 2

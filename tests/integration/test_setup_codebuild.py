@@ -4,6 +4,8 @@ exactly its resource; the role policy is least privilege; dry_run creates nothin
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import boto3
 import pytest
@@ -13,6 +15,8 @@ from commands.setup_codebuild import setup_codebuild
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.apply import Applier
 from skills.ecr_publisher.repository import DEFAULT_KEEP_LAST, lifecycle_policy
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 GITHUB = "https://github.com/acme/trainer"
@@ -184,3 +188,25 @@ def test_repository_created_concurrently_is_aligned_not_an_error(moto_server):
     assert ops == ["create_repository", "put_image_scanning_configuration", "put_lifecycle_policy"]
     text = boto3.client("ecr").get_lifecycle_policy(repositoryName="cb-race-repo")
     assert text["lifecyclePolicyText"] == lifecycle_policy(DEFAULT_KEEP_LAST)
+
+
+def test_the_seed_setup_codebuild_call_plans_from_the_remote(
+    moto_server, tmp_path, monkeypatch
+) -> None:
+    """`setup-codebuild --project-name pytorch-fsdp --region us-west-2 --ecr-repository
+    fsdp` (no --source_url) from a git checkout: a plan with the document's defaults."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin",
+                    "https://github.com/team/pytorch-fsdp.git"], check=True)  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "setup-codebuild.sh"), "--project-name", "pytorch-fsdp",
+         "--region", "us-west-2", "--ecr-repository", "fsdp", "--dry_run", "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "planned" and result["source_type"] == "GITHUB"
+    text = json.dumps(result)
+    assert "https://github.com/team/pytorch-fsdp.git" in text
+    assert '"TEST_LEVEL"' in text and "standard" in text

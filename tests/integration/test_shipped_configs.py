@@ -123,8 +123,8 @@ def test_build_image_with_no_arguments_builds_the_repos_dockerfile(repo_copy, tm
 
 def test_a_dockerfile_is_a_read_path_unless_a_fix_may_be_written_beside_it(tmp_path):
     """Under an --allow-path root a Dockerfile may be analyzed, or built with auto_fix off;
-    a call that may write its fix there is refused, and a default left outside the
-    workspace is refused, never swapped for the workspace directory."""
+    a call that may write its fix there is refused; with no dockerfile named, the
+    workspace's own is used, else the packaged trainer's."""
     workspace, data = tmp_path / "ws", tmp_path / "data"
     workspace.mkdir()
     data.mkdir()
@@ -146,6 +146,9 @@ def test_a_dockerfile_is_a_read_path_unless_a_fix_may_be_written_beside_it(tmp_p
         error = json.loads(refused.content[0].text)["error"]
         assert refused.is_error and error["code"] == "path_not_allowed", error
         assert "writes there" in error["message"]
-    error = json.loads(default.content[0].text)["error"]
-    assert default.is_error and error["code"] == "path_not_allowed", error
-    assert error["details"]["path"] == str(tmp_path / "Dockerfile"), error
+    # Left out, the Dockerfile is the workspace's (not the server's directory's); the
+    # workspace has none, so the trainer image this package ships is analyzed.
+    assert not default.is_error, default.content
+    packaged = _result(default.structured_content)
+    assert packaged["packaged_trainer"] is True and packaged["status"] == "analyzed"
+    assert not packaged["dockerfile"].startswith(str(tmp_path / "Dockerfile"))

@@ -100,7 +100,8 @@ def test_the_requested_torch_is_kept_when_its_image_runs_there():
 
 
 def test_a_matching_pair_passes():
-    result = cuda_gate.check(CU130, [node("p5.48xlarge", "580.65.06")], "p5.48xlarge")
+    efa_image = cuda_gate.ImageCuda("2.13.0", "13.0", efa=True)
+    result = cuda_gate.check(efa_image, [node("p5.48xlarge", "580.65.06")], "p5.48xlarge")
     assert result.problems == [] and result.warnings == [] and result.fix is None
     cuda_gate.enforce(result, "img:1")  # no raise
     cu126 = cuda_gate.ImageCuda("2.6.0", "12.6")
@@ -153,3 +154,33 @@ def test_an_unreadable_image_on_gpu_nodes_is_refused_not_warned():
     failure = caught.value
     assert failure.code == "cuda_unverified"
     assert "could not be read" in failure.message and "skip_gate=true" in failure.hint
+
+
+# --- EFA (issue 29): the fsdp-eks.efa label build_image sets --------------------------------
+
+
+def test_an_image_without_efa_on_an_efa_instance_is_flagged_with_the_dlc_rebuild():
+    labels = {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0", "fsdp-eks.efa": "false"}
+    image = cuda_gate.image_cuda(labels)
+    assert image == cuda_gate.ImageCuda("2.13.0", "13.0", efa=False)
+    result = cuda_gate.check(image, [node("p5.48xlarge", "580.65.06")], "p5.48xlarge")
+    assert not result.problems  # a warning: it trains, over TCP between nodes
+    (warning,) = result.warnings
+    dlc = "public.ecr.aws/deep-learning-containers/pytorch:2.13.0-cu133-amzn2023"
+    assert warning.startswith("efa_missing: p5.48xlarge has EFA")
+    assert f"--base_image {dlc} --instance_type p5.48xlarge" in warning
+    cuda_gate.enforce(result, "r/t:1")  # nothing to refuse
+    # The same image on an instance without EFA, or one that has it: nothing to say.
+    plain = cuda_gate.check(image, [node("g6e.xlarge", "580.65.06")], "g6e.xlarge")
+    assert not plain.problems and not plain.warnings
+    labels["fsdp-eks.efa"] = "true"
+    fine = cuda_gate.check(
+        cuda_gate.image_cuda(labels), [node("p5.48xlarge", "580.65.06")], "p5.48xlarge"
+    )
+    assert not fine.problems and not fine.warnings
+
+
+def test_an_image_that_does_not_say_is_a_warning_on_an_efa_instance():
+    result = cuda_gate.check(CU130, [node("p5.48xlarge", "580.65.06")], "p5.48xlarge")
+    assert not result.problems
+    assert any("fsdp-eks.efa" in w for w in result.warnings)

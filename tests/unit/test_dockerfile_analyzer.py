@@ -249,11 +249,20 @@ def test_docker_hub_mirror_prefix_is_recognised():
 def test_project_dockerfile_analyzes_clean():
     text = (ROOT / "Dockerfile").read_text()
     analysis = analyze(
-        text, instance_type="p5.48xlarge", driver_version="580.65.06", context_dir=ROOT
+        text, instance_type="g6e.xlarge", driver_version="580.65.06", context_dir=ROOT
     )
     assert analysis.findings == []
     assert (analysis.resolved.torch, analysis.resolved.cuda) == ("2.13.0", "13.0")
     assert fix(text, analysis) is None
+    # On an EFA instance its pytorch/pytorch base lacks the EFA user space (issue 29): the
+    # one finding names the DLC base of the same torch that has it, and that build is clean.
+    p5 = analyze(text, instance_type="p5.48xlarge", driver_version="580.65.06", context_dir=ROOT)
+    (efa,) = p5.findings
+    assert efa.code == "efa_missing" and efa.severity == "warning" and efa.line == 5
+    dlc = "public.ecr.aws/deep-learning-containers/pytorch:2.13.0-cu133-amzn2023"
+    assert efa.fix.endswith(f"base_image={dlc}")
+    on_dlc = analyze(text, base_image=dlc, instance_type="p5.48xlarge", context_dir=ROOT)
+    assert on_dlc.findings == [] and on_dlc.labels["fsdp-eks.efa"] == "true"
 
 
 def test_write_fixed_beside_unless_asked(tmp_path: Path):
@@ -273,8 +282,9 @@ PROJECT = (ROOT / "Dockerfile").read_text()
 CU128 = "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"
 
 
-def _labels(torch: str, cuda: str) -> dict[str, str]:
-    return {"fsdp-eks.torch": torch, "fsdp-eks.cuda": cuda}
+def _labels(torch: str, cuda: str, efa: str = "false") -> dict[str, str]:
+    # fsdp-eks.efa: a pytorch/pytorch base has no libfabric/aws-ofi-nccl (issue 29).
+    return {"fsdp-eks.torch": torch, "fsdp-eks.cuda": cuda, "fsdp-eks.efa": efa}
 
 
 def test_labels_follow_the_base_image_override():
@@ -313,7 +323,7 @@ def test_labels_follow_pip_pins_and_index_urls():
         "2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
     )
     assert analyze(f"FROM {dlc}\n").labels == {
-        **_labels("2.5.1", "12.4"),
+        **_labels("2.5.1", "12.4", efa="true"),  # AWS DLCs ship libfabric + aws-ofi-nccl
         "fsdp-eks.python": "3.11",
     }
     # What the analysis does not know is not labelled (no guess).

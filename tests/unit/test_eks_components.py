@@ -64,14 +64,14 @@ def test_the_nccl_job_fits_the_pytorchjob_schema():
     assert job["spec"]["nprocPerNode"] == "8"
     container = replicas["Worker"]["template"]["spec"]["containers"][0]
     limits = container["resources"]["limits"]
-    # skills.kube.efa: EFA devices and huge pages (aws-efa-eks), FI_EFA_FORK_SAFE
+    # skills.kube.efa: EFA devices and huge pages (aws-efa-eks), the p4d row's variables
     assert limits == {
         "nvidia.com/gpu": "8",
         "vpc.amazonaws.com/efa": "4",
         "hugepages-2Mi": "5120Mi",
     }
     assert container["resources"]["requests"] == {**limits, "memory": "8000Mi"}
-    assert {"name": "FI_EFA_FORK_SAFE", "value": "1"} in container["env"]
+    assert {"name": "FI_EFA_USE_HUGE_PAGE", "value": "0"} in container["env"]
     (_, single) = nccl_manifests("nccl-test-abc123", "default", 1, "g5.xlarge", "img:1")
     assert "Worker" not in single["spec"]["pytorchReplicaSpecs"]
     env = single["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]

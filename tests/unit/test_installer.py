@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from mcp_server.__main__ import main as server_main
-from mcp_server.install import main
+from mcp_server.install import MANIFEST_FILE, main
 from mcp_server.skill_files import shipped_skills
 
 CASES = [(c, s) for c in ("claude", "opencode") for s in ("project", "user")]
@@ -38,14 +38,19 @@ def project(tmp_path: Path) -> Path:
 
 
 def paths(client: str, scope: str, project: Path, home: Path) -> tuple[Path, str, Path]:
-    """(config file, section, skills dir) as the clients' docs place them."""
+    """(config file, section, skills dir) as the clients' docs place them; the skills in
+    the Claude folder for both (opencode reads it too)."""
+    skills = (project if scope == "project" else home) / ".claude" / "skills"
     if client == "claude":
         if scope == "project":
-            return project / ".mcp.json", "mcpServers", project / ".claude" / "skills"
-        return home / ".claude.json", "mcpServers", home / ".claude" / "skills"
+            return project / ".mcp.json", "mcpServers", skills
+        return home / ".claude.json", "mcpServers", skills
     base = project if scope == "project" else home / ".config" / "opencode"
-    skills = project / ".opencode" / "skills" if scope == "project" else base / "skills"
     return base / "opencode.json", "mcp", skills
+
+
+def skill_folders(skills_dir: Path) -> list[str]:
+    return sorted(p.name for p in skills_dir.iterdir() if p.name != MANIFEST_FILE)
 
 
 def run(command: str, client: str, scope: str, project: Path, *extra: str) -> int:
@@ -63,14 +68,17 @@ def test_install_writes_the_entry_and_the_skills(client, scope, project, home, c
     assert run("install", client, scope, project) == 0
     config, section, skills_dir = paths(client, scope, project, home)
     entry = json.loads(config.read_text())[section]["fsdp-eks"]
-    argv = [sys.executable, "-m", "mcp_server", "--workspace", str(project)]
+    argv = [sys.executable, "-m", "mcp_server"]
+    if scope == "project":  # a user's entry serves whichever project the client opens
+        argv += ["--workspace", str(project)]
     if client == "claude":
         assert entry == {"type": "stdio", "command": argv[0], "args": argv[1:]}
     else:
         assert entry == {"type": "local", "command": argv, "enabled": True}
         assert json.loads(config.read_text())["$schema"] == "https://opencode.ai/config.json"
-    assert sorted(p.name for p in skills_dir.iterdir()) == SKILL_NAMES
-    for folder in skills_dir.iterdir():  # both clients: the folder's name is the skill's
+    assert skill_folders(skills_dir) == SKILL_NAMES
+    assert (skills_dir / MANIFEST_FILE).is_file()
+    for folder in skills_dir.glob("*/"):  # both clients: the folder's name is the skill's
         meta = yaml.safe_load((folder / "SKILL.md").read_text().split("---\n")[1])
         assert meta["name"] == folder.name
     assert "create" in capsys.readouterr().out
@@ -111,6 +119,7 @@ def test_merge_keeps_other_entries_and_uninstall_removes_only_ours(
     assert run("uninstall", client, scope, project) == 0
     assert json.loads(config.read_text()) == {"theme": "dark", section: {"other": theirs}}
     assert sorted(p.name for p in skills_dir.iterdir()) == sorted(["their-skill", SKILL_NAMES[0]])
+    assert (skills_dir / "their-skill" / "SKILL.md").read_text() == "---\nname: their-skill\n---\n"
     assert [p.name for p in notes.parent.iterdir()] == ["notes.md"]
     assert run("uninstall", client, scope, project) == 0  # nothing left of ours: no-op
 
@@ -205,3 +214,149 @@ def test_python_dash_m_mcp_server_install(project, home) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["config"] == str(project / "opencode.json")
     assert json.loads((project / "opencode.json").read_text())["mcp"]["fsdp-eks"]["enabled"]
+
+
+# --- plan, then apply; only what it wrote (issue 30 item 12) -------------------------
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    err = capsys.readouterr().err
+    assert "invalid_input" in err and "Traceback" not in err, err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"mcpServers": {"x": "\xff\xfe"}}', b"[" * 100_000 + b"]" * 100_000],
+    ids=["not-utf8", "deep"],
+)
+@pytest.mark.parametrize("client", ["claude", "opencode"])
+def test_an_unreadable_config_is_a_typed_refusal_and_nothing_is_written(
+    client, content, project, home, capsys
+) -> None:
+    config, _, skills_dir = paths(client, "project", project, home)
+    config.write_bytes(content)
+    assert run("install", client, "project", project) == 2
+    _refused(capsys, str(config))
+    assert config.read_bytes() == content and not skills_dir.exists()
+
+
+@pytest.mark.parametrize("client", ["claude", "opencode"])
+def test_a_config_that_is_a_folder_or_a_fifo_is_refused_at_once(
+    client, project, home, capsys
+) -> None:
+    config, _, skills_dir = paths(client, "project", project, home)
+    config.mkdir()
+    assert run("install", client, "project", project) == 2
+    _refused(capsys, "folder")
+    config.rmdir()
+    os.mkfifo(config)  # a reader would wait forever for a writer
+    env = {**os.environ, "HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_server", "install", "--client", client, "--dir", str(project)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 2 and "regular file" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not skills_dir.exists()
+
+
+def test_a_skill_path_that_is_a_folder_refuses_before_the_config_is_written(
+    project, home, capsys
+) -> None:
+    (project / ".mcp.json").write_text('{"mcpServers": {}}')
+    blocked = project / ".claude" / "skills" / SKILL_NAMES[0] / "SKILL.md"
+    blocked.mkdir(parents=True)
+    assert run("install", "claude", "project", project) == 2
+    _refused(capsys, str(blocked))
+    assert (project / ".mcp.json").read_text() == '{"mcpServers": {}}'
+    assert [p.name for p in (project / ".claude" / "skills").iterdir()] == [SKILL_NAMES[0]]
+
+
+@pytest.mark.parametrize("client", ["claude", "opencode"])
+def test_skills_as_a_file_is_refused_before_anything_is_written(
+    client, project, home, capsys
+) -> None:
+    (project / ".claude").mkdir()
+    (project / ".claude" / "skills").write_text("not a folder")
+    assert run("install", client, "project", project) == 2
+    _refused(capsys, "a file where a folder goes")
+    assert not (project / ".mcp.json").exists() and not (project / "opencode.json").exists()
+    assert (project / ".claude" / "skills").read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("linked", [".claude", ".claude/skills"])
+def test_a_linked_claude_folder_is_not_followed_out_of_the_project(
+    linked, project, home, tmp_path, capsys
+) -> None:
+    outside = tmp_path / "dotfiles"
+    outside.mkdir()
+    link = project / linked
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside)
+    for command in ("install", "uninstall"):
+        assert run(command, "claude", "project", project) == 2
+        _refused(capsys, "symbolic link")
+    assert not any(outside.iterdir()) and not (project / ".mcp.json").exists()
+
+
+def test_a_users_skill_of_the_same_name_is_neither_overwritten_nor_deleted(
+    project, home, capsys
+) -> None:
+    skills_dir = project / ".claude" / "skills"
+    mine = skills_dir / SKILL_NAMES[0] / "SKILL.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my own skill")
+    assert run("install", "claude", "project", project) == 0
+    assert "kept" in capsys.readouterr().out
+    assert mine.read_text() == "my own skill"
+    edited = skills_dir / SKILL_NAMES[1] / "SKILL.md"
+    edited.write_text(edited.read_text() + "\nmy notes\n")  # the user edits an installed one
+    assert run("install", "claude", "project", project) == 0  # not put back
+    assert edited.read_text().endswith("my notes\n")
+    assert run("uninstall", "claude", "project", project) == 0
+    assert mine.read_text() == "my own skill" and edited.read_text().endswith("my notes\n")
+    assert skill_folders(skills_dir) == sorted([SKILL_NAMES[0], SKILL_NAMES[1]])
+    assert not (skills_dir / MANIFEST_FILE).exists()
+
+
+def test_one_copy_of_the_skills_serves_both_clients(project, home) -> None:
+    assert run("install", "claude", "project", project) == 0
+    assert run("install", "opencode", "project", project) == 0
+    skills_dir = project / ".claude" / "skills"
+    assert skill_folders(skills_dir) == SKILL_NAMES
+    assert not (project / ".opencode").exists()  # opencode reads .claude/skills
+    manifest = json.loads((skills_dir / MANIFEST_FILE).read_text())
+    assert {tuple(f["clients"]) for f in manifest["files"].values()} == {("claude", "opencode")}
+    assert run("uninstall", "claude", "project", project) == 0  # opencode still uses them
+    assert skill_folders(skills_dir) == SKILL_NAMES
+    assert "fsdp-eks" not in json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert run("uninstall", "opencode", "project", project) == 0
+    assert not any(skills_dir.iterdir())
+
+
+def test_a_manifest_that_is_not_ours_stops_the_install(project, home, capsys) -> None:
+    skills_dir = project / ".claude" / "skills"
+    skills_dir.mkdir(parents=True)
+    (skills_dir / MANIFEST_FILE).write_text("[1]")
+    assert run("install", "claude", "project", project) == 2
+    _refused(capsys, "manifest")
+    assert not (project / ".mcp.json").exists()
+
+
+def test_a_write_that_fails_undoes_the_ones_before_it(tmp_path) -> None:
+    from mcp_server.install import Change, apply
+    from skills.shared.errors import ToolFailure
+
+    kept = tmp_path / "kept.json"
+    kept.write_text("before")
+    changes = [
+        Change(tmp_path / "new" / "SKILL.md", "create", "new", "text"),
+        Change(kept, "update", "kept", "after", b"before"),
+        Change(Path("/proc/self/no-such-dir/x.json"), "create", "fails", "{}"),  # ENOENT/EACCES
+    ]
+    with pytest.raises(ToolFailure, match="restored"):
+        apply(changes)
+    assert kept.read_text() == "before" and not (tmp_path / "new" / "SKILL.md").exists()

@@ -15,7 +15,7 @@ from skills.training_job_deployer.targets.kubernetes import manifest as pm
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 from skills.training_job_deployer.targets.slurm.script import PartitionInfo, batch_env
 
-EFA_VARS = ("FI_PROVIDER", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA")
+EFA_VARS = ("FI_PROVIDER", "FI_EFA_USE_HUGE_PAGE", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA")
 
 
 def _pod(job: dict) -> dict:
@@ -45,7 +45,7 @@ def test_the_job_the_nccl_test_and_slurm_agree(spec):
     envs["slurm"] = _efa_part(batch_env(info.efa, info.rdma))
     assert envs["job"] == envs["nccl"] == envs["slurm"] == efa_env_for(spec.name)
     assert ("FI_EFA_USE_DEVICE_RDMA" in envs["job"]) is spec.rdma
-    assert ("FI_EFA_FORK_SAFE" in envs["job"]) is spec.efa
+    assert ("FI_EFA_USE_HUGE_PAGE" in envs["job"]) is spec.efa
     resources = [p["containers"][0]["resources"] for p in pods.values()]
     assert resources[0] == resources[1]  # GPUs, EFA devices, huge pages, memory request
     assert pods["job"]["tolerations"] == pods["nccl"]["tolerations"] == list(GPU_TOLERATIONS)

@@ -131,7 +131,7 @@ def test_efa_devices_follow_the_instance_table(instance_type, efa):
     assert int(resources["limits"].get("vpc.amazonaws.com/efa", 0)) == efa
     env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
     assert (env.get("FI_PROVIDER") == "efa") == bool(efa)
-    assert (env.get("FI_EFA_FORK_SAFE") == "1") == bool(efa)
+    assert (env.get("FI_EFA_USE_HUGE_PAGE") == "0") == bool(efa)
 
 
 @pytest.mark.parametrize(

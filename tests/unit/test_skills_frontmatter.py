@@ -85,3 +85,35 @@ def test_a_skill_without_frontmatter_is_a_typed_error(tmp_path: Path) -> None:
     with pytest.raises(ToolFailure) as caught:
         shipped_skills(tmp_path)
     assert caught.value.code == ErrorCode.INTERNAL_ERROR
+
+
+# This repository's files: a user's project has none of them (issue 32).
+_REPO_FILES = re.compile(
+    r"[\w./-]+\.py\b|\b(commands|skills|tests|trainer|mcp_server|benchmarks)/|README|"
+    r"job_spec|Makefile|pyproject"
+)
+_TOOLISH = re.compile(
+    r"^(build|push|setup|start|get|list|deploy|delete|cancel|diagnose|inspect|manage)_[a-z_]+$"
+)
+
+
+@pytest.mark.parametrize("skill", shipped_skills(), ids=lambda s: s.name)
+def test_installed_skills_speak_of_tools_not_this_repositorys_files(skill) -> None:
+    from commands import all_tools
+
+    assert not _REPO_FILES.findall(skill.text), _REPO_FILES.findall(skill.text)
+    tools = {spec.name for spec in all_tools()}
+    arguments = {"build_id", "build_args", "build_failed"}  # an argument, an error code
+    named = {w for w in re.findall(r"`([a-z_]+)", skill.text) if _TOOLISH.match(w)} - arguments
+    assert named <= tools, named - tools
+    assert named, "a skill names the tools it is about"
+
+
+def test_every_tool_is_in_some_skill_and_contributor_notes_are_not_shipped() -> None:
+    from commands import all_tools
+
+    text = "\n".join(skill.text for skill in shipped_skills())
+    missing = [spec.name for spec in all_tools() if f"`{spec.name}`" not in text]
+    assert missing == []
+    assert "fsdp-eks-tool-contract" not in {skill.name for skill in shipped_skills()}
+    assert (ROOT / "docs" / "tool-contract.md").is_file()

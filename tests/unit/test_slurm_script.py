@@ -82,8 +82,8 @@ def test_four_nodes_of_eight_gpus_with_efa_in_a_container(tmp_path):
         "#SBATCH --open-mode=append",
         f"#SBATCH --output={tmp_path}/runs/llama-ft/logs/slurm-%j.log",
     ]
-    # skills.kube.efa's variables (FI_EFA_FORK_SAFE and RDMA read included: p5-like nodes)
-    efa = {"FI_PROVIDER", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA"}
+    # skills.kube.efa's variables (RDMA read included: p5-like nodes)
+    efa = {"FI_PROVIDER", "FI_EFA_USE_HUGE_PAGE", "FI_EFA_USE_DEVICE_RDMA"}
     assert efa <= set(batch_env(True, True))
     for name, value in batch_env(True, True).items():
         assert f"export {name}={shlex.quote(value)}" in lines
