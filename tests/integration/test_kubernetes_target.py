@@ -322,6 +322,16 @@ def test_a_confirmed_replace_runs_the_gate_before_it_deletes_the_running_job(ope
     assert state.status == "running" and created(kube_api)["metadata"]["uid"] != first_uid
 
 
+def test_replace_never_deletes_a_pytorchjob_this_suite_did_not_submit(operator, kube_api):
+    deploy(skip_gate=True)
+    job = created(kube_api)
+    job["metadata"]["labels"] = {"team": "theirs"}
+    kube_api.emulator.objects[PYTORCHJOB, "default", "llama"] = job
+    refused = failure(deploy, replace=True, confirm=True, skip_gate=True)
+    assert refused.code == "not_ours" and "job_name" in refused.hint
+    assert created(kube_api)["metadata"]["uid"] == job["metadata"]["uid"]
+
+
 def test_replace_of_an_ended_job_needs_no_confirm(operator, kube_api):
     """A job that ended is only a record: replace (auto_retry's resubmission) goes on."""
     deploy()

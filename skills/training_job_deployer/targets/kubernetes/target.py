@@ -34,6 +34,7 @@ from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
+from skills.shared.ownership import require_kube_ours
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -340,6 +341,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     "over (checkpoints stay), or delete_training_job it first.",
                     {"namespace": self.namespace},
                 )
+            require_kube_ours(  # replace deletes it: only a job this suite submitted
+                existing, "PyTorchJob", f"{self.namespace}/{job_name}",
+                "Deploy under another job_name; that job is not one this suite submitted.",
+                namespace=self.namespace,
+            )  # fmt: skip
             if kube_pods.job_status(existing) == "running":  # an ended job is only a record
                 require_confirm(
                     plan.confirm,
