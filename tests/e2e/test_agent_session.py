@@ -280,12 +280,15 @@ def stack(moto_server, registry, docker_api, kube_api, tmp_path) -> Iterator[dic
 
 
 def _shipped_server(project: Path, env: dict[str, str]) -> StdioServerParameters:
-    """The server as the shipped .mcp.json starts it, from the project directory."""
+    """The server exactly as the shipped .mcp.json starts it, from the project directory;
+    the project's venv is this checkout's (its command finds .venv in the project)."""
     entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["fsdp-eks"]
-    command = entry["command"]
-    if not (project / command).exists():  # the project's venv is this checkout's
-        command = sys.executable
-    return StdioServerParameters(command=command, args=entry["args"], cwd=str(project), env=env)
+    venv = project / ".venv"
+    if not venv.exists():
+        venv.symlink_to(sys.prefix)  # the venv running this test
+    return StdioServerParameters(
+        command=entry["command"], args=entry["args"], cwd=str(project), env=env
+    )
 
 
 def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(stack):
