@@ -93,8 +93,8 @@ def build_image(
     It analyzes the Dockerfile (torch/CUDA/cuDNN/Python, GPU and driver fit), checks
     the base image exists, builds, and on a known failure writes the fix
     (<Dockerfile>.fixed) and rebuilds. Returns every attempt with its error
-    class, evidence and diff, and the image id, tags and size. With no dockerfile given
-    and none in the project (the context, else here), it builds the trainer image this
+    class, evidence and diff, and the image id, tags and size. With no dockerfile or
+    context given and no Dockerfile in the project, it builds the trainer image this
     package ships, and says so."""
     context_path = Path(context).expanduser().absolute() if context else None
     path, context_path, packaged = _dockerfile(dockerfile, context_path)
@@ -125,12 +125,12 @@ def build_image(
 
 def _dockerfile(given: str | None, context: Path | None) -> tuple[Path, Path | None, bool]:
     """(Dockerfile, context, whether it is the packaged trainer's): the one given; else
-    the project's (<context or here>/Dockerfile); else the trainer image this package
-    ships, in a build context of its own."""
+    the project's (./Dockerfile; always with a context given); else the trainer image
+    this package ships, in a build context of its own."""
     if given is not None:
         return Path(given).expanduser().absolute(), context, False
-    here = (context or Path.cwd()) / "Dockerfile"
-    if here.exists() or here.is_symlink():  # the project's own wins (checked when read)
+    here = Path.cwd() / "Dockerfile"
+    if context is not None or here.exists() or here.is_symlink():  # the project's own wins
         return here, context, False
     from skills.image_builder.packaged import trainer_context
     from skills.operations.operations import state_dir

@@ -140,6 +140,18 @@ class KubeReader(KubeJson):
         )
         return "" if status >= 300 else data.decode("utf-8", errors="replace")
 
+    def log_end(self, pod: str, lines: int, max_bytes: int, **read: Any) -> tuple[str, bool]:
+        """The end of a pod's log: its last `lines` lines, or fewer so that they fit in
+        `max_bytes`, and whether it had to take fewer. (The kubelet's limitBytes keeps
+        the first bytes of what tailLines chose, not the last: a cut answer is asked
+        again for half the lines.)"""
+        fewer = False
+        while True:
+            text = self.log(pod, tail_lines=lines, limit_bytes=max_bytes, **read)
+            if len(text.encode()) < max_bytes or lines <= 1:
+                return text, fewer
+            lines, fewer = max(1, lines // 2), True
+
     def namespace_events(self) -> list[dict[str, Any]]:
         """Every event in the namespace, one LIST (the caller picks those it wants)."""
         return list(

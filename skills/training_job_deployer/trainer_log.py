@@ -166,12 +166,13 @@ class LogFollower:
     pending: bytes = b""
     resync: bool = False  # after a skip: drop bytes up to the next newline
 
-    def skip(self) -> None:
+    def skip(self, at_line_start: bool = False) -> None:
         """The reader jumps over the middle of a long log to its tail: a partial line is
-        dropped, and so is what the head alone said of the outcome (a summary, error or
-        preemption there was followed by more log, so it was not the run's last word;
-        the tail's own events decide again)."""
-        self.pending, self.resync = b"", True
+        dropped (the next chunk's text up to its first newline too, unless it starts at
+        a line's start), and so is what the head alone said of the outcome (a summary,
+        error or preemption there was followed by more log, so it was not the run's
+        last word; the tail's own events decide again)."""
+        self.pending, self.resync = b"", not at_line_start
         self.metrics.summary = self.metrics.error = self.metrics.preempted = None
 
     def feed(self, chunk: bytes, progress: Progress | None = None, final: bool = False) -> None:

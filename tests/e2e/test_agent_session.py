@@ -280,12 +280,11 @@ def stack(moto_server, registry, docker_api, kube_api, tmp_path) -> Iterator[dic
 
 
 def _shipped_server(project: Path, env: dict[str, str]) -> StdioServerParameters:
-    """The server exactly as the shipped .mcp.json starts it, from the project directory;
-    the project's venv is this checkout's (its command finds .venv in the project)."""
+    """The server as the shipped .mcp.json starts it, from the project directory."""
     entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["fsdp-eks"]
     venv = project / ".venv"
-    if not venv.exists():
-        venv.symlink_to(sys.prefix)  # the venv running this test
+    if not venv.exists():  # the project's venv is this checkout's: the launcher finds it
+        venv.symlink_to(Path(sys.prefix))
     return StdioServerParameters(
         command=entry["command"], args=entry["args"], cwd=str(project), env=env
     )

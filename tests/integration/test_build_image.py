@@ -362,10 +362,15 @@ def test_a_build_outlives_a_killed_mcp_server_and_get_operation_reports_it(hub, 
         OPERATION_SCOPE.reset(scope)
 
     async def follow():
+        # One MCP call waits at most 45 s (issue 32): poll, as a client does, up to 240 s.
         async with Client(server()) as client:
-            return await client.call_tool(
-                "get_operation", {"operation_id": operation_id, "wait_seconds": 240}
-            )
+            for _ in range(6):
+                followed = await client.call_tool(
+                    "get_operation", {"operation_id": operation_id, "wait_seconds": 45}
+                )
+                if followed.is_error or followed.structured_content["status"] != "running":
+                    break
+            return followed
 
     followed = anyio.run(follow)
     assert not followed.is_error, followed.content

@@ -189,6 +189,52 @@ def test_a_list_page_reads_logs_only_for_its_own_jobs(operator):
     assert dict(page.summary_rows())["5 more"] == "cursor=2"
 
 
+def test_a_long_rank0_log_is_read_from_its_end_in_bounded_reads(operator, kube_api):
+    """Issue 35 item 2: rank 0's log is never read whole. A 13 MiB log (a 60,000-step
+    run) reports its true status and steps from its head and its end; a poll after it
+    grew reads only the end again and parses only what is new."""
+    lines = RUN_LOG.splitlines(keepends=True)
+    start, steps = lines[0], [line for line in lines if '"event": "step"' in line]
+    summary = lines[-1]
+    assert '"event": "summary"' in summary and '"event": "start"' in start
+    step = json.loads(steps[-1])
+    body = "".join(json.dumps({**step, "step": i}) + "\n" for i in range(1, 60_001))
+    pad = "[rank0]: NCCL INFO " + "x" * 700 + "\n"
+    end_line = json.dumps({**json.loads(summary), "steps": 60_000}) + "\n"
+    long_log = start + body + pad * 1000 + end_line
+    assert len(long_log) > 12 * 2**20
+    deploy(job_name="long", max_steps=60_000)
+    operator.run("long", outcome="Succeeded", rank_logs={"master-0": long_log})
+    before = kube_api.log_bytes_served
+    state = get_training_job(job_name="long", **K8S)
+    assert (state.status, state.steps) == ("succeeded", 60_000)
+    assert state.first_loss == step["loss"]  # from the head
+    served = kube_api.log_bytes_served - before
+    assert served < 2 * 2**20, served  # the head and the end, not the log
+
+    # Growing across polls: only the end is read, only the new lines parsed.
+    from skills.training_job_deployer.targets.kubernetes.target import Rank0Log
+
+    log = Rank0Log()
+    text = start + "".join(body.splitlines(keepends=True)[:200])
+    reads = []
+
+    def end():
+        reads.append(1)
+        return "".join(text.splitlines(keepends=True)[-2000:])
+
+    log.read(lambda: text, end, 0, None, False)
+    assert log.follower.metrics.steps == 200 and reads == []
+    text += "".join(json.dumps({**step, "step": i}) + "\n" for i in range(201, 231))
+    log.read(lambda: text, end, 0, None, False)
+    assert log.follower.metrics.steps == 230 and reads == [1]
+    text += "".join(json.dumps({**step, "step": i}) + "\n" for i in range(231, 5_000))
+    log.read(lambda: text, end, 0, None, False)  # more than a poll reads: the gap skipped
+    assert log.follower.metrics.steps == 4_999
+    log.read(lambda: "restarted\n" + start, end, 1, None, False)  # a new container
+    assert log.follower.metrics.steps == 0 and log.tail().endswith(start.rstrip("\n"))
+
+
 def test_a_failed_job_reports_the_trainers_error_and_restarts(operator):
     deploy(num_nodes=3)
     operator.run("llama", outcome="Failed", restarts={"worker-1": 2})
@@ -258,6 +304,32 @@ def test_an_existing_name_is_a_typed_error_and_replace_starts_over(operator, kub
     state = deploy(replace=True, confirm=True)
     assert state.status == "running"
     assert created(kube_api)["metadata"]["uid"] != first_uid
+
+
+def test_a_confirmed_replace_runs_the_gate_before_it_deletes_the_running_job(operator, kube_api):
+    """Issue 30 item 6: replace=true confirm=true deleted the running job, then the CUDA
+    gate refused the new image: the old job gone, nothing running. Every check that can
+    refuse now runs first; the running job is untouched."""
+    from tests.services import eks_cluster as seed
+
+    deploy(skip_gate=True)  # running (the first image's gate is not this test's)
+    first_uid = created(kube_api)["metadata"]["uid"]
+    kube_api.emulator.objects["v1/nodes", None, "gpu-1"] = seed.node("gpu-1", "p5.48xlarge")
+    refused = failure(deploy, replace=True, confirm=True)  # IMAGE's labels: unreadable
+    assert refused.code == "cuda_unverified"
+    assert created(kube_api)["metadata"]["uid"] == first_uid  # the old job still runs
+    state = deploy(replace=True, confirm=True, skip_gate=True)
+    assert state.status == "running" and created(kube_api)["metadata"]["uid"] != first_uid
+
+
+def test_replace_never_deletes_a_pytorchjob_this_suite_did_not_submit(operator, kube_api):
+    deploy(skip_gate=True)
+    job = created(kube_api)
+    job["metadata"]["labels"] = {"team": "theirs"}
+    kube_api.emulator.objects[PYTORCHJOB, "default", "llama"] = job
+    refused = failure(deploy, replace=True, confirm=True, skip_gate=True)
+    assert refused.code == "not_ours" and "job_name" in refused.hint
+    assert created(kube_api)["metadata"]["uid"] == job["metadata"]["uid"]
 
 
 def test_replace_of_an_ended_job_needs_no_confirm(operator, kube_api):
@@ -414,9 +486,10 @@ def test_one_request_per_kind_per_poll_whatever_the_pod_count(operator):
         deploy(job_name=name, num_nodes=nodes)
         operator.run(name, outcome="Running")
         before = target.reader.calls
-        job, pods, events, log = target.poll(name)
-        assert len(pods) == nodes and target.reader.calls - before == 4
-        assert '"event": "step"' in log
+        job, pods, events = target.poll(name)
+        assert len(pods) == nodes and target.reader.calls - before == 3
+        state = target.describe(name)  # the poll's three, then rank 0's log: one read
+        assert target.reader.calls - before == 3 + 4 and state.steps > 0
 
 
 def test_snapshot_is_the_api_objects_and_masked_logs(operator):

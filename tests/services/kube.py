@@ -170,6 +170,7 @@ class KubeService:
     loop: asyncio.AbstractEventLoop
     _logs: dict[tuple[str, str, str | None, bool], str] = field(default_factory=dict)
     _baseline: int = 0
+    log_bytes_served: int = 0  # pod-log bytes sent to clients (bounded reads are checked)
 
     @property
     def env(self) -> dict[str, str]:
@@ -228,7 +229,11 @@ class KubeService:
         if params.get("tailLines"):
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-int(params["tailLines"]) :]) if int(params["tailLines"]) else ""
-        return text.encode()
+        data = text.encode()
+        if params.get("limitBytes"):  # as the kubelet: the output's first bytes, after tailLines
+            data = data[: int(params["limitBytes"])]
+        self.log_bytes_served += len(data)
+        return data
 
 
 def _declare(emulator: Any) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import yaml
@@ -32,6 +34,7 @@ from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
+from skills.shared.ownership import require_kube_ours
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -66,6 +69,11 @@ from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, LogFollower
 POLL_S = 2.0
 DETACH_S = 300.0  # wait_seconds=None (a person at the CLI): detach after 5 minutes
 LOG_TAIL_LINES = 40
+# Rank 0's log is read from its end (Rank0Log): each poll at most these lines and bytes,
+# and a long log's head once.
+LOG_POLL_LINES = 2000
+LOG_POLL_BYTES = 4 * 2**20
+LOG_HEAD_BYTES = 1 * 2**20
 # The end of rank 0's log a listing reads: room for the trainer's summary (or its last
 # step) after what torchrun and NCCL print when a run ends.
 LIST_LOG_LINES = 100
@@ -333,6 +341,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     "over (checkpoints stay), or delete_training_job it first.",
                     {"namespace": self.namespace},
                 )
+            require_kube_ours(  # replace deletes it: only a job this suite submitted
+                existing, "PyTorchJob", f"{self.namespace}/{job_name}",
+                "Deploy under another job_name; that job is not one this suite submitted.",
+                namespace=self.namespace,
+            )  # fmt: skip
             if kube_pods.job_status(existing) == "running":  # an ended job is only a record
                 require_confirm(
                     plan.confirm,
@@ -341,13 +354,16 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     "to delete the running job and start it over",
                     {"namespace": self.namespace, "job_name": job_name, "delete": True},
                 )
-            self._delete_and_wait(job_name)
+        # Every check that can refuse runs before a replace deletes the running job: a
+        # refused image must not leave the old job gone and nothing running.
         self._require_service_account(plan)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
             self._warnings += gate.warnings
-        self._warnings += self._quota_warnings(plan, nodes)
+        if existing is not None:
+            self._delete_and_wait(job_name)
+        self._warnings += self._quota_warnings(plan, nodes)  # after: the old job's GPUs free
         if plan.hf_token_secret:
             token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
             reader.put_secret(plan.hf_token_secret, {"token": token})
@@ -441,10 +457,18 @@ class KubernetesTarget(Target[KubernetesPlan]):
         rank0_log = Rank0Log()
 
         def look() -> JobState:
-            job, pods, events, log = self.poll(job_name)
+            job, pods, events = self.poll(job_name)
             final = kube_pods.job_status(job) != "running"
-            metrics = rank0_log.feed(log, progress, final)
-            return self._state(job_name, job, pods, events, metrics, log)
+            rank0 = pods[0] if pods else None
+            if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
+                name = pod_name(rank0)
+                rank0_log.read(
+                    lambda: redact(self.reader.log(name, limit_bytes=LOG_HEAD_BYTES)),
+                    lambda: redact(self.reader.log_end(name, LOG_POLL_LINES, LOG_POLL_BYTES)[0]),
+                    kube_pods.restarts([rank0]), progress, final,
+                )  # fmt: skip
+            metrics = rank0_log.follower.metrics
+            return self._state(job_name, job, pods, events, metrics, rank0_log.tail())
 
         state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
         if detach and state.status not in TERMINAL:
@@ -458,8 +482,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     def poll(
         self, job_name: str
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], str]:
-        """One poll: the job, its pods, their events, rank 0's log (secrets masked)."""
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+        """One poll: the job, its pods, their events (rank 0's log is Rank0Log's)."""
         job = self._require(job_name)
         pods = self.reader.pods(job_name)
         events = [
@@ -467,11 +491,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             for e in self.reader.events(job_name, [pod_name(p) for p in pods])
             if not kube_pods.older_than(e, job)
         ]
-        rank0 = pods[0] if pods else None
-        log = ""
-        if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
-            log = redact(self.reader.log(pod_name(rank0)))
-        return job, pods, events, log
+        return job, pods, events
 
     def place(self, job_name: str) -> str:
         return f"{self.namespace}/{job_name}"
@@ -544,7 +564,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             ],
         )
         if status in ("failed", "preempted"):
-            state.log_tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+            state.log_tail = log
         return self.with_next_step(state)
 
     def with_next_step(self, state: JobState) -> JobState:
@@ -598,9 +618,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             each = max(5, (tail_lines or 100) // len(pods))
             parts = []
             for pod in pods:
-                text = self.reader.log(
-                    pod_name(pod), tail_lines=each, limit_bytes=MAX_LOG_CHARS, **read
-                )
+                text, _ = self.reader.log_end(pod_name(pod), each, MAX_LOG_CHARS, **read)
                 parts.append(f"==> {pod_name(pod)} <==\n{text.rstrip()}")
             return _bounded(redact("\n".join(parts)))
         chosen = pods[0]
@@ -614,9 +632,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     "Pick one of: " + ", ".join(pod_name(p)[len(job_name) + 1 :] for p in pods),
                 )
             chosen = matches[0]
-        text = self.reader.log(
-            pod_name(chosen), tail_lines=tail_lines, limit_bytes=MAX_LOG_CHARS * 2, **read
+        text, fewer = self.reader.log_end(
+            pod_name(chosen), tail_lines or LOG_POLL_LINES, MAX_LOG_CHARS * 2, **read
         )
+        if fewer and len(text) <= MAX_LOG_CHARS:  # else _bounded says what it cut
+            text = (
+                f"[... earlier lines cut: at most {MAX_LOG_CHARS} characters per call ...]\n{text}"
+            )
         return _bounded(redact(text.rstrip("\n")))
 
     # cancel / delete / list -------------------------------------------------------------
@@ -693,28 +715,70 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
 
 class Rank0Log:
-    """Rank 0's log as it grows over the polls: only the text past what was read before
-    is parsed (a LogFollower). A log that no longer starts with what was read (a new
-    container, a replaced job) starts over."""
+    """Rank 0's log followed from its end, over the polls: each poll reads at most the
+    last LOG_POLL_LINES lines (LOG_POLL_BYTES), and only the lines past the last ones
+    already parsed go to the follower; the first read of a log longer than that also
+    reads its head (the trainer's start line, the first loss) and skips the middle. So a
+    poll's requests and memory stay bounded whatever the log's size. A container that
+    restarted has a new log: it is followed from its start again."""
 
     def __init__(self) -> None:
         self.follower = LogFollower()
-        self.seen = b""  # the last bytes read, to tell a grown log from another one
-        self.offset = 0
+        self.last: deque[str] = deque(maxlen=3)  # the last complete lines parsed
+        self.restarts: int | None = None
+        self.recent: deque[str] = deque(maxlen=LOG_TAIL_LINES)
         self.reported = -1  # steps last reported: one report per poll that adds steps
 
-    def feed(self, log: str, progress: Progress | None, final: bool) -> RunMetrics:
-        data = log.encode()
-        if len(data) < self.offset or data[self.offset - len(self.seen) : self.offset] != self.seen:
-            self.follower, self.offset, self.seen = LogFollower(), 0, b""
-        self.follower.feed(data[self.offset :], None, final)
-        self.offset = len(data)
-        self.seen = data[-64:]
+    def read(
+        self,
+        head: Callable[[], str],
+        end: Callable[[], str],
+        restarts: int,
+        progress: Progress | None,
+        final: bool,
+    ) -> None:
+        """One poll's read: `head` gives the log's first LOG_HEAD_BYTES, `end` its last
+        LOG_POLL_LINES lines (fewer if they are longer than LOG_POLL_BYTES)."""
+        if restarts != self.restarts:
+            self.follower, self.restarts = LogFollower(), restarts
+            self.last.clear()
+        anchor = "".join(self.last)
+        if not anchor:
+            start = head()
+            if len(start.encode()) < LOG_HEAD_BYTES:  # the whole log
+                self._take(start, final)
+            else:
+                complete = start[: start.rfind("\n") + 1]
+                self.follower.feed(complete.encode())
+                self.follower.skip(at_line_start=True)  # tailLines gives whole lines
+                self._take(end(), final)
+        else:
+            text = end()
+            at = text.rfind(anchor)
+            if at < 0:  # more lines came than a poll reads: the gap is skipped
+                self.follower.skip(at_line_start=True)
+                self._take(text, final)
+            else:
+                self._take(text[at + len(anchor) :], final)
         metrics = self.follower.metrics
         if progress is not None and metrics.steps != self.reported:
             self.reported = metrics.steps
             progress.report(metrics.steps, metrics.max_steps, metrics.progress_message())
-        return metrics
+
+    def _take(self, text: str, final: bool) -> None:
+        """Parse the complete lines of `text` (the partial last one too when `final`)."""
+        cut = len(text) if final else text.rfind("\n") + 1
+        complete = text[:cut]
+        if not complete:
+            return
+        self.follower.feed(complete.encode(), None, final)
+        lines = complete.splitlines(keepends=True)
+        self.recent.extend(line.rstrip("\n") for line in lines)
+        self.last.extend(line for line in lines if line.endswith("\n"))
+
+    def tail(self) -> str:
+        """The last LOG_TAIL_LINES lines parsed."""
+        return "\n".join(self.recent)
 
 
 def _bounded(text: str) -> str:
