@@ -17,6 +17,7 @@ base's build time.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import threading
@@ -55,10 +56,12 @@ def _context(tmp: Path) -> Path:
                              "-z"], capture_output=True, check=True).stdout  # fmt: skip
     context = tmp / "context"
     for name in filter(None, listed.decode().split("\0")):
-        source = ROOT / name
-        if source.is_file() and not source.is_symlink():
-            (context / name).parent.mkdir(parents=True, exist_ok=True)
-            (context / name).write_bytes(source.read_bytes())
+        source, target = ROOT / name, context / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # as git checks it out: a link, not its target's bytes
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            target.write_bytes(source.read_bytes())
     assert (context / "Dockerfile").read_bytes() == (ROOT / "Dockerfile").read_bytes()
     return context
 
