@@ -37,7 +37,7 @@ def device_for(device_type: str, local_rank: int, visible_gpus: int | None = Non
     if local_rank >= visible_gpus:
         raise ValueError(
             f"LOCAL_RANK {local_rank} but this process sees {visible_gpus} GPUs: start "
-            "at most one process per visible GPU (--gpu_per_node / --nproc_per_node)"
+            "at most one process per visible GPU (--gpu_per_node)"
         )
     return torch.device("cuda", local_rank)
 

@@ -70,7 +70,8 @@ def check_supported(hf: dict[str, Any], trust_remote_code: bool) -> None:
         if not trust_remote_code:
             raise ConfigError(
                 f"model_type {model_type!r} needs the checkpoint's own Python code (not in "
-                "transformers); pass --trust_remote_code true to run it, if you trust it"
+                "transformers); to run it, if you trust it, set TRAINER_TRUST_REMOTE_CODE=true "
+                "(deploy_training_job: env)"
             )
         return
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:

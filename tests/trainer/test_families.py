@@ -109,7 +109,7 @@ def test_remote_code_is_refused_unless_opted_in(tmp_path):
     config = {"model_type": "my_own_lm", "auto_map": {"AutoModelForCausalLM": "m.MyLM"},
               "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 97}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConfigError, match="trust_remote_code"):
+    with pytest.raises(ConfigError, match="TRAINER_TRUST_REMOTE_CODE=true"):
         hf.read_model_config(str(tmp_path))
     assert hf.read_model_config(str(tmp_path), trust_remote_code=True).hf_config == config
 

@@ -55,6 +55,7 @@ ALLOWED: dict[str, str] = {
         ("--no-progress", "--only-show-errors"), "aws s3 sync's: the model fetch init container"
     ),
     "--raw": "kubectl get's: the model server's curl line through the API proxy",
+    "--skip-kmod": "the EFA installer's (efa_installer.sh): the analyzer's efa_missing fix",
     "--enable-scheme": "the Training Operator's: its pinned Deployment (components.py)",
     "--profile": "the kubeconfig exec plugin's own argv (kube/access.py)",
     "--flag": "a placeholder in a docstring (slurm_script.py)",
