@@ -13,6 +13,7 @@ import tracemalloc
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from skills.training_job_deployer.trainer_log import parse_events
+from tests.benchmark_runs import run_quick
 
 GIB = 2**30
 
@@ -82,15 +83,6 @@ def test_through_ssh_a_log_is_read_bounded_on_the_remote_side(tmp_path, monkeypa
 
 def test_the_fleet_benchmark_runs_in_its_quick_mode():
     """benchmarks/fleet_history_and_logs.py at its smallest size, so it cannot rot unseen."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "fleet_history_and_logs.py"), "--quick"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "500 records: page   20 reads" in done.stdout
-    assert "16 MiB log" in done.stdout and "status succeeded" in done.stdout
+    out = run_quick("fleet_history_and_logs")
+    assert "500 records: page   20 reads" in out
+    assert "16 MiB log" in out and "status succeeded" in out

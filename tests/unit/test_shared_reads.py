@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from mcp_server.shared_reads import SharedReads
+from tests.benchmark_runs import run_quick
 
 
 def test_concurrent_callers_share_one_computation():
@@ -136,15 +137,6 @@ def test_old_keys_are_dropped_past_the_bound(size):
 
 def test_the_many_agents_benchmark_runs_in_its_quick_mode():
     """benchmarks/http_many_agents.py at its smallest sizes, so it cannot rot unseen."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "http_many_agents.py"), "--quick"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = [line.split("|") for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
+    out = run_quick("http_many_agents")
+    rows = [line.split("|") for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [row[0].strip() for row in rows] == ["1", "4"]
