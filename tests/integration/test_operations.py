@@ -182,7 +182,8 @@ def _server(workspace: Path | None = None):
 
 
 def test_mcp_answers_an_operation_tool_with_the_operation_state(state_dir):
-    # tools/list carries no output schemas (issue 22's budget): the state is in the call's
+    # An operation tool's output schema is the bare object its OperationState fits (the
+    # key field of its own result is not one the state shares): the state is in the call's
     # structuredContent, its text a summary that names the operation.
     async def scenario():
         async with Client(_server()) as client:
@@ -191,7 +192,7 @@ def test_mcp_answers_an_operation_tool_with_the_operation_state(state_dir):
             return tools, done
 
     tools, done = anyio.run(scenario)
-    assert tools["count_slowly"].output_schema is None
+    assert tools["count_slowly"].output_schema == {"type": "object"}
     assert "wait_seconds" in tools["count_slowly"].input_schema["properties"]
     state = done.structured_content
     assert {"operation_id", "status", "result", "next_step"} <= set(state)

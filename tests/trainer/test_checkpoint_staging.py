@@ -82,6 +82,9 @@ def _process_writer(rank: int, store: str, root: str) -> None:
         weights += 100  # the next optimizer step: the checkpoint keeps what was saved
         ckpt.finalize(wait=True)
         ckpt.close()
+        # Rank 0 marks the step complete in its finalize; the other rank reads the mark
+        # only after it (checking at once raced rank 0's write on a loaded machine).
+        dist.barrier()
         assert is_complete(Path(root) / "step-1")
         back = {"rank": {str(rank): torch.zeros(10)}}
         dcp.load(back, checkpoint_id=str(Path(root) / "step-1"))

@@ -183,7 +183,7 @@ def test_s3_tokenizer_file_and_dir_uris(bucket, tmp_path):
 
 def test_hub_dataset_without_the_datasets_package_explains_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` -> ImportError
-    with pytest.raises(ConfigError, match=r"pip install 'fsdp-eks\[hub\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'fsdp-eks\[trainer\]'"):
         load_documents("some-org/some-dataset", "default")
 
 

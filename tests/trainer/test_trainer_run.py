@@ -15,7 +15,7 @@ STEP_KEYS = set(
 )
 SUMMARY_KEYS = set(
     "event steps first_loss last_loss tokens_per_s elapsed_s world_size resumed_from"
-    " last_eval_loss checkpoint".split()
+    " last_eval_loss checkpoint model params".split()
 )
 
 
