@@ -240,3 +240,42 @@ def test_model_server_tools_over_mcp_answer_hostile_state_in_time(tool, hazard, 
     listed = results[1].structured_content["servers"]
     assert "stray.txt" not in [s["name"] for s in listed]
     assert _tree(home) == before
+
+
+# --- the installer under hostile existing files (issue 30 item 12) ---------------------------
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "15")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    config=st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode),
+                     st.recursive(st.none() | st.integers() | st.text(max_size=8),
+                              lambda inner: st.lists(inner, max_size=3)
+                              | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                              max_leaves=12).map(lambda v: json.dumps(v).encode())),
+    client=st.sampled_from(["claude", "opencode"]),
+)  # fmt: skip
+def test_the_installer_over_any_existing_config_applies_whole_or_not_at_all(
+    tmp_path_factory, monkeypatch, config, client
+):
+    """Whatever bytes the client's config holds, install either succeeds (the entry is in a
+    JSON object there, the skills beside) or refuses with a typed message and exit status,
+    writing nothing: never a traceback, never half an install."""
+    from mcp_server.install import main as install
+
+    root = tmp_path_factory.mktemp("installer")
+    home, project = root / "home", root / "project"
+    home.mkdir()
+    project.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    name = ".mcp.json" if client == "claude" else "opencode.json"
+    (project / name).write_bytes(config)
+    status = install(["install", "--client", client, "--scope", "project", "--dir", str(project)])
+    written = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
+    if status == 0:
+        data = json.loads((project / name).read_text())
+        assert isinstance(data, dict) and "fsdp-eks" in json.dumps(data)
+        assert any(w.startswith(".claude/skills/") for w in written)
+    else:
+        assert status in (1, 2)
+        assert written == [name] and (project / name).read_bytes() == config
