@@ -20,11 +20,12 @@ from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.kube.fields import EksClusterAccess, EksClusterWriteAccess
 from skills.shared.confirm import Confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import write_new_or_owned
 from skills.shared.progress import NullProgress, Progress
-from skills.shared.tooling import spec_of, tool
+from skills.shared.tooling import Flatten, spec_of, tool
 
 Action = Literal[
     "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config",
@@ -36,11 +37,7 @@ Action = Literal[
 def manage_eks_cluster(
     *,
     action: Annotated[Action, Field(description="See above.")] = "validate",
-    cluster_name: p.ClusterName = None,
-    region: p.Region = None,
-    kubeconfig: p.KubeconfigWrite = None,
-    context: p.Context = None,
-    namespace: p.Namespace = "default",
+    access: Annotated[EksClusterWriteAccess, Flatten()],
     auto_fix: Annotated[Confirm, Field(description="= action auto_fix.")] = False,
     confirm: Annotated[
         Confirm,
@@ -93,8 +90,9 @@ def manage_eks_cluster(
     S3 + PV/PVC: a plan; confirm applies); cleanup (what this suite made: a plan; confirm
     deletes)."""
     progress = progress or NullProgress()
-    access = actions.Access(cluster_name, region, None, kubeconfig, context)
-    options = Options(namespace=namespace, checkpoint_pvc=checkpoint_pvc, rdzv_backend=rdzv_backend)
+    options = Options(
+        namespace=access.namespace, checkpoint_pvc=checkpoint_pvc, rdzv_backend=rdzv_backend
+    )
     if auto_fix and action == "validate":
         action = "auto_fix"  # what it changes is a plan until confirm says apply
     if action == "describe":
@@ -106,7 +104,7 @@ def manage_eks_cluster(
     if action == "scale":
         return actions.scale(access, nodegroup, (min_size, max_size, desired_size), confirm)
     if action == "kubeconfig":
-        _need(kubeconfig, "kubeconfig", "kubeconfig", "Name the kubeconfig file to write "
+        _need(access.kubeconfig, "kubeconfig", "kubeconfig", "Name the kubeconfig file to write "
               "(the CLI's default: $KUBECONFIG, else ~/.kube/config).")  # fmt: skip
         return actions.kubeconfig(access, confirm)
     if action == "storage":
@@ -114,7 +112,7 @@ def manage_eks_cluster(
 
         spec = StorageSpec(
             cluster=access.need_cluster("storage"),
-            namespace=namespace,
+            namespace=access.namespace,
             claim=checkpoint_pvc or DEFAULT_CLAIM,
             size_gib=fsx_size_gib,
             deployment_type=fsx_deployment_type,
@@ -135,9 +133,7 @@ def manage_eks_cluster(
         )
         return actions.cleanup(access, spec, confirm, progress)
     if action == "nccl_test":
-        return _nccl(
-            access, namespace, nodes, instance_type, image, nccl_output, wait_seconds, progress
-        )
+        return _nccl(access, nodes, instance_type, image, nccl_output, wait_seconds, progress)
     return _create_config(
         access, instance_type, nodes, volume_size, capacity_reservation_id, output, confirm,
         kubernetes_version,
@@ -155,15 +151,16 @@ def _need(value: str | None, field: str, action: str, hint: str) -> str:
     )
 
 
-def _gpu_nodes_for(access: actions.Access, instance_type: str, nodes: int) -> str:
+def _gpu_nodes_for(access: EksClusterAccess, instance_type: str, nodes: int) -> str:
     """Enough Ready nodes of that instance type (one list of nodes) before a job waits
     for them; returns the type as the nodes' label spells it (HyperPod: `ml.`)."""
     from skills.catalog.instances import instance_spec
     from skills.eks_cluster_manager.checks import known_instance
+    from skills.kube.client import KubeJson
     from skills.kube.gpu_nodes import node_gpu_facts
 
     wanted = instance_spec(instance_type)
-    facts = [node_gpu_facts(n) for n in access.kube().items("/api/v1/nodes")]
+    facts = [node_gpu_facts(n) for n in KubeJson(access.api_client()).items("/api/v1/nodes")]
     ready = [
         f
         for f in facts
@@ -182,8 +179,7 @@ def _gpu_nodes_for(access: actions.Access, instance_type: str, nodes: int) -> st
 
 
 def _nccl(
-    access: actions.Access,
-    namespace: str,
+    access: EksClusterAccess,
     nodes: int,
     instance_type: str | None,
     image: str | None,
@@ -215,10 +211,9 @@ def _nccl(
         "nodes": nodes,
         "instance_type": instance,
         "image": image,
-        "namespace": namespace,
+        "namespace": access.namespace,
         "cluster_name": access.cluster_name,
         "region": access.region,
-        "profile": access.profile,
         "kubeconfig": str(Path(access.kubeconfig).expanduser().absolute())
         if access.kubeconfig
         else None,
@@ -244,7 +239,7 @@ def _nccl(
 
 
 def _create_config(
-    access: actions.Access,
+    access: EksClusterAccess,
     instance_type: str | None,
     nodes: int,
     volume_size: int,
