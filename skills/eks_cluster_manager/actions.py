@@ -12,7 +12,7 @@ from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
 from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.errors import ErrorCode, ToolFailure, needed, needs_field
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.reading import read_text
@@ -175,13 +175,8 @@ def scale(
     from skills.kube.access import describe_cluster
 
     cluster = access.need_cluster("scale")
-    if not nodegroup:
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            "action=scale needs nodegroup.",
-            "Pass nodegroup (action=describe lists them).",
-            {"problems": [{"field": "nodegroup", "problem": "required for scale"}]},
-        )
+    nodegroup = needed(nodegroup, "scale", "nodegroup",
+                       "Pass nodegroup (action=describe lists them).")  # fmt: skip
     session = access.session()
     info = describe_cluster(cluster, session)
     group, change = nodegroups.scale(session.client("eks"), info.name, nodegroup, *sizes, confirm)
@@ -199,20 +194,19 @@ def scale(
     )
 
 
+KUBECONFIG_HINT = (
+    "Name the kubeconfig file to write (the CLI's default: $KUBECONFIG, else ~/.kube/config)."
+)
+
+
 def kubeconfig(access: ClusterAccess, confirm: bool = False) -> ClusterReport:
     """Write the cluster's entries into the kubeconfig the caller named (the tool never
     picks the server's own file); `confirm` lets an existing context be re-pointed."""
     from skills.kube.access import describe_cluster, write_kubeconfig
 
+    if not access.kubeconfig:  # asked first: the file is the caller's to name
+        raise needs_field("kubeconfig", "kubeconfig", KUBECONFIG_HINT, what=", the file to write")
     cluster = access.need_cluster("kubeconfig")
-    if not access.kubeconfig:
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            "action=kubeconfig needs kubeconfig, the file to write.",
-            "Name the kubeconfig file to write (the CLI's default: $KUBECONFIG, else "
-            "~/.kube/config).",
-            {"problems": [{"field": "kubeconfig", "problem": "required for kubeconfig"}]},
-        )
     session = access.session()
     info = describe_cluster(cluster, session)
     path = Path(access.kubeconfig).expanduser()
@@ -407,32 +401,35 @@ def cleanup(
 
 
 def _storage_args(access: ClusterAccess, spec: StorageSpec) -> dict[str, Any]:
-    """This storage plan as manage_eks_cluster's arguments (defaults left out)."""
-    from skills.eks_cluster_manager.storage import DEFAULT_CLAIM
+    """This storage plan as manage_eks_cluster's arguments (the spec's defaults left out)."""
+    from skills.eks_cluster_manager.storage import StorageSpec
 
-    given = {
-        "namespace": (spec.namespace, "default"),
-        "checkpoint_pvc": (spec.claim, DEFAULT_CLAIM),
-        "fsx_size_gib": (spec.size_gib, 1200),
-        "fsx_deployment_type": (spec.deployment_type, "SCRATCH_2"),
-        "bucket": (spec.bucket, None),
-        "nodegroup": (spec.nodegroup, None),
+    default = StorageSpec(cluster=spec.cluster)
+    names = {"namespace": "namespace", "claim": "checkpoint_pvc", "size_gib": "fsx_size_gib",
+             "deployment_type": "fsx_deployment_type", "bucket": "bucket",
+             "nodegroup": "nodegroup"}  # fmt: skip
+    extra = {
+        arg: getattr(spec, field)
+        for field, arg in names.items()
+        if getattr(spec, field) != getattr(default, field)
     }
-    extra = {k: v for k, (v, default) in given.items() if v != default}
     return {"action": "storage", **call_args(access), **extra}
 
 
 def _cleanup_args(access: ClusterAccess, spec: CleanupSpec) -> dict[str, Any]:
-    """This cleanup as manage_eks_cluster's arguments (defaults left out)."""
-    from skills.eks_cluster_manager.cleanup import PARTS
+    """This cleanup as manage_eks_cluster's arguments (the spec's defaults left out)."""
+    from skills.eks_cluster_manager.cleanup import CleanupSpec
 
-    given = {
-        "only": (list(spec.parts), list(PARTS)),
-        "bucket": (spec.bucket, None),
-        "delete_bucket": (spec.delete_bucket, "keep"),
-        "delete_cluster": (spec.delete_cluster, False),
+    default = CleanupSpec(cluster=spec.cluster)
+    names = {"parts": "only", "bucket": "bucket", "delete_bucket": "delete_bucket",
+             "delete_cluster": "delete_cluster"}  # fmt: skip
+    extra = {
+        arg: getattr(spec, field)
+        for field, arg in names.items()
+        if getattr(spec, field) != getattr(default, field)
     }
-    extra = {k: v for k, (v, default) in given.items() if v != default}
+    if "only" in extra:
+        extra["only"] = list(spec.parts)
     return {"action": "cleanup", **call_args(access), **extra}
 
 

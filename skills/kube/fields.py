@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.errors import needs_field
 from skills.shared.paths import LocalPath
 from skills.shared.validators import grammar
 
@@ -107,12 +107,8 @@ class ClusterAccess(BaseModel):
 
     def need_cluster(self, action: str) -> str:
         if not self.cluster_name:
-            raise ToolFailure(
-                ErrorCode.INVALID_INPUT,
-                f"action={action} needs cluster_name (an EKS cluster).",
-                "Pass cluster_name (and region, or set AWS_REGION).",
-                {"problems": [{"field": "cluster_name", "problem": f"required for {action}"}]},
-            )
+            raise needs_field(action, "cluster_name", "Pass cluster_name (and region, or set "
+                              "AWS_REGION).", what=" (an EKS cluster)")  # fmt: skip
         return self.cluster_name
 
     def identity(self) -> str | None:

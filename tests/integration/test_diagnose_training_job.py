@@ -11,10 +11,10 @@ import pytest
 
 from commands.diagnose_training_job import diagnose_training_job
 from skills.job_doctor.diagnose import diagnose
-from skills.job_doctor.snapshot import snapshot_from_cluster
 from skills.kube.access import kube_api_client
 from skills.kube.pods import PREVIOUS
 from skills.shared.errors import ToolFailure
+from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from tests.fixtures.pod_doctor import snapshots as builder
 from tests.services.kube import PYTORCHJOB
 
@@ -83,7 +83,7 @@ def test_the_snapshot_is_one_list_per_kind_and_a_log_read_per_container(cluster)
     fixture = load("host_oom")  # the master restarted: its previous log is read too
     seed(cluster, fixture)
     with kube_api_client() as api:
-        snapshot = snapshot_from_cluster(api, NS, "host-oom")
+        snapshot = read_snapshot(KubeReader(api, NS), "host-oom")
     assert set(snapshot["logs"]) == {"host-oom-master-0", "host-oom-master-0/previous"}
     paths = [str(r.url.path) for r in cluster.emulator._requests]  # kmock 0.8: no public list
     assert paths.count(f"/api/v1/namespaces/{NS}/pods") == 1
