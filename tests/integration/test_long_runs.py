@@ -34,6 +34,19 @@ JOB = {"validation_freq": 0, "env": {"TRAINER_LOG_FREQ": "1"}}
 DEADLINE_S = 240.0
 
 
+def marked_process(marks: dict[str, str], timeout: float = 120.0) -> psutil.Process:
+    """The process whose environment holds all of `marks` (a Slurm job's rank)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                env = process.environ()
+                if all(env.get(k) == v for k, v in marks.items()):
+                    return process
+        time.sleep(0.5)
+    raise AssertionError(f"no process with {marks}")
+
+
 def rank_process(run_dir: Path, rank: int, timeout: float = 120.0) -> psutil.Process:
     """The rank's process: the child of the job's torchrun whose environment says RANK."""
     deadline = time.monotonic() + timeout
@@ -75,20 +88,22 @@ def pausing(process: psutil.Process, stop_s: float, run_s: float) -> Iterator[No
             process.send_signal(signal.SIGCONT)
 
 
-def wait_for(runs_dir: Path, job: str, until, what: str):
+def wait_for(runs_dir: Path, job: str, until, what: str, target: str = "local"):
     """get_training_job until `until(state)` is true (the job still running)."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
-        state = get_training_job(job_name=job, runs_dir=str(runs_dir), wait_seconds=0.5)
+        state = get_training_job(
+            job_name=job, runs_dir=str(runs_dir), target=target, wait_seconds=0.5
+        )
         if until(state):
             return state
         assert state.status == "running", (what, state.status, state.message, state.log_tail)
     raise AssertionError(f"no {what} within {DEADLINE_S} s")
 
 
-def stop_job(runs_dir: Path, job: str) -> None:
+def stop_job(runs_dir: Path, job: str, target: str = "local") -> None:
     with contextlib.suppress(Exception):
-        cancel_training_job(job_name=job, runs_dir=str(runs_dir), confirm=True)
+        cancel_training_job(job_name=job, runs_dir=str(runs_dir), target=target, confirm=True)
 
 
 def test_a_rank_paused_300_ms_every_step_is_named_the_straggler_within_20_steps(tmp_path):
@@ -182,3 +197,24 @@ def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(t
     ]
     _, alive = psutil.wait_procs(ours, timeout=15)
     assert not [(p.pid, p.info["cmdline"]) for p in alive]
+
+
+def test_on_slurm_a_paused_rank_is_named_the_straggler_with_its_node(slurm_cluster, tmp_path):
+    """The same watchdog on a real one-node Slurm: sbatch, srun, torchrun, 2 ranks."""
+    started = deploy_training_job(job_name="slow", target="slurm", runs_dir=str(tmp_path),
+                                  max_steps=200, checkpoint_freq=0, wait_seconds=0,
+                                  **JOB)  # fmt: skip
+    try:
+        job_id = Path(started.log_path).stem.removeprefix("slurm-")
+        rank1 = marked_process({"SLURM_JOB_ID": job_id, "RANK": "1"})
+        node = rank1.environ()["SLURMD_NODENAME"]
+        wait_for(tmp_path, "slow", lambda s: s.steps >= 1, "first step", "slurm")
+        with pausing(rank1, stop_s=0.3, run_s=0.3):
+            state = wait_for(
+                tmp_path, "slow", lambda s: any(f.code == "straggler" for f in s.findings),
+                "straggler finding", "slurm",
+            )  # fmt: skip
+        (found,) = [f for f in state.findings if f.code == "straggler"]
+        assert (found.rank, found.host) == (1, node), found
+    finally:
+        stop_job(tmp_path, "slow", "slurm")
