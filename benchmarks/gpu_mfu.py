@@ -103,7 +103,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 steps after 1 of warm-up, once (the test suite runs it)")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.repeats = 2, 1, 1
 
     n_gpus = gpus()
     layers, seq, batch, vocab = GPU_DEFAULTS if n_gpus else CPU_DEFAULTS

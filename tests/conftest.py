@@ -17,7 +17,7 @@ import pytest
 from tests.services import kube, moto, podman, standin_base
 from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
-from tests.services._common import MissingBinary
+from tests.services._common import require as _require
 from tests.services.eks_extras import EksExtras
 from tests.services.eks_extras import eks_extras as eks_extras_server
 
@@ -35,15 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if set(getattr(item, "fixturenames", ())) & SLOW_FIXTURES:
             item.add_marker(pytest.mark.slow)
-
-
-def _require(check: Callable[[], object]) -> None:
-    try:
-        check()
-    except MissingBinary as exc:
-        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{exc} (CI is set: missing services fail instead of skipping)")
-        pytest.skip(str(exc))
 
 
 @contextlib.contextmanager
