@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pytest
 
+from tests import file_order
 from tests.services import kube, moto, podman, standin_base
 from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
@@ -31,10 +32,35 @@ from tests.services.eks_extras import eks_extras as eks_extras_server
 SLOW_FIXTURES = {"slurm_cluster", "standin_bases"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if set(getattr(item, "fixturenames", ())) & SLOW_FIXTURES:
             item.add_marker(pytest.mark.slow)
+    # Longest files first (tests/file_order.py); xdist hands them out in this order
+    # (--no-loadscope-reorder in pyproject's addopts).
+    cache = getattr(config, "cache", None)
+    timed = cache.get(file_order.CACHE_KEY, {}) if cache is not None else {}
+    order = file_order.longest_first([item.nodeid for item in items], timed)
+    items[:] = [items[i] for i in order]
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each file's seconds (setup, call, teardown): in the controller under xdist."""
+    path = file_order.file_of(report.nodeid)
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The files this session ran, timed, over what the cache knew (not in a worker)."""
+    cache = getattr(session.config, "cache", None)
+    if hasattr(session.config, "workerinput") or cache is None or not _FILE_SECONDS:
+        return
+    known = cache.get(file_order.CACHE_KEY, {})
+    cache.set(file_order.CACHE_KEY,
+              {**known, **{path: round(s, 1) for path, s in _FILE_SECONDS.items()}})  # fmt: skip
 
 
 @contextlib.contextmanager
