@@ -52,7 +52,7 @@ ROWS = {
     "job_record_write": Row((rf"ratio {NUMBER}x \(median of 1 rounds x 20 deploys\)",)),
     "k8s_submit": Row((rf"ratio tool / bare: {NUMBER}x", r"poll of a 2-pod job: \d+ API requests"),
                       (registry_service.check,)),
-    "mcp_cold_start": Row((rf"ours / bare MCP server\s*: {NUMBER}x",
+    "mcp_cold_start": Row((rf"ours / bare MCP server\s*:\s*{NUMBER}x",
                            r"heavy SDKs imported at start\s*: none")),
     "model_server_local": Row((rf'"served_vs_in_process": {NUMBER}',)),
     "pod_doctor": Row((r"diagnose\(\) .*x baseline\)", r"root: cuda_oom on \S+ \(node rank 6\)")),
