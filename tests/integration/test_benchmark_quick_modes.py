@@ -56,6 +56,7 @@ ROWS = {
                            r"heavy SDKs imported at start\s*: none")),
     "model_server_local": Row((rf'"served_vs_in_process": {NUMBER}',)),
     "pod_doctor": Row((r"diagnose\(\) .*x baseline\)", r"root: cuda_oom on \S+ \(node rank 6\)")),
+    "rank_times_cost": Row((rf"step time .* ratio {NUMBER}x \(goal <= 1.01\)",)),
     "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,)),
     "trainer_bench": Row((rf"step time .* ratio {NUMBER}x", rf"tokens/s .* ratio {NUMBER}x",
                           rf"ckpt block .* ratio {NUMBER}x")),
