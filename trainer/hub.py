@@ -26,6 +26,7 @@ from trainer.config import ConfigError
 
 # The hub's own rule for repo ids (huggingface_hub's validate_repo_id), with the org.
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".safetensors")
 # What a training job needs of a model repo: never its .bin/.pt/.gguf duplicates.
 MODEL_FILES = (
     "config.json",
@@ -47,6 +48,8 @@ TOKEN_HINT = (
 def is_hub_id(source: str | None) -> bool:
     """`org/name` that is neither an existing local path nor an s3:// URI."""
     if not source or storage.is_s3(source) or not HUB_ID.match(source):
+        return False
+    if source.endswith(FILE_SUFFIXES):  # data/train.jsonl is a missing file, not a repo
         return False
     return not Path(source).expanduser().exists()
 

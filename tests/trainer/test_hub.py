@@ -87,7 +87,8 @@ def dataset_bytes(files: dict[str, bytes]) -> int:
     ("source", "is_id"),
     [("meta-llama/Llama-3.1-8B", True), ("allenai/c4", True), ("org/name.v2", True),
      ("s3://bucket/model", False), ("./org/name", False), ("/abs/path", False),
-     ("name-only", False), ("a/b/c", False), ("org/na me", False), ("", False)],
+     ("name-only", False), ("a/b/c", False), ("data/train.jsonl", False), ("org/na me", False),
+     ("", False)],
 )  # fmt: skip
 def test_hub_id_shape(source, is_id):
     assert hub.is_hub_id(source) is is_id
