@@ -47,16 +47,6 @@ def is_complete(path: str | Path) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
-def newest_complete(root: str | Path) -> tuple[Path | None, list[Path]]:
-    """(newest complete step dir or None, incomplete dirs newer than it, newest first)."""
-    skipped: list[Path] = []
-    for path in reversed(step_dirs(root)):
-        if is_complete(path):
-            return path, skipped
-        skipped.append(path)
-    return None, skipped
-
-
 def verify_checkpoint(path: str | Path) -> str | None:
     """What is wrong with step dir `path`, or None when it looks loadable: its DCP
     metadata reads, and every file the metadata names is there and at least as long

@@ -138,8 +138,3 @@ def materialize(model: nn.Module, device: torch.device) -> None:
         # _init_weights also re-initializes the module's own parameters: harmless, as
         # the checkpoint (or the resumed state) is loaded over them afterwards.
         model._init_weights(model.get_submodule(name))  # type: ignore[operator]
-
-
-def is_hf_model(model: nn.Module) -> bool:
-    """A transformers model (as opposed to the trainer's own Llama)."""
-    return hasattr(model, "config") and not hasattr(model, "cfg")

@@ -313,11 +313,6 @@ def dlc_efa_image(torch: str | None) -> str | None:
     return f"{DLC_PUBLIC_REGISTRY}/{best.repository}:{best.tag}"
 
 
-def dlc_listed(torch: str, cuda: str) -> bool:
-    """Whether the DLC table lists an image of this torch (exact version) on this CUDA."""
-    return any(d.torch == torch and d.cuda == cuda for d in DLC_IMAGES)
-
-
 # --- Section 4: which CUDA a GPU runs (the GPUs: catalog/instances.py) ------------
 
 

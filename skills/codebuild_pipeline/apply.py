@@ -22,10 +22,6 @@ STEPS = 5
 ROLE_PROPAGATION_TRIES = 10
 
 
-def _code(exc: Exception) -> str:
-    return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-
-
 class Applier:
     def __init__(self, settings: plan.Settings, dry_run: bool, session: Any = None) -> None:
         self.s = settings

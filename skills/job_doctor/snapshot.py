@@ -1,7 +1,7 @@
-"""A PyTorchJob's state as one snapshot, read live from the cluster: what the pod doctor
-diagnoses and what `--save_snapshot` writes (diagnose.py has the format).
-
-    snapshot = snapshot_from_cluster(api_client, namespace, job_name)
+"""A PyTorchJob's snapshot as a file that leaves this machine (`redacted`). The snapshot
+itself is read live by the Kubernetes target's `snapshot(job_name)` (kube_monitor's
+`read_snapshot`): what the pod doctor diagnoses and what `--save_snapshot` writes
+(diagnose.py has the format).
 
 One list call per kind (pods by the operator's job-name label, events in the namespace)
 plus a log read per pod (and its previous container's, after a restart), never one
@@ -10,8 +10,6 @@ Selectors are applied again there: an API server (or a stand-in) that ignores th
 must not bring in other jobs' pods. Objects are kept exactly as the API serves them
 (camelCase JSON), so a saved snapshot diagnoses the same as the live state it came
 from; logs are masked (skills.shared.secrets.redact) as read.
-The Kubernetes target's `snapshot(job_name)` is the same `read_snapshot` with its own
-reader (kube_monitor: the target does not import the doctor).
 """
 
 from __future__ import annotations
@@ -20,25 +18,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from skills.shared.secrets import redact
-from skills.training_job_deployer.kube_monitor import (
-    SNAPSHOT_TAIL_LINES,
-    KubeReader,
-    read_snapshot,
-)
-
-
-def snapshot_from_cluster(
-    api_client: Any,
-    namespace: str,
-    job_name: str,
-    *,
-    tail_lines: int | None = SNAPSHOT_TAIL_LINES,
-    timestamps: bool = True,
-) -> dict[str, Any]:
-    """{"job", "pods", "events", "logs"} for one PyTorchJob, logs' secrets masked."""
-    return read_snapshot(
-        KubeReader(api_client, namespace), job_name, tail_lines=tail_lines, timestamps=timestamps
-    )
 
 
 def redacted(snapshot: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,4 +52,4 @@ def _copy(value: Any, pending: list[Any]) -> Any:
     return value
 
 
-__all__ = ["redacted", "snapshot_from_cluster"]
+__all__ = ["redacted"]

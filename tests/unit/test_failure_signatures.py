@@ -62,6 +62,13 @@ SAMPLES: list[tuple[str, Signal]] = [
     ("preempted", event("PreemptionByScheduler", "Kubernetes Scheduler: preempting to "
      "accommodate a higher priority pod")),
     ("preempted", container("Error", "", 143)),
+    ("gpu_application_fault", log("[Thu Nov 20 12:15:06 2026] NVRM: Xid (PCI:0000:cb:00): 13, "
+     "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 1, SM 0): "
+     "Out Of Range Address")),
+    ("gpu_hardware_fault", event("NvidiaXID79Error", "NvidiaXID79Error: detected XID-79 on the "
+     "instance, review kernel logs for additional information.")),
+    ("efa_error", log("ip-10-0-1-10:57:120 [3] NCCL WARN NET/OFI Request 0x7f1c2c0a8f00 "
+     "completed with error. RC: 21. Error: 12 (Cannot allocate memory). Completed length: 0")),
     ("cuda_driver_too_old", log("RuntimeError: CUDA driver version is insufficient for CUDA "
      "runtime version")),
     ("cuda_arch_unsupported", log("RuntimeError: CUDA error: no kernel image is available for "

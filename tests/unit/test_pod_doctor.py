@@ -64,6 +64,10 @@ EXPECTED: dict[str, tuple[str, str, int, str | None, dict]] = {
                                       {}),
     "multi_preempted_then_nccl": ("preempted", "spot-then-nccl-worker-1", 2,
                                   "preempted/resubmit", {}),
+    "gpu_hardware_fault": ("gpu_hardware_fault", "xid79-worker-1", 2,
+                           "gpu_hardware_fault/resubmit", {}),
+    "gpu_application_fault": ("gpu_application_fault", "xid13-master-0", 0, None, {}),
+    "efa_error": ("efa_error", "efa-cq-master-0", 0, "efa_error/resubmit", {}),
 }  # fmt: skip
 
 SPEC = JobSpec(job_name="j", num_nodes=2, gpu_per_node=8, train_batch_size=8)

@@ -121,11 +121,6 @@ _WITHOUT: dict[Capability, tuple[str, str]] = {
         "Use target=kubernetes for auto_retry, or deploy without it and re-run by hand "
         "(a re-run resumes from the newest checkpoint).",
     ),
-    Capability.LOG_OPTIONS: (
-        "The {name} target has one log per job: replica, previous, since_seconds and "
-        "all_ranks do not apply.",
-        "Leave them out: the {name} log holds torchrun's and every rank's lines.",
-    ),
 }
 
 

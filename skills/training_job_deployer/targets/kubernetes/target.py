@@ -27,7 +27,6 @@ from pydantic import Field
 from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
 from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
-from skills.kube.access import cluster_api_client
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
 from skills.kube.pods import pod_name
@@ -225,9 +224,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
     @property
     def reader(self) -> KubeReader:
         if self._reader is None:
-            s = self.settings
-            api = cluster_api_client(s.cluster_name, s.region, None, s.kubeconfig, s.context)
-            self._reader = KubeReader(api, self.namespace)
+            self._reader = KubeReader(self.settings.api_client(), self.namespace)
         return self._reader
 
     # plan -------------------------------------------------------------------------------
