@@ -595,6 +595,10 @@ class TrainLoop:
             global_batch_size=cfg.train_batch_size * self.world_size * self.accum,
             tokens_per_step=self.tokens_per_step,
             resumed_from=step or None,
+            # A monitor's expectations: a step line every log_freq steps, and a save
+            # (no line while it runs) every checkpoint_freq (0: at the end only).
+            log_freq=cfg.metrics.log_freq,
+            checkpoint_freq=None if self.checkpointer is None else cfg.checkpoint.checkpoint_freq,
             # A collective that waits this long after the first step fails the job.
             collective_timeout_s=TRAIN_TIMEOUT.total_seconds(),
             **({"nccl_flight_recorder": dumps} if dumps else {}),

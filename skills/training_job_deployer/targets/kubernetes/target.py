@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
@@ -37,7 +38,7 @@ from skills.shared.ownership import require_kube_ours
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer import cuda_gate
+from skills.training_job_deployer import cuda_gate, watchdog
 from skills.training_job_deployer.job_spec import JobSpec, hub_lines
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import check_fits
@@ -482,7 +483,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     kube_pods.restarts([rank0]), progress, final,
                 )  # fmt: skip
             metrics = rank0_log.follower.metrics
-            return self._state(job_name, job, pods, events, metrics, rank0_log.tail())
+            state = self._state(job_name, job, pods, events, metrics, rank0_log.tail())
+            state.findings = watchdog.findings(metrics, state.status == "running", time.time())
+            return state
 
         state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
         if detach and state.status not in TERMINAL:
