@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.data import IGNORE_INDEX, PackedBatches, eval_batches
+from trainer.data import IGNORE_INDEX, PackedBatches, encode_with_mask, eval_batches
+from trainer.tokenizer import ByteTokenizer
 
 
 def stream(n: int) -> torch.Tensor:
@@ -67,3 +68,22 @@ def test_an_epoch_reads_every_whole_global_batch_once_then_rolls_over(windows, e
         assert len(offsets) == 1  # one offset per epoch
         assert len(set(seen)) == len(seen) == windows // 8 * 8  # no window twice
     assert ranks[0].state_dict() == ranks[1].state_dict()
+
+
+# A chat as --train_on assistant segments -> the mask of each of its tokens (byte-level:
+# one token a character): BOS never trained, each turn as its role says, EOS as the last
+# turn (an assistant reply learns to end; after a user turn there is nothing to learn).
+MASKS = {
+    "ends with the assistant": ([("hi", False), ("yo", True)], "0" + "00" + "11" + "1"),
+    "ends with the user": ([("yo", True), ("hi", False)], "0" + "11" + "00" + "0"),
+    "one user turn": ([("hey", False)], "0" + "000" + "0"),
+    "plain text": ("abc", "1" + "111" + "1"),  # not a chat: trained whole, BOS too
+}
+
+
+def test_the_mask_of_each_token_of_a_chat():
+    docs = [doc for doc, _ in MASKS.values()]
+    pairs = encode_with_mask(docs, ByteTokenizer())
+    for (name, (_, expected)), (ids, mask) in zip(MASKS.items(), pairs, strict=True):
+        assert ids[0] == ByteTokenizer.bos_id and ids[-1] == ByteTokenizer.eos_id, name
+        assert "".join(map(str, mask)) == expected, name
