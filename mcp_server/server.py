@@ -2,7 +2,8 @@
 per tool. tools/list comes from precomputed, cached entries (listing.py) and a tool's
 module is imported on its first call. A call is validated once, by the tool's own
 model; its work runs on a worker thread, off the event loop. A result's text is a
-short summary and its structuredContent the data (lean.py); tool errors reach the
+short summary and its structuredContent the data (lean.py), the whole at most 40 KB
+(result_cap.py: cut, marked, with the call for the rest); tool errors reach the
 client as isError results carrying code, message and hint; progress reaches it as
 notifications/progress. Every tool declared long gets a bounded default wait; an
 operation tool runs detached and returns its operation's state; a client's cancel
@@ -36,6 +37,7 @@ from mcp_server.listing import (
     unnest,
     writing_parameters,
 )
+from mcp_server.result_cap import cap_result
 from mcp_server.shared_reads import SharedReads, key_of
 from mcp_server.spellings import translate
 from mcp_server.workspace import Workspace
@@ -293,6 +295,7 @@ class ToolServer(MCPServer):
             arguments = self._arguments(spec, arguments)
         except ToolFailure as failure:
             return error_result(failure, self.nest_step)
+        given = arguments
         progress = _ThreadProgress(context)
         # Operations are scoped to the workspace that started them (operation_state).
         scope = None if self.workspace is None else str(self.workspace.root)
@@ -301,7 +304,7 @@ class ToolServer(MCPServer):
             result = await anyio.to_thread.run_sync(
                 _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
             )
-            return self.respond(spec, result)
+            return self.capped(spec, given, self.respond(spec, result))
 
         try:
             if self._shares(spec):  # the whole answer is shared: summary and data too
@@ -309,7 +312,7 @@ class ToolServer(MCPServer):
             self.shared_reads.clear()  # what this call may change, no read serves from before
             return await answer()
         except ToolFailure as failure:
-            return error_result(failure, self.nest_step)
+            return self.capped(spec, given, error_result(failure, self.nest_step))
         except anyio.get_cancelled_exc_class():
             progress.cancel()  # the thread stops at its next report
             raise
@@ -353,6 +356,13 @@ class ToolServer(MCPServer):
         return CallToolResult(
             content=[TextContent(type="text", text=text)], structured_content=data
         )
+
+    def capped(
+        self, spec: ToolSpec, arguments: dict[str, Any], result: CallToolResult
+    ) -> CallToolResult:
+        """The result within the last-resort cap (result_cap): cut, marked, with the call
+        for the rest, when a tool's own bounds were not enough."""
+        return cap_result(result, spec, arguments, self.spec, self.nest_step)
 
     def nest_step(self, step: dict[str, Any]) -> dict[str, Any]:
         """A next step's arguments nested the way the named tool's input schema nests

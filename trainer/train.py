@@ -62,7 +62,13 @@ from trainer.data import (
     tokenize_documents,
     tokenize_with_mask,
 )
-from trainer.distributed import DistEnv, StopRequest, init_distributed, shorten_timeout
+from trainer.distributed import (
+    TRAIN_TIMEOUT,
+    DistEnv,
+    StopRequest,
+    init_distributed,
+    shorten_timeout,
+)
 from trainer.loss import global_valid_count
 from trainer.materialize import build_meta_model, init_random, materialize
 from trainer.metrics import MetricsEmitter, format_line, memory_stats
@@ -75,6 +81,7 @@ from trainer.parallel import (
     reshard_after_forward,
     resolve_strategy,
 )
+from trainer.rank_times import RankTimes
 from trainer.token_cache import cached_tokens, open_mask, token_file
 from trainer.tokenizer import Tokenizer, load_tokenizer
 from trainer.train_state import check_same_model, restore_train_state, train_state
@@ -547,6 +554,7 @@ class TrainLoop:
         self.peak_flops = perf.peak_flops(name)
         self.lr = math.nan  # of the last step, for its log line
         self.skip_on_device = bool(optimizer.defaults.get("fused"))
+        self.rank_times: RankTimes | None = None  # several ranks: who holds the others back
 
     def emit_start(self, backend: str, step: int) -> None:
         cfg = self.cfg
@@ -566,6 +574,12 @@ class TrainLoop:
             global_batch_size=cfg.train_batch_size * self.world_size * self.accum,
             tokens_per_step=self.tokens_per_step,
             resumed_from=step or None,
+            # A monitor's expectations: a step line every log_freq steps, and a save
+            # (no line while it runs) every checkpoint_freq (0: at the end only).
+            log_freq=cfg.metrics.log_freq,
+            checkpoint_freq=None if self.checkpointer is None else cfg.checkpoint.checkpoint_freq,
+            # A collective that waits this long after the first step fails the job.
+            collective_timeout_s=TRAIN_TIMEOUT.total_seconds(),
             **({"nccl_flight_recorder": dumps} if dumps else {}),
         )
 
@@ -573,6 +587,8 @@ class TrainLoop:
         start = time.perf_counter()
         p = Progress(first_step=step + 1, start=start, now=start, interval_start=start)
         p.timed_start = start
+        if self.world_size > 1:
+            self.rank_times = RankTimes(self.device, step)
         late: Agreement | None = None  # a step's values, read one step later
         while step < self.cfg.max_steps:
             step += 1
@@ -593,6 +609,8 @@ class TrainLoop:
                 break
         if self.checkpointer is not None:
             self.checkpointer.close()
+        if self.rank_times is not None:
+            self.rank_times.close()
         return self.summary(step, p, resumed_from)
 
     def needs_values(self, step: int, p: Progress) -> bool:
@@ -662,8 +680,11 @@ class TrainLoop:
         log_freq, last = self.cfg.metrics.log_freq, self.cfg.max_steps
         if not (step == p.first_step or step % log_freq == 0 or step == last):
             return
-        tokens_per_s = p.interval_tokens / max(p.now - p.interval_start, 1e-9)
+        interval = max(p.now - p.interval_start, 1e-9)
+        tokens_per_s = p.interval_tokens / interval
         per_device = tokens_per_s / self.world_size
+        # Collective (every rank logs the same steps): one all_gather of a float.
+        ranks = self.rank_times.window(step) if self.rank_times is not None else {}
         self.emit(
             "step",
             step=step,
@@ -675,6 +696,9 @@ class TrainLoop:
             mfu=_round(perf.mfu(per_device, self.flops_per_token, self.peak_flops), 4),
             tokens=step * self.tokens_per_step,
             elapsed_s=round(p.now - p.start, 3),
+            step_s=round(interval * self.tokens_per_step / max(p.interval_tokens, 1), 4),
+            time=round(time.time(), 3),  # wall clock: a monitor tells a hang by its age
+            **ranks,
             **memory_stats(self.device.type),
         )
         p.interval_start, p.interval_tokens = p.now, 0

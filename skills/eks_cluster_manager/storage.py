@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager.kube import Kube, object_path
@@ -25,7 +25,8 @@ from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
 from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
-DEPLOYMENT_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
+DeploymentType = Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]
+DEPLOYMENT_TYPES: tuple[DeploymentType, ...] = get_args(DeploymentType)
 # MB/s per TiB for the persistent types when none is asked (FSx requires one; the
 # tiers are pricing.fsx_tiers: PERSISTENT_1 50/100/200, PERSISTENT_2 125/250/500/1000).
 THROUGHPUT = {"PERSISTENT_1": 200, "PERSISTENT_2": 250}
@@ -47,7 +48,7 @@ class StorageSpec:
     namespace: str = "default"
     claim: str = DEFAULT_CLAIM
     size_gib: int = 1200
-    deployment_type: str = "SCRATCH_2"
+    deployment_type: DeploymentType = "SCRATCH_2"
     bucket: str | None = None  # None: fsdp-eks-<cluster>-<account>
     nodegroup: str | None = None  # its first subnet holds the file system
     throughput: int | None = None  # MB/s/TiB, persistent only (None: THROUGHPUT's)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
@@ -27,7 +28,6 @@ from pydantic import Field
 from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
 from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
-from skills.kube.access import cluster_api_client
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
 from skills.kube.pods import pod_name
@@ -38,7 +38,7 @@ from skills.shared.ownership import require_kube_ours
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer import cuda_gate
+from skills.training_job_deployer import cuda_gate, watchdog
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import check_fits
@@ -220,9 +220,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
     @property
     def reader(self) -> KubeReader:
         if self._reader is None:
-            s = self.settings
-            api = cluster_api_client(s.cluster_name, s.region, None, s.kubeconfig, s.context)
-            self._reader = KubeReader(api, self.namespace)
+            self._reader = KubeReader(self.settings.api_client(), self.namespace)
         return self._reader
 
     # plan -------------------------------------------------------------------------------
@@ -468,7 +466,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     kube_pods.restarts([rank0]), progress, final,
                 )  # fmt: skip
             metrics = rank0_log.follower.metrics
-            return self._state(job_name, job, pods, events, metrics, rank0_log.tail())
+            state = self._state(job_name, job, pods, events, metrics, rank0_log.tail())
+            state.findings = watchdog.findings(metrics, state.status == "running", time.time())
+            return state
 
         state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
         if detach and state.status not in TERMINAL:

@@ -1,0 +1,122 @@
+"""The server's last-resort cap (issue 35 item 1): a real result past 40 KB comes back
+cut to fit, still valid (structuredContent an object with its key field), marked with
+what was cut, and naming the call that fetches the rest; that call does fetch it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import anyio
+import pytest
+from mcp import Client
+
+from commands.deploy_training_job import deploy_training_job
+from mcp_server import build_server
+from mcp_server.result_cap import MAX_RESULT_BYTES, result_bytes
+from skills.shared.progress import Progress
+from skills.shared.results import ToolResult
+from skills.shared.tooling import spec_of, tool
+
+JOBS = 220
+
+
+@pytest.fixture(scope="module")
+def many_runs(tmp_path_factory):
+    """One real finished local job, copied to JOBS jobs (each its own record and log)."""
+    runs = tmp_path_factory.mktemp("cap") / "runs"
+    assert deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2).status == (
+        "succeeded"
+    )
+    for i in range(1, JOBS):
+        copy = runs / f"job-{i}"
+        shutil.copytree(runs / "job-0", copy)
+        record = json.loads((copy / "job.json").read_text())
+        (copy / "job.json").write_text(json.dumps({**record, "job_name": copy.name}))
+    return runs
+
+
+def _calls(*calls: tuple[str, dict]) -> list:
+    async def scenario():
+        async with Client(build_server()) as client:
+            return [await client.call_tool(name, args) for name, args in calls]
+
+    return anyio.run(scenario)
+
+
+def test_a_list_past_40_kb_is_cut_marked_and_continued_by_its_rest_call(many_runs):
+    args = {"target": "local", "local": {"runs_dir": str(many_runs)}, "limit": 200}
+    (first,) = _calls(("list_training_jobs", args))
+    assert not first.is_error and result_bytes(first) <= MAX_RESULT_BYTES
+    data = first.structured_content
+    kept = len(data["jobs"])
+    assert 0 < kept < 200  # it was over: 200 jobs do not fit
+    note = data["truncated"]
+    assert note["cut"] == [{"path": "jobs", "kind": "list", "kept": kept, "of": 200}]
+    rest = note["rest"]
+    assert rest["tool"] == "list_training_jobs"
+    assert rest["arguments"]["cursor"] == str(kept) and rest["arguments"]["limit"] == kept
+    assert rest["arguments"]["local"] == {"runs_dir": str(many_runs)}  # nested as it takes it
+    assert f"jobs {kept} of 200 entries" in first.content[0].text
+
+    (second,) = _calls((rest["tool"], rest["arguments"]))
+    assert not second.is_error and "truncated" not in second.structured_content
+    names = [j["job_name"] for j in data["jobs"]] + [
+        j["job_name"] for j in second.structured_content["jobs"]
+    ]
+    assert len(set(names)) == len(names) == 2 * kept  # the rest continues, none repeated
+
+
+class Tail(ToolResult):
+    status: str
+    text: str
+    logs: dict[str, str]
+
+
+@tool(read_only=True)
+def long_tail(*, tail_lines: int = 100, pods: int = 0, progress: Progress | None = None) -> Tail:
+    """The last `tail_lines` lines of a log (101 bytes each), and `pods` short logs."""
+    lines = [f"line {i:05d} " + "x" * 89 for i in range(tail_lines)]
+    logs = {f"pod-{i}": f"pod {i} " + "y" * 300 for i in range(pods)}
+    return Tail(status="running", text="\n".join(lines), logs=logs)
+
+
+def _sample(name: str, args: dict):
+    async def scenario():
+        async with Client(build_server(specs=[spec_of(long_tail)])) as client:
+            return await client.call_tool(name, args)
+
+    return anyio.run(scenario)
+
+
+def test_a_long_string_keeps_its_end_and_names_a_shorter_tail():
+    result = _sample("long_tail", {"tail_lines": 2_000})
+    assert not result.is_error and result_bytes(result) <= MAX_RESULT_BYTES
+    data = result.structured_content
+    assert data["status"] == "running"  # the key field stays
+    (cut,) = data["truncated"]["cut"]
+    assert (cut["path"], cut["kind"], cut["of"]) == ("text", "text", 2_000 * 101 - 1)
+    assert 30_000 < cut["kept"] < 40_000
+    assert data["text"].endswith("line 01999 " + "x" * 89)  # the end is what is kept
+    rest = data["truncated"]["rest"]
+    lines = 2_000 * cut["kept"] // cut["of"]  # the lines that fit
+    assert rest == {"tool": "long_tail", "arguments": {"tail_lines": lines},
+                    "why": f"the last {lines} lines fit"}  # fmt: skip
+    assert result_bytes(_sample(rest["tool"], rest["arguments"])) <= MAX_RESULT_BYTES
+
+
+def test_a_dict_of_many_entries_keeps_its_first_and_says_how_many():
+    result = _sample("long_tail", {"pods": 400})
+    assert result_bytes(result) <= MAX_RESULT_BYTES
+    data = result.structured_content
+    (cut,) = data["truncated"]["cut"]
+    assert (cut["path"], cut["kind"], cut["of"]) == ("logs", "dict", 400)
+    assert list(data["logs"]) == [f"pod-{i}" for i in range(cut["kept"])]
+    assert data["text"].endswith("x" * 89)  # the small fields stay whole
+
+
+def test_a_result_within_the_cap_is_untouched(many_runs):
+    args = {"target": "local", "local": {"runs_dir": str(many_runs)}, "limit": 3}
+    (result,) = _calls(("list_training_jobs", args))
+    assert "truncated" not in result.structured_content
+    assert len(result.structured_content["jobs"]) == 3
