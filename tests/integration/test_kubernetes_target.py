@@ -528,18 +528,22 @@ def test_deploy_follows_a_live_job_to_the_end_with_progress(operator):
     lines = RUN_LOG.splitlines(keepends=True)
     first_step = next(i for i, line in enumerate(lines) if '"event": "step"' in line)
 
+    progress = CollectingProgress()
+
     def operator_loop() -> None:
         while not exists("llama"):
             time.sleep(0.05)
         operator.run(
             "llama", outcome="Running", rank_logs={"master-0": "".join(lines[: first_step + 1])}
         )
-        time.sleep(2.5)  # at least one poll sees the job mid-run
+        # It ends once a poll has seen it mid-run (step 1), however slow the polls are.
+        deadline = time.monotonic() + 25
+        while 1 not in [e.completed for e in progress.events] and time.monotonic() < deadline:
+            time.sleep(0.05)
         operator.run("llama", outcome="Succeeded")
 
     thread = threading.Thread(target=operator_loop, daemon=True)
     thread.start()
-    progress = CollectingProgress()
     state = deploy(wait_seconds=30, progress=progress)
     thread.join(5)
     assert state.status == "succeeded" and state.steps == 6
