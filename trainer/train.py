@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import families, hf
+from trainer import families, hf, hub
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
@@ -57,6 +57,7 @@ from trainer.data import (
     assistant_segments,
     chat_renderer,
     eval_batches,
+    hub_documents,
     load_documents,
     split_tokens,
     tokenize_documents,
@@ -82,6 +83,7 @@ from trainer.parallel import (
     resolve_strategy,
 )
 from trainer.rank_times import RankTimes
+from trainer.stream import Batches, StreamBatches
 from trainer.token_cache import cached_tokens, open_mask, token_file
 from trainer.tokenizer import Tokenizer, load_tokenizer
 from trainer.train_state import check_same_model, restore_train_state, train_state
@@ -181,7 +183,7 @@ def trace_dir(cfg: TrainConfig) -> str:
 
 @dataclass
 class Data:
-    batches: PackedBatches  # endless training micro-batches of this rank
+    batches: Batches  # endless training micro-batches of this rank
     held_out: list[Batch]  # this rank's evaluation batches (may be empty)
 
 
@@ -222,6 +224,8 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
             f"pick a --model_type or --model_name_or_path whose vocabulary has at least "
             f"{tokenizer.n_vocab} entries, or another --tokenizer"
         )
+    if hub.is_hub_id(cfg.data.dataset):
+        return stream_data(cfg, tokenizer, rank, world_size)
     tokens, mask = load_tokens(cfg, tokenizer, env)
     train_tokens, val_tokens = split_tokens(tokens, cfg.data.validation_split)
     train_mask, val_mask = (
@@ -243,6 +247,24 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
         cfg.metrics.validation_batches, val_mask,
     )  # fmt: skip
     return Data(batches, held_out)
+
+
+def stream_data(cfg: TrainConfig, tokenizer: Tokenizer, rank: int, world_size: int) -> Data:
+    """A hub dataset, streamed: this rank's share packed as it is read. No held-out
+    batches (a stream has no tail to hold out): validation_freq does nothing here."""
+    data = cfg.data
+    render = chat_renderer(tokenizer)
+    if data.train_on == "assistant":
+        render = assistant_segments(render)
+
+    def documents() -> Iterator[Any]:
+        return hub_documents(data.dataset or "", data.dataset_config_name, render, rank, world_size)
+
+    batches = StreamBatches(
+        documents, tokenizer, data.seq_len, cfg.train_batch_size, world_size,
+        masked=data.train_on == "assistant",
+    )  # fmt: skip
+    return Data(batches, [])
 
 
 # --- checkpoints: where to resume from, found before anything big is built -------------
@@ -270,7 +292,7 @@ def restore(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-    batches: PackedBatches,
+    batches: Batches,
 ) -> int:
     """The step to continue after: that of the checkpoint loaded, or 0."""
     if checkpointer is None or resume_from is None:
@@ -293,9 +315,8 @@ def build_model(cfg: TrainConfig) -> nn.Module:
     """The model's structure on `meta`: no rank ever allocates the whole model. Our
     own Llama, or the transformers class of another family's checkpoint."""
     if cfg.model.hf_config is not None:
-        return families.build_meta(
-            cfg.model.hf_config, cfg.trust_remote_code, cfg.model_name_or_path
-        )
+        source = cfg.model_name_or_path and hub.local_dir(cfg.model_name_or_path)
+        return families.build_meta(cfg.model.hf_config, cfg.trust_remote_code, source)
     return build_meta_model(cfg.model, rope_len=cfg.data.seq_len)
 
 
@@ -393,7 +414,7 @@ def write_run_config(cfg: TrainConfig) -> None:
 
 
 def train_step(
-    model: nn.Module, batches: PackedBatches, accum: int, device: torch.device, tokens: int
+    model: nn.Module, batches: Batches, accum: int, device: torch.device, tokens: int
 ) -> torch.Tensor:
     """Forward and backward over `accum` micro-batches. Each micro-batch's summed loss is
     divided by the trained-on targets of the whole step on all ranks (`tokens` of them
