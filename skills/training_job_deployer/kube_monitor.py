@@ -21,6 +21,8 @@ from skills.training_job_deployer.targets.kubernetes.manifest import GROUP, PLUR
 
 # Lines of each log a snapshot reads: the end, where a failure is.
 SNAPSHOT_TAIL_LINES = 20_000
+# Where the API keeps events about cluster-scoped objects (a node's: its agents' XIDs).
+NODE_EVENTS_NAMESPACE = "default"
 
 JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
@@ -152,12 +154,11 @@ class KubeReader(KubeJson):
                 return text, fewer
             lines, fewer = max(1, lines // 2), True
 
-    def namespace_events(self) -> list[dict[str, Any]]:
-        """Every event in the namespace, one LIST (the caller picks those it wants)."""
-        return list(
-            (self.json("GET", f"/api/v1/namespaces/{self.namespace}/events") or {}).get("items")
-            or []
-        )
+    def namespace_events(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every event in the namespace (this reader's, or `namespace`), one LIST (the
+        caller picks those it wants)."""
+        path = f"/api/v1/namespaces/{namespace or self.namespace}/events"
+        return list((self.json("GET", path) or {}).get("items") or [])
 
     def nodes(self) -> list[dict[str, Any]]:
         return list((self.json("GET", "/api/v1/nodes") or {}).get("items") or [])
@@ -220,12 +221,13 @@ def read_snapshot(
         )
     names = {p["metadata"]["name"] for p in pods}
     nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
-    events = [
-        e
-        for e in reader.namespace_events()
-        if _about(e, job_name, names, nodes) and not older_than(e, job)
-    ]
+    listed = reader.namespace_events()
+    if nodes and namespace != NODE_EVENTS_NAMESPACE:  # a node's events are not the job's
+        listed += [e for e in reader.namespace_events(NODE_EVENTS_NAMESPACE) if _on_node(e)]
+    events = [e for e in listed if _about(e, job_name, names, nodes) and not older_than(e, job)]
     events.sort(key=_event_order)
+    # The nodes the pods ran on: their conditions are the node agents' evidence (XIDs).
+    node_objects = [n for n in reader.nodes() if (n.get("metadata") or {}).get("name") in nodes]
     logs: dict[str, str] = {}
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -240,7 +242,11 @@ def read_snapshot(
             )
             if text:
                 logs[name + (PREVIOUS if previous else "")] = redact(text)
-    return {"job": job, "pods": pods, "events": events, "logs": logs}
+    return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
+
+
+def _on_node(event: Mapping[str, Any]) -> bool:
+    return (event.get("involvedObject") or event.get("regarding") or {}).get("kind") == "Node"
 
 
 def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:

@@ -24,7 +24,6 @@ from typing import Any, ClassVar
 from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import load_balancer
-from skills.kube.access import cluster_api_client
 from skills.kube.client import KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.model_server.base import ServerPlan, ServerState, ServerTarget
@@ -126,10 +125,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         self.kube: KubeJson | None = None  # the last client: `calls` measures a deploy
 
     def _client(self, settings: KubernetesServerAccess) -> KubeJson:
-        api = cluster_api_client(
-            settings.cluster_name, settings.region, None, settings.kubeconfig, settings.context
-        )
-        self.kube = KubeJson(api)
+        self.kube = KubeJson(settings.api_client())
         return self.kube
 
     # plan / deploy ------------------------------------------------------------------------
@@ -463,10 +459,7 @@ def _service_port(service: dict[str, Any]) -> int:
 
 def _access(settings: KubernetesServerAccess) -> dict[str, Any]:
     """The settings a follow-up tool call needs to reach the same cluster and namespace."""
-    keys = ("cluster_name", "region", "kubeconfig", "context")
-    found: dict[str, Any] = {"target": "kubernetes", "namespace": settings.namespace}
-    found.update({k: getattr(settings, k) for k in keys if getattr(settings, k)})
-    return found
+    return {"target": "kubernetes", "namespace": settings.namespace, **settings.access_args()}
 
 
 def _require_s3_identity(kube: KubeJson, deployment: dict[str, Any]) -> None:
