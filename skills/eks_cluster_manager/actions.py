@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
-from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
+from skills.kube.client import KubeJson
 from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.shared.errors import ErrorCode, ToolFailure, needed, needs_field
@@ -33,8 +33,8 @@ def call_args(access: ClusterAccess, options: checklist.Options | None = None) -
     return args
 
 
-def _kube(access: ClusterAccess) -> Kube:
-    return Kube(access.api_client())
+def _kube(access: ClusterAccess) -> KubeJson:
+    return KubeJson(access.api_client())
 
 
 def _cluster_summary(info: Any) -> dict[str, Any]:

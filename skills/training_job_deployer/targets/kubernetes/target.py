@@ -31,7 +31,7 @@ from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
-from skills.kube.pods import pod_name
+from skills.kube.pods import pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
@@ -598,13 +598,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     @staticmethod
     def _waiting_reason(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str | None:
-        """Why a running job is not training yet: a waiting container, or the newest
-        Warning event (FailedScheduling, ...)."""
+        """Why a running job is not training yet: what a pod waits for (skills.kube.pods),
+        or the newest Warning event (FailedScheduling, ...)."""
         for pod in pods:
-            for c in (pod.get("status") or {}).get("containerStatuses") or []:
-                waiting = (c.get("state") or {}).get("waiting")
-                if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
-                    return f"{pod_name(pod)}: {waiting.get('reason')}: {waiting.get('message', '')}"
+            if reason := why_pod_waits(pod):
+                return reason
         warnings = [e for e in events if e.get("type") == "Warning"]
         if warnings:
             last = warnings[-1]
