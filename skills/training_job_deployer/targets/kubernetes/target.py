@@ -26,6 +26,7 @@ import yaml
 from pydantic import Field
 
 from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
+from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
@@ -45,7 +46,6 @@ from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
     EVERY_JOB,
-    Billing,
     Capability,
     JobPage,
     LogOptions,
