@@ -244,6 +244,33 @@ class RunDirTarget(Target[PlanT]):
         if not checkpoint_dir.startswith("s3://"):
             checkpoint_owner.claim(Path(checkpoint_dir), run.path, adopt)
 
+    # submit: one skeleton, the target's steps filled in -----------------------------------
+
+    def submit(self, job_name: str, plan: PlanT, *, replace_corrupt_record: bool = False) -> None:
+        """Under the job's lock: the previous record (a corrupt one set aside only when
+        asked), a job still active refused as job_running, then the target's start,
+        which writes the new record before the lock is let go."""
+        self._before_submit(plan)
+        run = self._run(job_name)
+        run.path.mkdir(parents=True, exist_ok=True)
+        with run.record_file.lock():
+            previous = run.previous(replace_corrupt_record)
+            if previous is not None and (running := self._still_running(run, previous)):
+                raise running
+            self._start(run, plan, previous)
+
+    def _before_submit(self, plan: PlanT) -> None:
+        """Checks that need no lock (what this host or the plan lacks)."""
+        del plan
+
+    @abstractmethod
+    def _still_running(self, run: RecordedRun[Any], previous: Any) -> ToolFailure | None:
+        """The job_running failure when the previous attempt is still active."""
+
+    @abstractmethod
+    def _start(self, run: RecordedRun[Any], plan: PlanT, previous: Any) -> None:
+        """Start the plan and write its record (the lock is held)."""
+
     # follow / logs / list ---------------------------------------------------------------
 
     def follow(
