@@ -203,12 +203,6 @@ def _manifest_s3_paths(manifest: dict[str, Any]) -> list[str]:
     return found
 
 
-def _masked_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
-    if error is None:
-        return None
-    return {k: redact(v) if isinstance(v, str) else v for k, v in error.items()}
-
-
 class KubernetesTarget(Target[KubernetesPlan]):
     name: ClassVar[str] = "kubernetes"
     settings_model: ClassVar[type[TargetSettings]] = KubernetesSettings
@@ -550,27 +544,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
             message = "cancelled (suspended: pods removed, checkpoints kept)"
         elif status == "running":
             message = self._waiting_reason(pods, events)
-        elapsed = (metrics.summary or {}).get("elapsed_s")
-        if elapsed is None and metrics.last_event:
-            elapsed = metrics.last_event.get("elapsed_s")
         state = JobState(
             job_name=job_name,
             target=self.name,
             status=status,  # type: ignore[arg-type]
-            steps=metrics.steps,
-            max_steps=metrics.max_steps,
-            first_loss=metrics.first_loss,
-            last_loss=metrics.last_loss,
-            tokens_per_s=metrics.tokens_per_s,
-            world_size=metrics.world_size,
-            last_eval_loss=metrics.last_eval_loss,
-            resumed_from=metrics.resumed_from,
-            checkpoint_step=metrics.checkpoint_step,
-            checkpoint_path=metrics.checkpoint_path,
+            **metrics.state_fields(),
             log_path=self._pod_path(pod_name(rank0)) if rank0 else None,
             exit_code=code,
-            elapsed_s=elapsed,
-            error=_masked_error(metrics.error),
             message=None if message is None else redact(message),
             restarts=kube_pods.restarts(pods),
             pods={pod_name(p): (p.get("status") or {}).get("phase", "Unknown") for p in pods},
