@@ -141,7 +141,7 @@ class KubernetesPlan(Plan):
 def image_repository(settings: Any) -> tuple[str | None, str | None]:
     """(ECR repository, its region) for image auto-detection: `repository`, else
     ECR_REPOSITORY, else the one push_to_ecr/setup_codebuild last used (in its region)."""
-    from skills.ecr_publisher import remembered
+    from skills.operations import remembered
 
     region = settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
@@ -169,7 +169,7 @@ def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
             f"No AWS region to find the newest image of {repository!r} in.",
             "Pass region (or set AWS_REGION), or pass image_uri.",
         )
-    from skills.ecr_publisher.repository import latest_image
+    from skills.cloud.ecr_repository import latest_image
 
     image = latest_image(repository, region)
     if image is None:
@@ -444,7 +444,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if ecr:
             repository, region = ecr.group("repository"), ecr.group("region")
         if repository and region:
-            from skills.ecr_publisher.repository import latest_image
+            from skills.cloud.ecr_repository import latest_image
 
             try:
                 newest = latest_image(repository, region)
