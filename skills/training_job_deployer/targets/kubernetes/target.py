@@ -78,6 +78,9 @@ LOG_HEAD_BYTES = 1 * 2**20
 # step) after what torchrun and NCCL print when a run ends.
 LIST_LOG_LINES = 100
 MAX_LOG_CHARS = 64_000  # what one logs call returns at most
+# A poll reads the events of this many pods not yet running (one LIST each: why a job
+# waits is the same on its first pods as on the rest).
+EVENT_PODS = 4
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 ECR_IMAGE = re.compile(
@@ -450,8 +453,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def follow(
         self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
     ) -> JobState:
-        """Poll the job (job, pods, events, rank-0 log: four requests a poll) until it ends
-        or `wait_seconds` pass; None (a person at the CLI) detaches after DETACH_S."""
+        """Poll the job (job, pods, its events, rank-0 log: four requests a poll, and one
+        more per pod still waiting, up to EVENT_PODS) until it ends or `wait_seconds`
+        pass; None (a person at the CLI) detaches after DETACH_S."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
         rank0_log = Rank0Log()
@@ -483,13 +487,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def poll(
         self, job_name: str
     ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-        """One poll: the job, its pods, their events (rank 0's log is Rank0Log's)."""
+        """One poll: the job, its pods, the events of the job and of its first pods not
+        yet running (what says why it waits; rank 0's log is Rank0Log's)."""
         job = self._require(job_name)
         pods = self.reader.pods(job_name)
+        waiting = [pod_name(p) for p in pods if _not_started(p)][:EVENT_PODS]
         events = [
-            e
-            for e in self.reader.events(job_name, [pod_name(p) for p in pods])
-            if not kube_pods.older_than(e, job)
+            e for e in self.reader.events(job_name, waiting) if not kube_pods.older_than(e, job)
         ]
         return job, pods, events
 
@@ -789,3 +793,8 @@ def _bounded(text: str) -> str:
     kept = kept[kept.find("\n") + 1 :]
     cut = text[: len(text) - len(kept)].count("\n")
     return f"[... {cut} earlier lines cut: at most {MAX_LOG_CHARS} characters per call ...]\n{kept}"
+
+
+def _not_started(pod: dict[str, Any]) -> bool:
+    """A pod that is not running yet (what its events would say why)."""
+    return (pod.get("status") or {}).get("phase") in (None, "Pending", "Unknown")
