@@ -67,6 +67,7 @@ bench: setup-dev
 	$(PY) benchmarks/model_server_local.py
 	$(PY) benchmarks/fleet_history_and_logs.py
 	$(PY) benchmarks/http_many_agents.py
+	$(PY) benchmarks/fleet_scale.py
 
 lint: setup-dev
 	$(PY) -m ruff check .

@@ -19,6 +19,7 @@ import os
 import re
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Literal
 
 import yaml
@@ -77,6 +78,7 @@ LOG_HEAD_BYTES = 1 * 2**20
 # The end of rank 0's log a listing reads: room for the trainer's summary (or its last
 # step) after what torchrun and NCCL print when a run ends.
 LIST_LOG_LINES = 100
+LIST_READS = 8  # a list page's log reads in flight at once
 MAX_LOG_CHARS = 64_000  # what one logs call returns at most
 # A poll reads the events of this many pods not yet running (one LIST each: why a job
 # waits is the same on its first pods as on the rest).
@@ -671,8 +673,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         (so a status filter reads no log); steps from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
         there, else the job's command. The jobs and their pods are one LIST each, then
-        one bounded log read per job of the page whose rank 0 started: the requests a
-        page makes do not grow with the namespace."""
+        one bounded log read per job of the page whose rank 0 started (concurrent): the
+        requests a page makes do not grow with the namespace."""
         jobs = sorted(
             self.reader.jobs(),
             key=lambda j: (j.get("metadata") or {}).get("creationTimestamp") or "",
@@ -683,11 +685,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
         end = None if page.limit is None else page.offset + page.limit
         shown = jobs[page.offset : end]
         pods = self.reader.pods_by_job() if shown else {}
+        names = [(job.get("metadata") or {}).get("name", "") for job in shown]
+        # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
+        with ThreadPoolExecutor(max_workers=LIST_READS) as pool:
+            read = list(pool.map(lambda name: self._log_end_metrics(pods.get(name, [])), names))
         states = []
-        for job in shown:
-            name = (job.get("metadata") or {}).get("name", "")
+        for job, name, metrics in zip(shown, names, read, strict=True):
             condition = kube_pods.current_condition(job)
-            metrics = self._log_end_metrics(pods.get(name, []))
             states.append(
                 JobState(
                     job_name=name,
