@@ -47,6 +47,8 @@ class DiagnosisResult(Diagnosis, ToolResult):
             rows += [("root cause", root.root_cause), ("fix", root.remediation)]
             rows.append(("retryable", "yes" if root.retryable else "no (permanent)"))
             rows.append(("evidence", "\n" + "\n".join(root.evidence)))
+            if root.consequences:
+                rows.append(("then", "\n" + "\n".join(root.consequences)))
         if len(self.findings) > 1:
             others = [
                 f"{f.code} [{f.role}] {f.pod} (rank {f.rank})"

@@ -12,12 +12,12 @@ from pydantic import Field
 
 from commands import _eks_params as p
 from commands._cli import main_for
-from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
+from skills.eks_cluster_manager.manage import inspect
 from skills.eks_cluster_manager.models import ClusterReport
-from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.progress import NullProgress, Progress
-from skills.shared.tooling import tool
+from skills.kube.fields import EksClusterAccess
+from skills.shared.progress import Progress
+from skills.shared.tooling import Flatten, tool
 
 Action = Literal["describe", "validate", "nccl_test"]
 
@@ -26,11 +26,7 @@ Action = Literal["describe", "validate", "nccl_test"]
 def inspect_eks_cluster(
     *,
     action: Annotated[Action, Field(description="See above.")] = "validate",
-    cluster_name: p.ClusterName = None,
-    region: p.Region = None,
-    kubeconfig: p.KubeconfigRead = None,
-    context: p.Context = None,
-    namespace: p.Namespace = "default",
+    access: Annotated[EksClusterAccess, Flatten()],
     checkpoint_pvc: p.CheckpointPvc = None,
     rdzv_backend: p.RdzvBackend = "c10d",
     instance_type: p.InstanceType = None,
@@ -41,24 +37,14 @@ def inspect_eks_cluster(
     kubeconfig). action: describe (node groups, GPU nodes); validate (checks, evidence,
     the fix each needs); nccl_test (busbw verdict on a saved nccl_output). To fix, scale
     or run the NCCL job: manage_eks_cluster."""
-    progress = progress or NullProgress()
-    access = actions.Access(cluster_name, region, None, kubeconfig, context)
-    if action == "describe":
-        return actions.describe(access, progress)
-    if action == "validate":
-        options = Options(
-            namespace=namespace, checkpoint_pvc=checkpoint_pvc, rdzv_backend=rdzv_backend
-        )
-        return actions.validate(access, options, progress)
-    if not nccl_output:
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            "action=nccl_test here judges a saved output: it needs nccl_output.",
-            "Pass nccl_output (a saved all_reduce_perf output), or run the test on the "
-            "cluster with manage_eks_cluster(action=nccl_test).",
-            {"problems": [{"field": "nccl_output", "problem": "required for nccl_test"}]},
-        )
-    return actions.judge_nccl_output(nccl_output, instance_type)
+    return inspect(
+        action,
+        access,
+        Options(access.namespace, checkpoint_pvc, rdzv_backend),
+        instance_type,
+        nccl_output,
+        progress,
+    )
 
 
 main = main_for(inspect_eks_cluster)

@@ -6,25 +6,25 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-import datetime
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from commands import _eks_params as p
 from commands._cli import run_cli
-from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
+from skills.eks_cluster_manager.cleanup import BucketPolicy, CleanupSpec, Part
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
+from skills.eks_cluster_manager.manage import ClusterCall, manage
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.eks_cluster_manager.storage import DeploymentType, StorageSpec
+from skills.kube.fields import EksClusterWriteAccess
 from skills.shared.confirm import Confirm
-from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.files import write_new_or_owned
-from skills.shared.progress import NullProgress, Progress
-from skills.shared.tooling import spec_of, tool
+from skills.shared.errors import ToolFailure
+from skills.shared.progress import Progress
+from skills.shared.tooling import Flatten, spec_of, tool
 
 Action = Literal[
     "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config",
@@ -36,11 +36,7 @@ Action = Literal[
 def manage_eks_cluster(
     *,
     action: Annotated[Action, Field(description="See above.")] = "validate",
-    cluster_name: p.ClusterName = None,
-    region: p.Region = None,
-    kubeconfig: p.KubeconfigWrite = None,
-    context: p.Context = None,
-    namespace: p.Namespace = "default",
+    access: Annotated[EksClusterWriteAccess, Flatten()],
     auto_fix: Annotated[Confirm, Field(description="= action auto_fix.")] = False,
     confirm: Annotated[
         Confirm,
@@ -61,11 +57,10 @@ def manage_eks_cluster(
     output: p.EksctlOutput = None,
     fsx_size_gib: Annotated[
         int, Field(description="storage: FSx GiB (1200, 2400, n*2400)."), p.within(1200, 460800)
-    ] = 1200,
+    ] = StorageSpec.size_gib,
     fsx_deployment_type: Annotated[
-        Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"],
-        Field(description="storage: FSx deployment type."),
-    ] = "SCRATCH_2",
+        DeploymentType, Field(description="storage: FSx deployment type.")
+    ] = StorageSpec.deployment_type,
     fsx_throughput: Annotated[
         int | None, Field(description="storage: persistent FSx MB/s/TiB (P1 200, P2 250).")
     ] = None,
@@ -74,15 +69,14 @@ def manage_eks_cluster(
     ] = DEFAULT_KUBERNETES_VERSION,
     bucket: Annotated[
         str | None, Field(description="storage/cleanup: S3 bucket (fsdp-eks-<cluster>-<account>).")
-    ] = None,
+    ] = StorageSpec.bucket,
     delete_bucket: Annotated[
-        Literal["keep", "if_empty", "with_objects"], Field(description="cleanup: the bucket.")
-    ] = "keep",
-    delete_cluster: Annotated[bool, Field(description="cleanup: the cluster (eksctl).")] = False,
-    only: Annotated[
-        list[Literal["jobs", "model_servers", "nodegroups", "fsx"]] | None,
-        Field(description="cleanup: only these parts."),
-    ] = None,
+        BucketPolicy, Field(description="cleanup: the bucket.")
+    ] = CleanupSpec.delete_bucket,
+    delete_cluster: Annotated[
+        bool, Field(description="cleanup: the cluster (eksctl).")
+    ] = CleanupSpec.delete_cluster,
+    only: Annotated[list[Part] | None, Field(description="cleanup: only these parts.")] = None,
     wait_seconds: p.Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
@@ -92,245 +86,34 @@ def manage_eks_cluster(
     kubeconfig (writes the named file; no aws CLI); create_config (eksctl); storage (FSx +
     S3 + PV/PVC: a plan; confirm applies); cleanup (what this suite made: a plan; confirm
     deletes)."""
-    progress = progress or NullProgress()
-    access = actions.Access(cluster_name, region, None, kubeconfig, context)
-    options = Options(namespace=namespace, checkpoint_pvc=checkpoint_pvc, rdzv_backend=rdzv_backend)
-    if auto_fix and action == "validate":
-        action = "auto_fix"  # what it changes is a plan until confirm says apply
-    if action == "describe":
-        return actions.describe(access, progress)
-    if action == "validate":
-        return actions.validate(access, options, progress)
-    if action == "auto_fix":
-        return actions.auto_fix(access, options, confirm, progress)
-    if action == "scale":
-        return actions.scale(access, nodegroup, (min_size, max_size, desired_size), confirm)
-    if action == "kubeconfig":
-        _need(kubeconfig, "kubeconfig", "kubeconfig", "Name the kubeconfig file to write "
-              "(the CLI's default: $KUBECONFIG, else ~/.kube/config).")  # fmt: skip
-        return actions.kubeconfig(access, confirm)
-    if action == "storage":
-        from skills.eks_cluster_manager.storage import DEFAULT_CLAIM, StorageSpec
-
-        spec = StorageSpec(
-            cluster=access.need_cluster("storage"),
-            namespace=namespace,
-            claim=checkpoint_pvc or DEFAULT_CLAIM,
-            size_gib=fsx_size_gib,
-            deployment_type=fsx_deployment_type,
-            bucket=bucket,
+    return manage(
+        ClusterCall(
+            action=action,
+            access=access,
+            options=Options(access.namespace, checkpoint_pvc, rdzv_backend),
+            auto_fix=auto_fix,
+            confirm=confirm,
             nodegroup=nodegroup,
-            throughput=fsx_throughput,
-        )
-        return actions.storage(access, spec, confirm, progress)
-    if action == "cleanup":
-        from skills.eks_cluster_manager.cleanup import CleanupSpec, needs_parts
-
-        spec = CleanupSpec(
-            cluster=access.need_cluster("cleanup"),
-            parts=needs_parts(list(only or [])),
+            sizes=(min_size, max_size, desired_size),
+            nodes=nodes,
+            instance_type=instance_type,
+            image=image,
+            nccl_output=nccl_output,
+            volume_size=volume_size,
+            capacity_reservation_id=capacity_reservation_id,
+            output=output,
+            fsx_size_gib=fsx_size_gib,
+            fsx_deployment_type=fsx_deployment_type,
+            fsx_throughput=fsx_throughput,
+            kubernetes_version=kubernetes_version,
             bucket=bucket,
             delete_bucket=delete_bucket,
             delete_cluster=delete_cluster,
-        )
-        return actions.cleanup(access, spec, confirm, progress)
-    if action == "nccl_test":
-        return _nccl(
-            access, namespace, nodes, instance_type, image, nccl_output, wait_seconds, progress
-        )
-    return _create_config(
-        access, instance_type, nodes, volume_size, capacity_reservation_id, output, confirm,
-        kubernetes_version,
-    )  # fmt: skip
-
-
-def _need(value: str | None, field: str, action: str, hint: str) -> str:
-    if value:
-        return value
-    raise ToolFailure(
-        ErrorCode.INVALID_INPUT,
-        f"action={action} needs {field}.",
-        hint,
-        {"problems": [{"field": field, "problem": f"required for {action}"}]},
+            only=only,
+            wait_seconds=wait_seconds,
+        ),
+        progress,
     )
-
-
-def _gpu_nodes_for(access: actions.Access, instance_type: str, nodes: int) -> str:
-    """Enough Ready nodes of that instance type (one list of nodes) before a job waits
-    for them; returns the type as the nodes' label spells it (HyperPod: `ml.`)."""
-    from skills.catalog.instances import instance_spec
-    from skills.eks_cluster_manager.checks import known_instance
-    from skills.kube.gpu_nodes import node_gpu_facts
-
-    wanted = instance_spec(instance_type)
-    facts = [node_gpu_facts(n) for n in access.kube().items("/api/v1/nodes")]
-    ready = [
-        f
-        for f in facts
-        if f.ready and getattr(known_instance(f.instance_type), "name", None) == wanted.name
-    ]
-    if len(ready) < nodes:
-        present = sorted({f.instance_type for f in facts if f.ready and f.instance_type})
-        raise ToolFailure(
-            ErrorCode.NOT_ENOUGH_GPUS,
-            f"nccl_test wants {nodes} Ready {wanted.name} node(s); the cluster has {len(ready)}.",
-            "Lower nodes, scale the node group up (action=scale), or name an instance type "
-            f"the cluster has: {', '.join(present) or 'none Ready'}.",
-            {"ready": len(ready), "instance_types": present},
-        )
-    return ready[0].instance_type or wanted.name
-
-
-def _nccl(
-    access: actions.Access,
-    namespace: str,
-    nodes: int,
-    instance_type: str | None,
-    image: str | None,
-    nccl_output: str | None,
-    wait_seconds: float | None,
-    progress: Progress,
-) -> ClusterReport:
-    if nccl_output:
-        return actions.judge_nccl_output(nccl_output, instance_type)
-    instance = _need(
-        instance_type,
-        "instance_type",
-        "nccl_test",
-        "Name the GPU nodes' instance type (action=describe shows it).",
-    )
-    image = _need(
-        image,
-        "image",
-        "nccl_test",
-        "Pass an image with torch and NCCL (the trainer image or an AWS DLC), or "
-        "nccl_output to analyze a saved run.",
-    )
-    instance = _gpu_nodes_for(access, instance, nodes)
-    from skills.eks_cluster_manager.nccl_job import NcclJobResult, run_nccl_test
-    from skills.operations import operations
-    from skills.operations.operation_state import OperationState
-
-    arguments = {
-        "nodes": nodes,
-        "instance_type": instance,
-        "image": image,
-        "namespace": namespace,
-        "cluster_name": access.cluster_name,
-        "region": access.region,
-        "profile": access.profile,
-        "kubeconfig": str(Path(access.kubeconfig).expanduser().absolute())
-        if access.kubeconfig
-        else None,
-        "context": access.context,
-        "wait_seconds": wait_seconds,
-    }
-    arguments = {k: v for k, v in arguments.items() if v is not None or k == "wait_seconds"}
-    state = operations.call(spec_of(run_nccl_test), arguments, progress)
-    operation = OperationState.model_validate(state.model_dump()).model_dump(
-        mode="json", exclude={"result"}
-    )
-    report = ClusterReport(action="nccl_test", operation=operation)
-    result = state.result
-    if isinstance(result, NcclJobResult):  # the operation's model typed it so
-        report.nccl = result.nccl
-        report.summary = f"{result.nccl.verdict}: {result.nccl.reason}"
-    elif state.status == "running":
-        report.summary = f"NCCL test running as operation {state.operation_id}"
-        report.next_step = state.next_step
-    else:
-        raise state.as_failure("The NCCL test failed.")
-    return report
-
-
-def _create_config(
-    access: actions.Access,
-    instance_type: str | None,
-    nodes: int,
-    volume_size: int,
-    capacity_reservation_id: str | None,
-    output: str | None,
-    create: bool,
-    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
-) -> ClusterReport:
-    from skills.catalog.instances import instance_spec
-    from skills.eks_cluster_manager import eksctl, zones
-
-    cluster = access.need_cluster("create_config")
-    instance = _need(
-        instance_type,
-        "instance_type",
-        "create_config",
-        "Name the GPU instance type, e.g. p5.48xlarge.",
-    )
-    region = _need(
-        access.region or access.session().region_name,
-        "region",
-        "create_config",
-        "Pass region or set AWS_REGION.",
-    )
-    if create and not output:  # the CLI names <cluster>-eksctl.yaml; an MCP caller names it
-        _need(
-            output,
-            "output",
-            "create_config with confirm",
-            "Name the eksctl config file to write (under the workspace over MCP).",
-        )
-    gpu = instance_spec(instance)  # an unknown type fails here, before EC2 is asked
-    placement = zones.read_placement(
-        access.session().client("ec2", region_name=region),
-        gpu.name,
-        capacity_reservation_id,
-        one_zone=gpu.efa,
-    )
-    config = eksctl.cluster_config(
-        eksctl.ConfigSpec(
-            cluster_name=cluster,
-            region=region,
-            instance_type=instance,
-            nodes=nodes,
-            kubernetes_version=kubernetes_version,
-            volume_size=volume_size,
-            capacity_reservation_id=capacity_reservation_id,
-            cluster_zones=placement.cluster_zones,
-            gpu_zones=placement.gpu_zones,
-        )
-    )
-    text = eksctl.render(config)
-    path = Path(output).expanduser().absolute() if output else None
-    if path is not None:
-        write_new_or_owned(path, text, owns=_is_eksctl_config)
-    shown = path or Path(f"{cluster}-eksctl.yaml")
-    command = eksctl.create_command(shown)
-    report = ClusterReport(
-        action="create_config",
-        config_yaml=text,
-        changes={
-            "config_path": str(path) if path else None,
-            "command": command,
-            "availability_zones": list(placement.cluster_zones),
-            "gpu_zones": list(placement.gpu_zones or placement.cluster_zones),
-        },
-        summary=f"ClusterConfig for {cluster}: {nodes} x {instance} in "
-        f"{', '.join(placement.gpu_zones or placement.cluster_zones)} ({placement.why})",
-        cost=eksctl.config_cost(config).model_dump(mode="json"),
-    )
-    note = eksctl.support_note(kubernetes_version, datetime.date.today().isoformat())
-    if note and report.cost is not None:
-        report.cost["notes"].append(note)
-    if create:
-        ran, tail = eksctl.run_create(shown)
-        report.summary += "; eksctl create cluster ran" if ran else "; eksctl is not on PATH"
-        if not ran:
-            report.hint = f"Install eksctl, then run: {' '.join(command)}"
-    else:
-        report.hint = f"Save the config and run: {' '.join(command)}"
-    return report
-
-
-def _is_eksctl_config(head: bytes) -> bool:
-    """A ClusterConfig (this action's own output), which writing again may replace."""
-    return b"apiVersion: eksctl.io/" in head and b"kind: ClusterConfig" in head
 
 
 _SEED_FLAGS = {"--validate_components", "--validate-components"}

@@ -7,7 +7,7 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
 
 import subprocess
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field
 
@@ -46,47 +46,25 @@ def setup_codebuild(
     ] = None,
     branch: Annotated[
         str, Field(pattern=r"^[A-Za-z0-9._/-]{1,200}$", description="Branch to build.")
-    ] = "main",
-    webhook: Annotated[bool, Field(description="Build on push to branch (GitHub).")] = False,
+    ] = plan.Settings.branch,
+    webhook: Annotated[
+        bool, Field(description="Build on push to branch (GitHub).")
+    ] = plan.Settings.webhook,
     compute_type: Annotated[
         str, Field(pattern=r"^BUILD_[A-Z0-9_]{1,40}$", description="CodeBuild compute type.")
-    ] = "BUILD_GENERAL1_MEDIUM",
+    ] = plan.Settings.compute_type,
     image: Annotated[
         str, Field(pattern=r"^[^\s]{1,255}$", description="Build image.")
-    ] = "aws/codebuild/standard:7.0",
+    ] = plan.Settings.image,
     log_retention_days: Annotated[
-        Literal[
-            1,
-            3,
-            5,
-            7,
-            14,
-            30,
-            60,
-            90,
-            120,
-            150,
-            180,
-            365,
-            400,
-            545,
-            731,
-            1096,
-            1827,
-            2192,
-            2557,
-            2922,
-            3288,
-            3653,
-        ],
-        Field(description="Log retention (CloudWatch values)."),
-    ] = 30,  # fmt: skip
+        plan.LogRetention, Field(description="Log retention (CloudWatch values).")
+    ] = plan.Settings.log_retention_days,
     test_level: Annotated[
-        Literal["quick", "standard", "full"], Field(description="TEST_LEVEL for the buildspec.")
-    ] = "standard",
+        plan.TestLevel, Field(description="TEST_LEVEL for the buildspec.")
+    ] = plan.Settings.test_level,
     tag_strategy: Annotated[
-        Literal["auto", "semantic", "git-sha", "latest"], Field(description="TAG_STRATEGY.")
-    ] = "auto",
+        plan.TagStrategy, Field(description="TAG_STRATEGY.")
+    ] = plan.Settings.tag_strategy,
     dry_run: Annotated[bool, Field(description="Only list the writes it would make.")] = False,
     progress: Progress | None = None,
 ) -> PipelineResult:

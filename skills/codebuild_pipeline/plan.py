@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -39,19 +39,29 @@ _CODECOMMIT = re.compile(r"^https://git-codecommit\.([a-z0-9-]+)\.amazonaws\.com
 _GITHUB = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+?(\.git)?/?$")
 
 
+TestLevel = Literal["quick", "standard", "full"]
+TagStrategy = Literal["auto", "semantic", "git-sha", "latest"]
+# The retention values CloudWatch Logs accepts.
+LogRetention = Literal[
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+    2922, 3288, 3653,
+]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Settings:
     project_name: str
     region: str
     ecr_repository: str
     source_url: str
+    # The one home of setup_codebuild's defaults (the command's signature reads them).
     branch: str = "main"
     webhook: bool = False
     compute_type: str = "BUILD_GENERAL1_MEDIUM"
     image: str = "aws/codebuild/standard:7.0"
-    log_retention_days: int = 30
-    test_level: str = "quick"
-    tag_strategy: str = "git-sha"
+    log_retention_days: LogRetention = 30
+    test_level: TestLevel = "standard"
+    tag_strategy: TagStrategy = "auto"
 
 
 @dataclass(frozen=True)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
-from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
-from skills.kube.access import cluster_api_client
+from skills.kube.client import KubeJson
+from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.errors import ErrorCode, ToolFailure, needed, needs_field
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.reading import read_text
@@ -23,53 +22,19 @@ if TYPE_CHECKING:  # the modules themselves load with their action
     from skills.eks_cluster_manager.storage import StorageSpec
 
 
-@dataclass(frozen=True)
-class Access:
-    cluster_name: str | None
-    region: str | None
-    profile: str | None
-    kubeconfig: str | None
-    context: str | None
-
-    def session(self) -> Any:
-        from skills.cloud.clients import aws_session
-
-        return aws_session(self.profile, self.region)
-
-    def call_args(self, options: checklist.Options | None = None) -> dict[str, Any]:
-        """This cluster (and the checks' options) as manage_eks_cluster's arguments."""
-        access = {"cluster_name": self.cluster_name, "region": self.region,
-                  "kubeconfig": self.kubeconfig, "context": self.context}  # fmt: skip
-        args = {k: v for k, v in access.items() if v is not None}
-        if options is not None:
-            defaults = checklist.Options()
-            args.update(
-                (k, v) for k, v in dataclasses.asdict(options).items() if v != getattr(defaults, k)
-            )
-        return args
-
-    def need_cluster(self, action: str) -> str:
-        if not self.cluster_name:
-            raise ToolFailure(
-                ErrorCode.INVALID_INPUT,
-                f"action={action} needs cluster_name (an EKS cluster).",
-                "Pass cluster_name (and region, or set AWS_REGION).",
-                {"problems": [{"field": "cluster_name", "problem": f"required for {action}"}]},
-            )
-        return self.cluster_name
-
-    def kube(self) -> Kube:
-        return Kube(
-            cluster_api_client(
-                self.cluster_name, self.region, self.profile, self.kubeconfig, self.context
-            )
+def call_args(access: ClusterAccess, options: checklist.Options | None = None) -> dict[str, Any]:
+    """This cluster (and the checks' options) as manage_eks_cluster's arguments."""
+    args = access.access_args()
+    if options is not None:
+        defaults = checklist.Options()
+        args.update(
+            (k, v) for k, v in dataclasses.asdict(options).items() if v != getattr(defaults, k)
         )
+    return args
 
-    def identity(self) -> str | None:
-        """The caller's AWS identity, for an EKS cluster reached by name."""
-        if not self.cluster_name or self.kubeconfig or self.context:
-            return None
-        return self.session().client("sts").get_caller_identity().get("Arn")
+
+def _kube(access: ClusterAccess) -> KubeJson:
+    return KubeJson(access.api_client())
 
 
 def _cluster_summary(info: Any) -> dict[str, Any]:
@@ -82,7 +47,7 @@ def _cluster_summary(info: Any) -> dict[str, Any]:
     }
 
 
-def describe(access: Access, progress: Progress) -> ClusterReport:
+def describe(access: ClusterAccess, progress: Progress) -> ClusterReport:
     report = ClusterReport(action="describe")
     notes = []
     if access.cluster_name:
@@ -95,7 +60,7 @@ def describe(access: Access, progress: Progress) -> ClusterReport:
         report.nodegroups = nodegroups.describe_all(session.client("eks"), info.name)
     progress.report(2, 3, "nodes")
     try:
-        kube = access.kube()
+        kube = _kube(access)
         snapshot_nodes = kube.items("/api/v1/nodes")
         pods = kube.items("/api/v1/pods", [("fieldSelector", NOT_ENDED_SELECTOR)])
     except ToolFailure as failure:
@@ -137,8 +102,10 @@ def _summary(checks: list[Any]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts.items())
 
 
-def validate(access: Access, options: checklist.Options, progress: Progress) -> ClusterReport:
-    kube = access.kube()
+def validate(
+    access: ClusterAccess, options: checklist.Options, progress: Progress
+) -> ClusterReport:
+    kube = _kube(access)
     progress.report(0, 1, "reading the cluster")
     snapshot = checklist.read_snapshot(kube, options, access.identity())
     checks = checklist.run_checks(snapshot, options)
@@ -149,16 +116,16 @@ def validate(access: Access, options: checklist.Options, progress: Progress) -> 
     if fix.components_for(checks):
         report.next_step = NextStep(
             tool="manage_eks_cluster",
-            arguments={"action": "auto_fix", **access.call_args(options)},
+            arguments={"action": "auto_fix", **call_args(access, options)},
             why="plan the fixes (confirm=true applies them)",
         )
     return report
 
 
 def auto_fix(
-    access: Access, options: checklist.Options, apply: bool, progress: Progress
+    access: ClusterAccess, options: checklist.Options, apply: bool, progress: Progress
 ) -> ClusterReport:
-    kube = access.kube()
+    kube = _kube(access)
     progress.report(0, 3, "reading the cluster")
     before = checklist.run_checks(
         checklist.read_snapshot(kube, options, access.identity()), options
@@ -175,7 +142,7 @@ def auto_fix(
         report.summary = f"plan: {len(items)} object(s) to apply; nothing applied"
         report.next_step = NextStep(
             tool="manage_eks_cluster",
-            arguments={"action": "auto_fix", "confirm": True, **access.call_args(options)},
+            arguments={"action": "auto_fix", "confirm": True, **call_args(access, options)},
             why="apply this plan",
         )
         report.api_calls = kube.calls
@@ -192,7 +159,7 @@ def auto_fix(
     if any(c.status != "ok" for c in after):
         report.next_step = NextStep(
             tool="manage_eks_cluster",
-            arguments={"action": "validate", **access.call_args(options)},
+            arguments={"action": "validate", **call_args(access, options)},
             why="check again in a minute (controllers need a moment to start what was applied)",
         )
     report.api_calls = kube.calls
@@ -200,7 +167,7 @@ def auto_fix(
 
 
 def scale(
-    access: Access,
+    access: ClusterAccess,
     nodegroup: str | None,
     sizes: tuple[int | None, int | None, int | None],
     confirm: bool,
@@ -208,13 +175,8 @@ def scale(
     from skills.kube.access import describe_cluster
 
     cluster = access.need_cluster("scale")
-    if not nodegroup:
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            "action=scale needs nodegroup.",
-            "Pass nodegroup (action=describe lists them).",
-            {"problems": [{"field": "nodegroup", "problem": "required for scale"}]},
-        )
+    nodegroup = needed(nodegroup, "scale", "nodegroup",
+                       "Pass nodegroup (action=describe lists them).")  # fmt: skip
     session = access.session()
     info = describe_cluster(cluster, session)
     group, change = nodegroups.scale(session.client("eks"), info.name, nodegroup, *sizes, confirm)
@@ -232,24 +194,23 @@ def scale(
     )
 
 
-def kubeconfig(access: Access, confirm: bool = False) -> ClusterReport:
+KUBECONFIG_HINT = (
+    "Name the kubeconfig file to write (the CLI's default: $KUBECONFIG, else ~/.kube/config)."
+)
+
+
+def kubeconfig(access: ClusterAccess, confirm: bool = False) -> ClusterReport:
     """Write the cluster's entries into the kubeconfig the caller named (the tool never
     picks the server's own file); `confirm` lets an existing context be re-pointed."""
     from skills.kube.access import describe_cluster, write_kubeconfig
 
+    if not access.kubeconfig:  # asked first: the file is the caller's to name
+        raise needs_field("kubeconfig", "kubeconfig", KUBECONFIG_HINT, what=", the file to write")
     cluster = access.need_cluster("kubeconfig")
-    if not access.kubeconfig:
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            "action=kubeconfig needs kubeconfig, the file to write.",
-            "Name the kubeconfig file to write (the CLI's default: $KUBECONFIG, else "
-            "~/.kube/config).",
-            {"problems": [{"field": "kubeconfig", "problem": "required for kubeconfig"}]},
-        )
     session = access.session()
     info = describe_cluster(cluster, session)
     path = Path(access.kubeconfig).expanduser()
-    name, created = write_kubeconfig(info, path, access.profile, access.context, confirm)
+    name, created = write_kubeconfig(info, path, None, access.context, confirm)
     return ClusterReport(
         action="kubeconfig",
         cluster=_cluster_summary(info),
@@ -289,7 +250,9 @@ def _counts(rows: list[Any]) -> str:
     return ", ".join(f"{n} {a}" for a, n in counts.items()) or "nothing"
 
 
-def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) -> ClusterReport:
+def storage(
+    access: ClusterAccess, spec: StorageSpec, apply: bool, progress: Progress
+) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
     from skills.eks_cluster_manager import pod_identity
@@ -307,7 +270,7 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     account = aws("sts").get_caller_identity()["Account"]
     bucket = fsx_storage.bucket_name(spec, account)
     net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
-    kube = access.kube()
+    kube = _kube(access)
     driver = fsx_storage.csi_driver(kube)  # first: an unreachable API fails before any write
     current = fsx_storage.current_objects(kube, spec)  # and someone else's claim refuses
     progress.report(1, 4, "security group and file system")
@@ -362,7 +325,9 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     return report
 
 
-def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) -> ClusterReport:
+def cleanup(
+    access: ClusterAccess, spec: CleanupSpec, apply: bool, progress: Progress
+) -> ClusterReport:
     """What this suite created for the cluster, deleted in dependency order (a plan
     unless `apply`); what stays is reported with why."""
     from skills.eks_cluster_manager import cleanup as sweep
@@ -376,7 +341,7 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
     kube_calls = 0
     progress.report(0, 4, "jobs, model servers and storage objects")
     try:
-        kube = access.kube()
+        kube = _kube(access)
         rows += sweep.kube_rows(kube, spec.parts, apply)
         kube_calls = kube.calls
     except ToolFailure as failure:
@@ -435,34 +400,37 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
     return report
 
 
-def _storage_args(access: Access, spec: StorageSpec) -> dict[str, Any]:
-    """This storage plan as manage_eks_cluster's arguments (defaults left out)."""
-    from skills.eks_cluster_manager.storage import DEFAULT_CLAIM
+def _storage_args(access: ClusterAccess, spec: StorageSpec) -> dict[str, Any]:
+    """This storage plan as manage_eks_cluster's arguments (the spec's defaults left out)."""
+    from skills.eks_cluster_manager.storage import StorageSpec
 
-    given = {
-        "namespace": (spec.namespace, "default"),
-        "checkpoint_pvc": (spec.claim, DEFAULT_CLAIM),
-        "fsx_size_gib": (spec.size_gib, 1200),
-        "fsx_deployment_type": (spec.deployment_type, "SCRATCH_2"),
-        "bucket": (spec.bucket, None),
-        "nodegroup": (spec.nodegroup, None),
+    default = StorageSpec(cluster=spec.cluster)
+    names = {"namespace": "namespace", "claim": "checkpoint_pvc", "size_gib": "fsx_size_gib",
+             "deployment_type": "fsx_deployment_type", "bucket": "bucket",
+             "nodegroup": "nodegroup"}  # fmt: skip
+    extra = {
+        arg: getattr(spec, field)
+        for field, arg in names.items()
+        if getattr(spec, field) != getattr(default, field)
     }
-    extra = {k: v for k, (v, default) in given.items() if v != default}
-    return {"action": "storage", **access.call_args(), **extra}
+    return {"action": "storage", **call_args(access), **extra}
 
 
-def _cleanup_args(access: Access, spec: CleanupSpec) -> dict[str, Any]:
-    """This cleanup as manage_eks_cluster's arguments (defaults left out)."""
-    from skills.eks_cluster_manager.cleanup import PARTS
+def _cleanup_args(access: ClusterAccess, spec: CleanupSpec) -> dict[str, Any]:
+    """This cleanup as manage_eks_cluster's arguments (the spec's defaults left out)."""
+    from skills.eks_cluster_manager.cleanup import CleanupSpec
 
-    given = {
-        "only": (list(spec.parts), list(PARTS)),
-        "bucket": (spec.bucket, None),
-        "delete_bucket": (spec.delete_bucket, "keep"),
-        "delete_cluster": (spec.delete_cluster, False),
+    default = CleanupSpec(cluster=spec.cluster)
+    names = {"parts": "only", "bucket": "bucket", "delete_bucket": "delete_bucket",
+             "delete_cluster": "delete_cluster"}  # fmt: skip
+    extra = {
+        arg: getattr(spec, field)
+        for field, arg in names.items()
+        if getattr(spec, field) != getattr(default, field)
     }
-    extra = {k: v for k, (v, default) in given.items() if v != default}
-    return {"action": "cleanup", **access.call_args(), **extra}
+    if "only" in extra:
+        extra["only"] = list(spec.parts)
+    return {"action": "cleanup", **call_args(access), **extra}
 
 
 def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:

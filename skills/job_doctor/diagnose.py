@@ -28,10 +28,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from skills.job_doctor import node_faults
 from skills.job_doctor.failure_signatures import (
     CODES,
     SIGNATURES,
@@ -61,6 +62,7 @@ GROUP_AT = 3
 ALIKE_PODS_SHOWN = 8
 MAX_PER_POD_FINDINGS = 100  # per_pod: the list is bounded too (its cut is counted)
 MAX_SCAN = 8 * 1024 * 1024  # characters of one log scanned: its head and its tail
+MAX_CONSEQUENCES = 16  # what followed a node fault, listed under it
 
 ROLE_ORDER: dict[str, int] = {"cause": 0, "fallback": 1, "symptom": 2, "warning": 3}
 _ROW_INDEX = {id(row): i for i, row in enumerate(SIGNATURES)}
@@ -88,13 +90,24 @@ class Finding(BaseModel):
     time: str | None = Field(default=None, description="When it was first seen (RFC 3339).")
     alike: int = Field(default=0, description="How many more pods showed the same.")
     alike_pods: list[str] = Field(default_factory=list, description="Some of those pods.")
+    node: str | None = Field(default=None, description="The node the pod ran on.")
+    fault: Literal["node", "job"] | None = Field(
+        default=None, description="Whose fault, where known: the node's hardware or the job."
+    )
+    consequences: list[str] = Field(
+        default_factory=list, description="What followed on other pods (a node fault's)."
+    )
 
     def one_line(self) -> str:
         where = f" on {self.pod}" if self.pod else ""
         rank = f" (node rank {self.rank})" if self.rank is not None else ""
+        whose = ""
+        if self.fault:
+            on = f" {self.node}" if self.node else ""
+            whose = f" [node{on}: the {self.fault}'s fault]"
         first = self.evidence[0] if self.evidence else ""
         seen = f": {first[:157]}..." if len(first) > 160 else f": {first}" if first else ""
-        return f"{self.code}{where}{rank}{seen}"
+        return f"{self.code}{where}{rank}{whose}{seen}"
 
 
 class Diagnosis(BaseModel):
@@ -129,6 +142,9 @@ class Snapshot(BaseModel):
     pods: list[dict[str, Any]] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
     logs: dict[str, str] = Field(default_factory=dict)
+    nodes: list[dict[str, Any]] = Field(
+        default_factory=list, description="The nodes the pods ran on (their conditions)."
+    )
 
 
 def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
@@ -179,8 +195,27 @@ def _event_signals(
             continue
         reason = _str(_get(event, "reason"))
         message = _str(_get(event, "message") or _get(event, "note"))
+        where = f"event {reason}"
+        if kind == "Node":  # node agents put what happened in the reason (NvidiaXID79Error)
+            where = f"node {name} event"
+            message = message if reason in message else f"{reason}: {message}"
         for pod in targets:
-            yield Signal(pod, "event", reason, message, f"event {reason}", time=event_time(event))
+            yield Signal(pod, "event", reason, message, where, time=event_time(event))
+
+
+def _node_signals(node: Any, pods: list[str]) -> Iterable[Signal]:
+    """A node's conditions that report trouble (node_faults.is_problem), as signals of
+    the job's pods on it; their text is "<reason>: <message>", as node events'."""
+    name = _str(_get(node, "metadata", "name"))
+    for condition in _list(_get(node, "status", "conditions")):
+        kind, state = _str(_get(condition, "type")), _str(_get(condition, "status"))
+        if not node_faults.is_problem(kind, state):
+            continue
+        reason, message = _str(_get(condition, "reason")), _str(_get(condition, "message"))
+        text = message if reason in message else f"{reason}: {message}"
+        when = _time(_get(condition, "lastTransitionTime"))
+        for pod in pods:
+            yield Signal(pod, "event", reason, text, f"node {name} condition {kind}", time=when)
 
 
 def _pod_signals(pod: Any, info: PodInfo) -> Iterable[Signal]:
@@ -360,6 +395,7 @@ def diagnose(snapshot: Mapping[str, Any] | Snapshot, per_pod: bool = False) -> D
     signals, scan, cut_logs = _signals(snap, pods, raw)
     drafts = _drafts(signals)
     findings = [_finding(d, pods.get(d.pod or "")) for d in _root_cause_first(drafts, pods)]
+    findings = _consequences_of_a_node_fault(findings)
     cut = 0
     if per_pod:
         cut = max(0, len(findings) - MAX_PER_POD_FINDINGS)
@@ -401,11 +437,31 @@ def grouped(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _consequences_of_a_node_fault(findings: list[Finding]) -> list[Finding]:
+    """A node's fault first explains what the other ranks showed after it (timeouts, a lost
+    peer, their Python errors): those are listed under it as consequences, not as findings."""
+    if not findings or findings[0].fault != "node":
+        return findings
+    root, kept, after = findings[0], [findings[0]], []
+    for finding in findings[1:]:
+        if finding.role in ("symptom", "fallback"):
+            rank = f" (node rank {finding.rank})" if finding.rank is not None else ""
+            after.append(f"{finding.code} on {finding.pod}{rank}")
+        else:
+            kept.append(finding)
+    root.consequences = after[:MAX_CONSEQUENCES] + (
+        [f"... and {len(after) - MAX_CONSEQUENCES} more"] if len(after) > MAX_CONSEQUENCES else []
+    )
+    return kept
+
+
 def _summary(findings: list[Finding]) -> str:
     """The root cause's line; then the largest group of what followed, counted."""
     if not findings:
         return "no known failure signature in the snapshot"
     line = findings[0].one_line()
+    if findings[0].consequences:
+        line += f" | then {len(findings[0].consequences)} consequence(s) on other pods"
     largest = max(findings[1:], key=lambda f: f.alike, default=None)
     if largest is not None and largest.alike:
         root = findings[0]
@@ -424,6 +480,8 @@ def _signals(
         if info.node:
             by_node.setdefault(info.node, []).append(info.name)
     signals: list[Signal] = list(_event_signals(snap.events, pods, by_node))
+    for node in snap.nodes:
+        signals += _node_signals(node, by_node.get(_str(_get(node, "metadata", "name")), []))
     for name, pod in raw.items():
         signals += _pod_signals(pod, pods[name])
     scan, cut_logs = LogScan(), []
@@ -480,6 +538,7 @@ def _root_cause_first(
         rank = pods[d.pod].rank if d.pod in pods else None
         return (
             ROLE_ORDER[d.role],
+            not CODES[d.code].quarantine,  # a failed GPU explains the rest, whenever seen
             d.time or never,
             rank if rank is not None else 1 << 30,
             d.row_index,
@@ -491,6 +550,10 @@ def _root_cause_first(
 
 def _finding(draft: _Draft, info: PodInfo | None) -> Finding:
     meaning = CODES[draft.code]
+    root_cause = meaning.root_cause
+    xid = node_faults.xid_of(draft.evidence) if meaning.fault else None
+    if xid is not None:
+        root_cause = f"XID {xid.number}, {xid.meaning}: {root_cause}"
     return Finding(
         code=draft.code,
         pod=draft.pod,
@@ -499,10 +562,12 @@ def _finding(draft: _Draft, info: PodInfo | None) -> Finding:
         process_rank=draft.process_rank,
         role=draft.role,  # type: ignore[arg-type]
         evidence=draft.evidence[:MAX_EVIDENCE],
-        root_cause=meaning.root_cause,
+        root_cause=root_cause,
         remediation=meaning.remediation,
         retryable=meaning.retryable,
         time=draft.time.isoformat().replace("+00:00", "Z") if draft.time else None,
+        node=info.node if info else None,
+        fault=meaning.fault,
     )
 
 

@@ -31,17 +31,25 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from skills.job_doctor import node_faults
+from skills.job_doctor.node_faults import Fault
+from skills.training_job_deployer import watchdog
+
 Source = Literal["event", "container", "log"]
 Role = Literal["cause", "symptom", "fallback", "warning"]
 
 
 @dataclass(frozen=True)
 class Code:
-    """What a finding code means: the root cause, the fix, whether a retry can help."""
+    """What a finding code means: the root cause, the fix, whether a retry can help;
+    whose fault it is where that is known (a node's hardware, or the job), and whether
+    auto-retry quarantines the node it happened on."""
 
     root_cause: str
     remediation: str
     retryable: bool
+    fault: Fault | None = None
+    quarantine: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,13 +214,42 @@ CODES: dict[str, Code] = {
         "divergence; the same settings diverge again",
         False,
     ),
+    "gpu_hardware_fault": Code(
+        "a GPU of the node failed (a hardware XID: fell off the bus, ECC, NVLink, GSP): the "
+        "node's fault, not the job's; the other ranks' timeouts follow from it",
+        "run on other nodes: auto_retry cordons and taints the node "
+        "(fsdp-eks.io/quarantined) and resumes the job from its checkpoint elsewhere; "
+        "manage_eks_cluster action=release_node undoes it once the node is repaired",
+        True,
+        fault="node",
+        quarantine=True,
+    ),
+    "gpu_application_fault": Code(
+        "the GPU reported an application fault (XID 13/31/43: an illegal address or "
+        "instruction in a kernel): the job's fault, not the node's",
+        "debug the kernel or extension (CUDA_LAUNCH_BLOCKING=1, compute-sanitizer); a retry "
+        "fails the same way on any node",
+        False,
+        fault="job",
+    ),
+    "efa_error": Code(
+        "the node's EFA network device reported errors (a failed completion, a degraded link)",
+        "resubmit (it resumes from its checkpoint); if the node shows it again, take it out "
+        "of service and check the EFA device plugin and the security group",
+        True,
+        fault="node",
+    ),
     "python_error": Code(
         "the training script raised an exception",
         "read the traceback in the evidence and fix the code or its configuration; a "
         "retry fails the same way",
         False,
     ),
+    # A running job's step lines, read by the watchdog (no signature row: it measures).
+    **{code: Code(*meaning) for code, meaning in watchdog.CODES.items()},
 }
+# Codes found by measuring step lines (training_job_deployer/watchdog.py), not by a row.
+WATCHED = tuple(watchdog.CODES)
 
 # Reasons a container waiting on its image has (and the kubelet event that says why).
 PULL = ("ErrImagePull", "ImagePullBackOff", "Failed")
@@ -322,6 +359,27 @@ SIGNATURES: tuple[Signature, ...] = (
     # 143: SIGTERM (the trainer saves a checkpoint and exits 143); 137 without OOMKilled:
     # SIGKILL after the grace period.
     Signature("preempted", ("container",), exit_codes=(137, 143), role="fallback"),
+    # --- the node's GPUs and network: XIDs, ECC, EFA (node_faults.py) --------------------
+    # Pod logs, and the node's conditions and events (their text is "<reason>: <message>").
+    # The job's XIDs first: an application fault never costs the node.
+    Signature(
+        "gpu_application_fault",
+        ("log", "event"),
+        node_faults.xid_pattern("job"),
+        keywords=node_faults.XID_KEYWORDS,
+    ),
+    Signature(
+        "gpu_hardware_fault",
+        ("log", "event"),
+        node_faults.hardware_pattern(),
+        keywords=(*node_faults.XID_KEYWORDS, *node_faults.HARDWARE_KEYWORDS),
+    ),
+    Signature(
+        "efa_error",
+        ("log", "event"),
+        node_faults.efa_pattern(),
+        keywords=node_faults.EFA_KEYWORDS,
+    ),
     # --- the log: run-time CUDA (section 5) ---------------------------------------------
     Signature(
         "cuda_driver_too_old",
@@ -494,11 +552,22 @@ def codes() -> tuple[str, ...]:
 
 
 def check_table() -> None:
-    """Every row names a known code, and every code has a row (run by the tests)."""
+    """Every row names a known code, and every code but the watchdog's has a row (run by
+    the tests)."""
     unknown = {row.code for row in SIGNATURES} - CODES.keys()
-    missing = CODES.keys() - {row.code for row in SIGNATURES}
+    missing = CODES.keys() - {row.code for row in SIGNATURES} - set(WATCHED)
     if unknown or missing:
         raise ValueError(f"unknown codes {sorted(unknown)}, codes without a row {sorted(missing)}")
 
 
-__all__ = ["CODES", "SIGNATURES", "Code", "Role", "Signature", "Source", "codes", "rows_for"]
+__all__ = [
+    "CODES",
+    "SIGNATURES",
+    "WATCHED",
+    "Code",
+    "Role",
+    "Signature",
+    "Source",
+    "codes",
+    "rows_for",
+]

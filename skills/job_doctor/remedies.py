@@ -298,6 +298,10 @@ LADDERS = {
     "rendezvous_timeout": _resubmit("rendezvous_timeout"),
     "rendezvous_closed": _resubmit("rendezvous_closed"),
     "collective_timeout": _resubmit("collective_timeout"),
+    # On other nodes: auto_retry quarantines the failed one first (auto_retry.py). Another
+    # node may fail later in a long run: not a crash loop.
+    "gpu_hardware_fault": _resubmit("gpu_hardware_fault", repeatable=True),
+    "efa_error": _resubmit("efa_error"),
 }
 
 

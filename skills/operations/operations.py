@@ -31,10 +31,10 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -63,6 +63,9 @@ WRITE_EVERY_S = 0.5  # progress writes are throttled; the final state always lan
 LOG_TAIL = 20
 CANCEL_GRACE_S = 15.0
 WORKER_MODULE = "skills.operations.operations"
+
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 def _worker(operation_id: str) -> processes.Expected:
@@ -376,6 +379,27 @@ def call(
         cancel(record.operation_id)
         raise
     return state_model(spec.result).model_validate(OperationState.of(record).model_dump())
+
+
+def run_as_operation(
+    spec: ToolSpec,
+    raw: Mapping[str, Any],
+    progress: Progress | None,
+    *,
+    result: type[R],
+    ended: Callable[[R, OperationState], T],
+    running: Callable[[OperationState], T],
+    failed: str,
+) -> T:
+    """This call run as an operation (`call`), its state mapped back onto the caller's
+    result: `ended` when it ended with its typed `result` within wait_seconds, `running`
+    while it goes on; any other end raises its failure (`failed` when it recorded none)."""
+    state = call(spec, raw, progress)
+    if isinstance(state.result, result):  # the operation's model typed it so
+        return ended(state.result, state)
+    if state.status == "running":
+        return running(state)
+    raise state.as_failure(failed)
 
 
 # --- the worker ----------------------------------------------------------------------

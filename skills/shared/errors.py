@@ -213,3 +213,21 @@ def bad_fields(problems: list[dict[str, str]], what: str) -> ToolFailure:
         "field's rules.",
         details={"problems": problems},
     )
+
+
+def needs_field(action: str, field: str, hint: str, *, what: str = "") -> ToolFailure:
+    """The invalid_input failure of an action called without a field it needs (the one
+    spelling of "action=X needs field"); `what` says more about the field."""
+    return ToolFailure(
+        ErrorCode.INVALID_INPUT,
+        f"action={action} needs {field}{what}.",
+        hint,
+        {"problems": [{"field": field, "problem": f"required for {action}"}]},
+    )
+
+
+def needed(value: str | None, action: str, field: str, hint: str) -> str:
+    """`value` when given, else needs_field's failure."""
+    if value:
+        return value
+    raise needs_field(action, field, hint)

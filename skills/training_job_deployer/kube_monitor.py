@@ -15,18 +15,19 @@ from typing import Any
 
 from skills.kube.client import KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
+from skills.kube.objects import KINDS, kind_path
 from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import managed_labels
 from skills.shared.secrets import redact
-from skills.training_job_deployer.targets.kubernetes.manifest import GROUP, PLURAL, VERSION
 
 # Lines of each log a snapshot reads: the end, where a failure is.
 SNAPSHOT_TAIL_LINES = 20_000
+# Where the API keeps events about cluster-scoped objects (a node's: its agents' XIDs).
+NODE_EVENTS_NAMESPACE = "default"
 # Up to this many objects, their events are one LIST each (filtered to the object by the
 # API server); past it, one LIST per kind (a 1,000-pod job: 3 requests, not 1,000).
 EVENT_LISTS = 32
-
-JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
 
 class KubeReader(KubeJson):
@@ -38,14 +39,15 @@ class KubeReader(KubeJson):
         self.namespace = namespace
 
     def _jobs_path(self, name: str = "") -> str:
-        return JOB_PATH.format(namespace=self.namespace) + (f"/{name}" if name else "")
+        return kind_path("PyTorchJob", self.namespace, name or None)
 
     # discovery and jobs -------------------------------------------------------
 
     def require_crd(self) -> None:
         """The cluster serves kubeflow.org/v1 pytorchjobs (the Training Operator's CRD)."""
-        found = self.json("GET", f"/apis/{GROUP}/{VERSION}", missing_ok=(404,)) or {}
-        if not any(r.get("name") == PLURAL for r in found.get("resources") or []):
+        group_version, plural, _ = KINDS["PyTorchJob"]
+        found = self.json("GET", group_version, missing_ok=(404,)) or {}
+        if not any(r.get("name") == plural for r in found.get("resources") or []):
             raise ToolFailure(
                 ErrorCode.TRAINING_OPERATOR_MISSING,
                 "The cluster has no PyTorchJob resource (kubeflow.org/v1): the Kubeflow "
@@ -81,7 +83,7 @@ class KubeReader(KubeJson):
         """The job's pods, one LIST; ordered Master first, then by replica index."""
         listed = self.json(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods",
+            kind_path("Pod", self.namespace),
             query={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
         )
         pods = [
@@ -96,7 +98,7 @@ class KubeReader(KubeJson):
         ordered as pods() orders it)."""
         listed = self.json(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods",
+            kind_path("Pod", self.namespace),
             query={"labelSelector": JOB_NAME_LABEL},
         )
         by_job: dict[str, list[dict[str, Any]]] = {}
@@ -121,9 +123,17 @@ class KubeReader(KubeJson):
             selectors = [f"involvedObject.kind={k},involvedObject.name={n}" for k, n in wanted]
         else:
             selectors = [f"involvedObject.kind={kind}" for kind in sorted({k for k, _ in wanted})]
-        path = f"/api/v1/namespaces/{self.namespace}/events"
+        # A node's events may be in the namespace the API keeps cluster-scoped ones in.
+        elsewhere = self.namespace != NODE_EVENTS_NAMESPACE
+        asked = [
+            (namespace, selector)
+            for selector in sorted(selectors)
+            for namespace in (self.namespace, NODE_EVENTS_NAMESPACE)
+            if namespace == self.namespace or (elsewhere and "kind=Node" in selector)
+        ]
         found: list[dict[str, Any]] = []  # each event is about one object: no repeats
-        for selector in sorted(selectors):
+        for namespace, selector in asked:
+            path = kind_path("Event", namespace)
             listed = self.json("GET", path, query={"fieldSelector": selector}) or {}
             found += [e for e in listed.get("items") or [] if _involved(e) in wanted]
         return found
@@ -150,7 +160,7 @@ class KubeReader(KubeJson):
         }
         status, data = self.request(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+            kind_path("Pod", self.namespace, pod) + "/log",
             query=query,
             missing_ok=(400, 404),  # not started yet, or no previous container
         )
@@ -169,11 +179,11 @@ class KubeReader(KubeJson):
             lines, fewer = max(1, lines // 2), True
 
     def nodes(self) -> list[dict[str, Any]]:
-        return list((self.json("GET", "/api/v1/nodes") or {}).get("items") or [])
+        return list((self.json("GET", kind_path("Node")) or {}).get("items") or [])
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every namespace's pods that have not ended (those that may hold GPUs)."""
-        listed = self.json("GET", "/api/v1/pods", query={"fieldSelector": NOT_ENDED_SELECTOR})
+        listed = self.json("GET", kind_path("Pod"), query={"fieldSelector": NOT_ENDED_SELECTOR})
         return list((listed or {}).get("items") or [])
 
     # secrets ------------------------------------------------------------------------
@@ -187,11 +197,11 @@ class KubeReader(KubeJson):
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "fsdp-eks"}},
+            "metadata": {"name": name, "labels": managed_labels()},
             "type": "Opaque",
             "data": encoded,
         }
-        path = f"/api/v1/namespaces/{self.namespace}/secrets"
+        path = kind_path("Secret", self.namespace)
         status, _ = self.request("POST", path, body=body, missing_ok=(409,))
         if status != 409:
             return "created"
@@ -236,6 +246,8 @@ def read_snapshot(
         if _about(e, job_name, names, nodes) and not older_than(e, job)
     ]
     events.sort(key=_event_order)
+    # The nodes the pods ran on: their conditions are the node agents' evidence (XIDs).
+    node_objects = [n for n in reader.nodes() if (n.get("metadata") or {}).get("name") in nodes]
     logs: dict[str, str] = {}
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -250,7 +262,7 @@ def read_snapshot(
             )
             if text:
                 logs[name + (PREVIOUS if previous else "")] = redact(text)
-    return {"job": job, "pods": pods, "events": events, "logs": logs}
+    return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
 
 
 def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:

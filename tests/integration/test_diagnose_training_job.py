@@ -40,7 +40,13 @@ def seed(kube, snapshot: dict) -> None:
     for pod in snapshot["pods"]:
         objects["v1/pods", NS, pod["metadata"]["name"]] = pod
     for event in snapshot["events"]:
-        objects["v1/events", NS, event["metadata"]["name"]] = event
+        # The API keeps a node's events (its agents' XIDs) in "default", not the job's.
+        on_node = event["involvedObject"]["kind"] == "Node"
+        namespace = "default" if on_node else NS
+        event = {**event, "metadata": {**event["metadata"], "namespace": namespace}}
+        objects["v1/events", namespace, event["metadata"]["name"]] = event
+    for node in snapshot.get("nodes", []):
+        objects["v1/nodes", None, node["metadata"]["name"]] = node
     for key, text in snapshot["logs"].items():
         previous = key.endswith(PREVIOUS)
         kube.set_pod_log(NS, key.removesuffix(PREVIOUS), text, previous=previous)
@@ -51,7 +57,14 @@ def load(name: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    "name", ["multi_oom_then_timeouts", "multi_pending_then_rendezvous", "host_oom", "preempted"]
+    "name",
+    [
+        "multi_oom_then_timeouts",
+        "multi_pending_then_rendezvous",
+        "host_oom",
+        "preempted",
+        "gpu_hardware_fault",
+    ],
 )
 def test_live_diagnosis_equals_the_offline_one_of_the_saved_snapshot(cluster, tmp_path, name):
     fixture = load(name)
@@ -77,6 +90,21 @@ def test_live_diagnosis_equals_the_offline_one_of_the_saved_snapshot(cluster, tm
     }
     assert all("other-job" not in json.dumps(e) for e in written["events"])
     assert written["logs"] == fixture["logs"]
+    assert written["nodes"] == fixture.get("nodes", [])  # the pods' nodes, as the API has them
+
+
+def test_a_node_that_lost_a_gpu_is_named_first_live(cluster):
+    """The node's condition and its event (kept in "default") reach the doctor; a node
+    the job did not run on is not read into the snapshot."""
+    seed(cluster, load("gpu_hardware_fault"))
+    stranger = builder.gpu_node("ip-10-0-9-9.ec2.internal")
+    cluster.emulator.objects["v1/nodes", None, "ip-10-0-9-9.ec2.internal"] = stranger
+    result = diagnose_training_job(job_name="xid79", namespace=NS)
+    root = result.root
+    assert (root.code, root.node, root.fault) == (
+        "gpu_hardware_fault", "ip-10-0-1-12.ec2.internal", "node")  # fmt: skip
+    assert any(e.startswith("node ip-10-0-1-12.ec2.internal event") for e in root.evidence)
+    assert len(root.consequences) == 3 and result.findings == [root]
 
 
 def test_the_snapshot_is_a_list_per_object_and_a_log_read_per_container(cluster):

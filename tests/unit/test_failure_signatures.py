@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from skills.job_doctor.diagnose import Signal, _match
-from skills.job_doctor.failure_signatures import CODES, SIGNATURES, check_table
+from skills.job_doctor.failure_signatures import CODES, SIGNATURES, WATCHED, check_table
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v3"
 PULL = f'Failed to pull image "{IMAGE}": rpc error: code = NotFound desc = failed to pull and '
@@ -62,6 +62,13 @@ SAMPLES: list[tuple[str, Signal]] = [
     ("preempted", event("PreemptionByScheduler", "Kubernetes Scheduler: preempting to "
      "accommodate a higher priority pod")),
     ("preempted", container("Error", "", 143)),
+    ("gpu_application_fault", log("[Thu Nov 20 12:15:06 2026] NVRM: Xid (PCI:0000:cb:00): 13, "
+     "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 1, SM 0): "
+     "Out Of Range Address")),
+    ("gpu_hardware_fault", event("NvidiaXID79Error", "NvidiaXID79Error: detected XID-79 on the "
+     "instance, review kernel logs for additional information.")),
+    ("efa_error", log("ip-10-0-1-10:57:120 [3] NCCL WARN NET/OFI Request 0x7f1c2c0a8f00 "
+     "completed with error. RC: 21. Error: 12 (Cannot allocate memory). Completed length: 0")),
     ("cuda_driver_too_old", log("RuntimeError: CUDA driver version is insufficient for CUDA "
      "runtime version")),
     ("cuda_arch_unsupported", log("RuntimeError: CUDA error: no kernel image is available for "
@@ -101,7 +108,9 @@ SAMPLES: list[tuple[str, Signal]] = [
 def test_every_row_has_a_sample_and_every_code_a_row():
     check_table()
     assert [code for code, _ in SAMPLES] == [row.code for row in SIGNATURES]
-    assert {row.code for row in SIGNATURES} == set(CODES)
+    assert {row.code for row in SIGNATURES} | set(WATCHED) == set(CODES)
+    # Their cases: tests/unit/test_watchdog.py.
+    assert WATCHED == ("straggler", "throughput_degraded", "job_hung")
 
 
 @pytest.mark.parametrize(

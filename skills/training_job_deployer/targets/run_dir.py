@@ -23,6 +23,7 @@ from skills.shared.progress import Progress
 from skills.shared.reading import read_chunk
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
+from skills.training_job_deployer import watchdog
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets import checkpoint_owner
 from skills.training_job_deployer.targets.base import EVERY_JOB, JobPage, LogOptions, PlanT, Target
@@ -271,7 +272,9 @@ class RunDirTarget(Target[PlanT]):
             return seen
 
         record, done, polled = poll_until(look, lambda seen: seen[1], wait_seconds, self.poll_s)
-        return self._state(run, record, polled, follower.metrics, done)
+        state = self._state(run, record, polled, follower.metrics, done)
+        state.findings = watchdog.findings(follower.metrics, state.status == "running", time.time())
+        return state
 
     def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
         run = self._run(job_name)

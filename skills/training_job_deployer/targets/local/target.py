@@ -29,7 +29,13 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import path_fields
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
+from skills.training_job_deployer.job_spec import (
+    JobSpec,
+    hub_cache,
+    hub_lines,
+    token_source,
+    trainer_argv,
+)
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
@@ -149,12 +155,14 @@ class LocalPlan(Plan):
     nproc_per_node: int
     checkpoint_dir: str = Field(description="Where checkpoints go (local path or s3://).")
     adopt_checkpoint_dir: bool = False
+    hub: list[str] = Field(default_factory=list, description="Hub ids fetched, and where.")
 
     def to_display(self) -> list[tuple[str, Any]]:
         return [
             ("argv", " ".join(self.argv)),
             ("env", " ".join(f"{k}={v}" for k, v in self.env.items())),
             ("run dir", self.run_dir),
+            *[("hub", line) for line in self.hub],
         ]
 
 
@@ -242,6 +250,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             nproc_per_node=spec.gpu_per_node,
             checkpoint_dir=paths["checkpoint_dir"],
             adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
+            hub=hub_lines(spec, hub_cache(os.environ), token_source(os.environ)),
         )
 
     # submit ----------------------------------------------------------------

@@ -35,7 +35,14 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import path_fields
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer.job_spec import JobName, JobSpec, trainer_argv
+from skills.training_job_deployer.job_spec import (
+    JobName,
+    JobSpec,
+    hub_cache,
+    hub_lines,
+    token_source,
+    trainer_argv,
+)
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.base import Billing, Plan, TargetSettings
 from skills.training_job_deployer.targets.run_dir import (
@@ -171,6 +178,7 @@ class SlurmPlan(Plan):
         description="Partition facts sinfo could not read (Slurm unreachable): not checked.",
     )
     not_read_because: str | None = Field(default=None, description="Why Slurm was unreachable.")
+    hub: list[str] = Field(default_factory=list, description="Hub ids fetched, and where.")
 
     def not_read_line(self) -> str | None:
         """The facts this plan did not read, in one line (None: all were read)."""
@@ -194,6 +202,7 @@ class SlurmPlan(Plan):
         return [
             ("submit", shlex.join(self.sbatch) + " < script"),
             ("run dir", self.run_dir),
+            *[("hub", line) for line in self.hub],
             *([("not read", unread)] if unread else []),
             ("script", "\n" + self.script),
         ]
@@ -481,6 +490,8 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             log_path=run.log("%j"),
             checkpoint_dir=checkpoint_dir,
             adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
+            # sbatch exports the submitting environment (HF_TOKEN, HF_HOME) to the job.
+            hub=hub_lines(spec, hub_cache(os.environ), token_source(os.environ)),
         )
 
     # submit ----------------------------------------------------------------
