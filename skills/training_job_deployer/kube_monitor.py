@@ -125,11 +125,10 @@ class KubeReader(KubeJson):
             selectors = [f"involvedObject.kind={kind}" for kind in sorted({k for k, _ in wanted})]
         # A node's events may be in the namespace the API keeps cluster-scoped ones in.
         elsewhere = self.namespace != NODE_EVENTS_NAMESPACE
-        asked = [
-            (namespace, selector)
+        asked = [(self.namespace, selector) for selector in sorted(selectors)] + [
+            (NODE_EVENTS_NAMESPACE, selector)
             for selector in sorted(selectors)
-            for namespace in (self.namespace, NODE_EVENTS_NAMESPACE)
-            if namespace == self.namespace or (elsewhere and "kind=Node" in selector)
+            if elsewhere and "kind=Node" in selector
         ]
         found: list[dict[str, Any]] = []  # each event is about one object: no repeats
         for namespace, selector in asked:
