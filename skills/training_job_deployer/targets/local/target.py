@@ -63,6 +63,8 @@ from skills.training_job_deployer.trainer_log import (
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
+# Free space below which an ended job's outcome is not added to its record.
+KEEP_FREE_BYTES = 1 * 2**20
 
 
 def _threads_per_process(nproc: int) -> int:
@@ -459,7 +461,7 @@ def _refuse_foreign(run: RunDir, record: JobRecord) -> None:
 
 def keep(run: RunDir, seen: JobRecord, outcome: JobOutcome) -> None:
     """The ended attempt's outcome into its record, once (a later attempt's is its own);
-    a record that cannot be written now is left for the next look."""
+    a record that cannot be written now (a full disk) is left for the next look."""
 
     def add(record: JobRecord | None) -> JobRecord | None:
         if record is None or record.attempt != seen.attempt or not record.ended:
@@ -467,6 +469,10 @@ def keep(run: RunDir, seen: JobRecord, outcome: JobOutcome) -> None:
         return None if record.outcome else record.model_copy(update={"outcome": outcome})
 
     try:
+        # On a (nearly) full disk the record is left as it is: a write that cannot
+        # complete would cost the record itself (an overwrite in place, cut short).
+        if shutil.disk_usage(run.path).free < KEEP_FREE_BYTES:
+            return
         run.record_file.update(add)
     except (OSError, RecordCorrupt, ToolFailure):
         logger.info("the outcome of %s was not kept", run.path, exc_info=True)
