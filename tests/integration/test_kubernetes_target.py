@@ -62,37 +62,6 @@ def failure(call, *args, **kwargs) -> ToolFailure:
     return caught.value
 
 
-def push_labelled_image(registry, repository: str, tag: str, labels: dict) -> str:
-    """An image in the local registry that is only its config (labels) and manifest, as a
-    build would push it: the gate reads no layer."""
-    import hashlib
-    import urllib.request
-
-    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
-
-    def call(method: str, url: str, body: bytes = b"", content_type: str = "") -> dict:
-        request = urllib.request.Request(url, data=body or None, method=method)
-        request.add_header("Authorization", f"Basic {auth}")
-        if content_type:
-            request.add_header("Content-Type", content_type)
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return dict(response.headers)
-
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": labels},
-                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()  # fmt: skip
-    digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    location = call("POST", f"{registry.url}/v2/{repository}/blobs/uploads/")["Location"]
-    location = location if location.startswith("http") else registry.url + location
-    joiner = "&" if "?" in location else "?"
-    call("PUT", f"{location}{joiner}digest={digest}", config, "application/octet-stream")
-    manifest_type = "application/vnd.docker.distribution.manifest.v2+json"
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": manifest_type, "layers": [],
-                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                                      "size": len(config), "digest": digest}}).encode()  # fmt: skip
-    call("PUT", f"{registry.url}/v2/{repository}/manifests/{tag}", manifest, manifest_type)
-    return f"{registry.host}/{repository}:{tag}"
-
-
 def exists(name: str) -> bool:
     return KubernetesTarget(KubernetesSettings()).reader.job(name) is not None
 
@@ -445,7 +414,7 @@ def test_bad_input_gives_typed_errors_with_hints(operator, kube_api, monkeypatch
 def test_the_gate_refuses_a_cu130_image_on_535_nodes(operator, kube_api, monkeypatch, registry):
     operator.add_nodes("p5.48xlarge", 2, efa=32, driver="535.104.05")
     labels = {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0"}
-    new = push_labelled_image(registry, "gate/trainer", "cu130", labels)
+    new = registry.push_labelled_image("gate/trainer", "cu130", labels)
     monkeypatch.setenv("REGISTRY_USERNAME", registry.username)
     monkeypatch.setenv("REGISTRY_PASSWORD", registry.password)
     # The credential policy: REGISTRY_* go only to the hosts REGISTRY_HOST names.
