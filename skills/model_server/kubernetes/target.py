@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson
@@ -238,9 +239,9 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             update={"smoke": str(text)[:200], "message": f"Ready; answered {len(ids)} model(s)."}
         )
 
-    def billing(self, settings: KubernetesServerSettings) -> tuple[str, int, str | None]:
+    def billing(self, settings: KubernetesServerSettings) -> Billing:
         # One node of instance_type per replica (each pod asks all of its GPUs).
-        return settings.instance_type, settings.replicas, settings.region or env_region()
+        return Billing(settings.instance_type, settings.replicas, settings.region or env_region())
 
     # get / list / delete / scale -------------------------------------------------------------
 

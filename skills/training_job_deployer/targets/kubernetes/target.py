@@ -27,6 +27,7 @@ import yaml
 from pydantic import Field
 
 from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
+from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
@@ -46,7 +47,6 @@ from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
     EVERY_JOB,
-    Billing,
     Capability,
     JobPage,
     LogOptions,
@@ -146,7 +146,7 @@ class KubernetesPlan(Plan):
 def image_repository(settings: Any) -> tuple[str | None, str | None]:
     """(ECR repository, its region) for image auto-detection: `repository`, else
     ECR_REPOSITORY, else the one push_to_ecr/setup_codebuild last used (in its region)."""
-    from skills.ecr_publisher import remembered
+    from skills.operations import remembered
 
     region = settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
@@ -174,7 +174,7 @@ def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
             f"No AWS region to find the newest image of {repository!r} in.",
             "Pass region (or set AWS_REGION), or pass image_uri.",
         )
-    from skills.ecr_publisher.repository import latest_image
+    from skills.cloud.ecr_repository import latest_image
 
     image = latest_image(repository, region)
     if image is None:
@@ -455,7 +455,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if ecr:
             repository, region = ecr.group("repository"), ecr.group("region")
         if repository and region:
-            from skills.ecr_publisher.repository import latest_image
+            from skills.cloud.ecr_repository import latest_image
 
             try:
                 newest = latest_image(repository, region)
