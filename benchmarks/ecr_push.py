@@ -57,6 +57,9 @@ def main() -> None:
         ):
             work = Path(tmp)
             os.environ.update(engine.env)
+            # The registry plays ECR's data plane, named as a user names theirs (as the
+            # test fixture does): the one host besides ECR's own the token may go to.
+            os.environ["FSDP_EKS_ECR_REGISTRY_HOST"] = registry.host
             client = docker.from_env()
             authfile = work / "auth.json"
             auth = base64.b64encode(f"{user}:{password}".encode()).decode()

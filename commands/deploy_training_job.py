@@ -57,8 +57,8 @@ def deploy_training_job(
     PyTorchJob or Slurm) and follow it; dry_run=true shows the plan first.
 
     kubernetes: the image is image_uri, else the newest in repository. A re-run
-    resumes from its newest checkpoint. auto_retry (kubernetes) runs as an operation:
-    the result's next_step follows it.
+    resumes from its newest checkpoint. auto_retry runs as an operation: the
+    result's next_step follows it.
     """
     if not monitor:  # `--no-monitor`: start it and return (as wait_seconds=0)
         wait_seconds = 0

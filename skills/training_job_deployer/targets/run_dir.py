@@ -26,7 +26,14 @@ from skills.shared.waiting import poll_until
 from skills.training_job_deployer import watchdog
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets import checkpoint_owner
-from skills.training_job_deployer.targets.base import EVERY_JOB, JobPage, LogOptions, PlanT, Target
+from skills.training_job_deployer.targets.base import (
+    EVERY_JOB,
+    Capability,
+    JobPage,
+    LogOptions,
+    PlanT,
+    Target,
+)
 from skills.training_job_deployer.trainer_log import LogFollower, RunMetrics
 
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
@@ -191,6 +198,11 @@ class RunDirTarget(Target[PlanT]):
 
     record_name: ClassVar[str]
     poll_s: ClassVar[float] = 1.0
+    # The doctor reads the job's log (no pods or events here), and auto-retry resubmits
+    # it: a new attempt resumes from the same checkpoint_dir.
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.SNAPSHOT, Capability.AUTO_RETRY}
+    )
     # Every run-directory target's record file -> its name: a run directory holds one
     # target's job only.
     record_names: ClassVar[dict[str, str]] = {}
@@ -335,6 +347,15 @@ class RunDirTarget(Target[PlanT]):
             return os.lstat(log).st_size
         except OSError:
             return 0
+
+    def snapshot(self, job_name: str) -> dict[str, Any]:
+        """Capability.SNAPSHOT: the doctor's input here is the job's log (its last
+        LOG_TAIL_BYTES, masked), under the job's name; there are no pods or events."""
+        return {"job": None, "pods": [], "events": [], "logs": {job_name: self.logs(job_name)}}
+
+    def retry_facts(self) -> dict[str, Any]:
+        """Capability.AUTO_RETRY: nothing beyond the log is known on this host."""
+        return {}
 
     def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
         """The page of jobs with a record under runs_dir, newest first; a record that

@@ -405,6 +405,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             processes.signal_group(
                 trainer.pid, trainer.started, signal.SIGKILL, run.trainer_process
             )
+        # The ranks (each in a session of its own under torchrun) go too.
+        processes.signal_marked(signal.SIGKILL, run.trainer_process)
         run.record_file.update(lambda r: None if r is None or r.ended else r.finished(None))
 
 
