@@ -28,7 +28,7 @@ from skills.kube.client import KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.kube.objects import kind_path
 from skills.kube.pods import why_pod_waits
-from skills.model_server.base import ServerPlan, ServerState, ServerTarget
+from skills.model_server.base import ServerPlan, ServerState, ServerTarget, smoke_chat
 from skills.model_server.kubernetes.manifest import (
     MODEL_ANNOTATION,
     PROGRESS_DEADLINE_S,
@@ -52,7 +52,6 @@ from skills.shared.progress import Progress
 
 DEFAULT_WAIT_S = PROGRESS_DEADLINE_S  # as long as the rollout itself may take
 SMOKE_TIMEOUT_S = 60.0
-SMOKE_PROMPT = "Say hello in one short sentence."
 
 
 def rollout(deployment: dict[str, Any]) -> tuple[int, int, str | None]:
@@ -218,11 +217,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             ids = [m.get("id") for m in (models or {}).get("data") or []]
             if name not in ids:
                 raise ValueError(f"/v1/models lists {ids}, not {name!r}")
-            body = {
-                "model": name,
-                "messages": [{"role": "user", "content": SMOKE_PROMPT}],
-                "max_tokens": 16,
-            }
+            body = smoke_chat(name)
             answer = self._call(kube, state.endpoint, "POST", "/v1/chat/completions", body)
             text = answer["choices"][0]["message"]["content"]
         except ToolFailure:

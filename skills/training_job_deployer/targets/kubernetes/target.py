@@ -29,6 +29,7 @@ from pydantic import Field
 from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
 from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
+from skills.cloud.registry_credentials import ECR_HOST_PATTERN
 from skills.kube import pods as kube_pods
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
@@ -86,9 +87,7 @@ MAX_LOG_CHARS = 64_000  # what one logs call returns at most
 EVENT_PODS = 4
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-ECR_IMAGE = re.compile(
-    r"^\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
-)
+ECR_IMAGE = re.compile(rf"^{ECR_HOST_PATTERN}/(?P<repository>[^:@]+)")
 
 
 class KubernetesPlan(Plan):
