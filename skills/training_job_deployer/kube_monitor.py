@@ -9,7 +9,7 @@ and emulators ignore them)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from skills.kube.client import KubeJson
@@ -223,11 +223,13 @@ def read_snapshot(
     nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
     listed = reader.namespace_events()
     if nodes and namespace != NODE_EVENTS_NAMESPACE:  # a node's events are not the job's
-        listed += [e for e in reader.namespace_events(NODE_EVENTS_NAMESPACE) if _on_node(e)]
+        node_events = _if_allowed(lambda: reader.namespace_events(NODE_EVENTS_NAMESPACE))
+        listed += [e for e in node_events if _on_node(e)]
     events = [e for e in listed if _about(e, job_name, names, nodes) and not older_than(e, job)]
     events.sort(key=_event_order)
     # The nodes the pods ran on: their conditions are the node agents' evidence (XIDs).
-    node_objects = [n for n in reader.nodes() if (n.get("metadata") or {}).get("name") in nodes]
+    every = _if_allowed(reader.nodes) if nodes else []
+    node_objects = [n for n in every if (n.get("metadata") or {}).get("name") in nodes]
     logs: dict[str, str] = {}
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -243,6 +245,19 @@ def read_snapshot(
             if text:
                 logs[name + (PREVIOUS if previous else "")] = redact(text)
     return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
+
+
+def _if_allowed(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A read the job's own access may lack (nodes and the default namespace are the
+    cluster's): refused, the snapshot goes without it rather than failing."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return read()
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            return []
+        raise
 
 
 def _on_node(event: Mapping[str, Any]) -> bool:

@@ -241,3 +241,36 @@ def test_too_few_nodes_left_stops_and_says_what_to_add(operator):
     assert only.quarantined == [bad]
     assert result.stop_reason.startswith(f"quarantined {bad}; 1 schedulable p5.48xlarge node(s)")
     assert "add 1 node(s)" in result.stop_reason
+
+
+def test_the_node_groups_scale_call_when_it_cannot_supply_another_node(operator, moto_server):
+    """The quarantined node's EKS node group (moto) is at its max: the call raises max and
+    desired by the nodes missing."""
+    from skills.kube.access import kube_api_client
+    from skills.kube.quarantine import NODEGROUP_LABEL
+    from skills.training_job_deployer.kube_monitor import KubeReader
+    from skills.training_job_deployer.targets.kubernetes.settings import (
+        KubernetesDeploySettings,
+    )
+    from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
+    from tests.integration.test_eks_access import REGION, make_cluster
+
+    make_cluster("quarantine-a", {"gpu": ("p5.48xlarge", 1, 2, 2)})
+    names = operator.add_nodes("p5.48xlarge", 2, efa=32)
+    for name in names:
+        operator.core.patch_node(name, {"metadata": {"labels": {NODEGROUP_LABEL: "gpu"}}},
+                                 _preload_content=False)  # fmt: skip
+    settings = KubernetesDeploySettings(
+        cluster_name="quarantine-a", region=REGION, instance_type="p5.48xlarge"
+    )
+    target = KubernetesTarget(settings)
+    with kube_api_client() as api:
+        target._reader = KubeReader(api, "default")  # the stand-in's API, the EKS of moto
+        done = target.quarantine([names[0]], "gpu_hardware_fault", "llama", 2)
+    assert done.nodes == (names[0],) and "1 schedulable p5.48xlarge node(s) left" in done.short
+    assert done.next_step == {
+        "tool": "manage_eks_cluster",
+        "arguments": {"action": "scale", "cluster_name": "quarantine-a", "nodegroup": "gpu",
+                      "desired_size": 3, "max_size": 3, "region": REGION},
+        "why": "add 1 p5.48xlarge node(s) to gpu (paid: ask first)",
+    }  # fmt: skip

@@ -1,9 +1,10 @@
 """The kubelets kmock lacks: a pod's container run for real, as a local process.
 
 kmock stores pods but runs none. `Kubelet` takes a pod as the API holds it, binds it
-to a node the way the scheduler would (nodeSelector, then free nvidia.com/gpu and EFA
-devices), and runs its container's command + args with its env, the pod's logs being
-the process's real stdout and stderr and its status the real exit code.
+to a node the way the scheduler would (nodeSelector, cordons, taints and required node
+affinity, then free nvidia.com/gpu and EFA devices), and runs its container's command +
+args with its env, the pod's logs being the process's real stdout and stderr and its
+status the real exit code.
 
 What a cluster gives a container, and how it is played here on one host:
 
