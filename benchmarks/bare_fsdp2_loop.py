@@ -15,7 +15,9 @@ safetensors and scattered (torch's distribute_tensor), RoPE tables recomputed.
 Prints one JSON line from rank 0:
 {"impl", "device", "step_s", "tokens_per_s", "tokens_per_s_per_device", "mfu",
 "peak_first_step_mb"} (peak_first_step_mb: rank 0's peak up to its first optimizer step:
-RSS on CPU, allocated on a GPU).
+RSS on CPU, allocated on a GPU). `--rank_times_every N` adds what the trainer does to
+name the slowest rank (trainer/rank_times.py: its clock thread, and one all_gather of
+a float every N steps), for benchmarks/rank_times_cost.py.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from trainer.config_loader import load_config
 from trainer.hf import hf_config_from_model
 from trainer.model import Transformer, num_params
 from trainer.parallel import apply_fsdp, build_mesh
+from trainer.rank_times import RankTimes
 from trainer.train import build_optimizer
 
 
@@ -127,6 +130,7 @@ def main() -> None:
     parser.add_argument("--impl", choices=["ours", "hf", "family"], default="ours")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rank_times_every", type=int, default=0)
     args, trainer_flags = parser.parse_known_args()
     cfg = load_config(trainer_flags, environ={})
 
@@ -142,7 +146,12 @@ def main() -> None:
     batches = [torch.randint(0, vocab, shape, generator=gen).to(device) for _ in range(8)]
     global_tokens = cfg.train_batch_size * cfg.data.seq_len * world
 
+    every = args.rank_times_every
+    ranks = RankTimes(device, 0) if every else None
+
     def step(i: int) -> None:
+        if ranks is not None and i % every == 0:
+            ranks.window(i)
         rows = batches[i % len(batches)]
         out = model(rows[:, :-1])
         logits = out if isinstance(out, torch.Tensor) else out.logits
@@ -185,6 +194,7 @@ def main() -> None:
             "tokens_per_s_per_device": per_device,
             "mfu": mfu,
             "peak_first_step_mb": round(first_peak, 1),
+            "rank_times_every": every,
         }
         print(json.dumps(line))
     dist.destroy_process_group()

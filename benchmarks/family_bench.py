@@ -33,6 +33,7 @@ SHAPE = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
              eos_token_id=2)  # fmt: skip
 BATCH = ["--seq_len", "128", "--train_batch_size", "4"]
 STEPS = 10
+QUICK_STEPS = 3
 
 
 def env() -> dict[str, str]:
@@ -62,18 +63,18 @@ def checkpoint(model_type: str, out: Path) -> None:
     AutoModelForCausalLM.from_config(config).save_pretrained(out)
 
 
-def measure(model_type: str, tmp: Path) -> dict[str, object]:
+def measure(model_type: str, tmp: Path, steps: int = STEPS) -> dict[str, object]:
     path = tmp / model_type
     checkpoint(model_type, path)
     model = ["--model_name_or_path", str(path), *BATCH]
     events = torchrun(
-        ["-m", "trainer", *model, "--max_steps", str(STEPS), "--log_freq", "1",
+        ["-m", "trainer", *model, "--max_steps", str(steps), "--log_freq", "1",
          "--validation_freq", "0", "--warmup_steps", "2"]
     )  # fmt: skip
     first = next(e for e in events if e["event"] == "step")
     summary = next(e for e in events if e["event"] == "summary")
     (bare,) = torchrun(
-        ["benchmarks/bare_fsdp2_loop.py", "--impl", "family", "--steps", str(STEPS - 1),
+        ["benchmarks/bare_fsdp2_loop.py", "--impl", "family", "--steps", str(steps - 1),
          "--warmup", "1", *model]
     )  # fmt: skip
     return {
@@ -92,11 +93,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the first family only, {QUICK_STEPS} steps (the suite runs it)")
     args = parser.parse_args()
+    families = args.families.split(",")[:1] if args.quick else args.families.split(",")
     rows = []
     with tempfile.TemporaryDirectory(prefix="family-bench-") as tmp:
-        for model_type in args.families.split(","):
-            row = measure(model_type, Path(tmp))
+        for model_type in families:
+            row = measure(model_type, Path(tmp), QUICK_STEPS if args.quick else STEPS)
             rows.append(row)
             if args.json:
                 print(json.dumps(row), flush=True)

@@ -1,6 +1,8 @@
 """The cluster tools' shared inputs (manage_eks_cluster, inspect_eks_cluster): one
 spelling of each field, its description and its grammar. Each is a module-level
-`Annotated` alias, so a type checker reads it as a type (a call in an annotation is not)."""
+`Annotated` alias, so a type checker reads it as a type (a call in an annotation is not).
+How they reach the cluster (cluster_name, region, kubeconfig, context, namespace) is not
+here: every cluster tool takes skills.kube.fields.ClusterAccess."""
 
 from __future__ import annotations
 
@@ -30,16 +32,6 @@ def within(lo: int, hi: int) -> AfterValidator:
 # The one WaitSeconds, with this tool's own description (only nccl_test waits).
 Wait = Annotated[WaitSeconds, Field(description="nccl_test: seconds to wait, then poll.")]
 
-ClusterName = Annotated[str | None, Field(description="EKS cluster."), grammar(NAME, "a name")]
-Region = Annotated[
-    str | None, Field(description="AWS region."), grammar(r"[a-z]{2}(-[a-z]+)+-\d", "a region")
-]
-Context = Annotated[
-    str | None, Field(description="Kubeconfig context."), grammar(r"[^\s]{1,253}", "a context")
-]
-Namespace = Annotated[
-    str, Field(description="For PVC, etcd, NCCL job."), grammar(DNS, "a namespace")
-]
 CheckpointPvc = Annotated[
     str | None, Field(description="PVC that must be Bound."), grammar(DNS, "a PVC name")
 ]
@@ -65,18 +57,6 @@ MaxSize = Annotated[int | None, Field(description="Max."), within(0, 1000)]
 DesiredSize = Annotated[int | None, Field(description="Desired."), within(0, 1000)]
 
 # Local files: LocalPath says whether the tool reads or writes it (the workspace checks).
-KubeconfigRead = Annotated[
-    str | None,
-    Field(description="To use."),
-    grammar(PATH, "a path"),
-    LocalPath(writable=False),
-]
-KubeconfigWrite = Annotated[
-    str | None,
-    Field(description="To use; action=kubeconfig writes it."),
-    grammar(PATH, "a path"),
-    LocalPath(writable=True),
-]
 NcclOutput = Annotated[
     str | None,
     Field(description="all_reduce_perf output to analyze."),

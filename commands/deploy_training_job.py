@@ -6,7 +6,7 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
 import contextlib
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
@@ -21,6 +21,9 @@ from skills.training_job_deployer.job_cost import dry_run_cost
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
 from skills.training_job_deployer.memory_estimate import model_label, toy_model_warning
 from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings, get_target
+
+if TYPE_CHECKING:
+    from skills.operations.operation_state import OperationState
 
 
 # destructive: replace=true deletes a job of the same name (a running one only with confirm).
@@ -54,8 +57,8 @@ def deploy_training_job(
     PyTorchJob or Slurm) and follow it; dry_run=true shows the plan first.
 
     kubernetes: the image is image_uri, else the newest in repository. A re-run
-    resumes from its newest checkpoint. auto_retry (kubernetes) runs as an operation:
-    the result's next_step follows it.
+    resumes from its newest checkpoint. auto_retry runs as an operation: the
+    result's next_step follows it.
     """
     if not monitor:  # `--no-monitor`: start it and return (as wait_seconds=0)
         wait_seconds = 0
@@ -164,7 +167,7 @@ def _as_operation(
 ) -> DeployResult:
     """This same call, detached as an operation (its worker runs the loop to the end); the
     result once it ended within wait_seconds, else how to follow it."""
-    from skills.operations import operations
+    from skills.operations.operations import run_as_operation
     from skills.shared.tooling import spec_of
 
     arguments = {
@@ -174,10 +177,8 @@ def _as_operation(
         "replace_corrupt_record": replace_corrupt_record,
         "wait_seconds": wait_seconds,
     }
-    state = operations.call(spec_of(deploy_training_job), arguments, progress)
-    if isinstance(state.result, DeployResult):  # the operation's model typed it so
-        return state.result.model_copy(update={"operation_id": state.operation_id})
-    if state.status == "running":
+
+    def running(state: OperationState) -> DeployResult:
         return DeployResult(
             job_name=job.job_name,
             target=target.target,
@@ -188,7 +189,16 @@ def _as_operation(
             message=f"auto-retry running as operation {state.operation_id}: {state.message}",
             next_step=state.next_step,
         )
-    raise state.as_failure("The auto-retry run failed.")
+
+    return run_as_operation(
+        spec_of(deploy_training_job),
+        arguments,
+        progress,
+        result=DeployResult,
+        ended=lambda result, state: result.model_copy(update={"operation_id": state.operation_id}),
+        running=running,
+        failed="The auto-retry run failed.",
+    )
 
 
 main = main_for(deploy_training_job)

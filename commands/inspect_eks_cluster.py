@@ -12,12 +12,12 @@ from pydantic import Field
 
 from commands import _eks_params as p
 from commands._cli import main_for
-from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.manage import inspect
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.kube.fields import EksClusterAccess
 from skills.shared.progress import Progress
-from skills.shared.tooling import tool
+from skills.shared.tooling import Flatten, tool
 
 Action = Literal["describe", "validate", "nccl_test"]
 
@@ -26,11 +26,7 @@ Action = Literal["describe", "validate", "nccl_test"]
 def inspect_eks_cluster(
     *,
     action: Annotated[Action, Field(description="See above.")] = "validate",
-    cluster_name: p.ClusterName = None,
-    region: p.Region = None,
-    kubeconfig: p.KubeconfigRead = None,
-    context: p.Context = None,
-    namespace: p.Namespace = "default",
+    access: Annotated[EksClusterAccess, Flatten()],
     checkpoint_pvc: p.CheckpointPvc = None,
     rdzv_backend: p.RdzvBackend = "c10d",
     instance_type: p.InstanceType = None,
@@ -43,8 +39,8 @@ def inspect_eks_cluster(
     or run the NCCL job: manage_eks_cluster."""
     return inspect(
         action,
-        actions.Access(cluster_name, region, None, kubeconfig, context),
-        Options(namespace, checkpoint_pvc, rdzv_backend),
+        access,
+        Options(access.namespace, checkpoint_pvc, rdzv_backend),
         instance_type,
         nccl_output,
         progress,

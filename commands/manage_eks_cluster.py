@@ -14,17 +14,17 @@ from pydantic import Field
 
 from commands import _eks_params as p
 from commands._cli import run_cli
-from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.cleanup import BucketPolicy, CleanupSpec, Part
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.manage import ClusterCall, manage
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.eks_cluster_manager.storage import DeploymentType, StorageSpec
+from skills.kube.fields import EksClusterWriteAccess
 from skills.shared.confirm import Confirm
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import Progress
-from skills.shared.tooling import spec_of, tool
+from skills.shared.tooling import Flatten, spec_of, tool
 
 Action = Literal[
     "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config",
@@ -36,11 +36,7 @@ Action = Literal[
 def manage_eks_cluster(
     *,
     action: Annotated[Action, Field(description="See above.")] = "validate",
-    cluster_name: p.ClusterName = None,
-    region: p.Region = None,
-    kubeconfig: p.KubeconfigWrite = None,
-    context: p.Context = None,
-    namespace: p.Namespace = "default",
+    access: Annotated[EksClusterWriteAccess, Flatten()],
     auto_fix: Annotated[Confirm, Field(description="= action auto_fix.")] = False,
     confirm: Annotated[
         Confirm,
@@ -97,8 +93,8 @@ def manage_eks_cluster(
     return manage(
         ClusterCall(
             action=action,
-            access=actions.Access(cluster_name, region, None, kubeconfig, context),
-            options=Options(namespace, checkpoint_pvc, rdzv_backend),
+            access=access,
+            options=Options(access.namespace, checkpoint_pvc, rdzv_backend),
             auto_fix=auto_fix,
             confirm=confirm,
             nodegroup=nodegroup,

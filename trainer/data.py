@@ -1,6 +1,8 @@
 """Documents in, packed token batches out.
 
-    load_documents(dataset)      bundled corpus, .txt/.jsonl file or dir, s3://, hub name
+    load_documents(dataset)      bundled corpus, .txt/.jsonl file or dir, s3://
+    hub_documents(name, ...)     a hub dataset's documents, streamed (trainer/stream.py
+                                 packs them into batches)
     tokenize_documents(docs, t)  one stream: BOS + doc + EOS, concatenated
     split_tokens(tokens, share)  (train, validation): the validation share is the tail
     PackedBatches(...)           endless shuffled training micro-batches for one rank,
@@ -35,6 +37,7 @@ __all__ = [
     "PackedBatches",
     "bundled_documents",
     "eval_batches",
+    "hub_documents",
     "load_documents",
     "assistant_segments",
     "render_chat",
@@ -223,35 +226,47 @@ def _read_local(path: Path, chat: ChatRenderer) -> list[str]:
     return [doc for f in files for doc in _read_file(f, chat)]
 
 
-def _load_hub(name: str, config_name: str | None, chat: ChatRenderer) -> list[str]:
+def hub_documents(
+    name: str, config_name: str | None, chat: ChatRenderer, rank: int, world_size: int
+) -> Iterator[Document]:
+    """One pass over this rank's share of a hub dataset's "train" split, STREAMED (read
+    as far as it is iterated, never downloaded whole): its `text` or `messages` column,
+    empty documents dropped. Ranks read disjoint shards (files) where the file count
+    divides among them, else every world_size-th row each."""
     try:
         import datasets  # optional and heavy (pyarrow): only hub datasets need it
+        from datasets.distributed import split_dataset_by_node
     except ImportError as exc:
         raise ConfigError(
             f"dataset {name!r} is not a local path or s3:// URI, so it is read from the "
             f"Hugging Face hub, which needs the datasets package: {HUB_INSTALL_HINT}"
         ) from exc
     try:
-        ds = datasets.load_dataset(name, config_name, split="train")
-    except Exception as exc:  # unknown name, missing config, no network: all land here
+        stream = datasets.load_dataset(name, config_name, split="train", streaming=True)
+    except Exception as exc:  # unknown name, missing config, gated, no network: all land here
+        from trainer.hub import TOKEN_HINT
+
         raise ConfigError(
-            f"could not load hub dataset {name!r} (config {config_name!r}): {exc}; "
-            "this host may have no internet: pass a local or s3:// .jsonl dataset"
+            f"could not open hub dataset {name!r} (config {config_name!r}): {exc}; "
+            f"for a gated or private dataset {TOKEN_HINT}; a host without internet needs "
+            "a local or s3:// .jsonl dataset"
         ) from exc
-    columns = set(ds.column_names)
-    column = "text" if "text" in columns else "messages" if "messages" in columns else None
-    if column is None:
+    stream = split_dataset_by_node(stream, rank=rank, world_size=world_size)
+    columns = set(stream.column_names or ())
+    if columns and not columns & {"text", "messages"}:
         raise ConfigError(
             f"hub dataset {name!r} has no 'text' or 'messages' column "
             f"(columns: {', '.join(sorted(columns))})"
         )
-    docs = []
-    for i, value in enumerate(ds[column]):
+    for i, row in enumerate(stream):
         try:
-            docs.append(_record_text({column: value}, chat))
+            doc = _record_text(row, chat)
         except ValueError as exc:
-            raise ConfigError(f"hub dataset {name!r} row {i}: {exc}") from exc
-    return docs
+            raise ConfigError(
+                f"hub dataset {name!r} row {i} of rank {rank}'s share: {exc}"
+            ) from exc
+        if document_text(doc).strip():
+            yield doc
 
 
 def document_text(doc: Document) -> str:
@@ -271,8 +286,7 @@ def load_documents(
                       assistant_segments(...) a chat becomes Segments)
     directory         every .txt/.jsonl below it, sorted by relative path
     s3://bucket/key   an object or a prefix of them, downloaded (storage.fetch)
-    org/name          a Hugging Face hub dataset (needs `datasets`), split "train",
-                      its `text` or `messages` column; `config_name` picks the config
+    org/name          refused: a hub dataset is streamed (hub_documents, StreamBatches)
 
     Empty or whitespace-only documents are dropped: they would only add BOS/EOS pairs.
     Bad input raises ConfigError naming the file and line.
@@ -290,7 +304,7 @@ def load_documents(
     elif Path(dataset).suffix in (*DATA_SUFFIXES, ".json") or dataset.startswith(("/", ".", "~")):
         raise ConfigError(f"dataset {dataset!r} does not exist")
     else:
-        docs = _load_hub(dataset, config_name, chat)
+        raise ConfigError(f"dataset {dataset!r} is a hub dataset: it is streamed, not loaded whole")
     docs = [d for d in docs if document_text(d).strip()]
     if not docs:
         raise ConfigError(f"dataset {dataset!r} has no non-empty documents")

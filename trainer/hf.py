@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer import storage
+from trainer import hub, storage
 from trainer.config import ConfigError, ModelConfig, RopeScaling
 from trainer.materialize import copy_shard, local_rows
 
@@ -113,15 +113,16 @@ def hf_config_from_model(cfg: ModelConfig, dtype: str = "float32") -> dict[str, 
 
 
 def read_model_config(name_or_path: str, trust_remote_code: bool = False) -> ModelConfig:
-    """config.json of an HF checkpoint directory (local or s3://) -> ModelConfig."""
-    source = storage.join(name_or_path, "config.json")
+    """config.json of an HF checkpoint (local dir, s3:// prefix or hub id) -> ModelConfig.
+    A hub id is downloaded here, once per node (trainer/hub.py)."""
+    source = storage.join(hub.local_dir(name_or_path), "config.json")
     try:
         path = storage.fetch(source)
         hf = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"cannot read {source}: {exc}; model_name_or_path must be an HF "
-            "checkpoint directory (config.json + *.safetensors), local or s3://"
+            "checkpoint directory (config.json + *.safetensors), local, s3:// or a hub id"
         ) from exc
     return model_config_from_hf(hf, trust_remote_code)
 
@@ -188,7 +189,7 @@ def _checkpoint_renames(model: nn.Module) -> list[tuple[re.Pattern[str], str]]:
 
 @torch.no_grad()
 def load_hf_weights(model: nn.Module, name_or_path: str) -> None:
-    """Copy an HF Llama checkpoint's weights (local dir or s3:// prefix) into `model`,
+    """Copy an HF checkpoint's weights (local dir, s3:// prefix or hub id) into `model`,
     in place, cast to the model's dtype. The model may be sharded (FSDP2 DTensors):
     each rank then reads only its own rows of each tensor (safetensors slices), so no
     rank ever holds the whole state dict.
@@ -198,7 +199,7 @@ def load_hf_weights(model: nn.Module, name_or_path: str) -> None:
     """
     from safetensors import safe_open
 
-    files = _safetensors_files(storage.fetch(name_or_path), name_or_path)
+    files = _safetensors_files(storage.fetch(hub.local_dir(name_or_path)), name_or_path)
     rename, tied = _names(model)
     # The parameters themselves (sharded or not); a tied lm_head appears once, as
     # embed_tokens.

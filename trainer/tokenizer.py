@@ -290,17 +290,23 @@ def _from_files(files: list[Path], spec: str) -> HFTokenizer:
 
 
 def _from_hub(name: str) -> HFTokenizer:
-    from tokenizers import Tokenizer as RustTokenizer
+    """A hub repo's tokenizer.json (and sidecars), downloaded once per node like a hub
+    model's files (trainer/hub.py), so checkpoints and exports ship it as any other."""
+    from trainer import hub
 
+    if not hub.is_hub_id(name):
+        raise ConfigError(f"tokenizer {name!r} is not a local path, an s3:// URI or a hub id")
     try:
-        rust = RustTokenizer.from_pretrained(name)
-    except Exception as exc:  # network, unknown repo, gated model: all surface here
+        directory = Path(hub.local_dir(name, hub.TOKENIZER_FILES, what="tokenizer"))
+    except ConfigError:
+        raise
+    except Exception as exc:  # network, hub down: the hub's message says which
         raise ConfigError(
             f"could not load tokenizer {name!r} from the Hugging Face hub ({exc}); "
             f"{NO_INTERNET_HINT}"
         ) from exc
-    # Saved locally so checkpoints and exports can ship it like any other tokenizer.
-    path = storage.cache_dir_for(f"hf-hub-tokenizer:{name}") / TOKENIZER_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rust.save(str(path))
-    return HFTokenizer(rust, [path])
+    if not (directory / TOKENIZER_FILE).is_file():
+        raise ConfigError(f"hub repo {name!r} has no {TOKENIZER_FILE}")
+    files = [directory / TOKENIZER_FILE]
+    files += [directory / n for n in SIDECAR_FILES if (directory / n).is_file()]
+    return _from_files(files, name)

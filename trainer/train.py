@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import families, hf
+from trainer import families, hf, hub
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
@@ -57,12 +57,19 @@ from trainer.data import (
     assistant_segments,
     chat_renderer,
     eval_batches,
+    hub_documents,
     load_documents,
     split_tokens,
     tokenize_documents,
     tokenize_with_mask,
 )
-from trainer.distributed import DistEnv, StopRequest, init_distributed, shorten_timeout
+from trainer.distributed import (
+    TRAIN_TIMEOUT,
+    DistEnv,
+    StopRequest,
+    init_distributed,
+    shorten_timeout,
+)
 from trainer.loss import global_valid_count
 from trainer.materialize import build_meta_model, init_random, materialize
 from trainer.metrics import MetricsEmitter, format_line, memory_stats
@@ -75,6 +82,8 @@ from trainer.parallel import (
     reshard_after_forward,
     resolve_strategy,
 )
+from trainer.rank_times import RankTimes
+from trainer.stream import Batches, StreamBatches
 from trainer.token_cache import cached_tokens, open_mask, token_file
 from trainer.tokenizer import Tokenizer, load_tokenizer
 from trainer.train_state import check_same_model, restore_train_state, train_state
@@ -174,7 +183,7 @@ def trace_dir(cfg: TrainConfig) -> str:
 
 @dataclass
 class Data:
-    batches: PackedBatches  # endless training micro-batches of this rank
+    batches: Batches  # endless training micro-batches of this rank
     held_out: list[Batch]  # this rank's evaluation batches (may be empty)
 
 
@@ -215,6 +224,8 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
             f"pick a --model_type or --model_name_or_path whose vocabulary has at least "
             f"{tokenizer.n_vocab} entries, or another --tokenizer"
         )
+    if hub.is_hub_id(cfg.data.dataset):
+        return stream_data(cfg, tokenizer, rank, world_size)
     tokens, mask = load_tokens(cfg, tokenizer, env)
     train_tokens, val_tokens = split_tokens(tokens, cfg.data.validation_split)
     train_mask, val_mask = (
@@ -236,6 +247,24 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
         cfg.metrics.validation_batches, val_mask,
     )  # fmt: skip
     return Data(batches, held_out)
+
+
+def stream_data(cfg: TrainConfig, tokenizer: Tokenizer, rank: int, world_size: int) -> Data:
+    """A hub dataset, streamed: this rank's share packed as it is read. No held-out
+    batches (a stream has no tail to hold out): validation_freq does nothing here."""
+    data = cfg.data
+    render = chat_renderer(tokenizer)
+    if data.train_on == "assistant":
+        render = assistant_segments(render)
+
+    def documents() -> Iterator[Any]:
+        return hub_documents(data.dataset or "", data.dataset_config_name, render, rank, world_size)
+
+    batches = StreamBatches(
+        documents, tokenizer, data.seq_len, cfg.train_batch_size, world_size,
+        masked=data.train_on == "assistant",
+    )  # fmt: skip
+    return Data(batches, [])
 
 
 # --- checkpoints: where to resume from, found before anything big is built -------------
@@ -263,7 +292,7 @@ def restore(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-    batches: PackedBatches,
+    batches: Batches,
 ) -> int:
     """The step to continue after: that of the checkpoint loaded, or 0."""
     if checkpointer is None or resume_from is None:
@@ -286,9 +315,8 @@ def build_model(cfg: TrainConfig) -> nn.Module:
     """The model's structure on `meta`: no rank ever allocates the whole model. Our
     own Llama, or the transformers class of another family's checkpoint."""
     if cfg.model.hf_config is not None:
-        return families.build_meta(
-            cfg.model.hf_config, cfg.trust_remote_code, cfg.model_name_or_path
-        )
+        source = cfg.model_name_or_path and hub.local_dir(cfg.model_name_or_path)
+        return families.build_meta(cfg.model.hf_config, cfg.trust_remote_code, source)
     return build_meta_model(cfg.model, rope_len=cfg.data.seq_len)
 
 
@@ -386,7 +414,7 @@ def write_run_config(cfg: TrainConfig) -> None:
 
 
 def train_step(
-    model: nn.Module, batches: PackedBatches, accum: int, device: torch.device, tokens: int
+    model: nn.Module, batches: Batches, accum: int, device: torch.device, tokens: int
 ) -> torch.Tensor:
     """Forward and backward over `accum` micro-batches. Each micro-batch's summed loss is
     divided by the trained-on targets of the whole step on all ranks (`tokens` of them
@@ -547,6 +575,7 @@ class TrainLoop:
         self.peak_flops = perf.peak_flops(name)
         self.lr = math.nan  # of the last step, for its log line
         self.skip_on_device = bool(optimizer.defaults.get("fused"))
+        self.rank_times: RankTimes | None = None  # several ranks: who holds the others back
 
     def emit_start(self, backend: str, step: int) -> None:
         cfg = self.cfg
@@ -566,6 +595,12 @@ class TrainLoop:
             global_batch_size=cfg.train_batch_size * self.world_size * self.accum,
             tokens_per_step=self.tokens_per_step,
             resumed_from=step or None,
+            # A monitor's expectations: a step line every log_freq steps, and a save
+            # (no line while it runs) every checkpoint_freq (0: at the end only).
+            log_freq=cfg.metrics.log_freq,
+            checkpoint_freq=None if self.checkpointer is None else cfg.checkpoint.checkpoint_freq,
+            # A collective that waits this long after the first step fails the job.
+            collective_timeout_s=TRAIN_TIMEOUT.total_seconds(),
             **({"nccl_flight_recorder": dumps} if dumps else {}),
         )
 
@@ -573,6 +608,8 @@ class TrainLoop:
         start = time.perf_counter()
         p = Progress(first_step=step + 1, start=start, now=start, interval_start=start)
         p.timed_start = start
+        if self.world_size > 1:
+            self.rank_times = RankTimes(self.device, step)
         late: Agreement | None = None  # a step's values, read one step later
         while step < self.cfg.max_steps:
             step += 1
@@ -593,6 +630,8 @@ class TrainLoop:
                 break
         if self.checkpointer is not None:
             self.checkpointer.close()
+        if self.rank_times is not None:
+            self.rank_times.close()
         return self.summary(step, p, resumed_from)
 
     def needs_values(self, step: int, p: Progress) -> bool:
@@ -662,8 +701,11 @@ class TrainLoop:
         log_freq, last = self.cfg.metrics.log_freq, self.cfg.max_steps
         if not (step == p.first_step or step % log_freq == 0 or step == last):
             return
-        tokens_per_s = p.interval_tokens / max(p.now - p.interval_start, 1e-9)
+        interval = max(p.now - p.interval_start, 1e-9)
+        tokens_per_s = p.interval_tokens / interval
         per_device = tokens_per_s / self.world_size
+        # Collective (every rank logs the same steps): one all_gather of a float.
+        ranks = self.rank_times.window(step) if self.rank_times is not None else {}
         self.emit(
             "step",
             step=step,
@@ -675,6 +717,9 @@ class TrainLoop:
             mfu=_round(perf.mfu(per_device, self.flops_per_token, self.peak_flops), 4),
             tokens=step * self.tokens_per_step,
             elapsed_s=round(p.now - p.start, 3),
+            step_s=round(interval * self.tokens_per_step / max(p.interval_tokens, 1), 4),
+            time=round(time.time(), 3),  # wall clock: a monitor tells a hang by its age
+            **ranks,
             **memory_stats(self.device.type),
         )
         p.interval_start, p.interval_tokens = p.now, 0

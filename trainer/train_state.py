@@ -18,14 +18,14 @@ from torch.distributed.checkpoint.state_dict import (
 from trainer.checkpoint import rng_state, set_rng_state
 from trainer.checkpoint_layout import CONFIG_FILE
 from trainer.config import ConfigError, TrainConfig
-from trainer.data import PackedBatches
+from trainer.stream import Batches
 
 
 def train_state(
     model: nn.Module,
     optimizer: Any,
     scheduler: Any,
-    batches: PackedBatches,
+    batches: Batches,
     step: int,
 ) -> dict[str, Any]:
     """Everything a resumed run needs to continue exactly where this one is.
@@ -46,7 +46,7 @@ def train_state(
 
 
 def restore_train_state(
-    state: dict[str, Any], model: nn.Module, optimizer: Any, scheduler: Any, batches: PackedBatches
+    state: dict[str, Any], model: nn.Module, optimizer: Any, scheduler: Any, batches: Batches
 ) -> int:
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optim"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skills.cloud.clients import docker_client
+from skills.cloud.ecr_repository import ecr_client, ensure_repository
 from skills.cloud.registry_credentials import (
     ECR_REGISTRY_HOST_ENV,
     EcrToken,
@@ -21,10 +22,9 @@ from skills.cloud.registry_credentials import (
     credentials_for,
     source_of,
 )
-from skills.ecr_publisher import remembered
+from skills.cloud.registry_images import MANIFEST_TYPES, registry_scheme
 from skills.ecr_publisher.models import PushResult
-from skills.ecr_publisher.repository import ecr_client, ensure_repository
-from skills.image_builder.registry_check import MANIFEST_TYPES, registry_scheme
+from skills.operations import remembered
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
-from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
-from skills.kube.access import cluster_api_client
+from skills.kube.client import KubeJson
+from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure, needed, needs_field
@@ -24,49 +23,19 @@ if TYPE_CHECKING:  # the modules themselves load with their action
     from skills.eks_cluster_manager.storage import StorageSpec
 
 
-@dataclass(frozen=True)
-class Access:
-    cluster_name: str | None
-    region: str | None
-    profile: str | None
-    kubeconfig: str | None
-    context: str | None
-
-    def session(self) -> Any:
-        from skills.cloud.clients import aws_session
-
-        return aws_session(self.profile, self.region)
-
-    def call_args(self, options: checklist.Options | None = None) -> dict[str, Any]:
-        """This cluster (and the checks' options) as manage_eks_cluster's arguments."""
-        access = {"cluster_name": self.cluster_name, "region": self.region,
-                  "kubeconfig": self.kubeconfig, "context": self.context}  # fmt: skip
-        args = {k: v for k, v in access.items() if v is not None}
-        if options is not None:
-            defaults = checklist.Options()
-            args.update(
-                (k, v) for k, v in dataclasses.asdict(options).items() if v != getattr(defaults, k)
-            )
-        return args
-
-    def need_cluster(self, action: str) -> str:
-        if not self.cluster_name:
-            raise needs_field(action, "cluster_name", "Pass cluster_name (and region, or set "
-                              "AWS_REGION).", what=" (an EKS cluster)")  # fmt: skip
-        return self.cluster_name
-
-    def kube(self) -> Kube:
-        return Kube(
-            cluster_api_client(
-                self.cluster_name, self.region, self.profile, self.kubeconfig, self.context
-            )
+def call_args(access: ClusterAccess, options: checklist.Options | None = None) -> dict[str, Any]:
+    """This cluster (and the checks' options) as manage_eks_cluster's arguments."""
+    args = access.access_args()
+    if options is not None:
+        defaults = checklist.Options()
+        args.update(
+            (k, v) for k, v in dataclasses.asdict(options).items() if v != getattr(defaults, k)
         )
+    return args
 
-    def identity(self) -> str | None:
-        """The caller's AWS identity, for an EKS cluster reached by name."""
-        if not self.cluster_name or self.kubeconfig or self.context:
-            return None
-        return self.session().client("sts").get_caller_identity().get("Arn")
+
+def _kube(access: ClusterAccess) -> KubeJson:
+    return KubeJson(access.api_client())
 
 
 def _cluster_summary(info: Any) -> dict[str, Any]:
@@ -79,7 +48,7 @@ def _cluster_summary(info: Any) -> dict[str, Any]:
     }
 
 
-def describe(access: Access, progress: Progress) -> ClusterReport:
+def describe(access: ClusterAccess, progress: Progress) -> ClusterReport:
     report = ClusterReport(action="describe")
     notes = []
     if access.cluster_name:
@@ -92,7 +61,7 @@ def describe(access: Access, progress: Progress) -> ClusterReport:
         report.nodegroups = nodegroups.describe_all(session.client("eks"), info.name)
     progress.report(2, 3, "nodes")
     try:
-        kube = access.kube()
+        kube = _kube(access)
         snapshot_nodes = kube.items("/api/v1/nodes")
         pods = kube.items("/api/v1/pods", [("fieldSelector", NOT_ENDED_SELECTOR)])
     except ToolFailure as failure:
@@ -134,8 +103,10 @@ def _summary(checks: list[Any]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts.items())
 
 
-def validate(access: Access, options: checklist.Options, progress: Progress) -> ClusterReport:
-    kube = access.kube()
+def validate(
+    access: ClusterAccess, options: checklist.Options, progress: Progress
+) -> ClusterReport:
+    kube = _kube(access)
     progress.report(0, 1, "reading the cluster")
     snapshot = checklist.read_snapshot(kube, options, access.identity())
     checks = checklist.run_checks(snapshot, options)
@@ -146,16 +117,16 @@ def validate(access: Access, options: checklist.Options, progress: Progress) -> 
     if fix.components_for(checks):
         report.next_step = NextStep(
             tool="manage_eks_cluster",
-            arguments={"action": "auto_fix", **access.call_args(options)},
+            arguments={"action": "auto_fix", **call_args(access, options)},
             why="plan the fixes (confirm=true applies them)",
         )
     return report
 
 
 def auto_fix(
-    access: Access, options: checklist.Options, apply: bool, progress: Progress
+    access: ClusterAccess, options: checklist.Options, apply: bool, progress: Progress
 ) -> ClusterReport:
-    kube = access.kube()
+    kube = _kube(access)
     progress.report(0, 3, "reading the cluster")
     before = checklist.run_checks(
         checklist.read_snapshot(kube, options, access.identity()), options
@@ -172,7 +143,7 @@ def auto_fix(
         report.summary = f"plan: {len(items)} object(s) to apply; nothing applied"
         report.next_step = NextStep(
             tool="manage_eks_cluster",
-            arguments={"action": "auto_fix", "confirm": True, **access.call_args(options)},
+            arguments={"action": "auto_fix", "confirm": True, **call_args(access, options)},
             why="apply this plan",
         )
         report.api_calls = kube.calls
@@ -189,7 +160,7 @@ def auto_fix(
     if any(c.status != "ok" for c in after):
         report.next_step = NextStep(
             tool="manage_eks_cluster",
-            arguments={"action": "validate", **access.call_args(options)},
+            arguments={"action": "validate", **call_args(access, options)},
             why="check again in a minute (controllers need a moment to start what was applied)",
         )
     report.api_calls = kube.calls
@@ -197,7 +168,7 @@ def auto_fix(
 
 
 def scale(
-    access: Access,
+    access: ClusterAccess,
     nodegroup: str | None,
     sizes: tuple[int | None, int | None, int | None],
     confirm: bool,
@@ -229,7 +200,7 @@ KUBECONFIG_HINT = (
 )
 
 
-def kubeconfig(access: Access, confirm: bool = False) -> ClusterReport:
+def kubeconfig(access: ClusterAccess, confirm: bool = False) -> ClusterReport:
     """Write the cluster's entries into the kubeconfig the caller named (the tool never
     picks the server's own file); `confirm` lets an existing context be re-pointed."""
     from skills.kube.access import describe_cluster, write_kubeconfig
@@ -240,7 +211,7 @@ def kubeconfig(access: Access, confirm: bool = False) -> ClusterReport:
     session = access.session()
     info = describe_cluster(cluster, session)
     path = Path(access.kubeconfig).expanduser()
-    name, created = write_kubeconfig(info, path, access.profile, access.context, confirm)
+    name, created = write_kubeconfig(info, path, None, access.context, confirm)
     return ClusterReport(
         action="kubeconfig",
         cluster=_cluster_summary(info),
@@ -280,7 +251,9 @@ def _counts(rows: list[Any]) -> str:
     return ", ".join(f"{n} {a}" for a, n in counts.items()) or "nothing"
 
 
-def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) -> ClusterReport:
+def storage(
+    access: ClusterAccess, spec: StorageSpec, apply: bool, progress: Progress
+) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
     from skills.eks_cluster_manager import pod_identity
@@ -298,7 +271,7 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     account = aws("sts").get_caller_identity()["Account"]
     bucket = fsx_storage.bucket_name(spec, account)
     net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
-    kube = access.kube()
+    kube = _kube(access)
     driver = fsx_storage.csi_driver(kube)  # first: an unreachable API fails before any write
     current = fsx_storage.current_objects(kube, spec)  # and someone else's claim refuses
     progress.report(1, 4, "security group and file system")
@@ -353,7 +326,9 @@ def storage(access: Access, spec: StorageSpec, apply: bool, progress: Progress) 
     return report
 
 
-def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) -> ClusterReport:
+def cleanup(
+    access: ClusterAccess, spec: CleanupSpec, apply: bool, progress: Progress
+) -> ClusterReport:
     """What this suite created for the cluster, deleted in dependency order (a plan
     unless `apply`); what stays is reported with why."""
     from skills.eks_cluster_manager import cleanup as sweep
@@ -367,7 +342,7 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
     kube_calls = 0
     progress.report(0, 4, "jobs, model servers and storage objects")
     try:
-        kube = access.kube()
+        kube = _kube(access)
         rows += sweep.kube_rows(kube, spec.parts, apply)
         kube_calls = kube.calls
     except ToolFailure as failure:
@@ -426,7 +401,7 @@ def cleanup(access: Access, spec: CleanupSpec, apply: bool, progress: Progress) 
     return report
 
 
-def _storage_args(access: Access, spec: StorageSpec) -> dict[str, Any]:
+def _storage_args(access: ClusterAccess, spec: StorageSpec) -> dict[str, Any]:
     """This storage plan as manage_eks_cluster's arguments (the spec's defaults left out)."""
     from skills.eks_cluster_manager.storage import StorageSpec
 
@@ -439,10 +414,10 @@ def _storage_args(access: Access, spec: StorageSpec) -> dict[str, Any]:
         for field, arg in names.items()
         if getattr(spec, field) != getattr(default, field)
     }
-    return {"action": "storage", **access.call_args(), **extra}
+    return {"action": "storage", **call_args(access), **extra}
 
 
-def _cleanup_args(access: Access, spec: CleanupSpec) -> dict[str, Any]:
+def _cleanup_args(access: ClusterAccess, spec: CleanupSpec) -> dict[str, Any]:
     """This cleanup as manage_eks_cluster's arguments (the spec's defaults left out)."""
     from skills.eks_cluster_manager.cleanup import CleanupSpec
 
@@ -456,7 +431,7 @@ def _cleanup_args(access: Access, spec: CleanupSpec) -> dict[str, Any]:
     }
     if "only" in extra:
         extra["only"] = list(spec.parts)
-    return {"action": "cleanup", **access.call_args(), **extra}
+    return {"action": "cleanup", **call_args(access), **extra}
 
 
 def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:

@@ -15,7 +15,7 @@ from skills.shared.errors import needed
 from skills.shared.files import write_new_or_owned
 
 if TYPE_CHECKING:
-    from skills.eks_cluster_manager.actions import Access
+    from skills.kube.fields import ClusterAccess
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ConfigRequest:
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
 
 
-def create_config(access: Access, request: ConfigRequest, create: bool) -> ClusterReport:
+def create_config(access: ClusterAccess, request: ConfigRequest, create: bool) -> ClusterReport:
     from skills.catalog.instances import instance_spec
     from skills.eks_cluster_manager import eksctl, zones
 

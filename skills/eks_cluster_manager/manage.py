@@ -13,6 +13,7 @@ from skills.eks_cluster_manager.create_config import ConfigRequest, create_confi
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.eks_cluster_manager.nccl_gate import NcclRequest, nccl_test
 from skills.eks_cluster_manager.storage import DeploymentType, StorageSpec
+from skills.kube.fields import ClusterAccess
 from skills.shared.errors import needed
 from skills.shared.progress import NullProgress, Progress
 
@@ -22,7 +23,7 @@ class ClusterCall:
     """manage_eks_cluster's arguments (the command's signature gives each its default)."""
 
     action: str
-    access: actions.Access
+    access: ClusterAccess
     options: Options
     auto_fix: bool
     confirm: bool
@@ -80,7 +81,7 @@ def manage(call: ClusterCall, progress: Progress | None = None) -> ClusterReport
 
 def inspect(
     action: str,
-    access: actions.Access,
+    access: ClusterAccess,
     options: Options,
     instance_type: str | None,
     nccl_output: str | None,

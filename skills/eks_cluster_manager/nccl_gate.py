@@ -13,8 +13,8 @@ from skills.shared.errors import ErrorCode, ToolFailure, needed
 from skills.shared.progress import Progress
 
 if TYPE_CHECKING:
-    from skills.eks_cluster_manager.actions import Access
     from skills.eks_cluster_manager.nccl_job import NcclJobResult
+    from skills.kube.fields import ClusterAccess
     from skills.operations.operation_state import OperationState
 
 
@@ -28,15 +28,16 @@ class NcclRequest:
     wait_seconds: float | None
 
 
-def gpu_nodes_for(access: Access, instance_type: str, nodes: int) -> str:
+def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
     """Enough Ready nodes of that instance type (one list of nodes) before a job waits
     for them; returns the type as the nodes' label spells it (HyperPod: `ml.`)."""
     from skills.catalog.instances import instance_spec
     from skills.eks_cluster_manager.checks import known_instance
+    from skills.kube.client import KubeJson
     from skills.kube.gpu_nodes import node_gpu_facts
 
     wanted = instance_spec(instance_type)
-    facts = [node_gpu_facts(n) for n in access.kube().items("/api/v1/nodes")]
+    facts = [node_gpu_facts(n) for n in KubeJson(access.api_client()).items("/api/v1/nodes")]
     ready = [
         f
         for f in facts
@@ -54,7 +55,7 @@ def gpu_nodes_for(access: Access, instance_type: str, nodes: int) -> str:
     return ready[0].instance_type or wanted.name
 
 
-def nccl_test(access: Access, request: NcclRequest, progress: Progress) -> ClusterReport:
+def nccl_test(access: ClusterAccess, request: NcclRequest, progress: Progress) -> ClusterReport:
     from skills.eks_cluster_manager.actions import judge_nccl_output
 
     if request.nccl_output:
@@ -80,7 +81,6 @@ def nccl_test(access: Access, request: NcclRequest, progress: Progress) -> Clust
         "namespace": request.namespace,
         "cluster_name": access.cluster_name,
         "region": access.region,
-        "profile": access.profile,
         "kubeconfig": str(Path(access.kubeconfig).expanduser().absolute())
         if access.kubeconfig
         else None,

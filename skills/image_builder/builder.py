@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from skills.catalog import cuda as cuda_tables
+from skills.cloud.registry_images import check_image
 from skills.image_builder import dockerfile_reader
 from skills.image_builder.build_errors import BuildError, classify
 from skills.image_builder.models import Attempt, BuildResult, Versions
-from skills.image_builder.registry_check import check_image, mirror_setting, rewrite_from
+from skills.image_builder.registry_check import mirror_setting, rewrite_from
 from skills.image_builder.tags import TagStrategy, build_inputs, choose_tag, concrete_strategy
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress

@@ -8,7 +8,9 @@ trainer resumes from the newest complete checkpoint. A permanent finding stops a
 (its fix in `stop_reason`); the crash-loop breaker (remedies.decide) stops a finding that
 comes back after its remedy with nothing new to try. A job that never fails but cannot
 start (an image pull refused, a missing Secret, no GPUs free for long) counts as failed
-once the pod doctor names a cause for it (the job is cancelled then: suspended). The
+once the pod doctor names a cause for it (the job is cancelled then: suspended). A job
+the watchdog finds hung (no step for several step times: training_job_deployer/
+watchdog.py) is stopped (SIGTERM, SIGKILL after HUNG_GRACE_S) and resubmitted. The
 result lists every attempt: finding (code, pod, rank, evidence), remedy, spec diff,
 resumed-from step. Evidence is masked by the
 pod doctor; logs and snapshots never enter the result.
@@ -31,10 +33,12 @@ from skills.job_doctor.remedies import Attempt, Remedy, decide, facts_from_snaps
 from skills.kube.pods import pod_name
 from skills.shared.progress import NullProgress, Progress
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt
+from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt, WatchFinding
 from skills.training_job_deployer.targets.base import Capability, Target, TargetSettings
 
 FOLLOW_CHUNK_S = 4.0  # follow this long, then look at a job that is not training yet
+# A hung job is stopped with this grace: a rank stuck in a collective cannot save.
+HUNG_GRACE_S = 10.0
 # Causes that keep pods from starting without failing the job, and how long each may
 # last before the attempt counts as failed (the autoscaler may still add nodes).
 STUCK_AFTER_S = {
@@ -169,12 +173,16 @@ def _follow(
     runner: Target, job_name: str, progress: Progress
 ) -> tuple[JobState, dict[str, Any] | None, Finding | None]:
     """Follow until the job ends, or until a cause keeps its pods from starting for
-    longer than STUCK_AFTER_S allows (then the snapshot and finding come back too)."""
+    longer than STUCK_AFTER_S allows, or the watchdog finds it hung (then it is stopped,
+    and the snapshot and finding come back too)."""
     first_seen: dict[str, float] = {}
     while True:
         state = runner.follow(job_name, progress, FOLLOW_CHUNK_S)
         if state.status in TERMINAL:
             return state, None, None
+        hung = next((f for f in state.findings if f.code == "job_hung"), None)
+        if hung is not None:
+            return _stop_hung(runner, job_name, state, hung)
         if state.steps or not state.message:
             first_seen.clear()
             continue
@@ -189,6 +197,27 @@ def _follow(
             state.status = "failed"
             state.message = f"not starting (suspended): {root.one_line()}"
             return state, snapshot, root
+
+
+def _stop_hung(
+    runner: Target, job_name: str, state: JobState, hung: WatchFinding
+) -> tuple[JobState, dict[str, Any], Finding]:
+    """A hung job holds its GPUs doing nothing: stop it (SIGTERM, then SIGKILL of the
+    whole process group after HUNG_GRACE_S; a stuck rank cannot checkpoint), and
+    return it as failed, with the watchdog's finding as the doctor's."""
+    runner.cancel(job_name, grace_s=HUNG_GRACE_S)
+    meaning = CODES[hung.code]
+    finding = Finding(
+        code=hung.code,
+        process_rank=hung.rank,
+        evidence=[hung.message],
+        root_cause=meaning.root_cause,
+        remediation=meaning.remediation,
+        retryable=meaning.retryable,
+    )
+    state.status = "failed"
+    state.message = f"hung (stopped): {hung.message}"
+    return state, runner.snapshot(job_name), finding
 
 
 def _apply(fix: Remedy, settings: TargetSettings) -> tuple[TargetSettings, str | None]:

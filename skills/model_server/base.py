@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from skills.catalog.pricing import cost_rows
+from skills.catalog.pricing import Billing, cost_rows
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.paths import LocalPath
@@ -135,9 +135,9 @@ class ServerTarget(ABC, Generic[S, A]):
     ) -> ServerState:
         """Start exactly `plan`, follow it to ready (or the wait's end), smoke-test it."""
 
-    def billing(self, settings: S) -> tuple[str, int, str | None] | None:
-        """(instance type, count, region) deploy would run, for the dry run's cost;
-        None when nothing is billed (this host)."""
+    def billing(self, settings: S) -> Billing | None:
+        """The instances deploy would run, for the dry run's cost; None when nothing is
+        billed (this host)."""
         del settings
         return None
 

@@ -338,7 +338,7 @@ def _where(registry: str) -> tuple[str, EcrToken | None]:
 def read_image_labels(image_uri: str) -> LabelRead:
     """The image's labels from its registry (manifest, then config blob) with the
     credentials the one policy gives that host (the ECR token for the account's ECR)."""
-    from skills.image_builder.registry_check import parse_image, registry_get_as
+    from skills.cloud.registry_images import parse_image, registry_get_as
 
     host = ""
     try:

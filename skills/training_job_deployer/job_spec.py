@@ -6,7 +6,9 @@ carries `TrainerFlag()`, a trainer flag on every target (`trainer_argv`)."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Literal
@@ -30,6 +32,54 @@ S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
 # One argv element the trainer reads as a value: no control characters, and no leading
 # '-' or space (a leading '-' would be parsed as a flag).
 ARG_VALUE = r"^[^-\s\x00-\x1f][^\x00-\x1f]*$"
+
+
+# A Hugging Face hub id, `org/name`: the trainer downloads it (model, tokenizer) or streams
+# it (dataset) inside the job, with HF_TOKEN (trainer/hub.py's is_hub_id: the same rule).
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+DATA_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".safetensors")
+HUB_FIELDS = ("model_name_or_path", "tokenizer", "dataset")
+
+
+def hub_ids(spec: JobSpec) -> dict[str, str]:
+    """{field: hub id} of the job's model, tokenizer and dataset that name hub repos
+    (not an s3:// URI, a path that exists here or a file name)."""
+    return {
+        name: value
+        for name in HUB_FIELDS
+        if isinstance(value := getattr(spec, name), str)
+        and HUB_ID.match(value)
+        and not value.endswith(DATA_SUFFIXES)
+        and not os.path.exists(os.path.expanduser(value))
+    }
+
+
+def hub_lines(spec: JobSpec, where: str, token: str) -> list[str]:
+    """What a plan says of the job's hub ids: fetched once per node (or streamed) in the
+    job, `where` to, with `token` (where HF_TOKEN comes from; never its value)."""
+    return [
+        f"{name} {value}: "
+        + ("streamed in the job, never downloaded whole" if name == "dataset"
+           else f"fetched once per node at job start into {where}")
+        + f"; {token}"
+        for name, value in hub_ids(spec).items()
+    ]  # fmt: skip
+
+
+def hub_cache(environ: Mapping[str, str]) -> str:
+    """Where a job that inherits this environment puts hub downloads (huggingface_hub's
+    HF_HUB_CACHE / HF_HOME, else the home directory's cache)."""
+    if environ.get("HF_HUB_CACHE"):
+        return f"{environ['HF_HUB_CACHE']} (HF_HUB_CACHE)"
+    if environ.get("HF_HOME"):
+        return f"{environ['HF_HOME']} (HF_HOME)"
+    return "~/.cache/huggingface (set HF_HOME for a shared volume)"
+
+
+def token_source(environ: Mapping[str, str]) -> str:
+    """Where a job on this host (or one that inherits its environment) gets HF_TOKEN."""
+    given = any(environ.get(name) for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"))
+    return "HF_TOKEN from the submitting environment" if given else "no HF_TOKEN set"
 
 
 def _location(value: str) -> str:
@@ -168,8 +218,8 @@ class JobSpec(BaseModel):
     model_name_or_path: Annotated[
         Location | None,
         Field(
-            description="HF Llama checkpoint dir (local or s3://) to start from; its config "
-            "replaces model_type.",
+            description="HF checkpoint (dir, s3:// or hub id org/name) to start from; its "
+            "config replaces model_type.",
         ),
         TrainerFlag(),
         LocalPath(hub_name=True, s3=True, where_job_runs=True),

@@ -14,17 +14,16 @@ from typing import Any
 
 from skills.kube.client import KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
+from skills.kube.objects import KINDS, kind_path
 from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import managed_labels
 from skills.shared.secrets import redact
-from skills.training_job_deployer.targets.kubernetes.manifest import GROUP, PLURAL, VERSION
 
 # Lines of each log a snapshot reads: the end, where a failure is.
 SNAPSHOT_TAIL_LINES = 20_000
 # Where the API keeps events about cluster-scoped objects (a node's: its agents' XIDs).
 NODE_EVENTS_NAMESPACE = "default"
-
-JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
 
 class KubeReader(KubeJson):
@@ -36,14 +35,15 @@ class KubeReader(KubeJson):
         self.namespace = namespace
 
     def _jobs_path(self, name: str = "") -> str:
-        return JOB_PATH.format(namespace=self.namespace) + (f"/{name}" if name else "")
+        return kind_path("PyTorchJob", self.namespace, name or None)
 
     # discovery and jobs -------------------------------------------------------
 
     def require_crd(self) -> None:
         """The cluster serves kubeflow.org/v1 pytorchjobs (the Training Operator's CRD)."""
-        found = self.json("GET", f"/apis/{GROUP}/{VERSION}", missing_ok=(404,)) or {}
-        if not any(r.get("name") == PLURAL for r in found.get("resources") or []):
+        group_version, plural, _ = KINDS["PyTorchJob"]
+        found = self.json("GET", group_version, missing_ok=(404,)) or {}
+        if not any(r.get("name") == plural for r in found.get("resources") or []):
             raise ToolFailure(
                 ErrorCode.TRAINING_OPERATOR_MISSING,
                 "The cluster has no PyTorchJob resource (kubeflow.org/v1): the Kubeflow "
@@ -79,7 +79,7 @@ class KubeReader(KubeJson):
         """The job's pods, one LIST; ordered Master first, then by replica index."""
         listed = self.json(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods",
+            kind_path("Pod", self.namespace),
             query={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
         )
         pods = [
@@ -94,7 +94,7 @@ class KubeReader(KubeJson):
         ordered as pods() orders it)."""
         listed = self.json(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods",
+            kind_path("Pod", self.namespace),
             query={"labelSelector": JOB_NAME_LABEL},
         )
         by_job: dict[str, list[dict[str, Any]]] = {}
@@ -136,7 +136,7 @@ class KubeReader(KubeJson):
         }
         status, data = self.request(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+            kind_path("Pod", self.namespace, pod) + "/log",
             query=query,
             missing_ok=(400, 404),  # not started yet, or no previous container
         )
@@ -157,15 +157,15 @@ class KubeReader(KubeJson):
     def namespace_events(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every event in the namespace (this reader's, or `namespace`), one LIST (the
         caller picks those it wants)."""
-        path = f"/api/v1/namespaces/{namespace or self.namespace}/events"
+        path = kind_path("Event", namespace or self.namespace)
         return list((self.json("GET", path) or {}).get("items") or [])
 
     def nodes(self) -> list[dict[str, Any]]:
-        return list((self.json("GET", "/api/v1/nodes") or {}).get("items") or [])
+        return list((self.json("GET", kind_path("Node")) or {}).get("items") or [])
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every namespace's pods that have not ended (those that may hold GPUs)."""
-        listed = self.json("GET", "/api/v1/pods", query={"fieldSelector": NOT_ENDED_SELECTOR})
+        listed = self.json("GET", kind_path("Pod"), query={"fieldSelector": NOT_ENDED_SELECTOR})
         return list((listed or {}).get("items") or [])
 
     # secrets ------------------------------------------------------------------------
@@ -179,11 +179,11 @@ class KubeReader(KubeJson):
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "fsdp-eks"}},
+            "metadata": {"name": name, "labels": managed_labels()},
             "type": "Opaque",
             "data": encoded,
         }
-        path = f"/api/v1/namespaces/{self.namespace}/secrets"
+        path = kind_path("Secret", self.namespace)
         status, _ = self.request("POST", path, body=body, missing_ok=(409,))
         if status != 409:
             return "created"

@@ -20,6 +20,18 @@ JobStatus = Literal[
 TERMINAL: tuple[JobStatus, ...] = ("succeeded", "failed", "preempted", "cancelled")
 
 
+class WatchFinding(BaseModel):
+    """What the watchdog (watchdog.py) sees in a job's step lines: the doctor's finding
+    shape (code, what was seen, what to do)."""
+
+    code: str = Field(description="straggler, throughput_degraded or job_hung.")
+    message: str
+    hint: str
+    rank: int | None = None
+    host: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
 class JobState(ToolResult):
     job_name: str
     target: str
@@ -60,6 +72,9 @@ class JobState(ToolResult):
     )
     warnings: list[str] = Field(
         default_factory=list, description="What did not stop the job but may slow it."
+    )
+    findings: list[WatchFinding] = Field(
+        default_factory=list, description="Straggler, slowdown or hang seen in its steps."
     )
 
     def suggest_next_step(self, target_args: dict[str, Any]) -> None:
@@ -109,6 +124,7 @@ class JobState(ToolResult):
         if self.restarts:
             rows.append(("restarts", self.restarts))
         rows += [("warning", w) for w in self.warnings]
+        rows += [(f.code, f"{f.message}\n  -> {f.hint}") for f in self.findings]
         rows.append(("log", self.log_path or "-"))
         if self.message:
             rows.append(("outcome", self.message))

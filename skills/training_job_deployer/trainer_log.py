@@ -4,6 +4,7 @@ status and progress never depend on scraping free text."""
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,10 @@ def parse_events(text: str) -> list[dict[str, Any]]:
 
 # The trainer's exit code after SIGTERM when it saved a checkpoint (128 + SIGTERM).
 EXIT_PREEMPTED = 143
+# Step lines of an attempt kept for the watchdog (watchdog.py): its first ones (warm-up,
+# then the job's own baseline) and its most recent ones.
+FIRST_STEP_LINES = 8
+RECENT_STEP_LINES = 64
 
 
 @dataclass
@@ -53,6 +58,13 @@ class RunMetrics:
     summary: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     last_event: dict[str, Any] | None = field(default=None, repr=False)
+    # The current attempt's: its start line, first and latest step lines, longest save.
+    start: dict[str, Any] | None = field(default=None, repr=False)
+    first_steps: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    recent_steps: deque[dict[str, Any]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_STEP_LINES), repr=False
+    )
+    longest_save_s: float = 0.0
 
     def add(self, event: dict[str, Any]) -> None:
         kind = event["event"]
@@ -61,6 +73,8 @@ class RunMetrics:
             self.max_steps = event.get("max_steps", self.max_steps)
             self.world_size = event.get("world_size", self.world_size)
             self.summary = self.error = self.preempted = None
+            self.start, self.first_steps, self.longest_save_s = event, [], 0.0
+            self.recent_steps.clear()
             if event.get("resumed_from") is not None:
                 self.resumed_from = int(event["resumed_from"])
                 self.steps = max(self.steps, self.resumed_from)
@@ -70,11 +84,15 @@ class RunMetrics:
                 self.first_loss = float(event["loss"])
             self.last_loss = float(event["loss"])
             self.tokens_per_s = float(event.get("tokens_per_s") or 0.0)
+            if len(self.first_steps) < FIRST_STEP_LINES:
+                self.first_steps.append(event)
+            self.recent_steps.append(event)
         elif kind == "eval":
             self.last_eval_loss = _float(event.get("loss"))
         elif kind == "checkpoint_saved":
             self.checkpoint_step = int(event["step"])
             self.checkpoint_path = event.get("path")
+            self.longest_save_s = max(self.longest_save_s, float(event.get("blocked_s") or 0.0))
         elif kind == "checkpoint_loaded":
             self.resumed_from = int(event["step"])
         elif kind == "checkpoint_skipped":

@@ -26,6 +26,7 @@ from skills.codebuild_pipeline import builds
 from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.cleanup import CleanupSpec
 from skills.eks_cluster_manager.storage import StorageSpec
+from skills.kube.fields import EksClusterAccess
 from skills.model_server.kubernetes.settings import KubernetesServerAccess
 from skills.model_server.kubernetes.target import _access as server_access
 from skills.operations.operation_state import OperationRecord, OperationState
@@ -35,7 +36,8 @@ from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
-from skills.training_job_deployer.targets.slurm.target import SlurmSettings, SlurmTarget
+from skills.training_job_deployer.targets.slurm.settings import SlurmSettings
+from skills.training_job_deployer.targets.slurm.target import SlurmTarget
 
 pytestmark = pytest.mark.integration
 
@@ -267,7 +269,7 @@ def _setup(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
 @producer("manage_eks_cluster", "inspect_eks_cluster")
 def _cluster(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     yield from CLUSTER_STEPS
-    access = actions.Access("c1", "us-east-1", None, None, None)
+    access = EksClusterAccess(cluster_name="c1", region="us-east-1")
     storage = StorageSpec(cluster="c1", size_gib=2400, nodegroup="gpu", bucket="team-data")
     for source, arguments in (
         ("storage plan", actions._storage_args(access, storage)),

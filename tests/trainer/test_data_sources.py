@@ -6,7 +6,6 @@ The tokenizer.json files are real ones, trained here with the `tokenizers` libra
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 
@@ -179,12 +178,6 @@ def test_s3_tokenizer_file_and_dir_uris(bucket, tmp_path):
 
 
 # --- Hugging Face hub -------------------------------------------------------------------
-
-
-def test_hub_dataset_without_the_datasets_package_explains_the_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` -> ImportError
-    with pytest.raises(ConfigError, match=r"pip install 'fsdp-eks\[trainer\]'"):
-        load_documents("some-org/some-dataset", "default")
 
 
 def test_hub_tokenizer_that_cannot_be_fetched_points_to_local_files(monkeypatch):

@@ -11,8 +11,10 @@ from trainer import train as train_mod
 
 STEP_KEYS = set(
     "event step loss lr grad_norm tokens_per_s tokens_per_s_per_device mfu tokens elapsed_s"
-    " mem_mb".split()
+    " step_s time mem_mb".split()
 )
+# Several ranks: which one holds the others back (trainer/rank_times.py).
+RANK_KEYS = {"slowest_rank", "slowest_host", "rank_lag_s"}
 SUMMARY_KEYS = set(
     "event steps first_loss last_loss tokens_per_s elapsed_s world_size resumed_from"
     " last_eval_loss checkpoint model params".split()
@@ -44,8 +46,10 @@ def test_two_processes_train_and_the_loss_falls(two_process_run):
     assert start["tokens_per_step"] == 2 * start["train_batch_size"] * start["seq_len"]
     assert start["params"] > 100_000
     assert [s["step"] for s in steps] == [1, 7, 14, 21, 28, 30]  # first, every 7, last
-    assert all(set(s) == STEP_KEYS for s in steps)
+    assert all(set(s) == STEP_KEYS | RANK_KEYS for s in steps)
+    assert all(s["slowest_rank"] in (0, 1) and s["slowest_host"] for s in steps)
     assert all(s["mfu"] is None for s in steps)  # no peak FLOP/s for a CPU
+    assert start["collective_timeout_s"] == 300
     assert all(
         s["tokens_per_s_per_device"] * 2 == pytest.approx(s["tokens_per_s"], abs=0.2) for s in steps
     )
@@ -102,6 +106,7 @@ def test_plain_python_runs_as_a_world_of_one(no_dist_env, capsys):
     assert (start["world_size"], start["backend"]) == (1, "gloo")
     assert start["tokens_per_step"] == start["train_batch_size"] * start["seq_len"]
     assert [s["step"] for s in steps] == [1, 2, 3]
+    assert all(set(s) == STEP_KEYS for s in steps)  # one rank: no slowest rank
     assert summary["steps"] == 3 and summary["world_size"] == 1
 
 

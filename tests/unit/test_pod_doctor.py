@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from skills.job_doctor.diagnose import MAX_SCAN, diagnose, pod_info
-from skills.job_doctor.failure_signatures import CODES
+from skills.job_doctor.failure_signatures import CODES, WATCHED
 from skills.job_doctor.remedies import decide, facts_from_snapshot
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
@@ -74,7 +74,7 @@ SPEC = JobSpec(job_name="j", num_nodes=2, gpu_per_node=8, train_batch_size=8)
 
 
 def test_a_fixture_per_code_and_the_fixtures_are_built_from_the_builder(tmp_path):
-    assert set(CODES) <= set(EXPECTED)
+    assert set(CODES) - set(WATCHED) <= set(EXPECTED)  # the watchdog measures step lines
     builder.write(tmp_path)
     for path in sorted(tmp_path.glob("*.json")):
         assert (FIXTURES / path.name).read_text() == path.read_text(), f"rebuild {path.name}"

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from skills.catalog.pricing import Billing
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.training_job_deployer.job_spec import JobSpec
@@ -35,16 +36,6 @@ class TargetSettings(BaseModel):
         """Whether the job's own paths (dataset, checkpoint_dir, ...) are on this host;
         a cluster's are not, so an MCP caller's workspace does not confine them."""
         return True
-
-
-@dataclass(frozen=True)
-class Billing:
-    """What a plan runs on that is paid by the hour: `nodes` instances of one type
-    (None: not named) in `region` (None: not known)."""
-
-    instance_type: str | None
-    nodes: int
-    region: str | None
 
 
 class Plan(BaseModel):

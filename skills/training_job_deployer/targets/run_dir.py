@@ -23,9 +23,17 @@ from skills.shared.progress import Progress
 from skills.shared.reading import read_chunk
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
+from skills.training_job_deployer import watchdog
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets import checkpoint_owner
-from skills.training_job_deployer.targets.base import EVERY_JOB, JobPage, LogOptions, PlanT, Target
+from skills.training_job_deployer.targets.base import (
+    EVERY_JOB,
+    Capability,
+    JobPage,
+    LogOptions,
+    PlanT,
+    Target,
+)
 from skills.training_job_deployer.trainer_log import LogFollower, RunMetrics
 
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
@@ -190,6 +198,11 @@ class RunDirTarget(Target[PlanT]):
 
     record_name: ClassVar[str]
     poll_s: ClassVar[float] = 1.0
+    # The doctor reads the job's log (no pods or events here), and auto-retry resubmits
+    # it: a new attempt resumes from the same checkpoint_dir.
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.SNAPSHOT, Capability.AUTO_RETRY}
+    )
     # Every run-directory target's record file -> its name: a run directory holds one
     # target's job only.
     record_names: ClassVar[dict[str, str]] = {}
@@ -243,6 +256,33 @@ class RunDirTarget(Target[PlanT]):
         if not checkpoint_dir.startswith("s3://"):
             checkpoint_owner.claim(Path(checkpoint_dir), run.path, adopt)
 
+    # submit: one skeleton, the target's steps filled in -----------------------------------
+
+    def submit(self, job_name: str, plan: PlanT, *, replace_corrupt_record: bool = False) -> None:
+        """Under the job's lock: the previous record (a corrupt one set aside only when
+        asked), a job still active refused as job_running, then the target's start,
+        which writes the new record before the lock is let go."""
+        self._before_submit(plan)
+        run = self._run(job_name)
+        run.path.mkdir(parents=True, exist_ok=True)
+        with run.record_file.lock():
+            previous = run.previous(replace_corrupt_record)
+            if previous is not None and (running := self._still_running(run, previous)):
+                raise running
+            self._start(run, plan, previous)
+
+    def _before_submit(self, plan: PlanT) -> None:
+        """Checks that need no lock (what this host or the plan lacks)."""
+        del plan
+
+    @abstractmethod
+    def _still_running(self, run: RecordedRun[Any], previous: Any) -> ToolFailure | None:
+        """The job_running failure when the previous attempt is still active."""
+
+    @abstractmethod
+    def _start(self, run: RecordedRun[Any], plan: PlanT, previous: Any) -> None:
+        """Start the plan and write its record (the lock is held)."""
+
     # follow / logs / list ---------------------------------------------------------------
 
     def follow(
@@ -271,7 +311,9 @@ class RunDirTarget(Target[PlanT]):
             return seen
 
         record, done, polled = poll_until(look, lambda seen: seen[1], wait_seconds, self.poll_s)
-        return self._state(run, record, polled, follower.metrics, done)
+        state = self._state(run, record, polled, follower.metrics, done)
+        state.findings = watchdog.findings(follower.metrics, state.status == "running", time.time())
+        return state
 
     def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
         run = self._run(job_name)
@@ -305,6 +347,15 @@ class RunDirTarget(Target[PlanT]):
             return os.lstat(log).st_size
         except OSError:
             return 0
+
+    def snapshot(self, job_name: str) -> dict[str, Any]:
+        """Capability.SNAPSHOT: the doctor's input here is the job's log (its last
+        LOG_TAIL_BYTES, masked), under the job's name; there are no pods or events."""
+        return {"job": None, "pods": [], "events": [], "logs": {job_name: self.logs(job_name)}}
+
+    def retry_facts(self) -> dict[str, Any]:
+        """Capability.AUTO_RETRY: nothing beyond the log is known on this host."""
+        return {}
 
     def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
         """The page of jobs with a record under runs_dir, newest first; a record that

@@ -19,24 +19,27 @@ import yaml
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT, s3_buckets
+from skills.kube.objects import api_version
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
-from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
+from skills.training_job_deployer.job_spec import JobSpec, hub_ids, trainer_argv
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
 HERE = Path(__file__).resolve().parent
 CRD_FILE = "kubeflow.org_pytorchjobs.v1.9.yaml"
 TEMPLATE = "pytorchjob.yaml.j2"
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 MASTER_PORT = 23456  # the Training Operator's default pytorchjob-port
 C10D_PORT = 29400  # torchrun's c10d rendezvous port on worker-0 (elastic)
 CHECKPOINT_MOUNT = "/checkpoints"
 SHM_GIB_PER_PROCESS = 8  # dataloader workers and NCCL's host buffers, per GPU process
 TTL_SECONDS = 7 * 24 * 3600  # a finished job (and its pods' logs) stays a week
 LABEL_JOB = "fsdp-eks/job"
-LABEL_MANAGED = "app.kubernetes.io/managed-by"
 HF_SECRET = "fsdp-eks-hf-token"
+# Where a job's hub downloads land when it mounts the checkpoint volume: on the volume,
+# shared by the job's restarts and later jobs (by every node, on an FSx claim).
+HUB_CACHE = f"{CHECKPOINT_MOUNT}/hf-home"
 # Pod names are <job>-worker-<index>; Services take them as DNS-1035 labels (<= 63).
 MAX_JOB_NAME = 63 - len("-worker-1023")
 
@@ -67,6 +70,13 @@ def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
     if settings.nccl_socket_ifname:
         env["NCCL_SOCKET_IFNAME"] = settings.nccl_socket_ifname
     return env
+
+
+def hub_home(spec: JobSpec, settings: KubernetesDeploySettings) -> str | None:
+    """HF_HOME for a job that names hub ids: on the checkpoint volume when one is
+    mounted (not for an s3:// checkpoint_dir); None: the container's own ~/.cache."""
+    _, host_path, claim = checkpoint_placement(spec, settings)
+    return HUB_CACHE if hub_ids(spec) and (host_path or claim) else None
 
 
 def job_buckets(spec: JobSpec) -> list[str]:
@@ -211,7 +221,7 @@ def commanded_max_steps(job: dict[str, Any]) -> int | None:
 
 
 def labels(spec: JobSpec) -> dict[str, str]:
-    return {LABEL_MANAGED: "fsdp-eks", LABEL_JOB: spec.job_name}
+    return managed_labels(**{LABEL_JOB: spec.job_name})
 
 
 def check_job_name(job_name: str) -> None:
@@ -256,7 +266,7 @@ def render(
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
             # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-            env={**container_env(settings), **spec.env},
+            env={**container_env(settings), **_hub_env(spec, settings), **spec.env},
             hf_secret=hf_secret,
             requests={**limits, **efa_requests(settings.instance_type)},
             limits=limits,
@@ -267,6 +277,11 @@ def render(
     manifest = _joined(yaml.safe_load(text))
     validate(manifest)
     return manifest
+
+
+def _hub_env(spec: JobSpec, settings: KubernetesDeploySettings) -> dict[str, str]:
+    home = hub_home(spec, settings)
+    return {"HF_HOME": home} if home else {}
 
 
 def _joined(value: Any) -> Any:
@@ -291,7 +306,8 @@ def crd_schema() -> dict[str, Any]:
     text = (HERE / "crds" / CRD_FILE).read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
-    (version,) = (v for v in crd["spec"]["versions"] if v["name"] == VERSION)
+    served = api_version("PyTorchJob").rpartition("/")[2]
+    (version,) = (v for v in crd["spec"]["versions"] if v["name"] == served)
     return version["schema"]["openAPIV3Schema"]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
@@ -25,12 +26,12 @@ import yaml
 from pydantic import Field
 
 from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
+from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import pods as kube_pods
-from skills.kube.access import cluster_api_client
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
-from skills.kube.pods import pod_name
+from skills.kube.pods import pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
@@ -38,14 +39,13 @@ from skills.shared.ownership import require_kube_ours
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer import cuda_gate
-from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer import cuda_gate, watchdog
+from skills.training_job_deployer.job_spec import JobSpec, hub_lines
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
     EVERY_JOB,
-    Billing,
     Capability,
     JobPage,
     LogOptions,
@@ -58,6 +58,7 @@ from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
     avoiding,
     commanded_max_steps,
+    hub_home,
     job_buckets,
     render,
     service_account,
@@ -113,6 +114,9 @@ class KubernetesPlan(Plan):
         default=None, description="The pods' ServiceAccount (None: the namespace's default)."
     )
     identity: str = Field(default="", description="Who the pods are to AWS, in words.")
+    hub: list[str] = Field(
+        default_factory=list, description="Hub ids the job downloads or streams, and where."
+    )
     warnings: list[str] = Field(default_factory=list)
 
     def billing(self) -> Billing:
@@ -125,6 +129,7 @@ class KubernetesPlan(Plan):
         ]
         if self.hf_token_secret:
             rows.append(("secret", f"{self.hf_token_secret} <- HF_TOKEN"))
+        rows += [("hub", line) for line in self.hub]
         if self.identity:
             rows.append(("identity", self.identity))
         if self.memory_estimate:
@@ -138,7 +143,7 @@ class KubernetesPlan(Plan):
 def image_repository(settings: Any) -> tuple[str | None, str | None]:
     """(ECR repository, its region) for image auto-detection: `repository`, else
     ECR_REPOSITORY, else the one push_to_ecr/setup_codebuild last used (in its region)."""
-    from skills.ecr_publisher import remembered
+    from skills.operations import remembered
 
     region = settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
@@ -166,7 +171,7 @@ def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
             f"No AWS region to find the newest image of {repository!r} in.",
             "Pass region (or set AWS_REGION), or pass image_uri.",
         )
-    from skills.ecr_publisher.repository import latest_image
+    from skills.cloud.ecr_repository import latest_image
 
     image = latest_image(repository, region)
     if image is None:
@@ -222,9 +227,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
     @property
     def reader(self) -> KubeReader:
         if self._reader is None:
-            s = self.settings
-            api = cluster_api_client(s.cluster_name, s.region, None, s.kubeconfig, s.context)
-            self._reader = KubeReader(api, self.namespace)
+            self._reader = KubeReader(self.settings.api_client(), self.namespace)
         return self._reader
 
     # plan -------------------------------------------------------------------------------
@@ -271,6 +274,17 @@ class KubernetesTarget(Target[KubernetesPlan]):
         else:  # refuses a plan that cannot fit (GPU_MEMORY_EXCEEDED), dry run included
             memory = check_fits(spec, settings.instance_type)
         has_token = any(os.environ.get(name) for name in HF_ENV)
+        home = hub_home(spec, settings)
+        hub = hub_lines(
+            spec,
+            f"{home} (HF_HOME, on the checkpoint volume)" if home else "the pod's ~/.cache",
+            f"HF_TOKEN from Secret {HF_SECRET}" if has_token else "no HF_TOKEN",
+        )
+        if hub and not has_token:
+            warnings.append(
+                "no HF_TOKEN in this environment: a gated or private hub repo will be "
+                "refused in the job (export HF_TOKEN and plan again)"
+            )
         return KubernetesPlan(
             namespace=settings.namespace,
             image_uri=image,
@@ -287,6 +301,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             memory_estimate=memory,
             service_account=account,
             identity=identity,
+            hub=hub,
             warnings=warnings,
         )
 
@@ -437,7 +452,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if ecr:
             repository, region = ecr.group("repository"), ecr.group("region")
         if repository and region:
-            from skills.ecr_publisher.repository import latest_image
+            from skills.cloud.ecr_repository import latest_image
 
             try:
                 newest = latest_image(repository, region)
@@ -470,7 +485,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     kube_pods.restarts([rank0]), progress, final,
                 )  # fmt: skip
             metrics = rank0_log.follower.metrics
-            return self._state(job_name, job, pods, events, metrics, rank0_log.tail())
+            state = self._state(job_name, job, pods, events, metrics, rank0_log.tail())
+            state.findings = watchdog.findings(metrics, state.status == "running", time.time())
+            return state
 
         state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
         if detach and state.status not in TERMINAL:
@@ -583,13 +600,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     @staticmethod
     def _waiting_reason(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str | None:
-        """Why a running job is not training yet: a waiting container, or the newest
-        Warning event (FailedScheduling, ...)."""
+        """Why a running job is not training yet: what a pod waits for (skills.kube.pods),
+        or the newest Warning event (FailedScheduling, ...)."""
         for pod in pods:
-            for c in (pod.get("status") or {}).get("containerStatuses") or []:
-                waiting = (c.get("state") or {}).get("waiting")
-                if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
-                    return f"{pod_name(pod)}: {waiting.get('reason')}: {waiting.get('message', '')}"
+            if reason := why_pod_waits(pod):
+                return reason
         warnings = [e for e in events if e.get("type") == "Warning"]
         if warnings:
             last = warnings[-1]

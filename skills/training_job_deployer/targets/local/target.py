@@ -28,7 +28,13 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import path_fields
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
+from skills.training_job_deployer.job_spec import (
+    JobSpec,
+    hub_cache,
+    hub_lines,
+    token_source,
+    trainer_argv,
+)
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
@@ -145,12 +151,14 @@ class LocalPlan(Plan):
     nproc_per_node: int
     checkpoint_dir: str = Field(description="Where checkpoints go (local path or s3://).")
     adopt_checkpoint_dir: bool = False
+    hub: list[str] = Field(default_factory=list, description="Hub ids fetched, and where.")
 
     def to_display(self) -> list[tuple[str, Any]]:
         return [
             ("argv", " ".join(self.argv)),
             ("env", " ".join(f"{k}={v}" for k, v in self.env.items())),
             ("run dir", self.run_dir),
+            *[("hub", line) for line in self.hub],
         ]
 
 
@@ -238,15 +246,13 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             nproc_per_node=spec.gpu_per_node,
             checkpoint_dir=paths["checkpoint_dir"],
             adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
+            hub=hub_lines(spec, hub_cache(os.environ), token_source(os.environ)),
         )
 
     # submit ----------------------------------------------------------------
 
-    def submit(
-        self, job_name: str, plan: LocalPlan, *, replace_corrupt_record: bool = False
-    ) -> None:
-        """Start the plan's attempt under the job's lock: one writer per job, and a
-        second deploy of a running job is job_running."""
+    def _before_submit(self, plan: LocalPlan) -> None:
+        del plan
         if importlib.util.find_spec("torch") is None:
             raise ToolFailure(
                 ErrorCode.TRAINER_NOT_INSTALLED,
@@ -255,40 +261,46 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                 "(or run `make setup`).",
                 {"python": sys.executable},
             )
-        run = self._run(job_name)
-        run.path.mkdir(parents=True, exist_ok=True)
-        with run.record_file.lock():
-            record = run.previous(replace_corrupt_record)
-            if record is not None and record.active(run):
-                raise ToolFailure(
-                    ErrorCode.JOB_RUNNING,
-                    f"Job {job_name!r} is already running (attempt {record.attempt}).",
-                    "Follow it with get_training_job, stop it with cancel_training_job, or "
-                    "deploy under another job_name.",
-                    {"run_dir": str(run.path)},
-                )
-            if run.log(plan.attempt).exists() or (record and record.attempt >= plan.attempt):
-                raise ToolFailure(
-                    ErrorCode.CONFLICT,
-                    f"Attempt {plan.attempt} of job {job_name!r} was started meanwhile by "
-                    "another call.",
-                    "Look at it with get_training_job, then deploy again if needed.",
-                )
-            self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
-            run.log(plan.attempt).parent.mkdir(parents=True, exist_ok=True)
-            record = JobRecord(
-                job_name=job_name, attempt=plan.attempt, argv=plan.argv, submitted_at=time.time()
+
+    def _still_running(  # type: ignore[override]
+        self, run: RunDir, previous: JobRecord
+    ) -> ToolFailure | None:
+        if not previous.active(run):
+            return None
+        return ToolFailure(
+            ErrorCode.JOB_RUNNING,
+            f"Job {run.job_name!r} is already running (attempt {previous.attempt}).",
+            "Follow it with get_training_job, stop it with cancel_training_job, or "
+            "deploy under another job_name.",
+            {"run_dir": str(run.path)},
+        )
+
+    def _start(  # type: ignore[override]
+        self, run: RunDir, plan: LocalPlan, previous: JobRecord | None
+    ) -> None:
+        """Start the plan's attempt: one writer per job (the lock is held)."""
+        if run.log(plan.attempt).exists() or (previous and previous.attempt >= plan.attempt):
+            raise ToolFailure(
+                ErrorCode.CONFLICT,
+                f"Attempt {plan.attempt} of job {run.job_name!r} was started meanwhile by "
+                "another call.",
+                "Look at it with get_training_job, then deploy again if needed.",
             )
-            run.record_file.write(record)
-            supervisor = processes.spawn_module(
-                SUPERVISOR_MODULE,
-                str(run.path),
-                log=run.supervisor_log,
-                stdin=plan.model_dump_json().encode(),  # the plan, exactly: never re-read
-            )
-            run.record_file.write(
-                record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor)})
-            )
+        self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
+        run.log(plan.attempt).parent.mkdir(parents=True, exist_ok=True)
+        record = JobRecord(
+            job_name=run.job_name, attempt=plan.attempt, argv=plan.argv, submitted_at=time.time()
+        )
+        run.record_file.write(record)
+        supervisor = processes.spawn_module(
+            SUPERVISOR_MODULE,
+            str(run.path),
+            log=run.supervisor_log,
+            stdin=plan.model_dump_json().encode(),  # the plan, exactly: never re-read
+        )
+        run.record_file.write(
+            record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor)})
+        )
 
     # follow (run_dir.RunDirTarget) ------------------------------------------
 
@@ -393,6 +405,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             processes.signal_group(
                 trainer.pid, trainer.started, signal.SIGKILL, run.trainer_process
             )
+        # The ranks (each in a session of its own under torchrun) go too.
+        processes.signal_marked(signal.SIGKILL, run.trainer_process)
         run.record_file.update(lambda r: None if r is None or r.ended else r.finished(None))
 
 

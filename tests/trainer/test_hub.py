@@ -1,0 +1,285 @@
+"""Hub ids inside the job (trainer/hub.py, data.hub_documents, stream.StreamBatches),
+against a local stand-in of the Hugging Face Hub's HTTP API (tests/services/hf_hub.py)
+reached through HF_ENDPOINT: never the network."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.services.hf_hub import HubRepo, hub_server
+from tests.trainer.conftest import ROOT, parse_lines, trainer_env
+from tests.trainer.test_data_sources import build_tokenizer
+from tests.trainer.test_hf import SMALL, make
+from trainer import hf, hub
+from trainer.config import ConfigError
+from trainer.data import IGNORE_INDEX, hub_documents, render_chat
+from trainer.stream import StreamBatches
+from trainer.tokenizer import ByteTokenizer, load_tokenizer
+
+TOKEN = "hf_" + "StandIn" * 5  # the token shape, so the log masking would catch it too
+SHARDS = 16
+README = b"""---
+configs:
+- config_name: en
+  data_files:
+  - split: train
+    path: "en/train-*.jsonl"
+---
+A tiny C4: 16 JSONL shards of the `en` config.
+"""
+
+
+def model_files(tmp_path) -> dict[str, bytes]:
+    """A tiny Llama checkpoint (hidden 64, 2 layers) with its tokenizer, as repo files."""
+    out = tmp_path / "model"
+    hf.save_hf(
+        make(SMALL).state_dict(), SMALL, out, tokenizer_dir=build_tokenizer(tmp_path / "tok").parent
+    )
+    return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+
+def dataset_files() -> dict[str, bytes]:
+    files = {"README.md": README}
+    for s in range(SHARDS):
+        rows = [
+            {"text": f"Shard {s} document {i}: fully sharded data parallel training. " * 4,
+             "url": f"https://example.com/{s}/{i}"}
+            for i in range(300)
+        ]  # fmt: skip
+        files[f"en/train-{s:05d}-of-{SHARDS:05d}.jsonl"] = "".join(
+            json.dumps(r) + "\n" for r in rows
+        ).encode()
+    return files
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    files = model_files(tmp_path)
+    repos = {
+        "stand/tiny-llama": HubRepo("model", files),
+        "stand/gated-llama": HubRepo("model", files, gated=True),
+        "stand/tiny-c4": HubRepo("dataset", dataset_files()),
+    }
+    with hub_server(repos, token=TOKEN) as server:
+        for name, value in server.env.items():
+            monkeypatch.setenv(name, value)
+        # The cache of this test only; no token unless a test sets one.
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+        yield server
+
+
+def dataset_bytes(files: dict[str, bytes]) -> int:
+    return sum(len(v) for k, v in files.items() if k.startswith("en/"))
+
+
+# --- ids ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "is_id"),
+    [("meta-llama/Llama-3.1-8B", True), ("allenai/c4", True), ("org/name.v2", True),
+     ("s3://bucket/model", False), ("./org/name", False), ("/abs/path", False),
+     ("name-only", False), ("a/b/c", False), ("data/train.jsonl", False), ("org/na me", False),
+     ("", False)],
+)  # fmt: skip
+def test_hub_id_shape(source, is_id):
+    assert hub.is_hub_id(source) is is_id
+
+
+def test_an_existing_local_dir_named_like_an_id_is_local(tmp_path, monkeypatch):
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert not hub.is_hub_id("org/name")
+    assert hub.local_dir("org/name") == "org/name"  # passed through, nothing fetched
+
+
+# --- the model --------------------------------------------------------------------------
+
+
+def test_hub_model_downloads_once_and_loads_like_a_local_dir(stand_in, tmp_path):
+    cfg = hf.read_model_config("stand/tiny-llama")
+    assert (cfg.dim, cfg.n_layers, cfg.vocab_size) == (SMALL.dim, SMALL.n_layers, SMALL.vocab_size)
+    model = make(SMALL, seed=1)
+    hf.load_hf_weights(model, "stand/tiny-llama")  # the same snapshot: no second download
+    expected = make(SMALL)
+    for (name, got), want in zip(
+        model.state_dict().items(), expected.state_dict().values(), strict=True
+    ):
+        assert torch.equal(got, want), name
+    tok = load_tokenizer("stand/tiny-llama")
+    assert tok.n_vocab <= SMALL.vocab_size and tok.files[0].name == "tokenizer.json"
+    assert stand_in.file_gets("stand/tiny-llama", "model.safetensors") == 1
+    assert stand_in.file_gets("stand/tiny-llama", "config.json") == 1
+    # Into HF_HOME (the deployers point it at the checkpoint/FSx volume), nowhere else.
+    assert str(tmp_path / "hf-home") in hub.local_dir("stand/tiny-llama")
+
+
+def test_gated_model_without_a_token_is_a_config_error_with_the_hint(stand_in):
+    with pytest.raises(ConfigError, match="gated hub repo and no HF_TOKEN is set") as info:
+        hf.read_model_config("stand/gated-llama")
+    assert "accepted the model's licence" in str(info.value)
+    assert stand_in.file_gets("stand/gated-llama") == 0
+
+
+def test_gated_model_with_a_wrong_token_never_echoes_it(stand_in, monkeypatch):
+    wrong = "hf_" + "WrongOne" * 5
+    monkeypatch.setenv("HF_TOKEN", wrong)
+    with pytest.raises(ConfigError, match="the HF_TOKEN given has no access") as info:
+        hf.read_model_config("stand/gated-llama")
+    assert wrong not in str(info.value) and wrong not in repr(info.value.__cause__)
+
+
+def test_gated_model_with_the_token_downloads(stand_in, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert hf.read_model_config("stand/gated-llama").dim == SMALL.dim
+    assert stand_in.file_gets("stand/gated-llama", "model.safetensors") == 1
+
+
+def test_unknown_repo_is_a_config_error(stand_in):
+    with pytest.raises(ConfigError, match="not a local path, an s3:// URI or a hub repo"):
+        hf.read_model_config("stand/no-such-model")
+
+
+# --- the dataset, streamed --------------------------------------------------------------
+
+
+# datasets and huggingface_hub read HF_ENDPOINT once, at import: a stream is read in a
+# child process started with the stand-in's environment, as a job's rank would be.
+STREAM_CHILD = """
+import json, sys
+from trainer.data import hub_documents, render_chat
+from trainer.stream import StreamBatches
+from trainer.tokenizer import ByteTokenizer
+name, config, rank, world, steps = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+batches = StreamBatches(lambda: hub_documents(name, config, render_chat, rank, world),
+                        ByteTokenizer(), seq_len=64, batch_size=4, world_size=world)
+inputs, targets = next(batches)
+for _ in range(steps - 1):
+    next(batches)
+assert inputs.shape == targets.shape == (4, 64)
+assert (inputs[:, 1:] == targets[:, :-1]).all()
+print(json.dumps({"start": bytes(inputs[0, 1:40].tolist()).decode()}))
+"""
+
+
+def stream_in_child(*args: object) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-c", STREAM_CHILD, *map(str, args)]
+    return subprocess.run(argv, cwd=ROOT, env=trainer_env(), capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+
+
+def test_hub_dataset_streams_only_what_the_steps_read(stand_in):
+    total = dataset_bytes(stand_in.repos["stand/tiny-c4"].files)
+    starts = []
+    for rank in range(2):
+        proc = stream_in_child("stand/tiny-c4", "en", rank, 2, 6)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        starts.append(json.loads(proc.stdout)["start"])
+    # Ranks read disjoint shards: rank 0 starts in shard 0, rank 1 in another.
+    assert starts[0].startswith("Shard 0 ") and not starts[1].startswith("Shard 0 ")
+    # Each rank read its first shard and no other (fsspec fetches a file this small in one
+    # block; datasets opens it twice): 4 shards' bytes of the 16.
+    served = stand_in.bytes_served("stand/tiny-c4", "en/")
+    assert 0 < served <= 4 * total / SHARDS, (served, total)
+
+
+def test_unknown_hub_dataset_is_a_config_error(stand_in):
+    proc = stream_in_child("stand/nothing", "en", 0, 1, 1)
+    assert "ConfigError: could not open hub dataset 'stand/nothing'" in proc.stderr
+
+
+def test_stream_resumes_where_the_job_was():
+    docs = [f"document {i}: " + "words " * (i % 7 + 3) for i in range(6)]
+
+    def batches(world_size: int = 1) -> StreamBatches:
+        return StreamBatches(lambda: iter(docs), ByteTokenizer(), seq_len=16, batch_size=2,
+                             world_size=world_size)  # fmt: skip
+
+    straight = batches()
+    expected = [next(straight) for _ in range(12)]
+    first = batches()
+    for _ in range(7):
+        next(first)
+    resumed = batches()
+    resumed.load_state_dict(first.state_dict())
+    for want in expected[7:]:  # past the end of the documents too: they start over
+        got = next(resumed)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert resumed.epoch >= 1
+    with pytest.raises(ValueError, match="another dataset or seq_len"):
+        StreamBatches(lambda: iter(docs), ByteTokenizer(), 8, 2, 1).load_state_dict(
+            first.state_dict()
+        )
+
+
+def test_stream_masks_chat_turns_and_wraps_a_short_share():
+    chat = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello!"}]
+
+    def documents():
+        from trainer.data import assistant_segments
+
+        yield assistant_segments(render_chat)(chat)
+
+    stream = StreamBatches(documents, ByteTokenizer(), seq_len=8, batch_size=3, world_size=1,
+                           masked=True)  # fmt: skip
+    _, targets = next(stream)
+    assert (targets == IGNORE_INDEX).any() and (targets != IGNORE_INDEX).any()
+    next(stream)  # the one document gives fewer windows than asked: it starts over
+    assert stream.epoch >= 1
+
+
+def test_stream_too_small_is_a_config_error():
+    stream = StreamBatches(lambda: iter(["tiny"]), ByteTokenizer(), seq_len=64, batch_size=1,
+                           world_size=1)  # fmt: skip
+    with pytest.raises(ConfigError, match="dataset too small"):
+        next(stream)
+
+
+def test_hub_dataset_without_the_datasets_package_explains_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` -> ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'fsdp-eks\[trainer\]'"):
+        next(hub_documents("some-org/some-dataset", "default", render_chat, 0, 1))
+
+
+# --- a job: 2 ranks on one node ---------------------------------------------------------
+
+
+def torchrun(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, list]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node=2", "-m", "trainer", *args]  # fmt: skip
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc, parse_lines(proc.stdout)
+
+
+def test_two_ranks_download_once_train_on_the_stream_and_resume(stand_in, tmp_path):
+    env = {**trainer_env(), "OMP_NUM_THREADS": "1"}  # HF_* from the fixture's monkeypatch
+    args = ["--model_name_or_path", "stand/tiny-llama", "--tokenizer", "stand/tiny-llama",
+            "--dataset", "stand/tiny-c4", "--dataset_config_name", "en", "--seq_len", "32",
+            "--train_batch_size", "2", "--log_freq", "1", "--validation_freq", "0",
+            "--checkpoint_dir", str(tmp_path / "ckpt"), "--checkpoint_freq", "3"]  # fmt: skip
+    proc, events = torchrun([*args, "--max_steps", "3"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = events[-1]
+    assert summary["event"] == "summary" and summary["steps"] == 3
+    assert summary["model"] == "stand/tiny-llama"
+    # Once per node: one GET of each model file for both ranks (model and tokenizer).
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert stand_in.file_gets("stand/tiny-llama", name) == 1, name
+    served = stand_in.bytes_served("stand/tiny-c4", "en/")
+    assert 0 < served <= 4 * dataset_bytes(stand_in.repos["stand/tiny-c4"].files) / SHARDS
+
+    proc, events = torchrun([*args, "--max_steps", "5"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert events[-1]["resumed_from"] and events[-1]["steps"] == 5
+    steps = [e["step"] for e in events if e["event"] == "step"]
+    assert steps == [4, 5]
+    # The resumed job reads the node's copy: the model is not fetched again.
+    assert stand_in.file_gets("stand/tiny-llama", "model.safetensors") == 1
