@@ -439,12 +439,12 @@ def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:
     return NextStep(tool="manage_eks_cluster", arguments={**arguments, "confirm": True}, why=why)
 
 
-def release_node(access: Access, node: str | None, confirm: bool) -> ClusterReport:
+def release_node(access: ClusterAccess, node: str | None, confirm: bool) -> ClusterReport:
     """Undo auto_retry's quarantine of a node (skills.kube.quarantine): without `node`, the
     quarantined nodes (a read); with it, a plan until `confirm` releases it."""
     from skills.kube import quarantine as kq
 
-    kube = access.kube()
+    kube = _kube(access)
     if node is None:
         records = kq.quarantined(kube.items("/api/v1/nodes"))
         shown = [r.model_dump(exclude_none=True) for r in records]
