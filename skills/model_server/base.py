@@ -162,7 +162,11 @@ class ServerTarget(ABC, Generic[S, A]):
     def get(self, name: str, settings: A) -> ServerState: ...
 
     @abstractmethod
-    def list(self, settings: A) -> list[ServerState]: ...
+    def list(
+        self, settings: A, limit: int | None = None, offset: int = 0
+    ) -> tuple[list[ServerState], int]:
+        """The servers by name, `limit` of them (None: all) after the first `offset`, only
+        those described, and how many there are."""
 
     @abstractmethod
     def delete(self, name: str, settings: A) -> ServerState: ...

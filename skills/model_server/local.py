@@ -488,12 +488,18 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
             message=f"pid {record.pid}, log {self._dir(record.name) / LOG}",
         )
 
-    def list(self, settings: LocalServerAccess) -> list[ServerState]:
+    def list(
+        self, settings: LocalServerAccess, limit: int | None = None, offset: int = 0
+    ) -> tuple[list[ServerState], int]:
         root = servers_dir()
+        folders = [  # a stray file is not a server (a link is listed, as refused)
+            folder
+            for folder in (sorted(root.iterdir()) if root.is_dir() else ())
+            if folder.is_dir() or folder.is_symlink()
+        ]
+        end = None if limit is None else offset + limit
         found = []
-        for folder in sorted(root.iterdir()) if root.is_dir() else ():
-            if not folder.is_dir() and not folder.is_symlink():
-                continue  # a stray file: not a server (a link is listed, as refused)
+        for folder in folders[offset:end]:
             try:
                 record = self._read(folder.name)
             except ToolFailure as failure:
@@ -505,7 +511,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
                 continue
             if record is not None:
                 found.append(self._state(record))
-        return found
+        return found, len(folders)
 
     # --- delete / scale ---------------------------------------------------------------
 
