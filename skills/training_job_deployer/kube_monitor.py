@@ -10,7 +10,7 @@ and emulators ignore them)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from skills.kube.client import KubeJson
@@ -246,7 +246,8 @@ def read_snapshot(
     ]
     events.sort(key=_event_order)
     # The nodes the pods ran on: their conditions are the node agents' evidence (XIDs).
-    node_objects = [n for n in reader.nodes() if (n.get("metadata") or {}).get("name") in nodes]
+    every = _if_allowed(reader.nodes) if nodes else []
+    node_objects = [n for n in every if (n.get("metadata") or {}).get("name") in nodes]
     logs: dict[str, str] = {}
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -262,6 +263,19 @@ def read_snapshot(
             if text:
                 logs[name + (PREVIOUS if previous else "")] = redact(text)
     return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
+
+
+def _if_allowed(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A read the job's own access may lack (nodes and the default namespace are the
+    cluster's): refused, the snapshot goes without it rather than failing."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return read()
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            return []
+        raise
 
 
 def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:

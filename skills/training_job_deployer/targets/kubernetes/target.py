@@ -52,11 +52,13 @@ from skills.training_job_deployer.targets.base import (
     JobPage,
     LogOptions,
     Plan,
+    Quarantined,
     Target,
     TargetSettings,
 )
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
+    avoiding,
     commanded_max_steps,
     hub_home,
     job_buckets,
@@ -205,12 +207,6 @@ def _manifest_s3_paths(manifest: dict[str, Any]) -> list[str]:
             command = [str(a) for a in container.get("command") or []]
             found += [v for f, v in zip(command, command[1:], strict=False) if f in flags]
     return found
-
-
-def _masked_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
-    if error is None:
-        return None
-    return {k: redact(v) if isinstance(v, str) else v for k, v in error.items()}
 
 
 class KubernetesTarget(Target[KubernetesPlan]):
@@ -555,27 +551,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
             message = "cancelled (suspended: pods removed, checkpoints kept)"
         elif status == "running":
             message = self._waiting_reason(pods, events)
-        elapsed = (metrics.summary or {}).get("elapsed_s")
-        if elapsed is None and metrics.last_event:
-            elapsed = metrics.last_event.get("elapsed_s")
         state = JobState(
             job_name=job_name,
             target=self.name,
             status=status,  # type: ignore[arg-type]
-            steps=metrics.steps,
-            max_steps=metrics.max_steps,
-            first_loss=metrics.first_loss,
-            last_loss=metrics.last_loss,
-            tokens_per_s=metrics.tokens_per_s,
-            world_size=metrics.world_size,
-            last_eval_loss=metrics.last_eval_loss,
-            resumed_from=metrics.resumed_from,
-            checkpoint_step=metrics.checkpoint_step,
-            checkpoint_path=metrics.checkpoint_path,
+            **metrics.state_fields(),
             log_path=self._pod_path(pod_name(rank0)) if rank0 else None,
             exit_code=code,
-            elapsed_s=elapsed,
-            error=_masked_error(metrics.error),
             message=None if message is None else redact(message),
             restarts=kube_pods.restarts(pods),
             pods={pod_name(p): (p.get("status") or {}).get("phase", "Unknown") for p in pods},
@@ -726,6 +708,65 @@ class KubernetesTarget(Target[KubernetesPlan]):
             log = self.reader.log(pod_name(rank0), tail_lines=LIST_LOG_LINES)
             follower.feed(log.encode(), final=True)
         return follower.metrics
+
+    # a failed node out of service --------------------------------------------------------
+
+    def quarantine(
+        self, nodes: list[str], reason: str, job_name: str, num_nodes: int
+    ) -> Quarantined:
+        """Cordon and taint each node (skills.kube.quarantine: recorded on the node,
+        released by manage_eks_cluster action=release_node), keep the next submission off
+        them (nodeAffinity), and count the schedulable nodes of the instance type left: too
+        few for `num_nodes` says so, with the node group's scale call where it is known."""
+        from skills.kube import quarantine as kq
+
+        records = [kq.quarantine(self.reader, n, reason, job_name) for n in nodes]
+        instance_type = getattr(self.settings, "instance_type", None)
+        left = sum(kq.schedulable(n, instance_type) for n in self.reader.nodes())
+        if left >= num_nodes:
+            return Quarantined(tuple(nodes))
+        need = num_nodes - left
+        where = instance_type or "GPU"
+        short = (
+            f"{left} schedulable {where} node(s) left for a job of {num_nodes} after "
+            f"quarantining {', '.join(nodes)}: add {need} node(s), or replace the failed "
+            "one (its node group's autoscaling group replaces a terminated instance), then "
+            "deploy again"
+        )
+        group = next((r.nodegroup for r in records if r.nodegroup), None)
+        cluster = getattr(self.settings, "cluster_name", None)
+        if not (group and cluster):
+            return Quarantined(tuple(nodes), short)
+        sizes = self._nodegroup_sizes(cluster, group)
+        arguments: dict[str, Any] = {"action": "scale", "cluster_name": cluster,
+                                     "nodegroup": group}  # fmt: skip
+        if sizes is not None:
+            low, high, desired = sizes
+            arguments["desired_size"] = desired + need
+            if desired + need > high:
+                arguments["max_size"] = desired + need
+        if self.settings.region:
+            arguments["region"] = self.settings.region
+        step = {"tool": "manage_eks_cluster", "arguments": arguments,
+                "why": f"add {need} {where} node(s) to {group} (paid: ask first)"}  # fmt: skip
+        return Quarantined(tuple(nodes), short, step)
+
+    def avoiding(self, plan: KubernetesPlan, nodes: tuple[str, ...]) -> KubernetesPlan:
+        """The plan with a nodeAffinity that keeps every pod off `nodes` (the taint does
+        it on a real cluster too; this makes the plan say so)."""
+        return plan.model_copy(update={"manifest": avoiding(plan.manifest, nodes)})
+
+    def _nodegroup_sizes(self, cluster: str, group: str) -> tuple[int, int, int] | None:
+        """(min, max, desired) of the EKS node group; None when EKS cannot be asked."""
+        from skills.cloud.clients import aws_session
+
+        try:
+            eks = aws_session(None, self.settings.region).client("eks")
+            scaling = eks.describe_nodegroup(clusterName=cluster, nodegroupName=group)[
+                "nodegroup"]["scalingConfig"]  # fmt: skip
+            return scaling["minSize"], scaling["maxSize"], scaling["desiredSize"]
+        except Exception:  # noqa: BLE001 (best effort: the call is shown without sizes)
+            return None
 
     # the job doctor's input -------------------------------------------------------------
 
