@@ -30,6 +30,7 @@ from typing import Any
 from skills.job_doctor.diagnose import Finding, diagnose
 from skills.job_doctor.failure_signatures import CODES
 from skills.job_doctor.remedies import Attempt, Remedy, decide, facts_from_snapshot
+from skills.kube.pods import pod_name
 from skills.shared.progress import NullProgress, Progress
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt, WatchFinding
@@ -76,11 +77,15 @@ def run(
     history: list[Attempt] = []
     stop: str | None = None
     state: JobState | None = None  # each attempt's; the loop runs at least once
+    next_step: dict[str, Any] | None = None  # a stop's own next call (add a node)
+    avoid: list[str] = []  # nodes quarantined so far: the next attempts keep off them
     plan: Any = None
     for number in range(1, max_retries + 2):
         runner = get_target(settings)
         require_support(runner)
         plan = runner.plan(spec)
+        if avoid:  # nodes quarantined after an earlier attempt
+            plan = runner.avoiding(plan, tuple(avoid))
         progress.report(0, spec.max_steps, f"attempt {number}: submitting {spec.job_name}")
         runner.submit(spec.job_name, plan, replace_corrupt_record=replace_corrupt_record)
         state, snapshot, finding = _follow(runner, spec.job_name, progress)
@@ -106,6 +111,11 @@ def run(
             Attempt(number=number, finding=finding, remedy=decision.remedy,
                     resumed_from=state.resumed_from)
         )  # fmt: skip
+        short = _quarantine(runner, attempt, finding, snapshot, spec)
+        avoid += [n for n in attempt.quarantined if n not in avoid]
+        if short is not None:
+            stop, next_step = short
+            break
         if decision.stop:
             stop = decision.stop
             break
@@ -127,9 +137,36 @@ def run(
     fields = state.model_dump()
     fields.update(attempts=attempts, stop_reason=stop, plan=plan)
     if stop:
-        fields["next_step"] = None
+        fields["next_step"] = next_step
         fields["message"] = f"auto-retry stopped: {stop}"
     return fields
+
+
+def _quarantine(
+    runner: Target,
+    attempt: RetryAttempt,
+    finding: Finding | None,
+    snapshot: dict[str, Any],
+    spec: JobSpec,
+) -> tuple[str, dict[str, Any] | None] | None:
+    """A finding that is the node's fault (CODES[code].quarantine) takes the nodes it was
+    seen on out of service, only nodes that ran this job's pods (attempt.quarantined
+    lists them); (why the loop stops, the call that adds a node) when too few nodes are
+    left for the job, else None."""
+    if finding is None or not CODES[finding.code].quarantine:
+        return None
+    if not runner.can(Capability.QUARANTINE):
+        return None
+    ran = {pod_name(p): (p.get("spec") or {}).get("nodeName") for p in snapshot.get("pods") or []}
+    seen = [finding.pod, *finding.alike_pods]
+    nodes = sorted({str(node) for p in seen if p and (node := ran.get(p))})
+    if not nodes:
+        return None
+    done = runner.quarantine(nodes, finding.code, spec.job_name, spec.num_nodes)
+    attempt.quarantined = list(done.nodes)
+    if done.short is None:
+        return None
+    return f"quarantined {', '.join(done.nodes)}; {done.short}", done.next_step
 
 
 def _follow(

@@ -10,6 +10,7 @@ what they asked, for the "one list per kind" measures."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,6 +26,7 @@ class KubeJson:
         self.api = api_client
         self.calls = 0
         self.paths: list[str] = []
+        self._counting = threading.Lock()  # a list page reads logs from threads
 
     @property
     def host(self) -> str:
@@ -55,8 +57,9 @@ class KubeJson:
         for auth in self.api.configuration.auth_settings().values():  # refreshes a token
             if auth.get("in") == "header" and auth.get("value"):
                 headers[auth["key"]] = auth["value"]
-        self.calls += 1
-        self.paths.append(f"{method} {path}")
+        with self._counting:
+            self.calls += 1
+            self.paths.append(f"{method} {path}")
         try:
             response = self.api.rest_client.request(
                 method, url, headers=headers, body=body, _request_timeout=REQUEST_TIMEOUT

@@ -248,15 +248,17 @@ def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecor
     worker = _worker(operation_id)
     _refuse_foreign(record, worker)
     record = _update(operation_id, cancel_requested=True)
-    processes.signal_group(record.pid, record.pid_started, signal.SIGTERM, worker)
 
     def stopped(record: OperationRecord) -> bool:
         return record.status != "running" and not processes.is_alive(record.pid, record.pid_started)
 
-    record = poll_until(lambda: get(operation_id), stopped, grace_s, POLL_S)
+    processes.stop_group(
+        record.pid, record.pid_started, worker, grace_s,
+        stopped=lambda: stopped(get(operation_id)), interval_s=POLL_S,
+    )  # fmt: skip
+    record = get(operation_id)
     if stopped(record):
         return record
-    processes.signal_group(record.pid, record.pid_started, signal.SIGKILL, worker)
     # SIGKILL is not refused; allow the kernel a moment
     poll_until(
         lambda: processes.is_alive(record.pid, record.pid_started), lambda alive: not alive,
@@ -325,6 +327,21 @@ def list_records(
                 group.append(record)
         found.extend(sorted(group, key=lambda r: r.created_at, reverse=True))
     return found if limit is None else found[:limit]
+
+
+def page_records(
+    tool: str | None, status: str | None, limit: int, offset: int
+) -> tuple[list[OperationRecord], int | None]:
+    """`limit` records after the first `offset` (list_records' order), and how many there
+    are: counted from the listing alone when no status is asked (no record read past the
+    page); with a status, None while more may exist (one past the page was found)."""
+    found = list_records(tool, status, offset + limit + 1)
+    page = found[offset : offset + limit]
+    if len(found) <= offset + limit:  # every record was read: counted
+        return page, len(found)
+    if status is None:  # the folders count them (an unreadable one too: at most over)
+        return page, max(len(_folders_newest_first(tool)), len(found))
+    return page, None
 
 
 def prune(now: float | None = None) -> int:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.data import IGNORE_INDEX, PackedBatches, encode_with_mask, eval_batches
+from trainer.data import (
+    IGNORE_INDEX,
+    PackedBatches,
+    assistant_segments,
+    encode_with_mask,
+    eval_batches,
+    render_chat,
+)
 from trainer.tokenizer import ByteTokenizer
 
 
@@ -87,3 +94,32 @@ def test_the_mask_of_each_token_of_a_chat():
     for (name, (_, expected)), (ids, mask) in zip(MASKS.items(), pairs, strict=True):
         assert ids[0] == ByteTokenizer.bos_id and ids[-1] == ByteTokenizer.eos_id, name
         assert "".join(map(str, mask)) == expected, name
+
+
+def test_only_the_assistant_turns_are_trained_whatever_the_other_roles():
+    call = {"type": "function", "function": {"name": "f", "arguments": {}}}
+    chat = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "42"},
+        {"role": "developer", "content": "x"},
+    ]
+    segments = assistant_segments(render_chat)(chat)
+    assert [trained for _, trained in segments] == [False, False, True, False, True, False]
+
+
+@pytest.mark.parametrize(
+    ("epoch", "position", "valid"),
+    [(0, 0, True), (3, 32, True), (0, 33, False), (-1, 0, False), (0, -1, False)],
+)
+def test_a_resumed_position_is_within_the_epochs_windows(epoch, position, valid):
+    batches = PackedBatches(stream(32 * 17 + 16), 16, 4, 0, 2, seed=2)  # 32 windows
+    state = {**batches.state_dict(), "epoch": epoch, "position": position}
+    if valid:
+        batches.load_state_dict(state)
+        assert (batches.epoch, batches.position) == (epoch, position)
+    else:
+        with pytest.raises(ValueError, match="invalid data state"):
+            batches.load_state_dict(state)

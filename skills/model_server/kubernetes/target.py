@@ -28,7 +28,7 @@ from skills.kube.client import KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.kube.objects import kind_path
 from skills.kube.pods import why_pod_waits
-from skills.model_server.base import ServerPlan, ServerState, ServerTarget
+from skills.model_server.base import ServerPlan, ServerState, ServerTarget, smoke_chat
 from skills.model_server.kubernetes.manifest import (
     MODEL_ANNOTATION,
     PROGRESS_DEADLINE_S,
@@ -52,7 +52,6 @@ from skills.shared.progress import Progress
 
 DEFAULT_WAIT_S = PROGRESS_DEADLINE_S  # as long as the rollout itself may take
 SMOKE_TIMEOUT_S = 60.0
-SMOKE_PROMPT = "Say hello in one short sentence."
 
 
 def rollout(deployment: dict[str, Any]) -> tuple[int, int, str | None]:
@@ -218,11 +217,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             ids = [m.get("id") for m in (models or {}).get("data") or []]
             if name not in ids:
                 raise ValueError(f"/v1/models lists {ids}, not {name!r}")
-            body = {
-                "model": name,
-                "messages": [{"role": "user", "content": SMOKE_PROMPT}],
-                "max_tokens": 16,
-            }
+            body = smoke_chat(name)
             answer = self._call(kube, state.endpoint, "POST", "/v1/chat/completions", body)
             text = answer["choices"][0]["message"]["content"]
         except ToolFailure:
@@ -259,14 +254,18 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             "It is not a model server of this suite's: list_model_servers lists those.",
             label=MODEL_SERVER_LABEL, value=name, namespace=settings.namespace,
         )  # fmt: skip
-        return self._describe(kube, deployment, settings)
+        return self._describe(kube, deployment, settings, _service(kube, deployment, settings))
 
     def _describe(
-        self, kube: KubeJson, deployment: dict[str, Any], settings: KubernetesServerAccess
+        self,
+        kube: KubeJson,
+        deployment: dict[str, Any],
+        settings: KubernetesServerAccess,
+        service: dict[str, Any] | None,
     ) -> ServerState:
+        """The server's state from its Deployment and its Service (None: it has none)."""
         name = deployment["metadata"]["name"]
         wanted, ready, failure = rollout(deployment)
-        service = kube.get_or_none(kind_path("Service", settings.namespace, name))
         endpoint, curl = self._endpoint(kube, service, name, settings)
         model = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
             MODEL_ANNOTATION, ""
@@ -343,16 +342,27 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         kube = self._client(settings)
         return self._with_waiting_reason(kube, self._state(kube, name, settings), settings)
 
-    def list(self, settings: KubernetesServerAccess) -> list[ServerState]:
+    def list(
+        self, settings: KubernetesServerAccess, limit: int | None = None, offset: int = 0
+    ) -> tuple[list[ServerState], int]:
+        """Two requests a page, whatever the namespace holds: one LIST of the suite's
+        Deployments, one of its Services (not a GET per server)."""
         kube = self._client(settings)
-        selector = f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL}"
-        found = kube.items(kind_path("Deployment", settings.namespace), {"labelSelector": selector})
-        ours = [  # filtered here too: the selector is the server's optimisation, not a promise
-            d for d in found
-            if why_not_ours_kube(d) is None
-            and ((d.get("metadata") or {}).get("labels") or {}).get(MODEL_SERVER_LABEL)
-        ]  # fmt: skip
-        return sorted((self._describe(kube, d, settings) for d in ours), key=lambda s: s.name)
+        query = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL}"}
+        ours = sorted(
+            _ours_only(kube.items(kind_path("Deployment", settings.namespace), query)),
+            key=lambda d: d["metadata"]["name"],
+        )
+        page = ours[offset : None if limit is None else offset + limit]
+        services = {
+            s["metadata"]["name"]: s
+            for s in _ours_only(
+                kube.items(kind_path("Service", settings.namespace), query) if page else []
+            )
+        }
+        return [
+            self._describe(kube, d, settings, services.get(d["metadata"]["name"])) for d in page
+        ], len(ours)
 
     def delete(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         """The Deployment (its pods with it) and the Service, once both are known to be
@@ -407,7 +417,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         )
         if patched is None:
             return self._state(kube, name, settings)
-        return self._describe(kube, patched, settings)
+        return self._describe(kube, patched, settings, _service(kube, patched, settings))
 
 
 def _preconditions(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -444,3 +454,22 @@ def _require_s3_identity(kube: KubeJson, deployment: dict[str, Any]) -> None:
             f"{MAKE_IT}; or pass service_account (one that can read the bucket).",
             {"namespace": namespace, "service_account": account},
         )
+
+
+def _ours_only(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The suite's model-server objects (filtered here too: the selector is the API
+    server's optimisation, not a promise)."""
+    return [
+        o for o in found
+        if why_not_ours_kube(o) is None
+        and ((o.get("metadata") or {}).get("labels") or {}).get(MODEL_SERVER_LABEL)
+    ]  # fmt: skip
+
+
+def _service(
+    kube: KubeJson, deployment: dict[str, Any], settings: KubernetesServerAccess
+) -> dict[str, Any] | None:
+    """The Service of one server (a list reads them all in one request instead)."""
+    return kube.get_or_none(
+        kind_path("Service", settings.namespace, deployment["metadata"]["name"])
+    )

@@ -360,4 +360,9 @@ class RunDirTarget(Target[PlanT]):
     def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
         """The page of jobs with a record under runs_dir, newest first; a record that
         cannot be read is listed with status unknown and why."""
-        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.describe, page)
+        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.listed, page)
+
+    def listed(self, job_name: str) -> JobState:
+        """The job as a list shows it: by default as describe tells it (a target whose
+        record keeps an ended job's outcome answers from the record, reading no log)."""
+        return self.describe(job_name)

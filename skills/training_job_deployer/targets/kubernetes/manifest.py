@@ -9,6 +9,7 @@ the /dev/shm size, NCCL/EFA environment, and where checkpoints live."""
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,30 @@ def node_selector(instance_type: str | None) -> dict[str, str]:
     """Pods land on nodes of the instance type, named as the node labels name it
     (HyperPod labels ml.* names)."""
     return {INSTANCE_TYPE_LABELS[0]: instance_type} if instance_type else {}
+
+
+def node_affinity(avoid: tuple[str, ...]) -> dict[str, Any] | None:
+    """Pods kept off `avoid` (quarantined nodes), by node name: matchFields on
+    metadata.name needs no label to be right (a node's hostname label may differ)."""
+    if not avoid:
+        return None
+    term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(avoid)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}  # fmt: skip
+
+
+def avoiding(manifest: dict[str, Any], nodes: tuple[str, ...]) -> dict[str, Any]:
+    """The manifest with every replica's pods kept off `nodes` (validated again)."""
+    out = copy.deepcopy(manifest)
+    affinity = node_affinity(nodes)
+    for replica in out["spec"]["pytorchReplicaSpecs"].values():
+        pod = replica["template"]["spec"]
+        if affinity is None:
+            pod.pop("affinity", None)
+        else:
+            pod["affinity"] = affinity
+    validate(out)
+    return out
 
 
 def elastic_range(spec: JobSpec, settings: KubernetesDeploySettings) -> tuple[int, int] | None:

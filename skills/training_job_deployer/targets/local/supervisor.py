@@ -30,7 +30,7 @@ from skills.training_job_deployer.targets.local.record import (
     ProcessIdentity,
     RunDir,
 )
-from skills.training_job_deployer.targets.local.target import LocalPlan
+from skills.training_job_deployer.targets.local.target import LocalPlan, LocalTarget
 from skills.training_job_deployer.trainer_log import parse_line
 
 TAIL_LINES = 40
@@ -222,6 +222,15 @@ class Supervisor:
             return ended
 
         self.file.update(end)
+        self._observe()
+
+    def _observe(self) -> None:
+        """Look at the ended job once, as get_training_job does: its outcome goes into the
+        record (LocalTarget._state keeps it), so a list reads the record, not the log."""
+        try:
+            LocalTarget(self.run.path.parent).describe(self.run.job_name)
+        except Exception:  # noqa: BLE001 - the job has ended and is recorded; a later look keeps it
+            return
 
     def _read_quietly(self) -> JobRecord | None:
         try:

@@ -11,6 +11,7 @@ while it trains and a later call, from any process, can follow, describe or canc
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from skills.operations import processes
 from skills.operations.record_store import RecordCorrupt
@@ -40,6 +41,7 @@ from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
     RECORD,
     SUPERVISOR_MODULE,
+    JobOutcome,
     JobRecord,
     ProcessIdentity,
     RunDir,
@@ -58,7 +60,11 @@ from skills.training_job_deployer.trainer_log import (
     RunMetrics,
 )
 
+logger = logging.getLogger(__name__)
+
 POLL_S = 0.25
+# Free space below which an ended job's outcome is not added to its record.
+KEEP_FREE_BYTES = 1 * 2**20
 
 
 def _threads_per_process(nproc: int) -> int:
@@ -350,6 +356,32 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             state.log_tail = "\n".join(
                 [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
             )
+        if done and record.ended and record.outcome is None:
+            fields = metrics.state_fields()
+            keep(run, record, JobOutcome(status=status, message=state.message, figures=fields))
+        state.suggest_next_step(self.call_args())
+        return state
+
+    def listed(self, job_name: str) -> JobState:
+        """An ended job from its record's outcome (no log read); any other as describe."""
+        run = self._run(job_name)
+        record = self._open(run)
+        if not record.ended or record.outcome is None:
+            return self.describe(job_name)
+        outcome = record.outcome
+        try:
+            state = JobState(
+                job_name=job_name,
+                target=self.name,
+                status=outcome.status,
+                **{k: v for k, v in outcome.figures.items() if k in JobState.model_fields},
+                run_dir=str(run.path),
+                log_path=str(run.log(record.attempt)),
+                exit_code=record.exit_code,
+                message=outcome.message,
+            )
+        except ValidationError:  # figures an edit made wrong: the log says
+            return self.describe(job_name)
         state.suggest_next_step(self.call_args())
         return state
 
@@ -397,13 +429,9 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         if record.ended:
             return
         trainer = record.trainer
-        if trainer is not None and trainer.alive():
-            processes.signal_group(
-                trainer.pid, trainer.started, signal.SIGTERM, run.trainer_process
-            )
-            poll_until(trainer.alive, lambda alive: not alive, grace_s, POLL_S)
-            processes.signal_group(
-                trainer.pid, trainer.started, signal.SIGKILL, run.trainer_process
+        if trainer is not None:
+            processes.stop_group(
+                trainer.pid, trainer.started, run.trainer_process, grace_s, interval_s=POLL_S
             )
         # The ranks (each in a session of its own under torchrun) go too.
         processes.signal_marked(signal.SIGKILL, run.trainer_process)
@@ -430,3 +458,22 @@ def _refuse_foreign(run: RunDir, record: JobRecord) -> None:
                 "deploy again with --replace_corrupt_record if the job is not running.",
                 {"pid": identity.pid, "role": role, "reason": "not_our_process"},
             )
+
+
+def keep(run: RunDir, seen: JobRecord, outcome: JobOutcome) -> None:
+    """The ended attempt's outcome into its record, once (a later attempt's is its own);
+    a record that cannot be written now (a full disk) is left for the next look."""
+
+    def add(record: JobRecord | None) -> JobRecord | None:
+        if record is None or record.attempt != seen.attempt or not record.ended:
+            return None
+        return None if record.outcome else record.model_copy(update={"outcome": outcome})
+
+    try:
+        # On a (nearly) full disk the record is left as it is: a write that cannot
+        # complete would cost the record itself (an overwrite in place, cut short).
+        if shutil.disk_usage(run.path).free < KEEP_FREE_BYTES:
+            return
+        run.record_file.update(add)
+    except (OSError, RecordCorrupt, ToolFailure):
+        logger.info("the outcome of %s was not kept", run.path, exc_info=True)
