@@ -1,4 +1,4 @@
-"""trainer/host_memory.py: after return_large_frees, a freed multi-MiB tensor leaves the
+"""trainer/host_memory.py: after return_large_frees, a freed tensor above 8 MiB leaves the
 process's resident memory; without it glibc keeps it on a heap (the dynamic threshold
 rose past its size when a larger block was freed). Each case runs in a fresh process:
 the allocator's state is per process."""
@@ -28,11 +28,11 @@ tuned = return_large_frees(os.environ) if sys.argv[1] == "tuned" else False
 big = torch.ones(24 * 2**20 // 4)  # freed: glibc's threshold rises to 24 MiB
 del big
 before = anon_mib()
-# 24 blocks of 4 MiB, written, each followed by a small tensor that stays (as a step's
+# 8 blocks of 12 MiB, written, each followed by a small tensor that stays (as a step's
 # long-lived state does): freed, the blocks are holes no heap trim can return.
 kept, pins = [], []
-for _ in range(24):
-    kept.append(torch.ones(2**20))
+for _ in range(8):
+    kept.append(torch.ones(3 * 2**20))
     pins.append(torch.ones(1024))
 during = anon_mib()
 del kept
