@@ -50,23 +50,15 @@ TEST_WORKERS ?= auto
 test: system-deps setup-dev
 	$(PY) -m pytest -n $(TEST_WORKERS) || [ $$? -eq 5 ]
 
-bench: setup-dev
-	$(PY) benchmarks/mcp_cold_start.py
-	$(PY) benchmarks/demo_wall_time.py
-	$(PY) benchmarks/trainer_bench.py
-	$(PY) benchmarks/trainer_scale.py
-	$(PY) benchmarks/job_record_write.py
-	$(PY) benchmarks/dockerfile_analyzer.py
-	$(PY) benchmarks/image_rebuild.py
-	$(PY) benchmarks/ecr_push.py
-	$(PY) benchmarks/codebuild_setup.py
-	$(PY) benchmarks/pod_doctor.py
-	$(PY) benchmarks/slurm_overhead.py
-	$(PY) benchmarks/eks_validate.py
-	$(PY) benchmarks/k8s_submit.py
-	$(PY) benchmarks/model_server_local.py
-	$(PY) benchmarks/fleet_history_and_logs.py
-	$(PY) benchmarks/http_many_agents.py
+# Every benchmark in benchmarks/ (bare_*.py are the baselines they run, _*.py helpers), each
+# to its ratios; one that fails does not stop the rest, and `make bench` fails at the end.
+# BENCH_ARGS=--quick runs each one's quick mode (smallest size, once: what the tests run).
+BENCHMARKS := $(sort $(filter-out benchmarks/bare_% benchmarks/_%,$(wildcard benchmarks/*.py)))
+
+bench: system-deps setup-dev
+	@failed=""; for b in $(BENCHMARKS); do echo "== $$b $(BENCH_ARGS)"; \
+	  $(PY) $$b $(BENCH_ARGS) || failed="$$failed $$b"; done; \
+	if [ -n "$$failed" ]; then echo "benchmarks that failed:$$failed"; exit 1; fi
 
 lint: setup-dev
 	$(PY) -m ruff check .

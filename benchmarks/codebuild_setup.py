@@ -2,7 +2,8 @@
 wall time, and how many of the second run's calls are writes (should be 0).
 
     .venv/bin/python benchmarks/codebuild_setup.py
-Calls are counted with a botocore `before-call` hook on the session the tool uses."""
+Calls are counted with a botocore `before-call` hook on the session the tool uses.
+It is one size, run once: `--quick` (what the test suite runs) is the same run."""
 
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# --quick (the test suite runs it): the demo job for 2 steps, not its default length.
+QUICK = "--quick" in sys.argv
 
 BARE = (
     "import torch.distributed as dist\n"
@@ -55,6 +57,7 @@ def main() -> None:
                 "--runs_dir",
                 str(runs),
                 "--json",
+                *(["--max_steps", "2"] if QUICK else []),
             ],
             check=True,
             capture_output=True,

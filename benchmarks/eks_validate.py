@@ -20,8 +20,9 @@ from commands.manage_eks_cluster import manage_eks_cluster  # noqa: E402
 from tests.services import eks_cluster as seed  # noqa: E402
 from tests.services.kube import kube_server  # noqa: E402
 
-SIZES = (4, 16, 64)
-REPEATS = 3
+QUICK = "--quick" in sys.argv  # 4 nodes, once (the test suite runs it)
+SIZES = (4,) if QUICK else (4, 16, 64)
+REPEATS = 1 if QUICK else 3
 
 
 def per_node_baseline(kubeconfig: str) -> None:

@@ -41,6 +41,7 @@ SHAPES = {
 }  # fmt: skip
 BATCH = ["--seq_len", "128", "--train_batch_size", "4"]
 STEPS = 10
+QUICK_STEPS = 3
 
 
 def env() -> dict[str, str]:
@@ -71,18 +72,20 @@ def checkpoint(model_type: str, out: Path, shape: dict[str, int]) -> None:
     AutoModelForCausalLM.from_config(config).save_pretrained(out)
 
 
-def measure(model_type: str, tmp: Path, shape: dict[str, int]) -> dict[str, object]:
+def measure(
+    model_type: str, tmp: Path, shape: dict[str, int], steps: int = STEPS
+) -> dict[str, object]:
     path = tmp / model_type
     checkpoint(model_type, path, shape)
     model = ["--model_name_or_path", str(path), *BATCH]
     events = torchrun(
-        ["-m", "trainer", *model, "--max_steps", str(STEPS), "--log_freq", "1",
+        ["-m", "trainer", *model, "--max_steps", str(steps), "--log_freq", "1",
          "--validation_freq", "0", "--warmup_steps", "2"]
     )  # fmt: skip
     first = next(e for e in events if e["event"] == "step")
     summary = next(e for e in events if e["event"] == "summary")
     (bare,) = torchrun(
-        ["benchmarks/bare_fsdp2_loop.py", "--impl", "family", "--steps", str(STEPS - 1),
+        ["benchmarks/bare_fsdp2_loop.py", "--impl", "family", "--steps", str(steps - 1),
          "--warmup", "1", *model]
     )  # fmt: skip
     return {
@@ -102,11 +105,15 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(["llama", *FAMILIES]))
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the first family only, {QUICK_STEPS} steps (the suite runs it)")
     args = parser.parse_args()
+    families = args.families.split(",")[:1] if args.quick else args.families.split(",")
     rows = []
     with tempfile.TemporaryDirectory(prefix="family-bench-") as tmp:
-        for model_type in args.families.split(","):
-            row = measure(model_type, Path(tmp), SHAPES[args.shape])
+        for model_type in families:
+            row = measure(model_type, Path(tmp), SHAPES[args.shape],
+                          QUICK_STEPS if args.quick else STEPS)  # fmt: skip
             rows.append(row)
             if args.json:
                 print(json.dumps(row), flush=True)

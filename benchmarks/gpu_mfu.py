@@ -29,6 +29,9 @@ from benchmarks.trainer_bench import env  # noqa: E402
 
 # Llama 3 8B, HF config: 2 x (vocab x dim) of embedding and lm_head, 218M per layer.
 SHAPE = ["--model_type", "llama_v3_8b"]
+# --quick (the test suite runs it): the debug model's shape, 2 steps, once: that the
+# benchmark runs, not what it measures (one 8B-shaped layer takes minutes a step on CPU).
+QUICK_SHAPE = ["--model_type", "debug"]
 # (n_layers, seq_len, batch, vocab) per host kind. On an 80 GB GPU: 16 bytes per
 # parameter of state (fp32 params, grads, 2 Adam moments; 1.05B of embedding and
 # lm_head plus 0.22B per layer), sharded over the GPUs, plus the activations of an 8k
@@ -103,13 +106,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 steps after 1 of warm-up, once (the test suite runs it)")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.repeats = 2, 1, 1
 
     n_gpus = gpus()
     layers, seq, batch, vocab = GPU_DEFAULTS if n_gpus else CPU_DEFAULTS
     nproc = n_gpus or 2
     seq, batch = args.seq_len or seq, args.train_batch_size or batch
-    model = [*SHAPE, "--n_layers", str(args.n_layers or layers)]
+    model = [*(QUICK_SHAPE if args.quick else SHAPE), "--n_layers", str(args.n_layers or layers)]
     model += ["--seq_len", str(seq), "--train_batch_size", str(batch)]
     if args.vocab_size or vocab:
         model += ["--vocab_size", str(args.vocab_size or vocab)]
@@ -132,7 +139,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{result['device']} x {nproc}, Llama-3-8B shape: {' '.join(model[2:])}")
+    shape = "debug" if args.quick else "Llama-3-8B"
+    print(f"{result['device']} x {nproc}, {shape} shape: {' '.join(model[2:])}")
     for kind in ("bare", "trainer"):
         r = med[kind]
         mfu = "n/a (no peak for this device)" if r["mfu"] is None else f"{r['mfu']:.1%}"

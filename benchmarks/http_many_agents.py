@@ -1,8 +1,14 @@
 """Many agents on one `--http` server (issue 35 item 5): 1, 4 and 16 concurrent MCP
-clients, each its own session, each listing the same 40 local jobs 5 times; p50 and p95
-latency and calls/s, with identical reads shared (the server as shipped) and without
-(each call computed: what it did before), both measured in this run against a server
-in its own process.
+clients, each its own process and session (as agents are), each listing the same 40
+local jobs 5 times; p50 and p95 latency, calls/s, and the CPU the server and the clients
+spent per call, with identical reads shared (the server as shipped) and without (each
+call computed: what it did before), both measured in this run against a server in its
+own process.
+
+The CPU per call says where the time goes: the server's share is a few ms a call; an
+MCP client (the SDK: JSON-RPC, pydantic models, outputSchema checks) costs more than
+that, which is why the clients run as processes of their own here (16 clients in one
+process measured that process, not the server).
 
 `--quick` runs 1 and 4 clients once each way (the test suite runs it)."""
 
@@ -18,8 +24,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,27 +65,66 @@ def _runs(root: Path) -> Path:
     return runs
 
 
-async def _agents(url: str, clients: int, runs: Path) -> list[float]:
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
+AGENT = """
+import json, sys, time, anyio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+async def agent(url, runs, calls):
+    async with Client(streamable_http_client(url)) as client:
+        print("ready", flush=True)
+        sys.stdin.readline()  # every agent connected: go together
+        start, first = time.process_time(), time.time()
+        latencies = []
+        for _ in range(calls):
+            begin = time.perf_counter()
+            result = await client.call_tool("list_training_jobs", {"runs_dir": runs})
+            latencies.append(time.perf_counter() - begin)
+            assert not result.is_error, result
+        used = time.process_time() - start
+        print(json.dumps([latencies, used, first, time.time()]), flush=True)
+
+anyio.run(agent, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+"""
+
+
+def _agents(
+    url: str, clients: int, runs: Path, calls: int = CALLS
+) -> tuple[list[float], float, float]:
+    """Each agent a process of its own, connected before any calls; (every call's
+    latency, the clients' CPU seconds in their calls, the seconds from the first call
+    to the last answer)."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", AGENT, url, str(runs), str(calls)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(clients)
+    ]  # fmt: skip
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     latencies: list[float] = []
-
-    async def agent() -> None:
-        async with Client(streamable_http_client(url)) as client:
-            for _ in range(CALLS):
-                start = time.perf_counter()
-                result = await client.call_tool("list_training_jobs", {"runs_dir": str(runs)})
-                latencies.append(time.perf_counter() - start)
-                assert not result.is_error, result
-
-    async with anyio.create_task_group() as group:
-        for _ in range(clients):
-            group.start_soon(agent)
-    return latencies
+    cpu, starts, ends = 0.0, [], []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out
+        times, used, first, last = json.loads(out.splitlines()[-1])
+        latencies += times
+        cpu += used
+        starts.append(first)
+        ends.append(last)
+    return latencies, cpu, max(ends) - min(starts)
 
 
-def _measure(runs: Path, state: Path, unshared: bool) -> dict[int, tuple[float, float, float]]:
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(runs: Path, state: Path, unshared: bool) -> dict[int, tuple[float, ...]]:
     port = _free_port()
     code = SERVE.format(root=str(ROOT), unshared=unshared, port=port)
     env = {**os.environ, "FSDP_EKS_STATE_DIR": str(state)}
@@ -94,14 +137,17 @@ def _measure(runs: Path, state: Path, unshared: bool) -> dict[int, tuple[float, 
                     break
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port}/mcp"
-        anyio.run(_agents, url, 1, runs)  # warm: the tool's module is imported once
+        _agents(url, 1, runs, 1)  # warm: the tool's module is imported once
         out = {}
         for clients in CLIENTS:
-            start = time.perf_counter()
-            latencies = sorted(anyio.run(_agents, url, clients, runs))
-            wall = time.perf_counter() - start
+            server_cpu = _cpu_s(server.pid)  # connecting costs it little: counted in
+            latencies, client_cpu, wall = _agents(url, clients, runs)
+            server_cpu = _cpu_s(server.pid) - server_cpu
+            latencies.sort()
             p95 = latencies[int(0.95 * (len(latencies) - 1))]
-            out[clients] = (statistics.median(latencies), p95, len(latencies) / wall)
+            n = len(latencies)
+            out[clients] = (statistics.median(latencies), p95, n / wall,
+                            server_cpu / n, client_cpu / n)  # fmt: skip
         return out
     finally:
         server.terminate()
@@ -115,12 +161,17 @@ def main() -> None:
         runs = _runs(root)
         shared = _measure(runs, root / "state", unshared=False)
         alone = _measure(runs, root / "state", unshared=True)
-    print(f"list_training_jobs over --http, {JOBS} jobs, {CALLS} calls per client")
-    print(" clients | shared: p50 ms  p95 ms  calls/s | each computed: p50 ms  p95 ms  calls/s")
+    print(f"list_training_jobs over --http, {JOBS} jobs, {CALLS} calls per client process")
+    print(
+        " clients | shared: p50 ms  p95 ms  calls/s  server/client CPU ms a call"
+        " | each computed: p50 ms  p95 ms  calls/s  server/client CPU ms a call"
+    )
     for clients in CLIENTS:
         s, a = shared[clients], alone[clients]
-        print(f" {clients:>7} | {s[0] * 1000:14.0f} {s[1] * 1000:7.0f} {s[2]:8.1f} |"
-              f" {a[0] * 1000:21.0f} {a[1] * 1000:7.0f} {a[2]:8.1f}")  # fmt: skip
+        print(f" {clients:>7} | {s[0] * 1000:14.0f} {s[1] * 1000:7.0f} {s[2]:8.1f}"
+              f" {s[3] * 1000:13.1f} / {s[4] * 1000:.1f} |"
+              f" {a[0] * 1000:21.0f} {a[1] * 1000:7.0f} {a[2]:8.1f}"
+              f" {a[3] * 1000:13.1f} / {a[4] * 1000:.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":

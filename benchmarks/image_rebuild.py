@@ -23,8 +23,9 @@ sys.path.insert(0, str(ROOT))
 from tests.services.podman import podman_service  # noqa: E402
 from tests.services.registry import registry_server  # noqa: E402
 
-ROUNDS = 3
-DEPS_MB = 96
+QUICK = "--quick" in sys.argv  # one round, 8 MB (the test suite runs it)
+ROUNDS = 1 if QUICK else 3
+DEPS_MB = 8 if QUICK else 96
 BASE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 DOCKERFILE = (
     f"FROM {BASE}\nWORKDIR /app\nCOPY deps/ /opt/deps/\nCOPY train.py /app/train.py\n"

@@ -23,8 +23,9 @@ from skills.training_job_deployer.targets.local.record import (  # noqa: E402
     RunDir,
 )
 
-ROUNDS = 5
-DEPLOYS = 400
+QUICK = "--quick" in sys.argv  # one round of 20 (the test suite runs it)
+ROUNDS = 1 if QUICK else 5
+DEPLOYS = 20 if QUICK else 400
 ARGV = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
         "--nproc_per_node=2", "-m", "trainer", "--max_steps", "200"]  # fmt: skip
 

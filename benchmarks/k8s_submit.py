@@ -8,13 +8,19 @@
 2. API requests per monitor poll for jobs of 2, 8 and 32 pods (counted by kmock), against
    a per-pod monitor (job + per pod: get + log).
 
-The Training Operator is played by tests/services/training_operator.py. Prints medians
-and ratios."""
+The Training Operator is played by tests/services/training_operator.py. The image is in
+the test stack's registry (Debian docker-registry), labelled as build_image labels the
+project's image, so the CUDA gate reads it and passes as it would for a pushed image
+(the registry's user and password reach the CLI through REGISTRY_HOST, _USERNAME and
+_PASSWORD: the credential policy's environment entry). Prints medians and ratios.
+
+`--quick` (the test suite runs it): one round, and a 2-pod job's poll."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -26,10 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.services.kube import kube_server  # noqa: E402
+from tests.services.registry import registry_server  # noqa: E402
 from tests.services.training_operator import TrainingOperator  # noqa: E402
 
-ROUNDS = 5
-IMAGE = "localhost:9/fsdp:v1"
+QUICK = "--quick" in sys.argv
+ROUNDS = 1 if QUICK else 5
+POLL_PODS = (2,) if QUICK else (2, 8, 32)
+LABELS = {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0", "fsdp-eks.efa": "true"}
 
 BARE = """
 import json, sys
@@ -41,11 +50,11 @@ client.CustomObjectsApi().create_namespaced_custom_object(
 """
 
 
-def _cli(kubeconfig: Path, job: str, dry_run: bool = False) -> list[str]:
+def _cli(kubeconfig: Path, image: str, job: str, dry_run: bool = False) -> list[str]:
     argv = [sys.executable, str(ROOT / "commands/deploy_training_job.py"),
             "--kubeconfig", str(kubeconfig), "--num_nodes", "4", "--gpu_per_node", "8",
             "--instance_type", "p5.48xlarge", "--job_name", job, "--model_type", "llama_v3_8b",
-            "--max_steps", "1000", "--image_uri", IMAGE, "--wait_seconds", "0",
+            "--max_steps", "1000", "--image_uri", image, "--wait_seconds", "0",
             "--json"]  # fmt: skip
     return [*argv, "--dry_run"] if dry_run else argv
 
@@ -63,16 +72,23 @@ def main() -> None:
     from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
     from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 
-    with kube_server() as kube, tempfile.TemporaryDirectory(prefix="fsdp-bench-") as tmp:
-        env = {**os.environ, **kube.env, "PYTHONPATH": str(ROOT)}
+    with (
+        kube_server() as kube,
+        registry_server(password=secrets.token_hex(12)) as registry,
+        tempfile.TemporaryDirectory(prefix="fsdp-bench-") as tmp,
+    ):
+        image = registry.push_labelled_image("fsdp", "v1", LABELS)
+        credentials = {"REGISTRY_HOST": registry.host, "REGISTRY_USERNAME": registry.username,
+                       "REGISTRY_PASSWORD": registry.password}  # fmt: skip
+        env = {**os.environ, **kube.env, **credentials, "PYTHONPATH": str(ROOT)}
         os.environ.update(kube.env)
         operator = TrainingOperator(kube)
         operator.add_nodes("p5.48xlarge", 4, efa=32)
-        planned = json.loads(_timed(_cli(kube.kubeconfig, "planned", True), env)[1])
+        planned = json.loads(_timed(_cli(kube.kubeconfig, image, "planned", True), env)[1])
         manifest_file = Path(tmp) / "manifest.json"
         tool_s, bare_s = [], []
         for i in range(ROUNDS):
-            elapsed, _ = _timed(_cli(kube.kubeconfig, f"tool-{i}"), env)
+            elapsed, _ = _timed(_cli(kube.kubeconfig, image, f"tool-{i}"), env)
             assert operator.job(f"tool-{i}")["kind"] == "PyTorchJob"
             tool_s.append(elapsed)
             manifest = {**planned["plan"]["manifest"]}
@@ -88,7 +104,7 @@ def main() -> None:
               "validation, discovery, existence check, gate, quota)")  # fmt: skip
 
         target = KubernetesTarget(KubernetesSettings())
-        for nodes in (2, 8, 32):
+        for nodes in POLL_PODS:
             name = f"poll-{nodes}"
             manifest = {**planned["plan"]["manifest"]}
             manifest["metadata"] = {**manifest["metadata"], "name": name}

@@ -21,7 +21,8 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
-RUNS = 5
+QUICK = "--quick" in sys.argv  # each process once (the test suite runs it)
+RUNS = 1 if QUICK else 5
 
 
 def _median_s(argv: list[str]) -> float:

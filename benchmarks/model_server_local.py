@@ -18,9 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-NEW_TOKENS = 64
+QUICK = "--quick" in sys.argv  # 2 training steps, 8 tokens, once (the suite runs it)
+NEW_TOKENS = 8 if QUICK else 64
 PROMPT = "The model"
-REPEATS = 3
+REPEATS = 1 if QUICK else 3
+TRAIN_STEPS = 2 if QUICK else 20
 
 
 def post(url: str, body: dict) -> urllib.request.Request:
@@ -76,7 +78,8 @@ def main() -> None:
     from commands.deploy_model_server import deploy_model_server
     from commands.deploy_training_job import deploy_training_job
 
-    job = deploy_training_job(job_name="bench", runs_dir=str(work / "runs"), max_steps=20)
+    job = deploy_training_job(job_name="bench", runs_dir=str(work / "runs"),
+                              max_steps=TRAIN_STEPS)  # fmt: skip
     assert job.status == "succeeded", job.log_tail
     export = work / "export"
     subprocess.run(

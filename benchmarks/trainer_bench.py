@@ -24,7 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Big enough that compute, not per-step bookkeeping noise, dominates a step.
 MODEL = ["--model_type", "debug_large", "--seq_len", "128", "--train_batch_size", "4"]
-WARMUP, STEPS = 5, 30
+QUICK = "--quick" in sys.argv  # 2 steps after 1 of warm-up, once (the test suite runs it)
+WARMUP, STEPS = (1, 2) if QUICK else (5, 30)
+# The checkpoint runs: this many steps, a periodic save every SAVE_FREQ (the last step's
+# save, always synchronous, is left out of the mean).
+SAVE_STEPS, SAVE_FREQ = (5, 2) if QUICK else (21, 5)
 
 
 def env() -> dict[str, str]:
@@ -64,11 +68,11 @@ def blocked_s(async_save: bool) -> float:
     synchronous save is left out)."""
     with tempfile.TemporaryDirectory() as ckpt:
         events = torchrun(
-            ["-m", "trainer", *MODEL, "--max_steps", "21", "--log_freq", "100"]
-            + ["--validation_freq", "0", "--checkpoint_dir", ckpt, "--checkpoint_freq", "5"]
-            + ["--async_save", str(async_save).lower()]
+            ["-m", "trainer", *MODEL, "--max_steps", str(SAVE_STEPS), "--log_freq", "100"]
+            + ["--validation_freq", "0", "--checkpoint_dir", ckpt]
+            + ["--checkpoint_freq", str(SAVE_FREQ), "--async_save", str(async_save).lower()]
         )
-    saves = [e for e in events if e["event"] == "checkpoint_saved" and e["step"] != 21]
+    saves = [e for e in events if e["event"] == "checkpoint_saved" and e["step"] != SAVE_STEPS]
     assert all(s["async_save"] is async_save for s in saves), saves
     return statistics.mean(s["blocked_s"] for s in saves)
 
@@ -77,7 +81,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="see QUICK")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
 
     runs: dict[str, list[float]] = {
         k: [] for k in ("bare", "trainer", "ours", "hf", "sync", "async")

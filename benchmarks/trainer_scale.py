@@ -42,6 +42,13 @@ LLAMA_1B = ModelConfig(
     dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=32000,
     ffn_hidden_dim=8192, max_seq_len=2048,
 )  # fmt: skip
+# --quick (the test suite runs it): a ~5M-parameter Llama and a 1 MB corpus, once.
+QUICK = "--quick" in sys.argv
+SMALL = ModelConfig(
+    dim=256, n_layers=2, n_heads=8, n_kv_heads=4, vocab_size=2048,
+    ffn_hidden_dim=688, max_seq_len=512,
+)  # fmt: skip
+MODEL = SMALL if QUICK else LLAMA_1B
 
 
 def write_hf_checkpoint(out: Path) -> int:
@@ -49,7 +56,7 @@ def write_hf_checkpoint(out: Path) -> int:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    meta = build_meta_model(LLAMA_1B, rope_len=16)
+    meta = build_meta_model(MODEL, rope_len=16)
     gen = torch.Generator().manual_seed(0)
     weight_map, shard, size, index = {}, {}, 0, 1
     names = [n for n, _ in meta.named_parameters()]
@@ -63,7 +70,7 @@ def write_hf_checkpoint(out: Path) -> int:
             weight_map.update(dict.fromkeys(shard, file))
             shard, size, index = {}, 0, index + 1
     (out / hf.SAFETENSORS_INDEX).write_text(json.dumps({"weight_map": weight_map}))
-    (out / "config.json").write_text(json.dumps(hf.hf_config_from_model(LLAMA_1B)))
+    (out / "config.json").write_text(json.dumps(hf.hf_config_from_model(MODEL)))
     return num_params(meta)
 
 
@@ -73,12 +80,12 @@ def _rss_worker(rank: int, store: str, mode: str, hf_dir: str, out: str) -> None
     start = time.perf_counter()
     if mode == "before":
         torch.manual_seed(0)
-        model = Transformer(LLAMA_1B, rope_len=16)
+        model = Transformer(MODEL, rope_len=16)
         hf.load_hf_weights(model, hf_dir)
         apply_fsdp(model, build_mesh("cpu", "full", WORLD, WORLD),
                    mixed_precision_policy("cpu", False), True)  # fmt: skip
     else:
-        model = build_meta_model(LLAMA_1B, rope_len=16)
+        model = build_meta_model(MODEL, rope_len=16)
         apply_fsdp(model, build_mesh("cpu", "full", WORLD, WORLD),
                    mixed_precision_policy("cpu", False), True)  # fmt: skip
         materialize(model, torch.device("cpu"), torch.device("cpu"))
@@ -143,7 +150,10 @@ def main() -> None:
     parser.add_argument("--corpus_mb", type=int, default=1024)
     parser.add_argument("--skip_rss", action="store_true")
     parser.add_argument("--skip_corpus", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="see QUICK")
     args = parser.parse_args()
+    if args.quick:
+        args.corpus_mb = 1
     with tempfile.TemporaryDirectory(prefix="trainer-scale-") as tmp:
         work = Path(tmp)
         out = {}

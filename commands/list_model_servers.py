@@ -5,20 +5,23 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from commands._cli import main_for
 from skills.model_server.base import ServerState
 from skills.model_server.registry import ServerTargetAccess, get_server_target
+from skills.shared.paging import Cursor, Paged, offset_of
 from skills.shared.progress import Progress
-from skills.shared.results import ToolResult, without_unset
+from skills.shared.results import without_unset
 from skills.shared.tooling import tool
 
 # A list says which servers and how they stand; get_model_server gives one in full.
 LISTED_SERVER_DETAIL = {"curl", "smoke", "message", "plan", "cost", "next_step"}
 
 
-class ServerList(ToolResult):
+class ServerList(Paged):
     servers: list[ServerState]
 
     def left_out_over_mcp(self) -> dict[str, Any]:
@@ -28,17 +31,24 @@ class ServerList(ToolResult):
         return {**data, "servers": without_unset(data["servers"])}
 
     def summary_rows(self) -> list[tuple[str, Any]]:
-        if not self.servers:
-            return [("servers", "none")]
-        return [(s.name, f"{s.status} {s.endpoint or ''} {s.model}".strip()) for s in self.servers]
+        rows: list[tuple[str, Any]] = [
+            (s.name, f"{s.status} {s.endpoint or ''} {s.model}".strip()) for s in self.servers
+        ] or [("servers", "none")]
+        return rows + self.page_rows()
 
 
 @tool(read_only=True, idempotent=True)
 def list_model_servers(
-    *, target: ServerTargetAccess, progress: Progress | None = None
+    *,
+    target: ServerTargetAccess,
+    limit: Annotated[int, Field(ge=1, le=200, description="At most this many.")] = 50,
+    cursor: Cursor = None,
+    progress: Progress | None = None,
 ) -> ServerList:
-    """List the model servers a target runs, with status and endpoint."""
-    return ServerList(servers=get_server_target(target).list(target))
+    """List the model servers a target runs, by name, with status and endpoint."""
+    offset = offset_of(cursor)
+    servers, total = get_server_target(target).list(target, limit, offset)
+    return ServerList.page(offset, len(servers), total, servers=servers)
 
 
 main = main_for(list_model_servers)

@@ -11,12 +11,12 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.operations.operation_state import OperationState, OperationStatus
+from skills.shared.paging import Cursor, Paged, offset_of
 from skills.shared.progress import Progress
-from skills.shared.results import ToolResult
 from skills.shared.tooling import tool
 
 
-class OperationList(ToolResult):
+class OperationList(Paged):
     operations: list[OperationState]
 
     def left_out_over_mcp(self) -> dict[str, Any]:
@@ -24,12 +24,11 @@ class OperationList(ToolResult):
         return {"operations": {"__all__": {"result", "log_tail", "next_step", "error"}}}
 
     def summary_rows(self) -> list[tuple[str, Any]]:
-        if not self.operations:
-            return [("operations", "none")]
-        return [
+        rows: list[tuple[str, Any]] = [
             (op.operation_id, f"{op.status} {op.completed:g} {op.message}".rstrip())
             for op in self.operations
-        ]
+        ] or [("operations", "none")]
+        return rows + self.page_rows()
 
 
 @tool(read_only=True, idempotent=True)
@@ -40,14 +39,17 @@ def list_operations(
     ] = None,
     status: Annotated[OperationStatus | None, Field(description="Only these.")] = None,
     limit: Annotated[int, Field(ge=1, le=50, description="At most this many.")] = 20,
+    cursor: Cursor = None,
     progress: Progress | None = None,
 ) -> OperationList:
     """List long operations (builds, pushes, test runs) recorded here, newest first:
     their ids, status and progress. get_operation gives one in full."""
     from skills.operations import operations  # the store loads on first use
 
-    found = operations.list_records(tool=tool_name, status=status, limit=limit)
-    return OperationList(operations=[OperationState.of(record) for record in found])
+    offset = offset_of(cursor)
+    found, total = operations.page_records(tool_name, status, limit, offset)
+    listed = [OperationState.of(record) for record in found]
+    return OperationList.page(offset, len(listed), total, operations=listed)
 
 
 main = main_for(list_operations)

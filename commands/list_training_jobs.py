@@ -10,8 +10,9 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from commands._cli import main_for
+from skills.shared.paging import Cursor, Paged, offset_of
 from skills.shared.progress import Progress
-from skills.shared.results import ToolResult, without_unset
+from skills.shared.results import without_unset
 from skills.shared.tooling import tool
 from skills.training_job_deployer.models import JobState, JobStatus
 from skills.training_job_deployer.targets.base import JobPage
@@ -21,12 +22,8 @@ from skills.training_job_deployer.targets.registry import TargetSettings, get_ta
 LISTED_JOB_DETAIL = {"log_tail", "pods", "conditions", "error", "next_step", "hint", "warnings"}
 
 
-class JobList(ToolResult):
+class JobList(Paged):
     jobs: list[JobState]
-    more: int | None = Field(
-        default=0, description="Jobs past this page (None: more, not counted)."
-    )
-    next_cursor: str | None = Field(default=None, description="Pass as cursor for the rest.")
 
     def left_out_over_mcp(self) -> dict[str, Any]:
         # A list says which jobs and how they stand; get_training_job gives one in full.
@@ -40,10 +37,7 @@ class JobList(ToolResult):
             (job.job_name, f"{job.status} {job.steps}/{job.max_steps or '?'} steps")
             for job in self.jobs
         ] or [("jobs", "none")]
-        if self.next_cursor is not None:
-            more = "more" if self.more is None else f"{self.more} more"
-            rows.append((more, f"cursor={self.next_cursor}"))
-        return rows
+        return rows + self.page_rows()
 
 
 @tool(read_only=True, idempotent=True)
@@ -52,17 +46,13 @@ def list_training_jobs(
     target: TargetSettings,
     status: Annotated[JobStatus | None, Field(description="Only these.")] = None,
     limit: Annotated[int, Field(ge=1, le=200, description="At most this many.")] = 20,
-    cursor: Annotated[
-        str | None, Field(pattern=r"^[0-9]{1,9}$", description="A list's next_cursor.")
-    ] = None,
+    cursor: Cursor = None,
     progress: Progress | None = None,
 ) -> JobList:
     """List the training jobs a target knows, newest first, with status and steps."""
-    offset = int(cursor or 0)
+    offset = offset_of(cursor)
     jobs, total = get_target(target).list_jobs(JobPage(limit, offset, status))
-    more = None if total is None else max(0, total - offset - len(jobs))
-    has_more = total is None or more
-    return JobList(jobs=jobs, more=more, next_cursor=str(offset + len(jobs)) if has_more else None)
+    return JobList.page(offset, len(jobs), total, jobs=jobs)
 
 
 main = main_for(list_training_jobs)

@@ -28,7 +28,7 @@ from skills.shared.tooling import Flatten, spec_of, tool
 
 Action = Literal[
     "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config",
-    "storage", "cleanup",
+    "storage", "cleanup", "release_node",
 ]  # fmt: skip
 
 
@@ -77,6 +77,10 @@ def manage_eks_cluster(
         bool, Field(description="cleanup: the cluster (eksctl).")
     ] = CleanupSpec.delete_cluster,
     only: Annotated[list[Part] | None, Field(description="cleanup: only these parts.")] = None,
+    node: Annotated[
+        str | None,
+        Field(pattern=r"^[a-z0-9][-a-z0-9.]{0,252}$", description="release_node."),
+    ] = None,
     wait_seconds: p.Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
@@ -85,7 +89,7 @@ def manage_eks_cluster(
     (a plan; confirm applies); nccl_test (job as operation, or nccl_output); scale;
     kubeconfig (writes the named file; no aws CLI); create_config (eksctl); storage (FSx +
     S3 + PV/PVC: a plan; confirm applies); cleanup (what this suite made: a plan; confirm
-    deletes)."""
+    deletes); release_node (undo a quarantine: confirm; no node: list)."""
     return manage(
         ClusterCall(
             action=action,
@@ -111,6 +115,7 @@ def manage_eks_cluster(
             delete_cluster=delete_cluster,
             only=only,
             wait_seconds=wait_seconds,
+            node=node,
         ),
         progress,
     )

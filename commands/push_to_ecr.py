@@ -12,10 +12,10 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.cloud.clients import default_region
+from skills.cloud.registry_images import HOST_PATTERN
 from skills.ecr_publisher.models import PushResult
 from skills.ecr_publisher.push import PushOptions, publish
 from skills.image_builder import last_build
-from skills.image_builder.registry_check import HOST_PATTERN
 from skills.image_builder.tags import TAG_PATTERN
 from skills.shared.confirm import Confirm
 from skills.shared.errors import ErrorCode, ToolFailure

@@ -51,6 +51,7 @@ from trainer.checkpoint_layout import (
     TOKENIZER_DIR,
     is_complete,
     newest_intact,
+    s3_steps,
     step_dir,
     step_dirs,
     step_of,
@@ -174,14 +175,7 @@ class Checkpointer:
 
     def _download_newest_complete(self) -> Path | None:
         assert self.remote is not None
-        keys = storage.list_s3(self.remote.rstrip("/") + "/")
-        _, prefix = storage.split_s3(self.remote.rstrip("/") + "/")
-        steps: dict[int, bool] = {}
-        for key in keys:
-            parts = key[len(prefix) :].split("/")
-            step = step_of(parts[0])
-            if step is not None:
-                steps[step] = steps.get(step, False) or parts[-1] == MARKER
+        steps = s3_steps(self.remote)
         damaged = []
         for step in sorted(steps, reverse=True):
             if not steps[step]:

@@ -77,6 +77,23 @@ def verify_checkpoint(path: str | Path) -> str | None:
     return None
 
 
+def s3_steps(uri: str) -> dict[int, bool]:
+    """The step-<N> prefixes under an s3:// checkpoint root, each with whether it is
+    complete (its COMPLETE marker directly inside it), from one listing: the one reading
+    of an S3 root, for resume and export alike."""
+    from trainer import storage
+
+    root = uri.rstrip("/") + "/"
+    _, prefix = storage.split_s3(root)
+    steps: dict[int, bool] = {}
+    for key in storage.list_s3(root):
+        parts = key[len(prefix) :].split("/")
+        step = step_of(parts[0])
+        if step is not None:
+            steps[step] = steps.get(step, False) or parts[1:] == [MARKER]
+    return steps
+
+
 def newest_intact(root: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
     """(newest complete step dir that verifies, or None; the newer dirs passed over,
     newest first, each with the reason)."""

@@ -33,6 +33,7 @@ from trainer.checkpoint_layout import (
     TOKENIZER_DIR,
     is_complete,
     newest_intact,
+    s3_steps,
     step_of,
     verify_checkpoint,
 )
@@ -53,14 +54,13 @@ def _newest_complete_s3(uri: str) -> str:
     """The s3:// step to export: `uri` itself if it is a step-<N> prefix, else the
     newest complete step under it. Only that step is downloaded, never the whole root."""
     uri = uri.rstrip("/")
-    _, prefix = storage.split_s3(uri + "/")
-    rel_keys = [key[len(prefix) :] for key in storage.list_s3(uri + "/")]
     if step_of(uri.rsplit("/", 1)[-1]) is not None:
+        _, prefix = storage.split_s3(uri + "/")
+        rel_keys = [key[len(prefix) :] for key in storage.list_s3(uri + "/")]
         if MARKER not in rel_keys:
             raise ConfigError(f"checkpoint {uri} is not complete (no {MARKER})")
         return uri
-    markers = [key.split("/") for key in rel_keys if key.endswith("/" + MARKER)]
-    steps = [s for parts in markers if len(parts) == 2 and (s := step_of(parts[0])) is not None]
+    steps = [step for step, complete in s3_steps(uri).items() if complete]
     if not steps:
         raise ConfigError(f"no complete checkpoint under {uri}")
     return storage.join(uri, f"step-{max(steps)}")

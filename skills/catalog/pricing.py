@@ -14,6 +14,7 @@ Lustre's 1.2 TB is $168-720/month here, by deployment type and throughput tier.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -159,6 +160,22 @@ def _hourly(instance_type: str) -> tuple[float | None, str, list[str]]:
     if instance_type.strip().lower().startswith(SAGEMAKER_PREFIX):
         notes.append("priced as the EC2 instance; SageMaker's ml. prices are higher")
     return spec.usd_per_hour, spec.name, notes
+
+
+@dataclass(frozen=True)
+class Billing:
+    """What a job or a model server runs on that is paid by the hour: `nodes` instances
+    of one type (None: not named) in `region` (None: not known)."""
+
+    instance_type: str | None
+    nodes: int
+    region: str | None
+
+
+def estimate_billing(billing: Billing, hours: float | None = None) -> CostEstimate:
+    """The estimate for what a job's plan or a model server holds (the one way from
+    Billing to a cost), with the total for `hours` when given."""
+    return estimate_instances(billing.instance_type, billing.nodes, billing.region, hours)
 
 
 def estimate_instances(

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 ECR_REGISTRY_HOST_ENV = "FSDP_EKS_ECR_REGISTRY_HOST"
+# An account's ECR registry host (its images: <host>/<repository>[:tag]).
+ECR_HOST_PATTERN = r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?"
+ECR_HOST = re.compile(rf"^{ECR_HOST_PATTERN}$")
 REGISTRY_HOST_ENV = "REGISTRY_HOST"
 USERNAME_ENV = "REGISTRY_USERNAME"
 PASSWORD_ENV = "REGISTRY_PASSWORD"
@@ -57,6 +61,15 @@ class EcrToken:
     endpoint_host: str
     username: str
     password: str = field(repr=False)
+
+
+def ecr_login(ecr: Any) -> EcrToken:
+    """The login from an ECR client's get_authorization_token, for its proxy endpoint's
+    host. The password is a secret: it only goes into auth headers the credential
+    policy allows, never into a result, log or message."""
+    data = ecr.get_authorization_token()["authorizationData"][0]
+    user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+    return EcrToken(str(data.get("proxyEndpoint") or ""), user, password)
 
 
 def normalize_host(host: str) -> str:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from skills.cloud.clients import aws_session
+from skills.cloud.ecr_repository import ensure_repository
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.models import PipelineResult, PlannedCall, ResourceChange
-from skills.ecr_publisher import remembered
-from skills.ecr_publisher.repository import ensure_repository
+from skills.operations import remembered
 from skills.shared.next_step import NextStep
 from skills.shared.progress import NullProgress, Progress
 

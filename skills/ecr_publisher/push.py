@@ -6,7 +6,6 @@ allow is pushed to anonymously, and the result (or the error) says so."""
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import time
@@ -14,17 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from skills.cloud.clients import docker_client
+from skills.cloud.ecr_repository import ecr_client, ensure_repository
 from skills.cloud.registry_credentials import (
     ECR_REGISTRY_HOST_ENV,
-    EcrToken,
     RegistryLogin,
     credentials_for,
+    ecr_login,
     source_of,
 )
-from skills.ecr_publisher import remembered
+from skills.cloud.registry_images import MANIFEST_TYPES, registry_scheme
 from skills.ecr_publisher.models import PushResult
-from skills.ecr_publisher.repository import ecr_client, ensure_repository
-from skills.image_builder.registry_check import MANIFEST_TYPES, registry_scheme
+from skills.operations import remembered
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
@@ -71,15 +70,6 @@ def image_tag(image: str) -> str:
 
     name, tag = parse_repository_tag(image)
     return tag if tag and not tag.startswith("sha256:") and "@" not in image else "latest"
-
-
-def ecr_login(ecr: Any) -> EcrToken:
-    """The login from get_authorization_token, for its proxy endpoint's host. The password
-    is a secret: it only goes into auth headers the credential policy allows, never into
-    a result, log or message."""
-    data = ecr.get_authorization_token()["authorizationData"][0]
-    user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
-    return EcrToken(str(data.get("proxyEndpoint") or ""), user, password)
 
 
 def manifest_digest(

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
-from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
+from skills.kube.client import KubeJson
 from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
+from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure, needed, needs_field
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
@@ -33,8 +34,8 @@ def call_args(access: ClusterAccess, options: checklist.Options | None = None) -
     return args
 
 
-def _kube(access: ClusterAccess) -> Kube:
-    return Kube(access.api_client())
+def _kube(access: ClusterAccess) -> KubeJson:
+    return KubeJson(access.api_client())
 
 
 def _cluster_summary(info: Any) -> dict[str, Any]:
@@ -436,3 +437,39 @@ def _cleanup_args(access: ClusterAccess, spec: CleanupSpec) -> dict[str, Any]:
 def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:
     """The same manage_eks_cluster call with confirm=true: a plan's next step."""
     return NextStep(tool="manage_eks_cluster", arguments={**arguments, "confirm": True}, why=why)
+
+
+def release_node(access: ClusterAccess, node: str | None, confirm: bool) -> ClusterReport:
+    """Undo auto_retry's quarantine of a node (skills.kube.quarantine): without `node`, the
+    quarantined nodes (a read); with it, a plan until `confirm` releases it."""
+    from skills.kube import quarantine as kq
+
+    kube = _kube(access)
+    if node is None:
+        records = kq.quarantined(kube.items("/api/v1/nodes"))
+        shown = [r.model_dump(exclude_none=True) for r in records]
+        names = ", ".join(r.node for r in records) or "none"
+        return ClusterReport(
+            action="release_node",
+            summary=f"{len(records)} quarantined node(s): {names}",
+            changes={"quarantined": shown},
+            api_calls=kube.calls,
+        )
+    found = kube.get_or_none(f"/api/v1/nodes/{node}")
+    record = kq.record_of(found) if found else None
+    if record is not None:  # a node that is not ours is refused by release, unconfirmed
+        undo = "uncordons it" if not record.was_cordoned else "keeps it cordoned (it was)"
+        require_confirm(
+            confirm,
+            f"Releasing {node} removes its {kq.TAINT_KEY} taint and {undo}: jobs may land "
+            f"there again (quarantined for {record.reason}, job {record.job}).",
+            "to release the node",
+            {"node": node, "record": record.model_dump(exclude_none=True)},
+        )
+    released = kq.release(kube, node)
+    return ClusterReport(
+        action="release_node",
+        summary=f"released {node} (quarantined since {released.since} for {released.reason})",
+        changes={"released": released.model_dump(exclude_none=True)},
+        api_calls=kube.calls,
+    )

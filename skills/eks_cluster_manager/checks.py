@@ -10,9 +10,9 @@ from typing import Any
 
 from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
-from skills.eks_cluster_manager.kube import Kube, access_failure
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
 from skills.kube import load_balancer
+from skills.kube.client import KubeJson, access_failure
 from skills.kube.gpu_nodes import (
     GPU_RESOURCE,
     NOT_ENDED_SELECTOR,
@@ -48,7 +48,7 @@ class Options:
     rdzv_backend: str = "c10d"
 
 
-def read_snapshot(kube: Kube, options: Options, identity: str | None = None) -> Snapshot:
+def read_snapshot(kube: KubeJson, options: Options, identity: str | None = None) -> Snapshot:
     from kubernetes.client.exceptions import ApiException
 
     try:

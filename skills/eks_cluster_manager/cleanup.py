@@ -25,8 +25,9 @@ from typing import Any, Literal
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import storage
-from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.kube.client import KubeJson
+from skills.kube.objects import kind_path, object_path
 from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -34,20 +35,21 @@ Part = Literal["jobs", "model_servers", "nodegroups", "fsx"]
 PARTS: tuple[Part, ...] = ("jobs", "model_servers", "nodegroups", "fsx")
 BucketPolicy = Literal["keep", "if_empty", "with_objects"]
 
-# Cluster-wide lists, in deletion order: (part, kind, list path, the label it must carry).
-KUBE_STEPS: tuple[tuple[Part, str, str, str | None], ...] = (
-    ("jobs", "PyTorchJob", "/apis/kubeflow.org/v1/pytorchjobs", None),
-    ("model_servers", "Deployment", "/apis/apps/v1/deployments", ownership.MODEL_SERVER_LABEL),
-    ("model_servers", "Service", "/api/v1/services", ownership.MODEL_SERVER_LABEL),
-    ("model_servers", "Secret", "/api/v1/secrets", ownership.MODEL_SERVER_LABEL),
-    ("model_servers", "ConfigMap", "/api/v1/configmaps", ownership.MODEL_SERVER_LABEL),
-    ("jobs", "Secret", "/api/v1/secrets", None),  # a job's token Secret (no server label)
-    ("jobs", "ConfigMap", "/api/v1/configmaps", None),
-    ("fsx", "PersistentVolumeClaim", "/api/v1/persistentvolumeclaims", ownership.STORAGE_LABEL),
-    ("fsx", "PersistentVolume", "/api/v1/persistentvolumes", ownership.STORAGE_LABEL),
-    ("fsx", "StorageClass", "/apis/storage.k8s.io/v1/storageclasses", ownership.STORAGE_LABEL),
+# Cluster-wide lists (skills.kube.objects.kind_path), in deletion order: (part, kind, the
+# label it must carry).
+KUBE_STEPS: tuple[tuple[Part, str, str | None], ...] = (
+    ("jobs", "PyTorchJob", None),
+    ("model_servers", "Deployment", ownership.MODEL_SERVER_LABEL),
+    ("model_servers", "Service", ownership.MODEL_SERVER_LABEL),
+    ("model_servers", "Secret", ownership.MODEL_SERVER_LABEL),
+    ("model_servers", "ConfigMap", ownership.MODEL_SERVER_LABEL),
+    ("jobs", "Secret", None),  # a job's token Secret (no server label)
+    ("jobs", "ConfigMap", None),
+    ("fsx", "PersistentVolumeClaim", ownership.STORAGE_LABEL),
+    ("fsx", "PersistentVolume", ownership.STORAGE_LABEL),
+    ("fsx", "StorageClass", ownership.STORAGE_LABEL),
     # The pods' S3 identity (pod_identity.py), with its association and role below.
-    ("fsx", "ServiceAccount", "/api/v1/serviceaccounts", ownership.STORAGE_LABEL),
+    ("fsx", "ServiceAccount", ownership.STORAGE_LABEL),
 )
 _OTHER_LABELS = (ownership.MODEL_SERVER_LABEL, ownership.STORAGE_LABEL)
 
@@ -101,15 +103,16 @@ def _delete(apply: bool, kind: str, name: str, do: Callable[[], Any]) -> Resourc
 # -- Kubernetes ---------------------------------------------------------------------
 
 
-def kube_rows(kube: Kube, parts: tuple[Part, ...], apply: bool) -> list[ResourceChange]:
+def kube_rows(kube: KubeJson, parts: tuple[Part, ...], apply: bool) -> list[ResourceChange]:
     from kubernetes.client.exceptions import ApiException
 
     rows = []
-    selector = [("labelSelector", "=".join(ownership.MANAGED_BY_LABEL))]
+    selector = [("labelSelector", ownership.MANAGED_SELECTOR)]
     listed: dict[str, list[dict[str, Any]]] = {}  # one list per kind (Secrets serve two steps)
-    for part, kind, path, label in KUBE_STEPS:
+    for part, kind, label in KUBE_STEPS:
         if part not in parts:
             continue
+        path = kind_path(kind)
         # The selector narrows a real API server's answer; the labels are read again here
         # (a server that ignores selectors must not widen what is deleted).
         if path not in listed:

@@ -4,8 +4,8 @@ applying it by server-side apply, object by object, in the table's order."""
 from __future__ import annotations
 
 from skills.eks_cluster_manager.components import BY_KEY
-from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import Check, PlannedObject
+from skills.kube.client import KubeJson
 from skills.shared.progress import Progress
 
 
@@ -34,7 +34,7 @@ def plan(checks: list[Check], namespace: str) -> tuple[list[PlannedObject], list
 
 
 def apply(
-    kube: Kube, items: list[PlannedObject], manifests: list[dict], progress: Progress
+    kube: KubeJson, items: list[PlannedObject], manifests: list[dict], progress: Progress
 ) -> list[PlannedObject]:
     """Apply each object; a failure is recorded on its row and the rest go on (a CRD
     that failed still lets the DaemonSets land)."""

@@ -45,6 +45,7 @@ class ClusterCall:
     delete_cluster: bool
     only: list[Part] | None
     wait_seconds: float | None
+    node: str | None = None  # release_node's
 
 
 def manage(call: ClusterCall, progress: Progress | None = None) -> ClusterReport:
@@ -58,6 +59,8 @@ def manage(call: ClusterCall, progress: Progress | None = None) -> ClusterReport
         return actions.validate(access, call.options, progress)
     if action == "auto_fix":
         return actions.auto_fix(access, call.options, call.confirm, progress)
+    if action == "release_node":
+        return actions.release_node(access, call.node, call.confirm)
     if action == "scale":
         return actions.scale(access, call.nodegroup, call.sizes, call.confirm)
     if action == "kubeconfig":

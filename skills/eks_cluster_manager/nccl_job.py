@@ -16,10 +16,10 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from skills.catalog.instances import instance_spec
-from skills.eks_cluster_manager.kube import Kube
 from skills.eks_cluster_manager.models import NcclReport
 from skills.eks_cluster_manager.nccl import parse
 from skills.kube.access import cluster_api_client
+from skills.kube.client import KubeJson
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import NullProgress, Progress
@@ -123,7 +123,7 @@ def run_nccl_test(
 
     progress = progress or NullProgress()
     spec = instance_spec(instance_type)
-    kube = Kube(cluster_api_client(cluster_name, region, profile, kubeconfig, context))
+    kube = KubeJson(cluster_api_client(cluster_name, region, profile, kubeconfig, context))
     job_name = f"nccl-test-{secrets.token_hex(3)}"
     # The nodeSelector as the nodes spell it (a HyperPod node says ml.p5.48xlarge).
     objects = manifests(job_name, namespace, nodes, instance_type.strip(), image)

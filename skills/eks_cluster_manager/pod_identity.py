@@ -19,9 +19,10 @@ from typing import Any
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import ownership
-from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.kube.client import KubeJson
 from skills.kube.identity import BUCKET_ANNOTATION, ROLE_ANNOTATION, S3_SERVICE_ACCOUNT
+from skills.kube.objects import object_path
 
 AGENT_ADDON = "eks-pod-identity-agent"
 POLICY_NAME = "fsdp-eks-s3-bucket"
@@ -254,7 +255,7 @@ def service_account(namespace: str, bucket: str, role_arn: str | None) -> dict[s
 
 
 def ensure_service_account(
-    kube: Kube, namespace: str, bucket: str, role_arn: str | None, apply: bool
+    kube: KubeJson, namespace: str, bucket: str, role_arn: str | None, apply: bool
 ) -> ResourceChange:
     wanted = service_account(namespace, bucket, role_arn)
     name = f"{namespace}/{S3_SERVICE_ACCOUNT}"

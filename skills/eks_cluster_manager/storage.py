@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from skills.cloud.clients import aws_error_code
-from skills.eks_cluster_manager.kube import Kube, object_path
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.kube.client import KubeJson
+from skills.kube.objects import object_path
 from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -512,7 +513,7 @@ def _kube_refs(spec: StorageSpec) -> list[dict[str, Any]]:
     ]
 
 
-def current_objects(kube: Kube, spec: StorageSpec) -> list[dict[str, Any] | None]:
+def current_objects(kube: KubeJson, spec: StorageSpec) -> list[dict[str, Any] | None]:
     """The StorageClass, PV and claim as the cluster has them (None: missing), each one
     this suite's: one of the same name that is not is refused as `not_ours` before
     anything (AWS included) is written, in the plan as in the apply."""
@@ -535,7 +536,7 @@ def current_objects(kube: Kube, spec: StorageSpec) -> list[dict[str, Any] | None
 
 
 def ensure_objects(
-    kube: Kube,
+    kube: KubeJson,
     spec: StorageSpec,
     fs: dict[str, Any] | None,
     apply: bool,
@@ -582,7 +583,7 @@ def ensure_objects(
     return rows
 
 
-def csi_driver(kube: Kube) -> str | None:
+def csi_driver(kube: KubeJson) -> str | None:
     """Where the FSx CSI driver runs ('kube-system/fsx-csi-node'), or None."""
     for path in ("/apis/apps/v1/daemonsets", "/apis/apps/v1/deployments"):
         for obj in kube.items(path):

@@ -2,7 +2,7 @@
 continuations and comments; global ARGs (those before the first FROM, with build args
 over their defaults) substituted into each FROM, as Docker does; `--platform` and other
 flags kept apart; `AS name` aliases, and which stage a FROM builds on. The analyzer
-(torch/CUDA findings) and registry_check (mirror rewrite, tag checks) both read it."""
+(torch/CUDA findings) and registry_check (mirror rewrite) both read it."""
 
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ def local_tags(client: Any, repository: str) -> list[str]:
 
 def registry_tags(repository: str) -> list[str]:
     """Tags in the repository's registry, when it names a registry host."""
-    from skills.image_builder.registry_check import list_tags, parse_image
+    from skills.cloud.registry_images import list_tags, parse_image
 
     if parse_image(repository + ":x").on_docker_hub:
         return []  # a bare name is a local image here; Docker Hub is not where builds go

@@ -8,7 +8,9 @@ trainer resumes from the newest complete checkpoint. A permanent finding stops a
 (its fix in `stop_reason`); the crash-loop breaker (remedies.decide) stops a finding that
 comes back after its remedy with nothing new to try. A job that never fails but cannot
 start (an image pull refused, a missing Secret, no GPUs free for long) counts as failed
-once the pod doctor names a cause for it (the job is cancelled then: suspended). The
+once the pod doctor names a cause for it (the job is cancelled then: suspended). A job
+the watchdog finds hung (no step for several step times: training_job_deployer/
+watchdog.py) is stopped (SIGTERM, SIGKILL after HUNG_GRACE_S) and resubmitted. The
 result lists every attempt: finding (code, pod, rank, evidence), remedy, spec diff,
 resumed-from step. Evidence is masked by the
 pod doctor; logs and snapshots never enter the result.
@@ -26,13 +28,17 @@ import time
 from typing import Any
 
 from skills.job_doctor.diagnose import Finding, diagnose
+from skills.job_doctor.failure_signatures import CODES
 from skills.job_doctor.remedies import Attempt, Remedy, decide, facts_from_snapshot
+from skills.kube.pods import pod_name
 from skills.shared.progress import NullProgress, Progress
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt
+from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt, WatchFinding
 from skills.training_job_deployer.targets.base import Capability, Target, TargetSettings
 
 FOLLOW_CHUNK_S = 4.0  # follow this long, then look at a job that is not training yet
+# A hung job is stopped with this grace: a rank stuck in a collective cannot save.
+HUNG_GRACE_S = 10.0
 # Causes that keep pods from starting without failing the job, and how long each may
 # last before the attempt counts as failed (the autoscaler may still add nodes).
 STUCK_AFTER_S = {
@@ -71,11 +77,15 @@ def run(
     history: list[Attempt] = []
     stop: str | None = None
     state: JobState | None = None  # each attempt's; the loop runs at least once
+    next_step: dict[str, Any] | None = None  # a stop's own next call (add a node)
+    avoid: list[str] = []  # nodes quarantined so far: the next attempts keep off them
     plan: Any = None
     for number in range(1, max_retries + 2):
         runner = get_target(settings)
         require_support(runner)
         plan = runner.plan(spec)
+        if avoid:  # nodes quarantined after an earlier attempt
+            plan = runner.avoiding(plan, tuple(avoid))
         progress.report(0, spec.max_steps, f"attempt {number}: submitting {spec.job_name}")
         runner.submit(spec.job_name, plan, replace_corrupt_record=replace_corrupt_record)
         state, snapshot, finding = _follow(runner, spec.job_name, progress)
@@ -101,6 +111,11 @@ def run(
             Attempt(number=number, finding=finding, remedy=decision.remedy,
                     resumed_from=state.resumed_from)
         )  # fmt: skip
+        short = _quarantine(runner, attempt, finding, snapshot, spec)
+        avoid += [n for n in attempt.quarantined if n not in avoid]
+        if short is not None:
+            stop, next_step = short
+            break
         if decision.stop:
             stop = decision.stop
             break
@@ -122,21 +137,52 @@ def run(
     fields = state.model_dump()
     fields.update(attempts=attempts, stop_reason=stop, plan=plan)
     if stop:
-        fields["next_step"] = None
+        fields["next_step"] = next_step
         fields["message"] = f"auto-retry stopped: {stop}"
     return fields
+
+
+def _quarantine(
+    runner: Target,
+    attempt: RetryAttempt,
+    finding: Finding | None,
+    snapshot: dict[str, Any],
+    spec: JobSpec,
+) -> tuple[str, dict[str, Any] | None] | None:
+    """A finding that is the node's fault (CODES[code].quarantine) takes the nodes it was
+    seen on out of service, only nodes that ran this job's pods (attempt.quarantined
+    lists them); (why the loop stops, the call that adds a node) when too few nodes are
+    left for the job, else None."""
+    if finding is None or not CODES[finding.code].quarantine:
+        return None
+    if not runner.can(Capability.QUARANTINE):
+        return None
+    ran = {pod_name(p): (p.get("spec") or {}).get("nodeName") for p in snapshot.get("pods") or []}
+    seen = [finding.pod, *finding.alike_pods]
+    nodes = sorted({str(node) for p in seen if p and (node := ran.get(p))})
+    if not nodes:
+        return None
+    done = runner.quarantine(nodes, finding.code, spec.job_name, spec.num_nodes)
+    attempt.quarantined = list(done.nodes)
+    if done.short is None:
+        return None
+    return f"quarantined {', '.join(done.nodes)}; {done.short}", done.next_step
 
 
 def _follow(
     runner: Target, job_name: str, progress: Progress
 ) -> tuple[JobState, dict[str, Any] | None, Finding | None]:
     """Follow until the job ends, or until a cause keeps its pods from starting for
-    longer than STUCK_AFTER_S allows (then the snapshot and finding come back too)."""
+    longer than STUCK_AFTER_S allows, or the watchdog finds it hung (then it is stopped,
+    and the snapshot and finding come back too)."""
     first_seen: dict[str, float] = {}
     while True:
         state = runner.follow(job_name, progress, FOLLOW_CHUNK_S)
         if state.status in TERMINAL:
             return state, None, None
+        hung = next((f for f in state.findings if f.code == "job_hung"), None)
+        if hung is not None:
+            return _stop_hung(runner, job_name, state, hung)
         if state.steps or not state.message:
             first_seen.clear()
             continue
@@ -151,6 +197,27 @@ def _follow(
             state.status = "failed"
             state.message = f"not starting (suspended): {root.one_line()}"
             return state, snapshot, root
+
+
+def _stop_hung(
+    runner: Target, job_name: str, state: JobState, hung: WatchFinding
+) -> tuple[JobState, dict[str, Any], Finding]:
+    """A hung job holds its GPUs doing nothing: stop it (SIGTERM, then SIGKILL of the
+    whole process group after HUNG_GRACE_S; a stuck rank cannot checkpoint), and
+    return it as failed, with the watchdog's finding as the doctor's."""
+    runner.cancel(job_name, grace_s=HUNG_GRACE_S)
+    meaning = CODES[hung.code]
+    finding = Finding(
+        code=hung.code,
+        process_rank=hung.rank,
+        evidence=[hung.message],
+        root_cause=meaning.root_cause,
+        remediation=meaning.remediation,
+        retryable=meaning.retryable,
+    )
+    state.status = "failed"
+    state.message = f"hung (stopped): {hung.message}"
+    return state, runner.snapshot(job_name), finding
 
 
 def _apply(fix: Remedy, settings: TargetSettings) -> tuple[TargetSettings, str | None]:

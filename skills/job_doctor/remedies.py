@@ -302,6 +302,8 @@ LADDERS = {
     # node may fail later in a long run: not a crash loop.
     "gpu_hardware_fault": _resubmit("gpu_hardware_fault", repeatable=True),
     "efa_error": _resubmit("efa_error"),
+    # Stopped by auto-retry (auto_retry.py), resumed from its newest checkpoint.
+    "job_hung": _resubmit("job_hung"),
 }
 
 

@@ -3,15 +3,18 @@ client: its host, TLS, proxy and token refresh apply, but none of the generated 
 classes (their import alone costs seconds of every CLI call, and custom resources have
 no models anyway). Objects come back as the API serves them (camelCase), which is what
 skills.kube.gpu_nodes and the pod doctor read. The cluster checks and the Kubernetes
-target both talk to clusters through this one class; `calls` and `paths` count what
-they asked, for the "one list per kind" measures."""
+targets all talk to clusters through this one class, and write through its server-side
+`apply` (skills.kube.objects says where each object lives); `calls` and `paths` count
+what they asked, for the "one list per kind" measures."""
 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 from urllib.parse import urlencode
 
+from skills.kube.objects import FIELD_MANAGER, object_path
 from skills.shared.errors import ErrorCode, ToolFailure
 
 REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
@@ -23,6 +26,7 @@ class KubeJson:
         self.api = api_client
         self.calls = 0
         self.paths: list[str] = []
+        self._counting = threading.Lock()  # a list page reads logs from threads
 
     @property
     def host(self) -> str:
@@ -53,8 +57,9 @@ class KubeJson:
         for auth in self.api.configuration.auth_settings().values():  # refreshes a token
             if auth.get("in") == "header" and auth.get("value"):
                 headers[auth["key"]] = auth["value"]
-        self.calls += 1
-        self.paths.append(f"{method} {path}")
+        with self._counting:
+            self.calls += 1
+            self.paths.append(f"{method} {path}")
         try:
             response = self.api.rest_client.request(
                 method, url, headers=headers, body=body, _request_timeout=REQUEST_TIMEOUT
@@ -109,3 +114,27 @@ class KubeJson:
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return found
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply (creates or updates; this tool owns the fields it sets)."""
+        return self.json(
+            "PATCH",
+            object_path(obj),
+            body=obj,
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+        )
+
+
+def access_failure(exc: Any, host: str) -> ToolFailure | None:
+    """401/403 from the API: the caller's identity has no access."""
+    status = getattr(exc, "status", None)
+    if status in (401, 403):
+        return ToolFailure(
+            ErrorCode.ACCESS_DENIED,
+            f"The Kubernetes API at {host} answered {status} for the caller's identity.",
+            "Give the IAM identity access: `aws eks create-access-entry` and "
+            "`associate-access-policy` (AmazonEKSClusterAdminPolicy), or the aws-auth ConfigMap.",
+            {"host": host, "status": status},
+        )
+    return None

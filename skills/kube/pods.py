@@ -93,6 +93,33 @@ def pod_name(pod: Any) -> str:
     return text(get(pod, "metadata", "name"))
 
 
+# Waiting reasons every starting pod passes through (its containers being made, its init
+# containers running); any other reason says what the pod waits for.
+ROUTINE_WAITS = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def why_pod_waits(pod: Any) -> str | None:
+    """What a pod waits for that is not routine, in one line (None: nothing, or only
+    routine): not scheduled (the scheduler's message), else the first container, init
+    containers first, waiting for a reason not in ROUTINE_WAITS (ImagePullBackOff,
+    CreateContainerConfigError: a missing Secret...). The one reading for every target."""
+    name = pod_name(pod)
+    for condition in items(get(pod, "status", "conditions")):
+        if get(condition, "type") == "PodScheduled" and get(condition, "status") == "False":
+            why = text(get(condition, "message")) or text(get(condition, "reason"))
+            return f"Pod {name} is not scheduled: {(why or 'not scheduled')[:300]}"
+    containers = items(get(pod, "status", "initContainerStatuses")) + items(
+        get(pod, "status", "containerStatuses")
+    )
+    for container in containers:
+        reason = text(get(container, "state", "waiting", "reason"))
+        if reason and reason not in ROUTINE_WAITS:
+            message = text(get(container, "state", "waiting", "message"))
+            detail = f": {message[:300]}" if message else ""
+            return f"Pod {name} container {text(get(container, 'name'))}: {reason}{detail}"
+    return None
+
+
 def pod_order(pod: Any) -> tuple[int, int, str]:
     """Master first, then by replica index."""
     labels = get(pod, "metadata", "labels")

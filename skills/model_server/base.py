@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from skills.catalog.pricing import cost_rows
+from skills.catalog.pricing import Billing, cost_rows
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.paths import LocalPath
@@ -116,6 +116,23 @@ class ServerState(ToolResult):
         return 1 if self.status == "failed" else 0
 
 
+# The one smoke request every server target sends (and its curl line shows): an
+# OpenAI-style chat completion; a plain completion for a model without a chat template.
+SMOKE_PROMPT = "Say hello in one short sentence."
+SMOKE_MAX_TOKENS = 16
+
+
+def smoke_chat(model: str) -> dict[str, Any]:
+    """POST /v1/chat/completions's body."""
+    messages = [{"role": "user", "content": SMOKE_PROMPT}]
+    return {"model": model, "messages": messages, "max_tokens": SMOKE_MAX_TOKENS}
+
+
+def smoke_completion(model: str) -> dict[str, Any]:
+    """POST /v1/completions's body (a model with no chat template)."""
+    return {"model": model, "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS}
+
+
 S = TypeVar("S", bound=ServerSettings)
 A = TypeVar("A", bound=ServerSettings)
 
@@ -135,9 +152,9 @@ class ServerTarget(ABC, Generic[S, A]):
     ) -> ServerState:
         """Start exactly `plan`, follow it to ready (or the wait's end), smoke-test it."""
 
-    def billing(self, settings: S) -> tuple[str, int, str | None] | None:
-        """(instance type, count, region) deploy would run, for the dry run's cost;
-        None when nothing is billed (this host)."""
+    def billing(self, settings: S) -> Billing | None:
+        """The instances deploy would run, for the dry run's cost; None when nothing is
+        billed (this host)."""
         del settings
         return None
 
@@ -145,7 +162,11 @@ class ServerTarget(ABC, Generic[S, A]):
     def get(self, name: str, settings: A) -> ServerState: ...
 
     @abstractmethod
-    def list(self, settings: A) -> list[ServerState]: ...
+    def list(
+        self, settings: A, limit: int | None = None, offset: int = 0
+    ) -> tuple[list[ServerState], int]:
+        """The servers by name, `limit` of them (None: all) after the first `offset`, only
+        those described, and how many there are."""
 
     @abstractmethod
     def delete(self, name: str, settings: A) -> ServerState: ...

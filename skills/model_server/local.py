@@ -32,7 +32,14 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from skills.model_server.base import ServerPlan, ServerSettings, ServerState, ServerTarget
+from skills.model_server.base import (
+    ServerPlan,
+    ServerSettings,
+    ServerState,
+    ServerTarget,
+    smoke_chat,
+    smoke_completion,
+)
 from skills.operations import processes
 from skills.operations.operations import state_dir
 from skills.operations.record_store import RecordCorrupt, RecordFile
@@ -54,8 +61,6 @@ POLL_S = 0.25
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 20
 LOG_TAIL_BYTES = 64 * 1024
-SMOKE_PROMPT = "Hello"
-SMOKE_MAX_TOKENS = 8
 
 
 class LocalServerAccess(ServerSettings):
@@ -176,11 +181,7 @@ def endpoint_of(port: int) -> str:
 
 
 def curl_line(endpoint: str, model: str) -> str:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": SMOKE_PROMPT}],
-        "max_tokens": 32,
-    }
+    body = smoke_chat(model)
     return shlex.join(
         [
             "curl",
@@ -214,20 +215,11 @@ def smoke_test(endpoint: str, model: str, timeout_s: float = 120.0) -> str:
     no chat template); what the model said, in a short excerpt."""
     try:
         http_json(f"{endpoint}/v1/models", timeout_s=timeout_s)
-        messages = [{"role": "user", "content": SMOKE_PROMPT}]
         try:
-            answer = http_json(
-                f"{endpoint}/v1/chat/completions",
-                {"model": model, "messages": messages, "max_tokens": SMOKE_MAX_TOKENS},
-                timeout_s,
-            )
+            answer = http_json(f"{endpoint}/v1/chat/completions", smoke_chat(model), timeout_s)
             text = answer["choices"][0]["message"]["content"]
         except urllib.error.HTTPError:  # e.g. a tokenizer without a chat template
-            answer = http_json(
-                f"{endpoint}/v1/completions",
-                {"model": model, "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS},
-                timeout_s,
-            )
+            answer = http_json(f"{endpoint}/v1/completions", smoke_completion(model), timeout_s)
             text = answer["choices"][0]["text"]
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise ToolFailure(
@@ -498,12 +490,18 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
             message=f"pid {record.pid}, log {self._dir(record.name) / LOG}",
         )
 
-    def list(self, settings: LocalServerAccess) -> list[ServerState]:
+    def list(
+        self, settings: LocalServerAccess, limit: int | None = None, offset: int = 0
+    ) -> tuple[list[ServerState], int]:
         root = servers_dir()
+        folders = [  # a stray file is not a server (a link is listed, as refused)
+            folder
+            for folder in (sorted(root.iterdir()) if root.is_dir() else ())
+            if folder.is_dir() or folder.is_symlink()
+        ]
+        end = None if limit is None else offset + limit
         found = []
-        for folder in sorted(root.iterdir()) if root.is_dir() else ():
-            if not folder.is_dir() and not folder.is_symlink():
-                continue  # a stray file: not a server (a link is listed, as refused)
+        for folder in folders[offset:end]:
             try:
                 record = self._read(folder.name)
             except ToolFailure as failure:
@@ -515,7 +513,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
                 continue
             if record is not None:
                 found.append(self._state(record))
-        return found
+        return found, len(folders)
 
     # --- delete / scale ---------------------------------------------------------------
 

@@ -327,6 +327,21 @@ def list_records(
     return found if limit is None else found[:limit]
 
 
+def page_records(
+    tool: str | None, status: str | None, limit: int, offset: int
+) -> tuple[list[OperationRecord], int | None]:
+    """`limit` records after the first `offset` (list_records' order), and how many there
+    are: counted from the listing alone when no status is asked (no record read past the
+    page); with a status, None while more may exist (one past the page was found)."""
+    found = list_records(tool, status, offset + limit + 1)
+    page = found[offset : offset + limit]
+    if len(found) <= offset + limit:  # every record was read: counted
+        return page, len(found)
+    if status is None:  # the folders count them (an unreadable one too: at most over)
+        return page, max(len(_folders_newest_first(tool)), len(found))
+    return page, None
+
+
 def prune(now: float | None = None) -> int:
     """Remove ended operations past KEEP_COUNT newest or older than KEEP_DAYS; only
     folders of this store's own form, never a running operation's. Returns how many."""

@@ -5,6 +5,7 @@ are checked before any signal. This is the one place processes are identified.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -103,6 +104,35 @@ def signal_group(
     except ProcessLookupError:
         return False
     return True
+
+
+def signal_marked(sig: signal.Signals, expected: Expected, root: int | None = None) -> int:
+    """Signal every process that is `expected` (by its environment marker), plus the
+    descendants of `root` (our own unreaped child), each with the group it leads. For
+    a job whose launcher starts each worker in a session of its own (torchrun does), so
+    that killing the launcher's group misses them, and an orphaned worker outlives it.
+    Returns how many processes were signalled."""
+    found: dict[int, psutil.Process] = {}
+    if root is not None:
+        with contextlib.suppress(psutil.Error):
+            found.update((p.pid, p) for p in psutil.Process(root).children(recursive=True))
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if (
+                process.pid not in found
+                and process.pid != os.getpid()
+                and expected.matches(process)
+            ):
+                found[process.pid] = process
+    signalled = 0
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+            signalled += 1
+    return signalled
 
 
 def project_pythonpath() -> str:

@@ -22,7 +22,8 @@ from skills.shared.errors import ErrorCode, ToolFailure
 
 CREATED_BY_TAG = ("created-by", "fsdp-eks")  # as eksctl.cluster_config spells it
 CLUSTER_TAG = "fsdp-eks/cluster"
-MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "fsdp-eks")
+MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "fsdp-eks")  # the suite's label, here only
+MANAGED_SELECTOR = "=".join(MANAGED_BY_LABEL)  # a labelSelector for it
 MODEL_SERVER_LABEL = "fsdp-eks/model-server"
 STORAGE_LABEL = "fsdp-eks/storage"
 
@@ -154,6 +155,7 @@ __all__ = [
     "CLUSTER_TAG",
     "CREATED_BY_TAG",
     "MANAGED_BY_LABEL",
+    "MANAGED_SELECTOR",
     "MODEL_SERVER_LABEL",
     "STORAGE_LABEL",
     "aws_tags",

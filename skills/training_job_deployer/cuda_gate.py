@@ -9,7 +9,6 @@ skipped only by skip_gate=true. No GPU node (yet) or no driver label: a warning.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import dataclass, field
@@ -33,7 +32,13 @@ from skills.catalog.cuda import (
     wheel_cudas,
 )
 from skills.catalog.instances import GPUS, gpu_for_instance, instance_spec
-from skills.cloud.registry_credentials import ECR_REGISTRY_HOST_ENV, EcrToken, normalize_host
+from skills.cloud.registry_credentials import (
+    ECR_HOST,
+    ECR_REGISTRY_HOST_ENV,
+    EcrToken,
+    ecr_login,
+    normalize_host,
+)
 from skills.cloud.registry_http import AnswerTooLarge
 from skills.kube.gpu_nodes import NodeGpuFacts
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -46,7 +51,6 @@ NO_GPU_NODE = (
     "no GPU node of this instance type yet (the autoscaler may add one): the image's CUDA "
     "was not checked against a driver"
 )
-_ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 
 
 @dataclass(frozen=True)
@@ -311,12 +315,9 @@ def ecr_token(region: str) -> EcrToken:
     from skills.shared.error_mapping import failure_from_exception
 
     try:
-        ecr = aws_session(region=region).client("ecr")
-        data = ecr.get_authorization_token()["authorizationData"][0]
+        return ecr_login(aws_session(region=region).client("ecr"))
     except Exception as exc:  # noqa: BLE001 - an SDK error becomes the typed one it maps to
         raise failure_from_exception(exc) or exc from None
-    user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
-    return EcrToken(str(data.get("proxyEndpoint") or ""), user, password)
 
 
 def _where(registry: str) -> tuple[str, EcrToken | None]:
@@ -325,10 +326,10 @@ def _where(registry: str) -> tuple[str, EcrToken | None]:
     FSDP_EKS_ECR_REGISTRY_HOST names, where pushes go, else ECR itself)."""
     import os
 
-    m = _ECR_HOST.match(normalize_host(registry))
+    m = ECR_HOST.match(normalize_host(registry))
     if m is None:
         return registry, None
-    token = ecr_token(m[2])
+    token = ecr_token(m["region"])
     if normalize_host(token.endpoint_host) != normalize_host(registry):
         return registry, token  # another account's ECR: the policy gives it nothing
     mapped = os.environ.get(ECR_REGISTRY_HOST_ENV, "").strip()
@@ -338,7 +339,7 @@ def _where(registry: str) -> tuple[str, EcrToken | None]:
 def read_image_labels(image_uri: str) -> LabelRead:
     """The image's labels from its registry (manifest, then config blob) with the
     credentials the one policy gives that host (the ECR token for the account's ECR)."""
-    from skills.image_builder.registry_check import parse_image, registry_get_as
+    from skills.cloud.registry_images import parse_image, registry_get_as
 
     host = ""
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skills.catalog.pricing import estimate_instances
+from skills.catalog.pricing import estimate_billing
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.targets.base import Plan, Target
@@ -37,7 +37,7 @@ def dry_run_cost(job: JobSpec, plan: Plan, runner: Target[Any]) -> dict[str, Any
     if billing.instance_type and job.max_steps:
         step = previous_step_time(runner, job.job_name)
     hours = None if step is None or not job.max_steps else job.max_steps * step.seconds / 3600
-    estimate = estimate_instances(billing.instance_type, billing.nodes, billing.region, hours)
+    estimate = estimate_billing(billing, hours)
     if not job.max_steps:
         estimate.notes.append("per hour only: max_steps not given (the trainer's default)")
     elif step is None:

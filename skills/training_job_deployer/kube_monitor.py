@@ -1,30 +1,33 @@
 """Reads of a PyTorchJob and what belongs to it, as the Kubernetes API returns them
 (camelCase JSON dicts, never the client's models): one GET for the job, one LIST per
-kind (pods, events) filtered to the job, whatever its pod count, and one log read for
-rank 0. The monitor, the job tools and the job doctor's `snapshot` share these reads;
-skills.kube.pods reads what they return.
+kind (pods) filtered to the job, whatever its pod count, events filtered to the job's
+objects by the API server (fieldSelector), and one log read for rank 0. The monitor,
+the job tools and the job doctor's `snapshot` share these reads; skills.kube.pods reads
+what they return.
 
 Selectors are sent (a real API server filters) and applied again here (some servers
 and emulators ignore them)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from skills.kube.client import KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
+from skills.kube.objects import KINDS, kind_path
 from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import managed_labels
 from skills.shared.secrets import redact
-from skills.training_job_deployer.targets.kubernetes.manifest import GROUP, PLURAL, VERSION
 
 # Lines of each log a snapshot reads: the end, where a failure is.
 SNAPSHOT_TAIL_LINES = 20_000
 # Where the API keeps events about cluster-scoped objects (a node's: its agents' XIDs).
 NODE_EVENTS_NAMESPACE = "default"
-
-JOB_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
+# Up to this many objects, their events are one LIST each (filtered to the object by the
+# API server); past it, one LIST per kind (a 1,000-pod job: 3 requests, not 1,000).
+EVENT_LISTS = 32
 
 
 class KubeReader(KubeJson):
@@ -36,14 +39,15 @@ class KubeReader(KubeJson):
         self.namespace = namespace
 
     def _jobs_path(self, name: str = "") -> str:
-        return JOB_PATH.format(namespace=self.namespace) + (f"/{name}" if name else "")
+        return kind_path("PyTorchJob", self.namespace, name or None)
 
     # discovery and jobs -------------------------------------------------------
 
     def require_crd(self) -> None:
         """The cluster serves kubeflow.org/v1 pytorchjobs (the Training Operator's CRD)."""
-        found = self.json("GET", f"/apis/{GROUP}/{VERSION}", missing_ok=(404,)) or {}
-        if not any(r.get("name") == PLURAL for r in found.get("resources") or []):
+        group_version, plural, _ = KINDS["PyTorchJob"]
+        found = self.json("GET", group_version, missing_ok=(404,)) or {}
+        if not any(r.get("name") == plural for r in found.get("resources") or []):
             raise ToolFailure(
                 ErrorCode.TRAINING_OPERATOR_MISSING,
                 "The cluster has no PyTorchJob resource (kubeflow.org/v1): the Kubeflow "
@@ -79,7 +83,7 @@ class KubeReader(KubeJson):
         """The job's pods, one LIST; ordered Master first, then by replica index."""
         listed = self.json(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods",
+            kind_path("Pod", self.namespace),
             query={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
         )
         pods = [
@@ -94,7 +98,7 @@ class KubeReader(KubeJson):
         ordered as pods() orders it)."""
         listed = self.json(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods",
+            kind_path("Pod", self.namespace),
             query={"labelSelector": JOB_NAME_LABEL},
         )
         by_job: dict[str, list[dict[str, Any]]] = {}
@@ -105,14 +109,33 @@ class KubeReader(KubeJson):
         return {job: sorted(pods, key=pod_order) for job, pods in by_job.items()}
 
     def events(self, job_name: str, pod_names: list[str]) -> list[dict[str, Any]]:
-        """Events of the job and its pods, one LIST, oldest first."""
-        names = {job_name, *pod_names}
-        found = [
-            e
-            for e in self.namespace_events()
-            if (e.get("involvedObject") or {}).get("name") in names
+        """Events of the job and of these pods, oldest first (events_about)."""
+        objects = [("PyTorchJob", job_name), *(("Pod", name) for name in pod_names)]
+        return sorted(self.events_about(objects), key=_event_order)
+
+    def events_about(self, objects: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Events about these (kind, name) objects, filtered by the API server: one LIST
+        per object with an involvedObject fieldSelector (a field selector has no OR), so
+        the cost follows the objects asked about, not the events in the namespace. Past
+        EVENT_LISTS objects, one LIST per kind instead (a selector on the kind alone)."""
+        wanted = set(objects)
+        if len(wanted) <= EVENT_LISTS:
+            selectors = [f"involvedObject.kind={k},involvedObject.name={n}" for k, n in wanted]
+        else:
+            selectors = [f"involvedObject.kind={kind}" for kind in sorted({k for k, _ in wanted})]
+        # A node's events may be in the namespace the API keeps cluster-scoped ones in.
+        elsewhere = self.namespace != NODE_EVENTS_NAMESPACE
+        asked = [(self.namespace, selector) for selector in sorted(selectors)] + [
+            (NODE_EVENTS_NAMESPACE, selector)
+            for selector in sorted(selectors)
+            if elsewhere and "kind=Node" in selector
         ]
-        return sorted(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        found: list[dict[str, Any]] = []  # each event is about one object: no repeats
+        for namespace, selector in asked:
+            path = kind_path("Event", namespace)
+            listed = self.json("GET", path, query={"fieldSelector": selector}) or {}
+            found += [e for e in listed.get("items") or [] if _involved(e) in wanted]
+        return found
 
     def log(
         self,
@@ -136,7 +159,7 @@ class KubeReader(KubeJson):
         }
         status, data = self.request(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+            kind_path("Pod", self.namespace, pod) + "/log",
             query=query,
             missing_ok=(400, 404),  # not started yet, or no previous container
         )
@@ -154,18 +177,12 @@ class KubeReader(KubeJson):
                 return text, fewer
             lines, fewer = max(1, lines // 2), True
 
-    def namespace_events(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Every event in the namespace (this reader's, or `namespace`), one LIST (the
-        caller picks those it wants)."""
-        path = f"/api/v1/namespaces/{namespace or self.namespace}/events"
-        return list((self.json("GET", path) or {}).get("items") or [])
-
     def nodes(self) -> list[dict[str, Any]]:
-        return list((self.json("GET", "/api/v1/nodes") or {}).get("items") or [])
+        return list((self.json("GET", kind_path("Node")) or {}).get("items") or [])
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every namespace's pods that have not ended (those that may hold GPUs)."""
-        listed = self.json("GET", "/api/v1/pods", query={"fieldSelector": NOT_ENDED_SELECTOR})
+        listed = self.json("GET", kind_path("Pod"), query={"fieldSelector": NOT_ENDED_SELECTOR})
         return list((listed or {}).get("items") or [])
 
     # secrets ------------------------------------------------------------------------
@@ -179,11 +196,11 @@ class KubeReader(KubeJson):
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "fsdp-eks"}},
+            "metadata": {"name": name, "labels": managed_labels()},
             "type": "Opaque",
             "data": encoded,
         }
-        path = f"/api/v1/namespaces/{self.namespace}/secrets"
+        path = kind_path("Secret", self.namespace)
         status, _ = self.request("POST", path, body=body, missing_ok=(409,))
         if status != 409:
             return "created"
@@ -221,13 +238,16 @@ def read_snapshot(
         )
     names = {p["metadata"]["name"] for p in pods}
     nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
-    listed = reader.namespace_events()
-    if nodes and namespace != NODE_EVENTS_NAMESPACE:  # a node's events are not the job's
-        listed += [e for e in reader.namespace_events(NODE_EVENTS_NAMESPACE) if _on_node(e)]
-    events = [e for e in listed if _about(e, job_name, names, nodes) and not older_than(e, job)]
+    about = [("PyTorchJob", job_name), *(("Pod", n) for n in names), *(("Node", n) for n in nodes)]
+    events = [
+        e
+        for e in reader.events_about(about)
+        if _about(e, job_name, names, nodes) and not older_than(e, job)
+    ]
     events.sort(key=_event_order)
     # The nodes the pods ran on: their conditions are the node agents' evidence (XIDs).
-    node_objects = [n for n in reader.nodes() if (n.get("metadata") or {}).get("name") in nodes]
+    every = _if_allowed(reader.nodes) if nodes else []
+    node_objects = [n for n in every if (n.get("metadata") or {}).get("name") in nodes]
     logs: dict[str, str] = {}
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -245,8 +265,17 @@ def read_snapshot(
     return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
 
 
-def _on_node(event: Mapping[str, Any]) -> bool:
-    return (event.get("involvedObject") or event.get("regarding") or {}).get("kind") == "Node"
+def _if_allowed(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A read the job's own access may lack (nodes and the default namespace are the
+    cluster's): refused, the snapshot goes without it rather than failing."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return read()
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            return []
+        raise
 
 
 def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:
@@ -258,6 +287,12 @@ def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) 
         or (kind == "PyTorchJob" and name == job)
         or (kind == "Node" and name in nodes)
     )
+
+
+def _involved(event: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(kind, name) of what the event is about (re-checked: some servers ignore selectors)."""
+    involved = event.get("involvedObject") or event.get("regarding") or {}
+    return involved.get("kind"), involved.get("name")
 
 
 def _event_order(event: Mapping[str, Any]) -> str:

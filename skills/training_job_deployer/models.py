@@ -173,6 +173,9 @@ class RetryAttempt(BaseModel):
     spec_diff: list[str] = Field(default_factory=list)
     resumed_from: int | None = None
     checkpoint_step: int | None = None
+    quarantined: list[str] = Field(
+        default_factory=list, description="Nodes cordoned and tainted after this attempt."
+    )
 
 
 class JobLogs(ToolResult):

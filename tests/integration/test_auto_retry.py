@@ -351,14 +351,6 @@ def test_the_loop_runs_as_an_operation_for_agents(operator, kube_api):
     assert CANARY not in state.model_dump_json()
 
 
-def test_a_target_without_the_pod_doctor_refuses_auto_retry(tmp_path):
-    with pytest.raises(ToolFailure) as caught:
-        deploy_training_job(job_name="here", target="local", runs_dir=str(tmp_path),
-                            auto_retry=True, max_steps=2)  # fmt: skip
-    assert caught.value.code == "unsupported_for_target" and "kubernetes" in caught.value.hint
-    assert not any(tmp_path.iterdir())  # nothing was started
-
-
 def test_max_retries_is_bounded_and_auto_retry_strict():
     for bad in ({"max_retries": 99}, {"max_retries": -1}, {"auto_retry": "yes"}):
         with pytest.raises(ToolFailure) as caught:

@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from commands._cli import run_cli
 from commands.build_image import build_image
 from mcp_server import build_server
-from skills.image_builder.registry_check import check_image
+from skills.cloud.registry_images import check_image
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from tests.services.header_log import header_logging_registry

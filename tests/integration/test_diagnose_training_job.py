@@ -107,7 +107,7 @@ def test_a_node_that_lost_a_gpu_is_named_first_live(cluster):
     assert len(root.consequences) == 3 and result.findings == [root]
 
 
-def test_the_snapshot_is_one_list_per_kind_and_a_log_read_per_container(cluster):
+def test_the_snapshot_is_a_list_per_object_and_a_log_read_per_container(cluster):
     fixture = load("host_oom")  # the master restarted: its previous log is read too
     seed(cluster, fixture)
     with kube_api_client() as api:
@@ -115,7 +115,9 @@ def test_the_snapshot_is_one_list_per_kind_and_a_log_read_per_container(cluster)
     assert set(snapshot["logs"]) == {"host-oom-master-0", "host-oom-master-0/previous"}
     paths = [str(r.url.path) for r in cluster.emulator._requests]  # kmock 0.8: no public list
     assert paths.count(f"/api/v1/namespaces/{NS}/pods") == 1
-    assert paths.count(f"/api/v1/namespaces/{NS}/events") == 1
+    # Events by the API server's filter: one LIST for the job, each pod, each node.
+    nodes = {p["spec"].get("nodeName") for p in snapshot["pods"]} - {None}
+    assert paths.count(f"/api/v1/namespaces/{NS}/events") == 1 + 2 + len(nodes)
     assert sum(p.endswith("/log") for p in paths) == 3  # 2 pods + 1 previous
 
 

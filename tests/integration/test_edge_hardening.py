@@ -227,16 +227,33 @@ def test_tools_that_can_delete_are_annotated_destructive():
 # --- item 14: every crash is a typed error -----------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "pin", ["torch==2", "torch==x", "torch==2.5.1+cu1", "torch===", "torch==2.*"]
-)
-def test_odd_torch_pins_analyze_without_a_crash(pin):
+# An odd torch pin -> (the torch version the analysis reads, the errors it reports on a
+# CUDA 12.4 + cuDNN 9 base, and those on an unknown base with the PyTorch index's "cu1").
+ODD_PINS: dict[str, tuple[str | None, set[str], set[str]]] = {
+    # PEP 440: ==2 is 2.0, not in the table (and it expects cuDNN 8).
+    "torch==2": ("2.0", {"no_such_wheel", "cudnn_mismatch"}, {"no_such_wheel"}),
+    "torch==x": (None, set(), set()),  # unreadable: no version claimed, nothing refused
+    "torch==2.5.1+cu1": ("2.5.1", set(), set()),  # cu1 names no CUDA: the base's decides
+    "torch===": (None, set(), set()),
+    "torch==2.*": (None, set(), set()),  # a wildcard is no one version
+}
+
+
+@pytest.mark.parametrize("pin", sorted(ODD_PINS))
+def test_odd_torch_pins_are_read_as_pip_reads_them_or_not_claimed(pin):
     from skills.image_builder.dockerfile_analyzer import analyze
 
+    torch, on_base, on_unknown = ODD_PINS[pin]
     text = f"FROM nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04\nRUN pip install {pin}\n"
-    analyze(text, instance_type="p5.48xlarge")  # no IndexError / ValueError
-    analyze(f"FROM ubuntu:22.04\nRUN pip install {pin} --index-url "
-            "https://download.pytorch.org/whl/cu1\n")  # fmt: skip
+    on_cuda = analyze(text, instance_type="p5.48xlarge")
+    assert (on_cuda.resolved.torch, on_cuda.resolved.cuda) == (torch, "12.4")
+    assert {f.code for f in on_cuda.findings if f.severity == "error"} == on_base
+    # The index's "cu1" names no CUDA either: nothing but the unknown base is said.
+    on_index = analyze(f"FROM ubuntu:22.04\nRUN pip install {pin} --index-url "
+                       "https://download.pytorch.org/whl/cu1\n")  # fmt: skip
+    assert (on_index.resolved.torch, on_index.resolved.cuda) == (torch, None)
+    assert {f.code for f in on_index.findings if f.severity == "error"} == on_unknown
+    assert "unknown_base" in {f.code for f in on_index.findings}
 
 
 def test_a_100k_deep_snapshot_is_a_typed_error(tmp_path):

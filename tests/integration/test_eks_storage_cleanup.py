@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import uuid
 
 import boto3
 import kubernetes_validate
@@ -509,3 +510,61 @@ def test_storage_writes_nothing_when_the_kubernetes_api_is_unreachable(aws):
     assert failure.value.code == "endpoint_unreachable"
     assert not file_systems("st-e") and not fsx_group("st-e")
     assert not bucket_exists(f"fsdp-eks-st-e-{ACCOUNT}")
+
+
+# --- cleanup honours the cluster tag: two clusters of this suite's, each with its storage
+# (file system, security group, bucket); cleaning one plans, deletes and waits on nothing of
+# the other's; a bucket of this suite's made for another cluster under this one's name stays.
+
+
+def ids(cluster: str) -> set[str]:
+    return {fs["FileSystemId"] for fs in file_systems(cluster)} | {
+        g["GroupId"] for g in fsx_group(cluster)
+    }
+
+
+def test_cleanup_plans_deletes_and_waits_on_nothing_of_another_clusters(
+    aws, kube, tmp_path, monkeypatch
+):
+    mine, other = (f"tag-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    for cluster in (mine, other):
+        make_cluster(cluster, tags=SUITE)
+        call(kube, cluster, action="storage", confirm=True)
+    theirs = ids(other)
+    assert len(theirs) == 2 and len(ids(mine)) == 2
+
+    plan = call(kube, mine, action="cleanup", delete_bucket="with_objects", delete_cluster=True)
+    named = {r.name.split("/")[-1] for r in plan.resources}
+    assert not named & theirs and f"fsdp-eks-{other}-{ACCOUNT}" not in named
+    assert ids(mine) <= named
+
+    done = call(kube, mine, action="cleanup", only=["fsx"], delete_bucket="with_objects",
+                confirm=True)  # fmt: skip
+    assert not file_systems(mine) and ids(other) == theirs
+    assert not bucket_exists(f"fsdp-eks-{mine}-{ACCOUNT}")
+    assert bucket_exists(f"fsdp-eks-{other}-{ACCOUNT}")
+    assert not {r.name for r in done.resources if r.action == "deleted"} & theirs
+
+    # Only the other cluster's file system is left: it does not hold this cluster back.
+    eksctl = tmp_path / "bin" / "eksctl"  # a stand-in on PATH (the real one is not here)
+    eksctl.parent.mkdir()
+    eksctl.write_text("#!/bin/sh\necho deleted\n")
+    eksctl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{eksctl.parent}{os.pathsep}{os.environ['PATH']}")
+    after = call(kube, mine, action="cleanup", only=["fsx"], delete_cluster=True, confirm=True)
+    row = after.resources[-1]
+    assert (row.kind, row.name, row.action) == ("EKS cluster", mine, "deleted"), row.detail
+
+
+def test_a_bucket_of_another_clusters_under_this_clusters_name_is_kept(aws, kube):
+    mine = f"tag-{uuid.uuid4().hex[:6]}"
+    make_cluster(mine, tags=SUITE)
+    bucket = f"fsdp-eks-{mine}-{ACCOUNT}"
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=bucket)
+    tags = ownership.tag_list(ownership.aws_tags("someone-else", bucket))
+    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": tags})
+    done = call(kube, mine, action="cleanup", delete_bucket="with_objects", confirm=True)
+    (row,) = [r for r in done.resources if r.kind == "S3 bucket"]
+    assert row.action == "keep" and "someone-else" in row.detail
+    assert bucket_exists(bucket)

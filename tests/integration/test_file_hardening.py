@@ -29,8 +29,8 @@ from commands.deploy_model_server import deploy_model_server
 from commands.get_model_server import get_model_server
 from commands.get_training_job import get_training_job
 from commands.list_model_servers import list_model_servers
-from skills.ecr_publisher import remembered
 from skills.model_server.local import RECORD, servers_dir
+from skills.operations import remembered
 from skills.shared.errors import ToolFailure
 
 pytestmark = pytest.mark.integration

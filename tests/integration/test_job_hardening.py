@@ -322,14 +322,18 @@ if os.environ.get("RANK") is not None and os.environ.get("LEAK_CANARIES"):
 
 
 def _files_containing(root: Path, needles: list[str], newer_than: float) -> list[str]:
+    # os.walk, not rglob: in a shared /tmp other tests' directories come and go while it
+    # is read, and rglob raises on one that vanished (walk skips it).
     found = []
-    for path in root.rglob("*"):
-        try:
-            if path.is_file() and path.stat().st_mtime >= newer_than:
-                data = path.read_bytes()
-                found += [f"{path}: {n[:6]}..." for n in needles if n.encode() in data]
-        except OSError:
-            continue
+    for parent, _, names in os.walk(root):
+        for name in names:
+            path = Path(parent) / name
+            try:
+                if path.is_file() and path.stat().st_mtime >= newer_than:
+                    data = path.read_bytes()
+                    found += [f"{path}: {n[:6]}..." for n in needles if n.encode() in data]
+            except OSError:
+                continue
     return found
 
 

@@ -62,37 +62,6 @@ def failure(call, *args, **kwargs) -> ToolFailure:
     return caught.value
 
 
-def push_labelled_image(registry, repository: str, tag: str, labels: dict) -> str:
-    """An image in the local registry that is only its config (labels) and manifest, as a
-    build would push it: the gate reads no layer."""
-    import hashlib
-    import urllib.request
-
-    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
-
-    def call(method: str, url: str, body: bytes = b"", content_type: str = "") -> dict:
-        request = urllib.request.Request(url, data=body or None, method=method)
-        request.add_header("Authorization", f"Basic {auth}")
-        if content_type:
-            request.add_header("Content-Type", content_type)
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return dict(response.headers)
-
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": labels},
-                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()  # fmt: skip
-    digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    location = call("POST", f"{registry.url}/v2/{repository}/blobs/uploads/")["Location"]
-    location = location if location.startswith("http") else registry.url + location
-    joiner = "&" if "?" in location else "?"
-    call("PUT", f"{location}{joiner}digest={digest}", config, "application/octet-stream")
-    manifest_type = "application/vnd.docker.distribution.manifest.v2+json"
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": manifest_type, "layers": [],
-                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                                      "size": len(config), "digest": digest}}).encode()  # fmt: skip
-    call("PUT", f"{registry.url}/v2/{repository}/manifests/{tag}", manifest, manifest_type)
-    return f"{registry.host}/{repository}:{tag}"
-
-
 def exists(name: str) -> bool:
     return KubernetesTarget(KubernetesSettings()).reader.job(name) is not None
 
@@ -445,7 +414,7 @@ def test_bad_input_gives_typed_errors_with_hints(operator, kube_api, monkeypatch
 def test_the_gate_refuses_a_cu130_image_on_535_nodes(operator, kube_api, monkeypatch, registry):
     operator.add_nodes("p5.48xlarge", 2, efa=32, driver="535.104.05")
     labels = {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0"}
-    new = push_labelled_image(registry, "gate/trainer", "cu130", labels)
+    new = registry.push_labelled_image("gate/trainer", "cu130", labels)
     monkeypatch.setenv("REGISTRY_USERNAME", registry.username)
     monkeypatch.setenv("REGISTRY_PASSWORD", registry.password)
     # The credential policy: REGISTRY_* go only to the hosts REGISTRY_HOST names.
@@ -559,18 +528,22 @@ def test_deploy_follows_a_live_job_to_the_end_with_progress(operator):
     lines = RUN_LOG.splitlines(keepends=True)
     first_step = next(i for i, line in enumerate(lines) if '"event": "step"' in line)
 
+    progress = CollectingProgress()
+
     def operator_loop() -> None:
         while not exists("llama"):
             time.sleep(0.05)
         operator.run(
             "llama", outcome="Running", rank_logs={"master-0": "".join(lines[: first_step + 1])}
         )
-        time.sleep(2.5)  # at least one poll sees the job mid-run
+        # It ends once a poll has seen it mid-run (step 1), however slow the polls are.
+        deadline = time.monotonic() + 25
+        while 1 not in [e.completed for e in progress.events] and time.monotonic() < deadline:
+            time.sleep(0.05)
         operator.run("llama", outcome="Succeeded")
 
     thread = threading.Thread(target=operator_loop, daemon=True)
     thread.start()
-    progress = CollectingProgress()
     state = deploy(wait_seconds=30, progress=progress)
     thread.join(5)
     assert state.status == "succeeded" and state.steps == 6

@@ -5,10 +5,8 @@ streamable HTTP). Each job is a real 2-process torchrun with gloo on CPU."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -22,6 +20,7 @@ from mcp_server import build_server
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.trainer_log import parse_events
+from tests.services._common import start_listening
 
 ROOT = Path(__file__).resolve().parents[2]
 # Small enough for CI, long enough for the loss to fall clearly.
@@ -198,38 +197,14 @@ def test_stdio_mcp_subprocess_returns_the_same_job(runs_dir, cli_result):
     _assert_same_job(result, cli_result, reports)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_streamable_http_server_serves_the_same_tools(runs_dir):
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mcp_server",
-            "--http",
-            "--port",
-            str(port),
-            "--workspace",
-            str(runs_dir),
-        ],  # fmt: skip
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    server, port = start_listening(
+        lambda port: [sys.executable, "-m", "mcp_server", "--http", "--port", str(port),
+                      "--workspace", str(runs_dir)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}/mcp"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
 
         async def scenario():
             async with Client(url) as client:

@@ -63,7 +63,8 @@ def test_a_log_just_over_head_and_tail_keeps_the_heads_start_and_the_tails_outco
 def test_through_ssh_a_log_is_read_bounded_on_the_remote_side(tmp_path, monkeypatch):
     """The Slurm target's reads through ssh_host: an `ssh` on PATH that runs the remote
     command string in a local shell stands in for a login node (no sshd here)."""
-    from skills.training_job_deployer.targets.slurm.target import SlurmSettings, SlurmTarget
+    from skills.training_job_deployer.targets.slurm.settings import SlurmSettings
+    from skills.training_job_deployer.targets.slurm.target import SlurmTarget
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

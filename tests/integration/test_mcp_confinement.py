@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +23,7 @@ from mcp_server import build_server
 from mcp_server.workspace import Workspace
 from skills.shared.errors import ToolFailure
 from skills.shared.paths import LocalPath
+from tests.services._common import free_port, start_listening
 
 ROOT = Path(__file__).resolve().parents[2]
 # The server runs from the test's directory (as from a project's); imports come from ROOT.
@@ -194,24 +193,6 @@ def test_s3_uris_that_read_as_paths_out_are_not_waved_through(tmp_path, value):
 # --- HTTP -----------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for_port(port: int, server: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert server.poll() is None, server.stderr.read()
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on {port}")
-
-
 def _post_status(url: str, headers: dict[str, str]) -> int:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
     request = urllib.request.Request(url, data=body, method="POST", headers={
@@ -228,7 +209,7 @@ def _post_status(url: str, headers: dict[str, str]) -> int:
 def test_http_off_loopback_without_a_token_refuses_to_start(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "mcp_server", "--http", "--host", "0.0.0.0",
-         "--port", str(_free_port())],
+         "--port", str(free_port())],
         capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -238,15 +219,14 @@ def test_http_off_loopback_without_a_token_refuses_to_start(tmp_path):
 
 def test_http_with_a_token_answers_only_requests_that_carry_it(tmp_path):
     token = "s3cret-token-for-the-test"
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mcp_server", "--http", "--host", "0.0.0.0", "--port", str(port)],
+    server, port = start_listening(
+        lambda port: [sys.executable, "-m", "mcp_server", "--http", "--host", "0.0.0.0",
+                      "--port", str(port)],
         cwd=tmp_path, env={**ENV, "FSDP_EKS_MCP_TOKEN": token},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        _wait_for_port(port, server)
         statuses = [
             _post_status(url, {}),
             _post_status(url, {"Authorization": f"Bearer {token}x"}),

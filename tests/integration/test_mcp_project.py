@@ -6,10 +6,8 @@ named, never in the directory it happens to run in; what a client sees of the se
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from mcp_types import ListRootsResult, Root
 from mcp_server import build_server
 from mcp_server.server import MCP_MAX_WAIT_S, summary_text
 from mcp_server.workspace import Workspace
+from tests.services._common import start_listening
 
 pytestmark = pytest.mark.integration
 
@@ -103,31 +102,16 @@ def test_server_info_carries_the_version_and_only_tools_are_advertised():
     assert capabilities.prompts is None and capabilities.resources is None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_http_prints_the_url_it_serves(tmp_path):
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mcp_server", "--http", "--port", str(port)],
+    # start_listening: the printed URL is where it answers (on a port it really got).
+    process, port = start_listening(
+        lambda port: [sys.executable, "-m", "mcp_server", "--http", "--port", str(port)],
         cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
         assert process.stderr is not None
         line = process.stderr.readline()
         assert f"http://127.0.0.1:{port}/mcp" in line, line
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the printed URL is where it answers
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("nothing listens on the printed port")
     finally:
         process.terminate()
         process.wait(timeout=20)

@@ -5,7 +5,6 @@ a listing that needs no tool module, and calls that never block each other."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -233,26 +232,21 @@ def long_build(*, progress: Progress | None = None) -> Held:
     return Held()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_twenty_reads_over_http_all_answer_while_a_long_call_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("FSDP_EKS_STATE_DIR", str(tmp_path / "state"))
     specs = [spec_of(long_build), tool_spec("list_operations"), tool_spec("list_training_jobs")]
-    port = _free_port()
     app = build_server(specs=specs).streamable_http_app(host="127.0.0.1")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    # Port 0: the kernel's free port, bound at once (no other test can take it first).
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     RELEASE.clear()
-    url = f"http://127.0.0.1:{port}/mcp"
 
     async def scenario():
         while not server.started:
             await anyio.sleep(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        url = f"http://127.0.0.1:{port}/mcp"
         async with Client(streamable_http_client(url)) as client:
             results: dict[str, object] = {}
 

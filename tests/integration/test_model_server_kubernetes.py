@@ -378,7 +378,7 @@ def test_the_hf_token_is_only_a_secret_reference(kube, lb_kube, stand_in, monkey
     plan = target.plan("demo", "org/private-model", config)
     state = target.deploy(plan, config, CollectingProgress(), 60)
     assert state.status == "ready"
-    listed = target.list(config)
+    listed, _ = target.list(config)
     objects = [stored(kube, "deployments/demo"), stored(kube, "services/demo")]
     results = [plan.model_dump(), state.model_dump(), [s.model_dump() for s in listed]]
     seen = json.dumps([*results, *objects])
@@ -404,7 +404,7 @@ def test_get_list_scale_and_an_idempotent_delete(kube):
         "metadata": {"name": "other", "namespace": "default", "labels": {"app": "x"}},
         "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}},
     }  # fmt: skip
-    assert [s.name for s in target.list(config)] == ["alpha", "beta"]
+    assert [s.name for s in target.list(config)[0]] == ["alpha", "beta"]
 
     state = target.get("alpha", config)
     assert (state.status, state.replicas, state.model) == ("starting", 1, "org/m")
@@ -418,7 +418,7 @@ def test_get_list_scale_and_an_idempotent_delete(kube):
     assert (first.status, first.message) == ("deleted", "Deleted Deployment and Service.")
     again = target.delete("alpha", config)
     assert (again.status, again.message) == ("deleted", "Nothing to delete.")
-    assert [s.name for s in target.list(config)] == ["beta"]
+    assert [s.name for s in target.list(config)[0]] == ["beta"]
     for call in (lambda: target.get("alpha", config), lambda: target.scale("alpha", 2, config)):
         with pytest.raises(ToolFailure) as caught:
             call()
@@ -441,3 +441,32 @@ def test_a_load_balancer_without_its_controller_is_refused_before_anything_is_ap
     add_load_balancer_controller(kube)
     state = target.deploy(target.plan("demo", "org/m", config), config, CollectingProgress(), 0)
     assert state.status == "starting"
+
+
+def test_a_list_page_costs_two_requests_whatever_the_servers(kube):
+    """list_model_servers pages (limit, cursor): one LIST of Deployments and one of
+    Services a page, never a GET per server, at 3 servers as at 48."""
+    from commands.list_model_servers import list_model_servers
+    from skills.model_server.kubernetes.manifest import labels
+
+    costs = []
+    for total in (3, 48):
+        for i in range(total):
+            name = f"srv-{i:02d}"
+            meta = {"name": name, "namespace": "default", "labels": labels(name)}
+            kube.emulator.objects[DEPLOYMENTS, "default", name] = {
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}},
+                "status": {"readyReplicas": 1, "replicas": 1, "updatedReplicas": 1},
+            }  # fmt: skip
+            kube.emulator.objects["v1/services", "default", name] = {
+                "apiVersion": "v1", "kind": "Service", "metadata": meta,
+                "spec": {"type": "ClusterIP", "ports": [{"port": 8000}]},
+            }  # fmt: skip
+        before = len(kube.emulator._requests)
+        page = list_model_servers(target="kubernetes", limit=2, cursor="1")
+        costs.append(len(kube.emulator._requests) - before)
+        assert [s.name for s in page.servers] == ["srv-01", "srv-02"]
+        assert (page.more, page.next_cursor) == (total - 3, "3" if total > 3 else None)
+        assert all(s.endpoint and s.endpoint.endswith(":8000/proxy") for s in page.servers)
+    assert costs == [2, 2]

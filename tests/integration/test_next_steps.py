@@ -36,7 +36,8 @@ from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
-from skills.training_job_deployer.targets.slurm.target import SlurmSettings, SlurmTarget
+from skills.training_job_deployer.targets.slurm.settings import SlurmSettings
+from skills.training_job_deployer.targets.slurm.target import SlurmTarget
 
 pytestmark = pytest.mark.integration
 

@@ -333,3 +333,37 @@ def test_a_server_process_confined_to_another_workspace_sees_nothing(state_dir, 
     listed, got = anyio.run(ask, tmp_path / "a")
     assert [op["operation_id"] for op in listed] == [operation_id]
     assert got.structured_content["result"] == {"counted": 2}
+
+
+@pytest.mark.parametrize(
+    "call, mapped",
+    [  # a row per way an operation is mapped back onto its caller's result
+        ({"steps": 2, "step_s": 0.01, "wait_seconds": 30}, ("ended", 2)),
+        ({"steps": 40, "step_s": 0.5, "wait_seconds": 0}, ("running", None)),
+        ({"steps": 3, "step_s": 0.01, "fail_at": 2, "wait_seconds": 30}, "service_error"),
+    ],
+)
+def test_run_as_operation_maps_each_end_onto_the_callers_result(call, mapped):
+    from tests.sample_tools import Counted
+
+    ran = []
+
+    def running(state):
+        ran.append(state.operation_id)
+        return ("running", None)
+
+    def ask():
+        return operations.run_as_operation(
+            COUNT, call, None, result=Counted,
+            ended=lambda result, state: ("ended", result.counted),
+            running=running, failed="counting failed",
+        )  # fmt: skip
+
+    if isinstance(mapped, str):
+        with pytest.raises(ToolFailure) as failed:
+            ask()
+        assert failed.value.code == mapped and failed.value.details["operation_id"]
+        return
+    assert ask() == mapped
+    if ran:  # still running: the caller can stop it by the id it was given
+        operations.cancel(ran[0])

@@ -19,9 +19,9 @@ from mcp import Client
 from commands._cli import run_cli
 from commands.push_to_ecr import push_to_ecr
 from mcp_server import build_server
+from skills.cloud.ecr_repository import latest_image
 from skills.cloud.registry_credentials import RegistryLogin
 from skills.ecr_publisher.push import _push
-from skills.ecr_publisher.repository import latest_image
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress, NullProgress
 from tests.services import registry as registry_service

@@ -15,7 +15,7 @@ import pytest
 from commands.deploy_training_job import deploy_training_job
 from commands.push_to_ecr import push_to_ecr
 from commands.setup_codebuild import setup_codebuild
-from skills.ecr_publisher import remembered
+from skills.operations import remembered
 from skills.shared.errors import ToolFailure
 from tests.services.training_operator import TrainingOperator
 

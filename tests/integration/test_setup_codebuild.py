@@ -12,9 +12,9 @@ import pytest
 from botocore.stub import Stubber
 
 from commands.setup_codebuild import setup_codebuild
+from skills.cloud.ecr_repository import DEFAULT_KEEP_LAST, lifecycle_policy
 from skills.codebuild_pipeline import plan
 from skills.codebuild_pipeline.apply import Applier
-from skills.ecr_publisher.repository import DEFAULT_KEEP_LAST, lifecycle_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,10 +9,24 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 class MissingBinary(RuntimeError):
     """A system binary a service needs is not installed (the message says how to install it)."""
+
+
+def require(check: Callable[[], object]) -> None:
+    """Run a service's `check()` in a test: a missing binary skips the test, except under
+    CI=true, where it fails (CI installs every service: a skip there would hide one)."""
+    import pytest
+
+    try:
+        check()
+    except MissingBinary as exc:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"{exc} (CI is set: missing services fail instead of skipping)")
+        pytest.skip(str(exc))
 
 
 def find_binary(*names: str, apt: str) -> str:
@@ -31,6 +45,30 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def start_listening(
+    command: Callable[[int], list[str]], *, tries: int = 3, timeout: float = 30.0, **popen: Any
+) -> tuple[subprocess.Popen[Any], int]:
+    """Start `command(port)` on a free port and wait until it listens there. A free port
+    can be taken by another test's process before ours binds it: ours then exits, and
+    it is started again on another port (`tries` times)."""
+    for _ in range(tries):
+        port = free_port()
+        process = subprocess.Popen(command(port), **popen)
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            if process.poll() is None:  # it listens, and it is ours that does
+                return process, port
+        if process.poll() is None:
+            stop_process(process)
+            raise TimeoutError(f"{command(port)[:4]} did not listen on {port} in {timeout:.0f}s")
+    raise RuntimeError(f"{command(0)[:4]} exited {tries} times before listening")
 
 
 def wait_until(
@@ -67,7 +105,7 @@ def log_tail(log: Path | None, lines: int = 30) -> str:
     return ("\n--- " + log.name + " ---\n" + "\n".join(text)) if text else ""
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+def stop_process(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """SIGTERM, then SIGKILL after `timeout`; only the process this module started."""
     if process.poll() is not None:
         return

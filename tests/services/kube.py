@@ -20,7 +20,9 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
 * server-side apply (PATCH with application/apply-patch+yaml) of a missing object
   creates it (then merges, as kmock patches);
 * pods/log answers text/plain from `set_pod_log` ('' if unset, 404 for a missing pod)
-  instead of the pod's JSON.
+  instead of the pod's JSON;
+* a LIST of events honours fieldSelector (involvedObject.name=..., type!=...), and
+  every LIST is counted: `emulator.lists` by resource, `emulator.listed_objects` served.
 
 Reactions a test adds at the default priority (`kube.emulator["post /..."] << 500`) win
 over these defaults; among reactions of equal priority the OLDEST wins.
@@ -70,6 +72,24 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
         (),
     ),
 }
+# Kinds whose LIST honours fieldSelector here as an API server does (equality `a.b=v`,
+# `a.b==v` and `a.b!=v`, joined by commas; kmock alone ignores selectors).
+FIELD_SELECTED = ("v1/events",)
+
+
+def fields_match(obj: dict[str, Any], selector: str) -> bool:
+    """Whether `obj` matches a field selector (every term; a missing field is '')."""
+    for term in filter(None, selector.split(",")):
+        negated = "!=" in term
+        path, value = term.split("!=" if negated else ("==" if "==" in term else "="), 1)
+        found: Any = obj
+        for key in path.split("."):
+            found = found.get(key) if isinstance(found, dict) else None
+        if (str(found if found is not None else "") == value) == negated:
+            return False
+    return True
+
+
 # Namespaces a real cluster always has.
 DEFAULT_NAMESPACES = ("default", "kube-system")
 
@@ -122,6 +142,10 @@ def emulator_class() -> type:
     @attrs.define(kw_only=True)
     class Emulator(kmock.KubernetesEmulator):
         _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+        # LIST requests by resource, and the objects they served (a cost that must not
+        # grow with what else the namespace holds is counted here).
+        lists: dict[str, int] = attrs.field(factory=dict, init=False)
+        listed_objects: int = attrs.field(default=0, init=False)
 
         async def _handle(self, request: Any) -> Any:
             data, action = request.data, request.action
@@ -149,6 +173,13 @@ def emulator_class() -> type:
         async def _serve_list(self, request: Any) -> Any:
             # A real list has kind/apiVersion; kubernetes.dynamic needs them.
             result = await super()._serve_list(request)
+            resource = request.resource
+            name = "/".join(filter(None, (resource.group, resource.version, resource.plural)))
+            selector = request.params.get("fieldSelector")
+            if selector and name in FIELD_SELECTED:
+                result["items"] = [o for o in result["items"] if fields_match(o, selector)]
+            self.lists[name] = self.lists.get(name, 0) + 1
+            self.listed_objects += len(result["items"])
             resource = request.resource
             known = resource in self.resources and self.resources[resource].kind
             result["kind"] = f"{self.resources[resource].kind}List" if known else "List"
@@ -207,6 +238,8 @@ class KubeService:
         emulator = self.emulator
         del emulator._payloads[self._baseline :]  # kmock 0.8 internals: reactions, in order
         emulator._requests.clear()
+        emulator.lists.clear()
+        emulator.listed_objects = 0
         emulator.errors.clear()
         emulator.objects.clear()
         emulator.resources.clear()

@@ -1,9 +1,10 @@
 """The kubelets kmock lacks: a pod's container run for real, as a local process.
 
 kmock stores pods but runs none. `Kubelet` takes a pod as the API holds it, binds it
-to a node the way the scheduler would (nodeSelector, then free nvidia.com/gpu and EFA
-devices), and runs its container's command + args with its env, the pod's logs being
-the process's real stdout and stderr and its status the real exit code.
+to a node the way the scheduler would (nodeSelector, cordons, taints and required node
+affinity, then free nvidia.com/gpu and EFA devices), and runs its container's command +
+args with its env, the pod's logs being the process's real stdout and stderr and its
+status the real exit code.
 
 What a cluster gives a container, and how it is played here on one host:
 
@@ -201,7 +202,11 @@ class Kubelet:
         spec = pod["spec"]
         wanted = _requests(spec)
         selector = spec.get("nodeSelector") or {}
-        matching = [n for n in nodes if selector.items() <= n["metadata"]["labels"].items()]
+        matching = [
+            n
+            for n in nodes
+            if selector.items() <= n["metadata"]["labels"].items() and placeable(spec, n)
+        ]
         used = self._used()
         # The default scheduler's LeastAllocated scoring: the emptiest fitting node first.
         matching.sort(key=lambda n: used.get((n["metadata"]["name"], GPU), 0))
@@ -365,6 +370,57 @@ class Kubelet:
                     "metadata.namespace": self.namespace,
                     "status.podIP": "127.0.0.1"}.get(path, "")  # fmt: skip
         return None
+
+
+def placeable(spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether the scheduler may put a pod of `spec` on `node` at all: not cordoned
+    (spec.unschedulable), no NoSchedule/NoExecute taint the pod does not tolerate, and the
+    pod's required nodeAffinity (one of its terms: every matchExpressions on the node's
+    labels and matchFields on metadata.name) allows it."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    tolerations = spec.get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
+            _tolerates(t, taint) for t in tolerations
+        ):
+            return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})  # fmt: skip
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    labels = node["metadata"].get("labels") or {}
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return any(
+        all(_selects(e, labels) for e in term.get("matchExpressions") or [])
+        and all(_selects(e, fields) for e in term.get("matchFields") or [])
+        for term in terms
+    )
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value") == taint.get(
+        "value"
+    )
+
+
+def _selects(expression: dict[str, Any], values: dict[str, str]) -> bool:
+    key, operator = expression["key"], expression["operator"]
+    present, allowed = key in values, expression.get("values") or []
+    if operator == "In":
+        return present and values[key] in allowed
+    if operator == "NotIn":
+        return not present or values[key] not in allowed
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    raise ValueError(f"operator {operator} is not played here")
 
 
 def _requests(spec: dict[str, Any]) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import secrets
 import subprocess
@@ -63,6 +64,35 @@ class RegistryService:
         """Tags of `repository` ([] when it does not exist)."""
         status, body = self.get(f"/v2/{repository}/tags/list")
         return list(body.get("tags") or []) if status == 200 else []
+
+    def push_labelled_image(self, repository: str, tag: str, labels: dict[str, str]) -> str:
+        """An image that is only its config (labels) and manifest, pushed over the
+        registry's HTTP API as a build would push it (the CUDA gate reads no layer);
+        its reference `host/repository:tag`."""
+        auth = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+
+        def call(method: str, url: str, body: bytes = b"", content_type: str = "") -> dict:
+            request = urllib.request.Request(url, data=body or None, method=method)
+            request.add_header("Authorization", f"Basic {auth}")
+            if content_type:
+                request.add_header("Content-Type", content_type)
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return dict(response.headers)
+
+        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": labels},
+                             "rootfs": {"type": "layers", "diff_ids": []}}).encode()  # fmt: skip
+        digest = "sha256:" + hashlib.sha256(config).hexdigest()
+        location = call("POST", f"{self.url}/v2/{repository}/blobs/uploads/")["Location"]
+        location = location if location.startswith("http") else self.url + location
+        joiner = "&" if "?" in location else "?"
+        call("PUT", f"{location}{joiner}digest={digest}", config, "application/octet-stream")
+        manifest_type = "application/vnd.docker.distribution.manifest.v2+json"
+        config_type = "application/vnd.docker.container.image.v1+json"
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": manifest_type, "layers": [],
+                               "config": {"mediaType": config_type, "size": len(config),
+                                          "digest": digest}}).encode()  # fmt: skip
+        call("PUT", f"{self.url}/v2/{repository}/manifests/{tag}", manifest, manifest_type)
+        return f"{self.host}/{repository}:{tag}"
 
 
 def _config(port: int, storage: Path, htpasswd: Path) -> str:

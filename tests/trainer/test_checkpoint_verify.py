@@ -183,6 +183,59 @@ def test_every_checkpoint_damaged_stops_with_one_config_error_line(ckpt, capsys,
     assert [step_of(d) for d in step_dirs(ckpt)] == [1, 2, 3]  # nothing deleted
 
 
+def _killed_in_its_first_save(ckpt: Path) -> None:
+    """What a job killed while writing its first checkpoint leaves: step-1 without its
+    COMPLETE marker, a shard cut short, and nothing older."""
+    for step in ("step-2", "step-3"):
+        shutil.rmtree(ckpt / step)
+    (ckpt / "step-1" / MARKER).unlink()
+    _truncate_shard(ckpt / "step-1")
+
+
+def test_a_job_killed_during_its_first_save_reruns_fresh(saved, ckpt, capsys, no_dist_env):
+    _killed_in_its_first_save(ckpt)
+    code, events, _ = run_in_process(
+        capsys,
+        [*BASE, "--max_steps", "1", "--checkpoint_dir", str(ckpt), "--train_batch_size", "8"],
+    )
+    assert code == 0, of(events, "error")
+    assert of(events, "checkpoint_skipped") == [
+        {
+            "event": "checkpoint_skipped",
+            "path": str(ckpt / "step-1"),
+            "reason": "no COMPLETE marker",
+        }
+    ]
+    assert not of(events, "checkpoint_loaded") and not of(events, "error")
+    assert not of(events, "start")[0].get("resumed_from")
+    reference = {e["step"]: e["loss"] for e in of(saved[0], "step")}
+    assert of(events, "step")[0]["loss"] == pytest.approx(reference[1], abs=TOL)  # fresh
+    assert verify_checkpoint(ckpt / "step-1") is None and (ckpt / "step-1" / MARKER).is_file()
+
+
+@pytest.mark.integration
+def test_an_s3_job_killed_during_its_first_save_reruns_fresh(
+    saved, ckpt, moto_server, tmp_path, monkeypatch, capsys, no_dist_env
+):
+    import boto3
+
+    monkeypatch.setenv("FSDP_EKS_CACHE_DIR", str(tmp_path / "cache"))
+    _killed_in_its_first_save(ckpt)
+    s3, bucket = boto3.client("s3"), f"ckpt-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    for path in sorted(p for p in ckpt.rglob("*") if p.is_file()):
+        s3.upload_file(str(path), bucket, f"run/{path.relative_to(ckpt).as_posix()}")
+    uri = f"s3://{bucket}/run"
+    args = [*BASE, "--max_steps", "1", "--checkpoint_dir", uri, "--train_batch_size", "8"]
+    code, events, _ = run_in_process(capsys, [*args, "--output_dir", str(tmp_path / "out")])
+    assert code == 0, of(events, "error")
+    assert [(e["path"], e["reason"]) for e in of(events, "checkpoint_skipped")] == [
+        (f"{uri}/step-1", "no COMPLETE marker")
+    ]
+    assert not of(events, "checkpoint_loaded")
+    assert of(events, "summary")[0]["checkpoint"] == f"{uri}/step-1"
+
+
 def test_a_load_that_fails_anyway_is_one_config_error_line(ckpt, capsys, no_dist_env):
     # Garbage over the start of a shard: every size is right, so verification passes
     # and only the load finds out.

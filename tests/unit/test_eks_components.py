@@ -15,8 +15,8 @@ import yaml
 
 from commands.manage_eks_cluster import manage_eks_cluster
 from skills.eks_cluster_manager.components import COMPONENTS, CRD_NAME, pytorchjob_crd
-from skills.eks_cluster_manager.kube import KINDS, object_path
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
+from skills.kube.objects import KINDS, object_path
 from skills.shared.errors import ToolFailure
 from skills.shared.secrets import looks_like_secret
 

@@ -17,7 +17,8 @@ from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.targets.local.target import LocalTarget
 from skills.training_job_deployer.targets.slurm.script import PartitionInfo
-from skills.training_job_deployer.targets.slurm.target import SlurmDeploySettings, SlurmTarget
+from skills.training_job_deployer.targets.slurm.settings import SlurmDeploySettings
+from skills.training_job_deployer.targets.slurm.target import SlurmTarget
 
 IMAGE = "r.invalid/fsdp:v1"
 

@@ -111,3 +111,26 @@ def test_prune_leaves_what_is_not_an_operation_folder(tmp_path):
         ["notes.txt", f"build_image-{stamp}-00000f"]
     )
     assert outside.is_dir()
+
+
+def test_list_operations_pages_with_a_cursor_reading_only_up_to_the_page(monkeypatch):
+    from commands.list_operations import list_operations
+
+    now = time.time()
+    ids = [_record(now - i * 60, suffix=i, status="failed" if i % 3 else "succeeded")
+           for i in range(100)]  # fmt: skip
+    reads = _count_reads(monkeypatch)
+    first = list_operations(limit=10)
+    assert [o.operation_id for o in first.operations] == ids[:10]
+    assert (first.more, first.next_cursor) == (90, "10") and len(reads) == 11  # one past
+    reads.clear()
+    last = list_operations(limit=10, cursor="95")
+    assert [o.operation_id for o in last.operations] == ids[95:]
+    assert (last.more, last.next_cursor) == (0, None) and len(reads) == 100  # read up to it
+
+    done = list_operations(status="succeeded", limit=4, cursor="4")
+    assert [o.operation_id for o in done.operations] == ids[12:24:3]
+    assert (done.more, done.next_cursor) == (None, "8")  # more exist, not all counted
+    tail = list_operations(status="succeeded", limit=30, cursor="30")
+    assert [o.operation_id for o in tail.operations] == ids[90::3]
+    assert (tail.more, tail.next_cursor) == (0, None)

@@ -18,14 +18,10 @@ import pytest
 from commands.deploy_training_job import deploy_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
+from skills.training_job_deployer.targets.slurm.scheduler import Scheduler, _exit_code, _fields
 from skills.training_job_deployer.targets.slurm.script import PartitionInfo, batch_env, layout
-from skills.training_job_deployer.targets.slurm.target import (
-    Scheduler,
-    SlurmDeploySettings,
-    SlurmTarget,
-    _exit_code,
-    _fields,
-)
+from skills.training_job_deployer.targets.slurm.settings import SlurmDeploySettings
+from skills.training_job_deployer.targets.slurm.target import SlurmTarget
 
 GPU_PARTITION = PartitionInfo(
     name="gpu", nodes=16, cpus_per_node=96, gpus_per_node=8, efa=True, rdma=True

@@ -92,10 +92,12 @@ def test_the_logs_signature_is_the_bases_everywhere():
 
 def test_every_job_tool_is_covered():
     covered = {tool.__name__ for _, tool, _ in (c.values for c in CASES)}
-    # get/cancel/list take no option a target may lack: every target must answer them.
-    assert covered | {"get_training_job", "cancel_training_job", "list_training_jobs"} == {
-        t.__name__ for t in JOB_TOOLS
-    }
+    # get/cancel/list take no option a target may lack: every target must answer them;
+    # every target has the job doctor (the run-directory ones read the log).
+    answered = {"get_training_job", "cancel_training_job", "list_training_jobs"}
+    answered |= {"diagnose_training_job", "deploy_training_job"}
+    assert covered | answered == {t.__name__ for t in JOB_TOOLS}
+    assert all(Capability.AUTO_RETRY in t.capabilities for t in TARGETS.values())
 
 
 @pytest.mark.parametrize(("name", "tool", "args"), CASES)

@@ -34,7 +34,7 @@ from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT
 from skills.model_server.kubernetes.settings import KubernetesServerSettings
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
+from skills.shared.ownership import MODEL_SERVER_LABEL, managed_labels
 from skills.shared.templates import yaml_templates
 
 HERE = Path(__file__).resolve().parent  # resolved at import: a later chdir must not move it
@@ -170,7 +170,7 @@ def vllm_command(name: str, source: ModelSource, settings: KubernetesServerSetti
 
 
 def labels(name: str) -> dict[str, str]:
-    return {MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1], MODEL_SERVER_LABEL: name}
+    return managed_labels(**{MODEL_SERVER_LABEL: name})
 
 
 def render(name: str, model: str, settings: KubernetesServerSettings) -> list[dict[str, Any]]:

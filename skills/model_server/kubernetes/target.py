@@ -21,11 +21,14 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
-from skills.model_server.base import ServerPlan, ServerState, ServerTarget
+from skills.kube.objects import kind_path
+from skills.kube.pods import why_pod_waits
+from skills.model_server.base import ServerPlan, ServerState, ServerTarget, smoke_chat
 from skills.model_server.kubernetes.manifest import (
     MODEL_ANNOTATION,
     PROGRESS_DEADLINE_S,
@@ -39,30 +42,16 @@ from skills.model_server.kubernetes.settings import (
 )
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
-from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL, require_kube_ours
+from skills.shared.ownership import (
+    MANAGED_SELECTOR,
+    MODEL_SERVER_LABEL,
+    require_kube_ours,
+    why_not_ours_kube,
+)
 from skills.shared.progress import Progress
 
-FIELD_MANAGER = "fsdp-eks"
 DEFAULT_WAIT_S = PROGRESS_DEADLINE_S  # as long as the rollout itself may take
 SMOKE_TIMEOUT_S = 60.0
-SMOKE_PROMPT = "Say hello in one short sentence."
-
-
-def _deployment_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/apps/v1/namespaces/{namespace}/deployments"
-    return f"{base}/{name}" if name else base
-
-
-def _service_path(namespace: str, name: str = "") -> str:
-    base = f"/api/v1/namespaces/{namespace}/services"
-    return f"{base}/{name}" if name else base
-
-
-def object_path(obj: dict[str, Any]) -> str:
-    meta = obj["metadata"]
-    if obj["kind"] == "Deployment":
-        return _deployment_path(meta["namespace"], meta["name"])
-    return _service_path(meta["namespace"], meta["name"])
 
 
 def rollout(deployment: dict[str, Any]) -> tuple[int, int, str | None]:
@@ -83,29 +72,13 @@ def rollout(deployment: dict[str, Any]) -> tuple[int, int, str | None]:
     return wanted, ready if current else 0, failure
 
 
-# Waiting reasons every starting pod passes through; anything else is worth saying.
-ROUTINE_WAITS = ("ContainerCreating", "PodInitializing")
-
-
 def waiting_reason(pods: list[dict[str, Any]], name: str) -> str | None:
     """The first thing a server's pod waits for that is not routine, in one line."""
     for pod in pods:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        if (meta.get("labels") or {}).get(MODEL_SERVER_LABEL) != name:
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(MODEL_SERVER_LABEL) != name:
             continue  # the selector is the server's optimisation; check it here too
-        for condition in status.get("conditions") or []:
-            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                why = condition.get("message") or condition.get("reason") or "not scheduled"
-                return f"Pod {meta.get('name')} is not scheduled: {why[:300]}"
-        statuses = (status.get("initContainerStatuses") or []) + (
-            status.get("containerStatuses") or []
-        )
-        for container in statuses:
-            waiting = (container.get("state") or {}).get("waiting") or {}
-            reason = waiting.get("reason")
-            if reason and reason not in ROUTINE_WAITS:
-                detail = f": {waiting['message'][:300]}" if waiting.get("message") else ""
-                return f"Pod {meta.get('name')} container {container.get('name')}: {reason}{detail}"
+        if reason := why_pod_waits(pod):
+            return reason
     return None
 
 
@@ -149,13 +122,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             self._require_load_balancer_controller(kube, settings)
         _require_s3_identity(kube, plan.objects[0])
         for obj in plan.objects:  # exactly the plan: server-side apply of each object
-            kube.request(
-                "PATCH",
-                object_path(obj),
-                query={"fieldManager": FIELD_MANAGER, "force": "true"},
-                body=obj,
-                content_type="application/apply-patch+yaml",
-            )
+            kube.apply(obj)
         progress.report(0, None, f"applied Deployment and Service {plan.name}")
         wait = DEFAULT_WAIT_S if wait_seconds is None else wait_seconds
         state = self._follow(kube, plan.name, settings, progress, wait)
@@ -169,7 +136,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
     ) -> None:
         """Refused before anything is applied: without the controller the Service never
         gets an address and the deploy would wait for it in vain."""
-        if load_balancer.controllers(kube.items("/apis/apps/v1/deployments")):
+        if load_balancer.controllers(kube.items(kind_path("Deployment"))):
             return
         raise ToolFailure(
             ErrorCode.LOAD_BALANCER_CONTROLLER_MISSING,
@@ -202,7 +169,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
 
     @staticmethod
     def _proxy_path(settings: KubernetesServerAccess, name: str, port: int) -> str:
-        return f"{_service_path(settings.namespace, name)}:{port}/proxy"
+        return kind_path("Service", settings.namespace, name) + f":{port}/proxy"
 
     def _endpoint(
         self, kube: KubeJson, service: dict[str, Any] | None, name: str, settings: Any
@@ -230,7 +197,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         """One request to the server: through the API server's proxy when `base` is it
         (the client adds the cluster's credentials), else plain HTTP to the load balancer."""
         host = kube.host.rstrip("/")
-        if base.startswith(host + "/api/"):  # the endpoint _endpoint made: the service proxy
+        if base.startswith(host + "/"):  # the endpoint _endpoint made: the service proxy
             return kube.json(method, base[len(host) :] + path, body=body)
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(base + path, data=data, method=method)
@@ -250,11 +217,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             ids = [m.get("id") for m in (models or {}).get("data") or []]
             if name not in ids:
                 raise ValueError(f"/v1/models lists {ids}, not {name!r}")
-            body = {
-                "model": name,
-                "messages": [{"role": "user", "content": SMOKE_PROMPT}],
-                "max_tokens": 16,
-            }
+            body = smoke_chat(name)
             answer = self._call(kube, state.endpoint, "POST", "/v1/chat/completions", body)
             text = answer["choices"][0]["message"]["content"]
         except ToolFailure:
@@ -271,14 +234,14 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             update={"smoke": str(text)[:200], "message": f"Ready; answered {len(ids)} model(s)."}
         )
 
-    def billing(self, settings: KubernetesServerSettings) -> tuple[str, int, str | None]:
+    def billing(self, settings: KubernetesServerSettings) -> Billing:
         # One node of instance_type per replica (each pod asks all of its GPUs).
-        return settings.instance_type, settings.replicas, settings.region or env_region()
+        return Billing(settings.instance_type, settings.replicas, settings.region or env_region())
 
     # get / list / delete / scale -------------------------------------------------------------
 
     def _state(self, kube: KubeJson, name: str, settings: KubernetesServerAccess) -> ServerState:
-        deployment = kube.get_or_none(_deployment_path(settings.namespace, name))
+        deployment = kube.get_or_none(kind_path("Deployment", settings.namespace, name))
         if deployment is None:
             raise ToolFailure(
                 ErrorCode.NOT_FOUND,
@@ -291,14 +254,18 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             "It is not a model server of this suite's: list_model_servers lists those.",
             label=MODEL_SERVER_LABEL, value=name, namespace=settings.namespace,
         )  # fmt: skip
-        return self._describe(kube, deployment, settings)
+        return self._describe(kube, deployment, settings, _service(kube, deployment, settings))
 
     def _describe(
-        self, kube: KubeJson, deployment: dict[str, Any], settings: KubernetesServerAccess
+        self,
+        kube: KubeJson,
+        deployment: dict[str, Any],
+        settings: KubernetesServerAccess,
+        service: dict[str, Any] | None,
     ) -> ServerState:
+        """The server's state from its Deployment and its Service (None: it has none)."""
         name = deployment["metadata"]["name"]
         wanted, ready, failure = rollout(deployment)
-        service = kube.get_or_none(_service_path(settings.namespace, name))
         endpoint, curl = self._endpoint(kube, service, name, settings)
         model = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
             MODEL_ANNOTATION, ""
@@ -340,7 +307,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             return state
         reason = waiting_reason(
             kube.items(
-                f"/api/v1/namespaces/{settings.namespace}/pods",
+                kind_path("Pod", settings.namespace),
                 {"labelSelector": f"{MODEL_SERVER_LABEL}={state.name}"},
             ),
             state.name,
@@ -358,8 +325,8 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         that is not (coredns, someone's web) is refused as `not_ours`, untouched."""
         found: dict[str, dict[str, Any] | None] = {}
         for kind, path in (
-            ("Deployment", _deployment_path(settings.namespace, name)),
-            ("Service", _service_path(settings.namespace, name)),
+            ("Deployment", kind_path("Deployment", settings.namespace, name)),
+            ("Service", kind_path("Service", settings.namespace, name)),
         ):
             found[kind] = obj = kube.get_or_none(path)
             require_kube_ours(
@@ -375,16 +342,27 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         kube = self._client(settings)
         return self._with_waiting_reason(kube, self._state(kube, name, settings), settings)
 
-    def list(self, settings: KubernetesServerAccess) -> list[ServerState]:
+    def list(
+        self, settings: KubernetesServerAccess, limit: int | None = None, offset: int = 0
+    ) -> tuple[list[ServerState], int]:
+        """Two requests a page, whatever the namespace holds: one LIST of the suite's
+        Deployments, one of its Services (not a GET per server)."""
         kube = self._client(settings)
-        selector = f"{MANAGED_BY_LABEL[0]}={MANAGED_BY_LABEL[1]},{MODEL_SERVER_LABEL}"
-        found = kube.items(_deployment_path(settings.namespace), {"labelSelector": selector})
-        ours = [  # filtered here too: the selector is the server's optimisation, not a promise
-            d for d in found
-            if ((d.get("metadata") or {}).get("labels") or {}).get(MODEL_SERVER_LABEL)
-            and (d["metadata"]["labels"].get(MANAGED_BY_LABEL[0]) == MANAGED_BY_LABEL[1])
-        ]  # fmt: skip
-        return sorted((self._describe(kube, d, settings) for d in ours), key=lambda s: s.name)
+        query = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL}"}
+        ours = sorted(
+            _ours_only(kube.items(kind_path("Deployment", settings.namespace), query)),
+            key=lambda d: d["metadata"]["name"],
+        )
+        page = ours[offset : None if limit is None else offset + limit]
+        services = {
+            s["metadata"]["name"]: s
+            for s in _ours_only(
+                kube.items(kind_path("Service", settings.namespace), query) if page else []
+            )
+        }
+        return [
+            self._describe(kube, d, settings, services.get(d["metadata"]["name"])) for d in page
+        ], len(ours)
 
     def delete(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         """The Deployment (its pods with it) and the Service, once both are known to be
@@ -395,8 +373,8 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         found = self._ours(kube, name, settings, "delete it with kubectl if it should go")
         removed = []
         for kind, path in (
-            ("Deployment", _deployment_path(settings.namespace, name)),
-            ("Service", _service_path(settings.namespace, name)),
+            ("Deployment", kind_path("Deployment", settings.namespace, name)),
+            ("Service", kind_path("Service", settings.namespace, name)),
         ):
             obj = found[kind]
             if obj is None:
@@ -432,14 +410,14 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             body["metadata"] = {"resourceVersion": version}
         patched = kube.json(
             "PATCH",
-            _deployment_path(settings.namespace, name),
+            kind_path("Deployment", settings.namespace, name),
             body=body,
             content_type="application/merge-patch+json",
             missing_ok=(404,),
         )
         if patched is None:
             return self._state(kube, name, settings)
-        return self._describe(kube, patched, settings)
+        return self._describe(kube, patched, settings, _service(kube, patched, settings))
 
 
 def _preconditions(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -468,7 +446,7 @@ def _require_s3_identity(kube: KubeJson, deployment: dict[str, Any]) -> None:
     if account != S3_SERVICE_ACCOUNT:
         return
     namespace = deployment["metadata"]["namespace"]
-    if kube.get_or_none(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}") is None:
+    if kube.get_or_none(kind_path("ServiceAccount", namespace, account)) is None:
         raise ToolFailure(
             ErrorCode.NOT_FOUND,
             f"The s3:// model is fetched as ServiceAccount {namespace}/{account}, which does "
@@ -476,3 +454,22 @@ def _require_s3_identity(kube: KubeJson, deployment: dict[str, Any]) -> None:
             f"{MAKE_IT}; or pass service_account (one that can read the bucket).",
             {"namespace": namespace, "service_account": account},
         )
+
+
+def _ours_only(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The suite's model-server objects (filtered here too: the selector is the API
+    server's optimisation, not a promise)."""
+    return [
+        o for o in found
+        if why_not_ours_kube(o) is None
+        and ((o.get("metadata") or {}).get("labels") or {}).get(MODEL_SERVER_LABEL)
+    ]  # fmt: skip
+
+
+def _service(
+    kube: KubeJson, deployment: dict[str, Any], settings: KubernetesServerAccess
+) -> dict[str, Any] | None:
+    """The Service of one server (a list reads them all in one request instead)."""
+    return kube.get_or_none(
+        kind_path("Service", settings.namespace, deployment["metadata"]["name"])
+    )

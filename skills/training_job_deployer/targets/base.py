@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from skills.catalog.pricing import Billing
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import Progress
 from skills.training_job_deployer.job_spec import JobSpec
@@ -35,16 +36,6 @@ class TargetSettings(BaseModel):
         """Whether the job's own paths (dataset, checkpoint_dir, ...) are on this host;
         a cluster's are not, so an MCP caller's workspace does not confine them."""
         return True
-
-
-@dataclass(frozen=True)
-class Billing:
-    """What a plan runs on that is paid by the hour: `nodes` instances of one type
-    (None: not named) in `region` (None: not known)."""
-
-    instance_type: str | None
-    nodes: int
-    region: str | None
 
 
 class Plan(BaseModel):
@@ -72,6 +63,7 @@ class Capability(str, Enum):
     SNAPSHOT = "snapshot"  # snapshot(job_name): the job doctor's input
     AUTO_RETRY = "auto_retry"  # snapshot + retry_facts: the doctor's retry loop
     LOG_OPTIONS = "log_options"  # logs(replica=, previous=, since_seconds=, all_ranks=)
+    QUARANTINE = "quarantine"  # quarantine(nodes, ...): take a failed node out of service
 
 
 @dataclass(frozen=True)
@@ -121,7 +113,21 @@ _WITHOUT: dict[Capability, tuple[str, str]] = {
         "Use target=kubernetes for auto_retry, or deploy without it and re-run by hand "
         "(a re-run resumes from the newest checkpoint).",
     ),
+    Capability.QUARANTINE: (
+        "target={name!r} has no nodes to quarantine.",
+        "Take the node out of service by the scheduler's own means.",
+    ),
 }
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """What quarantine did: the nodes it took out of service and, when too few nodes are
+    left for the job, why and the call that adds one (None: enough are left)."""
+
+    nodes: tuple[str, ...]
+    short: str | None = None
+    next_step: dict[str, Any] | None = None
 
 
 # Each target's own Plan subclass: what its plan returns is what its submit takes.
@@ -252,3 +258,17 @@ class Target(ABC, Generic[PlanT]):
         """Capability.AUTO_RETRY: what the remedies need beyond the snapshot (free GPUs,
         the newest image); unknown ones are left out."""
         return {}
+
+    def quarantine(
+        self, nodes: list[str], reason: str, job_name: str, num_nodes: int
+    ) -> Quarantined:
+        """Capability.QUARANTINE: take `nodes` (that ran the job's pods) out of service, so
+        that no job lands there until released; say whether `num_nodes` are left."""
+        self.require(Capability.QUARANTINE)
+        raise NotImplementedError(f"{type(self).__name__} declares quarantine: define it")
+
+    def avoiding(self, plan: PlanT, nodes: tuple[str, ...]) -> PlanT:
+        """Capability.QUARANTINE: the plan with its pods kept off `nodes` (so the plan
+        shows it, and submit applies it)."""
+        self.require(Capability.QUARANTINE)
+        raise NotImplementedError(f"{type(self).__name__} declares quarantine: define it")

@@ -48,8 +48,14 @@ DeploySettings = Annotated[
 # unsupported_for_target rather than a schema error.
 DoctorSettings = Annotated[
     _one_of(
-        [t.settings_model for t in TARGETS.values() if Capability.SNAPSHOT in t.capabilities]
-        + [t.settings_model for t in TARGETS.values() if Capability.SNAPSHOT not in t.capabilities]
+        [
+            t.settings_model
+            for t in sorted(
+                TARGETS.values(),
+                # A cluster first (the default), then the others the doctor can read.
+                key=lambda t: (Capability.SNAPSHOT not in t.capabilities, not t.on_cluster),
+            )
+        ]
     ),
     Flatten("target", description="The cluster:"),
 ]

@@ -26,7 +26,14 @@ from skills.shared.waiting import poll_until
 from skills.training_job_deployer import watchdog
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets import checkpoint_owner
-from skills.training_job_deployer.targets.base import EVERY_JOB, JobPage, LogOptions, PlanT, Target
+from skills.training_job_deployer.targets.base import (
+    EVERY_JOB,
+    Capability,
+    JobPage,
+    LogOptions,
+    PlanT,
+    Target,
+)
 from skills.training_job_deployer.trainer_log import LogFollower, RunMetrics
 
 CHECKPOINTS = "checkpoints"  # the default checkpoint_dir, inside the run directory
@@ -191,6 +198,11 @@ class RunDirTarget(Target[PlanT]):
 
     record_name: ClassVar[str]
     poll_s: ClassVar[float] = 1.0
+    # The doctor reads the job's log (no pods or events here), and auto-retry resubmits
+    # it: a new attempt resumes from the same checkpoint_dir.
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.SNAPSHOT, Capability.AUTO_RETRY}
+    )
     # Every run-directory target's record file -> its name: a run directory holds one
     # target's job only.
     record_names: ClassVar[dict[str, str]] = {}
@@ -243,6 +255,33 @@ class RunDirTarget(Target[PlanT]):
     def claim_checkpoint(checkpoint_dir: str, run: RecordedRun[Any], adopt: bool) -> None:
         if not checkpoint_dir.startswith("s3://"):
             checkpoint_owner.claim(Path(checkpoint_dir), run.path, adopt)
+
+    # submit: one skeleton, the target's steps filled in -----------------------------------
+
+    def submit(self, job_name: str, plan: PlanT, *, replace_corrupt_record: bool = False) -> None:
+        """Under the job's lock: the previous record (a corrupt one set aside only when
+        asked), a job still active refused as job_running, then the target's start,
+        which writes the new record before the lock is let go."""
+        self._before_submit(plan)
+        run = self._run(job_name)
+        run.path.mkdir(parents=True, exist_ok=True)
+        with run.record_file.lock():
+            previous = run.previous(replace_corrupt_record)
+            if previous is not None and (running := self._still_running(run, previous)):
+                raise running
+            self._start(run, plan, previous)
+
+    def _before_submit(self, plan: PlanT) -> None:
+        """Checks that need no lock (what this host or the plan lacks)."""
+        del plan
+
+    @abstractmethod
+    def _still_running(self, run: RecordedRun[Any], previous: Any) -> ToolFailure | None:
+        """The job_running failure when the previous attempt is still active."""
+
+    @abstractmethod
+    def _start(self, run: RecordedRun[Any], plan: PlanT, previous: Any) -> None:
+        """Start the plan and write its record (the lock is held)."""
 
     # follow / logs / list ---------------------------------------------------------------
 
@@ -309,7 +348,21 @@ class RunDirTarget(Target[PlanT]):
         except OSError:
             return 0
 
+    def snapshot(self, job_name: str) -> dict[str, Any]:
+        """Capability.SNAPSHOT: the doctor's input here is the job's log (its last
+        LOG_TAIL_BYTES, masked), under the job's name; there are no pods or events."""
+        return {"job": None, "pods": [], "events": [], "logs": {job_name: self.logs(job_name)}}
+
+    def retry_facts(self) -> dict[str, Any]:
+        """Capability.AUTO_RETRY: nothing beyond the log is known on this host."""
+        return {}
+
     def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
         """The page of jobs with a record under runs_dir, newest first; a record that
         cannot be read is listed with status unknown and why."""
-        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.describe, page)
+        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.listed, page)
+
+    def listed(self, job_name: str) -> JobState:
+        """The job as a list shows it: by default as describe tells it (a target whose
+        record keeps an ended job's outcome answers from the record, reading no log)."""
+        return self.describe(job_name)

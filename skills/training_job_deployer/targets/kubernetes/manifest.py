@@ -9,6 +9,7 @@ the /dev/shm size, NCCL/EFA environment, and where checkpoints live."""
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ import yaml
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT, s3_buckets
+from skills.kube.objects import api_version
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, hub_ids, trainer_argv
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
@@ -27,14 +30,12 @@ from skills.training_job_deployer.targets.kubernetes.settings import KubernetesD
 HERE = Path(__file__).resolve().parent
 CRD_FILE = "kubeflow.org_pytorchjobs.v1.9.yaml"
 TEMPLATE = "pytorchjob.yaml.j2"
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 MASTER_PORT = 23456  # the Training Operator's default pytorchjob-port
 C10D_PORT = 29400  # torchrun's c10d rendezvous port on worker-0 (elastic)
 CHECKPOINT_MOUNT = "/checkpoints"
 SHM_GIB_PER_PROCESS = 8  # dataloader workers and NCCL's host buffers, per GPU process
 TTL_SECONDS = 7 * 24 * 3600  # a finished job (and its pods' logs) stays a week
 LABEL_JOB = "fsdp-eks/job"
-LABEL_MANAGED = "app.kubernetes.io/managed-by"
 HF_SECRET = "fsdp-eks-hf-token"
 # Where a job's hub downloads land when it mounts the checkpoint volume: on the volume,
 # shared by the job's restarts and later jobs (by every node, on an FSx claim).
@@ -94,6 +95,30 @@ def node_selector(instance_type: str | None) -> dict[str, str]:
     """Pods land on nodes of the instance type, named as the node labels name it
     (HyperPod labels ml.* names)."""
     return {INSTANCE_TYPE_LABELS[0]: instance_type} if instance_type else {}
+
+
+def node_affinity(avoid: tuple[str, ...]) -> dict[str, Any] | None:
+    """Pods kept off `avoid` (quarantined nodes), by node name: matchFields on
+    metadata.name needs no label to be right (a node's hostname label may differ)."""
+    if not avoid:
+        return None
+    term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(avoid)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}  # fmt: skip
+
+
+def avoiding(manifest: dict[str, Any], nodes: tuple[str, ...]) -> dict[str, Any]:
+    """The manifest with every replica's pods kept off `nodes` (validated again)."""
+    out = copy.deepcopy(manifest)
+    affinity = node_affinity(nodes)
+    for replica in out["spec"]["pytorchReplicaSpecs"].values():
+        pod = replica["template"]["spec"]
+        if affinity is None:
+            pod.pop("affinity", None)
+        else:
+            pod["affinity"] = affinity
+    validate(out)
+    return out
 
 
 def elastic_range(spec: JobSpec, settings: KubernetesDeploySettings) -> tuple[int, int] | None:
@@ -196,7 +221,7 @@ def commanded_max_steps(job: dict[str, Any]) -> int | None:
 
 
 def labels(spec: JobSpec) -> dict[str, str]:
-    return {LABEL_MANAGED: "fsdp-eks", LABEL_JOB: spec.job_name}
+    return managed_labels(**{LABEL_JOB: spec.job_name})
 
 
 def check_job_name(job_name: str) -> None:
@@ -281,7 +306,8 @@ def crd_schema() -> dict[str, Any]:
     text = (HERE / "crds" / CRD_FILE).read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
-    (version,) = (v for v in crd["spec"]["versions"] if v["name"] == VERSION)
+    served = api_version("PyTorchJob").rpartition("/")[2]
+    (version,) = (v for v in crd["spec"]["versions"] if v["name"] == served)
     return version["schema"]["openAPIV3Schema"]
 
 

@@ -20,17 +20,20 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import Field
 
 from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
+from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
+from skills.cloud.registry_credentials import ECR_HOST_PATTERN
 from skills.kube import pods as kube_pods
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
-from skills.kube.pods import pod_name
+from skills.kube.pods import pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
@@ -45,16 +48,17 @@ from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
     EVERY_JOB,
-    Billing,
     Capability,
     JobPage,
     LogOptions,
     Plan,
+    Quarantined,
     Target,
     TargetSettings,
 )
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
+    avoiding,
     commanded_max_steps,
     hub_home,
     job_buckets,
@@ -78,12 +82,14 @@ LOG_HEAD_BYTES = 1 * 2**20
 # The end of rank 0's log a listing reads: room for the trainer's summary (or its last
 # step) after what torchrun and NCCL print when a run ends.
 LIST_LOG_LINES = 100
+LIST_READS = 8  # a list page's log reads in flight at once
 MAX_LOG_CHARS = 64_000  # what one logs call returns at most
+# A poll reads the events of this many pods not yet running (one LIST each: why a job
+# waits is the same on its first pods as on the rest).
+EVENT_PODS = 4
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-ECR_IMAGE = re.compile(
-    r"^\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
-)
+ECR_IMAGE = re.compile(rf"^{ECR_HOST_PATTERN}/(?P<repository>[^:@]+)")
 
 
 class KubernetesPlan(Plan):
@@ -141,7 +147,7 @@ class KubernetesPlan(Plan):
 def image_repository(settings: Any) -> tuple[str | None, str | None]:
     """(ECR repository, its region) for image auto-detection: `repository`, else
     ECR_REPOSITORY, else the one push_to_ecr/setup_codebuild last used (in its region)."""
-    from skills.ecr_publisher import remembered
+    from skills.operations import remembered
 
     region = settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     repository = getattr(settings, "repository", None) or os.environ.get("ECR_REPOSITORY")
@@ -169,7 +175,7 @@ def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
             f"No AWS region to find the newest image of {repository!r} in.",
             "Pass region (or set AWS_REGION), or pass image_uri.",
         )
-    from skills.ecr_publisher.repository import latest_image
+    from skills.cloud.ecr_repository import latest_image
 
     image = latest_image(repository, region)
     if image is None:
@@ -201,12 +207,6 @@ def _manifest_s3_paths(manifest: dict[str, Any]) -> list[str]:
             command = [str(a) for a in container.get("command") or []]
             found += [v for f, v in zip(command, command[1:], strict=False) if f in flags]
     return found
-
-
-def _masked_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
-    if error is None:
-        return None
-    return {k: redact(v) if isinstance(v, str) else v for k, v in error.items()}
 
 
 class KubernetesTarget(Target[KubernetesPlan]):
@@ -450,7 +450,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if ecr:
             repository, region = ecr.group("repository"), ecr.group("region")
         if repository and region:
-            from skills.ecr_publisher.repository import latest_image
+            from skills.cloud.ecr_repository import latest_image
 
             try:
                 newest = latest_image(repository, region)
@@ -465,8 +465,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def follow(
         self, job_name: str, progress: Progress | None = None, wait_seconds: float | None = None
     ) -> JobState:
-        """Poll the job (job, pods, events, rank-0 log: four requests a poll) until it ends
-        or `wait_seconds` pass; None (a person at the CLI) detaches after DETACH_S."""
+        """Poll the job (job, pods, its events, rank-0 log: four requests a poll, and one
+        more per pod still waiting, up to EVENT_PODS) until it ends or `wait_seconds`
+        pass; None (a person at the CLI) detaches after DETACH_S."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
         rank0_log = Rank0Log()
@@ -500,13 +501,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def poll(
         self, job_name: str
     ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-        """One poll: the job, its pods, their events (rank 0's log is Rank0Log's)."""
+        """One poll: the job, its pods, the events of the job and of its first pods not
+        yet running (what says why it waits; rank 0's log is Rank0Log's)."""
         job = self._require(job_name)
         pods = self.reader.pods(job_name)
+        waiting = [pod_name(p) for p in pods if _not_started(p)][:EVENT_PODS]
         events = [
-            e
-            for e in self.reader.events(job_name, [pod_name(p) for p in pods])
-            if not kube_pods.older_than(e, job)
+            e for e in self.reader.events(job_name, waiting) if not kube_pods.older_than(e, job)
         ]
         return job, pods, events
 
@@ -550,27 +551,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
             message = "cancelled (suspended: pods removed, checkpoints kept)"
         elif status == "running":
             message = self._waiting_reason(pods, events)
-        elapsed = (metrics.summary or {}).get("elapsed_s")
-        if elapsed is None and metrics.last_event:
-            elapsed = metrics.last_event.get("elapsed_s")
         state = JobState(
             job_name=job_name,
             target=self.name,
             status=status,  # type: ignore[arg-type]
-            steps=metrics.steps,
-            max_steps=metrics.max_steps,
-            first_loss=metrics.first_loss,
-            last_loss=metrics.last_loss,
-            tokens_per_s=metrics.tokens_per_s,
-            world_size=metrics.world_size,
-            last_eval_loss=metrics.last_eval_loss,
-            resumed_from=metrics.resumed_from,
-            checkpoint_step=metrics.checkpoint_step,
-            checkpoint_path=metrics.checkpoint_path,
+            **metrics.state_fields(),
             log_path=self._pod_path(pod_name(rank0)) if rank0 else None,
             exit_code=code,
-            elapsed_s=elapsed,
-            error=_masked_error(metrics.error),
             message=None if message is None else redact(message),
             restarts=kube_pods.restarts(pods),
             pods={pod_name(p): (p.get("status") or {}).get("phase", "Unknown") for p in pods},
@@ -598,13 +585,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     @staticmethod
     def _waiting_reason(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str | None:
-        """Why a running job is not training yet: a waiting container, or the newest
-        Warning event (FailedScheduling, ...)."""
+        """Why a running job is not training yet: what a pod waits for (skills.kube.pods),
+        or the newest Warning event (FailedScheduling, ...)."""
         for pod in pods:
-            for c in (pod.get("status") or {}).get("containerStatuses") or []:
-                waiting = (c.get("state") or {}).get("waiting")
-                if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
-                    return f"{pod_name(pod)}: {waiting.get('reason')}: {waiting.get('message', '')}"
+            if reason := why_pod_waits(pod):
+                return reason
         warnings = [e for e in events if e.get("type") == "Warning"]
         if warnings:
             last = warnings[-1]
@@ -684,8 +669,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         (so a status filter reads no log); steps from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
         there, else the job's command. The jobs and their pods are one LIST each, then
-        one bounded log read per job of the page whose rank 0 started: the requests a
-        page makes do not grow with the namespace."""
+        one bounded log read per job of the page whose rank 0 started (concurrent): the
+        requests a page makes do not grow with the namespace."""
         jobs = sorted(
             self.reader.jobs(),
             key=lambda j: (j.get("metadata") or {}).get("creationTimestamp") or "",
@@ -696,11 +681,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
         end = None if page.limit is None else page.offset + page.limit
         shown = jobs[page.offset : end]
         pods = self.reader.pods_by_job() if shown else {}
+        names = [(job.get("metadata") or {}).get("name", "") for job in shown]
+        # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
+        with ThreadPoolExecutor(max_workers=LIST_READS) as pool:
+            read = list(pool.map(lambda name: self._log_end_metrics(pods.get(name, [])), names))
         states = []
-        for job in shown:
-            name = (job.get("metadata") or {}).get("name", "")
+        for job, name, metrics in zip(shown, names, read, strict=True):
             condition = kube_pods.current_condition(job)
-            metrics = self._log_end_metrics(pods.get(name, []))
             states.append(
                 JobState(
                     job_name=name,
@@ -721,6 +708,65 @@ class KubernetesTarget(Target[KubernetesPlan]):
             log = self.reader.log(pod_name(rank0), tail_lines=LIST_LOG_LINES)
             follower.feed(log.encode(), final=True)
         return follower.metrics
+
+    # a failed node out of service --------------------------------------------------------
+
+    def quarantine(
+        self, nodes: list[str], reason: str, job_name: str, num_nodes: int
+    ) -> Quarantined:
+        """Cordon and taint each node (skills.kube.quarantine: recorded on the node,
+        released by manage_eks_cluster action=release_node), keep the next submission off
+        them (nodeAffinity), and count the schedulable nodes of the instance type left: too
+        few for `num_nodes` says so, with the node group's scale call where it is known."""
+        from skills.kube import quarantine as kq
+
+        records = [kq.quarantine(self.reader, n, reason, job_name) for n in nodes]
+        instance_type = getattr(self.settings, "instance_type", None)
+        left = sum(kq.schedulable(n, instance_type) for n in self.reader.nodes())
+        if left >= num_nodes:
+            return Quarantined(tuple(nodes))
+        need = num_nodes - left
+        where = instance_type or "GPU"
+        short = (
+            f"{left} schedulable {where} node(s) left for a job of {num_nodes} after "
+            f"quarantining {', '.join(nodes)}: add {need} node(s), or replace the failed "
+            "one (its node group's autoscaling group replaces a terminated instance), then "
+            "deploy again"
+        )
+        group = next((r.nodegroup for r in records if r.nodegroup), None)
+        cluster = getattr(self.settings, "cluster_name", None)
+        if not (group and cluster):
+            return Quarantined(tuple(nodes), short)
+        sizes = self._nodegroup_sizes(cluster, group)
+        arguments: dict[str, Any] = {"action": "scale", "cluster_name": cluster,
+                                     "nodegroup": group}  # fmt: skip
+        if sizes is not None:
+            low, high, desired = sizes
+            arguments["desired_size"] = desired + need
+            if desired + need > high:
+                arguments["max_size"] = desired + need
+        if self.settings.region:
+            arguments["region"] = self.settings.region
+        step = {"tool": "manage_eks_cluster", "arguments": arguments,
+                "why": f"add {need} {where} node(s) to {group} (paid: ask first)"}  # fmt: skip
+        return Quarantined(tuple(nodes), short, step)
+
+    def avoiding(self, plan: KubernetesPlan, nodes: tuple[str, ...]) -> KubernetesPlan:
+        """The plan with a nodeAffinity that keeps every pod off `nodes` (the taint does
+        it on a real cluster too; this makes the plan say so)."""
+        return plan.model_copy(update={"manifest": avoiding(plan.manifest, nodes)})
+
+    def _nodegroup_sizes(self, cluster: str, group: str) -> tuple[int, int, int] | None:
+        """(min, max, desired) of the EKS node group; None when EKS cannot be asked."""
+        from skills.cloud.clients import aws_session
+
+        try:
+            eks = aws_session(None, self.settings.region).client("eks")
+            scaling = eks.describe_nodegroup(clusterName=cluster, nodegroupName=group)[
+                "nodegroup"]["scalingConfig"]  # fmt: skip
+            return scaling["minSize"], scaling["maxSize"], scaling["desiredSize"]
+        except Exception:  # noqa: BLE001 (best effort: the call is shown without sizes)
+            return None
 
     # the job doctor's input -------------------------------------------------------------
 
@@ -806,3 +852,8 @@ def _bounded(text: str) -> str:
     kept = kept[kept.find("\n") + 1 :]
     cut = text[: len(text) - len(kept)].count("\n")
     return f"[... {cut} earlier lines cut: at most {MAX_LOG_CHARS} characters per call ...]\n{kept}"
+
+
+def _not_started(pod: dict[str, Any]) -> bool:
+    """A pod that is not running yet (what its events would say why)."""
+    return (pod.get("status") or {}).get("phase") in (None, "Pending", "Unknown")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -13,6 +14,7 @@ from skills.operations import processes
 from skills.shared.errors import ErrorCode
 from skills.shared.secrets import mask_data
 from skills.training_job_deployer.job_spec import JobName
+from skills.training_job_deployer.models import JobStatus
 from skills.training_job_deployer.targets.run_dir import RecordedRun
 
 OURS = processes.Identity.OURS
@@ -49,6 +51,18 @@ class JobFailure(BaseModel):
     message: str = Field(max_length=2000)
 
 
+class JobOutcome(BaseModel):
+    """How an ended attempt came out, as the first look after its end read it from the
+    log (the supervisor's, at the end): a list reads this, not the log. The trainer's
+    figures are JobState's own fields (RunMetrics.state_fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: JobStatus
+    message: str | None = Field(default=None, max_length=4000)
+    figures: dict[str, Any] = Field(default_factory=dict)
+
+
 class JobRecord(BaseModel):
     """One attempt of a job. Written by submit, the job's supervisor and cancel, each
     read-modify-write under the job's lock; once `ended_at` is set it is final."""
@@ -69,6 +83,7 @@ class JobRecord(BaseModel):
     failure: JobFailure | None = None
     # The last lines the supervisor could not write to the log (a full disk).
     unlogged_tail: list[str] = Field(default_factory=list, max_length=40)
+    outcome: JobOutcome | None = None  # set once, after the end: what a list shows
 
     @field_validator("argv")
     @classmethod

@@ -19,6 +19,7 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
+from skills.operations import processes
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import open_for_append
 from skills.shared.secrets import redact, secret_values
@@ -29,7 +30,7 @@ from skills.training_job_deployer.targets.local.record import (
     ProcessIdentity,
     RunDir,
 )
-from skills.training_job_deployer.targets.local.target import LocalPlan
+from skills.training_job_deployer.targets.local.target import LocalPlan, LocalTarget
 from skills.training_job_deployer.trainer_log import parse_line
 
 TAIL_LINES = 40
@@ -86,7 +87,7 @@ class Supervisor:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its ranks share its process group
+                    start_new_session=True,  # its group (torchrun's ranks have their own)
                 )
             except OSError as exc:
                 self.failure = JobFailure(
@@ -109,8 +110,16 @@ class Supervisor:
             timer.start()
 
     def _signal_trainer(self, sig: signal.Signals) -> bool:
+        if self.trainer is None:
+            return False
+        if sig == signal.SIGKILL:
+            # torchrun starts each rank in a session of its own: its group's SIGKILL
+            # misses them, and a rank it left behind (a stopped or hung one) would live
+            # on. Each process of the job carries the run directory in its environment.
+            root = None if self.trainer_reaped else self.trainer.pid
+            processes.signal_marked(sig, self.run.trainer_process, root)
         # Our own unreaped child: its pid cannot have been recycled.
-        if self.trainer is None or self.trainer_reaped:
+        if self.trainer_reaped:
             return False
         try:
             os.killpg(self.trainer.pid, sig)
@@ -213,6 +222,15 @@ class Supervisor:
             return ended
 
         self.file.update(end)
+        self._observe()
+
+    def _observe(self) -> None:
+        """Look at the ended job once, as get_training_job does: its outcome goes into the
+        record (LocalTarget._state keeps it), so a list reads the record, not the log."""
+        try:
+            LocalTarget(self.run.path.parent).describe(self.run.job_name)
+        except Exception:  # noqa: BLE001 - the job has ended and is recorded; a later look keeps it
+            return
 
     def _read_quietly(self) -> JobRecord | None:
         try:

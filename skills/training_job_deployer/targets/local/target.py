@@ -11,6 +11,7 @@ while it trains and a later call, from any process, can follow, describe or canc
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from skills.operations import processes
 from skills.operations.record_store import RecordCorrupt
@@ -40,6 +41,7 @@ from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
     RECORD,
     SUPERVISOR_MODULE,
+    JobOutcome,
     JobRecord,
     ProcessIdentity,
     RunDir,
@@ -58,7 +60,11 @@ from skills.training_job_deployer.trainer_log import (
     RunMetrics,
 )
 
+logger = logging.getLogger(__name__)
+
 POLL_S = 0.25
+# Free space below which an ended job's outcome is not added to its record.
+KEEP_FREE_BYTES = 1 * 2**20
 
 
 def _threads_per_process(nproc: int) -> int:
@@ -251,11 +257,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
 
     # submit ----------------------------------------------------------------
 
-    def submit(
-        self, job_name: str, plan: LocalPlan, *, replace_corrupt_record: bool = False
-    ) -> None:
-        """Start the plan's attempt under the job's lock: one writer per job, and a
-        second deploy of a running job is job_running."""
+    def _before_submit(self, plan: LocalPlan) -> None:
+        del plan
         if importlib.util.find_spec("torch") is None:
             raise ToolFailure(
                 ErrorCode.TRAINER_NOT_INSTALLED,
@@ -264,40 +267,46 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                 "(or run `make setup`).",
                 {"python": sys.executable},
             )
-        run = self._run(job_name)
-        run.path.mkdir(parents=True, exist_ok=True)
-        with run.record_file.lock():
-            record = run.previous(replace_corrupt_record)
-            if record is not None and record.active(run):
-                raise ToolFailure(
-                    ErrorCode.JOB_RUNNING,
-                    f"Job {job_name!r} is already running (attempt {record.attempt}).",
-                    "Follow it with get_training_job, stop it with cancel_training_job, or "
-                    "deploy under another job_name.",
-                    {"run_dir": str(run.path)},
-                )
-            if run.log(plan.attempt).exists() or (record and record.attempt >= plan.attempt):
-                raise ToolFailure(
-                    ErrorCode.CONFLICT,
-                    f"Attempt {plan.attempt} of job {job_name!r} was started meanwhile by "
-                    "another call.",
-                    "Look at it with get_training_job, then deploy again if needed.",
-                )
-            self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
-            run.log(plan.attempt).parent.mkdir(parents=True, exist_ok=True)
-            record = JobRecord(
-                job_name=job_name, attempt=plan.attempt, argv=plan.argv, submitted_at=time.time()
+
+    def _still_running(  # type: ignore[override]
+        self, run: RunDir, previous: JobRecord
+    ) -> ToolFailure | None:
+        if not previous.active(run):
+            return None
+        return ToolFailure(
+            ErrorCode.JOB_RUNNING,
+            f"Job {run.job_name!r} is already running (attempt {previous.attempt}).",
+            "Follow it with get_training_job, stop it with cancel_training_job, or "
+            "deploy under another job_name.",
+            {"run_dir": str(run.path)},
+        )
+
+    def _start(  # type: ignore[override]
+        self, run: RunDir, plan: LocalPlan, previous: JobRecord | None
+    ) -> None:
+        """Start the plan's attempt: one writer per job (the lock is held)."""
+        if run.log(plan.attempt).exists() or (previous and previous.attempt >= plan.attempt):
+            raise ToolFailure(
+                ErrorCode.CONFLICT,
+                f"Attempt {plan.attempt} of job {run.job_name!r} was started meanwhile by "
+                "another call.",
+                "Look at it with get_training_job, then deploy again if needed.",
             )
-            run.record_file.write(record)
-            supervisor = processes.spawn_module(
-                SUPERVISOR_MODULE,
-                str(run.path),
-                log=run.supervisor_log,
-                stdin=plan.model_dump_json().encode(),  # the plan, exactly: never re-read
-            )
-            run.record_file.write(
-                record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor)})
-            )
+        self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
+        run.log(plan.attempt).parent.mkdir(parents=True, exist_ok=True)
+        record = JobRecord(
+            job_name=run.job_name, attempt=plan.attempt, argv=plan.argv, submitted_at=time.time()
+        )
+        run.record_file.write(record)
+        supervisor = processes.spawn_module(
+            SUPERVISOR_MODULE,
+            str(run.path),
+            log=run.supervisor_log,
+            stdin=plan.model_dump_json().encode(),  # the plan, exactly: never re-read
+        )
+        run.record_file.write(
+            record.model_copy(update={"supervisor": ProcessIdentity.of(supervisor)})
+        )
 
     # follow (run_dir.RunDirTarget) ------------------------------------------
 
@@ -347,6 +356,32 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             state.log_tail = "\n".join(
                 [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
             )
+        if done and record.ended and record.outcome is None:
+            fields = metrics.state_fields()
+            keep(run, record, JobOutcome(status=status, message=state.message, figures=fields))
+        state.suggest_next_step(self.call_args())
+        return state
+
+    def listed(self, job_name: str) -> JobState:
+        """An ended job from its record's outcome (no log read); any other as describe."""
+        run = self._run(job_name)
+        record = self._open(run)
+        if not record.ended or record.outcome is None:
+            return self.describe(job_name)
+        outcome = record.outcome
+        try:
+            state = JobState(
+                job_name=job_name,
+                target=self.name,
+                status=outcome.status,
+                **{k: v for k, v in outcome.figures.items() if k in JobState.model_fields},
+                run_dir=str(run.path),
+                log_path=str(run.log(record.attempt)),
+                exit_code=record.exit_code,
+                message=outcome.message,
+            )
+        except ValidationError:  # figures an edit made wrong: the log says
+            return self.describe(job_name)
         state.suggest_next_step(self.call_args())
         return state
 
@@ -402,6 +437,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             processes.signal_group(
                 trainer.pid, trainer.started, signal.SIGKILL, run.trainer_process
             )
+        # The ranks (each in a session of its own under torchrun) go too.
+        processes.signal_marked(signal.SIGKILL, run.trainer_process)
         run.record_file.update(lambda r: None if r is None or r.ended else r.finished(None))
 
 
@@ -425,3 +462,22 @@ def _refuse_foreign(run: RunDir, record: JobRecord) -> None:
                 "deploy again with --replace_corrupt_record if the job is not running.",
                 {"pid": identity.pid, "role": role, "reason": "not_our_process"},
             )
+
+
+def keep(run: RunDir, seen: JobRecord, outcome: JobOutcome) -> None:
+    """The ended attempt's outcome into its record, once (a later attempt's is its own);
+    a record that cannot be written now (a full disk) is left for the next look."""
+
+    def add(record: JobRecord | None) -> JobRecord | None:
+        if record is None or record.attempt != seen.attempt or not record.ended:
+            return None
+        return None if record.outcome else record.model_copy(update={"outcome": outcome})
+
+    try:
+        # On a (nearly) full disk the record is left as it is: a write that cannot
+        # complete would cost the record itself (an overwrite in place, cut short).
+        if shutil.disk_usage(run.path).free < KEEP_FREE_BYTES:
+            return
+        run.record_file.update(add)
+    except (OSError, RecordCorrupt, ToolFailure):
+        logger.info("the outcome of %s was not kept", run.path, exc_info=True)

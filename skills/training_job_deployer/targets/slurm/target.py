@@ -17,18 +17,15 @@ directory, which the nodes must see (a shared filesystem).
 from __future__ import annotations
 
 import os
-import pwd
-import re
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.operations import processes
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -36,7 +33,6 @@ from skills.shared.paths import path_fields
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer.job_spec import (
-    JobName,
     JobSpec,
     hub_cache,
     hub_lines,
@@ -44,115 +40,34 @@ from skills.training_job_deployer.job_spec import (
     trainer_argv,
 )
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets.base import Billing, Plan, TargetSettings
+from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.run_dir import (
     CHECKPOINTS,
     LOG_CHUNK_BYTES,
     LOG_TAIL_LINES,
-    RecordedRun,
     RunDirTarget,
-    RunsDir,
     cancelled_message,
     local_path,
 )
-from skills.training_job_deployer.targets.slurm.script import (
-    SBATCH_PATH,
-    PartitionInfo,
-    layout,
-    render,
+from skills.training_job_deployer.targets.slurm.record import (
+    FINAL_STATES,
+    SLURM_RECORD,
+    SlurmEnd,
+    SlurmRecord,
+    SlurmRunDir,
 )
-from skills.training_job_deployer.trainer_log import (
-    EXIT_PREEMPTED,
-    RunMetrics,
+from skills.training_job_deployer.targets.slurm.scheduler import Scheduler
+from skills.training_job_deployer.targets.slurm.script import PartitionInfo, layout, render
+from skills.training_job_deployer.targets.slurm.settings import (
+    SlurmDeploySettings,
+    SlurmSettings,
 )
+from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics
 
-SLURM_RECORD = "slurm.json"
 POLL_S = 1.0
-COMMAND_TIMEOUT_S = 60
-# Slurm's job states that are final; every other (PENDING, RUNNING, REQUEUED, ...) is not.
-FINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "PREEMPTED",
-        "NODE_FAIL",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
-)
 # Failures that mean Slurm cannot be asked from here (no clients, no controller, no ssh
 # route), as opposed to Slurm's own refusals: a dry run goes on without the partition.
 UNREACHABLE = (ErrorCode.SLURM_UNAVAILABLE, ErrorCode.ENDPOINT_UNREACHABLE)
-SLURM_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
-# Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-SLURM_TIME = r"^(\d{1,7}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$"
-# An ssh destination ([user@]host or an ssh_config alias); never an option.
-SSH_HOST = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,253}$"
-
-
-def _matching(pattern: str, rule: str) -> AfterValidator:
-    """A pattern checked by validation but kept out of the tools' schemas (every job
-    tool carries these fields); the error says the rule in words."""
-
-    def check(value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(pattern, value):
-            raise ValueError(rule)
-        return value
-
-    return AfterValidator(check)
-
-
-class SlurmSettings(TargetSettings):
-    """sbatch + srun torchrun"""
-
-    target: Literal["slurm"]
-    runs_dir: Annotated[
-        RunsDir,
-        _matching(r"(~/)?" + SBATCH_PATH.strip("^"), "on Slurm: letters, digits, _ . / + = @ -"),
-    ] = "runs"
-    ssh_host: Annotated[
-        str | None,
-        Field(description="Slurm: login node to ssh to."),
-        _matching(SSH_HOST, "[user@]host or an ssh_config alias"),
-    ] = None
-
-    @property
-    def job_runs_here(self) -> bool:
-        # Without ssh this host is a login node sharing the cluster's filesystem.
-        return self.ssh_host is None
-
-
-class SlurmDeploySettings(SlurmSettings):
-    """sbatch + srun torchrun"""
-
-    partition: Annotated[
-        str | None,
-        Field(description="Slurm partition (default: the default one)."),
-        _matching(SLURM_NAME, "letters, digits, _ . - (at most 64)"),
-    ] = None
-    account: Annotated[
-        str | None,
-        Field(description="Slurm account to charge."),
-        _matching(SLURM_NAME, "letters, digits, _ . - (at most 64)"),
-    ] = None
-    time_limit: Annotated[
-        str | None,
-        Field(description="Slurm time limit, e.g. 24:00:00 or 2-00:00:00."),
-        _matching(SLURM_TIME, "Slurm's time format: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S"),
-    ] = None
-    venv: Annotated[
-        str | None,
-        Field(max_length=4096, description="Slurm: venv on the nodes, for its bin/python."),
-        _matching(r"[^-\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*", "a path, not an option"),
-    ] = None
-    container_image: Annotated[
-        str | None,
-        Field(max_length=512, description="Slurm: container image (pyxis)."),
-        _matching(r"[A-Za-z0-9][A-Za-z0-9._/:@+#-]*", "an image reference"),
-    ] = None
 
 
 class SlurmPlan(Plan):
@@ -216,135 +131,6 @@ class SlurmPlan(Plan):
         return self.script.rstrip("\n") + "\n# not read (Slurm unreachable): " + unread + "\n"
 
 
-class SlurmEnd(BaseModel):
-    """The scheduler's last word on a job, kept once it is final."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    state: str = Field(pattern=r"^[A-Z_]{1,32}$")
-    exit_code: int | None = None
-    restarts: int = Field(default=0, ge=0)
-    reason: str | None = Field(default=None, max_length=200)
-
-
-class SlurmRecord(BaseModel):
-    """The job this host submitted: facts only (every path is derived from the run dir)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    job_name: JobName
-    slurm_job_id: int = Field(ge=1, lt=2**32)
-    ssh_host: str | None = Field(default=None, pattern=SSH_HOST)
-    submitted_at: float
-    cancel_requested_at: float | None = None
-    end: SlurmEnd | None = None
-
-
-class Scheduler:
-    """Slurm's client commands, run here or, with `ssh_host`, on that host over ssh."""
-
-    def __init__(self, ssh_host: str | None) -> None:
-        self.ssh_host = ssh_host
-
-    def argv(self, argv: list[str]) -> list[str]:
-        if self.ssh_host is None:
-            return argv
-        # ssh hands the remote shell one string: each argument quoted for it.
-        return ["ssh", "-o", "BatchMode=yes", "--", self.ssh_host, shlex.join(argv)]
-
-    def run(
-        self, argv: list[str], stdin: bytes | None = None, timeout: float = COMMAND_TIMEOUT_S
-    ) -> subprocess.CompletedProcess[bytes]:
-        full = self.argv(argv)
-        if shutil.which(full[0]) is None:
-            where = "" if self.ssh_host is None else f" (needed to reach {self.ssh_host})"
-            raise ToolFailure(
-                ErrorCode.SLURM_UNAVAILABLE,
-                f"{full[0]} is not on PATH{where}.",
-                "Run this on a Slurm login node (Slurm's clients installed), or set ssh_host "
-                "to one."
-                if self.ssh_host is None
-                else "Install an OpenSSH client.",
-                {"command": full[0]},
-            )
-        try:
-            done = subprocess.run(
-                full, input=stdin, capture_output=True, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise ToolFailure(
-                ErrorCode.SLURM_UNAVAILABLE,
-                f"{argv[0]} did not answer within {timeout:.0f} s.",
-                "Check that slurmctld is up (sinfo) and reachable from here.",
-                {"command": argv[0]},
-            ) from None
-        if self.ssh_host is not None and done.returncode == 255:
-            raise ToolFailure(
-                ErrorCode.ENDPOINT_UNREACHABLE,
-                f"ssh to {self.ssh_host} failed: {_text(done.stderr)}",
-                "Check that `ssh <ssh_host>` works without a password prompt (keys, ssh_config).",
-                {"ssh_host": self.ssh_host},
-            )
-        return done
-
-    def check(self, argv: list[str], stdin: bytes | None = None) -> str:
-        """stdout of a command that must succeed; a failure carries Slurm's message."""
-        done = self.run(argv, stdin)
-        if done.returncode != 0:
-            raise _slurm_failure(argv, done)
-        return done.stdout.decode(errors="replace")
-
-
-def _text(data: bytes) -> str:
-    return " ".join(data.decode(errors="replace").split())[:500]
-
-
-def _slurm_failure(argv: list[str], done: subprocess.CompletedProcess[bytes]) -> ToolFailure:
-    said = _text(done.stderr) or _text(done.stdout) or f"exit status {done.returncode}"
-    if "Unable to contact slurm controller" in said or "Could not establish" in said:
-        return ToolFailure(
-            ErrorCode.SLURM_UNAVAILABLE,
-            f"{argv[0]}: {said}",
-            "Check that slurmctld runs and SLURM_CONF (or the login node's setup) points "
-            "at it: `sinfo` should list partitions.",
-            {"command": argv[0]},
-        )
-    return ToolFailure(
-        ErrorCode.SLURM_REJECTED,
-        f"{argv[0]} refused: {said}",
-        "Fix what Slurm names (partition, account, time limit, GPUs) and call again; "
-        "`sinfo` lists partitions and their limits.",
-        {"command": argv[0]},
-    )
-
-
-def _fields(line: str) -> dict[str, str]:
-    """`Key=Value` pairs of one `scontrol -o` line (values with spaces are cut)."""
-    return dict(re.findall(r"(?:^|\s)([A-Za-z]+)=(\S*)", line))
-
-
-def _exit_code(value: str | None) -> int | None:
-    """Slurm's `exit:signal` as one number (128 + signal when a signal ended it)."""
-    if not value or ":" not in value:
-        return None
-    code, sig = value.split(":", 1)
-    try:
-        return 128 + int(sig) if int(sig) else int(code)
-    except ValueError:
-        return None
-
-
-class SlurmRunDir(RecordedRun[SlurmRecord]):
-    """`<runs_dir>/<job_name>/`: on this host the record, on the cluster the job's files."""
-
-    def __init__(self, record_dir: Path, cluster_dir: str) -> None:
-        super().__init__(record_dir, SLURM_RECORD, SlurmRecord, "Slurm")
-        self.cluster_dir = cluster_dir
-
-    def log(self, job_id: int | str) -> str:
-        return f"{self.cluster_dir}/logs/slurm-{job_id}.log"  # the template's --output
-
-
 class SlurmTarget(RunDirTarget[SlurmPlan]):
     name: ClassVar[str] = "slurm"
     settings_model: ClassVar[type[TargetSettings]] = SlurmSettings
@@ -373,33 +159,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
 
     def partition(self) -> PartitionInfo:
         """The settings' partition (else the default one), as its nodes are now."""
-        out = self.scheduler.check(["sinfo", "--noheader", "--format=%P|%c|%G|%f|%D"])
-        rows: dict[str, list[tuple[str, str, str, str]]] = {}
-        default = None
-        for line in out.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) != 5:
-                continue
-            name = parts[0].rstrip("*")
-            if parts[0].endswith("*"):
-                default = name
-            rows.setdefault(name, []).append((parts[1], parts[2], parts[3], parts[4]))
-        wanted = self.settings.partition or default
-        if wanted is None or wanted not in rows:
-            known = ", ".join(sorted(rows)) or "none"
-            said = (
-                "no default partition"
-                if wanted is None
-                else _text(self.scheduler.run(["scontrol", "show", "partition", wanted]).stdout)
-                or f"partition {wanted} not found"
-            )
-            raise ToolFailure(
-                ErrorCode.NOT_FOUND,
-                f"Slurm: {said}.",
-                f"Pick one of the cluster's partitions: {known}.",
-                {"partitions": sorted(rows)},
-            )
-        return PartitionInfo.from_sinfo(wanted, rows[wanted])
+        return self.scheduler.partition(self.settings.partition)
 
     def plan(self, spec: JobSpec) -> SlurmPlan:
         """The plan on the partition as sinfo reads it; where Slurm cannot be reached,
@@ -496,9 +256,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
 
     # submit ----------------------------------------------------------------
 
-    def submit(
-        self, job_name: str, plan: SlurmPlan, *, replace_corrupt_record: bool = False
-    ) -> None:
+    def _before_submit(self, plan: SlurmPlan) -> None:
         if plan.not_read:
             # Made without the partition: Slurm's failure now (as a plan's would be),
             # or, had it come back since, a plan to make again.
@@ -509,43 +267,41 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
                 f"{', '.join(plan.not_read)} were not read.",
                 "Deploy again: the plan then reads the partition.",
             )
-        run = self._run(job_name)
-        run.path.mkdir(parents=True, exist_ok=True)
-        with run.record_file.lock():
-            record = run.previous(replace_corrupt_record)
-            if record is not None:
-                self._check_host(record)
-                if self._active(record):
-                    raise ToolFailure(
-                        ErrorCode.JOB_RUNNING,
-                        f"Job {job_name!r} is already in Slurm (job {record.slurm_job_id}).",
-                        "Follow it with get_training_job, stop it with cancel_training_job, "
-                        "or deploy under another job_name.",
-                        {"slurm_job_id": record.slurm_job_id},
-                    )
-            # Slurm opens the output file but makes no directory.
-            if self.settings.ssh_host is None:
-                Path(run.cluster_dir, "logs").mkdir(parents=True, exist_ok=True)
-                self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
-            else:
-                self.scheduler.check(["mkdir", "-p", "--", f"{run.cluster_dir}/logs"])
-            (run.path / "slurm-batch.sh").write_text(plan.script)
-            out = self.scheduler.check(["sbatch", "--parsable"], stdin=plan.script.encode())
-            job_id = out.strip().split(";")[0]
-            if not job_id.isdigit():
-                raise ToolFailure(
-                    ErrorCode.SLURM_REJECTED,
-                    f"sbatch answered {out.strip()[:200]!r}, not a job id.",
-                    "Look at the cluster's sbatch (a wrapper?) and call again.",
-                )
-            run.record_file.write(
-                SlurmRecord(
-                    job_name=job_name,
-                    slurm_job_id=int(job_id),
-                    ssh_host=self.settings.ssh_host,
-                    submitted_at=time.time(),
-                )
+
+    def _still_running(  # type: ignore[override]
+        self, run: SlurmRunDir, previous: SlurmRecord
+    ) -> ToolFailure | None:
+        self._check_host(previous)
+        if not self._active(previous):
+            return None
+        return ToolFailure(
+            ErrorCode.JOB_RUNNING,
+            f"Job {run.job_name!r} is already in Slurm (job {previous.slurm_job_id}).",
+            "Follow it with get_training_job, stop it with cancel_training_job, "
+            "or deploy under another job_name.",
+            {"slurm_job_id": previous.slurm_job_id},
+        )
+
+    def _start(  # type: ignore[override]
+        self, run: SlurmRunDir, plan: SlurmPlan, previous: SlurmRecord | None
+    ) -> None:
+        del previous
+        # Slurm opens the output file but makes no directory.
+        if self.settings.ssh_host is None:
+            Path(run.cluster_dir, "logs").mkdir(parents=True, exist_ok=True)
+            self.claim_checkpoint(plan.checkpoint_dir, run, plan.adopt_checkpoint_dir)
+        else:
+            self.scheduler.check(["mkdir", "-p", "--", f"{run.cluster_dir}/logs"])
+        (run.path / "slurm-batch.sh").write_text(plan.script)
+        job_id = self.scheduler.submit(plan.script)
+        run.record_file.write(
+            SlurmRecord(
+                job_name=run.job_name,
+                slurm_job_id=job_id,
+                ssh_host=self.settings.ssh_host,
+                submitted_at=time.time(),
             )
+        )
 
     def _check_host(self, record: SlurmRecord) -> None:
         if record.ssh_host != self.settings.ssh_host:
@@ -569,32 +325,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
 
     def _scheduler_state(self, record: SlurmRecord) -> SlurmEnd | None:
         """The job's state now (None: the scheduler no longer knows it)."""
-        job = str(record.slurm_job_id)
-        done = self.scheduler.run(["scontrol", "show", "job", "-o", job])
-        if done.returncode == 0:
-            fields = _fields(done.stdout.decode(errors="replace").strip())
-            state = fields.get("JobState", "")
-            if re.fullmatch(r"[A-Z_]{1,32}", state):
-                reason = fields.get("Reason")
-                return SlurmEnd(
-                    state=state,
-                    exit_code=_exit_code(fields.get("ExitCode")),
-                    restarts=int(fields.get("Restarts", "0") or 0),
-                    reason=None if reason in (None, "None", "(null)") else reason[:200],
-                )
-        elif b"Invalid job id" not in done.stderr:
-            raise _slurm_failure(["scontrol"], done)
-        # Gone from the controller (MinJobAge): accounting, where the cluster has it.
-        acct = self.scheduler.run(
-            ["sacct", "--noheader", "--parsable2", "-X", "-j", job, "--format=State,ExitCode"]
-        )
-        line = acct.stdout.decode(errors="replace").strip().splitlines()
-        if acct.returncode == 0 and line and "|" in line[0]:
-            state, code = line[0].split("|", 1)
-            state = state.split()[0] if state else ""
-            if re.fullmatch(r"[A-Z_]{1,32}", state):
-                return SlurmEnd(state=state, exit_code=_exit_code(code))
-        return None
+        return self.scheduler.job_state(record.slurm_job_id)
 
     def _open(self, run: SlurmRunDir) -> SlurmRecord:  # type: ignore[override]
         record = run.require()
@@ -687,12 +418,11 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         """scancel only the Slurm job this record's job submitted: its name is the job's
         (from the call, not the record) and its user is the one we run Slurm as. A record
         naming another job was edited; nothing is cancelled and the caller is told."""
-        done = self.scheduler.run(["scontrol", "show", "job", "-o", str(record.slurm_job_id)])
-        if done.returncode != 0:
+        owner = self.scheduler.job_owner(record.slurm_job_id)
+        if owner is None:
             return  # the controller no longer knows it: scancel would not reach it either
-        fields = _fields(done.stdout.decode(errors="replace").strip())
-        name, user = fields.get("JobName", ""), fields.get("UserId", "").split("(")[0]
-        if name == run.job_name and user == self._slurm_user():
+        name, user = owner
+        if name == run.job_name and user == self.scheduler.user():
             return
         raise ToolFailure(
             ErrorCode.JOB_RECORD_CORRUPT,
@@ -703,12 +433,6 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             "again with --replace_corrupt_record if it is not running.",
             {"slurm_job_id": record.slurm_job_id, "reason": "not_our_job"},
         )
-
-    def _slurm_user(self) -> str:
-        """The user Slurm commands run as: this one, or ssh_host's login."""
-        if self.settings.ssh_host is None:
-            return pwd.getpwuid(os.getuid()).pw_name
-        return self.scheduler.check(["id", "-un"]).strip()
 
     def _where(self, path: str) -> str:  # type: ignore[override]
         return path if self.settings.ssh_host is None else f"{self.settings.ssh_host}:{path}"

@@ -1,0 +1,57 @@
+"""The order test files are handed to the xdist workers: longest first.
+
+`make test` runs a file per worker at a time (--dist loadfile). xdist's default order
+is by test count, most first, which put the few-test files that take minutes (the image
+build, the agent session, the trainer's end-to-end runs) last: one worker finished alone
+while the other core idled. Longest first, the short unit files fill the end and both
+workers finish together. A file's weight is its seconds in the last run this checkout
+timed it (pytest's cache, written by the controller at the end of a session), else the
+estimate below, else nothing (a small file, most likely).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+CACHE_KEY = "fsdp-eks/file-seconds"
+
+# Seconds per file on the 2-core dev machine with both workers busy, from CI's
+# --durations and per-file runs: the weights when the cache has none (a fresh clone, CI).
+ESTIMATED_SECONDS = {
+    "tests/integration/test_trainer_image.py": 300,
+    "tests/integration/test_benchmark_quick_modes.py": 200,
+    "tests/trainer/test_checkpoint_resume.py": 150,
+    "tests/e2e/test_agent_session.py": 120,
+    "tests/trainer/test_trainer_e2e.py": 110,
+    "tests/integration/test_pods_run.py": 100,
+    "tests/integration/test_slurm_target.py": 100,
+    "tests/integration/test_job_hardening.py": 90,
+    "tests/trainer/test_families.py": 70,
+    "tests/trainer/test_trainer_parallel.py": 60,
+    "tests/integration/test_model_server_local.py": 60,
+    "tests/trainer/test_checkpoint_staging.py": 45,
+    "tests/trainer/test_global_loss.py": 40,
+    "tests/trainer/test_data_sources.py": 40,
+    "tests/integration/test_auto_retry.py": 40,
+    "tests/integration/test_local_training.py": 40,
+}
+
+
+def file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def longest_first(nodeids: Sequence[str], timed: Mapping[str, float]) -> list[int]:
+    """Indexes of `nodeids` reordered: whole files, heaviest first (timed seconds, else
+    the estimate, else 0); within a file, and between files of equal weight, the
+    collected order."""
+    first_seen: dict[str, int] = {}
+    for i, nodeid in enumerate(nodeids):
+        first_seen.setdefault(file_of(nodeid), i)
+
+    def seconds(path: str) -> float:
+        return float(timed.get(path, ESTIMATED_SECONDS.get(path, 0)))
+
+    files = sorted(first_seen, key=lambda path: (-seconds(path), first_seen[path]))
+    rank = {path: r for r, path in enumerate(files)}
+    return sorted(range(len(nodeids)), key=lambda i: (rank[file_of(nodeids[i])], i))

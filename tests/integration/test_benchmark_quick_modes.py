@@ -1,0 +1,103 @@
+"""Every benchmark's quick mode (`--quick`: its smallest size, once) runs here, each to its
+ratio line, so a benchmark that stops working fails a test instead of rotting unseen
+(`make bench` runs them all at full size). A row per benchmark: the services it starts
+itself (a missing one skips, or fails under CI=true) and the lines its output must hold.
+The list comes from the directory, so a new benchmark is run here once it is there; one
+without a row fails until it has one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.benchmark_runs import run_quick
+from tests.services import podman, slurm
+from tests.services import registry as registry_service
+from tests.services._common import require
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+# Run by the tests of their own area, with asserts of their own (issue 35's benchmarks).
+RUN_ELSEWHERE = {
+    "fleet_history_and_logs": "tests/integration/test_long_logs.py",
+    "fleet_scale": "tests/integration/test_fleet_scale_bench.py",
+    "http_many_agents": "tests/unit/test_shared_reads.py",
+}
+NUMBER = r"[\d.]+"
+
+
+@dataclass(frozen=True)
+class Row:
+    lines: tuple[str, ...]  # regexes its stdout must match (multiline): its ratio lines
+    services: tuple[Callable[[], object], ...] = ()  # checks of the services it starts
+
+
+REGISTRY_AND_PODMAN = (registry_service.check, podman.check)
+ROWS = {
+    "codebuild_setup": Row((r"first run: \w+, \d+ API calls",
+                            r"second run: \w+, \d+ API calls, 0 writes")),
+    "demo_wall_time": Row((r"demo job end to end .*x baseline\)", r"status succeeded")),
+    "dockerfile_analyzer": Row((rf"-> {NUMBER}x \(median of 1\)",
+                                r"accuracy: (\d+)/\1 flagged right")),
+    "ecr_push": Row((rf"tool / podman push: {NUMBER}",), REGISTRY_AND_PODMAN),
+    "eks_validate": Row((r"^\s+4(\s+[\d.]+){6}$",)),  # the 4-node row, every column
+    "family_bench": Row((rf"^\| \w+ \| [\d,]+ \| .* = {NUMBER}x \| .* = {NUMBER}x \|$",)),
+    "gpu_mfu": Row((rf"trainer / bare tokens/s: {NUMBER}x",)),
+    "image_rebuild": Row((rf"rebuild / clean: {NUMBER}",), REGISTRY_AND_PODMAN),
+    "job_record_write": Row((rf"ratio {NUMBER}x \(median of 1 rounds x 20 deploys\)",)),
+    "k8s_submit": Row((rf"ratio tool / bare: {NUMBER}x", r"poll of a 2-pod job: \d+ API requests"),
+                      (registry_service.check,)),
+    "mcp_cold_start": Row((rf"ours / bare MCP server\s*:\s*{NUMBER}x",
+                           r"heavy SDKs imported at start\s*: none")),
+    "model_server_local": Row((rf'"served_vs_in_process": {NUMBER}',)),
+    "pod_doctor": Row((r"diagnose\(\) .*x baseline\)", r"root: cuda_oom on \S+ \(node rank 6\)")),
+    "rank_times_cost": Row((rf"step time .* ratio {NUMBER}x \(goal <= 1.01\)",)),
+    "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,)),
+    "trainer_bench": Row((rf"step time .* ratio {NUMBER}x", rf"tokens/s .* ratio {NUMBER}x",
+                          rf"ckpt block .* ratio {NUMBER}x")),
+    "trainer_scale": Row((rf'"peak_over_shard": {NUMBER}',
+                          rf'"second_start_to_first_batch_s": {NUMBER}')),
+}  # fmt: skip
+
+
+def benchmarks() -> list[str]:
+    """The benchmarks in benchmarks/ (bare_*.py are baselines they run, _*.py helpers),
+    as the Makefile's bench target lists them."""
+    return sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
+                  if not p.name.startswith(("bare_", "_")))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [n for n in benchmarks() if n not in RUN_ELSEWHERE])
+def test_the_benchmark_runs_to_its_ratios_in_its_quick_mode(name):
+    assert name in ROWS, f"benchmarks/{name}.py has no row here: give it --quick and a row"
+    row = ROWS[name]
+    for check in row.services:
+        require(check)
+    out = run_quick(name)
+    missing = [line for line in row.lines if not re.search(line, out, re.MULTILINE)]
+    assert not missing, (missing, out[-3000:])
+
+
+def test_every_benchmark_has_a_quick_mode_and_one_test():
+    names = benchmarks()
+    assert set(ROWS) | set(RUN_ELSEWHERE) == set(names)
+    assert not set(ROWS) & set(RUN_ELSEWHERE)
+    for name in names:
+        assert "--quick" in (ROOT / "benchmarks" / f"{name}.py").read_text(), name
+    for name, test_file in RUN_ELSEWHERE.items():
+        assert f'run_quick("{name}")' in (ROOT / test_file).read_text(), (name, test_file)
+
+
+def test_make_bench_runs_every_benchmark():
+    """`make -n bench` lists exactly the benchmarks in the directory."""
+    done = subprocess.run(["make", "-n", "bench"], cwd=ROOT, capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    listed = re.search(r"for b in ([^;]+);", done.stdout)
+    assert listed, done.stdout[-2000:]
+    assert [Path(b).stem for b in listed[1].split()] == benchmarks()

@@ -1,0 +1,220 @@
+"""Guardrails for long runs on the local target, with real processes: a 2-rank gloo job
+whose rank 1 a test thread pauses (SIGSTOP, then SIGCONT) is named the straggler with
+its host; a rank stopped for good makes the job `job_hung`, and with auto_retry the job
+is stopped and resumed from its checkpoint to the end. Nothing in the trainer pretends:
+the rank's process really stops.
+
+Timings are relative to the job's own step time (the watchdog's thresholds), so a
+loaded machine that slows both ranks alike changes nothing here."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from commands.cancel_training_job import cancel_training_job
+from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
+from skills.training_job_deployer import watchdog
+from skills.training_job_deployer.targets.local.record import RunDir
+from skills.training_job_deployer.trainer_log import parse_events
+
+pytestmark = pytest.mark.integration
+
+# A step line every step (log_freq 1 through the trainer's environment), no evaluation.
+JOB = {"validation_freq": 0, "env": {"TRAINER_LOG_FREQ": "1"}}
+DEADLINE_S = 240.0
+
+
+def marked_process(marks: dict[str, str], timeout: float = 120.0) -> psutil.Process:
+    """The process whose environment holds all of `marks` (a Slurm job's rank)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                env = process.environ()
+                if all(env.get(k) == v for k, v in marks.items()):
+                    return process
+        time.sleep(0.5)
+    raise AssertionError(f"no process with {marks}")
+
+
+def rank_process(run_dir: Path, rank: int, timeout: float = 120.0) -> psutil.Process:
+    """The rank's process: the child of the job's torchrun whose environment says RANK."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = RunDir(run_dir).read()
+        if record is not None and record.trainer is not None:
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(record.trainer.pid).children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        if child.environ().get("RANK") == str(rank):
+                            return child
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} process under {run_dir}")
+
+
+@contextlib.contextmanager
+def pausing(process: psutil.Process, stop_s: float, run_s: float) -> Iterator[None]:
+    """A thread that stops the process for stop_s, lets it run run_s, again and again;
+    the process is always let go at the end."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGSTOP)
+            time.sleep(stop_s)
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGCONT)
+            done.wait(run_s)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signal.SIGCONT)
+
+
+def wait_for(runs_dir: Path, job: str, until, what: str, target: str = "local"):
+    """get_training_job until `until(state)` is true (the job still running)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        state = get_training_job(
+            job_name=job, runs_dir=str(runs_dir), target=target, wait_seconds=0.5
+        )
+        if until(state):
+            return state
+        assert state.status == "running", (what, state.status, state.message, state.log_tail)
+    raise AssertionError(f"no {what} within {DEADLINE_S} s")
+
+
+def stop_job(runs_dir: Path, job: str, target: str = "local") -> None:
+    with contextlib.suppress(Exception):
+        cancel_training_job(job_name=job, runs_dir=str(runs_dir), target=target, confirm=True)
+
+
+def test_a_rank_paused_300_ms_every_step_is_named_the_straggler_within_20_steps(tmp_path):
+    deploy_training_job(job_name="slow", runs_dir=str(tmp_path), max_steps=200,
+                        monitor=False, **JOB)  # fmt: skip
+    try:
+        run_dir = tmp_path / "slow"
+        rank1 = rank_process(run_dir, 1)
+        # Let it start training, so the pauses begin with the steps.
+        wait_for(tmp_path, "slow", lambda s: s.steps >= 1, "first step")
+        with pausing(rank1, stop_s=0.3, run_s=0.3):
+            began = get_training_job(job_name="slow", runs_dir=str(tmp_path)).steps
+            state = wait_for(
+                tmp_path, "slow", lambda s: any(f.code == "straggler" for f in s.findings),
+                "straggler finding",
+            )  # fmt: skip
+        (found,) = [f for f in state.findings if f.code == "straggler"]
+        assert (found.rank, found.host) == (1, socket.gethostname()), found
+        assert found.details["lag_s"] >= watchdog.LAG_FLOOR_S
+        assert state.steps - began <= 20, (began, state.steps)
+    finally:
+        stop_job(tmp_path, "slow")
+
+
+def test_a_rank_stopped_for_good_is_job_hung_within_five_step_times(tmp_path):
+    deploy_training_job(job_name="stuck", runs_dir=str(tmp_path), max_steps=500,
+                        monitor=False, **JOB)  # fmt: skip
+    rank1 = None
+    try:
+        rank1 = rank_process(tmp_path / "stuck", 1)
+        before = wait_for(tmp_path, "stuck", lambda s: s.steps >= 6, "six steps")
+        rank1.send_signal(signal.SIGSTOP)
+        state = wait_for(
+            tmp_path, "stuck", lambda s: any(f.code == "job_hung" for f in s.findings),
+            "job_hung finding",
+        )  # fmt: skip
+        (hung,) = [f for f in state.findings if f.code == "job_hung"]
+        steps = [e for e in parse_events(Path(state.log_path).read_text()) if e["event"] == "step"]
+        step_s = sorted(e["step_s"] for e in steps[2:])[len(steps[2:]) // 2]
+        # Found once quiet for the limit (5 step times, or the floor), plus a poll.
+        assert hung.details["limit_s"] == pytest.approx(
+            max(watchdog.HUNG_STEPS * step_s, watchdog.HUNG_FLOOR_S), rel=0.5
+        )
+        assert hung.details["quiet_s"] <= hung.details["limit_s"] + 3.0
+        assert hung.details["last_step"] >= before.steps
+        assert hung.details["collective_timeout_s"] == 300
+        assert "collective timeout 300 s" in hung.message and state.status == "running"
+    finally:
+        if rank1 is not None:
+            with contextlib.suppress(psutil.Error):
+                rank1.send_signal(signal.SIGCONT)
+        stop_job(tmp_path, "stuck")
+
+
+def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(tmp_path):
+    stopped = threading.Event()
+
+    def stop_rank1_after_a_checkpoint() -> None:
+        run_dir = tmp_path / "resume"
+        rank1 = rank_process(run_dir, 1)
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:  # the first attempt's checkpoint at step 4
+            log = run_dir / "logs" / "attempt-1.log"
+            text = log.read_text() if log.exists() else ""
+            if any(e["event"] == "checkpoint_saved" for e in parse_events(text)):
+                break
+            time.sleep(0.2)
+        with contextlib.suppress(psutil.Error):
+            rank1.send_signal(signal.SIGSTOP)  # for good: the retry's SIGKILL ends it
+            stopped.set()
+
+    thread = threading.Thread(target=stop_rank1_after_a_checkpoint, daemon=True)
+    thread.start()
+    result = deploy_training_job(job_name="resume", runs_dir=str(tmp_path), max_steps=16,
+                                 checkpoint_freq=4, auto_retry=True, max_retries=1,
+                                 **JOB)  # fmt: skip
+    thread.join(timeout=5)
+    assert stopped.is_set()
+    assert result.status == "succeeded", (result.message, result.attempts)
+    first, second = result.attempts
+    assert (first.status, first.code) == ("failed", "job_hung"), first
+    assert first.remedy.startswith("job_hung/resubmit")
+    assert second.status == "succeeded" and second.resumed_from and second.resumed_from >= 4
+    assert result.steps == 16 and result.resumed_from == second.resumed_from
+    # The stopped rank is gone: the SIGKILL of its process group reached it too. (The
+    # last supervisor may still be exiting after it recorded the end.)
+    ours = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(tmp_path / "resume") in " ".join(p.info["cmdline"] or [])
+    ]
+    _, alive = psutil.wait_procs(ours, timeout=15)
+    assert not [(p.pid, p.info["cmdline"]) for p in alive]
+
+
+def test_on_slurm_a_paused_rank_is_named_the_straggler_with_its_node(slurm_cluster, tmp_path):
+    """The same watchdog on a real one-node Slurm: sbatch, srun, torchrun, 2 ranks."""
+    started = deploy_training_job(job_name="slow", target="slurm", runs_dir=str(tmp_path),
+                                  max_steps=200, checkpoint_freq=0, wait_seconds=0,
+                                  **JOB)  # fmt: skip
+    try:
+        job_id = Path(started.log_path).stem.removeprefix("slurm-")
+        rank1 = marked_process({"SLURM_JOB_ID": job_id, "RANK": "1"})
+        node = rank1.environ()["SLURMD_NODENAME"]
+        wait_for(tmp_path, "slow", lambda s: s.steps >= 1, "first step", "slurm")
+        with pausing(rank1, stop_s=0.3, run_s=0.3):
+            state = wait_for(
+                tmp_path, "slow", lambda s: any(f.code == "straggler" for f in s.findings),
+                "straggler finding", "slurm",
+            )  # fmt: skip
+        (found,) = [f for f in state.findings if f.code == "straggler"]
+        assert (found.rank, found.host) == (1, node), found
+    finally:
+        stop_job(tmp_path, "slow", "slurm")
