@@ -9,9 +9,9 @@ read, peak traced memory, result bytes as sent):
 - list_operations (a page of 20, then the page at the end by cursor) over 100 / 400 /
   1,600 records: records read;
 - list_model_servers (Kubernetes, a page of 20) over 20 / 80 / 320 servers: requests;
-- the last-resort cap: list_training_jobs with limit=200 over 50 / 200 / 800 jobs
-  (each job listed whole would be past 40 KB from about 100): the bytes sent stay
-  under 40 KB and the `rest` call continues the page.
+- the last-resort cap: list_training_jobs with limit=200 over 200 / 800 / 3,200 jobs
+  (a page of 200 jobs is past 40 KB): the bytes sent stay under 40 KB and the `rest`
+  call continues the page.
 
 `--quick` runs the smallest size of each once (the test suite runs it)."""
 
@@ -42,16 +42,20 @@ EVENTS = [200] if QUICK else [200, 800, 3_200]
 JOBS = [10] if QUICK else [10, 40, 160]
 OPERATIONS = [100] if QUICK else [100, 400, 1_600]
 SERVERS = [20] if QUICK else [20, 80, 320]
-CAPPED = [50] if QUICK else [50, 200, 800]
+CAPPED = [200] if QUICK else [200, 800, 3_200]
 LOG_MIB = 16
+
+
+def _timed(call, *args: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = call(*args)
+    return out, time.perf_counter() - start
 
 
 def _measured(call, *args: Any) -> tuple[Any, float, float]:
     """(what call(*args) returned, seconds, peak traced MiB of a second call: tracing
     slows what it traces)."""
-    start = time.perf_counter()
-    out = call(*args)
-    elapsed = time.perf_counter() - start
+    out, elapsed = _timed(call, *args)
     tracemalloc.start()
     call(*args)
     peak = tracemalloc.get_traced_memory()[1] / 2**20
@@ -110,7 +114,7 @@ def events() -> None:
             for read in (lambda: target.describe("llama"), lambda: target.snapshot("llama")):
                 lists = kube.emulator.lists.get("v1/events", 0)
                 served = kube.emulator.listed_objects
-                _, elapsed, _ = _measured(read)
+                _, elapsed = _timed(read)
                 lists = kube.emulator.lists.get("v1/events", 0) - lists
                 cells += [lists, kube.emulator.listed_objects - served, f"{elapsed * 1000:.0f}"]
             _row(*cells)
@@ -125,7 +129,9 @@ def _copies(runs: Path, count: int, log: Path | None = None) -> None:
         copy = runs / f"job-{i}"
         if copy.exists():
             continue
-        shutil.copytree(runs / "job-0", copy, symlinks=True)
+        # Files linked, not copied (3,200 run directories fit): the record is a new file.
+        shutil.copytree(runs / "job-0", copy, symlinks=True, copy_function=os.link)
+        (copy / "job.json").unlink()
         (copy / "job.json").write_text(json.dumps({**record, "job_name": copy.name}))
         if log is not None:  # one 16 MiB file, linked: the disk holds it once
             target = copy / "logs" / "attempt-1.log"
@@ -142,6 +148,7 @@ def local_lists(root: Path) -> None:
     with open(big, "wb") as out:
         line = (runs / "job-0" / "logs" / "attempt-1.log").read_bytes()
         out.write(line * (LOG_MIB * 2**20 // max(1, len(line)) + 1))
+    _mcp("list_training_jobs", {"target": "local", "local": {"runs_dir": str(runs)}})  # warm
     print(f"\nlist_training_jobs (local, a page of 20), ended jobs with {LOG_MIB} MiB logs")
     _row("jobs", "ms", "peak MiB", "bytes")
     for count in JOBS:
@@ -165,7 +172,7 @@ def local_lists(root: Path) -> None:
             _row(count, kept, result_bytes(first), "-", "-")
             continue
         rest = note["rest"]
-        second, elapsed, _ = _measured(_mcp, rest["tool"], rest["arguments"])
+        second, elapsed = _timed(_mcp, rest["tool"], rest["arguments"])
         _row(count, kept, result_bytes(first), f"{elapsed * 1000:.0f}", result_bytes(second))
 
 
@@ -202,7 +209,7 @@ def operation_lists(root: Path) -> None:
                 real(op_id),
             )[1]
             args = {"limit": 20} if cursor is None else {"limit": 20, "cursor": cursor}
-            result, elapsed, _ = _measured(_mcp, "list_operations", args)
+            result, elapsed = _timed(_mcp, "list_operations", args)
             operations._read = real
             cells += [len(reads), f"{elapsed * 1000:.0f}"]
         _row(*cells, result_bytes(result))
@@ -235,7 +242,7 @@ def server_lists() -> None:
             seeded = count
             before = len(kube.emulator._requests)
             args = {"target": "kubernetes", "limit": 20}
-            result, elapsed, _ = _measured(_mcp, "list_model_servers", args)
+            result, elapsed = _timed(_mcp, "list_model_servers", args)
             assert not result.is_error, result
             requests = len(kube.emulator._requests) - before
             _row(count, requests, f"{elapsed * 1000:.0f}", result_bytes(result))

@@ -5,18 +5,15 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-import subprocess
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
 from commands._cli import main_for
 from skills.codebuild_pipeline import plan
-from skills.codebuild_pipeline.apply import apply
-from skills.codebuild_pipeline.inputs import ProjectName, Region, check_region
+from skills.codebuild_pipeline.inputs import ProjectName, Region
 from skills.codebuild_pipeline.models import PipelineResult
-from skills.shared.errors import ErrorCode, ToolFailure
+from skills.codebuild_pipeline.setup import setup
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 
@@ -75,12 +72,11 @@ def setup_codebuild(
     retention, privileged project with Docker layer cache and buildspec.yml, optional
     push webhook. Each
     resource is created/updated/unchanged; dry_run lists every write with parameters."""
-    check_region(region)
     settings = plan.Settings(
         project_name=project_name,
         region=region,
         ecr_repository=ecr_repository,
-        source_url=source_url or git_remote_url(),
+        source_url=source_url or "",  # none given: the project's git remote
         branch=branch,
         webhook=webhook,
         compute_type=compute_type,
@@ -89,37 +85,7 @@ def setup_codebuild(
         test_level=test_level,
         tag_strategy=tag_strategy,
     )
-    source = plan.parse_source(settings.source_url)
-    if webhook and source.type != "GITHUB":
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            f"webhook needs a GitHub source; this one is {source.type}.",
-            "Drop --webhook, or trigger builds from EventBridge/CodePipeline for this source.",
-            {"problems": [{"field": "webhook", "problem": "needs a GitHub source"}]},
-        )
-    return apply(settings, dry_run, progress)
-
-
-def git_remote_url(project: Path | None = None) -> str:
-    """The project's git remote `origin` as a CodeBuild source URL (the seed document's
-    setup-codebuild call names no --source_url), or invalid_input saying what to pass."""
-    project = project or Path.cwd()
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(project), "remote", "get-url", "origin"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is None or done.returncode != 0 or not done.stdout.strip():
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            f"No source_url given, and {project} has no git remote 'origin' to take it from.",
-            "Pass source_url (https://github.com/OWNER/REPO, a CodeCommit URL or "
-            "s3://BUCKET/KEY.zip), or add the remote: git remote add origin URL.",
-            {"problems": [{"field": "source_url", "problem": "missing"}]},
-        )
-    return plan.remote_as_source_url(done.stdout)
+    return setup(settings, dry_run, progress)
 
 
 main = main_for(setup_codebuild)

@@ -183,97 +183,139 @@ def _client_and_tag(options: BuildOptions, context: Path) -> tuple[Any, str, str
 
 
 def build(options: BuildOptions, progress: Progress | None = None) -> BuildResult:
+    """Analyze the Dockerfile; unless analyze_only, build it, and on a failure the
+    analyzer can fix, fix and build again (at most max_attempts)."""
     progress = progress or NullProgress()
     text, context = _inputs(options)
-    mirror = mirror_setting(options.base_mirror)
+    mirror = mirror_setting(options.base_mirror)  # a bad mirror is refused before any work
     working = _working_text(text, options)
     analysis = _analyze(working, options, context)
-    findings = [f.model_dump() for f in analysis.findings]
-    label = str(options.dockerfile)
     if options.analyze_only:
         return BuildResult(
             status="analyzed",
-            dockerfile=label,
+            dockerfile=str(options.dockerfile),
             resolved=_versions(analysis),
             labels=dict(analysis.labels),
-            findings=findings,
+            findings=[f.model_dump() for f in analysis.findings],
         )
-
     client, tag, source = _client_and_tag(options, context)
-    image_name = f"{options.repository}:{tag}"
-    attempts: list[Attempt] = []
-    avoid: set[str] = set()
+    run = _Run(options, context, mirror, client, f"{options.repository}:{tag}", source,
+               [f.model_dump() for f in analysis.findings], progress)  # fmt: skip
     for number in range(1, options.max_attempts + 1):
-        started = time.monotonic()
-        sent, pulled = rewrite_from(working, mirror, options.build_args)
-        attempt = Attempt(number=number, ok=False, base_images=[target for _, target in pulled])
-        attempts.append(attempt)
-        progress.report(0, None, f"attempt {number}: checking base images")
-        outcome = _check_bases(client, pulled, avoid)
-        attempt.base_checks = list(outcome.lines)
-        # The labels of the text built now (after base_image, build_args and any fix).
-        labels = dict(analysis.labels)
+        attempt, outcome, labels = _attempt(run, working, analysis, number)
         if outcome.ok:
-            outcome = _build(
-                client,
-                sent,
-                context,
-                image_name,
-                options,
-                number,
-                progress,
-                labels=labels,
-                build_args=_label_args(working, labels, options),
-            )
-        attempt.duration_s = round(time.monotonic() - started, 3)
-        attempt.log_tail = outcome.lines[-LOG_TAIL:]
-        if outcome.ok:
-            attempt.ok = True
-            inspected = client.api.inspect_image(image_name)
-            built = (inspected.get("Config") or {}).get("Labels") or {}
-            wrong = {k: built.get(k) for k in _LABEL_KEYS if built.get(k) != labels.get(k)}
-            return BuildResult(
-                status="failed" if wrong else "built",
-                dockerfile=label,
-                image_id=inspected.get("Id") or outcome.image_id,
-                tags=[] if wrong else [image_name],
-                tag_source=source,
-                size_bytes=inspected.get("Size"),
-                resolved=_versions(analysis),
-                labels=labels,
-                findings=findings,
-                attempts=attempts,
-                hint=f"The built image's labels {wrong} differ from its analysis {labels}: "
-                "the daemon did not apply the labels it was given, so the CUDA gate would "
-                "read wrong ones; do not push this image."
-                if wrong
-                else None,
-            )
-        error = classify([*outcome.lines, outcome.error or ""])
-        attempt.message = outcome.error
-        attempt.error_class = error.error_class if error else None
-        attempt.evidence = error.evidence if error else ([outcome.error] if outcome.error else [])
-        stop = _why_stop(error, options, number)
-        if stop is None:
-            fixed = _fix(working, options, context, avoid, attempt)
-            if fixed is not None:
-                working, analysis = fixed
-                continue
-            stop = (
-                f"{error.fix if error else ''}; the analyzer found no edit for this Dockerfile."
-            ).lstrip("; ")
-        return BuildResult(
-            status="failed",
-            dockerfile=label,
-            tags=[],
-            tag_source=source,
-            resolved=_versions(analysis),
-            findings=findings,
-            attempts=attempts,
-            error_class=attempt.error_class,
-            hint=stop,
+            return _built(run, analysis, outcome, labels)
+        stop, fixed = _after_failure(run, working, attempt, outcome, number)
+        if fixed is None:
+            return _failed(run, analysis, attempt, stop)
+        working, analysis = fixed
+    raise AssertionError("unreachable: the last attempt returns")  # pragma: no cover
+
+
+@dataclass
+class _Run:
+    """One build call: what every attempt shares, and the attempts so far."""
+
+    options: BuildOptions
+    context: Path
+    mirror: str | None  # registry_check.mirror_setting: HOST[:PORT][/PREFIX] or none
+    client: Any
+    image_name: str
+    tag_source: str
+    findings: list[dict[str, Any]]  # the first analysis's: what the caller's file has
+    progress: Progress
+    attempts: list[Attempt] = field(default_factory=list)
+    avoid: set[str] = field(default_factory=set)  # base images that failed their check
+
+
+def _attempt(
+    run: _Run, working: str, analysis: Any, number: int
+) -> tuple[Attempt, _Outcome, dict[str, str]]:
+    """Check the base images, then build the text as it is now; the attempt recorded
+    and the labels it was built with."""
+    options = run.options
+    started = time.monotonic()
+    sent, pulled = rewrite_from(working, run.mirror, options.build_args)
+    attempt = Attempt(number=number, ok=False, base_images=[target for _, target in pulled])
+    run.attempts.append(attempt)
+    run.progress.report(0, None, f"attempt {number}: checking base images")
+    outcome = _check_bases(run.client, pulled, run.avoid)
+    attempt.base_checks = list(outcome.lines)
+    # The labels of the text built now (after base_image, build_args and any fix).
+    labels = dict(analysis.labels)
+    if outcome.ok:
+        outcome = _build(
+            run.client,
+            sent,
+            run.context,
+            run.image_name,
+            options,
+            number,
+            run.progress,
+            labels=labels,
+            build_args=_label_args(working, labels, options),
         )
-    raise AssertionError("unreachable: the loop returns")  # pragma: no cover
+    attempt.duration_s = round(time.monotonic() - started, 3)
+    attempt.log_tail = outcome.lines[-LOG_TAIL:]
+    attempt.ok = outcome.ok
+    return attempt, outcome, labels
+
+
+def _built(run: _Run, analysis: Any, outcome: _Outcome, labels: dict[str, str]) -> BuildResult:
+    """The built image, checked for the labels it was given (the CUDA gate reads them)."""
+    inspected = run.client.api.inspect_image(run.image_name)
+    built = (inspected.get("Config") or {}).get("Labels") or {}
+    wrong = {k: built.get(k) for k in _LABEL_KEYS if built.get(k) != labels.get(k)}
+    return BuildResult(
+        status="failed" if wrong else "built",
+        dockerfile=str(run.options.dockerfile),
+        image_id=inspected.get("Id") or outcome.image_id,
+        tags=[] if wrong else [run.image_name],
+        tag_source=run.tag_source,
+        size_bytes=inspected.get("Size"),
+        resolved=_versions(analysis),
+        labels=labels,
+        findings=run.findings,
+        attempts=run.attempts,
+        hint=f"The built image's labels {wrong} differ from its analysis {labels}: "
+        "the daemon did not apply the labels it was given, so the CUDA gate would "
+        "read wrong ones; do not push this image."
+        if wrong
+        else None,
+    )
+
+
+def _after_failure(
+    run: _Run, working: str, attempt: Attempt, outcome: _Outcome, number: int
+) -> tuple[str, tuple[str, Any] | None]:
+    """The failed attempt classified; (why it stops, None), or ("", the fixed text and
+    its analysis) to build again."""
+    error = classify([*outcome.lines, outcome.error or ""])
+    attempt.message = outcome.error
+    attempt.error_class = error.error_class if error else None
+    attempt.evidence = error.evidence if error else ([outcome.error] if outcome.error else [])
+    stop = _why_stop(error, run.options, number)
+    if stop is not None:
+        return stop, None
+    fixed = _fix(working, run.options, run.context, run.avoid, attempt)
+    if fixed is not None:
+        return "", fixed
+    stop = f"{error.fix if error else ''}; the analyzer found no edit for this Dockerfile."
+    return stop.lstrip("; "), None
+
+
+def _failed(run: _Run, analysis: Any, attempt: Attempt, stop: str) -> BuildResult:
+    return BuildResult(
+        status="failed",
+        dockerfile=str(run.options.dockerfile),
+        tags=[],
+        tag_source=run.tag_source,
+        resolved=_versions(analysis),
+        findings=run.findings,
+        attempts=run.attempts,
+        error_class=attempt.error_class,
+        hint=stop,
+    )
 
 
 _LABEL_KEYS = (

@@ -17,39 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from skills.shared.secrets import redact
+from skills.shared.secrets import mask_data
 
 
 def redacted(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """The snapshot with every string (logs, env values, messages) masked, for a file
     that leaves this machine (a bug report)."""
-    return _masked(dict(snapshot))
-
-
-def _masked(value: Any) -> Any:
-    pending: list[Any] = []
-    root = _copy(value, pending)
-    while pending:  # a loop, not recursion: API objects nest deep
-        target, key, item = pending.pop()
-        target[key] = _copy(item, pending)
-    return root
-
-
-def _copy(value: Any, pending: list[Any]) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out[redact(str(key))] = None
-            pending.append((out, redact(str(key)), item))
-        return out
-    if isinstance(value, list):
-        items: list[Any] = [None] * len(value)
-        for i, item in enumerate(value):
-            pending.append((items, i, item))
-        return items
-    return value
+    return mask_data(dict(snapshot))
 
 
 __all__ = ["redacted"]

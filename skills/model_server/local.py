@@ -16,12 +16,10 @@ writers (skills.shared.files), so nothing lands outside it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import shlex
 import shutil
-import signal
 import socket
 import sys
 import time
@@ -549,14 +547,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
     def _stop(self, record: ServerRecord) -> None:
         """SIGTERM to the server's process group, SIGKILL after the grace period."""
         expected = _expected(self._dir(record.name))
-        if not processes.signal_group(record.pid, record.pid_started, signal.SIGTERM, expected):
-            return
-        gone = poll_until(
-            lambda: not processes.is_alive(record.pid, record.pid_started), bool, STOP_GRACE_S, 0.1
-        )
-        if not gone:
-            with contextlib.suppress(ProcessLookupError):
-                processes.signal_group(record.pid, record.pid_started, signal.SIGKILL, expected)
+        processes.stop_group(record.pid, record.pid_started, expected, STOP_GRACE_S)
 
     def scale(self, name: str, replicas: int, settings: LocalServerSettings) -> ServerState:
         if replicas == 1:  # what it already runs

@@ -248,15 +248,17 @@ def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecor
     worker = _worker(operation_id)
     _refuse_foreign(record, worker)
     record = _update(operation_id, cancel_requested=True)
-    processes.signal_group(record.pid, record.pid_started, signal.SIGTERM, worker)
 
     def stopped(record: OperationRecord) -> bool:
         return record.status != "running" and not processes.is_alive(record.pid, record.pid_started)
 
-    record = poll_until(lambda: get(operation_id), stopped, grace_s, POLL_S)
+    processes.stop_group(
+        record.pid, record.pid_started, worker, grace_s,
+        stopped=lambda: stopped(get(operation_id)), interval_s=POLL_S,
+    )  # fmt: skip
+    record = get(operation_id)
     if stopped(record):
         return record
-    processes.signal_group(record.pid, record.pid_started, signal.SIGKILL, worker)
     # SIGKILL is not refused; allow the kernel a moment
     poll_until(
         lambda: processes.is_alive(record.pid, record.pid_started), lambda alive: not alive,

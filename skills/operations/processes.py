@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from skills.shared.files import open_for_append
+from skills.shared.waiting import poll_until
 
 # This project's root (a checkout or an install): a child started with `-m <module>`
 # must import these tools, whatever its working directory.
@@ -103,6 +104,25 @@ def signal_group(
         os.killpg(pid, sig)  # it leads its own session, so pgid == pid
     except ProcessLookupError:
         return False
+    return True
+
+
+def stop_group(
+    pid: int | None,
+    started: float | None,
+    expected: Expected,
+    grace_s: float,
+    stopped: Callable[[], bool] | None = None,
+    interval_s: float = 0.1,
+) -> bool:
+    """The one TERM, wait, KILL: SIGTERM the process group led by that very process (if
+    ours), wait up to `grace_s` for `stopped` (default: the process gone), then SIGKILL
+    it. False when there was nothing of ours to signal."""
+    if not signal_group(pid, started, signal.SIGTERM, expected):
+        return False
+    done = stopped or (lambda: not is_alive(pid, started))
+    if not poll_until(done, bool, grace_s, interval_s):
+        signal_group(pid, started, signal.SIGKILL, expected)
     return True
 
 

@@ -84,16 +84,40 @@ def _mask_shapes(text: str) -> str:
 
 
 def mask_data(value: Any, values: Iterable[str] | None = None) -> Any:
-    """`value` (JSON-like: dicts, lists, strings...) with every string, keys included,
-    passed through redact: records and argv go out with the same masking as logs."""
+    """`value` (JSON-like: dicts, lists, tuples, strings...) copied with every string,
+    keys included, passed through redact: records, argv, next steps and the doctor's
+    snapshots go out with the same masking as logs. A loop, not recursion: API objects
+    nest deep."""
     found = tuple(secret_values() if values is None else values)
-    if isinstance(value, str):
-        return redact(value, found)
-    if isinstance(value, Mapping):
-        return {mask_data(k, found): mask_data(v, found) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(mask_data(item, found) for item in value)
-    return value
+    pending: list[tuple[Any, Any, Any]] = []  # (container, key, item still to copy)
+    tuples: list[tuple[Any, Any, list[Any]]] = []  # made as lists, frozen at the end
+
+    def copy(item: Any, parent: Any, key: Any) -> Any:
+        if isinstance(item, str):
+            return redact(item, found)
+        if isinstance(item, Mapping):
+            out: dict[Any, Any] = {}
+            for k, v in item.items():
+                masked = redact(k, found) if isinstance(k, str) else k
+                out[masked] = None
+                pending.append((out, masked, v))
+            return out
+        if isinstance(item, (list, tuple)):
+            items: list[Any] = [None] * len(item)
+            pending.extend((items, i, v) for i, v in enumerate(item))
+            if isinstance(item, tuple):
+                tuples.append((parent, key, items))
+            return items
+        return item
+
+    root: list[Any] = [None]
+    root[0] = copy(value, root, 0)
+    while pending:
+        target, key, item = pending.pop()
+        target[key] = copy(item, target, key)
+    for parent, key, items in reversed(tuples):  # inner ones first
+        parent[key] = tuple(items)
+    return root[0]
 
 
 # Environment variable names that hold secrets: a value under one of them is never

@@ -133,7 +133,12 @@ class KubeReader(KubeJson):
         found: list[dict[str, Any]] = []  # each event is about one object: no repeats
         for namespace, selector in asked:
             path = kind_path("Event", namespace)
-            listed = self.json("GET", path, query={"fieldSelector": selector}) or {}
+            query = {"fieldSelector": selector}
+            if namespace == self.namespace:
+                listed = self.json("GET", path, query=query) or {}
+            else:  # the cluster's namespace: the job's access may not reach it
+                listed = _if_allowed(lambda p=path, q=query: [self.json("GET", p, query=q) or {}])
+                listed = listed[0] if listed else {}
             found += [e for e in listed.get("items") or [] if _involved(e) in wanted]
         return found
 

@@ -13,9 +13,10 @@ import pytest
 import yaml
 from mcp import Client
 
-from commands.setup_codebuild import git_remote_url, setup_codebuild
+from commands.setup_codebuild import setup_codebuild
 from mcp_server import build_server
 from skills.codebuild_pipeline.plan import remote_as_source_url
+from skills.codebuild_pipeline.setup import git_remote_url
 from skills.shared.errors import ToolFailure
 from skills.shared.tooling import spec_of
 

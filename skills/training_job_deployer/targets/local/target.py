@@ -429,13 +429,9 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         if record.ended:
             return
         trainer = record.trainer
-        if trainer is not None and trainer.alive():
-            processes.signal_group(
-                trainer.pid, trainer.started, signal.SIGTERM, run.trainer_process
-            )
-            poll_until(trainer.alive, lambda alive: not alive, grace_s, POLL_S)
-            processes.signal_group(
-                trainer.pid, trainer.started, signal.SIGKILL, run.trainer_process
+        if trainer is not None:
+            processes.stop_group(
+                trainer.pid, trainer.started, run.trainer_process, grace_s, interval_s=POLL_S
             )
         # The ranks (each in a session of its own under torchrun) go too.
         processes.signal_marked(signal.SIGKILL, run.trainer_process)
