@@ -1,15 +1,18 @@
-"""Every decoder family the trainer builds from transformers (trainer/families.py), each
-against the bare FSDP2 loop (benchmarks/bare_fsdp2_loop.py --impl family) on the SAME
-checkpoint, in the same run (2 processes, gloo, CPU):
+"""Every decoder family the trainer builds from transformers (trainer/families.py), and
+Llama (which the trainer runs on its own model, trainer/model.py), each against the bare
+FSDP2 loop (benchmarks/bare_fsdp2_loop.py --impl family: transformers' class, meta init)
+on the SAME checkpoint, in the same run (2 processes, gloo, CPU):
 
 1. tokens/s: `python -m trainer --model_name_or_path DIR` / the bare loop.
 2. peak memory of rank 0 up to its first optimizer step (RSS on CPU): the trainer's
    first step line / the bare loop's.                              goal <= 1.1x
 
-Each checkpoint is a random one of the family written here (no hub): hidden 256,
-4 layers, vocabulary 2048. Prints a Markdown table (or --json lines).
+Each checkpoint is a random one of the family written here (no hub): `--shape small`
+hidden 256, 4 layers, vocabulary 2048; `--shape 60m` hidden 512, 8 layers, vocabulary
+32000 (58M parameters: the shard, not the process, dominates the memory). Prints a
+Markdown table (or --json lines).
 
-    python benchmarks/family_bench.py [--families mistral,qwen2] [--json]
+    python benchmarks/family_bench.py [--families llama,mistral] [--shape 60m] [--json]
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ SHAPE = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=4, vocab_size=2048,
              max_position_embeddings=512, pad_token_id=0, bos_token_id=1,
              eos_token_id=2)  # fmt: skip
+SHAPES = {
+    "small": SHAPE,
+    "60m": {**SHAPE, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8,
+            "num_key_value_heads": 8, "vocab_size": 32000},
+}  # fmt: skip
 BATCH = ["--seq_len", "128", "--train_batch_size", "4"]
 STEPS = 10
 QUICK_STEPS = 3
@@ -51,21 +59,24 @@ def torchrun(args: list[str]) -> list[dict]:
     return [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]
 
 
-def checkpoint(model_type: str, out: Path) -> None:
+def checkpoint(model_type: str, out: Path, shape: dict[str, int]) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    extra = dict(FAMILIES[model_type])
+    extra = dict(FAMILIES.get(model_type, {}))  # llama: none
     if model_type == "gpt2":
-        extra.update(n_embd=256, n_layer=4, n_head=8, n_positions=512)
-    config = AutoConfig.for_model(model_type, **SHAPE, **extra)
+        extra.update(n_embd=shape["hidden_size"], n_layer=shape["num_hidden_layers"],
+                      n_head=shape["num_attention_heads"], n_positions=512)  # fmt: skip
+    config = AutoConfig.for_model(model_type, **shape, **extra)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(out)
 
 
-def measure(model_type: str, tmp: Path, steps: int = STEPS) -> dict[str, object]:
+def measure(
+    model_type: str, tmp: Path, shape: dict[str, int], steps: int = STEPS
+) -> dict[str, object]:
     path = tmp / model_type
-    checkpoint(model_type, path)
+    checkpoint(model_type, path, shape)
     model = ["--model_name_or_path", str(path), *BATCH]
     events = torchrun(
         ["-m", "trainer", *model, "--max_steps", str(steps), "--log_freq", "1",
@@ -91,7 +102,8 @@ def measure(model_type: str, tmp: Path, steps: int = STEPS) -> dict[str, object]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--families", default=",".join(["llama", *FAMILIES]))
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true",
                         help=f"the first family only, {QUICK_STEPS} steps (the suite runs it)")
@@ -100,7 +112,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="family-bench-") as tmp:
         for model_type in families:
-            row = measure(model_type, Path(tmp), QUICK_STEPS if args.quick else STEPS)
+            row = measure(model_type, Path(tmp), SHAPES[args.shape],
+                          QUICK_STEPS if args.quick else STEPS)  # fmt: skip
             rows.append(row)
             if args.json:
                 print(json.dumps(row), flush=True)

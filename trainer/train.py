@@ -70,6 +70,7 @@ from trainer.distributed import (
     init_distributed,
     shorten_timeout,
 )
+from trainer.host_memory import return_large_frees
 from trainer.loss import global_valid_count
 from trainer.materialize import build_meta_model, init_random, materialize
 from trainer.metrics import MetricsEmitter, format_line, memory_stats
@@ -162,6 +163,7 @@ def setup_device(env: DistEnv) -> tuple[torch.device, str]:
     if device_type == "cuda":
         torch.cuda.set_device(device)
     else:
+        return_large_frees(os.environ)
         torch.set_num_threads(
             devices.choose_num_threads(
                 os.cpu_count() or 1, env.local_world_size, os.environ.get("OMP_NUM_THREADS")
