@@ -199,7 +199,7 @@ def _print_result(result: ToolResult, as_json: bool) -> None:
     from rich.text import Text
 
     table = Table(show_header=False, box=None, pad_edge=False)
-    for key, value in result.summary_rows():
+    for key, value in result.cli_rows():
         # Text, not markup: a value like "[/x]" is data, not a style tag.
         table.add_row(Text(_printable(str(key)), style="bold"), Text(_printable(str(value))))
     Console().print(table)

@@ -42,8 +42,6 @@ class PipelineResult(ToolResult):
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("status", self.status), ("project", self.project_name)]
         rows += [(f"{r.kind} {r.name}", r.action) for r in self.resources]
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows
 
 
@@ -72,8 +70,6 @@ class CodeBuildBuild(ToolResult):
         ]
         if self.log_tail:
             rows.append(("log", "\n".join(self.log_tail[-20:])))
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows
 
     def failure(self) -> ToolFailure | None:

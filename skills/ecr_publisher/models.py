@@ -46,6 +46,4 @@ class PushResult(ToolResult):
             ("layers", f"{self.layers}, {self.bytes_pushed / 1e6:.1f} MB"),
             ("duration", f"{self.duration_s:.1f} s"),
         ]
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows

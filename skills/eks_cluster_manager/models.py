@@ -217,8 +217,6 @@ class ClusterReport(ToolResult):
         if self.hint:
             rows.append(("hint", self.hint))
         rows += cost_rows(self.cost)
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows
 
     def plain_text(self) -> str | None:

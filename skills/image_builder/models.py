@@ -82,8 +82,6 @@ class BuildResult(ToolResult):
             rows.append((f"attempt {attempt.number}", what + fixed))
         if self.hint:
             rows.append(("hint", self.hint))
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows
 
     def left_out_over_mcp(self) -> set[str] | dict[str, Any]:

@@ -95,8 +95,6 @@ class ServerState(ToolResult):
         if self.plan is not None:
             rows += self.plan.summary_rows()
         rows += cost_rows(self.cost)
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows
 
     def failure(self) -> ToolFailure | None:

@@ -130,8 +130,6 @@ class OperationState(ToolResult):
             result = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
             rows += [(f"result.{k}", v) for k, v in result.items() if v is not None
                      and not isinstance(v, (dict, list))]  # fmt: skip
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows
 
     def left_out_over_mcp(self) -> set[str] | dict[str, Any]:

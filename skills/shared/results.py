@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from skills.shared.errors import ToolFailure
+from skills.shared.next_step import NextStep
 
 
 def without_unset(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -27,6 +28,12 @@ class ToolResult(BaseModel):
             for name, value in self.model_dump(mode="json").items()
             if value is not None and not isinstance(value, (dict, list))
         ]
+
+    def cli_rows(self) -> list[tuple[str, Any]]:
+        """summary_rows, then the next step's one line (the one place its row is made;
+        the MCP text writes its own `next:` line)."""
+        step = getattr(self, "next_step", None)
+        return self.summary_rows() + ([("next", step.text())] if isinstance(step, NextStep) else [])
 
     def left_out_over_mcp(self) -> set[str] | dict[str, Any]:
         """Fields an MCP result's structuredContent leaves out (pydantic's `exclude`: a

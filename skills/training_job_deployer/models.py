@@ -134,8 +134,6 @@ class JobState(ToolResult):
             rows.append(("log tail", "\n" + self.log_tail))
         if self.hint:
             rows.append(("hint", self.hint))
-        if self.next_step:
-            rows.append(("next", self.next_step.text()))
         return rows
 
     def job_failure(self) -> ToolFailure | None:

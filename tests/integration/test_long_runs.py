@@ -147,7 +147,8 @@ def test_a_rank_stopped_for_good_is_job_hung_within_five_step_times(tmp_path):
         assert hung.details["limit_s"] == pytest.approx(
             max(watchdog.HUNG_STEPS * step_s, watchdog.HUNG_FLOOR_S), rel=0.5
         )
-        assert hung.details["quiet_s"] <= hung.details["limit_s"] + 3.0
+        # Seen by the first poll after that (a poll under load may take a few seconds).
+        assert hung.details["quiet_s"] <= hung.details["limit_s"] + 10.0
         assert hung.details["last_step"] >= before.steps
         assert hung.details["collective_timeout_s"] == 300
         assert "collective timeout 300 s" in hung.message and state.status == "running"

@@ -98,7 +98,6 @@ class DeployResult(JobState):
                 *[("warning", w) for w in self.warnings],
                 *cost_rows(self.cost),
                 *mask_data(self.plan.to_display()),
-                *([("next", self.next_step.text())] if self.next_step else []),
             ]
         rows = super().summary_rows()
         if self.model:
