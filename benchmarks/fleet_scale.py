@@ -7,7 +7,7 @@ read, peak traced memory, result bytes as sent):
 - list_training_jobs (local, a page of 20) over 10 / 40 / 160 ended jobs, each with a
   16 MiB log: the list answers from the records (the log is never read);
 - list_operations (a page of 20, then the page at the end by cursor) over 100 / 400 /
-  1,600 records: records read;
+  1,600 records: records read (the last page is sought by name: it reads its own);
 - list_model_servers (Kubernetes, a page of 20) over 20 / 80 / 320 servers: requests;
 - the last-resort cap: list_training_jobs with limit=200 over 200 / 800 / 3,200 jobs
   (a page of 200 jobs is past 40 KB): the bytes sent stay under 40 KB and the `rest`

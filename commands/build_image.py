@@ -5,19 +5,16 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
 from commands._cli import main_for
-from skills.cloud.clients import default_region
-from skills.image_builder import last_build
-from skills.image_builder.builder import BuildOptions, build
+from skills.image_builder.builder import BuildOptions
 from skills.image_builder.models import BuildResult
+from skills.image_builder.project import build_in_project, project_dockerfile
 from skills.image_builder.registry_check import MIRROR_PATTERN
 from skills.image_builder.tags import REPOSITORY_PATTERN, TAG_PATTERN, TagStrategy
-from skills.shared.next_step import NextStep
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -96,8 +93,7 @@ def build_image(
     class, evidence and diff, and the image id, tags and size. With no dockerfile or
     context given and no Dockerfile in the project, it builds the trainer image this
     package ships, and says so."""
-    context_path = Path(context).expanduser().absolute() if context else None
-    path, context_path, packaged = _dockerfile(dockerfile, context_path)
+    path, context_path, packaged = project_dockerfile(dockerfile, context)
     options = BuildOptions(
         dockerfile=path,
         context=context_path,
@@ -115,41 +111,7 @@ def build_image(
         build_args=dict(build_args),
         cache_from=list(cache_from),
     )
-    result = build(options, progress)
-    result.packaged_trainer = packaged
-    if result.status == "built" and result.tags:
-        last_build.remember(result.tags[0])
-        result.next_step = push_step(result.tags[0], repository)
-    return result
-
-
-def _dockerfile(given: str | None, context: Path | None) -> tuple[Path, Path | None, bool]:
-    """(Dockerfile, context, whether it is the packaged trainer's): the one given; else
-    the project's (./Dockerfile; always with a context given); else the trainer image
-    this package ships, in a build context of its own."""
-    if given is not None:
-        return Path(given).expanduser().absolute(), context, False
-    here = Path.cwd() / "Dockerfile"
-    if context is not None or here.exists() or here.is_symlink():  # the project's own wins
-        return here, context, False
-    from skills.image_builder.packaged import trainer_context
-    from skills.operations.operations import state_dir
-
-    packaged = trainer_context(state_dir() / "trainer_image")
-    return packaged / "Dockerfile", packaged, True
-
-
-def push_step(image: str, repository: str) -> NextStep:
-    """The built image's next step: push it to the ECR repository of its name."""
-    region = default_region()
-    host, _, rest = repository.partition("/")
-    if rest and ("." in host or ":" in host or host == "localhost"):
-        repository = rest  # a registry host is not part of the ECR repository's name
-    return NextStep(
-        tool="push_to_ecr",
-        arguments={"image": image, "repository": repository, "region": region or "us-east-1"},
-        why="push it to ECR" + ("" if region else " (no region configured: us-east-1 assumed)"),
-    )
+    return build_in_project(options, packaged, progress)
 
 
 main = main_for(build_image)

@@ -47,9 +47,10 @@ def list_operations(
     from skills.operations import operations  # the store loads on first use
 
     offset = offset_of(cursor)
-    found, total = operations.page_records(tool_name, status, limit, offset)
+    found, after, total = operations.page_records(tool_name, status, limit, offset)
     listed = [OperationState.of(record) for record in found]
-    return OperationList.page(offset, len(listed), total, operations=listed)
+    # the page spans `after - offset` places: records that could not be shown take one too
+    return OperationList.page(offset, after - offset, total, operations=listed)
 
 
 main = main_for(list_operations)

@@ -5,21 +5,18 @@ from __future__ import annotations
 if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
-import re
 from typing import Annotated
 
 from pydantic import Field
 
 from commands._cli import main_for
-from skills.cloud.clients import default_region
 from skills.cloud.registry_images import HOST_PATTERN
+from skills.ecr_publisher import to_ecr
 from skills.ecr_publisher.models import PushResult
-from skills.ecr_publisher.push import PushOptions, publish
+from skills.ecr_publisher.push import PushOptions
 from skills.image_builder import last_build
 from skills.image_builder.tags import TAG_PATTERN
 from skills.shared.confirm import Confirm
-from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.shared.validators import grammar
@@ -80,9 +77,9 @@ def push_to_ecr(
     existing repo's. Left out, the image is the one build_image last built in this
     project and the region the environment's."""
     options = PushOptions(
-        image=image or _last_built(),
+        image=image or last_build.required_image(),
         repository=repository,
-        region=region or _region(),
+        region=region or to_ecr.configured_region(),
         tag=tag,
         scan_on_push=scan_on_push,
         immutable_tags=immutable_tags,
@@ -90,50 +87,7 @@ def push_to_ecr(
         confirm=confirm,
         registry_host=registry_host,
     )
-    result = publish(options, progress)
-    result.next_step = deploy_step(result.image_uri, result.repository)
-    return result
-
-
-def _last_built() -> str:
-    built = last_build.recall()
-    if built is None:
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            "No image given, and build_image has built none in this project.",
-            "Pass image (a local image ref), or build one first with build_image.",
-            {"problems": [{"field": "image", "problem": "missing"}]},
-        )
-    return built.image
-
-
-def _region() -> str:
-    region = default_region()
-    if region is None:
-        raise ToolFailure(
-            ErrorCode.INVALID_INPUT,
-            "No region given, and none is configured (AWS_REGION, AWS_DEFAULT_REGION, profile).",
-            "Pass region (e.g. us-west-2) or set AWS_REGION.",
-            {"problems": [{"field": "region", "problem": "missing"}]},
-        )
-    return region
-
-
-def deploy_step(image_uri: str, repository: str) -> NextStep:
-    """The pushed image's next step: a dry run of a Kubernetes job on it (the cluster of
-    the current kubeconfig context; the dry run's own next step submits it)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", repository.rsplit("/", 1)[-1].lower())
-    job_name = (name.strip("-")[:50].strip("-") or "fsdp") + "-train"
-    return NextStep(
-        tool="deploy_training_job",
-        arguments={
-            "job_name": job_name,
-            "target": "kubernetes",
-            "image_uri": image_uri,
-            "dry_run": True,
-        },
-        why="plan a training job on this image (add cluster_name or context for another cluster)",
-    )
+    return to_ecr.push_to_ecr(options, progress)
 
 
 main = main_for(push_to_ecr)

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from skills.operations.operations import state_dir
-from skills.shared.errors import ToolFailure
+from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import atomic_write_text
 from skills.shared.reading import read_text
 
@@ -59,3 +59,16 @@ def recall(project: Path | None = None) -> LastBuild | None:
     except (ToolFailure, ValidationError):
         return None
     return record if record.project == str(project) else None
+
+
+def required_image() -> str:
+    """The image to push when none is given: the last build here, else invalid_input."""
+    built = recall()
+    if built is None:
+        raise ToolFailure(
+            ErrorCode.INVALID_INPUT,
+            "No image given, and build_image has built none in this project.",
+            "Pass image (a local image ref), or build one first with build_image.",
+            {"problems": [{"field": "image", "problem": "missing"}]},
+        )
+    return built.image

@@ -331,17 +331,57 @@ def list_records(
 
 def page_records(
     tool: str | None, status: str | None, limit: int, offset: int
-) -> tuple[list[OperationRecord], int | None]:
-    """`limit` records after the first `offset` (list_records' order), and how many there
-    are: counted from the listing alone when no status is asked (no record read past the
-    page); with a status, None while more may exist (one past the page was found)."""
+) -> tuple[list[OperationRecord], int, int | None]:
+    """`limit` records from `offset` (list_records' order): (the page, where the next page
+    starts, how many there are; None while more may exist). Without a status the offset
+    is a place in the folder listing, so a page far down reads only its own second's
+    records (a cursor seeks by name); with one, records before the page are read to
+    find which match."""
+    if status is None:
+        return _page_by_listing(tool, limit, offset)
     found = list_records(tool, status, offset + limit + 1)
     page = found[offset : offset + limit]
     if len(found) <= offset + limit:  # every record was read: counted
-        return page, len(found)
-    if status is None:  # the folders count them (an unreadable one too: at most over)
-        return page, max(len(_folders_newest_first(tool)), len(found))
-    return page, None
+        return page, offset + len(page), len(found)
+    return page, offset + len(page), None
+
+
+def _page_by_listing(
+    tool: str | None, limit: int, offset: int
+) -> tuple[list[OperationRecord], int, int]:
+    """Places in the listing count every folder, a record that cannot be read (or is
+    another workspace's) too: it takes its place, shows nothing, and the page reads on
+    to fill `limit`. One second's folders are ordered by their records (read together);
+    the unreadable ones go last in it."""
+    names = _folders_newest_first(tool)
+    found: list[OperationRecord] = []
+    start = 0
+    while start < len(names) and len(found) < limit:
+        end = start
+        while end < len(names) and _stamp(names[end]) == _stamp(names[start]):
+            end += 1
+        if end <= offset:  # a second wholly before the page: skipped by name, unread
+            start = end
+            continue
+        group: list[OperationRecord] = []
+        for name in names[start:end]:
+            try:
+                record = get(name)
+            except ToolFailure:
+                continue
+            if tool is None or record.tool == tool:
+                group.append(record)
+        shown = sorted(group, key=lambda r: r.created_at, reverse=True)
+        places = shown + [None] * (end - start - len(shown))
+        for place, record in enumerate(places, start):
+            if place < offset:
+                continue
+            if record is not None:
+                found.append(record)
+            if len(found) == limit:
+                return found, place + 1, len(names)
+        start = end
+    return found, max(offset, len(names)), len(names)
 
 
 def prune(now: float | None = None) -> int:

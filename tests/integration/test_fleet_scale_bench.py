@@ -22,6 +22,6 @@ def test_the_fleet_scale_benchmark_runs_in_its_quick_mode():
     (jobs,) = _rows(out, "list_training_jobs (local")
     assert jobs[0] == "10" and int(jobs[3]) < 40_000
     (ops,) = _rows(out, "list_operations")
-    assert ops[:2] == ["100", "21"]  # a page of 20 reads 21 records, not 100
+    assert ops[:2] == ["100", "20"] and ops[3] == "20"  # the first and the last page: 20 each
     (servers,) = _rows(out, "list_model_servers")
     assert servers[:2] == ["20", "2"]

@@ -467,7 +467,10 @@ def test_snapshot_is_the_api_objects_and_masked_logs(operator):
                  previous_logs={"master-0": "previous attempt\n"})  # fmt: skip
     operator.add_event("llama-master-0", "BackOff", "Back-off restarting failed container")
     snapshot = KubernetesTarget(KubernetesSettings()).snapshot("llama")
-    assert set(snapshot) == {"job", "pods", "events", "logs"}
+    assert set(snapshot) == {"job", "pods", "events", "logs", "nodes"}
+    # The nodes are those the job's pods ran on, read for their conditions (XID evidence).
+    ran_on = {p["spec"].get("nodeName") for p in snapshot["pods"]} - {None}
+    assert {n["metadata"]["name"] for n in snapshot["nodes"]} <= ran_on
     assert (
         snapshot["job"]["kind"] == "PyTorchJob" and "pytorchReplicaSpecs" in snapshot["job"]["spec"]
     )

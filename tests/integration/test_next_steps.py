@@ -18,14 +18,14 @@ import pytest
 from mcp import Client
 
 from commands import all_tools, tool_spec
-from commands.build_image import push_step
-from commands.push_to_ecr import deploy_step
 from mcp_server import build_server
 from mcp_server.server import MCP_MAX_WAIT_S
 from skills.codebuild_pipeline import builds
+from skills.ecr_publisher.to_ecr import deploy_step
 from skills.eks_cluster_manager import actions
 from skills.eks_cluster_manager.cleanup import CleanupSpec
 from skills.eks_cluster_manager.storage import StorageSpec
+from skills.image_builder.project import push_step
 from skills.kube.fields import EksClusterAccess
 from skills.model_server.kubernetes.settings import KubernetesServerAccess
 from skills.model_server.kubernetes.target import _access as server_access

@@ -123,6 +123,29 @@ def test_get_logs_and_list_read_the_job_back(cli_run, runs):
     assert [(j.job_name, j.status) for j in listed if j.job_name == "e2e"] == [("e2e", "succeeded")]
 
 
+def test_an_ended_job_keeps_its_outcome_and_the_list_reads_no_log(cli_run, runs, monkeypatch):
+    from skills.training_job_deployer.targets.slurm.record import SLURM_RECORD
+    from skills.training_job_deployer.targets.slurm.target import SlurmTarget
+
+    result, _, _ = cli_run
+    get_training_job(job_name="e2e", **_slurm(runs))  # a look after the end keeps it
+    record = json.loads((runs / "e2e" / SLURM_RECORD).read_text())
+    assert record["end"]["state"] == "COMPLETED"
+    assert record["outcome"]["status"] == "succeeded"
+    assert record["outcome"]["figures"]["steps"] == result["steps"]
+    reads: list[str] = []
+    for name in ("_read_from", "_log_size"):
+        real = getattr(SlurmTarget, name)
+        monkeypatch.setattr(SlurmTarget, name, lambda self, log, *a, real=real, **k: (
+            reads.append(log), real(self, log, *a, **k))[1])  # fmt: skip
+    (job,) = [j for j in list_training_jobs(**_slurm(runs)).jobs if j.job_name == "e2e"]
+    same = ("status", "steps", "first_loss", "last_loss", "restarts", "log_path", "exit_code")
+    assert {k: getattr(job, k) for k in same} == {k: result[k] for k in same}
+    assert reads == []  # from the record: no log read for the ended job
+    get_training_job(job_name="e2e", **_slurm(runs))
+    assert reads  # the same counter sees describe's reads
+
+
 def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
     started = deploy_training_job(
         job_name="requeued", max_steps=60, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)

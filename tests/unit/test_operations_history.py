@@ -113,7 +113,7 @@ def test_prune_leaves_what_is_not_an_operation_folder(tmp_path):
     assert outside.is_dir()
 
 
-def test_list_operations_pages_with_a_cursor_reading_only_up_to_the_page(monkeypatch):
+def test_list_operations_pages_with_a_cursor_reading_only_the_page(monkeypatch):
     from commands.list_operations import list_operations
 
     now = time.time()
@@ -122,11 +122,13 @@ def test_list_operations_pages_with_a_cursor_reading_only_up_to_the_page(monkeyp
     reads = _count_reads(monkeypatch)
     first = list_operations(limit=10)
     assert [o.operation_id for o in first.operations] == ids[:10]
-    assert (first.more, first.next_cursor) == (90, "10") and len(reads) == 11  # one past
+    assert (first.more, first.next_cursor) == (90, "10") and len(reads) == 10  # counted by name
     reads.clear()
     last = list_operations(limit=10, cursor="95")
     assert [o.operation_id for o in last.operations] == ids[95:]
-    assert (last.more, last.next_cursor) == (0, None) and len(reads) == 100  # read up to it
+    assert (last.more, last.next_cursor) == (0, None) and len(reads) == 5  # sought by name
+    reads.clear()
+    assert list_operations(limit=10, cursor="400").operations == [] and reads == []
 
     done = list_operations(status="succeeded", limit=4, cursor="4")
     assert [o.operation_id for o in done.operations] == ids[12:24:3]
@@ -134,3 +136,32 @@ def test_list_operations_pages_with_a_cursor_reading_only_up_to_the_page(monkeyp
     tail = list_operations(status="succeeded", limit=30, cursor="30")
     assert [o.operation_id for o in tail.operations] == ids[90::3]
     assert (tail.more, tail.next_cursor) == (0, None)
+
+
+def test_a_cursor_seeks_into_one_seconds_records_and_past_unreadable_ones(monkeypatch):
+    from commands.list_operations import list_operations
+
+    now = float(int(time.time()))
+    # 3 older ones, then 4 created in one second (their names do not order them, their
+    # records do), then 3 newer; one of the second's records cannot be read
+    older = [_record(now - 100 - i, suffix=0xA0 + i) for i in range(3)]
+    second = [_record(now - 50 + 0.9 - i * 0.1, suffix=0xB0 - i) for i in range(4)]
+    newer = [_record(now - 10 - i, suffix=0xC0 + i) for i in range(3)]
+    (operations.operations_dir() / second[1] / operations.RECORD).write_text("{not json")
+    order = newer + [second[0], *second[2:]] + older  # the unreadable one shows nowhere
+    reads = _count_reads(monkeypatch)
+    pages, cursor, seen = [], None, []
+    while True:
+        page = list_operations(limit=2, cursor=cursor)
+        pages.append([o.operation_id for o in page.operations])
+        seen.extend(pages[-1])
+        if page.next_cursor is None:
+            break
+        assert page.more == 10 - int(page.next_cursor)  # every folder counted, by name
+        cursor = page.next_cursor
+    assert seen == order  # nothing repeated or lost across pages
+    assert [len(p) for p in pages] == [2, 2, 2, 2, 1]  # the unreadable place is read past
+    reads.clear()
+    tail = list_operations(limit=2, cursor="8")
+    assert [o.operation_id for o in tail.operations] == older[1:]
+    assert sorted(reads) == sorted(older[1:])  # nothing before the page is read

@@ -7,14 +7,16 @@ how to poll its job, where its log is and what its state is."""
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import time
 from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -24,7 +26,7 @@ from skills.shared.reading import read_chunk
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer import watchdog
-from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.models import JobState, JobStatus
 from skills.training_job_deployer.targets import checkpoint_owner
 from skills.training_job_deployer.targets.base import (
     EVERY_JOB,
@@ -46,6 +48,10 @@ LOG_TAIL_BYTES = 4 * 2**20
 LOG_HEAD_BYTES = 1 * 2**20
 # Another deploy of the job waits this long for the lock, then gets conflict.
 LOCK_TIMEOUT_S = 15.0
+# Free space below which an ended job's outcome is not added to its record.
+KEEP_FREE_BYTES = 1 * 2**20
+
+logger = logging.getLogger(__name__)
 
 
 def local_path(value: str | None, maybe_name: bool = False) -> str | None:
@@ -150,6 +156,31 @@ def cancelled_message(metrics: RunMetrics) -> str:
 
 
 R = TypeVar("R", bound=BaseModel)
+
+
+class JobOutcome(BaseModel):
+    """How an ended job came out, as the first look after its end read it from the log
+    (the local supervisor's, at the end): a list reads this, not the log. The trainer's
+    figures are JobState's own fields (RunMetrics.state_fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: JobStatus
+    message: str | None = Field(default=None, max_length=4000)
+    figures: dict[str, Any] = Field(default_factory=dict)
+
+
+def keep_outcome(run: RecordedRun[R], add: Callable[[R | None], R | None]) -> None:
+    """An ended job's outcome into its record (`add` says whether, under the lock); a
+    record that cannot be written now (a full disk) is left for the next look."""
+    try:
+        # On a (nearly) full disk the record is left as it is: a write that cannot
+        # complete would cost the record itself (an overwrite in place, cut short).
+        if shutil.disk_usage(run.path).free < KEEP_FREE_BYTES:
+            return
+        run.record_file.update(add)
+    except (OSError, RecordCorrupt, ToolFailure):
+        logger.info("the outcome of %s was not kept", run.path, exc_info=True)
 
 
 class RecordedRun(Generic[R]):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -14,8 +13,7 @@ from skills.operations import processes
 from skills.shared.errors import ErrorCode
 from skills.shared.secrets import mask_data
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.models import JobStatus
-from skills.training_job_deployer.targets.run_dir import RecordedRun
+from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun
 
 OURS = processes.Identity.OURS
 RECORD = "job.json"
@@ -49,18 +47,6 @@ class JobFailure(BaseModel):
 
     code: ErrorCode
     message: str = Field(max_length=2000)
-
-
-class JobOutcome(BaseModel):
-    """How an ended attempt came out, as the first look after its end read it from the
-    log (the supervisor's, at the end): a list reads this, not the log. The trainer's
-    figures are JobState's own fields (RunMetrics.state_fields)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    status: JobStatus
-    message: str | None = Field(default=None, max_length=4000)
-    figures: dict[str, Any] = Field(default_factory=dict)
 
 
 class JobRecord(BaseModel):

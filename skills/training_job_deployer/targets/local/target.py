@@ -41,7 +41,6 @@ from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
     RECORD,
     SUPERVISOR_MODULE,
-    JobOutcome,
     JobRecord,
     ProcessIdentity,
     RunDir,
@@ -49,10 +48,12 @@ from skills.training_job_deployer.targets.local.record import (
 from skills.training_job_deployer.targets.run_dir import (
     CHECKPOINTS,
     LOG_TAIL_LINES,
+    JobOutcome,
     RunDirTarget,
     RunsDir,
     cancelled_message,
     corrupt_record,
+    keep_outcome,
     local_path,
 )
 from skills.training_job_deployer.trainer_log import (
@@ -63,8 +64,6 @@ from skills.training_job_deployer.trainer_log import (
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
-# Free space below which an ended job's outcome is not added to its record.
-KEEP_FREE_BYTES = 1 * 2**20
 
 
 def _threads_per_process(nproc: int) -> int:
@@ -469,11 +468,4 @@ def keep(run: RunDir, seen: JobRecord, outcome: JobOutcome) -> None:
             return None
         return None if record.outcome else record.model_copy(update={"outcome": outcome})
 
-    try:
-        # On a (nearly) full disk the record is left as it is: a write that cannot
-        # complete would cost the record itself (an overwrite in place, cut short).
-        if shutil.disk_usage(run.path).free < KEEP_FREE_BYTES:
-            return
-        run.record_file.update(add)
-    except (OSError, RecordCorrupt, ToolFailure):
-        logger.info("the outcome of %s was not kept", run.path, exc_info=True)
+    keep_outcome(run, add)

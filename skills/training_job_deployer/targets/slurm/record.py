@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.targets.run_dir import RecordedRun
+from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun
 from skills.training_job_deployer.targets.slurm.settings import SSH_HOST
 
 SLURM_RECORD = "slurm.json"
@@ -51,6 +51,7 @@ class SlurmRecord(BaseModel):
     submitted_at: float
     cancel_requested_at: float | None = None
     end: SlurmEnd | None = None
+    outcome: JobOutcome | None = None  # set once, at the first look after the end
 
 
 class SlurmRunDir(RecordedRun[SlurmRecord]):

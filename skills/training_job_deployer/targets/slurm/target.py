@@ -20,10 +20,11 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
@@ -45,8 +46,10 @@ from skills.training_job_deployer.targets.run_dir import (
     CHECKPOINTS,
     LOG_CHUNK_BYTES,
     LOG_TAIL_LINES,
+    JobOutcome,
     RunDirTarget,
     cancelled_message,
+    keep_outcome,
     local_path,
 )
 from skills.training_job_deployer.targets.slurm.record import (
@@ -409,6 +412,34 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         )
         if status == "failed":
             state.log_tail = self._tail(log, LOG_TAIL_LINES)
+        if record.end is not None and record.outcome is None:
+            keep_outcome(run, _outcome_once(JobOutcome(
+                status=status, message=state.message, figures=metrics.state_fields()
+            )))  # fmt: skip
+        state.suggest_next_step(self.call_args())
+        return state
+
+    def listed(self, job_name: str) -> JobState:
+        """An ended job from its record's outcome (no log read); any other as describe."""
+        run = self._run(job_name)
+        record = self._open(run)
+        end, outcome = record.end, record.outcome
+        if end is None or outcome is None:
+            return self.describe(job_name)
+        try:
+            state = JobState(
+                job_name=job_name,
+                target=self.name,
+                status=outcome.status,
+                **{k: v for k, v in outcome.figures.items() if k in JobState.model_fields},
+                run_dir=run.cluster_dir,
+                log_path=self._where(run.log(record.slurm_job_id)),
+                exit_code=end.exit_code,
+                restarts=end.restarts,
+                message=outcome.message,
+            )
+        except ValidationError:  # figures an edit made wrong: the log says
+            return self.describe(job_name)
         state.suggest_next_step(self.call_args())
         return state
 
@@ -474,3 +505,14 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         self.scheduler.check(["scancel", str(record.slurm_job_id)])
         poll_until(lambda: self._active(record), lambda active: not active, grace_s + 30, POLL_S)
         return self.describe(job_name)
+
+
+def _outcome_once(outcome: JobOutcome) -> Callable[[SlurmRecord | None], SlurmRecord | None]:
+    """The record with `outcome`, if it ended and has none yet (the end is final)."""
+
+    def add(record: SlurmRecord | None) -> SlurmRecord | None:
+        if record is None or record.end is None or record.outcome is not None:
+            return None
+        return record.model_copy(update={"outcome": outcome})
+
+    return add
