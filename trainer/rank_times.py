@@ -9,8 +9,13 @@ every rank's lost seconds per step go to all ranks in one all_gather of one floa
 (nothing on other steps: no extra host sync), and rank 0 names the slowest rank, its
 host (gathered once at start) and its lag behind the median rank.
 
-It does not see a GPU that computes slower than its peers (thermal throttling): that
-needs device-side timings of the compute kernels alone.
+A GPU that computes slower than its peers (thermal throttling, clocks capped by power)
+loses no process time: on CUDA each log step also times a fixed matmul on the rank's
+own device (`gpu_probe`, CUDA events, a few ms) and a rank whose probe is slower than the
+median by a factor f is charged (f - 1) of the step's wall time, its compute being that
+much longer (NVIDIA's resiliency straggler detection scores GPUs the same way, relative
+kernel times). The probe's wait on its end event is the log step's one host sync, which
+the logged loss needs anyway.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+
+# The GPU probe: PROBE_REPEATS matmuls of PROBE_SIZE^2 bf16 (2 x 2048^3 x 16 = 0.27 TFLOP,
+# a few ms on an H100; 24 MB, freed to the caching allocator after).
+PROBE_SIZE = 2048
+PROBE_REPEATS = 16
+# A probe within this of the median is the same speed (clock jitter between GPUs).
+PROBE_TOLERANCE = 0.05
 
 # How often the clock thread wakes. A wake later than this by more than one tick counts
 # as lost time; shorter waits are scheduler jitter (and GIL hand-over, at most 5 ms).
@@ -71,6 +83,35 @@ def lost(gap_s: float, tick_s: float) -> float:
     return late if late > tick_s else 0.0
 
 
+def gpu_lag(probes_s: list[float], step_s: float) -> list[float]:
+    """Seconds per step each rank's slower GPU costs: (f - 1) x the step's wall time for
+    a probe f times the median of the ranks' probes, 0 within PROBE_TOLERANCE (and for
+    ranks with no probe, 0.0 from a CPU device)."""
+    timed = [p for p in probes_s if p > 0]
+    if len(timed) < 2:
+        return [0.0] * len(probes_s)
+    median = statistics.median(timed)
+    return [
+        (p / median - 1.0) * step_s if p > median * (1 + PROBE_TOLERANCE) else 0.0 for p in probes_s
+    ]
+
+
+def gpu_probe(device: torch.device) -> float:
+    """Seconds a fixed matmul takes on this rank's GPU now (0.0 off CUDA: the stall clock
+    covers a CPU rank)."""
+    if device.type != "cuda":
+        return 0.0
+    a = torch.ones(PROBE_SIZE, PROBE_SIZE, device=device, dtype=torch.bfloat16)
+    b = torch.empty_like(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(PROBE_REPEATS):
+        torch.mm(a, a, out=b)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0
+
+
 def slowest(per_rank: list[float], hosts: list[str]) -> dict[str, object]:
     """The step line's fields: the rank that lost the most time per step, its host,
     and how much more it lost than the median of the other ranks (seconds per step;
@@ -95,19 +136,24 @@ class RankTimes:
         dist.all_gather_object(hosts, host_name())
         self.hosts = hosts
         self.clock = StallClock().start()
-        self.last_step, self.last_stalled = step, 0.0
+        self.last_step, self.last_stalled, self.last_time = step, 0.0, time.monotonic()
 
     def window(self, step: int) -> dict[str, object]:
-        """The slowest rank since the last call (a log step), as step-line fields."""
-        stalled = self.clock.stalled_s
+        """The slowest rank since the last call (a log step), as step-line fields: the
+        time its process lost plus what its slower GPU cost, per step."""
+        probe = gpu_probe(self.device)
+        stalled, now = self.clock.stalled_s, time.monotonic()
         steps = max(1, step - self.last_step)
-        mine = torch.tensor([(stalled - self.last_stalled) / steps], dtype=torch.float32)
-        self.last_step, self.last_stalled = step, stalled
+        step_s = (now - self.last_time) / steps
+        mine = torch.tensor([(stalled - self.last_stalled) / steps, probe], dtype=torch.float32)
+        self.last_step, self.last_stalled, self.last_time = step, stalled, now
         if self.device.type == "cuda":
             mine = mine.pin_memory().to(self.device, non_blocking=True)
-        gathered = torch.empty(self.world_size, dtype=torch.float32, device=self.device)
+        gathered = torch.empty(2 * self.world_size, dtype=torch.float32, device=self.device)
         dist.all_gather_into_tensor(gathered, mine)
-        return slowest(gathered.tolist(), self.hosts)
+        pairs = gathered.view(self.world_size, 2).tolist()
+        gpu = gpu_lag([p for _, p in pairs], step_s)
+        return slowest([s + g for (s, _), g in zip(pairs, gpu, strict=True)], self.hosts)
 
     def close(self) -> None:
         self.clock.close()

@@ -1,7 +1,8 @@
 """Findings about a job while it runs, from the trainer's step lines alone, so every
 target (local, Slurm, Kubernetes) gets the same ones:
 
-* `straggler`: the same rank lost the most time per step (trainer/rank_times.py) in
+* `straggler`: the same rank cost the most time per step (trainer/rank_times.py: time
+  its process could not run, or its slower GPU's extra compute) in
   STRAGGLER_WINDOWS log windows in a row, each time by at least STRAGGLER_LAG of the
   step time (and LAG_FLOOR_S): one slow rank holds every other rank back;
 * `throughput_degraded`: tokens/s over the last RECENT_WINDOWS windows fell below
@@ -101,7 +102,7 @@ def straggler(metrics: RunMetrics) -> WatchFinding | None:
     step_s = statistics.median(float(e["step_s"]) for e in last)
     return _finding(
         "straggler",
-        f"rank {rank} on host {host} is the straggler: it lost {lag:.2f} s per step more "
+        f"rank {rank} on host {host} is the straggler: it cost {lag:.2f} s per step more "
         f"than the other ranks (steps take {step_s:.2f} s) in the last {len(last)} log "
         f"windows, steps {last[0]['step']}-{last[-1]['step']}",
         rank=rank,

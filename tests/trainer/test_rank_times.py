@@ -11,9 +11,10 @@ import sys
 import time
 
 import pytest
+import torch
 
 from tests.trainer.conftest import trainer_env
-from trainer.rank_times import TICK_S, host_name, lost, slowest
+from trainer.rank_times import PROBE_TOLERANCE, TICK_S, gpu_lag, gpu_probe, host_name, lost, slowest
 
 
 @pytest.mark.parametrize(
@@ -33,6 +34,41 @@ def test_slowest_names_the_rank_its_host_and_its_lag_behind_the_others():
     assert fields == {"slowest_rank": 2, "slowest_host": "b", "rank_lag_s": pytest.approx(0.34)}
     # Two ranks: the lag is against the other one, not the median of both (halved).
     assert slowest([0.3, 0.0], ["x", "y"])["rank_lag_s"] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    ("probes_s", "step_s", "expected"),
+    [
+        # One GPU 30% slower than the median (thermal throttling): charged 0.3 of a 2 s step.
+        ([0.010, 0.010, 0.013, 0.010], 2.0, [0.0, 0.0, 0.6, 0.0]),
+        # Within the tolerance: the same speed, no one charged.
+        ([0.010, 0.0104, 0.0098, 0.010], 2.0, [0.0, 0.0, 0.0, 0.0]),
+        # CPU ranks (no probe): nothing to compare.
+        ([0.0, 0.0], 1.0, [0.0, 0.0]),
+        # Two ranks: the slower is charged against the median of both.
+        ([0.010, 0.020], 1.0, [0.0, pytest.approx(0.020 / 0.015 - 1.0)]),
+    ],
+)
+def test_a_slower_gpu_is_charged_its_extra_compute_per_step(probes_s, step_s, expected):
+    assert gpu_lag(probes_s, step_s) == pytest.approx(expected)
+
+
+def test_a_slow_gpu_is_named_with_its_host_through_the_same_fields():
+    # The stall clock saw nothing (the process ran); the probe found rank 1 1.5x slower.
+    stalled = [0.0, 0.0, 0.0]
+    charged = [s + g for s, g in zip(stalled, gpu_lag([0.01, 0.015, 0.01], 1.0), strict=True)]
+    assert slowest(charged, ["n0", "n1", "n2"]) == {
+        "slowest_rank": 1,
+        "slowest_host": "n1",
+        "rank_lag_s": pytest.approx(0.5),
+    }
+    assert PROBE_TOLERANCE < 0.25  # a straggler (a quarter of the step) is never tolerated
+
+
+def test_the_probe_runs_only_on_a_cuda_device():
+    # No GPU here: a CPU rank's probe is 0.0 (no matmul, no timing); the CUDA path times
+    # PROBE_REPEATS matmuls between two CUDA events.
+    assert gpu_probe(torch.device("cpu")) == 0.0
 
 
 def test_the_host_is_the_node_the_scheduler_names_else_the_host_name():
