@@ -618,3 +618,38 @@ def test_a_dry_run_without_an_instance_type_or_a_cluster_still_answers(monkeypat
     priced = deploy(dry_run=True, region="ap-northeast-1")
     assert priced.cost is not None
     assert priced.cost["usd_per_hour"] == pytest.approx(2 * 55.04 * 1.4)
+
+
+def _watched_log(rank: int, lag: float, end_time: float) -> str:
+    """Rank 0's log as the trainer writes it: a start line, then step lines every 2 steps
+    of 0.5 s whose slowest rank is `rank`, `lag` s per step behind; the last at `end_time`."""
+    start = {"event": "start", "world_size": 4, "max_steps": 1000, "log_freq": 2,
+             "collective_timeout_s": 300.0}  # fmt: skip
+    lines = [json.dumps(start)]
+    for i in range(8):
+        step = 2 + 2 * i
+        lines.append(json.dumps({
+            "event": "step", "step": step, "loss": 3.0, "step_s": 0.5, "tokens_per_s": 1000.0,
+            "elapsed_s": step * 0.5, "time": end_time - (14 - 2 * i) * 0.5,
+            "slowest_rank": rank, "slowest_host": "ip-10-0-0-9", "rank_lag_s": lag,
+        }))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def test_a_running_jobs_straggler_and_hang_come_from_rank_0s_log(operator):
+    # The same watchdog as the local and Slurm targets (tests/integration/test_long_runs.py
+    # pauses a real rank there): here rank 0's log as the pods' stand-in serves it.
+    deploy()
+    log = _watched_log(rank=3, lag=0.3, end_time=time.time())
+    operator.run("llama", outcome="Running", rank_logs={"master-0": log})
+    state = get_training_job(job_name="llama", **K8S)
+    assert state.status == "running"
+    [found] = [f for f in state.findings if f.code == "straggler"]
+    assert "rank 3" in found.message and "ip-10-0-0-9" in found.message
+    assert "job_hung" not in [f.code for f in state.findings]  # its last step just arrived
+    # The same steps, the last a minute ago (120 step times): the job is hung.
+    deploy(job_name="stuck")
+    log = _watched_log(rank=0, lag=0.0, end_time=time.time() - 60)
+    operator.run("stuck", outcome="Running", rank_logs={"master-0": log})
+    stuck = get_training_job(job_name="stuck", **K8S)
+    assert [f.code for f in stuck.findings] == ["job_hung"]
