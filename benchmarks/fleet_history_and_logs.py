@@ -31,9 +31,11 @@ RECORDS = [500] if QUICK else [500, 2000, 8000]
 LOG_MIB = [16] if QUICK else [16, 64, 256]
 
 
-def _seed(count: int) -> None:
-    now = time.time()
-    for i in range(count):
+def seed_operations(count: int, start: int = 0, now: float | None = None) -> None:
+    """Operation records `start`..`count` (newest first, a minute apart from `now`), as
+    build_image leaves them (fleet_scale.py seeds its sizes with it too)."""
+    now = time.time() if now is None else now
+    for i in range(start, count):
         created = now - i * 60
         stamp = datetime.fromtimestamp(created, timezone.utc).strftime("%Y%m%d-%H%M%S")
         op_id = f"build_image-{stamp}-{i:06x}"
@@ -62,7 +64,7 @@ def history() -> None:
     for count in RECORDS:
         with tempfile.TemporaryDirectory() as state:
             os.environ[operations.STATE_DIR_ENV] = state
-            _seed(count)
+            seed_operations(count)
             page_s, page_reads = _timed(lambda: operations.list_records(limit=20))
             all_s, all_reads = _timed(lambda: operations.list_records()[:20])
             print(f"  {count:>6} records: page {page_reads:>4} reads {page_s * 1000:7.1f} ms"

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -180,25 +179,15 @@ def local_lists(root: Path) -> None:
 
 
 def operation_lists(root: Path) -> None:
+    from benchmarks.fleet_history_and_logs import seed_operations
     from skills.operations import operations
-    from skills.operations.operation_state import OperationRecord
-    from skills.operations.record_store import RecordFile
 
     os.environ[operations.STATE_DIR_ENV] = str(root / "state")
     print("\nlist_operations: a page of 20, and the last page by cursor")
     _row("records", "reads", "ms", "last reads", "last ms", "bytes")
     now, seeded = time.time(), 0
     for count in OPERATIONS:
-        for i in range(seeded, count):
-            created = now - i * 60
-            stamp = datetime.fromtimestamp(created, timezone.utc).strftime("%Y%m%d-%H%M%S")
-            op_id = f"build_image-{stamp}-{i:06x}"
-            folder = operations.operations_dir() / op_id
-            folder.mkdir(parents=True)
-            RecordFile(folder / operations.RECORD, OperationRecord).write(OperationRecord(
-                operation_id=op_id, tool="build_image", entry="m:f", arguments={}, cwd="/",
-                status="succeeded", created_at=created, updated_at=created, ended_at=created,
-            ))  # fmt: skip
+        seed_operations(count, start=seeded, now=now)
         seeded = count
         cells: list[Any] = [count]
         for cursor in (None, str(count - 20)):
