@@ -19,7 +19,13 @@ from commands.get_operation import get_operation
 from skills.operations import operations
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
-from tests.services.training_operator import RUN_LOG, TrainingOperator
+from tests.services.training_operator import (
+    RUN_LOG,
+    Attempt,
+    TrainingOperator,
+    current_job,
+    play_attempts,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -81,55 +87,11 @@ def operator(kube_api, tmp_path, monkeypatch) -> TrainingOperator:
     return TrainingOperator(kube_api)
 
 
-def current_job(operator: TrainingOperator) -> dict | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return operator.job("llama")
-    except ApiException:  # not created yet, or being replaced
-        return None
-
-
-def play(
-    operator: TrainingOperator, attempts: list[dict | Callable[[], None]]
-) -> Callable[[], list[dict]]:
-    """A thread that plays the operator: for each new PyTorchJob of `llama` (one the
-    operator has not touched: no status), its pods from the new template (the old ones
-    gone, as garbage collection would have it), then the attempt's outcome (operator.run's
-    arguments, or a function that plays it). Returns a
-    join() that stops it and gives each attempt's job as created."""
-    seen: list[dict] = []
-    stop = threading.Event()
-
-    def loop() -> None:
-        for outcome in attempts:
-            while not stop.is_set():
-                job = current_job(operator)
-                if job is not None and not job.get("status"):
-                    break
-                time.sleep(0.05)
-            if stop.is_set():
-                return
-            seen.append(job)
-            for pod in operator._pods("llama"):
-                operator.core.delete_namespaced_pod(
-                    pod["metadata"]["name"], operator.namespace, _preload_content=False
-                )
-            if callable(outcome):
-                outcome()
-            else:
-                operator.run("llama", **outcome)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-
-    def join() -> list[dict]:
-        stop.set()
-        thread.join(10)
-        assert not thread.is_alive()
-        return seen
-
-    return join
+def play(operator: TrainingOperator, attempts: list[Attempt]) -> Callable[[], list[dict]]:
+    """The operator over the attempts (tests/services/training_operator.py play_attempts):
+    join() gives each attempt's job as created."""
+    join = play_attempts(operator, attempts)
+    return lambda: join()[0]
 
 
 def cannot_pull(operator: TrainingOperator, message: str) -> None:

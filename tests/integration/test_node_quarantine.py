@@ -8,8 +8,6 @@ job's fault: no node is touched. Too few nodes left: the loop stops and says so.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -19,7 +17,7 @@ from commands.manage_eks_cluster import manage_eks_cluster
 from skills.kube.quarantine import RECORD_ANNOTATION, TAINT_KEY
 from skills.operations import operations
 from skills.shared.errors import ToolFailure
-from tests.services.training_operator import RUN_LOG, TrainingOperator
+from tests.services.training_operator import RUN_LOG, TrainingOperator, play_attempts
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +46,6 @@ def operator(kube_api, tmp_path, monkeypatch) -> TrainingOperator:
     kube_api.reset()
     monkeypatch.setenv(operations.STATE_DIR_ENV, str(tmp_path / "state"))
     return TrainingOperator(kube_api)
-
-
-def current_job(operator: TrainingOperator) -> dict | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return operator.job("llama")
-    except ApiException:
-        return None
 
 
 def node(operator: TrainingOperator, name: str) -> dict:
@@ -103,40 +92,9 @@ def gpu_fails_on_worker(operator: TrainingOperator, log: str, agent: bool) -> Ca
 
 
 def play(operator: TrainingOperator, attempts: list[Callable[[], None]]):
-    """A thread that plays each new PyTorchJob's attempt (as test_auto_retry's play)."""
-    seen: list[dict] = []
-    placed: list[dict[str, str]] = []
-    stop = threading.Event()
-
-    def loop() -> None:
-        for attempt in attempts:
-            while not stop.is_set():
-                job = current_job(operator)
-                if job is not None and not job.get("status"):
-                    break
-                time.sleep(0.05)
-            if stop.is_set():
-                return
-            seen.append(job)
-            for pod in operator._pods("llama"):
-                operator.kubelet.forget(pod["metadata"]["name"])
-                operator.core.delete_namespaced_pod(
-                    pod["metadata"]["name"], operator.namespace, _preload_content=False
-                )
-            attempt()
-            placed.append({p["metadata"]["name"]: p["spec"].get("nodeName")
-                           for p in operator._pods("llama")})  # fmt: skip
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-
-    def join() -> tuple[list[dict], list[dict[str, str]]]:
-        stop.set()
-        thread.join(10)
-        assert not thread.is_alive()
-        return seen, placed
-
-    return join
+    """The operator over the attempts (tests/services/training_operator.py play_attempts):
+    join() gives each attempt's job as created and where its pods were placed."""
+    return play_attempts(operator, list(attempts))
 
 
 def succeeds(operator: TrainingOperator) -> Callable[[], None]:

@@ -32,6 +32,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -568,3 +569,64 @@ class JobRun:
         except Exception:  # noqa: BLE001 (deleted: the API answers 404)
             return False
         return job["metadata"].get("uid") == uid
+
+
+def current_job(operator: TrainingOperator, name: str = "llama") -> dict | None:
+    """The PyTorchJob as the API has it now, or None (not created yet, or being replaced)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return operator.job(name)
+    except ApiException:
+        return None
+
+
+Attempt = dict[str, Any] | Callable[[], None]
+
+
+def play_attempts(
+    operator: TrainingOperator, attempts: list[Attempt], name: str = "llama"
+) -> Callable[[], tuple[list[dict], list[dict[str, str | None]]]]:
+    """A thread that plays the operator over a job's attempts: for each new PyTorchJob
+    `name` (one the operator has not touched: no status), the old pods go (as garbage
+    collection would have it; the kubelet forgets them), then the attempt plays
+    (operator.run's arguments, or a function that plays it). Returns a join() that stops
+    the thread and gives each attempt's job as created and where its pods were placed."""
+    seen: list[dict] = []
+    placed: list[dict[str, str | None]] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        for attempt in attempts:
+            job = None
+            while not stop.is_set():
+                job = current_job(operator, name)
+                if job is not None and not job.get("status"):
+                    break
+                time.sleep(0.05)
+            if stop.is_set() or job is None:
+                return
+            seen.append(job)
+            for pod in operator._pods(name):
+                if operator._kubelet:
+                    operator._kubelet.forget(pod["metadata"]["name"])
+                operator.core.delete_namespaced_pod(
+                    pod["metadata"]["name"], operator.namespace, _preload_content=False
+                )
+            if callable(attempt):
+                attempt()
+            else:
+                operator.run(name, **attempt)
+            placed.append({p["metadata"]["name"]: p["spec"].get("nodeName")
+                           for p in operator._pods(name)})  # fmt: skip
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+
+    def join() -> tuple[list[dict], list[dict[str, str | None]]]:
+        stop.set()
+        thread.join(10)
+        assert not thread.is_alive()
+        return seen, placed
+
+    return join
