@@ -29,6 +29,16 @@ def parse_events(text: str) -> list[dict[str, Any]]:
     return [event for event in map(parse_line, text.splitlines()) if event is not None]
 
 
+def tail_with_error(tail: str | None, error: dict[str, Any] | None) -> str | None:
+    """A failed job's log tail that shows the trainer's error: when what came after it
+    (torchrun's own traceback once the ranks were stopped, other ranks' teardown) pushed
+    the error line out of the tail, the error leads, then the tail."""
+    if tail is None or not error or not error.get("message") or str(error["message"]) in tail:
+        return tail
+    line = f"{error.get('error_type') or 'error'}: {error['message']}"
+    return f"{line}\n[...]\n{tail}"
+
+
 # The trainer's exit code after SIGTERM when it saved a checkpoint (128 + SIGTERM).
 EXIT_PREEMPTED = 143
 # Step lines of an attempt kept for the watchdog (watchdog.py): its first ones (warm-up,

@@ -65,7 +65,9 @@ def rank_process(run_dir: Path, rank: int, timeout: float = 120.0) -> psutil.Pro
 @contextlib.contextmanager
 def pausing(process: psutil.Process, stop_s: float, run_s: float) -> Iterator[None]:
     """A thread that stops the process for stop_s, lets it run run_s, again and again;
-    the process is always let go at the end."""
+    the process is always let go at the end. A run_s shorter than any step's compute
+    puts a pause in every step however fast the machine, so the job cannot outrun the
+    finding (a 0.3 s run_s let a fast machine finish steps between pauses)."""
     done = threading.Event()
 
     def loop() -> None:
@@ -107,14 +109,14 @@ def stop_job(runs_dir: Path, job: str, target: str = "local") -> None:
 
 
 def test_a_rank_paused_300_ms_every_step_is_named_the_straggler_within_20_steps(tmp_path):
-    deploy_training_job(job_name="slow", runs_dir=str(tmp_path), max_steps=200,
+    deploy_training_job(job_name="slow", runs_dir=str(tmp_path), max_steps=5000,
                         monitor=False, **JOB)  # fmt: skip
     try:
         run_dir = tmp_path / "slow"
         rank1 = rank_process(run_dir, 1)
         # Let it start training, so the pauses begin with the steps.
         wait_for(tmp_path, "slow", lambda s: s.steps >= 1, "first step")
-        with pausing(rank1, stop_s=0.3, run_s=0.3):
+        with pausing(rank1, stop_s=0.3, run_s=0.02):
             began = get_training_job(job_name="slow", runs_dir=str(tmp_path)).steps
             state = wait_for(
                 tmp_path, "slow", lambda s: any(f.code == "straggler" for f in s.findings),
@@ -203,14 +205,14 @@ def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(t
 def test_on_slurm_a_paused_rank_is_named_the_straggler_with_its_node(slurm_cluster, tmp_path):
     """The same watchdog on a real one-node Slurm: sbatch, srun, torchrun, 2 ranks."""
     started = deploy_training_job(job_name="slow", target="slurm", runs_dir=str(tmp_path),
-                                  max_steps=200, checkpoint_freq=0, wait_seconds=0,
+                                  max_steps=5000, checkpoint_freq=0, wait_seconds=0,
                                   **JOB)  # fmt: skip
     try:
         job_id = Path(started.log_path).stem.removeprefix("slurm-")
         rank1 = marked_process({"SLURM_JOB_ID": job_id, "RANK": "1"})
         node = rank1.environ()["SLURMD_NODENAME"]
         wait_for(tmp_path, "slow", lambda s: s.steps >= 1, "first step", "slurm")
-        with pausing(rank1, stop_s=0.3, run_s=0.3):
+        with pausing(rank1, stop_s=0.3, run_s=0.02):
             state = wait_for(
                 tmp_path, "slow", lambda s: any(f.code == "straggler" for f in s.findings),
                 "straggler finding", "slurm",

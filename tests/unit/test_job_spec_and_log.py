@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from skills.training_job_deployer.job_spec import DNS1123_LABEL, TRAINER_FIELDS, JobSpec
-from skills.training_job_deployer.trainer_log import RunMetrics, parse_events, parse_line
+from skills.training_job_deployer.trainer_log import (
+    RunMetrics,
+    parse_events,
+    parse_line,
+    tail_with_error,
+)
 
 LABEL = re.compile(DNS1123_LABEL)
 
@@ -314,3 +319,16 @@ def test_a_restart_by_torchrun_starts_a_new_attempt():
     assert metrics.error is None and metrics.preempted is None
     assert metrics.first_loss == 5.0 and metrics.checkpoint_step == 4
     assert metrics.outcome(0) is None
+
+
+def test_a_failed_tail_that_lost_the_error_line_leads_with_the_error():
+    error = {"event": "error", "error_type": "ConfigError", "message": "seq_len 4096 > max_seq_len"}
+    teardown = "Traceback (most recent call last):\nSignalException: Process 1 got signal: 15"
+    assert tail_with_error(teardown, error) == (
+        "ConfigError: seq_len 4096 > max_seq_len\n[...]\n" + teardown
+    )
+    # A tail that still holds it, no error, or no tail at all: as it is.
+    kept = '{"event": "error", "message": "seq_len 4096 > max_seq_len"}\n' + teardown
+    assert tail_with_error(kept, error) == kept
+    assert tail_with_error(teardown, None) == teardown
+    assert tail_with_error(None, error) is None

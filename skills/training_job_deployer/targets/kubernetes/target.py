@@ -69,7 +69,12 @@ from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
-from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, LogFollower, RunMetrics
+from skills.training_job_deployer.trainer_log import (
+    EXIT_PREEMPTED,
+    LogFollower,
+    RunMetrics,
+    tail_with_error,
+)
 
 POLL_S = 2.0
 DETACH_S = 300.0  # wait_seconds=None (a person at the CLI): detach after 5 minutes
@@ -568,7 +573,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             ],
         )
         if status in ("failed", "preempted"):
-            state.log_tail = log
+            state.log_tail = tail_with_error(log, state.error)
         return self.with_next_step(state)
 
     def with_next_step(self, state: JobState) -> JobState:

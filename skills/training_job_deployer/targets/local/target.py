@@ -59,6 +59,7 @@ from skills.training_job_deployer.targets.run_dir import (
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
     RunMetrics,
+    tail_with_error,
 )
 
 logger = logging.getLogger(__name__)
@@ -352,8 +353,9 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         )
         if status == "failed":
             tail = self._tail(run.log(record.attempt), LOG_TAIL_LINES)
-            state.log_tail = "\n".join(
-                [*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]
+            state.log_tail = tail_with_error(
+                "\n".join([*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]),
+                state.error,
             )
         if done and record.ended and record.outcome is None:
             fields = metrics.state_fields()

@@ -65,7 +65,11 @@ from skills.training_job_deployer.targets.slurm.settings import (
     SlurmDeploySettings,
     SlurmSettings,
 )
-from skills.training_job_deployer.trainer_log import EXIT_PREEMPTED, RunMetrics
+from skills.training_job_deployer.trainer_log import (
+    EXIT_PREEMPTED,
+    RunMetrics,
+    tail_with_error,
+)
 
 POLL_S = 1.0
 # Failures that mean Slurm cannot be asked from here (no clients, no controller, no ssh
@@ -411,7 +415,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             message=None if message is None else redact(message),
         )
         if status == "failed":
-            state.log_tail = self._tail(log, LOG_TAIL_LINES)
+            state.log_tail = tail_with_error(self._tail(log, LOG_TAIL_LINES), state.error)
         if record.end is not None and record.outcome is None:
             keep_outcome(run, _outcome_once(JobOutcome(
                 status=status, message=state.message, figures=metrics.state_fields()
