@@ -71,6 +71,10 @@ def test_ctrl_c_on_a_following_cli_deploy_stops_the_job(tmp_path):
          "--job_name", "interrupted", "--runs_dir", str(tmp_path),
          "--max_steps", str(ENDLESS["max_steps"]), "--checkpoint_freq", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        # A terminal's foreground CLI takes SIGINT as KeyboardInterrupt; a test run started
+        # in the background (`make test &`) ignores SIGINT, and its children would inherit
+        # that (Python keeps an ignored SIGINT ignored).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         _wait_for_step(tmp_path / "interrupted" / "logs" / "attempt-1.log")
