@@ -44,7 +44,7 @@ InstanceType = Annotated[
 Nodegroup = Annotated[str | None, Field(description="For scale."), grammar(NAME, "a name")]
 Image = Annotated[
     str | None,
-    Field(description="Image with torch for nccl_test."),
+    Field(description="nccl_test image (with torch)."),
     grammar(r"[^\s]{1,255}", "an image"),
 ]
 CapacityReservationId = Annotated[
@@ -59,7 +59,7 @@ DesiredSize = Annotated[int | None, Field(description="Desired."), within(0, 100
 # Local files: LocalPath says whether the tool reads or writes it (the workspace checks).
 NcclOutput = Annotated[
     str | None,
-    Field(description="all_reduce_perf output to analyze."),
+    Field(description="Saved all_reduce_perf output."),
     grammar(PATH, "a path"),
     LocalPath(writable=False),
 ]

@@ -72,7 +72,7 @@ def build_image(
     ] = None,
     base_mirror: Annotated[
         str | None,
-        Field(max_length=255, description="Pull Docker Hub bases via HOST[:PORT][/PREFIX]."),
+        Field(max_length=255, description="Docker Hub mirror HOST[:PORT][/PREFIX]."),
         grammar(MIRROR_PATTERN, "HOST[:PORT][/PREFIX]"),
     ] = None,
     build_args: Annotated[
@@ -81,7 +81,7 @@ def build_image(
     ] = {},  # noqa: B006 - pydantic copies defaults
     cache_from: Annotated[
         list[Annotated[str, Field(pattern=r"^[^\s]{1,255}$")]],
-        Field(max_length=16, description="Images whose layers may be reused."),
+        Field(max_length=16, description="Layer cache images."),
     ] = [],  # noqa: B006 - pydantic copies defaults
     progress: Progress | None = None,
 ) -> BuildResult:

@@ -37,9 +37,10 @@ def delete_training_job(
     ] = False,
     progress: Progress | None = None,
 ) -> JobState:
-    """Delete a training job on a cluster: the job object and its pods (a running job
-    stops). Checkpoints on volumes or S3 stay. Needs confirm=true. Returns the job's
-    last state.
+    """Delete a cluster's training job and its pods (needs confirm=true); checkpoints
+    stay. Returns its last state.
+
+    A running job stops. Checkpoints on volumes or in S3 are kept.
     """
     runner = get_target(target)
     runner.require(Capability.DELETE)

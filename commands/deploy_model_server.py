@@ -29,8 +29,8 @@ def deploy_model_server(
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> ServerState:
-    """Serve an exported model behind an OpenAI-compatible API, smoke-test it; returns
-    the endpoint and a curl line. Given replicas, a running server scales."""
+    """Serve an exported model (OpenAI-compatible API) and smoke-test it; returns the
+    endpoint and a curl line. With replicas, scales a running server."""
     return deploy(
         spec_of(deploy_model_server), name, model, target, dry_run, wait_seconds, progress
     )

@@ -85,9 +85,11 @@ def diagnose_training_job(
     per_pod: Annotated[bool, Field(description="Each pod's findings, not grouped.")] = False,
     progress: Progress | None = None,
 ) -> DiagnosisResult:
-    """Diagnose a PyTorchJob's failing pods: findings (code, pod, rank, evidence, root
-    cause, fix, retryable), root cause first. Live: job_name (+ namespace, cluster_name
-    or kubeconfig/context). Offline: snapshot. Read-only on the cluster.
+    """Diagnose a PyTorchJob's failing pods: findings with evidence and fix, root cause
+    first. Live (job_name) or offline (snapshot); read-only.
+
+    Each finding: code, pod, rank, evidence, root cause, fix, retryable. Live reads the
+    job by job_name (+ namespace, cluster_name or kubeconfig/context).
     """
     progress = progress or NullProgress()
     if snapshot is not None and job_name is None:

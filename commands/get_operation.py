@@ -18,8 +18,8 @@ def get_operation(
     wait_seconds: WaitSeconds = 0,
     progress: Progress | None = None,
 ) -> OperationState:
-    """Report a long operation (a build, a push, a test run): status, progress, recent
-    messages, and its result or error once it ended.
+    """A long operation's status, progress, recent messages, and its result or error
+    once it ended.
 
     wait_seconds > 0 follows it (streaming progress) until it ends or the time passes.
     """

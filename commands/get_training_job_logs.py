@@ -23,7 +23,7 @@ def get_training_job_logs(
     job_name: JobName,
     target: TargetSettings,
     tail_lines: Annotated[
-        int, Field(ge=1, le=10_000, description="How many lines from the end to return.")
+        int, Field(ge=1, le=10_000, description="Lines from the end.")
     ] = 100,
     replica: Annotated[
         str | None,

@@ -42,8 +42,9 @@ def list_operations(
     cursor: Cursor = None,
     progress: Progress | None = None,
 ) -> OperationList:
-    """List long operations (builds, pushes, test runs) recorded here, newest first:
-    their ids, status and progress. get_operation gives one in full."""
+    """List long operations recorded here, newest first: id, status, progress.
+
+    Builds, pushes, test runs; get_operation gives one in full."""
     from skills.operations import operations  # the store loads on first use
 
     offset = offset_of(cursor)

@@ -59,13 +59,13 @@ def manage_eks_cluster(
         int, Field(description="storage: FSx GiB (1200, 2400, n*2400)."), p.within(1200, 460800)
     ] = StorageSpec.size_gib,
     fsx_deployment_type: Annotated[
-        DeploymentType, Field(description="storage: FSx deployment type.")
+        DeploymentType, Field(description="storage: FSx type.")
     ] = StorageSpec.deployment_type,
     fsx_throughput: Annotated[
         int | None, Field(description="storage: persistent FSx MB/s/TiB (P1 200, P2 250).")
     ] = None,
     kubernetes_version: Annotated[
-        str, Field(pattern=r"^1\.\d{2}$", description="create_config: EKS Kubernetes version.")
+        str, Field(pattern=r"^1\.\d{2}$", description="create_config: EKS version.")
     ] = DEFAULT_KUBERNETES_VERSION,
     bucket: Annotated[
         str | None, Field(description="storage/cleanup: S3 bucket (fsdp-eks-<cluster>-<account>).")
@@ -84,12 +84,14 @@ def manage_eks_cluster(
     wait_seconds: p.Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
-    """Check, fix and change a GPU cluster for FSDP jobs (EKS: cluster_name; any:
-    kubeconfig). Reads only: inspect_eks_cluster. action: describe; validate; auto_fix
-    (a plan; confirm applies); nccl_test (job as operation, or nccl_output); scale;
-    kubeconfig (writes the named file; no aws CLI); create_config (eksctl); storage (FSx +
-    S3 + PV/PVC: a plan; confirm applies); cleanup (what this suite made: a plan; confirm
-    deletes); release_node (undo a quarantine: confirm; no node: list)."""
+    """Fix and change a GPU cluster (EKS cluster_name or kubeconfig); reads alone:
+    inspect_eks_cluster. action: describe; validate; auto_fix, storage (FSx+S3+PV),
+    cleanup (what this suite made): a plan, confirm applies; nccl_test; scale; kubeconfig
+    (writes it); create_config (eksctl); release_node (undo a quarantine).
+
+    nccl_test runs the NCCL job as an operation, or judges a saved nccl_output.
+    kubeconfig writes the named file without the aws CLI. release_node needs confirm;
+    without a node it lists the quarantined ones."""
     return manage(
         ClusterCall(
             action=action,

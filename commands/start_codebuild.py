@@ -42,8 +42,10 @@ def start_codebuild(
     log_lines: Annotated[int, Field(ge=0, le=500, description="Log lines in the result.")] = 50,
     progress: Progress | None = None,
 ) -> CodeBuildBuild:
-    """Start a CodeBuild build (env overrides), then follow its phases and CloudWatch
-    log tail until it ends. Returns status, phases and log tail."""
+    """Start a CodeBuild build and follow its phases and log tail to the end.
+
+    env overrides the project's environment for this build; the log tail is
+    CloudWatch's."""
     check_region(region)
     return start_and_follow(
         project_name, region, dict(env), source_version, follow_minutes * 60, log_lines, progress

@@ -36,7 +36,9 @@ _SANITY_CEILING = 1_000
 SELF_NAMED = frozenset({
     "max_steps", "train_batch_size", "seq_len", "learning_rate", "grad_accum_steps",
     "seed", "cpu_offload", "async_save", "checkpoint_freq", "keep_last", "validation_freq",
-    "num_nodes", "gpu_per_node", "region", "dry_run", "namespace", "include_plan",
+    "num_nodes", "gpu_per_node", "region", "dry_run", "namespace", "include_plan", "tag",
+    "scan_on_push", "immutable_tags", "limit", "analyze_only", "project_name", "compute_type",
+    "log_retention_days",
 })  # fmt: skip
 _DROPPED = ("title", "pattern", "minLength", "maxLength")
 _SUBSCHEMAS = ("items", "additionalProperties", "not")

@@ -43,12 +43,12 @@ def _one_of(models: list[type[ServerSettings]]) -> Any:
 # A tool parameter: `target` plus each target's own settings as flat inputs (deploy).
 ServerTargetSettings = Annotated[
     _one_of([settings for settings, _, _ in TARGETS.values()]),
-    Flatten("target", description="Where the model is served (default: local):"),
+    Flatten("target", description="Where it is served (default: local):"),
 ]
 # The same, only what reaches a target's servers (get, list, delete).
 ServerTargetAccess = Annotated[
     _one_of([access for _, access, _ in TARGETS.values()]),
-    Flatten("target", description="Where the model is served (default: local):"),
+    Flatten("target", description="Where it is served (default: local):"),
 ]
 
 

@@ -47,7 +47,7 @@ WaitSeconds = Annotated[
     Field(
         ge=0,
         le=86_400,
-        description="Seconds to wait, then return the state; None waits to the end (the "
+        description="Return after N seconds; None waits to the end (the "
         "CLI's default). MCP calls default to 40 s: then poll.",
     ),
 ]

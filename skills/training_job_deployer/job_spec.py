@@ -182,7 +182,7 @@ class TrainerFlag:
 JobName = Annotated[
     str,
     Field(
-        description="Job name: a DNS-1123 label (a-z, 0-9, '-'; at most 63 chars).",
+        description="A DNS-1123 label (a-z, 0-9, '-'; at most 63 chars).",
         pattern=DNS1123_LABEL,
         max_length=63,
     ),

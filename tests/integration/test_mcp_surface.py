@@ -57,14 +57,13 @@ def _listed() -> list[dict]:
 
 
 def test_tools_list_fits_its_budget_in_total_and_per_tool():
-    """What a model reads (name, description, input schema, annotations) within the
-    listing budget; the output schemas, which clients validate results with and do not
-    put in the model's context, within their own small one."""
+    """The whole tools/list answer within the listing budget, output schemas too (a
+    client may put them in the model's context); each tool within its own, and the
+    output schemas, which clients validate results with, within a small one."""
     tools = _listed()
-    read = [{k: v for k, v in t.items() if k != "outputSchema"} for t in tools]
-    sizes = {t["name"]: _wire(t) for t in read}
+    sizes = {t["name"]: _wire({k: v for k, v in t.items() if k != "outputSchema"}) for t in tools}
     assert len(tools) == len(all_tools())
-    assert _wire({"tools": read}) <= LISTING_BUDGET, sizes
+    assert _wire({"tools": tools}) <= LISTING_BUDGET, sizes
     assert max(sizes.values()) <= TOOL_BUDGET, sizes
     outputs = {t["name"]: _wire(t["outputSchema"]) for t in tools}
     assert sum(outputs.values()) <= OUTPUT_SCHEMAS_BUDGET and max(outputs.values()) <= 128, outputs
