@@ -10,11 +10,18 @@ MCP client (the SDK: JSON-RPC, pydantic models, outputSchema checks) costs more 
 that, which is why the clients run as processes of their own here (16 clients in one
 process measured that process, not the server).
 
+The baseline, measured in the same run the same way: a bare MCP server of the SDK with one
+tool that returns the same result, precomputed (no work of ours). Its latency grows with
+the clients too: on a machine with few cores the client processes themselves compete
+for them. Our server's ratio to the baseline at each count says what our own work adds;
+a ratio that stays level as clients grow means our server adds no contention of its own.
+
 `--quick` runs 1 and 4 clients once each way (the test suite runs it)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
@@ -40,6 +47,25 @@ from mcp_server import build_server
 server = build_server()
 if {unshared}:
     server._shares = lambda spec: False
+uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port={port},
+            log_level="error")
+"""
+
+
+# The baseline: the SDK's server alone, answering the same tool with the same structured
+# result, read from a file (what our list returned), so only the transport and the
+# SDK's per-call work remain.
+BARE = """
+import json, sys, uvicorn
+from typing import Any
+from mcp.server.mcpserver import MCPServer
+PAYLOAD = json.load(open({payload!r}))
+server = MCPServer("bare", log_level="ERROR")
+
+@server.tool()
+def list_training_jobs(runs_dir: str) -> dict[str, Any]:
+    return PAYLOAD
+
 uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port={port},
             log_level="error")
 """
@@ -124,9 +150,17 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(runs: Path, state: Path, unshared: bool) -> dict[int, tuple[float, ...]]:
-    port = _free_port()
-    code = SERVE.format(root=str(ROOT), unshared=unshared, port=port)
+def _payload(runs: Path, root: Path) -> Path:
+    """Our list's structured result for these jobs, as the baseline returns it."""
+    from commands.list_training_jobs import list_training_jobs
+
+    path = root / "payload.json"
+    result = list_training_jobs(runs_dir=str(runs))
+    path.write_text(json.dumps(result.model_dump(mode="json", exclude_none=True)))
+    return path
+
+
+def _measure(runs: Path, state: Path, code: str, port: int) -> dict[int, tuple[float, ...]]:
     env = {**os.environ, "FSDP_EKS_STATE_DIR": str(state)}
     server = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
@@ -144,8 +178,8 @@ def _measure(runs: Path, state: Path, unshared: bool) -> dict[int, tuple[float, 
             latencies, client_cpu, wall = _agents(url, clients, runs)
             server_cpu = _cpu_s(server.pid) - server_cpu
             latencies.sort()
-            p95 = latencies[int(0.95 * (len(latencies) - 1))]
             n = len(latencies)
+            p95 = latencies[math.ceil(0.95 * n) - 1]  # nearest rank
             out[clients] = (statistics.median(latencies), p95, n / wall,
                             server_cpu / n, client_cpu / n)  # fmt: skip
         return out
@@ -154,13 +188,24 @@ def _measure(runs: Path, state: Path, unshared: bool) -> dict[int, tuple[float, 
         server.wait(10)
 
 
+def _ours(runs: Path, state: Path, unshared: bool) -> dict[int, tuple[float, ...]]:
+    port = _free_port()
+    return _measure(runs, state, SERVE.format(root=str(ROOT), unshared=unshared, port=port), port)
+
+
+def _bare(runs: Path, state: Path, payload: Path) -> dict[int, tuple[float, ...]]:
+    port = _free_port()
+    return _measure(runs, state, BARE.format(payload=str(payload), port=port), port)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["FSDP_EKS_STATE_DIR"] = str(root / "state")
         runs = _runs(root)
-        shared = _measure(runs, root / "state", unshared=False)
-        alone = _measure(runs, root / "state", unshared=True)
+        bare = _bare(runs, root / "state", _payload(runs, root))
+        shared = _ours(runs, root / "state", unshared=False)
+        alone = _ours(runs, root / "state", unshared=True)
     print(f"list_training_jobs over --http, {JOBS} jobs, {CALLS} calls per client process")
     print(
         " clients | shared: p50 ms  p95 ms  calls/s  server/client CPU ms a call"
@@ -172,6 +217,19 @@ def main() -> None:
               f" {s[3] * 1000:13.1f} / {s[4] * 1000:.1f} |"
               f" {a[0] * 1000:21.0f} {a[1] * 1000:7.0f} {a[2]:8.1f}"
               f" {a[3] * 1000:13.1f} / {a[4] * 1000:.1f}")  # fmt: skip
+    print("baseline: the SDK's bare server, the same result precomputed")
+    print(" clients | p50 ms  p95 ms  calls/s  server/client CPU ms a call | ours (shared)"
+          " / baseline p50")  # fmt: skip
+    for clients in CLIENTS:
+        b, s = bare[clients], shared[clients]
+        print(f" {clients:>7} | {b[0] * 1000:6.0f} {b[1] * 1000:7.0f} {b[2]:8.1f}"
+              f" {b[3] * 1000:13.1f} / {b[4] * 1000:.1f} | {s[0] / b[0]:.2f}x")  # fmt: skip
+    first, last = CLIENTS[0], CLIENTS[-1]
+    print(
+        f"growth of p50 from {first} to {last} clients: ours "
+        f"{shared[last][0] / shared[first][0]:.1f}x, baseline "
+        f"{bare[last][0] / bare[first][0]:.1f}x"
+    )
 
 
 if __name__ == "__main__":
