@@ -22,6 +22,7 @@ from skills.kube.access import cluster_api_client
 from skills.kube.client import KubeJson
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import managed_labels
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WaitSeconds, tool
@@ -47,7 +48,8 @@ def manifests(
     limits = {"nvidia.com/gpu": str(spec.gpus), **efa_limits(instance_type)}
     env_vars = {"NCCL_DEBUG": "INFO", **efa_env_for(instance_type)}
     env = [{"name": name, "value": value} for name, value in env_vars.items()]
-    labels = {LABEL: job_name}
+    # The suite's label too, so action=cleanup finds what a worker killed mid-run left.
+    labels = managed_labels(**{LABEL: job_name})
     container = {
         "name": "pytorch",
         "image": image,
