@@ -12,6 +12,7 @@ from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
 from skills.kube.client import KubeJson
 from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
+from skills.kube.objects import kind_path
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure, needed, needs_field
 from skills.shared.next_step import NextStep
@@ -62,8 +63,8 @@ def describe(access: ClusterAccess, progress: Progress) -> ClusterReport:
     progress.report(2, 3, "nodes")
     try:
         kube = _kube(access)
-        snapshot_nodes = kube.items("/api/v1/nodes")
-        pods = kube.items("/api/v1/pods", [("fieldSelector", NOT_ENDED_SELECTOR)])
+        snapshot_nodes = kube.items(kind_path("Node"))
+        pods = kube.items(kind_path("Pod"), [("fieldSelector", NOT_ENDED_SELECTOR)])
     except ToolFailure as failure:
         if not access.cluster_name or failure.code != ErrorCode.ENDPOINT_UNREACHABLE:
             raise
@@ -446,7 +447,7 @@ def release_node(access: ClusterAccess, node: str | None, confirm: bool) -> Clus
 
     kube = _kube(access)
     if node is None:
-        records = kq.quarantined(kube.items("/api/v1/nodes"))
+        records = kq.quarantined(kube.items(kind_path("Node")))
         shown = [r.model_dump(exclude_none=True) for r in records]
         names = ", ".join(r.node for r in records) or "none"
         return ClusterReport(
@@ -455,7 +456,7 @@ def release_node(access: ClusterAccess, node: str | None, confirm: bool) -> Clus
             changes={"quarantined": shown},
             api_calls=kube.calls,
         )
-    found = kube.get_or_none(f"/api/v1/nodes/{node}")
+    found = kube.get_or_none(kind_path("Node", name=node))
     record = kq.record_of(found) if found else None
     if record is not None:  # a node that is not ours is refused by release, unconfirmed
         undo = "uncordons it" if not record.was_cordoned else "keeps it cordoned (it was)"

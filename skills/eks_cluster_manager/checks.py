@@ -20,6 +20,7 @@ from skills.kube.gpu_nodes import (
     gpus_requested_by_node,
     node_gpu_facts,
 )
+from skills.kube.objects import kind_path
 from skills.shared.errors import ToolFailure
 
 NVIDIA_PLUGIN_NAMES = ("nvidia-device-plugin",)
@@ -53,26 +54,26 @@ def read_snapshot(kube: KubeJson, options: Options, identity: str | None = None)
 
     try:
         version = kube.get("/version/")
-        nodes = kube.items("/api/v1/nodes")
+        nodes = kube.items(kind_path("Node"))
     except ApiException as exc:
         raise access_failure(exc, kube.host) or exc from None
     # Pods not ended: those hold GPUs (gpus_requested_by_node skips ended ones again).
-    pods = kube.items("/api/v1/pods", [("fieldSelector", NOT_ENDED_SELECTOR)])
+    pods = kube.items(kind_path("Pod"), [("fieldSelector", NOT_ENDED_SELECTOR)])
     snapshot = Snapshot(
         version=version,
         nodes=nodes,
         pods=pods,
-        daemonsets=kube.items("/apis/apps/v1/daemonsets"),
-        deployments=kube.items("/apis/apps/v1/deployments"),
-        crd=kube.get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"),
+        daemonsets=kube.items(kind_path("DaemonSet")),
+        deployments=kube.items(kind_path("Deployment")),
+        crd=kube.get_or_none(kind_path("CustomResourceDefinition", name=CRD_NAME)),
         identity=identity,
     )
     if options.checkpoint_pvc:
         snapshot.pvc = kube.get_or_none(
-            f"/api/v1/namespaces/{options.namespace}/persistentvolumeclaims/{options.checkpoint_pvc}"
+            kind_path("PersistentVolumeClaim", options.namespace, options.checkpoint_pvc)
         )
     if options.rdzv_backend == "etcd":
-        snapshot.services = kube.items(f"/api/v1/namespaces/{options.namespace}/services")
+        snapshot.services = kube.items(kind_path("Service", options.namespace))
     return snapshot
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.kube.objects import kind_path
 from skills.shared.errors import ErrorCode, ToolFailure, needed
 from skills.shared.progress import Progress
 
@@ -37,7 +38,7 @@ def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
     from skills.kube.gpu_nodes import node_gpu_facts
 
     wanted = instance_spec(instance_type)
-    facts = [node_gpu_facts(n) for n in KubeJson(access.api_client()).items("/api/v1/nodes")]
+    facts = [node_gpu_facts(n) for n in KubeJson(access.api_client()).items(kind_path("Node"))]
     ready = [
         f
         for f in facts

@@ -21,7 +21,9 @@ from skills.eks_cluster_manager.nccl import parse
 from skills.kube.access import cluster_api_client
 from skills.kube.client import KubeJson
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
+from skills.kube.objects import kind_path
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import managed_labels
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WaitSeconds, tool
@@ -47,7 +49,8 @@ def manifests(
     limits = {"nvidia.com/gpu": str(spec.gpus), **efa_limits(instance_type)}
     env_vars = {"NCCL_DEBUG": "INFO", **efa_env_for(instance_type)}
     env = [{"name": name, "value": value} for name, value in env_vars.items()]
-    labels = {LABEL: job_name}
+    # The suite's label too, so action=cleanup finds what a worker killed mid-run left.
+    labels = managed_labels(**{LABEL: job_name})
     container = {
         "name": "pytorch",
         "image": image,
@@ -127,12 +130,12 @@ def run_nccl_test(
     job_name = f"nccl-test-{secrets.token_hex(3)}"
     # The nodeSelector as the nodes spell it (a HyperPod node says ml.p5.48xlarge).
     objects = manifests(job_name, namespace, nodes, instance_type.strip(), image)
-    base = f"/api/v1/namespaces/{namespace}"
-    job_path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{job_name}"
+    job_path = kind_path("PyTorchJob", namespace, job_name)
+    config_path = kind_path("ConfigMap", namespace, job_name)
     progress.report(0, None, f"creating {job_name} ({nodes} x {spec.name})")
-    kube.request("POST", f"{base}/configmaps", body=objects[0])
+    kube.request("POST", kind_path("ConfigMap", namespace), body=objects[0])
     try:
-        kube.request("POST", job_path.rsplit("/", 1)[0], body=objects[1])
+        kube.request("POST", kind_path("PyTorchJob", namespace), body=objects[1])
 
         def look() -> str | None:
             state = _ended(kube.get(job_path))
@@ -150,7 +153,8 @@ def run_nccl_test(
                 {"job_name": job_name},
             )
         try:
-            log = kube.request("GET", f"{base}/pods/{job_name}-master-0/log")[1].decode()
+            master = kind_path("Pod", namespace, f"{job_name}-master-0")
+            log = kube.request("GET", f"{master}/log")[1].decode()
         except ApiException as exc:
             raise ToolFailure(
                 ErrorCode.OPERATION_FAILED,
@@ -166,7 +170,7 @@ def run_nccl_test(
         tail = log.splitlines()[-20:]
         return NcclJobResult(job_name=job_name, namespace=namespace, nccl=report, log_tail=tail)
     finally:
-        for path in (job_path, f"{base}/configmaps/{job_name}"):
+        for path in (job_path, config_path):
             try:
                 kube.request("DELETE", path)
             except (ApiException, ToolFailure):

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
 from skills.kube.client import KubeJson
-from skills.kube.objects import object_path
+from skills.kube.objects import kind_path, object_path
 from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -585,8 +585,8 @@ def ensure_objects(
 
 def csi_driver(kube: KubeJson) -> str | None:
     """Where the FSx CSI driver runs ('kube-system/fsx-csi-node'), or None."""
-    for path in ("/apis/apps/v1/daemonsets", "/apis/apps/v1/deployments"):
-        for obj in kube.items(path):
+    for kind in ("DaemonSet", "Deployment"):
+        for obj in kube.items(kind_path(kind)):
             meta = obj.get("metadata") or {}
             if meta.get("name") in CSI_WORKLOADS:
                 return f"{meta.get('namespace')}/{meta['name']}"

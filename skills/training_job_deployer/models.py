@@ -145,11 +145,27 @@ class JobState(ToolResult):
         return ToolFailure(
             ErrorCode.JOB_FAILED,
             f"Job {self.job_name!r} failed" + (f": {said}" if said else "."),
-            self.hint
-            or "diagnose_training_job names the cause and its fix; the result's log_tail "
-            "holds the last lines.",
+            self.hint or self._failure_hint(error),
             {"job_name": self.job_name, "target": self.target},
             self.next_step,
+        )
+
+    def _failure_hint(self, error: dict[str, Any]) -> str:
+        """What to do next, by what the target's tools can do: the pod doctor reads a
+        cluster's pods; on this host or Slurm the error line and the log say it all."""
+        if self.target == "kubernetes":
+            return (
+                "diagnose_training_job names the cause and its fix; the result's log_tail "
+                "holds the last lines."
+            )
+        if error.get("retryable") is False:
+            return (
+                "Change what the error names and deploy again (the same job fails the same "
+                "way); the result's log_tail holds the last lines."
+            )
+        return (
+            "The result's log_tail holds the last lines (get_training_job_logs more); "
+            "auto_retry=true diagnoses a failure and resubmits with a fix."
         )
 
     def cli_exit_status(self) -> int:

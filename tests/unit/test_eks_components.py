@@ -17,6 +17,7 @@ from commands.manage_eks_cluster import manage_eks_cluster
 from skills.eks_cluster_manager.components import COMPONENTS, CRD_NAME, pytorchjob_crd
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
 from skills.kube.objects import KINDS, object_path
+from skills.shared import ownership
 from skills.shared.errors import ToolFailure
 from skills.shared.secrets import looks_like_secret
 
@@ -86,6 +87,14 @@ def pod_template(template: dict) -> dict:
         "metadata": {"name": "t"},
         "template": template,
     }
+
+
+def test_the_nccl_jobs_objects_carry_the_suites_label_for_cleanup():
+    # A worker killed mid-run leaves them; action=cleanup lists by the suite's label only.
+    objects = nccl_manifests("nccl-test-abc123", "default", 2, "p4d.24xlarge", "img:1")
+    pods = [r["template"] for r in objects[1]["spec"]["pytorchReplicaSpecs"].values()]
+    for labelled in [*objects, *pods]:
+        assert ownership.why_not_ours_kube(labelled, "fsdp-eks/nccl-test") is None, labelled
 
 
 def test_g5_nccl_job_sets_no_device_rdma():

@@ -33,6 +33,7 @@ from skills.cloud.registry_credentials import ECR_HOST_PATTERN
 from skills.kube import pods as kube_pods
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
+from skills.kube.objects import kind_path
 from skills.kube.pods import pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -310,7 +311,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     def _service_account_or_none(self, name: str) -> tuple[dict[str, Any] | None, bool]:
         """(the ServiceAccount or None, whether the cluster answered)."""
-        path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{name}"
+        path = kind_path("ServiceAccount", self.namespace, name)
         try:
             return self.reader.get_or_none(path), True
         except ToolFailure:
@@ -321,7 +322,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         admission refuses it, and the job waits without pods): refused here instead."""
         if not plan.service_account:
             return
-        path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{plan.service_account}"
+        path = kind_path("ServiceAccount", self.namespace, plan.service_account)
         found = self.reader.get_or_none(path)
         if found is None:
             raise ToolFailure(
