@@ -25,9 +25,9 @@ from tests.services.moto import moto_server  # noqa: E402
 from tests.services.podman import podman_service  # noqa: E402
 from tests.services.registry import registry_server  # noqa: E402
 
-QUICK = "--quick" in sys.argv  # one round, 4 MB (the test suite runs it)
+QUICK = "--quick" in sys.argv  # one round, 1 MB (the test suite runs it)
 ROUNDS = 1 if QUICK else 3
-PAYLOAD_MB = 4 if QUICK else 96
+PAYLOAD_MB = 1 if QUICK else 96
 
 
 def _build(client, work: Path, name: str) -> None:

@@ -23,9 +23,10 @@ sys.path.insert(0, str(ROOT))
 from tests.services.podman import podman_service  # noqa: E402
 from tests.services.registry import registry_server  # noqa: E402
 
-QUICK = "--quick" in sys.argv  # one round, 8 MB (the test suite runs it)
+QUICK = "--quick" in sys.argv  # one round, 1 MB (the test suite runs it)
 ROUNDS = 1 if QUICK else 3
-DEPS_MB = 8 if QUICK else 96
+DEPS_MB = 1 if QUICK else 96
+LIB_MB = min(8, DEPS_MB)  # the dependency tree: files of this size
 BASE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 DOCKERFILE = (
     f"FROM {BASE}\nWORKDIR /app\nCOPY deps/ /opt/deps/\nCOPY train.py /app/train.py\n"
@@ -75,8 +76,8 @@ def main() -> None:
 
         project = work / "project"
         (project / "deps").mkdir(parents=True)
-        for index in range(DEPS_MB // 8):
-            (project / "deps" / f"lib{index}.so").write_bytes(os.urandom(8 << 20))
+        for index in range(DEPS_MB // LIB_MB):
+            (project / "deps" / f"lib{index}.so").write_bytes(os.urandom(LIB_MB << 20))
         (project / "Dockerfile").write_text(DOCKERFILE)
         (project / "train.py").write_text("print('v0')\n")
         _timed(build_image, project, "warm", registry.host)  # pulls the base once

@@ -21,13 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.trainer_bench import ROOT, env  # noqa: E402
 
 MODEL = ["--model_type", "debug_large", "--seq_len", "128", "--train_batch_size", "4"]
-QUICK = ["--model_type", "debug", "--seq_len", "64", "--train_batch_size", "2"]
+# --quick (the test suite runs it, to prove the benchmark runs, not to measure): the
+# smallest model, 2 steps after 1 of warm-up, the all_gather every step, once.
+QUICK = ["--model_type", "debug", "--seq_len", "32", "--train_batch_size", "1"]
 
 
-def bare(every: int, model: list[str], steps: int) -> float:
+def bare(every: int, model: list[str], steps: int, warmup: int) -> float:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     args = [str(ROOT / "benchmarks" / "bare_fsdp2_loop.py"), "--steps", str(steps)]
-    args += ["--warmup", "5", "--rank_times_every", str(every), *model]
+    args += ["--warmup", str(warmup), "--rank_times_every", str(every), *model]
     done = subprocess.run(argv + args, cwd=ROOT, env=env(), capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"benchmark run failed:\n{done.stderr[-3000:]}")
@@ -39,16 +41,17 @@ def bare(every: int, model: list[str], steps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=None, help="5; --quick: 1")
-    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--every", type=int, default=None, help="10; --quick: 1")
     parser.add_argument("--quick", action="store_true", help="a small model, few steps")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    model, steps = (QUICK, 10) if args.quick else (MODEL, 60)
+    model, steps, warmup = (QUICK, 2, 1) if args.quick else (MODEL, 60, 5)
     args.repeats = args.repeats or (1 if args.quick else 5)
+    args.every = args.every or (1 if args.quick else 10)
     runs: dict[str, list[float]] = {"bare": [], "with_rank_times": []}
     for _ in range(args.repeats):  # alternate, so drift in machine load hits both sides
-        runs["bare"].append(bare(0, model, steps))
-        runs["with_rank_times"].append(bare(args.every, model, steps))
+        runs["bare"].append(bare(0, model, steps, warmup))
+        runs["with_rank_times"].append(bare(args.every, model, steps, warmup))
     med = {k: statistics.median(v) for k, v in runs.items()}
     results = {
         "step_time_ratio_with_rank_times": med["with_rank_times"] / med["bare"],

@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 from skills.training_job_deployer.trainer_log import parse_events  # noqa: E402
 from tests.services.slurm import slurm_cluster  # noqa: E402
 
-QUICK = "--quick" in sys.argv  # one round of 2 steps (the test suite runs it)
+QUICK = "--quick" in sys.argv  # one round of 1 step (the test suite runs it)
 ROUNDS = 1 if QUICK else 3
-STEPS = 2 if QUICK else 4
+STEPS = 1 if QUICK else 4
 
 
 def first_step(target: str, runs: Path, job: str) -> tuple[float, float]:

@@ -1,8 +1,9 @@
 """Guardrails for long runs on the local target, with real processes: a 2-rank gloo job
 whose rank 1 a test thread pauses (SIGSTOP, then SIGCONT) is named the straggler with
 its host; a rank stopped for good makes the job `job_hung`, and with auto_retry the job
-is stopped and resumed from its checkpoint to the end. Nothing in the trainer pretends:
-the rank's process really stops.
+is stopped and resumed from its checkpoint to the end. On a real one-node Slurm, the
+straggler is named with its node, and a hung job is cancelled and resumed the same way.
+Nothing in the trainer pretends: the rank's process really stops.
 
 Timings are relative to the job's own step time (the watchdog's thresholds), so a
 loaded machine that slows both ranks alike changes nothing here."""
@@ -221,3 +222,45 @@ def test_on_slurm_a_paused_rank_is_named_the_straggler_with_its_node(slurm_clust
         assert (found.rank, found.host) == (1, node), found
     finally:
         stop_job(tmp_path, "slow", "slurm")
+
+
+def test_on_slurm_with_auto_retry_a_hung_job_is_cancelled_and_resumes(slurm_cluster, tmp_path):
+    """The hang on a real one-node Slurm: the watchdog finds job_hung, auto_retry scancels
+    the attempt and submits the next, which resumes from the checkpoint."""
+    mark = {"FSDP_EKS_TEST_MARK": tmp_path.name}
+    stopped = threading.Event()
+
+    def stop_rank1_after_a_checkpoint() -> None:
+        rank1 = marked_process({**mark, "RANK": "1"})
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:  # the first attempt's checkpoint at step 4
+            logs = (tmp_path / "hang").rglob("*.log")
+            if any(
+                e["event"] == "checkpoint_saved"
+                for log in logs
+                for e in parse_events(log.read_text(errors="replace"))
+            ):
+                break
+            time.sleep(0.2)
+        with contextlib.suppress(psutil.Error):
+            rank1.send_signal(signal.SIGSTOP)  # for good: the attempt's scancel ends it
+            stopped.set()
+
+    thread = threading.Thread(target=stop_rank1_after_a_checkpoint, daemon=True)
+    thread.start()
+    try:
+        result = deploy_training_job(
+            job_name="hang", target="slurm", runs_dir=str(tmp_path), max_steps=16,
+            checkpoint_freq=4, auto_retry=True, max_retries=1,
+            validation_freq=0, env={**JOB["env"], **mark},
+        )  # fmt: skip
+    finally:
+        thread.join(timeout=5)
+        stop_job(tmp_path, "hang", "slurm")
+    assert stopped.is_set()
+    assert result.status == "succeeded", (result.message, result.attempts)
+    first, second = result.attempts
+    assert (first.status, first.code) == ("failed", "job_hung"), first
+    assert first.remedy.startswith("job_hung/resubmit")
+    assert second.status == "succeeded" and second.resumed_from and second.resumed_from >= 4
+    assert result.steps == 16
