@@ -23,8 +23,9 @@ What a cluster gives a container, and how it is played here on one host:
   cluster), a persistentVolumeClaim is one directory per claim shared by every pod (a
   claim the API does not have leaves the pod Pending, as an unbound claim does), an
   emptyDir is per pod. /dev/shm mounts keep this host's /dev/shm.
-* the environment: only what the pod spec sets, plus PATH, HOME and LANG; nothing of
-  this process's environment (credentials, KUBECONFIG) leaks into a pod.
+* the environment: only what the pod spec sets, plus PATH, HOME, LANG and
+  OMP_NUM_THREADS=1 (the nodes share this host's cores); nothing of this process's
+  environment (credentials, KUBECONFIG) leaks into a pod.
 """
 
 from __future__ import annotations
@@ -258,6 +259,12 @@ class Kubelet:
             "HOME": str(home / "work"),
             "LANG": "C.UTF-8",
             "HOSTNAME": name,
+            # Every node is this host: its cores are shared by all the pods. The
+            # trainer's own split (all of a node's cores to its one rank) would run
+            # each pod with every core, oversubscribed several times over (steps took
+            # 2 s instead of 0.25 s). One thread, as the tests' own processes have
+            # (tests/conftest.py); a pod spec that sets it wins (below).
+            "OMP_NUM_THREADS": "1",
         }
         for item in container.get("env") or []:
             value = self._env_item(item, pod)
