@@ -29,7 +29,8 @@ from skills.operations.record_store import RecordFile  # noqa: E402
 QUICK = "--quick" in sys.argv
 RECORDS = [500] if QUICK else [500, 2000, 8000]
 LOG_MIB = [16] if QUICK else [16, 64, 256]
-STEPS = 1 if QUICK else 3  # the job whose log is lengthened
+# The job whose log is lengthened (--quick: 1 process; its log is all it is there for).
+STEPS, PROCESSES = (1, 1) if QUICK else (3, 2)
 
 
 def seed_operations(count: int, start: int = 0, now: float | None = None) -> None:
@@ -81,7 +82,8 @@ def long_logs() -> None:
     print("get_training_job on a finished local job: seconds and peak traced memory")
     with tempfile.TemporaryDirectory() as runs:
         os.environ[operations.STATE_DIR_ENV] = str(Path(runs) / "state")
-        state = deploy_training_job(job_name="long", runs_dir=runs, max_steps=STEPS)
+        state = deploy_training_job(job_name="long", runs_dir=runs, max_steps=STEPS,
+                                    gpu_per_node=PROCESSES)  # fmt: skip
         log = Path(runs) / "long" / "logs" / "attempt-1.log"
         events = parse_events(log.read_text())
         step = next(e for e in events if e["event"] == "step")

@@ -43,6 +43,7 @@ OPERATIONS = [100] if QUICK else [100, 400, 1_600]
 SERVERS = [20] if QUICK else [20, 80, 320]
 CAPPED = [200] if QUICK else [200, 800, 3_200]
 LOG_MIB = 16
+PROCESSES = 1 if QUICK else 2  # of the local job copied (its record and log are all it is for)
 
 
 def _timed(call, *args: Any) -> tuple[Any, float]:
@@ -142,7 +143,8 @@ def local_lists(root: Path) -> None:
     from commands.deploy_training_job import deploy_training_job
 
     runs = root / "runs"
-    deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2)
+    deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2,
+                        gpu_per_node=PROCESSES)  # fmt: skip
     big = root / "big.log"
     with open(big, "wb") as out:
         line = (runs / "job-0" / "logs" / "attempt-1.log").read_bytes()

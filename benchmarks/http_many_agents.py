@@ -40,7 +40,8 @@ QUICK = "--quick" in sys.argv
 CLIENTS = [1, 2] if QUICK else [1, 4, 16]
 CALLS = 1 if QUICK else 5
 JOBS = 10 if QUICK else 40
-STEPS = 1 if QUICK else 2  # the job listed (copied JOBS times)
+# The job listed (copied JOBS times; --quick: 1 process, its record is all it is for).
+STEPS, PROCESSES = (1, 1) if QUICK else (2, 2)
 
 SERVE = """
 import sys, uvicorn
@@ -83,7 +84,8 @@ def _runs(root: Path) -> Path:
     from commands.deploy_training_job import deploy_training_job
 
     runs = root / "runs"
-    deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=STEPS)
+    deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=STEPS,
+                        gpu_per_node=PROCESSES)  # fmt: skip
     for i in range(1, JOBS):
         copy = runs / f"job-{i}"
         shutil.copytree(runs / "job-0", copy)

@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # --quick (the suite runs it, to prove the benchmark runs, not to measure): 1 training
-# step, 4 tokens, once.
+# step of 1 process (the job only makes the checkpoint served), 4 tokens, once.
 QUICK = "--quick" in sys.argv
+PROCESSES = 1 if QUICK else 2
 NEW_TOKENS = 4 if QUICK else 64
 PROMPT = "The model"
 REPEATS = 1 if QUICK else 3
@@ -81,7 +82,7 @@ def main() -> None:
     from commands.deploy_training_job import deploy_training_job
 
     job = deploy_training_job(job_name="bench", runs_dir=str(work / "runs"),
-                              max_steps=TRAIN_STEPS)  # fmt: skip
+                              max_steps=TRAIN_STEPS, gpu_per_node=PROCESSES)  # fmt: skip
     assert job.status == "succeeded", job.log_tail
     export = work / "export"
     subprocess.run(

@@ -1,5 +1,6 @@
 """A benchmark's quick mode, run as its own process: the tests that keep benchmarks from
-rotting unseen call it (each benchmark takes `--quick`: its smallest size, once)."""
+rotting unseen call it (each benchmark takes `--quick`: its cheapest run through the same
+code paths, to the same ratio lines; a proof that it runs, not a measurement)."""
 
 from __future__ import annotations
 

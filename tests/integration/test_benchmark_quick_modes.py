@@ -1,7 +1,10 @@
-"""Every benchmark's quick mode (`--quick`: its smallest size, once) runs here, each to its
-ratio line, so a benchmark that stops working fails a test instead of rotting unseen
-(`make bench` runs them all at full size). A row per benchmark: the services it starts
-itself (a missing one skips, or fails under CI=true) and the lines its output must hold.
+"""Every benchmark's quick mode (`--quick`) runs here, each to its ratio lines, so a
+benchmark that stops working fails a test instead of rotting unseen (`make bench` runs
+them all at full size). A quick mode proves the benchmark runs, it measures nothing: the
+same code paths at their cheapest (the smallest model and shape, 1-3 steps, one round,
+the fewest sizes and launches): a launch of torch is most of what is left. A row
+per benchmark: the services it starts itself (a missing one skips, or fails under
+CI=true) and the lines its output must hold.
 The list comes from the directory, so a new benchmark is run here once it is there; one
 without a row fails until it has one."""
 
