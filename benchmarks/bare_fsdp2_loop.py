@@ -125,9 +125,20 @@ def peak_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def impls(text: str) -> list[str]:
+    """`--impl`: one, or several comma-separated, run one after the other in the same
+    process group (each its own model, optimizer and line: benchmarks/trainer_bench.py's
+    quick mode saves a launch that way; a later one's peak includes the earlier ones')."""
+    names = text.split(",")
+    unknown = [n for n in names if n not in ("ours", "hf", "family")]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown --impl {unknown}: ours, hf or family")
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=["ours", "hf", "family"], default="ours")
+    parser.add_argument("--impl", type=impls, default=["ours"])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rank_times_every", type=int, default=0)
@@ -137,7 +148,17 @@ def main() -> None:
     device = setup()
     world = dist.get_world_size()
     mesh = build_mesh(device.type, "full", world, world)
-    model = build(args.impl, cfg, mesh, device)
+    for impl in args.impl:
+        line = run(impl, args, cfg, mesh, device)
+        if dist.get_rank() == 0:
+            print(json.dumps(line), flush=True)
+    dist.destroy_process_group()
+
+
+def run(impl: str, args: argparse.Namespace, cfg, mesh, device: torch.device) -> dict:
+    """Warm-up, then --steps timed steps of `impl`: the JSON line's fields."""
+    world = dist.get_world_size()
+    model = build(impl, cfg, mesh, device)
     optimizer = build_optimizer(model, cfg, device.type)
 
     gen = torch.Generator().manual_seed(dist.get_rank())
@@ -185,19 +206,18 @@ def main() -> None:
     )
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     mfu = metrics.mfu(per_device, flops, metrics.peak_flops(name))
-    if dist.get_rank() == 0:
-        line = {
-            "impl": args.impl,
-            "device": name or "cpu",
-            "step_s": step_s,
-            "tokens_per_s": global_tokens / step_s,
-            "tokens_per_s_per_device": per_device,
-            "mfu": mfu,
-            "peak_first_step_mb": round(first_peak, 1),
-            "rank_times_every": every,
-        }
-        print(json.dumps(line))
-    dist.destroy_process_group()
+    return {
+        "impl": impl,
+        "device": name or "cpu",
+        "step_s": step_s,
+        "tokens_per_s": global_tokens / step_s,
+        "tokens_per_s_per_device": per_device,
+        "mfu": mfu,
+        "peak_first_step_mb": round(first_peak, 1),
+        "rank_times_every": every,
+    }
+
+
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK = "--quick" in sys.argv
 # Big enough that compute, not per-step bookkeeping noise, dominates a step. --quick (the
 # test suite runs it, to prove the benchmark runs, not to measure): the smallest model
-# and batch, 2 steps after 1 of warm-up, once; one periodic save before the final one.
+# and batch, 2 steps after 1 of warm-up, once, in 3 launches, not 5 (a launch is most
+# of a quick run's time): both bare loops in one, and the step time read from the sync
+# checkpoint run (its periodic saves count in it: a measurement would not do that).
 MODEL = (
     ["--model_type", "debug", "--seq_len", "32", "--train_batch_size", "1"]
     if QUICK
@@ -34,7 +36,7 @@ MODEL = (
 WARMUP, STEPS = (1, 2) if QUICK else (5, 30)
 # The checkpoint runs: this many steps, a periodic save every SAVE_FREQ (the last step's
 # save, always synchronous, is left out of the mean).
-SAVE_STEPS, SAVE_FREQ = (2, 1) if QUICK else (21, 5)
+SAVE_STEPS, SAVE_FREQ = (WARMUP + STEPS, 1) if QUICK else (21, 5)
 
 
 def env() -> dict[str, str]:
@@ -53,31 +55,41 @@ def torchrun(args: list[str]) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def bare(impl: str) -> dict:
-    args = [str(ROOT / "benchmarks" / "bare_fsdp2_loop.py"), "--impl", impl]
-    (line,) = torchrun(args + ["--steps", str(STEPS), "--warmup", str(WARMUP), *MODEL])
-    return line
+def bare(*impls: str) -> list[dict]:
+    """One launch of the bare loop, a line per impl (run one after the other)."""
+    args = [str(ROOT / "benchmarks" / "bare_fsdp2_loop.py"), "--impl", ",".join(impls)]
+    lines = torchrun(args + ["--steps", str(STEPS), "--warmup", str(WARMUP), *MODEL])
+    assert [line["impl"] for line in lines] == list(impls), lines
+    return lines
 
 
-def trainer_step_s() -> float:
-    """Seconds per step after the same warm-up, from the trainer's own step lines."""
-    events = torchrun(
-        ["-m", "trainer", *MODEL, "--max_steps", str(WARMUP + STEPS), "--log_freq", str(WARMUP)]
-        + ["--validation_freq", "0"]
-    )
+def step_s(events: list[dict]) -> float:
+    """Seconds per step after the warm-up, from the trainer's own step lines."""
     elapsed = {e["step"]: e["elapsed_s"] for e in events if e["event"] == "step"}
     return (elapsed[WARMUP + STEPS] - elapsed[WARMUP]) / STEPS
 
 
-def blocked_s(async_save: bool) -> float:
-    """Mean seconds the loop waited per periodic checkpoint (the final, always
-    synchronous save is left out)."""
+def trainer_step_s() -> float:
+    events = torchrun(
+        ["-m", "trainer", *MODEL, "--max_steps", str(WARMUP + STEPS), "--log_freq", str(WARMUP)]
+        + ["--validation_freq", "0"]
+    )
+    return step_s(events)
+
+
+def checkpointed(async_save: bool, log_freq: int = 100) -> list[dict]:
+    """The events of a run that saves every SAVE_FREQ steps."""
     with tempfile.TemporaryDirectory() as ckpt:
-        events = torchrun(
-            ["-m", "trainer", *MODEL, "--max_steps", str(SAVE_STEPS), "--log_freq", "100"]
+        return torchrun(
+            ["-m", "trainer", *MODEL, "--max_steps", str(SAVE_STEPS), "--log_freq", str(log_freq)]
             + ["--validation_freq", "0", "--checkpoint_dir", ckpt]
             + ["--checkpoint_freq", str(SAVE_FREQ), "--async_save", str(async_save).lower()]
         )
+
+
+def blocked_s(events: list[dict], async_save: bool) -> float:
+    """Mean seconds the loop waited per periodic checkpoint (the final, always
+    synchronous save is left out)."""
     saves = [e for e in events if e["event"] == "checkpoint_saved" and e["step"] != SAVE_STEPS]
     assert all(s["async_save"] is async_save for s in saves), saves
     return statistics.mean(s["blocked_s"] for s in saves)
@@ -96,13 +108,21 @@ def main() -> None:
         k: [] for k in ("bare", "trainer", "ours", "hf", "sync", "async")
     }
     for _ in range(args.repeats):  # alternate, so drift in machine load hits both sides
-        ours = bare("ours")
+        if QUICK:  # see QUICK
+            ours, hf = bare("ours", "hf")
+            sync = checkpointed(False, log_freq=WARMUP)
+            trainer = step_s(sync)
+        else:
+            (ours,) = bare("ours")
+            trainer = trainer_step_s()
+            (hf,) = bare("hf")
+            sync = checkpointed(False)
         runs["bare"].append(ours["step_s"])
         runs["ours"].append(ours["tokens_per_s"])
-        runs["trainer"].append(trainer_step_s())
-        runs["hf"].append(bare("hf")["tokens_per_s"])
-        runs["sync"].append(blocked_s(False))
-        runs["async"].append(blocked_s(True))
+        runs["trainer"].append(trainer)
+        runs["hf"].append(hf["tokens_per_s"])
+        runs["sync"].append(blocked_s(sync, False))
+        runs["async"].append(blocked_s(checkpointed(True), True))
     med = {k: statistics.median(v) for k, v in runs.items()}
     results = {
         "step_time_ratio_vs_bare_fsdp2": med["trainer"] / med["bare"],

@@ -43,7 +43,9 @@ LLAMA_1B = ModelConfig(
     ffn_hidden_dim=8192, max_seq_len=2048,
 )  # fmt: skip
 # --quick (the test suite runs it, to prove the benchmark runs, not to measure): a
-# ~0.2M-parameter Llama and a 1 MB corpus, once.
+# ~0.2M-parameter Llama and a 1 MB corpus, once; the ranks forked, not spawned (a spawned
+# rank imports torch and the trainer again: most of a quick run; a forked one starts with
+# this process's memory, so its peak RSS says nothing).
 QUICK = "--quick" in sys.argv
 SMALL = ModelConfig(
     dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512,
@@ -107,7 +109,8 @@ def measure_rss(work: Path) -> dict:
     result: dict = {"params": params, "fp32_shard_mb": round(shard_mb)}
     for mode in ("before", "after"):
         store = work / f"store-{mode}"
-        mp.spawn(_rss_worker, args=(str(store), mode, str(hf_dir), str(work)), nprocs=WORLD)
+        mp.start_processes(_rss_worker, args=(str(store), mode, str(hf_dir), str(work)),
+                           nprocs=WORLD, start_method="fork" if QUICK else "spawn")  # fmt: skip
         ranks = [json.loads((work / f"{mode}-{r}.json").read_text()) for r in range(WORLD)]
         peak = max(r["peak_rss_mb"] for r in ranks)
         result[mode] = {"peak_rss_mb_per_rank": [round(r["peak_rss_mb"]) for r in ranks],
