@@ -16,9 +16,11 @@ import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.get_operation import get_operation
+from skills.job_doctor import auto_retry
 from skills.operations import operations
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
+from skills.training_job_deployer.targets.kubernetes import target as kubernetes_target
 from tests.services.training_operator import (
     RUN_LOG,
     Attempt,
@@ -84,6 +86,13 @@ def resumed_log(step: int) -> str:
 def operator(kube_api, tmp_path, monkeypatch) -> TrainingOperator:
     kube_api.reset()
     monkeypatch.setenv(operations.STATE_DIR_ENV, str(tmp_path / "state"))
+    # The stand-in answers within 50 ms, not a cluster's seconds: poll it at the local
+    # target's cadence, with the same two polls per follow chunk as 2 s / 4 s. What
+    # each attempt's state and remedy are does not depend on how often it is looked at;
+    # at 2 s the tests spent three quarters of their time asleep. (An operation's loop
+    # runs in a process of its own and keeps the real cadence.)
+    monkeypatch.setattr(kubernetes_target, "POLL_S", 0.25)
+    monkeypatch.setattr(auto_retry, "FOLLOW_CHUNK_S", 0.5)
     return TrainingOperator(kube_api)
 
 
