@@ -11,11 +11,12 @@ loaded machine that slows both ranks alike changes nothing here."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -109,6 +110,48 @@ def stop_job(runs_dir: Path, job: str, target: str = "local") -> None:
         cancel_training_job(job_name=job, runs_dir=str(runs_dir), target=target, confirm=True)
 
 
+@contextlib.contextmanager
+def stopping_rank1_after_a_checkpoint(
+    rank1: Callable[[], psutil.Process], job_dir: Path
+) -> Iterator[threading.Event]:
+    """A thread that SIGSTOPs rank 1 for good once the job's first checkpoint is saved
+    (a log under job_dir says so); the event is set when it did."""
+    stopped = threading.Event()
+
+    def stop() -> None:
+        process = rank1()
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:  # the first attempt's checkpoint at step 4
+            if any(
+                e["event"] == "checkpoint_saved"
+                for log in job_dir.rglob("*.log")
+                for e in parse_events(log.read_text(errors="replace"))
+            ):
+                break
+            time.sleep(0.2)
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signal.SIGSTOP)  # for good: the retry's stop ends it
+            stopped.set()
+
+    thread = threading.Thread(target=stop, daemon=True)
+    thread.start()
+    try:
+        yield stopped
+    finally:
+        thread.join(timeout=5)
+
+
+def assert_hung_then_resumed(result) -> None:
+    """auto_retry's two attempts: the first stopped as job_hung, the second resumed from
+    the checkpoint and finished the 16 steps."""
+    assert result.status == "succeeded", (result.message, result.attempts)
+    first, second = result.attempts
+    assert (first.status, first.code) == ("failed", "job_hung"), first
+    assert first.remedy.startswith("job_hung/resubmit")
+    assert second.status == "succeeded" and second.resumed_from and second.resumed_from >= 4
+    assert result.steps == 16
+
+
 def test_a_rank_paused_300_ms_every_step_is_named_the_straggler_within_20_steps(tmp_path):
     deploy_training_job(job_name="slow", runs_dir=str(tmp_path), max_steps=5000,
                         monitor=False, **JOB)  # fmt: skip
@@ -163,35 +206,15 @@ def test_a_rank_stopped_for_good_is_job_hung_within_five_step_times(tmp_path):
 
 
 def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(tmp_path):
-    stopped = threading.Event()
-
-    def stop_rank1_after_a_checkpoint() -> None:
-        run_dir = tmp_path / "resume"
-        rank1 = rank_process(run_dir, 1)
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:  # the first attempt's checkpoint at step 4
-            log = run_dir / "logs" / "attempt-1.log"
-            text = log.read_text() if log.exists() else ""
-            if any(e["event"] == "checkpoint_saved" for e in parse_events(text)):
-                break
-            time.sleep(0.2)
-        with contextlib.suppress(psutil.Error):
-            rank1.send_signal(signal.SIGSTOP)  # for good: the retry's SIGKILL ends it
-            stopped.set()
-
-    thread = threading.Thread(target=stop_rank1_after_a_checkpoint, daemon=True)
-    thread.start()
-    result = deploy_training_job(job_name="resume", runs_dir=str(tmp_path), max_steps=16,
-                                 checkpoint_freq=4, auto_retry=True, max_retries=1,
-                                 **JOB)  # fmt: skip
-    thread.join(timeout=5)
+    run_dir = tmp_path / "resume"
+    rank1 = functools.partial(rank_process, run_dir, 1)
+    with stopping_rank1_after_a_checkpoint(rank1, run_dir) as stopped:
+        result = deploy_training_job(job_name="resume", runs_dir=str(tmp_path), max_steps=16,
+                                     checkpoint_freq=4, auto_retry=True, max_retries=1,
+                                     **JOB)  # fmt: skip
     assert stopped.is_set()
-    assert result.status == "succeeded", (result.message, result.attempts)
-    first, second = result.attempts
-    assert (first.status, first.code) == ("failed", "job_hung"), first
-    assert first.remedy.startswith("job_hung/resubmit")
-    assert second.status == "succeeded" and second.resumed_from and second.resumed_from >= 4
-    assert result.steps == 16 and result.resumed_from == second.resumed_from
+    assert_hung_then_resumed(result)
+    assert result.resumed_from == result.attempts[1].resumed_from
     # The stopped rank is gone: the SIGKILL of its process group reached it too. (The
     # last supervisor may still be exiting after it recorded the end.)
     ours = [
@@ -228,39 +251,15 @@ def test_on_slurm_with_auto_retry_a_hung_job_is_cancelled_and_resumes(slurm_clus
     """The hang on a real one-node Slurm: the watchdog finds job_hung, auto_retry scancels
     the attempt and submits the next, which resumes from the checkpoint."""
     mark = {"FSDP_EKS_TEST_MARK": tmp_path.name}
-    stopped = threading.Event()
-
-    def stop_rank1_after_a_checkpoint() -> None:
-        rank1 = marked_process({**mark, "RANK": "1"})
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:  # the first attempt's checkpoint at step 4
-            logs = (tmp_path / "hang").rglob("*.log")
-            if any(
-                e["event"] == "checkpoint_saved"
-                for log in logs
-                for e in parse_events(log.read_text(errors="replace"))
-            ):
-                break
-            time.sleep(0.2)
-        with contextlib.suppress(psutil.Error):
-            rank1.send_signal(signal.SIGSTOP)  # for good: the attempt's scancel ends it
-            stopped.set()
-
-    thread = threading.Thread(target=stop_rank1_after_a_checkpoint, daemon=True)
-    thread.start()
+    rank1 = functools.partial(marked_process, {**mark, "RANK": "1"})
     try:
-        result = deploy_training_job(
-            job_name="hang", target="slurm", runs_dir=str(tmp_path), max_steps=16,
-            checkpoint_freq=4, auto_retry=True, max_retries=1,
-            validation_freq=0, env={**JOB["env"], **mark},
-        )  # fmt: skip
+        with stopping_rank1_after_a_checkpoint(rank1, tmp_path / "hang") as stopped:
+            result = deploy_training_job(
+                job_name="hang", target="slurm", runs_dir=str(tmp_path), max_steps=16,
+                checkpoint_freq=4, auto_retry=True, max_retries=1,
+                validation_freq=0, env={**JOB["env"], **mark},
+            )  # fmt: skip
     finally:
-        thread.join(timeout=5)
         stop_job(tmp_path, "hang", "slurm")
     assert stopped.is_set()
-    assert result.status == "succeeded", (result.message, result.attempts)
-    first, second = result.attempts
-    assert (first.status, first.code) == ("failed", "job_hung"), first
-    assert first.remedy.startswith("job_hung/resubmit")
-    assert second.status == "succeeded" and second.resumed_from and second.resumed_from >= 4
-    assert result.steps == 16
+    assert_hung_then_resumed(result)
