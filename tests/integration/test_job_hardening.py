@@ -31,6 +31,9 @@ from skills.training_job_deployer.trainer_log import parse_events
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDLESS = {"max_steps": 100_000, "checkpoint_freq": 0}
+# Where a test is about the record, the tool edge or the disk, not about a group of ranks,
+# its job runs one process: a rank is ~4 CPU-seconds of torch start-up (issue 36).
+ONE_RANK = {"gpu_per_node": 1}
 TOOLS = ("get_training_job", "get_training_job_logs", "cancel_training_job", "deploy_training_job")
 
 
@@ -81,7 +84,7 @@ def test_eight_concurrent_deploys_in_threads_start_one_trainer(tmp_path):
     def deploy() -> None:
         try:
             state = deploy_training_job(
-                job_name="dup", runs_dir=str(tmp_path), wait_seconds=0, **ENDLESS
+                job_name="dup", runs_dir=str(tmp_path), wait_seconds=0, **ENDLESS, **ONE_RANK
             )
             outcomes.append(state.status)
         except ToolFailure as failure:
@@ -103,7 +106,7 @@ def test_eight_concurrent_deploys_in_threads_start_one_trainer(tmp_path):
 
 def test_eight_concurrent_cli_deploys_start_one_trainer(tmp_path):
     argv = ["--job_name", "dup", "--runs_dir", str(tmp_path), "--wait_seconds", "0", "--json",
-            "--max_steps", "100000", "--checkpoint_freq", "0"]  # fmt: skip
+            "--max_steps", "100000", "--checkpoint_freq", "0", "--gpu_per_node", "1"]  # fmt: skip
     procs = [cli_process("deploy_training_job", *argv) for _ in range(8)]
     try:
         results = [(p.wait(120), *p.communicate()) for p in procs]
@@ -177,7 +180,7 @@ def test_a_damaged_record_is_a_typed_error_in_every_tool(tmp_path, how):
 def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(tmp_path):
     _damage(tmp_path / "bad", "not json")
     state = deploy_training_job(
-        job_name="bad", runs_dir=str(tmp_path), max_steps=2, replace_corrupt_record=True
+        job_name="bad", runs_dir=str(tmp_path), max_steps=2, replace_corrupt_record=True, **ONE_RANK
     )
     assert state.status == "succeeded", state.log_tail
     assert [p.name.split("-")[0] for p in (tmp_path / "bad").glob("job.json.corrupt-*")] == [
@@ -280,7 +283,7 @@ def test_killing_the_following_cli_leaves_the_end_recorded(tmp_path):
 
 
 def test_another_jobs_checkpoints_are_taken_only_when_told(tmp_path):
-    first = deploy_training_job(job_name="a", runs_dir=str(tmp_path), max_steps=2)
+    first = deploy_training_job(job_name="a", runs_dir=str(tmp_path), max_steps=2, **ONE_RANK)
     assert first.status == "succeeded"
     theirs = str(tmp_path / "a" / "checkpoints")
     status, out, _ = cli("deploy_training_job", "--job_name", "b", "--runs_dir", str(tmp_path),
@@ -290,7 +293,7 @@ def test_another_jobs_checkpoints_are_taken_only_when_told(tmp_path):
     assert (status, error["code"]) == (1, "conflict") and "--adopt_checkpoint_dir" in error["hint"]
     adopted = deploy_training_job(
         job_name="b", runs_dir=str(tmp_path), checkpoint_dir=theirs, max_steps=3,
-        adopt_checkpoint_dir=True,
+        adopt_checkpoint_dir=True, **ONE_RANK,
     )  # fmt: skip
     assert (adopted.status, adopted.resumed_from) == ("succeeded", 2)
 
@@ -347,7 +350,8 @@ def test_canary_secrets_appear_nowhere(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(hook))
     begun = time.time() - 1
     runs = tmp_path / "runs"
-    argv = ["--job_name", "leaky", "--runs_dir", str(runs), "--json", "--max_steps", "2"]
+    argv = ["--job_name", "leaky", "--runs_dir", str(runs), "--json", "--max_steps", "2",
+            "--gpu_per_node", "1"]  # fmt: skip
     status, out, err = cli("deploy_training_job", *argv)
     assert status == 1 and json.loads(out)["status"] == "failed"
     assert "cannot reach the hub with ***" in json.loads(out)["message"]
@@ -387,7 +391,7 @@ def test_a_secret_inside_an_argument_is_masked_in_the_plan_and_the_job_record(
     assert "s3://corpus-***/train.jsonl" in plan["argv"]
     assert secret not in "".join(planned[1:] + shown[1:]) and "corpus-***" in shown[1]
     started = deploy_training_job(job_name="masked", runs_dir=str(runs), dataset=dataset,
-                                  wait_seconds=0, **ENDLESS)  # fmt: skip
+                                  wait_seconds=0, **ENDLESS, **ONE_RANK)  # fmt: skip
     try:
         assert secret not in started.model_dump_json()
         written = (runs / "masked" / "job.json").read_text()
@@ -464,7 +468,8 @@ def test_a_disk_that_fills_during_the_run_is_named_as_the_cause(tmp_path):
     done = _in_a_small_filesystem(
         f"""
         {python} commands/deploy_training_job.py --job_name filling --runs_dir "$SMALL" \
-            --max_steps 40 --checkpoint_freq 1 --keep_last 0 --json > {tmp_path}/out.json \
+            --max_steps 40 --checkpoint_freq 1 --keep_last 0 --gpu_per_node 1 --json \
+            > {tmp_path}/out.json \
             2> {tmp_path}/err.txt || true
         {python} commands/get_training_job.py --job_name filling --runs_dir "$SMALL" --json \
             > {tmp_path}/get.json || true
@@ -501,7 +506,7 @@ def test_out_of_range_numbers_are_bad_input(tmp_path, flags):
 def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
     state = deploy_training_job(
         job_name="cfg", runs_dir=str(tmp_path), dataset=str(tmp_path / "missing.txt"),
-        max_restarts=5,
+        max_restarts=5, **ONE_RANK,
     )  # fmt: skip
     assert state.status == "failed"
     assert "not restarted" in state.message and "missing.txt" in state.message
@@ -587,7 +592,8 @@ def test_one_mcp_server_agrees_with_itself_about_a_cancel(tmp_path):
 
 
 def test_a_damaged_newest_checkpoint_is_passed_over_and_all_damaged_is_one_line(tmp_path):
-    args = {"job_name": "ck", "runs_dir": str(tmp_path), "checkpoint_freq": 2, "keep_last": 0}
+    args = {"job_name": "ck", "runs_dir": str(tmp_path), "checkpoint_freq": 2, "keep_last": 0,
+            **ONE_RANK}  # fmt: skip
     assert deploy_training_job(**args, max_steps=4).status == "succeeded"
     checkpoints = tmp_path / "ck" / "checkpoints"
     for shard in (checkpoints / "step-4").glob("*.distcp"):

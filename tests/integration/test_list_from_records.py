@@ -16,7 +16,7 @@ JUNK_LINE = b"x" * 1023 + b"\n"
 
 def test_an_ended_jobs_outcome_is_in_its_record_and_a_list_reads_no_log(tmp_path):
     runs = tmp_path / "runs"
-    done = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2)
+    done = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
     assert (done.status, done.steps) == ("succeeded", 2)
     record = json.loads((runs / "job-0" / "job.json").read_text())
     outcome = record["outcome"]  # the supervisor kept it at the end
@@ -41,7 +41,7 @@ def test_an_ended_jobs_outcome_is_in_its_record_and_a_list_reads_no_log(tmp_path
 
 def test_a_record_without_an_outcome_gets_it_on_the_first_look(tmp_path):
     runs = tmp_path / "runs"
-    deploy_training_job(job_name="old", runs_dir=str(runs), max_steps=2)
+    deploy_training_job(job_name="old", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
     path = runs / "old" / "job.json"
     record = json.loads(path.read_text())
     path.write_text(json.dumps({k: v for k, v in record.items() if k != "outcome"}))

@@ -33,7 +33,7 @@ def _lengthen(log, hole_bytes: int, last_step: int) -> None:
 
 def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(tmp_path):
     runs = tmp_path / "runs"
-    state = deploy_training_job(job_name="long", runs_dir=str(runs), max_steps=3)
+    state = deploy_training_job(job_name="long", runs_dir=str(runs), max_steps=3, gpu_per_node=1)
     assert state.status == "succeeded" and state.steps == 3
     log = runs / "long" / "logs" / "attempt-1.log"
     _lengthen(log, 3 * GIB, last_step=59_896)
@@ -52,7 +52,7 @@ def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(tmp
 
 def test_a_log_just_over_head_and_tail_keeps_the_heads_start_and_the_tails_outcome(tmp_path):
     runs = tmp_path / "runs"
-    state = deploy_training_job(job_name="mid", runs_dir=str(runs), max_steps=3)
+    state = deploy_training_job(job_name="mid", runs_dir=str(runs), max_steps=3, gpu_per_node=1)
     first_loss = state.first_loss
     log = runs / "mid" / "logs" / "attempt-1.log"
     _lengthen(log, 6 * 2**20, last_step=500)
