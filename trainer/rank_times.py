@@ -30,6 +30,10 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+# torch 2.13 renamed all_gather_into_tensor (the old name warns on every call, a
+# FutureWarning in every rank's log); an image's older torch has only the old name.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 # The GPU probe: PROBE_REPEATS matmuls of PROBE_SIZE^2 bf16 (2 x 2048^3 x 16 = 0.27 TFLOP,
 # a few ms on an H100; 24 MB, freed to the caching allocator after).
 PROBE_SIZE = 2048
@@ -150,7 +154,7 @@ class RankTimes:
         if self.device.type == "cuda":
             mine = mine.pin_memory().to(self.device, non_blocking=True)
         gathered = torch.empty(2 * self.world_size, dtype=torch.float32, device=self.device)
-        dist.all_gather_into_tensor(gathered, mine)
+        _all_gather_single(gathered, mine)
         pairs = gathered.view(self.world_size, 2).tolist()
         gpu = gpu_lag([p for _, p in pairs], step_s)
         return slowest([s + g for (s, _), g in zip(pairs, gpu, strict=True)], self.hosts)

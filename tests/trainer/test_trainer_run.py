@@ -34,6 +34,7 @@ def two_process_run(tmp_path_factory, run_trainer):
         nproc=2,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (out / "ranks-stderr.txt").write_text(proc.stderr)
     return events, out
 
 
@@ -55,6 +56,14 @@ def test_two_processes_train_and_the_loss_falls(two_process_run):
     )
     assert summary["last_loss"] < summary["first_loss"] - 1.0
     assert 5.5 < summary["first_loss"] < 7.0  # ~ln(512): a healthy start
+
+
+def test_a_healthy_runs_log_holds_no_torch_deprecation_warning(two_process_run):
+    """The rank-times gather once called a renamed collective: two FutureWarning lines
+    (four with the source line) in every multi-rank job's log."""
+    _, out = two_process_run
+    stderr = (out / "ranks-stderr.txt").read_text()
+    assert "FutureWarning" not in stderr and "DeprecationWarning" not in stderr, stderr[-2000:]
 
 
 def test_the_held_out_split_is_evaluated_every_validation_freq_steps(two_process_run):
