@@ -511,10 +511,9 @@ def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
     assert state.status == "failed"
     assert "not restarted" in state.message and "missing.txt" in state.message
     events = parse_events((tmp_path / "cfg" / "logs" / "attempt-1.log").read_text())
-    # One attempt, not six: at most one error line per rank (the supervisor may stop
-    # the group as soon as the first rank reports).
+    # One attempt of one rank, not six: exactly one error line.
     errors = [e for e in events if e["event"] == "error"]
-    assert 1 <= len(errors) <= 2 and all(e["retryable"] is False for e in errors)
+    assert len(errors) == 1 and errors[0]["retryable"] is False, errors
 
 
 def test_no_run_leaves_files_in_tmp(tmp_path, monkeypatch):

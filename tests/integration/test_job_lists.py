@@ -14,9 +14,8 @@ from skills.training_job_deployer.targets import run_dir
 
 def test_a_local_list_pages_describe_only_the_page(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
-    assert deploy_training_job(
-        job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1
-    ).status == ("succeeded")
+    job = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
+    assert job.status == "succeeded", job.log_tail
     for i in range(1, 5):
         copy = runs / f"job-{i}"
         shutil.copytree(runs / "job-0", copy)

@@ -25,9 +25,8 @@ JOBS = 220
 def many_runs(tmp_path_factory):
     """One real finished local job, copied to JOBS jobs (each its own record and log)."""
     runs = tmp_path_factory.mktemp("cap") / "runs"
-    assert deploy_training_job(
-        job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1
-    ).status == ("succeeded")
+    job = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
+    assert job.status == "succeeded", job.log_tail
     for i in range(1, JOBS):
         copy = runs / f"job-{i}"
         shutil.copytree(runs / "job-0", copy)

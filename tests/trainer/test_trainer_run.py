@@ -34,12 +34,11 @@ def two_process_run(tmp_path_factory, run_trainer):
         nproc=2,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (out / "ranks-stderr.txt").write_text(proc.stderr)
-    return events, out
+    return events, out, proc.stderr
 
 
 def test_two_processes_train_and_the_loss_falls(two_process_run):
-    events, _ = two_process_run
+    events, *_ = two_process_run
     start, summary = events[0], events[-1]
     steps = [e for e in events if e["event"] == "step"]
     assert start["event"] == "start" and summary["event"] == "summary"
@@ -61,13 +60,12 @@ def test_two_processes_train_and_the_loss_falls(two_process_run):
 def test_a_healthy_runs_log_holds_no_torch_deprecation_warning(two_process_run):
     """The rank-times gather once called a renamed collective: two FutureWarning lines
     (four with the source line) in every multi-rank job's log."""
-    _, out = two_process_run
-    stderr = (out / "ranks-stderr.txt").read_text()
+    *_, stderr = two_process_run
     assert "FutureWarning" not in stderr and "DeprecationWarning" not in stderr, stderr[-2000:]
 
 
 def test_the_held_out_split_is_evaluated_every_validation_freq_steps(two_process_run):
-    events, _ = two_process_run
+    events, *_ = two_process_run
     evals = [e for e in events if e["event"] == "eval"]
     assert [e["step"] for e in evals] == [10, 20, 30]
     assert evals[-1]["loss"] < evals[0]["loss"]
@@ -76,7 +74,7 @@ def test_the_held_out_split_is_evaluated_every_validation_freq_steps(two_process
 
 
 def test_summary_matches_the_step_lines(two_process_run):
-    events, _ = two_process_run
+    events, *_ = two_process_run
     steps = [e for e in events if e["event"] == "step"]
     (summary,) = [e for e in events if e["event"] == "summary"]
     assert set(summary) == SUMMARY_KEYS
@@ -90,7 +88,7 @@ def test_summary_matches_the_step_lines(two_process_run):
 
 
 def test_output_dir_gets_the_resolved_config(two_process_run):
-    _, out = two_process_run
+    _, out, _ = two_process_run
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["max_steps"] == 30 and cfg["model"]["dim"] > 0
 
@@ -98,7 +96,7 @@ def test_output_dir_gets_the_resolved_config(two_process_run):
 def test_replicated_no_shard_matches_fully_sharded_training(two_process_run, run_trainer):
     # Same seed, same data: sharding changes where the math happens, not the result.
     # (Both runs are still in warmup at step 7, so their LR schedules agree.)
-    events, _ = two_process_run
+    events, *_ = two_process_run
     full = {e["step"]: e["loss"] for e in events if e["event"] == "step"}
     proc, other = run_trainer(
         ["--max_steps", "7", "--log_freq", "7", "--sharding_strategy", "no_shard"], nproc=2
