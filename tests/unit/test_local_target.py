@@ -207,6 +207,33 @@ def test_plan_is_an_argv_list_with_the_trainer_flags(tmp_path, monkeypatch):
     assert plan.run_dir == str(tmp_path / "p")
 
 
+@pytest.mark.parametrize(
+    ("caller", "procs", "threads"),
+    [
+        (None, 4, "2"),  # none set: this host's 8 cores split between the ranks
+        (None, 1, "8"),
+        ("1", 1, "1"),  # the caller's choice wins (the trainer and torchrun honour it too)
+        (" 3 ", 4, "3"),
+        ("0", 4, "2"),  # not a thread count: the split
+        ("two", 1, "8"),
+        ("", 2, "4"),
+    ],
+)
+def test_ranks_get_the_callers_omp_num_threads_else_a_share_of_the_cores(
+    tmp_path, monkeypatch, caller, procs, threads
+):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    if caller is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", caller)
+    plan = LocalTarget(tmp_path).plan(JobSpec(job_name="omp", gpu_per_node=procs))
+    assert plan.env["OMP_NUM_THREADS"] == threads
+    # The job's own variables still come last.
+    spec = JobSpec(job_name="omp", gpu_per_node=procs, env={"OMP_NUM_THREADS": "5"})
+    assert LocalTarget(tmp_path).plan(spec).env["OMP_NUM_THREADS"] == "5"
+
+
 LISTING = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-a)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-b)\n"
 
 

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -67,7 +68,14 @@ logger = logging.getLogger(__name__)
 POLL_S = 0.25
 
 
-def _threads_per_process(nproc: int) -> int:
+def _threads_per_process(nproc: int, environ: Mapping[str, str]) -> int:
+    """Intra-op threads per rank: the caller's OMP_NUM_THREADS where it is a whole number
+    of at least 1 (an explicit choice wins, as in the trainer and in torchrun), else this
+    host's cores split between the ranks. A rank with more threads than its share of
+    the cores spins them waiting for a core that is busy elsewhere."""
+    explicit = environ.get("OMP_NUM_THREADS", "").strip()
+    if explicit.isdigit() and int(explicit) >= 1:
+        return int(explicit)
     return max(1, (os.cpu_count() or 1) // nproc)
 
 
@@ -236,7 +244,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         env = {
             # Whole lines reach the log as they are printed, so progress streams.
             "PYTHONUNBUFFERED": "1",
-            "OMP_NUM_THREADS": str(_threads_per_process(spec.gpu_per_node)),
+            "OMP_NUM_THREADS": str(_threads_per_process(spec.gpu_per_node, os.environ)),
             "PYTHONPATH": processes.project_pythonpath(),
             # torchelastic and the ranks make temp files: they stay in the run dir.
             "TMPDIR": str(run.scratch),
