@@ -15,8 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # --quick (the test suite runs it, to prove the benchmark runs, not to measure): the
-# demo job for 1 step, not its default length.
+# demo job for 1 step on 1 process (each rank is a torch start), the baseline on 1 too.
 QUICK = "--quick" in sys.argv
+PROCESSES = 1 if QUICK else 2
 
 BARE = (
     "import torch.distributed as dist\n"
@@ -38,7 +39,7 @@ def main() -> None:
                 "-m",
                 "torch.distributed.run",
                 "--standalone",
-                "--nproc_per_node=2",
+                f"--nproc_per_node={PROCESSES}",
                 str(script),
             ],
             check=True,
@@ -58,7 +59,7 @@ def main() -> None:
                 "--runs_dir",
                 str(runs),
                 "--json",
-                *(["--max_steps", "1"] if QUICK else []),
+                *(["--max_steps", "1", "--gpu_per_node", "1"] if QUICK else []),
             ],
             check=True,
             capture_output=True,
@@ -70,7 +71,7 @@ def main() -> None:
     finally:
         shutil.rmtree(runs, ignore_errors=True)
 
-    print(f"torchrun 2 procs, init+barrier only (baseline): {bare:7.1f} s")
+    print(f"torchrun {PROCESSES} procs, init+barrier only (baseline): {bare:7.1f} s")
     print(
         f"demo job end to end                           : {demo:7.1f} s  "
         f"({demo / bare:4.1f}x baseline)"

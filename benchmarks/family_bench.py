@@ -49,6 +49,8 @@ QUICK_STEPS = 2
 QUICK_SHAPE = {**SHAPE, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}  # fmt: skip
 QUICK_BATCH = ["--seq_len", "32", "--train_batch_size", "2"]
+# Processes per run: --quick, one (each rank is a torch start).
+NPROC = 1 if "--quick" in sys.argv else 2
 
 
 def env() -> dict[str, str]:
@@ -59,7 +61,13 @@ def env() -> dict[str, str]:
 
 
 def torchrun(args: list[str]) -> list[dict]:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={NPROC}",
+    ]
     done = subprocess.run(argv + args, cwd=ROOT, env=env(), capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
@@ -116,8 +124,11 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(["llama", *FAMILIES]))
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--quick", action="store_true",
-                        help="the first family only, tiny and short (the suite runs it)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the first family only, tiny and short (the suite runs it)",
+    )
     args = parser.parse_args()
     families = args.families.split(",")[:1] if args.quick else args.families.split(",")
     rows = []

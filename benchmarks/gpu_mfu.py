@@ -114,7 +114,7 @@ def main() -> None:
 
     n_gpus = gpus()
     layers, seq, batch, vocab = GPU_DEFAULTS if n_gpus else CPU_DEFAULTS
-    nproc = n_gpus or 2
+    nproc = n_gpus or (1 if args.quick else 2)  # --quick on CPU: 1 (a rank is a torch start)
     seq, batch = args.seq_len or seq, args.train_batch_size or batch
     model = [*(QUICK_SHAPE if args.quick else SHAPE), "--n_layers", str(args.n_layers or layers)]
     model += ["--seq_len", str(seq), "--train_batch_size", str(batch)]

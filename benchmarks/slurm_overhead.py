@@ -1,7 +1,8 @@
 """The scheduler's overhead: time from the CLI call (`deploy_training_job.py --target X`)
 to the first training step in the job's log, on a one-node Slurm (the test stack's:
 munge + slurmctld + slurmd, private paths) against the local target, in the same run
-on the same machine, alternating. Same job both ways: 2 CPU processes (gloo), 4 steps.
+on the same machine, alternating. Same job both ways: 2 CPU processes (gloo), 4 steps
+(--quick: 1 process, 1 step).
 Prints each target's median and the ratio; Slurm adds sbatch, the scheduler's pick,
 slurmd's launch of the batch script and srun's of the step."""
 
@@ -22,9 +23,10 @@ sys.path.insert(0, str(ROOT))
 from skills.training_job_deployer.trainer_log import parse_events  # noqa: E402
 from tests.services.slurm import slurm_cluster  # noqa: E402
 
-QUICK = "--quick" in sys.argv  # one round of 1 step (the test suite runs it)
+QUICK = "--quick" in sys.argv  # one round of 1 step on 1 process (the test suite runs it)
 ROUNDS = 1 if QUICK else 3
 STEPS = 1 if QUICK else 4
+PROCESSES = 1 if QUICK else 2
 
 
 def first_step(target: str, runs: Path, job: str) -> tuple[float, float]:
@@ -42,6 +44,8 @@ def first_step(target: str, runs: Path, job: str) -> tuple[float, float]:
             str(runs),
             "--max_steps",
             str(STEPS),
+            "--gpu_per_node",
+            str(PROCESSES),
             "--json",
         ],
         stdout=subprocess.DEVNULL,
