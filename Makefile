@@ -4,21 +4,12 @@ PY     := $(VENV)/bin/python
 # Pinned: an unpinned torch pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# The venv's interpreter: the distribution's build of the same Python version as `python3`
-# on PATH, where there is one with venv, else `python3`. A distribution compiles Python
-# with profile-guided and link-time optimisation; pyenv's default build has neither and a
-# shared libpython. On the dev machine Debian's 3.11 runs a trainer rank with about a
-# fifth less CPU than pyenv's 3.11, and `make test` starts about 300 of them.
-# PYTHON=/path/to/python3 chooses.
-SAME_VERSION := import sys; print(sys.version_info[:2])
-PYTHON ?= $(shell d=/usr/bin/python3; [ -x $$d ] && [ "$$($$d -c '$(SAME_VERSION)')" = "$$(python3 -c '$(SAME_VERSION)')" ] \
-  && $$d -c 'import ensurepip, venv' 2>/dev/null && echo $$d || echo python3)
 APT_PACKAGES := podman docker-registry slurm-wlm munge mmdebstrap
 
 .PHONY: setup setup-dev system-deps demo test bench lint clean
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 $(VENV)/.trainer: pyproject.toml | $(PY)
