@@ -1,6 +1,7 @@
 """Real distributed training through every surface: the Python function, the CLI
 script, and MCP clients (the SDK's in-memory client, a stdio subprocess and
-streamable HTTP). Each job is a real 2-process torchrun with gloo on CPU."""
+streamable HTTP). Each job is a real torchrun with gloo on CPU: 2 processes for the run
+that learns, 1 for the runs that compare the surfaces and the failing run."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Small enough for CI, long enough for the loss to fall clearly (6.30 -> 3.26 in 12
 # steps, against the 0.5 asked; a run that did not update its weights stays at 6.3).
 FULL_RUN = {"max_steps": 12}
-# Runs compared across surfaces: same seed, so the same first loss.
-SHORT_RUN = {"max_steps": 4}
+# Runs compared across surfaces: same seed, so the same first loss. One process each: the
+# surfaces are the subject (the full run above is the 2-process job).
+SHORT_RUN = {"max_steps": 4, "gpu_per_node": 1}
 COMPARED = ("status", "steps", "max_steps", "world_size", "target")
 
 
@@ -105,7 +107,9 @@ def test_get_training_job_logs_returns_the_log_tail(full_run, runs_dir):
 
 def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
     # seq_len beyond the debug model's 512 positions: only the trainer knows its shape.
-    result = deploy_training_job(job_name="broken", seq_len=4096, runs_dir=str(runs_dir))
+    result = deploy_training_job(
+        job_name="broken", seq_len=4096, runs_dir=str(runs_dir), gpu_per_node=1
+    )
     assert result.status == "failed"
     assert result.exit_code != 0
     assert result.error and result.error["event"] == "error"
@@ -141,6 +145,8 @@ def cli_result(runs_dir) -> dict:
         str(runs_dir),
         "--max_steps",
         str(SHORT_RUN["max_steps"]),
+        "--gpu_per_node",
+        str(SHORT_RUN["gpu_per_node"]),
         "--json",
     )
     assert done.returncode == 0, done.stderr
