@@ -91,7 +91,7 @@ def operator(kube_api, tmp_path, monkeypatch) -> TrainingOperator:
     # each attempt's state and remedy are does not depend on how often it is looked at;
     # at 2 s the tests spent three quarters of their time asleep. (An operation's loop
     # runs in a process of its own and keeps the real cadence.)
-    monkeypatch.setattr(kubernetes_target, "POLL_S", 0.25)
+    monkeypatch.setattr(kubernetes_target.KubernetesTarget, "poll_s", 0.25)
     monkeypatch.setattr(auto_retry, "FOLLOW_CHUNK_S", 0.5)
     return TrainingOperator(kube_api)
 

@@ -144,6 +144,8 @@ class Target(ABC, Generic[PlanT]):
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     # Whether jobs run on a cluster's nodes (paid GPUs), where a toy model is a mistake.
     on_cluster: ClassVar[bool] = True
+    # Seconds between looks at a job while following it (each target its own cadence).
+    poll_s: ClassVar[float] = 1.0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -228,7 +228,6 @@ class RunDirTarget(Target[PlanT]):
     """A target whose jobs live in run directories under `runs_dir` on this host."""
 
     record_name: ClassVar[str]
-    poll_s: ClassVar[float] = 1.0
     # The doctor reads the job's log (no pods or events here), and auto-retry resubmits
     # it: a new attempt resumes from the same checkpoint_dir.
     capabilities: ClassVar[frozenset[Capability]] = frozenset(

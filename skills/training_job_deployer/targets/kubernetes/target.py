@@ -221,6 +221,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
     deploy_settings_model: ClassVar[type[TargetSettings]] = KubernetesDeploySettings
     plan_model: ClassVar[type[Plan]] = KubernetesPlan
     capabilities: ClassVar[frozenset[Capability]] = frozenset(Capability)
+    poll_s: ClassVar[float] = POLL_S
 
     def __init__(self, settings: KubernetesSettings | None = None) -> None:
         self.settings = settings or KubernetesSettings()
@@ -494,7 +495,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             state.findings = watchdog.findings(metrics, state.status == "running", time.time())
             return state
 
-        state = poll_until(look, lambda state: state.status in TERMINAL, limit, POLL_S)
+        state = poll_until(look, lambda state: state.status in TERMINAL, limit, self.poll_s)
         if detach and state.status not in TERMINAL:
             state.next_step = NextStep(
                 tool="get_training_job",
