@@ -61,13 +61,8 @@ def env() -> dict[str, str]:
 
 
 def torchrun(args: list[str]) -> list[dict]:
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={NPROC}",
-    ]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    argv.append(f"--nproc_per_node={NPROC}")
     done = subprocess.run(argv + args, cwd=ROOT, env=env(), capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
@@ -124,11 +119,8 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(["llama", *FAMILIES]))
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="the first family only, tiny and short (the suite runs it)",
-    )
+    parser.add_argument("--quick", action="store_true",
+                        help="the first family only, tiny and short (the suite runs it)")
     args = parser.parse_args()
     families = args.families.split(",")[:1] if args.quick else args.families.split(",")
     rows = []

@@ -49,13 +49,8 @@ def env() -> dict[str, str]:
 
 
 def torchrun(args: list[str]) -> list[dict]:
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={NPROC}",
-    ]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    argv.append(f"--nproc_per_node={NPROC}")
     done = subprocess.run(
         argv + args, cwd=ROOT, env=env(), capture_output=True, text=True, check=False
     )
