@@ -147,12 +147,9 @@ def test_an_ended_job_keeps_its_outcome_and_the_list_reads_no_log(cli_run, runs,
 
 
 def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
-    # One process: requeue, the checkpoint on SIGTERM and the resume are the subject (the
-    # 2-process job is the CLI test's).
     started = deploy_training_job(
-        job_name="requeued", max_steps=60, checkpoint_freq=0, wait_seconds=0, gpu_per_node=1,
-        **_slurm(runs),
-    )  # fmt: skip
+        job_name="requeued", max_steps=60, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)
+    )
     assert started.status == "running"
     job_id = Path(started.log_path).stem.removeprefix("slurm-")
     _wait_for_step(Path(started.log_path))
