@@ -40,6 +40,7 @@ from trainer.hf import hf_config_from_model
 from trainer.model import Transformer, num_params
 from trainer.parallel import apply_fsdp, build_mesh
 from trainer.rank_times import RankTimes
+from trainer.threads import choose_num_threads
 from trainer.train import build_optimizer
 
 
@@ -54,7 +55,7 @@ def setup() -> torch.device:
         torch.cuda.set_device(device)
     else:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        torch.set_num_threads(devices.choose_num_threads(
+        torch.set_num_threads(choose_num_threads(
             os.cpu_count() or 1, local_world, os.environ.get("OMP_NUM_THREADS")))  # fmt: skip
     if "WORLD_SIZE" not in os.environ:  # no launcher: a world of one, as the trainer runs it
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
