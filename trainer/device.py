@@ -69,21 +69,6 @@ def mixed_precision_policy(
     return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
 
 
-def choose_num_threads(cpu_count: int, local_world_size: int, omp_num_threads: str | None) -> int:
-    """Intra-op threads per process on CPU.
-
-    An explicit OMP_NUM_THREADS wins. Otherwise split the cores evenly between the
-    processes on this host: oversubscribing (2 procs x 2 threads on 2 cores) makes
-    gloo collectives and matmuls fight for cores and is slower than 1 thread each.
-    """
-    if omp_num_threads:
-        try:
-            return max(1, int(omp_num_threads))
-        except ValueError:
-            pass
-    return max(1, cpu_count // max(1, local_world_size))
-
-
 def optimizer_flags(device_type: str) -> dict[str, bool]:
     """AdamW's implementation: the fused kernel on CUDA (one launch for all parameters,
     and it honours an on-device `found_inf`, so a non-finite step is skipped without a

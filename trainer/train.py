@@ -85,6 +85,7 @@ from trainer.parallel import (
 )
 from trainer.rank_times import RankTimes
 from trainer.stream import Batches, StreamBatches
+from trainer.threads import choose_num_threads
 from trainer.token_cache import cached_tokens, open_mask, token_file
 from trainer.tokenizer import Tokenizer, load_tokenizer
 from trainer.train_state import check_same_model, restore_train_state, train_state
@@ -165,7 +166,7 @@ def setup_device(env: DistEnv) -> tuple[torch.device, str]:
     else:
         return_large_frees(os.environ)
         torch.set_num_threads(
-            devices.choose_num_threads(
+            choose_num_threads(
                 os.cpu_count() or 1, env.local_world_size, os.environ.get("OMP_NUM_THREADS")
             )
         )

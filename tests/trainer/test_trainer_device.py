@@ -7,6 +7,7 @@ import torch
 
 from trainer import device as d
 from trainer.parallel import mesh_shape, reshard_after_forward, resolve_strategy
+from trainer.threads import choose_num_threads
 
 
 def test_cuda_available_uses_cuda_and_nccl():
@@ -54,10 +55,14 @@ def test_cpu_stays_fp32_even_if_bf16_is_reported():
         (2, 4, None, 1),  # oversubscribed: never 0
         (16, 2, "3", 3),  # an explicit OMP_NUM_THREADS wins
         (16, 2, "junk", 8),
+        (16, 2, " 3 ", 3),
+        (16, 2, "0", 8),  # not a thread count (OpenMP ignores it too): the split
+        (16, 2, "-2", 8),
+        (16, 2, "", 8),
     ],
 )
 def test_cpu_threads_split_cores_between_local_processes(cpus, local_procs, omp, expected):
-    assert d.choose_num_threads(cpus, local_procs, omp) == expected
+    assert choose_num_threads(cpus, local_procs, omp) == expected
 
 
 @pytest.mark.parametrize(

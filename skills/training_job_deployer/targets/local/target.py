@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -62,21 +61,11 @@ from skills.training_job_deployer.trainer_log import (
     RunMetrics,
     tail_with_error,
 )
+from trainer.threads import choose_num_threads
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
-
-
-def _threads_per_process(nproc: int, environ: Mapping[str, str]) -> int:
-    """Intra-op threads per rank: the caller's OMP_NUM_THREADS where it is a whole number
-    of at least 1 (an explicit choice wins, as in the trainer and in torchrun), else this
-    host's cores split between the ranks. A rank with more threads than its share of
-    the cores spins them waiting for a core that is busy elsewhere."""
-    explicit = environ.get("OMP_NUM_THREADS", "").strip()
-    if explicit.isdigit() and int(explicit) >= 1:
-        return int(explicit)
-    return max(1, (os.cpu_count() or 1) // nproc)
 
 
 def visible_gpus(nvidia_smi_listing: str | None, cuda_visible_devices: str | None) -> int:
@@ -244,7 +233,11 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         env = {
             # Whole lines reach the log as they are printed, so progress streams.
             "PYTHONUNBUFFERED": "1",
-            "OMP_NUM_THREADS": str(_threads_per_process(spec.gpu_per_node, os.environ)),
+            "OMP_NUM_THREADS": str(
+                choose_num_threads(
+                    os.cpu_count() or 1, spec.gpu_per_node, os.environ.get("OMP_NUM_THREADS")
+                )
+            ),
             "PYTHONPATH": processes.project_pythonpath(),
             # torchelastic and the ranks make temp files: they stay in the run dir.
             "TMPDIR": str(run.scratch),
