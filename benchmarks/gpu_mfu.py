@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._launch import launcher  # noqa: E402
 from benchmarks.trainer_bench import env  # noqa: E402
 
 # Llama 3 8B, HF config: 2 x (vocab x dim) of embedding and lm_head, 218M per layer.
@@ -49,8 +50,7 @@ def gpus() -> int:
 
 
 def torchrun(nproc: int, args: list[str]) -> list[dict]:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    argv += [f"--nproc_per_node={nproc}", *args]
+    argv = [*launcher(nproc, "--quick" in sys.argv), *args]  # --quick on CPU: no torchrun
     done = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"benchmark run failed:\n{done.stderr[-3000:]}")

@@ -30,6 +30,16 @@ def parse_lines(stdout: str) -> list[dict]:
     return events
 
 
+def train_here(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, list[dict]]:
+    """The trainer's main in this process, a world of one: what `python -m trainer ARGS`
+    does, less the seconds of CPU a process of its own spends importing torch. Use it
+    with the no_dist_env fixture; stdout must still be one JSON event a line."""
+    from trainer import train as train_mod
+
+    code = train_mod.main(args)
+    return code, parse_lines(capsys.readouterr().out)
+
+
 def _run_trainer(
     args: list[str], nproc: int | None = None, cwd: Path | None = None, timeout: float = 240
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:

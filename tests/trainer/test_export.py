@@ -3,13 +3,17 @@ our model and transformers both load with the original logits."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
+import os
 import subprocess
 import sys
 import uuid
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -20,6 +24,7 @@ from tests.trainer.conftest import ROOT, parse_lines, trainer_env
 from trainer import hf
 from trainer.checkpoint_layout import CONFIG_FILE, MARKER, TOKENIZER_DIR
 from trainer.config import ModelConfig, RopeScaling, TrainConfig
+from trainer.export import main as export_main
 from trainer.model import Transformer
 
 CFG = ModelConfig(
@@ -74,11 +79,30 @@ def write_tokenizer(directory: Path) -> None:
     (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
 
 
-def run_export(*args: str, env: dict[str, str] | None = None):
+@dataclasses.dataclass
+class Exported:
+    returncode: int
+    stdout: str
+    stderr: str = ""
+
+
+def run_export(*args: str, env: dict[str, str] | None = None) -> tuple[Exported, dict]:
+    """`trainer.export`'s main(argv) in this process (a process of its own costs a torch
+    import: seconds of CPU each); its stdout must still be exactly one JSON line. The
+    command line itself (`python -m trainer.export`, exit status) is run_export_process."""
+    out = io.StringIO()
+    with mock.patch.dict(os.environ, env or {}), contextlib.redirect_stdout(out):
+        code = export_main(list(args))
+    events = parse_lines(out.getvalue())
+    assert len(events) == 1, out.getvalue()
+    return Exported(code, out.getvalue()), events[0]
+
+
+def run_export_process(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
     proc = subprocess.run(
         [sys.executable, "-m", "trainer.export", *args],
         cwd=ROOT,
-        env={**trainer_env(), **(env or {})},
+        env=trainer_env(),
         capture_output=True,
         text=True,
         timeout=180,
@@ -205,7 +229,7 @@ def test_bad_checkpoint_is_exit_2_with_an_error_line(checkpoints, tmp_path, targ
 
 
 def test_missing_flag_is_an_error_line_too():
-    proc, event = run_export("--out", "x")
+    proc, event = run_export_process("--out", "x")  # the command line's own exit status
     assert proc.returncode == 2 and event["event"] == "error"
     assert "--checkpoint" in event["message"]
 

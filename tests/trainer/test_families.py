@@ -123,12 +123,9 @@ def test_a_model_that_is_no_causal_lm_is_refused(tmp_path):
 def test_a_family_trains_on_2_ranks_checkpoints_and_exports(tmp_path, run_trainer):
     """The trainer itself on a Gemma 2 checkpoint (tied, scaled embeddings): 2 ranks with
     activation checkpointing, a checkpoint, `trainer.export`, reloaded by transformers."""
-    import subprocess
-    import sys
-
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tests.trainer.conftest import ROOT, parse_lines, trainer_env
+    from tests.trainer.test_export import run_export
 
     config = AutoConfig.for_model("gemma2", **{**SHAPE, "vocab_size": 320}, head_dim=16)
     torch.manual_seed(0)
@@ -147,12 +144,10 @@ def test_a_family_trains_on_2_ranks_checkpoints_and_exports(tmp_path, run_traine
     assert summary["model"] == str(tmp_path / "hf") and summary["params"] == start["params"]
     losses = [e["loss"] for e in events if e["event"] == "step"]
     assert len(losses) == 4 and losses[-1] < losses[0]
-    exported = subprocess.run(
-        [sys.executable, "-m", "trainer.export", "--checkpoint", str(ckpt), "--out", str(out)],
-        cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert exported.returncode == 0, exported.stdout + exported.stderr[-3000:]
-    assert parse_lines(exported.stdout)[0]["params"] == start["params"]
+    # trainer.export's main in this process (its command line is test_export.py's).
+    exported, event = run_export("--checkpoint", str(ckpt), "--out", str(out))
+    assert exported.returncode == 0, exported.stdout
+    assert event["params"] == start["params"]
     reloaded = AutoModelForCausalLM.from_pretrained(out)
     assert type(reloaded).__name__ == "Gemma2ForCausalLM"
     original = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")

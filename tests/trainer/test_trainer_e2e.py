@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
-import sys
 import uuid
 
 import pytest
 import torch
 
-from tests.trainer.conftest import ROOT, parse_lines, trainer_env
+from tests.trainer.conftest import ROOT, parse_lines, train_here, trainer_env
 from tests.trainer.test_checkpoint_resume import losses, of, torchrun
+from tests.trainer.test_export import run_export
 
 SMALL = ["--seq_len", "64", "--train_batch_size", "4", "--validation_freq", "0"]
 SMALL += ["--log_freq", "1", "--warmup_steps", "3"]
@@ -32,7 +33,9 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, list[d
 
 
 @pytest.mark.integration
-def test_checkpoints_in_s3_are_complete_pruned_and_resumed(moto_server, tmp_path):
+def test_checkpoints_in_s3_are_complete_pruned_and_resumed(
+    moto_server, tmp_path, capsys, no_dist_env
+):
     import boto3
 
     s3 = boto3.client("s3")
@@ -62,19 +65,26 @@ def test_checkpoints_in_s3_are_complete_pruned_and_resumed(moto_server, tmp_path
     assert code == 0, err[-3000:]
     assert of(resumed, "checkpoint_loaded")[0]["step"] == 10
 
-    # The reference: the same two runs with a local checkpoint_dir (the LR schedule
-    # follows max_steps, so an unbroken 12-step run is not the same training).
-    local = [*SMALL, "--checkpoint_dir", str(tmp_path / "local"), "--checkpoint_freq", "5"]
-    for steps in ("10", "12"):
-        code, reference, err = run(torchrun(2, [*local, "--max_steps", steps]))
-        assert code == 0, err[-3000:]
+    # The reference: the same step-10 state resumed from a local directory, i.e. run A's
+    # own staging copy, the files it uploaded (the LR schedule follows max_steps, so an
+    # unbroken 12-step run is not the same training). On one process with the same global
+    # batch (DCP reshards; the resume tests hold that to the same tolerance), in this
+    # process: no torchrun and ranks of its own to start.
+    local = tmp_path / "local"
+    shutil.copytree(tmp_path / "a" / "checkpoints" / "step-10", local / "step-10")
+    ref_args = [*SMALL, "--checkpoint_dir", str(local), "--max_steps", "12"]
+    ref_args[ref_args.index("--train_batch_size") + 1] = "8"
+    code, reference = train_here(capsys, ref_args)
+    assert code == 0, reference[-1]
     assert of(reference, "checkpoint_loaded")[0]["step"] == 10
     assert losses(resumed)[11] == pytest.approx(losses(reference)[11], abs=2e-4)
     assert losses(resumed)[12] == pytest.approx(losses(reference)[12], abs=2e-4)
 
 
 @pytest.mark.parametrize("tied", ["true", "false"])
-def test_trainer_checkpoint_exports_to_transformers_and_fine_tunes(tmp_path, tied):
+def test_trainer_checkpoint_exports_to_transformers_and_fine_tunes(
+    tmp_path, tied, capsys, no_dist_env
+):
     from transformers import LlamaForCausalLM
 
     from trainer import hf
@@ -83,18 +93,15 @@ def test_trainer_checkpoint_exports_to_transformers_and_fine_tunes(tmp_path, tie
 
     flags = [*SMALL, "--tie_word_embeddings", tied]
     ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
-    code, events, err = run(
-        [sys.executable, "-m", "trainer", *flags, "--max_steps", "30"]
-        + ["--checkpoint_dir", str(ckpt)]
-    )
-    assert code == 0, err[-3000:]
+    # Train, export and fine-tune in this process (each `python -m` of its own would
+    # cost another torch import; the command lines have tests of their own).
+    code, events = train_here(capsys, [*flags, "--max_steps", "30", "--checkpoint_dir", str(ckpt)])
+    assert code == 0, events[-1]
     trained_loss = of(events, "summary")[0]["last_loss"]
 
-    code, exported, err = run(
-        [sys.executable, "-m", "trainer.export", "--checkpoint", str(ckpt)] + ["--out", str(out)]
-    )
-    assert code == 0, err[-3000:]
-    assert exported[0]["event"] == "exported" and exported[0]["step"] == 30
+    proc, exported = run_export("--checkpoint", str(ckpt), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout
+    assert exported["event"] == "exported" and exported["step"] == 30
 
     cfg = load_config(flags, environ={})
     ours = Transformer(cfg.model)
@@ -108,17 +115,18 @@ def test_trainer_checkpoint_exports_to_transformers_and_fine_tunes(tmp_path, tie
 
     # Fine-tuning starts from the exported weights: the first loss is that of a
     # trained model, not ln(vocab) of a random one.
-    code, tuned, err = run(
-        [sys.executable, "-m", "trainer", *SMALL, "--model_name_or_path", str(out)]
-        + ["--max_steps", "2", "--learning_rate", "1e-9", "--warmup_steps", "0"]
+    code, tuned = train_here(
+        capsys,
+        [*SMALL, "--model_name_or_path", str(out)]
+        + ["--max_steps", "2", "--learning_rate", "1e-9", "--warmup_steps", "0"],
     )
-    assert code == 0, err[-3000:]
+    assert code == 0, tuned[-1]
     first = losses(tuned)[1]
     assert first < math.log(512) - 2.0
     assert first == pytest.approx(trained_loss, abs=0.5)
 
 
-def test_a_wrong_shaped_hf_checkpoint_is_a_config_error(tmp_path):
+def test_a_wrong_shaped_hf_checkpoint_is_a_config_error(tmp_path, capsys, no_dist_env):
     from trainer import hf
     from trainer.config_loader import load_config
     from trainer.model import Transformer
@@ -130,8 +138,6 @@ def test_a_wrong_shaped_hf_checkpoint_is_a_config_error(tmp_path):
     (tmp_path / "config.json").write_text(
         json.dumps(hf.hf_config_from_model(cfg.model))  # config says dim, tensor dim + 1
     )
-    code, events, _ = run(
-        [sys.executable, "-m", "trainer", *SMALL, "--model_name_or_path", str(tmp_path)]
-    )
+    code, events = train_here(capsys, [*SMALL, "--model_name_or_path", str(tmp_path)])
     assert code == 2
     assert events[-1]["error_type"] == "ConfigError" and "norm.weight" in events[-1]["message"]
