@@ -24,7 +24,7 @@ import pytest
 
 from commands._cli import run_cli
 from commands.cancel_training_job import cancel_training_job
-from commands.deploy_training_job import deploy_training_job
+from commands.deploy_training_job import DeployResult, deploy_training_job
 from commands.get_training_job import get_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.trainer_log import parse_events
@@ -76,20 +76,25 @@ def stop(runs: Path, job: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def ended(tmp_path_factory) -> tuple[Path, Path]:
+def ended(tmp_path_factory) -> tuple[Path, Path, DeployResult]:
     """One job run to its end for the tests that only need an ended job (each job is a
-    torch start, issue 36): its runs dir and the private TMPDIR it inherited. Tests that
-    edit a record work on a copy of its run directory."""
+    torch start, issue 36): its runs dir, the private TMPDIR it inherited and its result.
+    It was deployed over a corrupt record (replace_corrupt_record), which one test is
+    about and the others do not mind. Tests that edit a record work on a copy of its run
+    directory."""
     base = tmp_path_factory.mktemp("ended")
     runs, inherited = base / "runs", base / "inherited-tmp"
     inherited.mkdir()
+    _damage(runs / "a", "not json")
     with pytest.MonkeyPatch.context() as patch:
         # The temp dir the job inherits is private to it: comparing the global /tmp raced
         # other workers' torchrun, which make torchelastic_* there at the same time.
         patch.setenv("TMPDIR", str(inherited))
-        state = deploy_training_job(job_name="a", runs_dir=str(runs), max_steps=2, **ONE_RANK)
+        state = deploy_training_job(
+            job_name="a", runs_dir=str(runs), max_steps=2, replace_corrupt_record=True, **ONE_RANK
+        )
     assert state.status == "succeeded", state.log_tail
-    return runs, inherited
+    return runs, inherited, state
 
 
 # 1. one writer per job --------------------------------------------------------------
@@ -194,13 +199,10 @@ def test_a_damaged_record_is_a_typed_error_in_every_tool(tmp_path, how):
     assert "job_record_corrupt" in listed["message"]
 
 
-def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(tmp_path):
-    _damage(tmp_path / "bad", "not json")
-    state = deploy_training_job(
-        job_name="bad", runs_dir=str(tmp_path), max_steps=1, replace_corrupt_record=True, **ONE_RANK
-    )
+def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(ended):
+    runs, _, state = ended  # job "a" was deployed over a record that is not JSON
     assert state.status == "succeeded", state.log_tail
-    assert [p.name.split("-")[0] for p in (tmp_path / "bad").glob("job.json.corrupt-*")] == [
+    assert [p.name.split("-")[0] for p in (runs / "a").glob("job.json.corrupt-*")] == [
         "job.json.corrupt"
     ]
 
@@ -534,7 +536,7 @@ def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
 
 
 def test_no_run_leaves_files_in_tmp(ended):
-    runs, inherited = ended  # the job that ran there to its end, with TMPDIR=inherited
+    runs, inherited, _ = ended  # the job that ran there to its end, with TMPDIR=inherited
     assert list(inherited.iterdir()) == []
     assert not (runs / "a" / "tmp").exists()
 
