@@ -1,5 +1,5 @@
 """The baseline loop for benchmarks/trainer_bench.py and benchmarks/gpu_mfu.py, run
-under torchrun.
+under torchrun (one process may run without it: a world of one, as the trainer runs).
 
 The least a FSDP2 training step can do: fully_shard per block then the root, AdamW,
 forward, cross-entropy over full logits, backward, step. No data pipeline (pre-made
@@ -17,7 +17,8 @@ Prints one JSON line from rank 0:
 "peak_first_step_mb"} (peak_first_step_mb: rank 0's peak up to its first optimizer step:
 RSS on CPU, allocated on a GPU). `--rank_times_every N` adds what the trainer does to
 name the slowest rank (trainer/rank_times.py: its clock thread, and one all_gather of
-a float every N steps), for benchmarks/rank_times_cost.py.
+a float every N steps), for benchmarks/rank_times_cost.py; several, comma-separated,
+run one after the other (as several --impl do).
 """
 
 from __future__ import annotations
@@ -39,12 +40,13 @@ from trainer.hf import hf_config_from_model
 from trainer.model import Transformer, num_params
 from trainer.parallel import apply_fsdp, build_mesh
 from trainer.rank_times import RankTimes
+from trainer.threads import choose_num_threads
 from trainer.train import build_optimizer
 
 
 def setup() -> torch.device:
     """This rank's device and process group, chosen as the trainer chooses them."""
-    local_rank = int(os.environ["LOCAL_RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     cuda = torch.cuda.is_available()
     device_type, backend = devices.choose_device_and_backend(cuda, local_rank)
     visible = torch.cuda.device_count() if cuda else None
@@ -52,8 +54,13 @@ def setup() -> torch.device:
     if cuda:
         torch.cuda.set_device(device)
     else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
-    dist.init_process_group(backend, device_id=device if cuda else None)
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        torch.set_num_threads(choose_num_threads(
+            os.cpu_count() or 1, local_world, os.environ.get("OMP_NUM_THREADS")))  # fmt: skip
+    if "WORLD_SIZE" not in os.environ:  # no launcher: a world of one, as the trainer runs it
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        dist.init_process_group(backend, device_id=device if cuda else None)
     return device
 
 
@@ -136,12 +143,19 @@ def impls(text: str) -> list[str]:
     return names
 
 
+def everys(text: str) -> list[int]:
+    """`--rank_times_every`: one, or several comma-separated (0: off), run one after the
+    other in the same process group (benchmarks/rank_times_cost.py's quick mode saves a
+    launch that way)."""
+    return [int(n) for n in text.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", type=impls, default=["ours"])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rank_times_every", type=int, default=0)
+    parser.add_argument("--rank_times_every", type=everys, default=[0])
     args, trainer_flags = parser.parse_known_args()
     cfg = load_config(trainer_flags, environ={})
 
@@ -149,14 +163,16 @@ def main() -> None:
     world = dist.get_world_size()
     mesh = build_mesh(device.type, "full", world, world)
     for impl in args.impl:
-        line = run(impl, args, cfg, mesh, device)
-        if dist.get_rank() == 0:
-            print(json.dumps(line), flush=True)
+        for every in args.rank_times_every:
+            line = run(impl, every, args, cfg, mesh, device)
+            if dist.get_rank() == 0:
+                print(json.dumps(line), flush=True)
     dist.destroy_process_group()
 
 
-def run(impl: str, args: argparse.Namespace, cfg, mesh, device: torch.device) -> dict:
-    """Warm-up, then --steps timed steps of `impl`: the JSON line's fields."""
+def run(impl: str, every: int, args: argparse.Namespace, cfg, mesh, device: torch.device) -> dict:
+    """Warm-up, then --steps timed steps of `impl` (naming the slowest rank every
+    `every` steps, 0: never): the JSON line's fields."""
     world = dist.get_world_size()
     model = build(impl, cfg, mesh, device)
     optimizer = build_optimizer(model, cfg, device.type)
@@ -167,7 +183,6 @@ def run(impl: str, args: argparse.Namespace, cfg, mesh, device: torch.device) ->
     batches = [torch.randint(0, vocab, shape, generator=gen).to(device) for _ in range(8)]
     global_tokens = cfg.train_batch_size * cfg.data.seq_len * world
 
-    every = args.rank_times_every
     ranks = RankTimes(device, 0) if every else None
 
     def step(i: int) -> None:
@@ -196,6 +211,8 @@ def run(impl: str, args: argparse.Namespace, cfg, mesh, device: torch.device) ->
         step(i)
     sync()
     step_s = (time.perf_counter() - start) / args.steps
+    if ranks is not None:  # its clock thread stops: a later run in this process has none
+        ranks.close()
     per_device = global_tokens / step_s / world
     m = cfg.model
     flops = metrics.flops_per_token(

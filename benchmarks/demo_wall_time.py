@@ -14,14 +14,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._launch import launcher  # noqa: E402
+
 # --quick (the test suite runs it, to prove the benchmark runs, not to measure): the
-# demo job for 1 step on 1 process (each rank is a torch start), the baseline on 1 too.
+# demo job for 1 step on 1 process (each rank is a torch start), the baseline on 1 too,
+# without torchrun (a world of one: torchrun is a torch start of its own).
 QUICK = "--quick" in sys.argv
 PROCESSES = 1 if QUICK else 2
 
 BARE = (
+    "import os\n"
     "import torch.distributed as dist\n"
-    "dist.init_process_group('gloo')\n"
+    "if 'WORLD_SIZE' in os.environ:\n"
+    "    dist.init_process_group('gloo')\n"
+    "else:  # no launcher (--quick): a world of one\n"
+    "    dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
     "dist.barrier()\n"
     "dist.destroy_process_group()\n"
 )
@@ -33,18 +42,8 @@ def main() -> None:
         script = runs / "bare.py"
         script.write_text(BARE)
         start = time.perf_counter()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc_per_node={PROCESSES}",
-                str(script),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        subprocess.run([*launcher(PROCESSES, QUICK), str(script)], check=True,
+                       capture_output=True)  # fmt: skip
         bare = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -71,7 +70,8 @@ def main() -> None:
     finally:
         shutil.rmtree(runs, ignore_errors=True)
 
-    print(f"torchrun {PROCESSES} procs, init+barrier only (baseline): {bare:7.1f} s")
+    launch = "python" if QUICK else "torchrun"
+    print(f"{launch} {PROCESSES} procs, init+barrier only (baseline): {bare:7.1f} s")
     print(
         f"demo job end to end                           : {demo:7.1f} s  "
         f"({demo / bare:4.1f}x baseline)"

@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._launch import launcher  # noqa: E402
 from tests.trainer.test_families import FAMILIES  # noqa: E402  (the parity test's table)
 
 SHAPE = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
@@ -49,8 +50,10 @@ QUICK_STEPS = 2
 QUICK_SHAPE = {**SHAPE, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}  # fmt: skip
 QUICK_BATCH = ["--seq_len", "32", "--train_batch_size", "2"]
-# Processes per run: --quick, one (each rank is a torch start).
-NPROC = 1 if "--quick" in sys.argv else 2
+# Processes per run: --quick, one, with no torchrun (each rank is a torch start, and so
+# is torchrun).
+QUICK = "--quick" in sys.argv
+NPROC = 1 if QUICK else 2
 
 
 def env() -> dict[str, str]:
@@ -61,9 +64,8 @@ def env() -> dict[str, str]:
 
 
 def torchrun(args: list[str]) -> list[dict]:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    argv.append(f"--nproc_per_node={NPROC}")
-    done = subprocess.run(argv + args, cwd=ROOT, env=env(), capture_output=True, text=True)
+    argv = launcher(NPROC, QUICK) + args
+    done = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
     return [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]

@@ -18,24 +18,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._launch import launcher  # noqa: E402
 from benchmarks.trainer_bench import ROOT, env  # noqa: E402
 
 MODEL = ["--model_type", "debug_large", "--seq_len", "128", "--train_batch_size", "4"]
 # --quick (the test suite runs it, to prove the benchmark runs, not to measure): the
-# smallest model, 2 steps after 1 of warm-up, the all_gather every step, once.
+# smallest model, 2 steps after 1 of warm-up, the all_gather every step, once, both
+# ways in one launch of one process with no torchrun (each rank is a torch start, and
+# so is torchrun; the world size is not what a quick run is for).
 QUICK = ["--model_type", "debug", "--seq_len", "32", "--train_batch_size", "1"]
 
 
-def bare(every: int, model: list[str], steps: int, warmup: int) -> float:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+def bare(everys: list[int], model: list[str], steps: int, warmup: int, quick: bool) -> list[float]:
+    """One launch of the bare loop, a step time per value of `every`, in that order."""
+    argv = launcher(1 if quick else 2, quick)
     args = [str(ROOT / "benchmarks" / "bare_fsdp2_loop.py"), "--steps", str(steps)]
-    args += ["--warmup", str(warmup), "--rank_times_every", str(every), *model]
+    args += ["--warmup", str(warmup), "--rank_times_every", ",".join(map(str, everys)), *model]
     done = subprocess.run(argv + args, cwd=ROOT, env=env(), capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"benchmark run failed:\n{done.stderr[-3000:]}")
-    (line,) = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
-    assert line["rank_times_every"] == every, line
-    return float(line["step_s"])
+    lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    assert [line["rank_times_every"] for line in lines] == everys, lines
+    return [float(line["step_s"]) for line in lines]
 
 
 def main() -> None:
@@ -50,8 +54,13 @@ def main() -> None:
     args.every = args.every or (1 if args.quick else 10)
     runs: dict[str, list[float]] = {"bare": [], "with_rank_times": []}
     for _ in range(args.repeats):  # alternate, so drift in machine load hits both sides
-        runs["bare"].append(bare(0, model, steps, warmup))
-        runs["with_rank_times"].append(bare(args.every, model, steps, warmup))
+        if args.quick:  # see QUICK
+            without, with_ = bare([0, args.every], model, steps, warmup, True)
+        else:
+            (without,) = bare([0], model, steps, warmup, False)
+            (with_,) = bare([args.every], model, steps, warmup, False)
+        runs["bare"].append(without)
+        runs["with_rank_times"].append(with_)
     med = {k: statistics.median(v) for k, v in runs.items()}
     results = {
         "step_time_ratio_with_rank_times": med["with_rank_times"] / med["bare"],
@@ -63,7 +72,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"model {' '.join(model)}, 2 processes, {args.repeats} repeats, medians")
+    nproc = 1 if args.quick else 2
+    print(f"model {' '.join(model)}, {nproc} processes, {args.repeats} repeats, medians")
     print(
         f"step time  bare {med['bare'] * 1e3:7.1f} ms  with rank times "
         f"{med['with_rank_times'] * 1e3:7.1f} ms  ratio "

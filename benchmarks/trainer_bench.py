@@ -22,6 +22,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._launch import launcher  # noqa: E402
+
 QUICK = "--quick" in sys.argv
 # Big enough that compute, not per-step bookkeeping noise, dominates a step. --quick (the
 # test suite runs it, to prove the benchmark runs, not to measure): the smallest model
@@ -34,8 +38,8 @@ MODEL = (
     else ["--model_type", "debug_large", "--seq_len", "128", "--train_batch_size", "4"]
 )
 WARMUP, STEPS = (1, 2) if QUICK else (5, 30)
-# --quick: one process per launch (each rank is a torch start; the world size is not
-# what a quick run is for), else 2.
+# --quick: one process per launch, and no torchrun (each rank is a torch start, and so
+# is torchrun; the world size is not what a quick run is for), else 2.
 NPROC = 1 if QUICK else 2
 # The checkpoint runs: this many steps, a periodic save every SAVE_FREQ (the last step's
 # save, always synchronous, is left out of the mean).
@@ -49,11 +53,8 @@ def env() -> dict[str, str]:
 
 
 def torchrun(args: list[str]) -> list[dict]:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    argv.append(f"--nproc_per_node={NPROC}")
-    done = subprocess.run(
-        argv + args, cwd=ROOT, env=env(), capture_output=True, text=True, check=False
-    )
+    argv = launcher(NPROC, QUICK) + args
+    done = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"benchmark run failed:\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -75,6 +75,23 @@ def stop(runs: Path, job: str) -> None:
         cancel_training_job(job_name=job, runs_dir=str(runs), confirm=True)
 
 
+@pytest.fixture(scope="module")
+def ended(tmp_path_factory) -> tuple[Path, Path]:
+    """One job run to its end for the tests that only need an ended job (each job is a
+    torch start, issue 36): its runs dir and the private TMPDIR it inherited. Tests that
+    edit a record work on a copy of its run directory."""
+    base = tmp_path_factory.mktemp("ended")
+    runs, inherited = base / "runs", base / "inherited-tmp"
+    inherited.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        # The temp dir the job inherits is private to it: comparing the global /tmp raced
+        # other workers' torchrun, which make torchelastic_* there at the same time.
+        patch.setenv("TMPDIR", str(inherited))
+        state = deploy_training_job(job_name="a", runs_dir=str(runs), max_steps=2, **ONE_RANK)
+    assert state.status == "succeeded", state.log_tail
+    return runs, inherited
+
+
 # 1. one writer per job --------------------------------------------------------------
 
 
@@ -180,7 +197,7 @@ def test_a_damaged_record_is_a_typed_error_in_every_tool(tmp_path, how):
 def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(tmp_path):
     _damage(tmp_path / "bad", "not json")
     state = deploy_training_job(
-        job_name="bad", runs_dir=str(tmp_path), max_steps=2, replace_corrupt_record=True, **ONE_RANK
+        job_name="bad", runs_dir=str(tmp_path), max_steps=1, replace_corrupt_record=True, **ONE_RANK
     )
     assert state.status == "succeeded", state.log_tail
     assert [p.name.split("-")[0] for p in (tmp_path / "bad").glob("job.json.corrupt-*")] == [
@@ -194,7 +211,7 @@ def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(tmp_path):
 def test_cancel_from_another_shell_wins_over_a_following_cli_deploy(tmp_path):
     follower = cli_process("deploy_training_job", "--job_name", "c", "--runs_dir",
                            str(tmp_path), "--json", "--max_steps", "100000",
-                           "--checkpoint_freq", "0")  # fmt: skip
+                           "--checkpoint_freq", "0", "--gpu_per_node", "1")  # fmt: skip
     try:
         wait_for_step(tmp_path / "c" / "logs" / "attempt-1.log")
         canceller = cli_process("cancel_training_job", "--job_name", "c", "--runs_dir",
@@ -210,7 +227,9 @@ def test_cancel_from_another_shell_wins_over_a_following_cli_deploy(tmp_path):
 
 
 def test_cancel_right_after_submit_is_cancelled_not_failed(tmp_path):
-    started = deploy_training_job(job_name="early", runs_dir=str(tmp_path), wait_seconds=0)
+    started = deploy_training_job(
+        job_name="early", runs_dir=str(tmp_path), wait_seconds=0, **ONE_RANK
+    )
     assert started.status == "running"
     state = cancel_training_job(job_name="early", runs_dir=str(tmp_path), confirm=True)
     assert state.status == "cancelled"
@@ -220,15 +239,14 @@ def test_cancel_right_after_submit_is_cancelled_not_failed(tmp_path):
 # 4. a record is not trusted blindly; the end is recorded whoever follows -----------
 
 
-def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path):
-    # Started well before the job: start times tell processes apart to about 10 ms.
+def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path, ended):
+    # The ended job's record, copied: its supervisor and trainer started well before this
+    # process (start times tell processes apart to about 10 ms).
+    shutil.copytree(ended[0] / "a", tmp_path / "t")
     foreign = subprocess.Popen(["sleep", "120"], start_new_session=True)
-    time.sleep(0.5)
-    started = deploy_training_job(job_name="t", runs_dir=str(tmp_path), wait_seconds=0, **ENDLESS)
     try:
-        wait_for_step(Path(started.log_path))
-        stop(tmp_path, "t")
-        tampered = record(tmp_path / "t")
+        tampered = {**record(tmp_path / "t"), "job_name": "t"}
+        assert tampered["supervisor"] and tampered["trainer"]
         for who in ("supervisor", "trainer"):  # a recycled pid looks exactly like this
             tampered[who]["pid"] = foreign.pid
         tampered["ended_at"] = tampered["exit_code"] = tampered["cancel_requested_at"] = None
@@ -270,7 +288,7 @@ def test_a_forged_record_naming_a_live_foreign_process_stops_nothing(tmp_path):
 
 def test_killing_the_following_cli_leaves_the_end_recorded(tmp_path):
     follower = cli_process("deploy_training_job", "--job_name", "k", "--runs_dir",
-                           str(tmp_path), "--max_steps", "12")  # fmt: skip
+                           str(tmp_path), "--max_steps", "12", "--gpu_per_node", "1")  # fmt: skip
     wait_for_step(tmp_path / "k" / "logs" / "attempt-1.log")
     follower.send_signal(signal.SIGKILL)
     follower.wait()
@@ -282,17 +300,16 @@ def test_killing_the_following_cli_leaves_the_end_recorded(tmp_path):
 # 5. checkpoint directories --------------------------------------------------------
 
 
-def test_another_jobs_checkpoints_are_taken_only_when_told(tmp_path):
-    first = deploy_training_job(job_name="a", runs_dir=str(tmp_path), max_steps=2, **ONE_RANK)
-    assert first.status == "succeeded"
-    theirs = str(tmp_path / "a" / "checkpoints")
-    status, out, _ = cli("deploy_training_job", "--job_name", "b", "--runs_dir", str(tmp_path),
+def test_another_jobs_checkpoints_are_taken_only_when_told(ended):
+    runs = ended[0]  # job "a" ran 2 steps there
+    theirs = str(runs / "a" / "checkpoints")
+    status, out, _ = cli("deploy_training_job", "--job_name", "b", "--runs_dir", str(runs),
                          "--checkpoint_dir", theirs, "--keep_last", "1", "--dry_run",
                          "--json")  # fmt: skip
     error = json.loads(out)["error"]
     assert (status, error["code"]) == (1, "conflict") and "--adopt_checkpoint_dir" in error["hint"]
     adopted = deploy_training_job(
-        job_name="b", runs_dir=str(tmp_path), checkpoint_dir=theirs, max_steps=3,
+        job_name="b", runs_dir=str(runs), checkpoint_dir=theirs, max_steps=3,
         adopt_checkpoint_dir=True, **ONE_RANK,
     )  # fmt: skip
     assert (adopted.status, adopted.resumed_from) == ("succeeded", 2)
@@ -516,16 +533,10 @@ def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
     assert len(errors) == 1 and errors[0]["retryable"] is False, errors
 
 
-def test_no_run_leaves_files_in_tmp(tmp_path, monkeypatch):
-    # The temp dir the job inherits is private to this test: comparing the global /tmp
-    # raced other workers' torchrun, which make torchelastic_* there at the same time.
-    inherited = tmp_path / "inherited-tmp"
-    inherited.mkdir()
-    monkeypatch.setenv("TMPDIR", str(inherited))
-    state = deploy_training_job(job_name="clean", runs_dir=str(tmp_path / "runs"), max_steps=2)
-    assert state.status == "succeeded"
+def test_no_run_leaves_files_in_tmp(ended):
+    runs, inherited = ended  # the job that ran there to its end, with TMPDIR=inherited
     assert list(inherited.iterdir()) == []
-    assert not (tmp_path / "runs" / "clean" / "tmp").exists()
+    assert not (runs / "a" / "tmp").exists()
 
 
 @pytest.fixture(autouse=True)
@@ -574,7 +585,7 @@ def test_one_mcp_server_agrees_with_itself_about_a_cancel(tmp_path):
 
     async def calls(client):  # type: ignore[no-untyped-def]
         started = await client.call_tool(
-            "deploy_training_job", {**args, **ENDLESS, "wait_seconds": 0}
+            "deploy_training_job", {**args, **ENDLESS, **ONE_RANK, "wait_seconds": 0}
         )
         wait_for_step(tmp_path / "m" / "logs" / "attempt-1.log")
         cancelled = await client.call_tool("cancel_training_job", {**args, "confirm": True})
@@ -591,16 +602,16 @@ def test_one_mcp_server_agrees_with_itself_about_a_cancel(tmp_path):
 
 
 def test_a_damaged_newest_checkpoint_is_passed_over_and_all_damaged_is_one_line(tmp_path):
-    args = {"job_name": "ck", "runs_dir": str(tmp_path), "checkpoint_freq": 2, "keep_last": 0,
+    args = {"job_name": "ck", "runs_dir": str(tmp_path), "checkpoint_freq": 1, "keep_last": 0,
             **ONE_RANK}  # fmt: skip
-    assert deploy_training_job(**args, max_steps=4).status == "succeeded"
+    assert deploy_training_job(**args, max_steps=2).status == "succeeded"
     checkpoints = tmp_path / "ck" / "checkpoints"
-    for shard in (checkpoints / "step-4").glob("*.distcp"):
+    for shard in (checkpoints / "step-2").glob("*.distcp"):
         shard.unlink()  # its COMPLETE marker stays
-    state = deploy_training_job(**args, max_steps=6)
-    assert (state.status, state.resumed_from, state.steps) == ("succeeded", 2, 6), state.log_tail
+    state = deploy_training_job(**args, max_steps=3)
+    assert (state.status, state.resumed_from, state.steps) == ("succeeded", 1, 3), state.log_tail
     for shard in checkpoints.glob("step-*/*.distcp"):
         shard.unlink()
-    state = deploy_training_job(**args, max_steps=8)
+    state = deploy_training_job(**args, max_steps=4)
     assert state.status == "failed" and "\n" not in state.message
     assert "every complete checkpoint is damaged" in state.message and len(state.message) < 600

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FULL_RUN = {"max_steps": 12}
 # Runs compared across surfaces: same seed, so the same first loss. One process each: the
 # surfaces are the subject (the full run above is the 2-process job).
-SHORT_RUN = {"max_steps": 4, "gpu_per_node": 1}
+SHORT_RUN = {"max_steps": 2, "gpu_per_node": 1}
 COMPARED = ("status", "steps", "max_steps", "world_size", "target")
 
 

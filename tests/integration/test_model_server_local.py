@@ -1,6 +1,7 @@
-"""Local serving for real (issue 24): the demo model is trained briefly (2-process
-torchrun on CPU), exported with `python -m trainer.export`, and served through the
-tools by `transformers serve`; plain HTTP (urllib) gets completions from it. Bad model
+"""Local serving for real (issue 24): the demo model is trained briefly (1-process
+torchrun on CPU: serving, not the world size, is the subject), exported with
+`python -m trainer.export`, and served through the tools by `transformers serve`; plain
+HTTP (urllib) gets completions from it. Bad model
 paths, a port in use and a server that dies on start are typed errors; delete stops
 the process, and only a process whose identity matches."""
 
@@ -50,7 +51,7 @@ def state(tmp_path_factory):
 def exported(tmp_path_factory, state) -> Path:
     """The demo model, trained for a few steps and exported as HF safetensors."""
     runs = tmp_path_factory.mktemp("runs")
-    job = deploy_training_job(job_name="serve", runs_dir=str(runs), max_steps=6)
+    job = deploy_training_job(job_name="serve", runs_dir=str(runs), max_steps=6, gpu_per_node=1)
     assert job.status == "succeeded", job.log_tail
     out = runs / "serve" / "export"
     done = subprocess.run(

@@ -143,7 +143,8 @@ def test_build_push_deploy_chain_by_next_steps_and_failures_are_errors(
 
 def test_a_failed_local_job_is_a_failed_deploy_call_with_its_next_step(tmp_path):
     (result,) = _calls(
-        ("deploy_training_job", {"job_name": "broken", "seq_len": 4096,
+        # One process: the failure is the subject, not a group of ranks (issue 36).
+        ("deploy_training_job", {"job_name": "broken", "seq_len": 4096, "gpu_per_node": 1,
                                  "local": {"runs_dir": str(tmp_path)}, "wait_seconds": 120}),
     )  # fmt: skip
     error = _error(result)

@@ -147,8 +147,11 @@ def test_an_ended_job_keeps_its_outcome_and_the_list_reads_no_log(cli_run, runs,
 
 
 def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
+    # The requeue lands a few steps after the first (step 3 at a load of 13 on 2 cores):
+    # 30 leave the first run no way to end first; every step more is trained again.
+    steps = 30
     started = deploy_training_job(
-        job_name="requeued", max_steps=60, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)
+        job_name="requeued", max_steps=steps, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)
     )
     assert started.status == "running"
     job_id = Path(started.log_path).stem.removeprefix("slurm-")
@@ -165,13 +168,13 @@ def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
         job_name="requeued", wait_seconds=None, progress=progress, **_slurm(runs)
     )
     assert final.status == "succeeded", final.log_tail
-    assert final.restarts == 1 and final.steps == 60
+    assert final.restarts == 1 and final.steps == steps
     events = parse_events(Path(final.log_path).read_text())
     (saved_on_sigterm, *_) = [e for e in events if e["event"] == "checkpoint_saved"]
     assert any(e["event"] == "preempted" for e in events)
     assert final.resumed_from == saved_on_sigterm["step"] > 0
     assert [e for e in events if e["event"] == "start"][-1]["resumed_from"] == final.resumed_from
-    assert progress.events[-1].completed == 60
+    assert progress.events[-1].completed == steps
 
 
 def test_cancel_stops_a_running_job_which_checkpoints(slurm_cluster, runs):
