@@ -14,6 +14,7 @@ no peak in the table).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import random
 import statistics
@@ -43,7 +44,15 @@ CPU_DEFAULTS = (1, 32, 1, 2048)
 KEYS = ("step_s", "tokens_per_s_per_device", "mfu")
 
 
-def gpus() -> int:
+# A GPU's device nodes: NVIDIA's, ROCm's, WSL's.
+GPU_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+
+
+def gpus(quick: bool = False) -> int:
+    """The GPUs torch sees; --quick on a host with no GPU device node: 0, without
+    importing torch (a torch start, a fifth of a quick run)."""
+    if quick and not any(glob.glob(pattern) for pattern in GPU_NODES):
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -112,7 +121,7 @@ def main() -> None:
     if args.quick:
         args.steps, args.warmup, args.repeats = 2, 1, 1
 
-    n_gpus = gpus()
+    n_gpus = gpus(args.quick)
     layers, seq, batch, vocab = GPU_DEFAULTS if n_gpus else CPU_DEFAULTS
     nproc = n_gpus or (1 if args.quick else 2)  # --quick on CPU: 1 (a rank is a torch start)
     seq, batch = args.seq_len or seq, args.train_batch_size or batch

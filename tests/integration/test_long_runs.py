@@ -34,6 +34,11 @@ pytestmark = pytest.mark.integration
 # A step line every step (log_freq 1 through the trainer's environment), no evaluation.
 JOB = {"validation_freq": 0, "env": {"TRAINER_LOG_FREQ": "1"}}
 DEADLINE_S = 240.0
+# The auto-retry runs: a checkpoint every 4 steps, rank 1 stopped after the first one
+# (step 4), the resubmitted attempt resumes and runs to the end. 12, not 16: the steps
+# after the stop leave the stopping thread as wide a window as it needs, and every step
+# of the resumed attempt costs both ranks (issue 36).
+RETRY_RUN = {"max_steps": 12, "checkpoint_freq": 4, "auto_retry": True, "max_retries": 1}
 
 
 def marked_process(marks: dict[str, str], timeout: float = 120.0) -> psutil.Process:
@@ -143,74 +148,79 @@ def stopping_rank1_after_a_checkpoint(
 
 def assert_hung_then_resumed(result) -> None:
     """auto_retry's two attempts: the first stopped as job_hung, the second resumed from
-    the checkpoint and finished the 16 steps."""
+    the checkpoint and finished the run's steps."""
     assert result.status == "succeeded", (result.message, result.attempts)
     first, second = result.attempts
     assert (first.status, first.code) == ("failed", "job_hung"), first
     assert first.remedy.startswith("job_hung/resubmit")
     assert second.status == "succeeded" and second.resumed_from and second.resumed_from >= 4
-    assert result.steps == 16
+    assert result.steps == RETRY_RUN["max_steps"]
 
 
-def test_a_rank_paused_300_ms_every_step_is_named_the_straggler_within_20_steps(tmp_path):
-    deploy_training_job(job_name="slow", runs_dir=str(tmp_path), max_steps=5000,
+@pytest.fixture(scope="class")
+def live(tmp_path_factory) -> Iterator[tuple[Path, psutil.Process]]:
+    """One endless 2-rank job for the straggler and the hang (a job is three torch
+    starts, issue 36): its runs dir and its rank 1. The straggler test pauses rank 1 and
+    lets it go; the hang test stops it for good, then lets it go. Class-scoped, so the
+    job is stopped as soon as both are done, not left training beside the later tests."""
+    runs = tmp_path_factory.mktemp("live")
+    deploy_training_job(job_name="live", runs_dir=str(runs), max_steps=5000,
                         monitor=False, **JOB)  # fmt: skip
     try:
-        run_dir = tmp_path / "slow"
-        rank1 = rank_process(run_dir, 1)
+        yield runs, rank_process(runs / "live", 1)
+    finally:
+        stop_job(runs, "live")
+
+
+class TestOneLiveJob:
+    def test_a_rank_paused_300_ms_every_step_is_named_the_straggler_within_20_steps(self, live):
+        runs, rank1 = live
         # Let it start training, so the pauses begin with the steps.
-        wait_for(tmp_path, "slow", lambda s: s.steps >= 1, "first step")
+        wait_for(runs, "live", lambda s: s.steps >= 1, "first step")
         with pausing(rank1, stop_s=0.3, run_s=0.02):
-            began = get_training_job(job_name="slow", runs_dir=str(tmp_path)).steps
+            began = get_training_job(job_name="live", runs_dir=str(runs)).steps
             state = wait_for(
-                tmp_path, "slow", lambda s: any(f.code == "straggler" for f in s.findings),
+                runs, "live", lambda s: any(f.code == "straggler" for f in s.findings),
                 "straggler finding",
             )  # fmt: skip
         (found,) = [f for f in state.findings if f.code == "straggler"]
         assert (found.rank, found.host) == (1, socket.gethostname()), found
         assert found.details["lag_s"] >= watchdog.LAG_FLOOR_S
         assert state.steps - began <= 20, (began, state.steps)
-    finally:
-        stop_job(tmp_path, "slow")
 
-
-def test_a_rank_stopped_for_good_is_job_hung_within_five_step_times(tmp_path):
-    deploy_training_job(job_name="stuck", runs_dir=str(tmp_path), max_steps=500,
-                        monitor=False, **JOB)  # fmt: skip
-    rank1 = None
-    try:
-        rank1 = rank_process(tmp_path / "stuck", 1)
-        before = wait_for(tmp_path, "stuck", lambda s: s.steps >= 6, "six steps")
-        rank1.send_signal(signal.SIGSTOP)
-        state = wait_for(
-            tmp_path, "stuck", lambda s: any(f.code == "job_hung" for f in s.findings),
-            "job_hung finding",
-        )  # fmt: skip
-        (hung,) = [f for f in state.findings if f.code == "job_hung"]
-        steps = [e for e in parse_events(Path(state.log_path).read_text()) if e["event"] == "step"]
-        step_s = sorted(e["step_s"] for e in steps[2:])[len(steps[2:]) // 2]
-        # Found once quiet for the limit (5 step times, or the floor), plus a poll.
-        assert hung.details["limit_s"] == pytest.approx(
-            max(watchdog.HUNG_STEPS * step_s, watchdog.HUNG_FLOOR_S), rel=0.5
-        )
-        # Seen by the first poll after that (a poll under load may take a few seconds).
-        assert hung.details["quiet_s"] <= hung.details["limit_s"] + 10.0
-        assert hung.details["last_step"] >= before.steps
-        assert hung.details["collective_timeout_s"] == 300
-        assert "collective timeout 300 s" in hung.message and state.status == "running"
-    finally:
-        if rank1 is not None:
+    def test_a_rank_stopped_for_good_is_job_hung_within_five_step_times(self, live):
+        runs, rank1 = live
+        try:
+            before = wait_for(runs, "live", lambda s: s.steps >= 6, "six steps")
+            rank1.send_signal(signal.SIGSTOP)
+            state = wait_for(
+                runs, "live", lambda s: any(f.code == "job_hung" for f in s.findings),
+                "job_hung finding",
+            )  # fmt: skip
+            (hung,) = [f for f in state.findings if f.code == "job_hung"]
+            steps = [
+                e for e in parse_events(Path(state.log_path).read_text()) if e["event"] == "step"
+            ]
+            step_s = sorted(e["step_s"] for e in steps[2:])[len(steps[2:]) // 2]
+            # Found once quiet for the limit (5 step times, or the floor), plus a poll.
+            assert hung.details["limit_s"] == pytest.approx(
+                max(watchdog.HUNG_STEPS * step_s, watchdog.HUNG_FLOOR_S), rel=0.5
+            )
+            # Seen by the first poll after that (a poll under load may take a few seconds).
+            assert hung.details["quiet_s"] <= hung.details["limit_s"] + 10.0
+            assert hung.details["last_step"] >= before.steps
+            assert hung.details["collective_timeout_s"] == 300
+            assert "collective timeout 300 s" in hung.message and state.status == "running"
+        finally:
             with contextlib.suppress(psutil.Error):
                 rank1.send_signal(signal.SIGCONT)
-        stop_job(tmp_path, "stuck")
 
 
 def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(tmp_path):
     run_dir = tmp_path / "resume"
     rank1 = functools.partial(rank_process, run_dir, 1)
     with stopping_rank1_after_a_checkpoint(rank1, run_dir) as stopped:
-        result = deploy_training_job(job_name="resume", runs_dir=str(tmp_path), max_steps=16,
-                                     checkpoint_freq=4, auto_retry=True, max_retries=1,
+        result = deploy_training_job(job_name="resume", runs_dir=str(tmp_path), **RETRY_RUN,
                                      **JOB)  # fmt: skip
     assert stopped.is_set()
     assert_hung_then_resumed(result)
@@ -255,8 +265,7 @@ def test_on_slurm_with_auto_retry_a_hung_job_is_cancelled_and_resumes(slurm_clus
     try:
         with stopping_rank1_after_a_checkpoint(rank1, tmp_path / "hang") as stopped:
             result = deploy_training_job(
-                job_name="hang", target="slurm", runs_dir=str(tmp_path), max_steps=16,
-                checkpoint_freq=4, auto_retry=True, max_retries=1,
+                job_name="hang", target="slurm", runs_dir=str(tmp_path), **RETRY_RUN,
                 validation_freq=0, env={**JOB["env"], **mark},
             )  # fmt: skip
     finally:
