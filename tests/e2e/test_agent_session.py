@@ -42,7 +42,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from skills.catalog import cuda
-from tests.services.training_operator import Injected, JobRun, TrainingOperator
+from tests.services.training_operator import LOOK_S, Injected, JobRun, TrainingOperator
 
 pytestmark = pytest.mark.integration
 
@@ -91,15 +91,18 @@ def _publish_bases(registry, docker_api, work: Path) -> None:
     images = {cuda.official_image(i.torch, i.cuda, i.cudnn, "runtime")
               for release in cuda.TORCH_RELEASES for i in release.images}  # fmt: skip
     auth = {"username": registry.username, "password": registry.password}
-    built = f"{registry.host}/stand-in:base"
-    list(client.api.build(path=str(work), tag=built, decode=True, rm=True))
-    for image in sorted(images):
-        repo, tag = f"{registry.host}/{image}".rsplit(":", 1)
-        client.api.tag(built, repo, tag)
-        pushed = list(client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth))
-        assert not [e for e in pushed if "error" in e], pushed
-        client.api.remove_image(f"{repo}:{tag}")
-    client.api.remove_image(built)  # builds pull the bases through the mirror
+    first, *rest = sorted(images)
+    repo, tag = f"{registry.host}/{first}".rsplit(":", 1)
+    list(client.api.build(path=str(work), tag=f"{repo}:{tag}", decode=True, rm=True))
+    pushed = list(client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth))
+    assert not [e for e in pushed if "error" in e], pushed
+    client.api.remove_image(f"{repo}:{tag}")  # builds pull the bases through the mirror
+    # The other tags name the same stand-in: tagged in the registry, not pushed again
+    # (each push through podman costs more CPU than the whole HTTP tag).
+    for image in rest:
+        other, other_tag = image.rsplit(":", 1)
+        assert other == first.rsplit(":", 1)[0], image  # one repository: its blobs are there
+        registry.tag(other, tag, other_tag)
 
 
 def _project(tmp: Path) -> Path:
@@ -162,7 +165,7 @@ class ClusterPlayer:
                 plans = self.plans[name]
                 inject = plans[min(number, len(plans) - 1)]
                 self.runs.append((f"{name}#{number + 1}", self.operator.train(name, inject=inject)))
-            time.sleep(0.1)
+            time.sleep(LOOK_S)  # a list costs kmock and this client ~20 ms of CPU
 
 
 # ---------------------------------------------------------------------------- the agent
@@ -294,7 +297,7 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
     operator = stack["operator"]
     plans: dict[str, list[Injected | None]] = {
         "llama": [None],
-        # The first attempt trains to its step-3 checkpoint, then its master pod dies with
+        # The first attempt trains to its step-6 checkpoint, then its master pod dies with
         # a CUDA OOM traceback; the retry trains for real and resumes from that checkpoint.
         "oom": [Injected("master-0", after="checkpoint_saved", log=RANK1_OOM), None],
     }
@@ -354,7 +357,10 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             # A job that runs out of memory, with auto_retry: diagnosed, fixed, resumed.
             image = repushed.next_step["arguments"]["kubernetes"]["image_uri"]  # the fixed one
             oom = await agent.call("deploy_training_job", {
-                "job_name": "oom", **SHAPE, "train_batch_size": 8, "grad_accum_steps": 2,
+                # A checkpoint every 6 of 12 steps: the injected crash (after step 6's)
+                # lands before the next one even when this host's load delays the kill.
+                "job_name": "oom", **SHAPE, "max_steps": 12, "checkpoint_freq": 6,
+                "train_batch_size": 8, "grad_accum_steps": 2,
                 "auto_retry": True, "target": "kubernetes",
                 "kubernetes": {**CLUSTER_SETTINGS["kubernetes"], "image_uri": image},
             })  # fmt: skip
@@ -365,15 +371,15 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             # The retry resumed from the checkpoint the first attempt saved before it died.
             retried = await agent.call("get_training_job_logs", {"job_name": "oom",
                                                                  "kubernetes": {}})  # fmt: skip
-            assert [e["step"] for e in _events(retried.text, "checkpoint_loaded")] == [3]
-            assert _events(retried.text, "start")[0]["resumed_from"] == 3, retried.text
+            assert [e["step"] for e in _events(retried.text, "checkpoint_loaded")] == [6]
+            assert _events(retried.text, "start")[0]["resumed_from"] == 6, retried.text
             return agent
 
     with ClusterPlayer(operator, plans) as player:
         agent = anyio.run(session)
     # The refused submit made no job; the OOM job ran twice (the retry resumed).
     assert player.played == ["llama#1:Succeeded", "oom#1:Failed", "oom#2:Succeeded"]
-    assert (stack["operator"].root / "claims" / CLAIM / "oom" / "step-6").is_dir()
+    assert (stack["operator"].root / "claims" / CLAIM / "oom" / "step-12").is_dir()
     total = sum(reply.size for reply in agent.log)
     print(f"\nagent session: {len(agent.log)} calls, {total} bytes of results, "
           f"tools/list {agent.listing_bytes} bytes; gate loop: {len(gate_calls)} calls "

@@ -1,8 +1,10 @@
 """PyTorchJobs the kubernetes target renders, run for real by the cluster stand-in
 (tests/services/training_operator.py `train`, tests/services/kubelet.py): 2 pods on CPU
 rendezvous through the rendered c10d endpoint mapped to loopback, checkpoint to a
-claim, and a resubmitted job resumes; a manifest that cannot train fails the job as it
-would on a cluster; the env the operator injects is v1.9's."""
+claim, and a resubmitted job resumes; a crash after a checkpoint fails the job and the
+retry resumes from that checkpoint (one job's three attempts, which both tests read); a
+manifest that cannot train fails the job as it would on a cluster; the env the operator
+injects is v1.9's."""
 
 from __future__ import annotations
 
@@ -52,37 +54,60 @@ def resumed_from(log: str) -> int | None:
     return starts[0]["resumed_from"]
 
 
-def test_two_pods_train_checkpoint_and_a_resubmitted_job_resumes(operator, kube_api):
-    deploy()
-    assert operator.train("tiny").wait() == "Succeeded"
-    done = get_training_job(job_name="tiny", **K8S, wait_seconds=0)
-    assert done.status == "succeeded", done
-    first = events(get_training_job_logs(job_name="tiny", **K8S).text)
+@pytest.fixture(scope="module")
+def attempts(kube_api, tmp_path_factory) -> dict[str, tuple[str | None, str, str]]:
+    """One job over three real attempts, each as a user resubmits it (replace=true): it
+    trains to 4 (checkpoints 2, 4); resubmitted to 12 with a checkpoint every 6 it resumes
+    from 4 and its master pod crashes after the next checkpoint (6: six steps before
+    another, so the crash lands first even when this host's load delays the kill); the
+    retry resumes from 6 to 12.
+    {attempt: (the run's outcome, get_training_job's status, the job's log)}, read
+    before the next attempt replaces the job."""
+    kube_api.reset()
+    operator = TrainingOperator(kube_api, root=tmp_path_factory.mktemp("cluster"))
+    operator.add_nodes("g5.12xlarge", 2, gpus=4, efa=1)
+    operator.add_claim(CLAIM)
+    crash = Injected("master-0", after="checkpoint_saved", log="Killed: OOM (injected)\n")
+    again = {"max_steps": 12, "checkpoint_freq": 6, "replace": True, "confirm": True}
+    plan = {"first": ({}, None), "resubmitted": (again, crash), "retry": (again, None)}
+    seen: dict[str, tuple[str | None, str, str]] = {}
+    try:
+        for attempt, (kwargs, inject) in plan.items():
+            deploy(**kwargs)
+            outcome = operator.train("tiny", inject=inject).wait()
+            status = get_training_job(job_name="tiny", **K8S, wait_seconds=0).status
+            seen[attempt] = (outcome, status, get_training_job_logs(job_name="tiny", **K8S).text)
+            if attempt == "first":  # on the claim, where every pod of the next attempt looks
+                assert (operator.root / "claims" / CLAIM / "tiny" / "step-4").is_dir()
+    finally:
+        operator.stop()
+    return seen
+
+
+def test_two_pods_train_checkpoint_and_a_resubmitted_job_resumes(attempts):
+    outcome, status, log = attempts["first"]
+    assert outcome == "Succeeded" and status == "succeeded", (outcome, status)
+    first = events(log)
     start = first[0]
     assert start["event"] == "start" and start["world_size"] == 2 and start["resumed_from"] is None
     saved = [e["step"] for e in first if e["event"] == "checkpoint_saved"]
     assert saved == [2, 4]
-    # The checkpoints are on the claim, where every pod of the next attempt finds them.
-    assert (operator.root / "claims" / CLAIM / "tiny" / "step-4").is_dir()
-    deploy(max_steps=6, replace=True, confirm=True)
-    assert operator.train("tiny").wait() == "Succeeded"
-    log = get_training_job_logs(job_name="tiny", **K8S).text
+    # The resubmitted job (both pods) starts from the claim's step 4, not from scratch.
+    _, _, log = attempts["resubmitted"]
     assert resumed_from(log) == 4
-    assert [e["step"] for e in events(log) if e["event"] == "step"][-1] == 6
+    assert [e["step"] for e in events(log) if e["event"] == "step"][0] == 5
 
 
-def test_a_crash_after_a_checkpoint_then_the_retry_resumes_from_it(operator):
-    deploy(max_steps=6, checkpoint_freq=3)
-    crash = Injected("master-0", after="checkpoint_saved", log="Killed: OOM (injected)\n")
-    assert operator.train("tiny", inject=crash).wait() == "Failed"
-    failed = get_training_job(job_name="tiny", **K8S, wait_seconds=0)
-    assert failed.status == "failed", failed
-    log = get_training_job_logs(job_name="tiny", **K8S).text
+def test_a_crash_after_a_checkpoint_then_the_retry_resumes_from_it(attempts):
+    outcome, status, log = attempts["resubmitted"]
+    assert outcome == "Failed" and status == "failed", (outcome, status)
     assert log.rstrip().endswith("Killed: OOM (injected)")
-    assert [e["step"] for e in events(log) if e["event"] == "checkpoint_saved"] == [3]
-    deploy(max_steps=6, checkpoint_freq=3, replace=True, confirm=True)
-    assert operator.train("tiny").wait() == "Succeeded"
-    assert resumed_from(get_training_job_logs(job_name="tiny", **K8S).text) == 3
+    assert [e["step"] for e in events(log) if e["event"] == "checkpoint_saved"] == [6]
+    outcome, status, log = attempts["retry"]
+    assert outcome == "Succeeded" and status == "succeeded", (outcome, status)
+    assert resumed_from(log) == 6
+    steps = [e["step"] for e in events(log) if e["event"] == "step"]
+    assert steps and min(steps) == 7 and steps[-1] == 12, steps
 
 
 def test_a_manifest_that_cannot_train_fails_the_job(operator, kube_api):

@@ -65,6 +65,22 @@ class RegistryService:
         status, body = self.get(f"/v2/{repository}/tags/list")
         return list(body.get("tags") or []) if status == 200 else []
 
+    def tag(self, repository: str, tag: str, new_tag: str) -> None:
+        """`repository:new_tag` names the manifest `repository:tag` names (as `crane tag`
+        does: its bytes read and put back under the new tag; no blob moves)."""
+        auth = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        accept = ("application/vnd.oci.image.manifest.v1+json, "
+                  "application/vnd.docker.distribution.manifest.v2+json")  # fmt: skip
+        url = f"{self.url}/v2/{repository}/manifests/"
+        read = urllib.request.Request(url + tag, headers={"Authorization": f"Basic {auth}",
+                                                          "Accept": accept})  # fmt: skip
+        with urllib.request.urlopen(read, timeout=10) as response:
+            manifest, kind = response.read(), response.headers["Content-Type"]
+        write = urllib.request.Request(url + new_tag, data=manifest, method="PUT", headers={
+            "Authorization": f"Basic {auth}", "Content-Type": kind})  # fmt: skip
+        with urllib.request.urlopen(write, timeout=10):
+            pass
+
     def push_labelled_image(self, repository: str, tag: str, labels: dict[str, str]) -> str:
         """An image that is only its config (labels) and manifest, pushed over the
         registry's HTTP API as a build would push it (the CUDA gate reads no layer);

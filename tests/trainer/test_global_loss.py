@@ -109,10 +109,11 @@ def _steps(
 
 def run_split(tmp_path, name: str, world: int, args: list) -> dict:
     out = tmp_path / f"{name}.json"
-    mp.spawn(
-        _worker, args=(world, str(tmp_path / f"{name}.store"), args, str(out)),
-        nprocs=world, join=True,
-    )  # fmt: skip
+    worker_args = (world, str(tmp_path / f"{name}.store"), args, str(out))
+    if world == 1:  # a world of one in this process: a process of its own imports torch again
+        _worker(0, *worker_args)
+    else:
+        mp.spawn(_worker, args=worker_args, nprocs=world, join=True)
     return json.loads(out.read_text())
 
 

@@ -153,20 +153,23 @@ def test_unknown_repo_is_a_config_error(stand_in):
 
 # datasets and huggingface_hub read HF_ENDPOINT once, at import: a stream is read in a
 # child process started with the stand-in's environment, as a job's rank would be.
+# One child reads the given ranks' streams in turn (each a python importing torch and
+# datasets costs seconds of CPU); each prints the start of its first window.
 STREAM_CHILD = """
 import json, sys
 from trainer.data import hub_documents, render_chat
 from trainer.stream import StreamBatches
 from trainer.tokenizer import ByteTokenizer
-name, config, rank, world, steps = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-batches = StreamBatches(lambda: hub_documents(name, config, render_chat, rank, world),
-                        ByteTokenizer(), seq_len=64, batch_size=4, world_size=world)
-inputs, targets = next(batches)
-for _ in range(steps - 1):
-    next(batches)
-assert inputs.shape == targets.shape == (4, 64)
-assert (inputs[:, 1:] == targets[:, :-1]).all()
-print(json.dumps({"start": bytes(inputs[0, 1:40].tolist()).decode()}))
+name, config, ranks, world, steps = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6])
+for rank in map(int, ranks.split(",")):
+    batches = StreamBatches(lambda rank=rank: hub_documents(name, config, render_chat, rank, world),
+                            ByteTokenizer(), seq_len=64, batch_size=4, world_size=world)
+    inputs, targets = next(batches)
+    for _ in range(steps - 1):
+        next(batches)
+    assert inputs.shape == targets.shape == (4, 64)
+    assert (inputs[:, 1:] == targets[:, :-1]).all()
+    print(json.dumps({"start": bytes(inputs[0, 1:40].tolist()).decode()}))
 """
 
 
@@ -178,11 +181,10 @@ def stream_in_child(*args: object) -> subprocess.CompletedProcess:
 
 def test_hub_dataset_streams_only_what_the_steps_read(stand_in):
     total = dataset_bytes(stand_in.repos["stand/tiny-c4"].files)
-    starts = []
-    for rank in range(2):
-        proc = stream_in_child("stand/tiny-c4", "en", rank, 2, 6)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        starts.append(json.loads(proc.stdout)["start"])
+    proc = stream_in_child("stand/tiny-c4", "en", "0,1", 2, 6)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    starts = [json.loads(line)["start"] for line in proc.stdout.splitlines()]
+    assert len(starts) == 2, proc.stdout
     # Ranks read disjoint shards: rank 0 starts in shard 0, rank 1 in another.
     assert starts[0].startswith("Shard 0 ") and not starts[1].startswith("Shard 0 ")
     # Each rank read its first shard and no other (fsspec fetches a file this small in one
@@ -192,7 +194,7 @@ def test_hub_dataset_streams_only_what_the_steps_read(stand_in):
 
 
 def test_unknown_hub_dataset_is_a_config_error(stand_in):
-    proc = stream_in_child("stand/nothing", "en", 0, 1, 1)
+    proc = stream_in_child("stand/nothing", "en", "0", 1, 1)
     assert "ConfigError: could not open hub dataset 'stand/nothing'" in proc.stderr
 
 

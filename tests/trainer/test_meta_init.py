@@ -4,6 +4,8 @@ build (random init with the seed, or load_hf_weights into the whole model)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -51,24 +53,34 @@ def _no_cast():
     return MixedPrecisionPolicy()
 
 
-def _worker(rank: int, store_path: str, hf_dirs: list[str | None]) -> None:
-    """hf_dirs[i]: the HF export configs()[i] loads, or None for the random init."""
+def _worker(rank: int, store_path: str, sources: dict[str, list[str | None]], done: str) -> None:
+    """For each source in turn, hf_dirs[i]: the HF export configs()[i] loads, or None for
+    the random init. Rank 0 marks a source done (file `done`.SOURCE) once both ranks
+    passed it; the first failure ends the spawn."""
     store = dist.FileStore(store_path, 2)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
     try:
-        tokens = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
-        for cfg, hf_dir in zip(configs(), hf_dirs, strict=True):
-            ref = full_model(cfg, hf_dir)
-            got = sharded_model(cfg, hf_dir)
-            for name, param in got.named_parameters():
-                assert param.to_local().numel() < param.numel(), f"{name}: held whole"
-                assert torch.equal(param.full_tensor(), ref.get_parameter(name)), name
-            with torch.no_grad():
-                torch.testing.assert_close(got(tokens), ref(tokens), rtol=0, atol=0)
-            if hf_dir is None:
-                _device_init_is_the_same_at_every_world_size(cfg)
+        for source, hf_dirs in sources.items():
+            _check(hf_dirs)
+            dist.barrier()
+            if rank == 0:
+                Path(f"{done}.{source}").touch()
     finally:
         dist.destroy_process_group()
+
+
+def _check(hf_dirs: list[str | None]) -> None:
+    tokens = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
+    for cfg, hf_dir in zip(configs(), hf_dirs, strict=True):
+        ref = full_model(cfg, hf_dir)
+        got = sharded_model(cfg, hf_dir)
+        for name, param in got.named_parameters():
+            assert param.to_local().numel() < param.numel(), f"{name}: held whole"
+            assert torch.equal(param.full_tensor(), ref.get_parameter(name)), name
+        with torch.no_grad():
+            torch.testing.assert_close(got(tokens), ref(tokens), rtol=0, atol=0)
+        if hf_dir is None:
+            _device_init_is_the_same_at_every_world_size(cfg)
 
 
 def _device_init_is_the_same_at_every_world_size(cfg: ModelConfig) -> None:
@@ -88,14 +100,32 @@ def _device_init_is_the_same_at_every_world_size(cfg: ModelConfig) -> None:
     assert torch.equal(whole.norm.weight, torch.ones_like(whole.norm.weight))
 
 
-@pytest.mark.parametrize("source", ["random", "hf"])
-def test_meta_init_equals_the_full_cpu_build_on_2_ranks(tmp_path, source):
-    hf_dirs: list[str | None] = [None] * len(configs())
-    if source == "hf":
-        for i, cfg in enumerate(configs()):
-            torch.manual_seed(100 + i)  # other weights than the seeded init's
-            out = tmp_path / f"hf{i}"
-            # Several safetensors files: the loader reads slices across an index.
-            hf.save_hf(Transformer(cfg).state_dict(), cfg, out, max_shard_bytes=40_000)
-            hf_dirs[i] = str(out)
-    mp.spawn(_worker, args=(str(tmp_path / "store"), hf_dirs), nprocs=2, join=True)
+SOURCES = ["random", "hf"]
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> tuple[Path, str | None]:
+    """Both sources checked by one spawn of 2 ranks (each rank a python importing torch):
+    the done marks' prefix, and the spawn's error if a source failed."""
+    root = tmp_path_factory.mktemp("meta")
+    hf_dirs: list[str | None] = []
+    for i, cfg in enumerate(configs()):
+        torch.manual_seed(100 + i)  # other weights than the seeded init's
+        out = root / f"hf{i}"
+        # Several safetensors files: the loader reads slices across an index.
+        hf.save_hf(Transformer(cfg).state_dict(), cfg, out, max_shard_bytes=40_000)
+        hf_dirs.append(str(out))
+    sources = {"random": [None] * len(configs()), "hf": hf_dirs}
+    assert list(sources) == SOURCES
+    try:
+        mp.spawn(_worker, args=(str(root / "store"), sources, str(root / "done")), nprocs=2)
+    except Exception as exc:  # noqa: BLE001 (each test reports it for its own source)
+        return root / "done", f"{type(exc).__name__}: {exc}"
+    return root / "done", None
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_meta_init_equals_the_full_cpu_build_on_2_ranks(checked, source):
+    done, error = checked
+    # A source that failed, or was not reached after an earlier one failed, has no mark.
+    assert Path(f"{done}.{source}").exists(), error

@@ -8,6 +8,7 @@ import torch
 from torch.distributed.fsdp import CPUOffloadPolicy
 from torch.utils.checkpoint import CheckpointPolicy
 
+from tests.trainer.conftest import train_here
 from trainer import metrics
 from trainer.config import ModelConfig, RopeScaling
 from trainer.model import Transformer, llama3_scaled_inv_freq, num_params
@@ -117,10 +118,15 @@ def test_mfu_is_achieved_over_peak_flops():
     )
 
 
-def test_compiled_blocks_with_selective_checkpointing_train_like_eager(run_trainer):
+def test_compiled_blocks_with_selective_checkpointing_train_like_eager(
+    run_trainer, capsys, no_dist_env
+):
     # A real run through inductor (CPU codegen): same loss, same gradients as eager.
+    # The eager run in this process (a world of one; no torch import of its own), the
+    # compiled one in a process of its own (inductor's caches stay out of this one).
     args = ["--max_steps", "2", "--log_freq", "1", "--validation_freq", "0"]
-    _, eager = run_trainer(args)
+    code, eager = train_here(capsys, args)
+    assert code == 0, eager[-1]
     proc, compiled = run_trainer([*args, "--compile", "--activation_checkpointing", "selective"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     loss = {e["step"]: e["loss"] for e in eager if e["event"] == "step"}
