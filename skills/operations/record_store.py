@@ -104,7 +104,12 @@ class RecordFile(Generic[M]):
     def _overwrite_in_place(self, text: str) -> None:
         data = text.encode()
         with open(self.path, "r+b") as out:
-            old_size = os.fstat(out.fileno()).st_size
+            stat = os.fstat(out.fileno())
+            old_size = stat.st_size
+            # Only into blocks the file already has: a write that needs one more would
+            # stop part way on the full disk and leave half a new record over the old.
+            if len(data) > max(old_size, stat.st_blocks * 512):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
             # JSON allows trailing whitespace: pad over what the old record left.
             out.write(data + b" " * max(0, old_size - len(data)))
 

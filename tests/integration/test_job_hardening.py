@@ -503,6 +503,87 @@ def test_a_disk_that_fills_during_the_run_is_named_as_the_cause(tmp_path):
     assert out["log_tail"]
 
 
+FULL_DISK_END = """
+import json, sys, time
+from pathlib import Path
+from skills.shared.errors import ErrorCode
+from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer.targets.local.record import JobFailure, JobRecord, RunDir
+from skills.training_job_deployer.targets.local.supervisor import Supervisor
+from skills.training_job_deployer.targets.local.target import LocalTarget
+
+runs = Path(sys.argv[1])
+run = RunDir(runs / "full")
+run.path.mkdir()
+running = JobRecord(job_name="full", attempt=1, argv=["torchrun"], submitted_at=time.time())
+run.record_file.write(running)
+supervisor = Supervisor(run, LocalTarget(runs).plan(JobSpec(job_name="full")))
+supervisor.failure = JobFailure(code=ErrorCode.NO_SPACE_LEFT, message="failed: no space left")
+supervisor.unlogged.extend(f"line {i} " + "x" * 290 for i in range(40))
+with open(runs / "filler", "wb", buffering=0) as filler:  # the disk fills while the job runs
+    try:
+        while True:
+            filler.write(b"0" * 65536)
+    except OSError:
+        pass
+supervisor._finish(1)
+record = run.record_file.read()
+ended = {"ended": record.ended, "code": record.failure.code, "tail": record.unlogged_tail}
+print(json.dumps(ended))
+"""
+
+
+def test_on_a_full_disk_the_end_is_recorded_with_as_much_of_the_unlogged_tail_as_fits(tmp_path):
+    """The ended record may only take the blocks the running one had: the supervisor
+    keeps fewer of the lines the log could not take until it fits, and a record that
+    does not fit is never half written over the old one."""
+    script = tmp_path / "end.py"
+    script.write_text(FULL_DISK_END)
+    done = _in_a_small_filesystem(f'{sys.executable} {script} "$SMALL"', "1m")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ended = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ended["ended"] and ended["code"] == "no_space_left"
+    assert 0 < len(ended["tail"]) < 40 and ended["tail"][-1].startswith("line 39 ")
+
+
+RECORD_ON_A_FULL_DISK = """
+import json, sys
+from pathlib import Path
+from pydantic import BaseModel
+from skills.operations.record_store import RecordFile
+
+class Note(BaseModel):
+    text: str
+
+small = Path(sys.argv[1])
+file = RecordFile(small / "note.json", Note)
+file.write(Note(text="running"))
+with file.lock():
+    pass  # the lock file exists before the disk fills, as a job's does
+with open(small / "filler", "wb", buffering=0) as filler:
+    try:
+        while True:
+            filler.write(b"0" * 65536)
+    except OSError:
+        pass
+file.write(Note(text="ended"))  # fits where the old record was
+try:
+    file.write(Note(text="x" * 20000))
+    refused = None
+except OSError as exc:
+    refused = exc.errno
+print(json.dumps({"refused": refused, "now": file.read().text}))
+"""
+
+
+def test_a_record_rewritten_on_a_full_disk_is_whole_or_untouched(tmp_path):
+    script = tmp_path / "record.py"
+    script.write_text(RECORD_ON_A_FULL_DISK)
+    done = _in_a_small_filesystem(f'{sys.executable} {script} "$SMALL"', "1m")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"refused": 28, "now": "ended"}
+
+
 # 9. bounds and permanent errors ---------------------------------------------------------
 
 

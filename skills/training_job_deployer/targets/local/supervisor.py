@@ -213,15 +213,28 @@ class Supervisor:
         shutil.rmtree(self.run.scratch, ignore_errors=True)
 
     def _finish(self, exit_code: int | None) -> None:
+        tail = (
+            list(self.unlogged)
+            if self.failure and self.failure.code == ErrorCode.NO_SPACE_LEFT
+            else []
+        )
+
         def end(record: JobRecord | None) -> JobRecord | None:
             if record is None or record.attempt != self.plan.attempt or record.ended:
                 return None
             ended = record.finished(exit_code, self.failure)
-            if self.unlogged and self.failure and self.failure.code == ErrorCode.NO_SPACE_LEFT:
-                ended = ended.model_copy(update={"unlogged_tail": list(self.unlogged)})
-            return ended
+            return ended.model_copy(update={"unlogged_tail": tail}) if tail else ended
 
-        self.file.update(end)
+        # On a full disk the ended record may only go where the running one was: keep
+        # fewer of the lines the log could not take until it fits (how it ended first).
+        while True:
+            try:
+                self.file.update(end)
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC or not tail:
+                    raise
+                tail = tail[len(tail) // 2 + 1 :]
         self._observe()
 
     def _observe(self) -> None:
