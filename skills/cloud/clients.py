@@ -28,14 +28,42 @@ def aws_error_code(exc: Exception) -> str:
     return str(((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code", ""))
 
 
+_LOADER: Any = None  # botocore's data loader, shared by every session of this process
+
+
+def _shared_loader() -> Any:
+    """One botocore data loader for the process. Each new Session otherwise gets its own,
+    which parses the service's model JSON again (tens of ms per client for EC2/EKS; a tool
+    call makes several sessions, the MCP server many). The files never change while the
+    process runs; the loader caches what it parsed."""
+    global _LOADER
+    if _LOADER is None:
+        import botocore.loaders
+
+        _LOADER = botocore.loaders.create_loader()
+    return _LOADER
+
+
 def aws_session(profile: str | None = None, region: str | None = None) -> Any:
     """A boto3 Session; profile and region fall back to AWS_PROFILE / AWS_REGION."""
     import boto3
     import botocore.exceptions
+    import botocore.session
 
     region = region or env_region()
+    core = botocore.session.get_session()
     try:
-        return boto3.Session(profile_name=profile, region_name=region)
+        if profile is not None:
+            core.set_config_variable("profile", profile)
+        # Reads the profile (ProfileNotFound here); a configured data_path gets its own loader.
+        shared = core.get_config_variable("data_path") is None
+        if shared:
+            core.register_component("data_loader", _shared_loader())
+        session = boto3.Session(profile_name=profile, region_name=region, botocore_session=core)
+        if shared:  # boto3 appends its data path to the loader at each Session: once will do
+            paths = _shared_loader().search_paths
+            paths[:] = list(dict.fromkeys(paths))
+        return session
     except botocore.exceptions.ProfileNotFound as exc:
         raise ToolFailure(
             ErrorCode.AWS_PROFILE_NOT_FOUND,
