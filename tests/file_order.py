@@ -37,7 +37,6 @@ ESTIMATED_SECONDS = {
     "tests/integration/test_long_logs.py": 30,
     "tests/integration/test_model_server_local.py": 30,
     "tests/trainer/test_trainer_run.py": 30,
-    "tests/trainer/test_checkpoint_staging.py": 30,
     "tests/trainer/test_trainer_e2e.py": 30,
     "tests/integration/test_job_tools.py": 30,
     "tests/trainer/test_trainer_parallel.py": 25,

@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hf_" + "Zx9" * 12
 # Quoted into the script's shell body, and a real directory the trainer writes to.
 HOSTILE_DIR = "ck $(touch PWNED) `touch PWNED2`;touch PWNED3"
+# The CLI job's steps: 12, as the local 2-rank learning run (test_local_training's
+# FULL_RUN), which proves the same trainer's loss falls by 0.5 in them (issue 36: was 20).
+CLI_STEPS = 12
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def _deploy_cli(runs: Path, checkpoints: Path, *extra: str, cwd: Path):
             "--runs_dir",
             str(runs),
             "--max_steps",
-            "20",
+            str(CLI_STEPS),
             "--checkpoint_dir",
             str(checkpoints),
             *extra,
@@ -90,7 +93,7 @@ def test_deploy_through_the_cli_trains_two_processes_to_succeeded(cli_run, runs)
     result, work, checkpoints = cli_run
     assert result["status"] == "succeeded", result
     assert result["target"] == "slurm" and result["world_size"] == 2
-    assert result["steps"] == result["max_steps"] == 20
+    assert result["steps"] == result["max_steps"] == CLI_STEPS
     assert result["last_loss"] < result["first_loss"] - 0.5
     assert result["restarts"] == 0 and result["exit_code"] == 0
     assert result["plan"]["gpus_per_node"] is None and result["plan"]["nproc_per_node"] == 2
@@ -147,12 +150,14 @@ def test_an_ended_job_keeps_its_outcome_and_the_list_reads_no_log(cli_run, runs,
 
 
 def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
-    # The requeue lands a few steps after the first (step 3 at a load of 13 on 2 cores):
-    # 30 leave the first run no way to end first; every step more is trained again.
-    steps = 30
+    # The requeue lands a few steps after the first (step 3 at a load of 13 on 2 cores,
+    # and at 4): 20 leave the first run no way to end first; every step more is trained
+    # again. No evaluation: nothing here reads it (issue 36).
+    steps = 20
     started = deploy_training_job(
-        job_name="requeued", max_steps=steps, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)
-    )
+        job_name="requeued", max_steps=steps, checkpoint_freq=0, validation_freq=0,
+        wait_seconds=0, **_slurm(runs),
+    )  # fmt: skip
     assert started.status == "running"
     job_id = Path(started.log_path).stem.removeprefix("slurm-")
     _wait_for_step(Path(started.log_path))
