@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tracemalloc
+
+import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
@@ -31,9 +34,22 @@ def _lengthen(log, hole_bytes: int, last_step: int) -> None:
         handle.write(b"\n" + b"".join(json.dumps(e).encode() + b"\n" for e in lines))
 
 
-def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(tmp_path):
-    runs = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One finished 3-step local job (its runs dir, its deploy state): both tests lengthen
+    a copy of its log, so one torch job serves both (issue 36: CPU)."""
+    runs = tmp_path_factory.mktemp("finished") / "runs"
     state = deploy_training_job(job_name="long", runs_dir=str(runs), max_steps=3, gpu_per_node=1)
+    return runs, state
+
+
+def _copy(finished, tmp_path):
+    """The finished job's runs dir, copied for one test (which writes into its log)."""
+    return shutil.copytree(finished[0], tmp_path / "runs"), finished[1]
+
+
+def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(finished, tmp_path):
+    runs, state = _copy(finished, tmp_path)
     assert state.status == "succeeded" and state.steps == 3
     log = runs / "long" / "logs" / "attempt-1.log"
     _lengthen(log, 3 * GIB, last_step=59_896)
@@ -50,13 +66,15 @@ def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(tmp
     assert peak < 64 * 2**20  # a head and a tail, not the log
 
 
-def test_a_log_just_over_head_and_tail_keeps_the_heads_start_and_the_tails_outcome(tmp_path):
-    runs = tmp_path / "runs"
-    state = deploy_training_job(job_name="mid", runs_dir=str(runs), max_steps=3, gpu_per_node=1)
+def test_a_log_just_over_head_and_tail_keeps_the_heads_start_and_the_tails_outcome(
+    finished, tmp_path
+):
+    runs, state = _copy(finished, tmp_path)
     first_loss = state.first_loss
-    log = runs / "mid" / "logs" / "attempt-1.log"
+    assert first_loss is not None
+    log = runs / "long" / "logs" / "attempt-1.log"
     _lengthen(log, 6 * 2**20, last_step=500)
-    state = get_training_job(job_name="mid", runs_dir=str(runs))
+    state = get_training_job(job_name="long", runs_dir=str(runs))
     assert (state.status, state.steps, state.first_loss) == ("succeeded", 500, first_loss)
 
 
