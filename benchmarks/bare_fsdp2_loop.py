@@ -36,6 +36,7 @@ from torch.distributed.fsdp import fully_shard
 from trainer import device as devices
 from trainer import metrics
 from trainer.config_loader import load_config
+from trainer.distributed import DistEnv
 from trainer.hf import hf_config_from_model
 from trainer.model import Transformer, num_params
 from trainer.parallel import apply_fsdp, build_mesh
@@ -46,18 +47,17 @@ from trainer.train import build_optimizer
 
 def setup() -> torch.device:
     """This rank's device and process group, chosen as the trainer chooses them."""
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    env = DistEnv.from_environ()  # torchrun's variables, or none: a world of one
     cuda = torch.cuda.is_available()
-    device_type, backend = devices.choose_device_and_backend(cuda, local_rank)
+    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank)
     visible = torch.cuda.device_count() if cuda else None
-    device = devices.device_for(device_type, local_rank, visible)
+    device = devices.device_for(device_type, env.local_rank, visible)
     if cuda:
         torch.cuda.set_device(device)
     else:
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        torch.set_num_threads(choose_num_threads(
-            os.cpu_count() or 1, local_world, os.environ.get("OMP_NUM_THREADS")))  # fmt: skip
-    if "WORLD_SIZE" not in os.environ:  # no launcher: a world of one, as the trainer runs it
+        omp = os.environ.get("OMP_NUM_THREADS")
+        torch.set_num_threads(choose_num_threads(os.cpu_count() or 1, env.local_world_size, omp))
+    if not env.launched:  # as the trainer runs it
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     else:
         dist.init_process_group(backend, device_id=device if cuda else None)
