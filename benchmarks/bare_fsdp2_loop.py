@@ -57,10 +57,12 @@ def setup() -> torch.device:
     else:
         omp = os.environ.get("OMP_NUM_THREADS")
         torch.set_num_threads(choose_num_threads(os.cpu_count() or 1, env.local_world_size, omp))
+    device_id = device if cuda else None
     if not env.launched:  # as the trainer runs it
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        store = dist.HashStore()
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, device_id=device_id)
     else:
-        dist.init_process_group(backend, device_id=device if cuda else None)
+        dist.init_process_group(backend, device_id=device_id)
     return device
 
 

@@ -48,12 +48,15 @@ class DistEnv:
 
 
 def init_distributed(backend: str, device: torch.device, env: DistEnv) -> None:
-    # device_id lets NCCL connect eagerly.
+    # device_id binds the group to this rank's GPU: NCCL connects eagerly, and a barrier
+    # knows its device (without it torch warns at every barrier that it guesses).
     device_id = device if device.type == "cuda" else None
     if not env.launched:
         # `python -m trainer`: a world of one. An in-memory store needs no port, so the
         # same FSDP code path runs with nothing to rendezvous with.
-        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(
+            backend=backend, store=dist.HashStore(), rank=0, world_size=1, device_id=device_id
+        )
     elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         # Under torchrun. Its store outlives a restart (--max-restarts) and still holds
         # the dead attempt's gloo addresses, which the new workers would try to

@@ -435,12 +435,25 @@ def train_step(
     return loss_sum
 
 
-def grad_norm_of(model: nn.Module, max_norm: float) -> torch.Tensor:
-    """The global gradient norm (clipping to max_norm), left on the device."""
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    if isinstance(norm, DTensor):  # FSDP2 grads are sharded DTensors
-        norm = norm.full_tensor()
-    return norm
+def grad_norm_of(
+    model: nn.Module, max_norm: float, unscaling: torch.optim.Optimizer | None = None
+) -> torch.Tensor:
+    """The global gradient norm, left on the device, with the gradients clipped to
+    max_norm (inf: measured, never clipped). Given `unscaling`, an optimizer whose step
+    divides each gradient by its `grad_scale` (fused AdamW, as AMP's scaler uses it), the
+    clip is that divisor: one pass over every gradient fewer (about 5 ms a step for 2B
+    parameters on an H100); else torch's clip multiplies the gradients in place."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+    full = norm.full_tensor() if isinstance(norm, DTensor) else norm  # FSDP2: sharded grads
+    if math.isinf(max_norm):
+        return full
+    if unscaling is not None:
+        # grad / max(1, norm / max_norm) is torch's clip (its 1e-6 too), taken in the step.
+        unscaling.grad_scale = torch.clamp((full + 1e-6) / max_norm, min=1.0)  # type: ignore[attr-defined]
+    else:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
+    return full
 
 
 def evaluate(model: nn.Module, batches: list[Batch], device: torch.device) -> float:
@@ -656,7 +669,8 @@ class TrainLoop:
         non-finite loss or norm skips the update on the device (found_inf)."""
         tokens = self.tokens_per_step
         loss_sum = train_step(self.model, self.data.batches, self.accum, self.device, tokens)
-        grad_norm = grad_norm_of(self.model, self.max_norm)
+        unscaling = self.optimizer if self.skip_on_device else None  # fused AdamW
+        grad_norm = grad_norm_of(self.model, self.max_norm, unscaling)
         agreement, found_inf = agree(step, loss_sum, grad_norm, self.stop, self.checkpointer)
         if self.skip_on_device:
             self.optimizer.found_inf = found_inf  # type: ignore[attr-defined]

@@ -44,6 +44,23 @@ def test_chunked_cross_entropy_matches_the_full_logits(chunk, masked):
     torch.testing.assert_close(got_grads[1], weight.grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("chunk", [3, 21])
+def test_bf16_gradients_stay_bf16_and_match_the_fp32_logits_to_bf16_precision(chunk):
+    """Under FSDP's bf16 compute the head's weight gradient is bf16, added chunk by chunk
+    (one rounding per chunk): within bf16's precision of the fp32 full-logits gradient."""
+    gen = torch.Generator().manual_seed(2)
+    hidden = torch.randn(21, 32, generator=gen).bfloat16().requires_grad_()
+    weight = (torch.randn(50, 32, generator=gen) * 0.2).bfloat16().requires_grad_()
+    targets = torch.randint(0, 50, (21,), generator=gen)
+    (chunked_cross_entropy_sum(hidden, weight, targets, chunk) / 21).backward()
+    assert hidden.grad.dtype == weight.grad.dtype == torch.bfloat16
+    h32 = hidden.detach().float().requires_grad_()
+    w32 = weight.detach().float().requires_grad_()
+    F.cross_entropy(h32 @ w32.t(), targets, reduction="mean").backward()
+    torch.testing.assert_close(weight.grad.float(), w32.grad, rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(hidden.grad.float(), h32.grad, rtol=2e-2, atol=2e-3)
+
+
 def test_nothing_to_train_on_gives_zero_and_zero_gradients():
     hidden = torch.randn(4, 8, requires_grad=True)
     weight = torch.randn(5, 8, requires_grad=True)

@@ -118,15 +118,33 @@ def test_the_optimizer_is_built_with_the_devices_flags():
 
 
 def test_the_flight_recorder_dumps_on_timeout_and_leaves_set_variables_alone():
-    env = d.flight_recorder_env("/runs/a/nccl_traces", {})
+    env = d.flight_recorder_env("/runs/a/nccl_traces", {}, "2.13.0+cpu")
     assert env == {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(d.FLIGHT_RECORDER_ENTRIES),
+        "TORCH_FR_BUFFER_SIZE": str(d.FLIGHT_RECORDER_ENTRIES),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_FR_DUMP_TEMP_FILE": "/runs/a/nccl_traces/nccl_trace_rank_",
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/runs/a/nccl_traces/nccl_trace_rank_",
     }
-    mine = d.flight_recorder_env("/x", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})
-    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in mine and len(mine) == 3
+    # A size the user set under either name is theirs: neither name is added beside it.
+    for name in d.BUFFER_SIZE_VARIABLES:
+        mine = d.flight_recorder_env("/x", {name: "0"}, "2.13.0")
+        assert not set(mine) & set(d.BUFFER_SIZE_VARIABLES) and len(mine) == 3
+
+
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [
+        ("2.13.0", "TORCH_FR_BUFFER_SIZE"),
+        ("2.11.0+cu130", "TORCH_FR_BUFFER_SIZE"),  # the H100 machine's: it warned at the old
+        ("3.0.0", "TORCH_FR_BUFFER_SIZE"),
+        ("2.10.1", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+        ("2.6.0a0+ecf3bae40a.nv25.01", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+    ],
+)
+def test_the_ring_size_goes_by_the_name_that_torch_reads_without_a_warning(version, name):
+    env = d.flight_recorder_env("/x", {}, version)
+    assert env[name] == str(d.FLIGHT_RECORDER_ENTRIES)
+    assert not (set(env) & set(d.BUFFER_SIZE_VARIABLES)) - {name}
 
 
 @pytest.mark.parametrize(
@@ -170,3 +188,52 @@ def test_the_error_file_names_where_the_flight_recorder_dumped(tmp_path, monkeyp
     written = json.loads(error_file.read_text())["message"]
     assert written["message"] == "RuntimeError: Watchdog caught collective operation timeout"
     assert written["extraInfo"]["nccl_flight_recorder"] == dumps
+
+
+@pytest.mark.parametrize("launched", [False, True])
+@pytest.mark.parametrize(("device", "device_id"), [("cuda:3", "cuda:3"), ("cpu", None)])
+def test_the_process_group_is_bound_to_the_ranks_gpu_in_every_launch(
+    monkeypatch, launched, device, device_id
+):
+    """A world of one as well as torchrun's ranks: without device_id a GPU run's barrier
+    warns that it guesses the device (seen on an H100 machine)."""
+    from trainer import distributed
+
+    calls: list[dict] = []
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda **kw: calls.append(kw))
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    env = distributed.DistEnv(
+        rank=0, world_size=2 if launched else 1, local_rank=0, local_world_size=1,
+        launched=launched,
+    )  # fmt: skip
+    distributed.init_distributed("nccl", torch.device(device), env)
+    (kwargs,) = calls
+    assert kwargs["device_id"] == (torch.device(device_id) if device_id else None)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 50.0])
+def test_fused_adamw_clips_in_its_step_as_torchs_clip_does(max_norm):
+    """On a GPU the clip is fused AdamW's grad_scale (no pass over the gradients of its
+    own): three steps of gradients of very different norms end where torch's in-place clip
+    and foreach AdamW end, and not where the unclipped steps end (fused AdamW runs on CPU
+    too, so the same kernel family is checked here)."""
+    import math
+
+    from trainer.train import grad_norm_of
+
+    def run(fused: bool, norm: float) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused, foreach=not fused)
+        gen = torch.Generator().manual_seed(1)
+        for scale in (1.0, 30.0, 0.1):
+            (model(torch.randn(5, 8, generator=gen) * scale) ** 2).sum().backward()
+            measured = grad_norm_of(model, norm, opt if fused else None)
+            assert math.isfinite(float(measured))
+            opt.step()
+            opt.zero_grad()
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    clipped = run(False, max_norm)
+    torch.testing.assert_close(run(True, max_norm), clipped, rtol=1e-5, atol=1e-5)
+    assert (run(False, math.inf) - clipped).abs().max() > 1e-2
