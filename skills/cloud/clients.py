@@ -72,6 +72,17 @@ def aws_session(profile: str | None = None, region: str | None = None) -> Any:
         ) from exc
 
 
+def service_regions(service: str) -> set[str]:
+    """The regions botocore's own endpoint data lists for `service`, in every partition
+    (no call; the shared loader's parsed files)."""
+    session = aws_session()
+    return {
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions(service, partition_name=partition)
+    }
+
+
 def docker_client() -> Any:
     """A Docker Engine API client from DOCKER_HOST (or the default socket)."""
     import docker

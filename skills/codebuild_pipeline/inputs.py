@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from skills.cloud.clients import service_regions
 from skills.shared.errors import ErrorCode, ToolFailure
 
 _REGION_SHAPE = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
@@ -32,15 +33,7 @@ ProjectName = Annotated[
 
 def check_region(region: str) -> None:
     """An unknown region is the caller's to fix (botocore's own endpoint data, no call)."""
-    import boto3
-
-    session = boto3.Session()
-    known = {
-        r
-        for p in session.get_available_partitions()
-        for r in session.get_available_regions("codebuild", partition_name=p)
-    }
-    if region not in known:
+    if region not in service_regions("codebuild"):
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
             f"Unknown region {region!r} for CodeBuild.",

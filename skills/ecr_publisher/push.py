@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skills.cloud.clients import docker_client
+from skills.cloud.clients import docker_client, service_regions
 from skills.cloud.ecr_repository import ecr_client, ensure_repository
 from skills.cloud.registry_credentials import (
     ECR_REGISTRY_HOST_ENV,
@@ -47,14 +47,7 @@ class PushOptions:
 
 
 def known_region(region: str) -> None:
-    import boto3
-
-    session = boto3.Session()
-    known = {
-        r
-        for partition in session.get_available_partitions()
-        for r in session.get_available_regions("ecr", partition_name=partition)
-    }
+    known = service_regions("ecr")
     if known and region not in known:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from skills.cloud.clients import aws_session, docker_client
+from skills.cloud.clients import aws_session, docker_client, service_regions
 from skills.kube.access import kube_api_client
 from skills.shared.errors import ToolFailure
 
@@ -31,6 +31,21 @@ def test_unknown_aws_profile_is_a_coded_failure(moto_server):
     with pytest.raises(ToolFailure) as caught:
         aws_session(profile="no-such-profile")
     assert caught.value.code == "aws_profile_not_found" and "aws configure" in caught.value.hint
+
+
+def test_a_services_regions_come_from_botocores_endpoint_data_in_every_partition():
+    """One home for "is this a region of service X" (the CodeBuild and ECR tools' checks)."""
+    from skills.codebuild_pipeline.inputs import check_region
+    from skills.ecr_publisher.push import known_region
+
+    ecr = service_regions("ecr")
+    assert {"us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1"} <= ecr
+    assert "xx-nowhere-1" not in ecr and "us-east-1" in service_regions("codebuild")
+    for check in (check_region, known_region):
+        check("eu-west-1")
+        with pytest.raises(ToolFailure) as caught:
+            check("xx-nowhere-1")
+        assert caught.value.code == "invalid_input", check
 
 
 def test_docker_client_uses_docker_host(docker_api):
