@@ -28,6 +28,7 @@ from commands.deploy_training_job import DeployResult, deploy_training_job
 from commands.get_training_job import get_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.trainer_log import parse_events
+from tests.run_copies import copy_of
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDLESS = {"max_steps": 100_000, "checkpoint_freq": 0}
@@ -244,10 +245,10 @@ def test_cancel_right_after_submit_is_cancelled_not_failed(tmp_path):
 def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path, ended):
     # The ended job's record, copied: its supervisor and trainer started well before this
     # process (start times tell processes apart to about 10 ms).
-    shutil.copytree(ended[0] / "a", tmp_path / "t")
+    copy_of(ended[0] / "a", tmp_path, "t")
     foreign = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
-        tampered = {**record(tmp_path / "t"), "job_name": "t"}
+        tampered = record(tmp_path / "t")
         assert tampered["supervisor"] and tampered["trainer"]
         for who in ("supervisor", "trainer"):  # a recycled pid looks exactly like this
             tampered[who]["pid"] = foreign.pid

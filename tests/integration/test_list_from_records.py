@@ -5,14 +5,13 @@ list_training_jobs answers from records whatever the logs hold."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.list_training_jobs import list_training_jobs
+from tests.run_copies import copy_of
 
 JUNK_LINE = b"x" * 1023 + b"\n"
 
@@ -24,15 +23,6 @@ def ended(tmp_path_factory):
     runs = tmp_path_factory.mktemp("ended")
     done = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
     return runs / "job-0", done
-
-
-def copy_of(ended_run: Path, runs: Path, job_name: str) -> Path:
-    """The ended job's run directory as `runs/job_name`, its record renamed to match."""
-    copy = runs / job_name
-    shutil.copytree(ended_run, copy)
-    record = json.loads((copy / "job.json").read_text())
-    (copy / "job.json").write_text(json.dumps({**record, "job_name": job_name}))
-    return copy
 
 
 def test_an_ended_jobs_outcome_is_in_its_record_and_a_list_reads_no_log(tmp_path, ended):
