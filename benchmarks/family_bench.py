@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._launch import launcher  # noqa: E402
+from benchmarks._launch import launch  # noqa: E402
 from tests.trainer.test_families import FAMILIES  # noqa: E402  (the parity test's table)
 
 SHAPE = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
@@ -64,11 +63,10 @@ def env() -> dict[str, str]:
 
 
 def torchrun(args: list[str]) -> list[dict]:
-    argv = launcher(NPROC, QUICK) + args
-    done = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
-    return [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]
+    code, stdout, stderr = launch(NPROC, QUICK, args, env(), ROOT)
+    if code != 0:
+        raise SystemExit(f"{' '.join(args[:3])} failed:\n{stderr[-3000:]}")
+    return [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
 
 
 def checkpoint(model_type: str, out: Path, shape: dict[str, int]) -> None:

@@ -6,12 +6,16 @@
 - get_training_job on a finished local job whose log is 16 MiB / 64 MiB / 256 MiB (a
   real job's log lengthened with step lines): time, bytes read and peak traced memory.
 
-`--quick` runs the smallest size once (the test suite runs it so the benchmark cannot rot)."""
+`--quick` runs the smallest size once (the test suite runs it so the benchmark cannot rot).
+`--from-run DIR` lengthens a copy of DIR, a finished local job's run directory, instead of
+training a job first: the test suite passes the ended job its other tests share (a job
+is two torch starts; only its log matters here)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -31,6 +35,7 @@ RECORDS = [500] if QUICK else [500, 2000, 8000]
 LOG_MIB = [16] if QUICK else [16, 64, 256]
 # The job whose log is lengthened (--quick: 1 process; its log is all it is there for).
 STEPS, PROCESSES = (1, 1) if QUICK else (3, 2)
+FROM_RUN = sys.argv[sys.argv.index("--from-run") + 1] if "--from-run" in sys.argv else None
 
 
 def seed_operations(count: int, start: int = 0, now: float | None = None) -> None:
@@ -82,9 +87,14 @@ def long_logs() -> None:
     print("get_training_job on a finished local job: seconds and peak traced memory")
     with tempfile.TemporaryDirectory() as runs:
         os.environ[operations.STATE_DIR_ENV] = str(Path(runs) / "state")
-        state = deploy_training_job(job_name="long", runs_dir=runs, max_steps=STEPS,
-                                    gpu_per_node=PROCESSES)  # fmt: skip
-        log = Path(runs) / "long" / "logs" / "attempt-1.log"
+        job = Path(FROM_RUN).name if FROM_RUN else "long"
+        if FROM_RUN:
+            shutil.copytree(FROM_RUN, Path(runs) / job,
+                            ignore=shutil.ignore_patterns("checkpoints"))  # fmt: skip
+        else:
+            deploy_training_job(job_name=job, runs_dir=runs, max_steps=STEPS,
+                                gpu_per_node=PROCESSES)  # fmt: skip
+        log = Path(runs) / job / "logs" / "attempt-1.log"
         events = parse_events(log.read_text())
         step = next(e for e in events if e["event"] == "step")
         summary = next(e for e in events if e["event"] == "summary")
@@ -96,7 +106,7 @@ def long_logs() -> None:
                 {**summary, "steps": count}).encode() + b"\n")  # fmt: skip
             tracemalloc.start()
             start = time.perf_counter()
-            state = get_training_job(job_name="long", runs_dir=runs)
+            state = get_training_job(job_name=job, runs_dir=runs)
             seconds = time.perf_counter() - start
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()

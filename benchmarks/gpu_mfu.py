@@ -18,7 +18,6 @@ import glob
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._launch import launcher  # noqa: E402
+from benchmarks._launch import launch  # noqa: E402
 from benchmarks.trainer_bench import env  # noqa: E402
 
 # Llama 3 8B, HF config: 2 x (vocab x dim) of embedding and lm_head, 218M per layer.
@@ -59,11 +58,11 @@ def gpus(quick: bool = False) -> int:
 
 
 def torchrun(nproc: int, args: list[str]) -> list[dict]:
-    argv = [*launcher(nproc, "--quick" in sys.argv), *args]  # --quick on CPU: no torchrun
-    done = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"benchmark run failed:\n{done.stderr[-3000:]}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # --quick with 1 process (on CPU): in this process, no torchrun
+    code, stdout, stderr = launch(nproc, "--quick" in sys.argv, args, env(), ROOT)
+    if code != 0:
+        sys.exit(f"benchmark run failed:\n{stderr[-3000:]}")
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def median_of(runs: list[dict], key: str) -> float | None:

@@ -17,7 +17,8 @@ for them. Our server's ratio to the baseline at each count says what our own wor
 a ratio that stays level as clients grow means our server adds no contention of its own.
 
 `--quick` (the test suite runs it, to prove the benchmark runs, not to measure): 1 and 2
-clients, one call each, no warm-up client, each way."""
+clients, one call each, no warm-up client, each way; 2 client processes per server serve
+both counts, a new session each time."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,51 +103,72 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 async def agent(url, runs, calls):
-    async with Client(streamable_http_client(url)) as client:
-        print("ready", flush=True)
-        sys.stdin.readline()  # every agent connected: go together
-        start, first = time.process_time(), time.time()
-        latencies = []
-        for _ in range(calls):
-            begin = time.perf_counter()
-            result = await client.call_tool("list_training_jobs", {"runs_dir": runs})
-            latencies.append(time.perf_counter() - begin)
-            assert not result.is_error, result
-        used = time.process_time() - start
-        print(json.dumps([latencies, used, first, time.time()]), flush=True)
+    for _ in iter(sys.stdin.readline, ""):  # "connect": a session of its own (EOF: done)
+        async with Client(streamable_http_client(url)) as client:
+            print("ready", flush=True)
+            sys.stdin.readline()  # every agent connected: go together
+            start, first = time.process_time(), time.time()
+            latencies = []
+            for _ in range(calls):
+                begin = time.perf_counter()
+                result = await client.call_tool("list_training_jobs", {"runs_dir": runs})
+                latencies.append(time.perf_counter() - begin)
+                assert not result.is_error, result
+            used = time.process_time() - start
+            print(json.dumps([latencies, used, first, time.time()]), flush=True)
 
 anyio.run(agent, sys.argv[1], sys.argv[2], int(sys.argv[3]))
 """
 
 
-def _agents(
-    url: str, clients: int, runs: Path, calls: int = CALLS
-) -> tuple[list[float], float, float]:
-    """Each agent a process of its own, connected before any calls; (every call's
-    latency, the clients' CPU seconds in their calls, the seconds from the first call
-    to the last answer)."""
-    procs = [
+def _agent_processes(url: str, count: int, runs: Path, calls: int) -> list[subprocess.Popen]:
+    return [
         subprocess.Popen([sys.executable, "-c", AGENT, url, str(runs), str(calls)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for _ in range(clients)
+        for _ in range(count)
     ]  # fmt: skip
+
+
+def _say(proc: subprocess.Popen, line: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def _agents(
+    url: str, clients: int, runs: Path, calls: int = CALLS, pool: Sequence[subprocess.Popen] = ()
+) -> tuple[list[float], float, float]:
+    """Each agent a process of its own, in a session of its own, connected before any
+    calls; (every call's latency, the clients' CPU seconds in their calls, the seconds
+    from the first call to the last answer). Fresh processes, ended after, unless a
+    `pool` of started ones is given (--quick: see _measure)."""
+    procs = list(pool[:clients]) or _agent_processes(url, clients, runs, calls)
     for proc in procs:
+        _say(proc, "connect")
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+        _say(proc, "go")
     latencies: list[float] = []
     cpu, starts, ends = 0.0, [], []
     for proc in procs:
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, out
-        times, used, first, last = json.loads(out.splitlines()[-1])
+        assert proc.stdout is not None
+        out = proc.stdout.readline()
+        assert out, f"agent exited {proc.wait(timeout=60)}"
+        times, used, first, last = json.loads(out)
         latencies += times
         cpu += used
         starts.append(first)
         ends.append(last)
+    if not pool:
+        _end(procs)
     return latencies, cpu, max(ends) - min(starts)
+
+
+def _end(procs: Sequence[subprocess.Popen]) -> None:
+    """EOF on each agent's stdin ends it; each must exit 0."""
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out
 
 
 def _cpu_s(pid: int) -> float:
@@ -177,16 +200,21 @@ def _measure(runs: Path, state: Path, code: str, port: int) -> dict[int, tuple[f
         url = f"http://127.0.0.1:{port}/mcp"
         if not QUICK:
             _agents(url, 1, runs, 1)  # warm: the tool's module is imported once
+        # --quick: the largest count's agent processes, started once, serve every count
+        # (each in a new session); a process's start (the MCP SDK's imports) is most of
+        # what a client costs. Measured (not --quick): fresh processes for each count.
+        pool = _agent_processes(url, CLIENTS[-1], runs, CALLS) if QUICK else []
         out = {}
         for clients in CLIENTS:
             server_cpu = _cpu_s(server.pid)  # connecting costs it little: counted in
-            latencies, client_cpu, wall = _agents(url, clients, runs)
+            latencies, client_cpu, wall = _agents(url, clients, runs, pool=pool)
             server_cpu = _cpu_s(server.pid) - server_cpu
             latencies.sort()
             n = len(latencies)
             p95 = latencies[math.ceil(0.95 * n) - 1]  # nearest rank
             out[clients] = (statistics.median(latencies), p95, n / wall,
                             server_cpu / n, client_cpu / n)  # fmt: skip
+        _end(pool)
         return out
     finally:
         server.terminate()

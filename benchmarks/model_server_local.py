@@ -18,10 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# --quick (the suite runs it, to prove the benchmark runs, not to measure): 1 training
-# step of 1 process (the job only makes the checkpoint served), exported in this process
-# (a subprocess is a torch start of its own; this one imports torch for the baseline
-# anyway), 4 tokens, once.
+# --quick (the suite runs it, to prove the benchmark runs, not to measure): the checkpoint
+# served comes from 1 training step of the trainer's own main in this process, a world
+# of one (what the job's rank runs, less the job: its supervisor, torchrun and rank are
+# 3 processes and 2 torch starts, and what is measured here is the serving, not the
+# job; the full mode still deploys the job), exported in this process (a subprocess is a
+# torch start of its own; this one imports torch for the baseline anyway), 4 tokens, once.
 QUICK = "--quick" in sys.argv
 PROCESSES = 1 if QUICK else 2
 NEW_TOKENS = 4 if QUICK else 64
@@ -76,16 +78,34 @@ def in_process_tokens_per_s(model: str) -> float:
     return statistics.median(rates)
 
 
+def train_here(checkpoints: Path) -> None:
+    """`python -m trainer` (the job's argv, 1 step) as a world of one in this process; its
+    event lines go to a buffer (this benchmark's stdout is its one JSON line), its thread
+    count is put back for the baseline."""
+    import contextlib
+    import io
+
+    import torch
+
+    from trainer.train import main as trainer_main
+
+    threads = torch.get_num_threads()
+    lines = io.StringIO()
+    args = ["--model_type", "debug", "--max_steps", str(TRAIN_STEPS), "--seed", "0",
+            "--checkpoint_dir", str(checkpoints),
+            "--output_dir", str(checkpoints.parent)]  # fmt: skip
+    with contextlib.redirect_stdout(lines):
+        code = trainer_main(args)
+    torch.set_num_threads(threads)
+    assert code == 0, lines.getvalue()[-2000:]
+
+
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     os.environ["FSDP_EKS_STATE_DIR"] = str(work / "state")
     from commands.delete_model_server import delete_model_server
     from commands.deploy_model_server import deploy_model_server
-    from commands.deploy_training_job import deploy_training_job
 
-    job = deploy_training_job(job_name="bench", runs_dir=str(work / "runs"),
-                              max_steps=TRAIN_STEPS, gpu_per_node=PROCESSES)  # fmt: skip
-    assert job.status == "succeeded", job.log_tail
     export = work / "export"
     checkpoints = work / "runs" / "bench" / "checkpoints"
     if QUICK:  # see QUICK
@@ -93,8 +113,14 @@ def main() -> None:
 
         from trainer.export import export as export_checkpoint
 
+        train_here(checkpoints)
         export_checkpoint(str(checkpoints), str(export), torch.float32)
     else:
+        from commands.deploy_training_job import deploy_training_job
+
+        job = deploy_training_job(job_name="bench", runs_dir=str(work / "runs"),
+                                  max_steps=TRAIN_STEPS, gpu_per_node=PROCESSES)  # fmt: skip
+        assert job.status == "succeeded", job.log_tail
         subprocess.run(
             [sys.executable, "-m", "trainer.export", "--checkpoint", str(checkpoints),
              "--out", str(export)],

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._launch import launcher  # noqa: E402
+from benchmarks._launch import launch  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 # Big enough that compute, not per-step bookkeeping noise, dominates a step. --quick (the
@@ -53,11 +52,10 @@ def env() -> dict[str, str]:
 
 
 def torchrun(args: list[str]) -> list[dict]:
-    argv = launcher(NPROC, QUICK) + args
-    done = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"benchmark run failed:\n{done.stderr[-3000:]}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    code, stdout, stderr = launch(NPROC, QUICK, args, env(), ROOT)
+    if code != 0:
+        sys.exit(f"benchmark run failed:\n{stderr[-3000:]}")
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def bare(*impls: str) -> list[dict]:

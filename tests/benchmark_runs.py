@@ -11,10 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_quick(name: str, timeout: float = 600) -> str:
-    """benchmarks/<name>.py --quick; its stdout (a failure shows the end of stderr)."""
+def run_quick(name: str, *args: str, timeout: float = 600) -> str:
+    """benchmarks/<name>.py --quick [args]; its stdout (a failure shows the end of stderr)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick"],
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick", *args],
         capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pytest
 
-from tests import file_order
+from tests import file_order, run_copies
 from tests.services import kube, moto, podman, standin_base
 from tests.services import registry as registry_service
 from tests.services import slurm as slurm_service
@@ -154,3 +154,10 @@ def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         return
     with _environment({"FSDP_EKS_STATE_DIR": str(tmp_path_factory.mktemp("state"))}):
         yield
+
+
+@pytest.fixture(scope="session")
+def ended_job(tmp_path_factory: pytest.TempPathFactory) -> run_copies.EndedJob:
+    """One real local job run to its end, shared by every test of this worker that only
+    needs an ended job (tests/run_copies.py: read it, or change a copy)."""
+    return run_copies.end_a_job(tmp_path_factory.mktemp("ended"))

@@ -36,14 +36,12 @@ MISSING_BASE = "pytorch/pytorch:2.5.1-cuda12.8-cudnn9-runtime"  # never publishe
 def hub(docker_api, registry, tmp_path_factory) -> Iterator[str]:
     """The registry holding GOOD_BASE; the docker config (as `docker login` writes it)
     holds its credentials. Yields the mirror setting, `localhost:PORT`."""
-    import docker
-
     config_dir = tmp_path_factory.mktemp("docker-config")
     auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     (config_dir / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DOCKER_CONFIG", str(config_dir))
-        client = docker.from_env()
+        client = docker_api.client()
         base = tmp_path_factory.mktemp("base")
         (base / "os-release").write_text("stand-in for the pytorch/pytorch image\n")
         (base / "Dockerfile").write_text("FROM scratch\nCOPY os-release /etc/os-release\n")
@@ -81,9 +79,8 @@ def _git(repo: Path, *args: str) -> str:
 
 
 @pytest.mark.parametrize("strategy", ["explicit", "latest", "semantic", "git-sha", "auto"])
-def test_a_clean_build_returns_id_size_and_the_tag_of_each_strategy(hub, tmp_path, strategy):
-    import docker
-
+def test_a_clean_build_returns_id_size_and_the_tag_of_each_strategy(hub, docker_api, tmp_path,
+                                                                    strategy):  # fmt: skip
     dockerfile = _project(tmp_path)
     repository = f"trainer-{strategy}"
     if strategy in ("git-sha", "auto"):
@@ -108,7 +105,7 @@ def test_a_clean_build_returns_id_size_and_the_tag_of_each_strategy(hub, tmp_pat
     total = 5 + len(result.labels)
     steps = [e for e in progress.events if e.total == total]
     assert [e.completed for e in steps] == list(range(1, total + 1)), progress.events
-    image = docker.from_env().images.get(f"{repository}:{expected}")
+    image = docker_api.client().images.get(f"{repository}:{expected}")
     assert image.labels["org.example.role"] == "trainer" and image.id == result.image_id
     assert image.labels["fsdp-eks.cuda"] == "12.4" and image.labels["fsdp-eks.torch"] == "2.5.1"
     assert image.labels["fsdp-eks.efa"] == "false"  # read back from the built image

@@ -35,9 +35,7 @@ OLD_DRIVER = "550.127.08"  # p4d nodes of an older AMI: no CUDA 13
 @pytest.fixture(scope="module")
 def mirror(docker_api, registry, tmp_path_factory) -> Iterator[str]:
     """Stand-ins for the pytorch/pytorch bases, as pulled through the mirror host."""
-    import docker
-
-    client = docker.from_env()
+    client = docker_api.client()
     base = tmp_path_factory.mktemp("base")
     (base / "os-release").write_text("stand-in for a pytorch/pytorch image\n")
     (base / "Dockerfile").write_text("FROM scratch\nCOPY os-release /etc/os-release\n")
@@ -81,10 +79,8 @@ def build(dockerfile: Path, mirror: str, tag: str, **arguments):
                        repository="fsdp-eks-trainer", tag=tag, **arguments)  # fmt: skip
 
 
-def image_labels(name: str) -> dict[str, str]:
-    import docker
-
-    return docker.from_env().api.inspect_image(name)["Config"]["Labels"] or {}
+def image_labels(docker_api, name: str) -> dict[str, str]:
+    return docker_api.client().api.inspect_image(name)["Config"]["Labels"] or {}
 
 
 def deploy(image_uri: str, **kwargs):
@@ -100,30 +96,30 @@ def refused(image_uri: str, **kwargs) -> ToolFailure:
 
 
 def test_build_labels_are_the_images_own_and_move_with_base_image_and_build_args(
-    mirror, no_run_dockerfile, state_dir
+    mirror, no_run_dockerfile, state_dir, docker_api
 ):
     plain = build(no_run_dockerfile, mirror, "labels-plain")
     assert plain.status == "built", plain.attempts
     assert plain.labels == {"fsdp-eks.torch": "2.13.0", "fsdp-eks.cuda": "13.0",
                             "fsdp-eks.efa": "false"}  # fmt: skip
-    assert image_labels("fsdp-eks-trainer:labels-plain") | plain.labels == image_labels(
-        "fsdp-eks-trainer:labels-plain"
-    )
+    assert image_labels(docker_api, "fsdp-eks-trainer:labels-plain") | plain.labels == (
+        image_labels(docker_api, "fsdp-eks-trainer:labels-plain"))  # fmt: skip
     # --base_image: issue 21 saw 13.0 / 2.13.0 here (the Dockerfile's ARG defaults).
     cu128 = "pytorch/pytorch:" + BASES[1]
     over = build(no_run_dockerfile, mirror, "labels-override", base_image=cu128)
-    got = image_labels("fsdp-eks-trainer:labels-override")
+    got = image_labels(docker_api, "fsdp-eks-trainer:labels-override")
     assert over.labels == {"fsdp-eks.torch": "2.11.0", "fsdp-eks.cuda": "12.8",
                            "fsdp-eks.efa": "false"}  # fmt: skip
     assert (got["fsdp-eks.torch"], got["fsdp-eks.cuda"]) == ("2.11.0", "12.8")
     # The same base through the Dockerfile's BASE_IMAGE build arg.
     by_arg = build(no_run_dockerfile, mirror, "labels-arg", build_args={"BASE_IMAGE": cu128})
-    got = image_labels("fsdp-eks-trainer:labels-arg")
+    got = image_labels(docker_api, "fsdp-eks-trainer:labels-arg")
     assert (got["fsdp-eks.torch"], got["fsdp-eks.cuda"]) == ("2.11.0", "12.8") == (
         by_arg.resolved.torch, by_arg.resolved.cuda)  # fmt: skip
 
 
-def test_a_fixed_build_is_labelled_as_fixed(mirror, registry, tmp_path, state_dir, monkeypatch):
+def test_a_fixed_build_is_labelled_as_fixed(mirror, registry, tmp_path, state_dir, monkeypatch,
+                                            docker_api):  # fmt: skip
     # The docker config (`docker login`) holds the registry's credentials, so the base
     # check hears the registry's 404 for the missing tag.
     auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
@@ -138,7 +134,7 @@ def test_a_fixed_build_is_labelled_as_fixed(mirror, registry, tmp_path, state_di
     result = build(dockerfile, mirror, "labels-fixed")
     assert result.status == "built", result.attempts
     assert [a.ok for a in result.attempts] == [False, True]
-    got = image_labels("fsdp-eks-trainer:labels-fixed")
+    got = image_labels(docker_api, "fsdp-eks-trainer:labels-fixed")
     assert (got["fsdp-eks.torch"], got["fsdp-eks.cuda"]) == ("2.11.0", "12.8")
 
 
@@ -173,15 +169,14 @@ def test_the_gate_loop_converges_build_push_deploy(
 
 
 def test_an_image_the_gate_cannot_verify_is_refused_unless_skip_gate(
-    mirror, registry, operator, monkeypatch, tmp_path
+    mirror, registry, operator, monkeypatch, tmp_path, docker_api
 ):
-    import docker
-
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     operator.add_nodes("p4d.24xlarge", 2, efa=4, driver="580.65.06")
     # An image without the labels (built by hand), pushed to ECR.
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY Dockerfile /Dockerfile\n")
-    out = list(docker.from_env().api.build(path=str(tmp_path), tag="unlabelled:v1", decode=True))
+    out = list(docker_api.client().api.build(path=str(tmp_path), tag="unlabelled:v1",
+                                             decode=True))  # fmt: skip
     assert not [e for e in out if "error" in e or "errorDetail" in e], out
     pushed = push_to_ecr(image="unlabelled:v1", repository="gate/unlabelled", region="us-east-1")
     no_label = refused(pushed.image_uri)

@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -24,11 +25,11 @@ import pytest
 
 from commands._cli import run_cli
 from commands.cancel_training_job import cancel_training_job
-from commands.deploy_training_job import DeployResult, deploy_training_job
+from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.trainer_log import parse_events
-from tests.run_copies import copy_of
+from tests.run_copies import EndedJob, copy_of
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDLESS = {"max_steps": 100_000, "checkpoint_freq": 0}
@@ -67,6 +68,20 @@ def wait_for_step(log: Path, timeout: float = 120.0) -> None:
     raise AssertionError(f"no step logged in {timeout} s:\n{text[-2000:]}")
 
 
+def wait_for_trainer(run_dir: Path, timeout: float = 120.0) -> None:
+    """Until the record names the job's torchrun and its log exists (the supervisor started
+    torchrun, then opened the log): a test that counts trainers and logs need not wait
+    for a step, and the cancel that follows stops torchrun before its ranks have imported
+    torch (issue 36: CPU)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            if record(run_dir).get("trainer") and (run_dir / "logs" / "attempt-1.log").exists():
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"no trainer recorded in {timeout} s in {run_dir}")
+
+
 def record(run_dir: Path) -> dict:
     return json.loads((run_dir / "job.json").read_text())
 
@@ -74,28 +89,6 @@ def record(run_dir: Path) -> dict:
 def stop(runs: Path, job: str) -> None:
     with contextlib.suppress(ToolFailure):
         cancel_training_job(job_name=job, runs_dir=str(runs), confirm=True)
-
-
-@pytest.fixture(scope="module")
-def ended(tmp_path_factory) -> tuple[Path, Path, DeployResult]:
-    """One job run to its end for the tests that only need an ended job (each job is a
-    torch start, issue 36): its runs dir, the private TMPDIR it inherited and its result.
-    It was deployed over a corrupt record (replace_corrupt_record), which one test is
-    about and the others do not mind. Tests that edit a record work on a copy of its run
-    directory."""
-    base = tmp_path_factory.mktemp("ended")
-    runs, inherited = base / "runs", base / "inherited-tmp"
-    inherited.mkdir()
-    _damage(runs / "a", "not json")
-    with pytest.MonkeyPatch.context() as patch:
-        # The temp dir the job inherits is private to it: comparing the global /tmp raced
-        # other workers' torchrun, which make torchelastic_* there at the same time.
-        patch.setenv("TMPDIR", str(inherited))
-        state = deploy_training_job(
-            job_name="a", runs_dir=str(runs), max_steps=2, replace_corrupt_record=True, **ONE_RANK
-        )
-    assert state.status == "succeeded", state.log_tail
-    return runs, inherited, state
 
 
 # 1. one writer per job --------------------------------------------------------------
@@ -120,7 +113,7 @@ def test_eight_concurrent_deploys_in_threads_start_one_trainer(tmp_path):
         for thread in threads:
             thread.join(60)
         assert sorted(outcomes) == ["job_running"] * 7 + ["running"], outcomes
-        wait_for_step(tmp_path / "dup" / "logs" / "attempt-1.log")
+        wait_for_trainer(tmp_path / "dup")
         assert [p.name for p in (tmp_path / "dup" / "logs").iterdir()] == ["attempt-1.log"]
         assert record(tmp_path / "dup")["attempt"] == 1  # the record parses
     finally:
@@ -142,7 +135,7 @@ def test_eight_concurrent_cli_deploys_start_one_trainer(tmp_path):
         assert statuses == ["job_running"] * 7 + ["running"], statuses
         assert sorted(code for code, _, _ in results) == [0] + [1] * 7
         # wait_seconds=0 returns before the detached supervisor has started torchrun
-        wait_for_step(tmp_path / "dup" / "logs" / "attempt-1.log")
+        wait_for_trainer(tmp_path / "dup")
         trainers = [
             p for p in psutil.process_iter(["cmdline"])
             if "torch.distributed.run" in " ".join(p.info["cmdline"] or ())
@@ -200,10 +193,10 @@ def test_a_damaged_record_is_a_typed_error_in_every_tool(tmp_path, how):
     assert "job_record_corrupt" in listed["message"]
 
 
-def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(ended):
-    runs, _, state = ended  # job "a" was deployed over a record that is not JSON
-    assert state.status == "succeeded", state.log_tail
-    assert [p.name.split("-")[0] for p in (runs / "a").glob("job.json.corrupt-*")] == [
+def test_deploy_starts_a_job_with_a_corrupt_record_over_when_told(ended_job: EndedJob):
+    # The shared ended job was deployed over a record that is not JSON (tests/run_copies.py).
+    assert ended_job.state.status == "succeeded", ended_job.state.log_tail
+    assert [p.name.split("-")[0] for p in ended_job.run.glob("job.json.corrupt-*")] == [
         "job.json.corrupt"
     ]
 
@@ -217,9 +210,10 @@ def test_cancel_from_another_shell_wins_over_a_following_cli_deploy(tmp_path):
                            "--checkpoint_freq", "0", "--gpu_per_node", "1")  # fmt: skip
     try:
         wait_for_step(tmp_path / "c" / "logs" / "attempt-1.log")
-        canceller = cli_process("cancel_training_job", "--job_name", "c", "--runs_dir",
-                                str(tmp_path), "--confirm", "--json")  # fmt: skip
-        cancel_out, _ = canceller.communicate(timeout=90)
+        # The other shell's cancel: this test's process is not the follower's (the CLI in
+        # process, not a third Python start: issue 36).
+        _, cancel_out, _ = cli("cancel_training_job", "--job_name", "c", "--runs_dir",
+                               str(tmp_path), "--confirm", "--json")  # fmt: skip
         follow_out, follow_err = follower.communicate(timeout=90)
     finally:
         follower.kill()
@@ -242,10 +236,10 @@ def test_cancel_right_after_submit_is_cancelled_not_failed(tmp_path):
 # 4. a record is not trusted blindly; the end is recorded whoever follows -----------
 
 
-def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path, ended):
+def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path, ended_job: EndedJob):
     # The ended job's record, copied: its supervisor and trainer started well before this
     # process (start times tell processes apart to about 10 ms).
-    copy_of(ended[0] / "a", tmp_path, "t")
+    copy_of(ended_job.run, tmp_path, "t", checkpoints=False)
     foreign = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
         tampered = record(tmp_path / "t")
@@ -303,9 +297,9 @@ def test_killing_the_following_cli_leaves_the_end_recorded(tmp_path):
 # 5. checkpoint directories --------------------------------------------------------
 
 
-def test_another_jobs_checkpoints_are_taken_only_when_told(ended):
-    runs = ended[0]  # job "a" ran 2 steps there
-    theirs = str(runs / "a" / "checkpoints")
+def test_another_jobs_checkpoints_are_taken_only_when_told(tmp_path, ended_job: EndedJob):
+    runs = tmp_path  # job "a" ran 2 steps (a copy of the shared ended job, owning its own)
+    theirs = str(copy_of(ended_job.run, runs, "a") / "checkpoints")
     status, out, _ = cli("deploy_training_job", "--job_name", "b", "--runs_dir", str(runs),
                          "--checkpoint_dir", theirs, "--keep_last", "1", "--dry_run",
                          "--json")  # fmt: skip
@@ -344,19 +338,33 @@ if os.environ.get("RANK") is not None and os.environ.get("LEAK_CANARIES"):
 """
 
 
+def _changed_files(root: Path, newer_than: float) -> Iterator[str]:
+    """The files under `root` (links to files followed, links to directories not) changed
+    since `newer_than`. A shared /tmp holds hundreds of thousands of files: a scandir
+    entry per name (its type from the directory, one stat for a file) costs a quarter of
+    the CPU of a Path and two stats each (issue 36). Directories that vanish while it is
+    read (other tests' come and go) are skipped."""
+    folders = [str(root)]
+    while folders:
+        try:
+            entries = os.scandir(folders.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    elif entry.is_file() and entry.stat().st_mtime >= newer_than:
+                        yield entry.path
+
+
 def _files_containing(root: Path, needles: list[str], newer_than: float) -> list[str]:
-    # os.walk, not rglob: in a shared /tmp other tests' directories come and go while it
-    # is read, and rglob raises on one that vanished (walk skips it).
     found = []
-    for parent, _, names in os.walk(root):
-        for name in names:
-            path = Path(parent) / name
-            try:
-                if path.is_file() and path.stat().st_mtime >= newer_than:
-                    data = path.read_bytes()
-                    found += [f"{path}: {n[:6]}..." for n in needles if n.encode() in data]
-            except OSError:
-                continue
+    for path in _changed_files(root, newer_than):
+        with contextlib.suppress(OSError):
+            data = Path(path).read_bytes()
+            found += [f"{path}: {n[:6]}..." for n in needles if n.encode() in data]
     return found
 
 
@@ -617,10 +625,10 @@ def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
     assert len(errors) == 1 and errors[0]["retryable"] is False, errors
 
 
-def test_no_run_leaves_files_in_tmp(ended):
-    runs, inherited, _ = ended  # the job that ran there to its end, with TMPDIR=inherited
-    assert list(inherited.iterdir()) == []
-    assert not (runs / "a" / "tmp").exists()
+def test_no_run_leaves_files_in_tmp(ended_job: EndedJob):
+    # The shared job ran to its end with TMPDIR=inherited_tmp (tests/run_copies.py).
+    assert list(ended_job.inherited_tmp.iterdir()) == []
+    assert not (ended_job.run / "tmp").exists()
 
 
 @pytest.fixture(autouse=True)
@@ -685,11 +693,15 @@ def test_one_mcp_server_agrees_with_itself_about_a_cancel(tmp_path):
 # 8. a damaged checkpoint ----------------------------------------------------------------
 
 
-def test_a_damaged_newest_checkpoint_is_passed_over_and_all_damaged_is_one_line(tmp_path):
+def test_a_damaged_newest_checkpoint_is_passed_over_and_all_damaged_is_one_line(
+    tmp_path, ended_job: EndedJob
+):
     args = {"job_name": "ck", "runs_dir": str(tmp_path), "checkpoint_freq": 1, "keep_last": 0,
             **ONE_RANK}  # fmt: skip
-    assert deploy_training_job(**args, max_steps=2).status == "succeeded"
-    checkpoints = tmp_path / "ck" / "checkpoints"
+    # Its first run: the shared ended job (2 steps, a checkpoint every step, none pruned).
+    assert ended_job.state.status == "succeeded"
+    checkpoints = copy_of(ended_job.run, tmp_path, "ck") / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-1", "step-2"]
     for shard in (checkpoints / "step-2").glob("*.distcp"):
         shard.unlink()  # its COMPLETE marker stays
     state = deploy_training_job(**args, max_steps=3)

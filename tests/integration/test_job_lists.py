@@ -3,24 +3,19 @@ only the page's jobs are described, and the rest is counted."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 
-from commands.deploy_training_job import deploy_training_job
 from commands.list_training_jobs import list_training_jobs
 from skills.training_job_deployer.targets import run_dir
+from tests.run_copies import EndedJob, copy_of
 
 
-def test_a_local_list_pages_describe_only_the_page(tmp_path, monkeypatch):
+def test_a_local_list_pages_describe_only_the_page(tmp_path, monkeypatch, ended_job: EndedJob):
     runs = tmp_path / "runs"
-    job = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
-    assert job.status == "succeeded", job.log_tail
-    for i in range(1, 5):
-        copy = runs / f"job-{i}"
-        shutil.copytree(runs / "job-0", copy)
-        record = json.loads((copy / "job.json").read_text())
-        (copy / "job.json").write_text(json.dumps({**record, "job_name": copy.name}))
+    # Five copies of the session's real ended job (tests/run_copies.py), not a job of its own.
+    assert ended_job.state.status == "succeeded", ended_job.state.log_tail
+    for i in range(5):
+        copy_of(ended_job.run, runs, f"job-{i}", checkpoints=False)
     (runs / "broken").mkdir()
     (runs / "broken" / "job.json").write_text("not json")
     for age, name in enumerate(["broken", "job-4", "job-3", "job-2", "job-1", "job-0"]):

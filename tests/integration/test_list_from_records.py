@@ -6,37 +6,29 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.list_training_jobs import list_training_jobs
-from tests.run_copies import copy_of
+from tests.run_copies import EndedJob, copy_of
 
 JUNK_LINE = b"x" * 1023 + b"\n"
 
 
-@pytest.fixture(scope="module")
-def ended(tmp_path_factory):
-    """One ended job for the module (a job is a torch start, issue 36): each test works on
-    a copy of its run directory, so neither sees the other's edits."""
-    runs = tmp_path_factory.mktemp("ended")
-    done = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
-    return runs / "job-0", done
-
-
-def test_an_ended_jobs_outcome_is_in_its_record_and_a_list_reads_no_log(tmp_path, ended):
+def test_an_ended_jobs_outcome_is_in_its_record_and_a_list_reads_no_log(
+    tmp_path, ended_job: EndedJob
+):
+    # Each test works on copies of the session's ended job (tests/run_copies.py), so
+    # neither sees the other's edits.
     runs = tmp_path / "runs"
-    done = ended[1]
+    done = ended_job.state
     assert (done.status, done.steps) == ("succeeded", 2)
-    copy_of(ended[0], runs, "job-0")
+    copy_of(ended_job.run, runs, "job-0", checkpoints=False)
     record = json.loads((runs / "job-0" / "job.json").read_text())
     outcome = record["outcome"]  # the supervisor kept it at the end
     assert outcome["status"] == "succeeded" and outcome["figures"]["steps"] == 2
     assert outcome["figures"]["last_loss"] == done.last_loss
 
     for i in range(1, 4):
-        copy = copy_of(runs / "job-0", runs, f"job-{i}")
+        copy = copy_of(runs / "job-0", runs, f"job-{i}", checkpoints=False)
         # The log replaced by 16 MiB with no event in it: a list that read it would lose
         # the steps and the status.
         with open(copy / "logs" / "attempt-1.log", "wb") as log:
@@ -49,9 +41,9 @@ def test_an_ended_jobs_outcome_is_in_its_record_and_a_list_reads_no_log(tmp_path
     assert get_training_job(job_name="job-3", runs_dir=str(runs)).steps == 0
 
 
-def test_a_record_without_an_outcome_gets_it_on_the_first_look(tmp_path, ended):
+def test_a_record_without_an_outcome_gets_it_on_the_first_look(tmp_path, ended_job: EndedJob):
     runs = tmp_path / "runs"
-    path = copy_of(ended[0], runs, "old") / "job.json"
+    path = copy_of(ended_job.run, runs, "old", checkpoints=False) / "job.json"
     record = json.loads(path.read_text())
     path.write_text(json.dumps({k: v for k, v in record.items() if k != "outcome"}))
     (listed,) = list_training_jobs(runs_dir=str(runs)).jobs  # read from the log, kept

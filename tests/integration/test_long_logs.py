@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tracemalloc
 
-import pytest
-
-from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from skills.training_job_deployer.trainer_log import parse_events
 from tests.benchmark_runs import run_quick
+from tests.run_copies import EndedJob, copy_of
 
 GIB = 2**30
 
@@ -34,23 +31,19 @@ def _lengthen(log, hole_bytes: int, last_step: int) -> None:
         handle.write(b"\n" + b"".join(json.dumps(e).encode() + b"\n" for e in lines))
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """One finished 3-step local job (its runs dir, its deploy state): both tests lengthen
-    a copy of its log, so one torch job serves both (issue 36: CPU)."""
-    runs = tmp_path_factory.mktemp("finished") / "runs"
-    state = deploy_training_job(job_name="long", runs_dir=str(runs), max_steps=3, gpu_per_node=1)
-    return runs, state
+def _copy(ended_job: EndedJob, tmp_path):
+    """The session's finished 2-step local job (tests/run_copies.py), copied for one test
+    (which writes into its log): its runs dir and its deploy state."""
+    runs = tmp_path / "runs"
+    copy_of(ended_job.run, runs, "long", checkpoints=False)
+    return runs, ended_job.state
 
 
-def _copy(finished, tmp_path):
-    """The finished job's runs dir, copied for one test (which writes into its log)."""
-    return shutil.copytree(finished[0], tmp_path / "runs"), finished[1]
-
-
-def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(finished, tmp_path):
-    runs, state = _copy(finished, tmp_path)
-    assert state.status == "succeeded" and state.steps == 3
+def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(
+    ended_job: EndedJob, tmp_path
+):
+    runs, state = _copy(ended_job, tmp_path)
+    assert state.status == "succeeded" and state.steps == 2
     log = runs / "long" / "logs" / "attempt-1.log"
     _lengthen(log, 3 * GIB, last_step=59_896)
     assert log.stat().st_size > 3 * GIB
@@ -67,9 +60,9 @@ def test_a_finished_job_with_a_multi_gb_log_reports_its_true_status_and_step(fin
 
 
 def test_a_log_just_over_head_and_tail_keeps_the_heads_start_and_the_tails_outcome(
-    finished, tmp_path
+    ended_job: EndedJob, tmp_path
 ):
-    runs, state = _copy(finished, tmp_path)
+    runs, state = _copy(ended_job, tmp_path)
     first_loss = state.first_loss
     assert first_loss is not None
     log = runs / "long" / "logs" / "attempt-1.log"
@@ -100,8 +93,9 @@ def test_through_ssh_a_log_is_read_bounded_on_the_remote_side(tmp_path, monkeypa
     assert len(target._read_from(str(log), 0, max_bytes=1000)) == 1000
 
 
-def test_the_fleet_benchmark_runs_in_its_quick_mode():
-    """benchmarks/fleet_history_and_logs.py at its smallest size, so it cannot rot unseen."""
-    out = run_quick("fleet_history_and_logs")
+def test_the_fleet_benchmark_runs_in_its_quick_mode(ended_job: EndedJob):
+    """benchmarks/fleet_history_and_logs.py at its smallest size, so it cannot rot unseen;
+    it lengthens a copy of the session's ended job's log instead of training its own."""
+    out = run_quick("fleet_history_and_logs", "--from-run", str(ended_job.run))
     assert "500 records: page   20 reads" in out
     assert "16 MiB log" in out and "status succeeded" in out

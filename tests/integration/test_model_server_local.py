@@ -1,12 +1,14 @@
 """Local serving for real (issue 24): the demo model is trained briefly (1-process
-torchrun on CPU: serving, not the world size, is the subject), exported with
-`python -m trainer.export`, and served through the tools by `transformers serve`; plain
-HTTP (urllib) gets completions from it. Bad model
-paths, a port in use and a server that dies on start are typed errors; delete stops
-the process, and only a process whose identity matches."""
+torchrun on CPU: serving, not the world size, is the subject), exported by
+`python -m trainer.export`'s main (in this process), and served through the tools by
+`transformers serve`; plain HTTP (urllib) gets completions from it. Bad model paths, a
+port in use and a server that dies on start are typed errors; delete stops the process,
+and only a process whose identity matches."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shlex
@@ -35,8 +37,6 @@ from skills.shared.progress import CollectingProgress
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
@@ -54,23 +54,14 @@ def exported(tmp_path_factory, state) -> Path:
     job = deploy_training_job(job_name="serve", runs_dir=str(runs), max_steps=6, gpu_per_node=1)
     assert job.status == "succeeded", job.log_tail
     out = runs / "serve" / "export"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.export",
-            "--checkpoint",
-            str(runs / "serve" / "checkpoints"),
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    # `python -m trainer.export`'s main, in this process: one torch start fewer (the
+    # export is the input here; tests/trainer/test_export.py is its subject).
+    from trainer.export import main as export_main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = export_main(["--checkpoint", str(runs / "serve" / "checkpoints"), "--out", str(out)])
+    assert code == 0, printed.getvalue()
     return out
 
 

@@ -4,34 +4,28 @@ what was cut, and naming the call that fetches the rest; that call does fetch it
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import anyio
 import pytest
 from mcp import Client
 
-from commands.deploy_training_job import deploy_training_job
 from mcp_server import build_server
 from mcp_server.result_cap import MAX_RESULT_BYTES, result_bytes
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import spec_of, tool
+from tests.run_copies import EndedJob, copy_of
 
 JOBS = 220
 
 
 @pytest.fixture(scope="module")
-def many_runs(tmp_path_factory):
-    """One real finished local job, copied to JOBS jobs (each its own record and log)."""
+def many_runs(tmp_path_factory, ended_job: EndedJob):
+    """The session's real ended local job, copied to JOBS jobs (each its own record and
+    log; the checkpoints are not what a list reads)."""
+    assert ended_job.state.status == "succeeded", ended_job.state.log_tail
     runs = tmp_path_factory.mktemp("cap") / "runs"
-    job = deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2, gpu_per_node=1)
-    assert job.status == "succeeded", job.log_tail
-    for i in range(1, JOBS):
-        copy = runs / f"job-{i}"
-        shutil.copytree(runs / "job-0", copy)
-        record = json.loads((copy / "job.json").read_text())
-        (copy / "job.json").write_text(json.dumps({**record, "job_name": copy.name}))
+    for i in range(JOBS):
+        copy_of(ended_job.run, runs, f"job-{i}", checkpoints=False)
     return runs
 
 

@@ -81,15 +81,13 @@ def test_the_shipped_config_analyzes_the_repos_dockerfile(repo_copy, tmp_path, c
 def mirror(docker_api, registry, tmp_path) -> Iterator[dict[str, str]]:
     """The registry holding BASE as the Docker Hub mirror, its login in a docker config:
     the environment a build over the shipped config needs here."""
-    import docker
-
     config_dir = tmp_path / "docker-config"
     config_dir.mkdir()
     auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     (config_dir / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DOCKER_CONFIG", str(config_dir))
-        client = docker.from_env()
+        client = docker_api.client()
         base = tmp_path / "base"
         base.mkdir()
         (base / "os-release").write_text("stand-in for the pytorch/pytorch image\n")

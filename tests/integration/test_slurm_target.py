@@ -1,8 +1,9 @@
 """The Slurm target on a real one-node Slurm (munge + slurmctld + slurmd): real sbatch,
-srun and a real 2-process torchrun (gloo on CPU) per job. Through the CLI to
+srun and a real torchrun (2 processes, gloo on CPU; the requeued job 1). Through the CLI to
 succeeded; get, logs and list; `scontrol requeue` mid-run (the trainer checkpoints on
-SIGTERM, the job runs again and resumes); cancel; and the scheduler's refusals as
-typed errors."""
+SIGTERM, the job runs again and resumes); one endless job whose paused rank the
+watchdog names the straggler with its node, then cancelled; and the scheduler's
+refusals as typed errors."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +27,7 @@ from commands.list_training_jobs import list_training_jobs
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.trainer_log import parse_events
+from tests.integration.test_long_runs import JOB, marked_process, pausing, stop_job, wait_for
 from tests.services.slurm import SHORT_PARTITION
 
 pytestmark = pytest.mark.integration
@@ -152,11 +157,14 @@ def test_an_ended_job_keeps_its_outcome_and_the_list_reads_no_log(cli_run, runs,
 def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
     # The requeue lands a few steps after the first (step 3 at a load of 13 on 2 cores,
     # and at 4): 20 leave the first run no way to end first; every step more is trained
-    # again. No evaluation: nothing here reads it (issue 36).
+    # again. No evaluation: nothing here reads it. One process (gpu_per_node=1, a CPU
+    # worker; one intra-op thread, as every test process has): the requeue and the resume
+    # are the subject, not the world size, which the CLI and endless jobs (and the latter's
+    # SIGTERM checkpoint) have at 2 (issue 36).
     steps = 20
     started = deploy_training_job(
         job_name="requeued", max_steps=steps, checkpoint_freq=0, validation_freq=0,
-        wait_seconds=0, **_slurm(runs),
+        gpu_per_node=1, env={"OMP_NUM_THREADS": "1"}, wait_seconds=0, **_slurm(runs),
     )  # fmt: skip
     assert started.status == "running"
     job_id = Path(started.log_path).stem.removeprefix("slurm-")
@@ -182,19 +190,72 @@ def test_a_requeued_job_checkpoints_runs_again_and_resumes(slurm_cluster, runs):
     assert progress.events[-1].completed == steps
 
 
-def test_cancel_stops_a_running_job_which_checkpoints(slurm_cluster, runs):
-    started = deploy_training_job(
-        job_name="endless", max_steps=100_000, checkpoint_freq=0, wait_seconds=0, **_slurm(runs)
-    )
-    _wait_for_step(Path(started.log_path))
-    with pytest.raises(ToolFailure) as again:
-        deploy_training_job(job_name="endless", wait_seconds=0, **_slurm(runs))
-    assert again.value.code == "job_running"
-    state = cancel_training_job(job_name="endless", confirm=True, **_slurm(runs))
+def _outcome(call: Callable[[], Any]) -> Any:
+    """call()'s value, or the exception it raised: kept for the test that asserts on it,
+    so a phase of the shared job fails its own test, not the other's."""
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 - the test says what it expected
+        return error
+
+
+@dataclass
+class Endless:
+    """What the endless job's phases saw, in order."""
+
+    job_id: str
+    node: str  # rank 1's Slurm node
+    again: Any = None  # a second deploy while it runs (a ToolFailure)
+    straggler: Any = None  # the state that named the paused rank (or the wait's failure)
+    cancelled: Any = None  # cancel_training_job's state (or its failure)
+
+
+@pytest.fixture(scope="module")
+def endless(slurm_cluster, runs) -> Iterator[Endless]:
+    """One endless 2-rank job (a step line every step) serves the straggler and the
+    cancel: a Slurm job is an sbatch, a torchrun and two ranks (issue 36: was one job
+    each). A second deploy is refused; rank 1 is paused until the watchdog names it the
+    straggler, let go, and the job is cancelled. Each test asserts on its phase."""
+    started = deploy_training_job(job_name="endless", max_steps=100_000, checkpoint_freq=0,
+                                  wait_seconds=0, **JOB, **_slurm(runs))  # fmt: skip
+    try:
+        job_id = Path(started.log_path).stem.removeprefix("slurm-")
+        rank1 = marked_process({"SLURM_JOB_ID": job_id, "RANK": "1"})
+        seen = Endless(job_id=job_id, node=rank1.environ()["SLURMD_NODENAME"])
+        _wait_for_step(Path(started.log_path))
+        seen.again = _outcome(
+            lambda: deploy_training_job(job_name="endless", wait_seconds=0, **_slurm(runs))
+        )
+        with pausing(rank1, stop_s=0.3, run_s=0.02):
+            seen.straggler = _outcome(lambda: wait_for(
+                runs, "endless", lambda s: any(f.code == "straggler" for f in s.findings),
+                "straggler finding", "slurm",
+            ))  # fmt: skip
+        seen.cancelled = _outcome(
+            lambda: cancel_training_job(job_name="endless", confirm=True, **_slurm(runs))
+        )
+        yield seen
+    finally:
+        stop_job(runs, "endless", "slurm")
+
+
+def test_on_slurm_a_paused_rank_is_named_the_straggler_with_its_node(endless):
+    """The watchdog of tests/integration/test_long_runs.py on a real one-node Slurm:
+    sbatch, srun, torchrun, 2 ranks; rank 1 paused 300 ms at a time."""
+    state = endless.straggler
+    assert not isinstance(state, BaseException), state
+    (found,) = [f for f in state.findings if f.code == "straggler"]
+    assert (found.rank, found.host) == (1, endless.node), found
+
+
+def test_cancel_stops_a_running_job_which_checkpoints(endless, slurm_cluster, runs):
+    assert isinstance(endless.again, ToolFailure), endless.again
+    assert endless.again.code == "job_running"
+    state = endless.cancelled
+    assert not isinstance(state, BaseException), state
     assert state.status == "cancelled", state
     assert state.checkpoint_step is not None and "resume" in state.message
-    job_id = Path(started.log_path).stem.removeprefix("slurm-")
-    assert slurm_cluster.job(job_id)["JobState"] == "CANCELLED"
+    assert slurm_cluster.job(endless.job_id)["JobState"] == "CANCELLED"
     assert get_training_job(job_name="endless", **_slurm(runs)).status == "cancelled"
 
 

@@ -39,7 +39,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/fsdp-eks-trainer:under-test"
 SMALL = ["--seq_len", "64", "--train_batch_size", "4", "--validation_freq", "0"]
-SMALL += ["--log_freq", "1", "--warmup_steps", "2", "--checkpoint_freq", "3"]
+# Few steps: what is asserted is where checkpoints land and where training resumes, not
+# how far it gets; each step is one forward/backward per rank.
+SMALL += ["--log_freq", "1", "--warmup_steps", "1", "--checkpoint_freq", "2"]
 MEASURED: dict[str, float | int | str] = {}
 
 
@@ -195,20 +197,20 @@ def test_two_ranks_train_checkpoint_to_s3_resume_and_export(image, moto_server, 
     torchrun = ["--standalone", "--nproc_per_node=2", "-m", "trainer", *SMALL]
     torchrun += ["--checkpoint_dir", remote]
 
-    events, _, first_step = _run(cli, [*torchrun, "--max_steps", "6"], env)
+    events, _, first_step = _run(cli, [*torchrun, "--max_steps", "4"], env)
     MEASURED["start_to_first_step_s"] = first_step or -1
     assert first_step is not None
     assert [e["path"] for e in _of(events, "checkpoint_saved")] == [
-        f"{remote}/step-3",
-        f"{remote}/step-6",
+        f"{remote}/step-2",
+        f"{remote}/step-4",
     ]
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
-    assert {"ckpt/step-6/COMPLETE", "ckpt/step-6/__0_0.distcp", "ckpt/step-6/__1_0.distcp"} <= keys
+    assert {"ckpt/step-4/COMPLETE", "ckpt/step-4/__0_0.distcp", "ckpt/step-4/__1_0.distcp"} <= keys
 
     # A new container (a restarted pod: nothing of the first one's disk) resumes from S3.
-    resumed, _, _ = _run(cli, [*torchrun, "--max_steps", "8"], env)
-    assert _of(resumed, "checkpoint_loaded")[0]["step"] == 6
-    assert [e["step"] for e in _of(resumed, "step")] == [7, 8]
+    resumed, _, _ = _run(cli, [*torchrun, "--max_steps", "5"], env)
+    assert _of(resumed, "checkpoint_loaded")[0]["step"] == 4
+    assert [e["step"] for e in _of(resumed, "step")] == [5]
 
     exported, _, _ = _run(
         cli,
@@ -216,7 +218,7 @@ def test_two_ranks_train_checkpoint_to_s3_resume_and_export(image, moto_server, 
         env,
         entrypoint=["python"],
     )
-    assert exported[-1]["event"] == "exported" and exported[-1]["step"] == 8, exported
+    assert exported[-1]["event"] == "exported" and exported[-1]["step"] == 5, exported
     out = tmp_path / "export"
     out.mkdir()
     for obj in s3.list_objects_v2(Bucket=bucket, Prefix="export/")["Contents"]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import tempfile
@@ -23,6 +24,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ACCOUNT_ID = "123456789012"  # moto's default account
 REGION = "us-east-1"
@@ -76,6 +78,15 @@ class MotoService:
         return username, password
 
 
+@functools.cache
+def _one_session() -> Any:
+    """The boto3 Session moto's EKS asks for its partitions, made once (lazily, as moto
+    does: the environment of the first create is the one it reads)."""
+    import boto3
+
+    return boto3.Session()
+
+
 @contextlib.contextmanager
 def moto_server(*, load_iam_managed_policies: bool = True) -> Iterator[MotoService]:
     """Run moto on 127.0.0.1:<free port> in a background thread of this process."""
@@ -89,6 +100,14 @@ def moto_server(*, load_iam_managed_policies: bool = True) -> Iterator[MotoServi
     default_user_config["iam"] = {"load_aws_managed_policies": load_iam_managed_policies}
     default_user_config["batch"] = {"use_docker": False}
     default_user_config["lambda"] = {"use_docker": False}
+
+    import moto.eks.utils
+
+    # moto's EKS checks every cluster's and nodegroup's role ARN against the partitions
+    # of a new boto3 Session, which parses botocore's endpoints.json again: ~0.3 CPU-s a
+    # create. One session answers the same partitions. Restored on exit.
+    eks_session = moto.eks.utils.Session
+    moto.eks.utils.Session = _one_session  # type: ignore[assignment]
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -113,6 +132,7 @@ def moto_server(*, load_iam_managed_policies: bool = True) -> Iterator[MotoServi
             yield MotoService(endpoint_url=endpoint, env=env, unset=unset)
     finally:
         server.stop()
+        moto.eks.utils.Session = eks_session  # type: ignore[assignment]
         default_user_config.clear()
         default_user_config.update(saved)
 
