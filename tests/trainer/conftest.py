@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,30 @@ def train_here(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int
 
     code = train_mod.main(args)
     return code, parse_lines(capsys.readouterr().out)
+
+
+# What a rank of spawn() finds imported: torch and the distributed parts every rank uses
+# (~4 of the ~5 CPU-s a spawned python spends before its first line of work).
+SPAWN_PRELOAD = ["torch", "torch.distributed.fsdp", "torch.distributed.checkpoint"]
+
+
+def _rank_in(rank: int, fn: Callable[..., None], env: dict[str, str], cwd: str, *args) -> None:
+    # A forked rank has the fork server's environment and directory: take the caller's.
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    fn(rank, *args)
+
+
+def spawn(fn: Callable[..., None], args: tuple, nprocs: int) -> None:
+    """torch.multiprocessing.spawn(fn, args, nprocs), the ranks forked from a fork server
+    that imported torch once for this test process, not each rank a python importing it
+    again. Each rank still is a process of its own, with this process's environment."""
+    import torch.multiprocessing as mp
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(SPAWN_PRELOAD)
+    mp.start_processes(_rank_in, args=(fn, dict(os.environ), os.getcwd(), *args),
+                       nprocs=nprocs, join=True, start_method="forkserver")  # fmt: skip
 
 
 def _run_trainer(

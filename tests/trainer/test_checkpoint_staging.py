@@ -60,7 +60,7 @@ def _process_writer(rank: int, store: str, root: str) -> None:
 
 def test_an_async_save_through_a_writer_process_is_complete_and_loads(tmp_path):
     # The GPU path's writer, on CPU (without pinned memory, which needs CUDA).
-    import torch.multiprocessing as mp
+    from tests.trainer.conftest import spawn
 
     root = tmp_path / "ckpt"
-    mp.spawn(_process_writer, args=(str(tmp_path / "store"), str(root)), nprocs=2, join=True)
+    spawn(_process_writer, (str(tmp_path / "store"), str(root)), 2)

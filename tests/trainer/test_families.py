@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.trainer.conftest import spawn
 from trainer import families, hf
 from trainer.config import ConfigError
 from trainer.parallel import apply_activation_checkpointing, apply_fsdp, build_mesh
@@ -95,7 +95,7 @@ def test_every_family_shards_loads_and_exports_like_transformers(tmp_path):
     for model_type in FAMILIES:
         expected[model_type] = make_checkpoint(model_type, tmp_path / model_type / "hf")
         torch.save(expected[model_type], tmp_path / model_type / "logits.pt")
-    mp.spawn(_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    spawn(_worker, (str(tmp_path / "store"), str(tmp_path)), 2)
     for model_type in FAMILIES:
         out = tmp_path / model_type / "export"
         saved = json.loads((out / "config.json").read_text())

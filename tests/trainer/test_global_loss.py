@@ -12,9 +12,9 @@ import random
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.fsdp import FSDPModule
 
+from tests.trainer.conftest import spawn
 from tests.trainer.test_chat_template import template_tokenizer
 from trainer.config_loader import load_config
 from trainer.data import (
@@ -113,7 +113,7 @@ def run_split(tmp_path, name: str, world: int, args: list) -> dict:
     if world == 1:  # a world of one in this process: a process of its own imports torch again
         _worker(0, *worker_args)
     else:
-        mp.spawn(_worker, args=worker_args, nprocs=world, join=True)
+        spawn(_worker, worker_args, world)
     return json.loads(out.read_text())
 
 
