@@ -111,8 +111,9 @@ def test_a_crash_after_a_checkpoint_then_the_retry_resumes_from_it(attempts):
 
 
 def test_a_manifest_that_cannot_train_fails_the_job(operator, kube_api):
-    # A dataset path no pod has: the real trainer exits non-zero on both pods.
-    deploy(dataset="/data/missing.jsonl")
+    # A dataset path no pod has: the real trainer exits non-zero. One pod: the failure,
+    # not the world size, is the subject (the attempts fixture trains 2-pod worlds).
+    deploy(dataset="/data/missing.jsonl", num_nodes=1)
     assert operator.train("tiny").wait() == "Failed"
     failed = get_training_job(job_name="tiny", **K8S, wait_seconds=0)
     assert failed.status == "failed", failed
