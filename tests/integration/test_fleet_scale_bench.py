@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.benchmark_runs import run_quick
+from tests.run_copies import EndedJob
 
 pytestmark = pytest.mark.integration
 
@@ -15,8 +16,9 @@ def _rows(out: str, title: str) -> list[list[str]]:
     return [[c.strip() for c in line.split("|")] for line in block.splitlines()[2:] if line]
 
 
-def test_the_fleet_scale_benchmark_runs_in_its_quick_mode():
-    out = run_quick("fleet_scale")
+def test_the_fleet_scale_benchmark_runs_in_its_quick_mode(ended_job: EndedJob):
+    # The local job listed is the ended job the session's other tests share (2 steps).
+    out = run_quick("fleet_scale", "--from-run", str(ended_job.run))
     (events,) = _rows(out, "events of one job")
     assert events[:3] == ["200", "2", "3"] and events[4:6] == ["3", "3"]  # LISTs, objects
     (jobs,) = _rows(out, "list_training_jobs (local")

@@ -10,6 +10,7 @@ import pytest
 
 from mcp_server.shared_reads import SharedReads
 from tests.benchmark_runs import run_quick
+from tests.run_copies import EndedJob
 
 
 def test_concurrent_callers_share_one_computation():
@@ -135,9 +136,10 @@ def test_old_keys_are_dropped_past_the_bound(size):
     assert len(reads._entries) == size
 
 
-def test_the_many_agents_benchmark_runs_in_its_quick_mode():
-    """benchmarks/http_many_agents.py at its smallest sizes, so it cannot rot unseen."""
-    out = run_quick("http_many_agents")
+def test_the_many_agents_benchmark_runs_in_its_quick_mode(ended_job: EndedJob):
+    """benchmarks/http_many_agents.py at its smallest sizes, so it cannot rot unseen; the
+    job it lists is the ended job the session's other tests share."""
+    out = run_quick("http_many_agents", "--from-run", str(ended_job.run))
     rows = [line.split("|") for line in out.splitlines() if line.strip()[:1].isdigit()]
     # Ours (shared and each computed), then the bare SDK server's baseline with the ratio.
     assert [row[0].strip() for row in rows] == ["1", "2", "1", "2"]
