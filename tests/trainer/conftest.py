@@ -55,13 +55,22 @@ def _rank_in(rank: int, fn: Callable[..., None], env: dict[str, str], cwd: str, 
     fn(rank, *args)
 
 
+def fork_server() -> multiprocessing.context.ForkServerContext:
+    """multiprocessing's forkserver context, its server (one a test process, started on
+    first use) importing SPAWN_PRELOAD: its processes start with torch imported. They
+    have the server's environment and directory, not the caller's of the moment."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(SPAWN_PRELOAD)  # once the server runs, this changes nothing
+    return ctx
+
+
 def spawn(fn: Callable[..., None], args: tuple, nprocs: int) -> None:
     """torch.multiprocessing.spawn(fn, args, nprocs), the ranks forked from a fork server
     that imported torch once for this test process, not each rank a python importing it
     again. Each rank still is a process of its own, with this process's environment."""
     import torch.multiprocessing as mp
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(SPAWN_PRELOAD)
+    fork_server()
     mp.start_processes(_rank_in, args=(fn, dict(os.environ), os.getcwd(), *args),
                        nprocs=nprocs, join=True, start_method="forkserver")  # fmt: skip
 

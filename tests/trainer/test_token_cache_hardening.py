@@ -11,7 +11,6 @@ opener (trainer/safe_files.py) and the token cache's lock, build ids and header.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.trainer.conftest import fork_server
 from trainer.config import ConfigError
 from trainer.data import load_documents
 from trainer.token_cache import cached_tokens, open_tokens, token_file
@@ -139,7 +139,9 @@ def _job_rank(dataset: str, root: str, start: Any, barrier: Any, rank: int, read
 def test_two_jobs_building_one_cache_at_once_build_it_once(tmp_path):
     # Big enough that one build takes a while (the race window), small enough for CI.
     dataset = write_dataset(tmp_path / "big.jsonl", 40_000)
-    ctx = multiprocessing.get_context("spawn")
+    # Forked from a server that imported torch once (each spawned python imported it:
+    # ~2.6 CPU-s a rank); the ranks need nothing of this process's environment.
+    ctx = fork_server()
     start = ctx.Barrier(4)
     jobs = [ctx.Barrier(2), ctx.Barrier(2)]  # each job's own collective barrier
     reads = tmp_path / "reads"
