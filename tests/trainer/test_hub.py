@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.services.hf_hub import HubRepo, hub_server
-from tests.trainer.conftest import ROOT, parse_lines, trainer_env
+from tests.trainer.conftest import ROOT, parse_lines, spawn, trainer_env
 from tests.trainer.test_data_sources import build_tokenizer
 from tests.trainer.test_hf import SMALL, make
 from trainer import hf, hub
@@ -152,39 +152,42 @@ def test_unknown_repo_is_a_config_error(stand_in):
 
 
 # datasets and huggingface_hub read HF_ENDPOINT once, at import: a stream is read in a
-# child process started with the stand-in's environment, as a job's rank would be.
-# One child reads the given ranks' streams in turn (each a python importing torch and
-# datasets costs seconds of CPU); each prints the start of its first window.
-STREAM_CHILD = """
-import json, sys
-from trainer.data import hub_documents, render_chat
-from trainer.stream import StreamBatches
-from trainer.tokenizer import ByteTokenizer
-name, config, ranks, world, steps = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6])
-for rank in map(int, ranks.split(",")):
-    batches = StreamBatches(lambda rank=rank: hub_documents(name, config, render_chat, rank, world),
-                            ByteTokenizer(), seq_len=64, batch_size=4, world_size=world)
-    inputs, targets = next(batches)
-    for _ in range(steps - 1):
-        next(batches)
-    assert inputs.shape == targets.shape == (4, 64)
-    assert (inputs[:, 1:] == targets[:, :-1]).all()
-    print(json.dumps({"start": bytes(inputs[0, 1:40].tolist()).decode()}))
-"""
+# child process with the stand-in's environment, as a job's rank would be. One child
+# reads the given ranks' streams in turn, forked from the trainer tests' fork server
+# (torch imported once; a python of its own cost ~4.5 CPU-s), which imports neither;
+# it writes the start of each rank's first window, or the error it ended with.
+def _stream(_: int, name: str, config: str, ranks: str, world: int, steps: int, out: str):
+    # Imported below, after spawn set the stand-in's environment, not before.
+    assert "huggingface_hub" not in sys.modules and "datasets" not in sys.modules
+    with open(out, "w") as lines:
+        try:
+            for rank in map(int, ranks.split(",")):
+                batches = StreamBatches(
+                    lambda rank=rank: hub_documents(name, config, render_chat, rank, world),
+                    ByteTokenizer(), seq_len=64, batch_size=4, world_size=world,
+                )  # fmt: skip
+                inputs, targets = next(batches)
+                for _ in range(steps - 1):
+                    next(batches)
+                assert inputs.shape == targets.shape == (4, 64)
+                assert (inputs[:, 1:] == targets[:, :-1]).all()
+                start = bytes(inputs[0, 1:40].tolist()).decode()
+                lines.write(json.dumps({"start": start}) + "\n")
+        except Exception as exc:  # noqa: BLE001 (the test reads it)
+            lines.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
 
 
-def stream_in_child(*args: object) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-c", STREAM_CHILD, *map(str, args)]
-    return subprocess.run(argv, cwd=ROOT, env=trainer_env(), capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+def stream_in_child(tmp_path, *args: object) -> list[dict]:
+    out = tmp_path / "stream.jsonl"
+    spawn(_stream, (*args, str(out)), 1)
+    return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-def test_hub_dataset_streams_only_what_the_steps_read(stand_in):
+def test_hub_dataset_streams_only_what_the_steps_read(stand_in, tmp_path):
     total = dataset_bytes(stand_in.repos["stand/tiny-c4"].files)
-    proc = stream_in_child("stand/tiny-c4", "en", "0,1", 2, 6)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    starts = [json.loads(line)["start"] for line in proc.stdout.splitlines()]
-    assert len(starts) == 2, proc.stdout
+    found = stream_in_child(tmp_path, "stand/tiny-c4", "en", "0,1", 2, 6)
+    starts = [line["start"] for line in found if "start" in line]
+    assert len(starts) == 2, found
     # Ranks read disjoint shards: rank 0 starts in shard 0, rank 1 in another.
     assert starts[0].startswith("Shard 0 ") and not starts[1].startswith("Shard 0 ")
     # Each rank read its first shard and no other (fsspec fetches a file this small in one
@@ -193,9 +196,9 @@ def test_hub_dataset_streams_only_what_the_steps_read(stand_in):
     assert 0 < served <= 4 * total / SHARDS, (served, total)
 
 
-def test_unknown_hub_dataset_is_a_config_error(stand_in):
-    proc = stream_in_child("stand/nothing", "en", "0", 1, 1)
-    assert "ConfigError: could not open hub dataset 'stand/nothing'" in proc.stderr
+def test_unknown_hub_dataset_is_a_config_error(stand_in, tmp_path):
+    found = stream_in_child(tmp_path, "stand/nothing", "en", "0", 1, 1)
+    assert found[-1]["error"].startswith("ConfigError: could not open hub dataset 'stand/nothing'")
 
 
 def test_stream_resumes_where_the_job_was():
