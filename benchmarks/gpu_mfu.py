@@ -57,6 +57,13 @@ def gpus(quick: bool = False) -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def default_sizes(n_gpus: int, quick: bool) -> tuple[int, int, int, int | None]:
+    """(n_layers, seq_len, batch, vocab) unless flags say otherwise. --quick is the
+    smallest size on any host: the debug model holds 512 positions, so the GPU sizes
+    failed its config check on a GPU host (seen on an H100)."""
+    return GPU_DEFAULTS if n_gpus and not quick else CPU_DEFAULTS
+
+
 def torchrun(nproc: int, args: list[str]) -> list[dict]:
     # --quick with 1 process (on CPU): in this process, no torchrun
     code, stdout, stderr = launch(nproc, "--quick" in sys.argv, args, env(), ROOT)
@@ -121,7 +128,7 @@ def main() -> None:
         args.steps, args.warmup, args.repeats = 2, 1, 1
 
     n_gpus = gpus(args.quick)
-    layers, seq, batch, vocab = GPU_DEFAULTS if n_gpus else CPU_DEFAULTS
+    layers, seq, batch, vocab = default_sizes(n_gpus, args.quick)
     nproc = n_gpus or (1 if args.quick else 2)  # --quick on CPU: 1 (a rank is a torch start)
     seq, batch = args.seq_len or seq, args.train_batch_size or batch
     model = [*(QUICK_SHAPE if args.quick else SHAPE), "--n_layers", str(args.n_layers or layers)]
