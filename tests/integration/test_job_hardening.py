@@ -236,6 +236,31 @@ def test_cancel_right_after_submit_is_cancelled_not_failed(tmp_path):
 # 4. a record is not trusted blindly; the end is recorded whoever follows -----------
 
 
+def test_an_end_written_while_a_reader_looks_is_read_as_the_jobs_end(
+    tmp_path, ended_job: EndedJob, monkeypatch
+):
+    """The supervisor writes the end and then exits. A reader whose read of the record
+    came before that write, and whose look at the processes came after the exit, must
+    read the record again: under load a job that succeeded was reported "failed: the
+    supervisor stopped without recording". The timing is played here: the look at the
+    processes is where the supervisor's last write and exit happen."""
+    from skills.training_job_deployer.targets.local.record import JobRecord
+
+    run = copy_of(ended_job.run, tmp_path, "race", checkpoints=False)
+    ended = record(run)
+    assert ended["ended_at"] is not None and ended["outcome"]["status"] == "succeeded"
+    (run / "job.json").write_text(json.dumps({**ended, "ended_at": None, "exit_code": None}))
+
+    def supervisor_finishes_now(self: JobRecord, run_dir: object) -> bool:
+        (run / "job.json").write_text(json.dumps(ended))  # its last write, then its exit
+        return False
+
+    monkeypatch.setattr(JobRecord, "active", supervisor_finishes_now)
+    state = get_training_job(job_name="race", runs_dir=str(tmp_path))
+    assert state.status == "succeeded", state.message
+    assert state.exit_code == 0
+
+
 def test_a_tampered_record_cannot_signal_a_foreign_process(tmp_path, ended_job: EndedJob):
     # The ended job's record, copied: its supervisor and trainer started well before this
     # process (start times tell processes apart to about 10 ms).

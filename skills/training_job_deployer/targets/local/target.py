@@ -316,7 +316,13 @@ class LocalTarget(RunDirTarget[LocalPlan]):
 
     def _poll(self, run: RunDir) -> tuple[JobRecord, bool, None]:  # type: ignore[override]
         record = run.require()
-        return record, record.ended or not record.active(run), None
+        if record.ended or record.active(run):
+            return record, record.ended, None
+        # Its processes are gone. The supervisor records the end and then exits, so it
+        # may have done both since the read above: the record read now is the last word
+        # (a read before the end was written made a job that succeeded "failed: the
+        # supervisor stopped without recording", seen under load).
+        return run.require(), True, None
 
     def _state(  # type: ignore[override]
         self, run: RunDir, record: JobRecord, polled: None, metrics: RunMetrics, done: bool
