@@ -46,17 +46,20 @@ class Row:
 
 
 REGISTRY_AND_PODMAN = (registry_service.check, podman.check)
+# The worker's moto, registry and podman (docker_api needs the other two), shared with the
+# image tests: none of their own (benchmarks/_services.py).
+ON_THE_SESSIONS = (("docker_api",), ("--services-in-env",))
 ROWS = {
     "codebuild_setup": Row((r"first run: \w+, \d+ API calls",
                             r"second run: \w+, \d+ API calls, 0 writes")),
     "demo_wall_time": Row((r"demo job end to end .*x baseline\)", r"status succeeded")),
     "dockerfile_analyzer": Row((rf"-> {NUMBER}x \(median of 1\)",
                                 r"accuracy: (\d+)/\1 flagged right")),
-    "ecr_push": Row((rf"tool / podman push: {NUMBER}",), REGISTRY_AND_PODMAN),
+    "ecr_push": Row((rf"tool / podman push: {NUMBER}",), REGISTRY_AND_PODMAN, *ON_THE_SESSIONS),
     "eks_validate": Row((r"^\s+4(\s+[\d.]+){6}$",)),  # the 4-node row, every column
     "family_bench": Row((rf"^\| \w+ \| [\d,]+ \| .* = {NUMBER}x \| .* = {NUMBER}x \|$",)),
     "gpu_mfu": Row((rf"trainer / bare tokens/s: {NUMBER}x",)),
-    "image_rebuild": Row((rf"rebuild / clean: {NUMBER}",), REGISTRY_AND_PODMAN),
+    "image_rebuild": Row((rf"rebuild / clean: {NUMBER}",), REGISTRY_AND_PODMAN, *ON_THE_SESSIONS),
     "job_record_write": Row((rf"ratio {NUMBER}x \(median of 1 rounds x 20 deploys\)",)),
     "k8s_submit": Row((rf"ratio tool / bare: {NUMBER}x", r"poll of a 2-pod job: \d+ API requests"),
                       (registry_service.check,)),
