@@ -39,6 +39,10 @@ NUMBER = r"[\d.]+"
 class Row:
     lines: tuple[str, ...]  # regexes its stdout must match (multiline): its ratio lines
     services: tuple[Callable[[], object], ...] = ()  # checks of the services it starts
+    # Session fixtures it runs on instead of starting its own (found through the standard
+    # environment they set), and the arguments that tell the benchmark so.
+    fixtures: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
 
 
 REGISTRY_AND_PODMAN = (registry_service.check, podman.check)
@@ -61,7 +65,9 @@ ROWS = {
     "model_server_local": Row((rf'"served_vs_in_process": {NUMBER}',)),
     "pod_doctor": Row((r"diagnose\(\) .*x baseline\)", r"root: cuda_oom on \S+ \(node rank 6\)")),
     "rank_times_cost": Row((rf"step time .* ratio {NUMBER}x \(goal <= 1.01\)",)),
-    "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,)),
+    # The worker's one Slurm (SLURM_CONF), shared with the Slurm tests: no cluster of its own.
+    "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,),
+                          ("slurm_cluster",), ("--slurm-in-env",)),
     "trainer_bench": Row((rf"step time .* ratio {NUMBER}x", rf"tokens/s .* ratio {NUMBER}x",
                           rf"ckpt block .* ratio {NUMBER}x")),
     "trainer_scale": Row((rf'"peak_over_shard": {NUMBER}',
@@ -77,12 +83,14 @@ def benchmarks() -> list[str]:
 
 
 @pytest.mark.parametrize("name", [n for n in benchmarks() if n not in RUN_ELSEWHERE])
-def test_the_benchmark_runs_to_its_ratios_in_its_quick_mode(name):
+def test_the_benchmark_runs_to_its_ratios_in_its_quick_mode(name, request):
     assert name in ROWS, f"benchmarks/{name}.py has no row here: give it --quick and a row"
     row = ROWS[name]
     for check in row.services:
         require(check)
-    out = run_quick(name)
+    for fixture in row.fixtures:
+        request.getfixturevalue(fixture)
+    out = run_quick(name, *row.args)
     missing = [line for line in row.lines if not re.search(line, out, re.MULTILINE)]
     assert not missing, (missing, out[-3000:])
 
