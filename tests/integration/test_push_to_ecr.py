@@ -37,12 +37,10 @@ MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 @pytest.fixture(scope="module")
 def image(docker_api, tmp_path_factory) -> Iterator[str]:
     """A tiny local image (FROM scratch + a file: no RUN, which podman's API can't run)."""
-    import docker
-
     context = tmp_path_factory.mktemp("image")
     (context / "weights.bin").write_bytes(b"\x01" * 200_000)
     (context / "Dockerfile").write_text("FROM scratch\nCOPY weights.bin /weights.bin\n")
-    out = list(docker.from_env().api.build(path=str(context), tag=IMAGE, decode=True, rm=True))
+    out = list(docker_api.client().api.build(path=str(context), tag=IMAGE, decode=True, rm=True))
     assert not [e for e in out if "error" in e or "errorDetail" in e], out
     yield IMAGE
 
@@ -132,9 +130,7 @@ def test_immutable_overwrite_is_a_conflict(image, registry):
     assert caught.value.code == "conflict" and "new tag" in caught.value.hint
 
 
-def test_a_wrong_token_is_a_typed_error_not_a_silent_success(image, registry):
-    import docker
-
+def test_a_wrong_token_is_a_typed_error_not_a_silent_success(image, registry, docker_api):
     # Another registry whose password is not moto's token: the login is refused.
     with registry_service.registry_server(password="not-the-ecr-token") as other:
         with pytest.raises(ToolFailure) as caught:
@@ -143,7 +139,7 @@ def test_a_wrong_token_is_a_typed_error_not_a_silent_success(image, registry):
         assert caught.value.code == "access_denied" and caught.value.hint
         assert other.tags("denied") == []
     # The push stream itself: the SDK does not raise, the error entry must be caught.
-    client = docker.from_env()
+    client = docker_api.client()
     client.api.tag(image, f"{registry.host}/denied", tag="x")
     with pytest.raises(ToolFailure) as caught:
         _push(client, f"{registry.host}/denied", "x", RegistryLogin("AWS", "wrong-token", "ecr"),
@@ -233,12 +229,13 @@ def test_latest_image_is_the_newest_by_push_time(moto_server):
     ecr.create_repository(repositoryName="latest-probe")
     assert latest_image("latest-probe", "us-east-1") is None
     for tag in ("v1", "v2"):
+        if tag == "v2":  # moto's imagePushedAt has whole seconds: v2's is the next one
+            time.sleep(1.05 - time.time() % 1)
         config = {"digest": f"sha256:{tag * 32}"[:71], "size": 1,
                   "mediaType": "application/vnd.docker.container.image.v1+json"}  # fmt: skip
         manifest = json.dumps({"schemaVersion": 2, "config": config, "layers": [],
                                "mediaType": MANIFEST_V2})  # fmt: skip
         ecr.put_image(repositoryName="latest-probe", imageManifest=manifest, imageTag=tag)
-        time.sleep(1.1)  # moto's imagePushedAt has whole seconds
     assert latest_image("latest-probe", "us-east-1") == f"{ECR_HOST}/latest-probe:v2"
     with pytest.raises(ToolFailure) as caught:
         latest_image("no-such-repo", "us-east-1")

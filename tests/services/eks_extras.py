@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -24,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.services._common import serving
 
 ACCOUNT = "123456789012"
 
@@ -221,10 +222,5 @@ def eks_extras(upstream: str, region: str = "us-east-1") -> Iterator[EksExtras]:
     })  # fmt: skip
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     state.endpoint_url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

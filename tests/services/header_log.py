@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from tests.services._common import serving
 
 
 @dataclass
@@ -48,10 +49,5 @@ def header_logging_registry(
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     log.host = f"localhost:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield log
-    finally:
-        server.shutdown()
-        server.server_close()

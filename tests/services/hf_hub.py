@@ -30,6 +30,8 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tests.services._common import serving
+
 
 @dataclass
 class HubRepo:
@@ -240,10 +242,5 @@ def hub_server(repos: dict[str, HubRepo], token: str | None = None) -> Iterator[
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(Hub("", repos), token))
     hub = Hub(f"http://127.0.0.1:{server.server_address[1]}", repos)
     server.RequestHandlerClass = _handler(hub, token)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield hub
-    finally:
-        server.shutdown()
-        server.server_close()

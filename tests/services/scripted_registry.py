@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.services._common import serving
 
 
 @dataclass
@@ -99,10 +100,5 @@ def scripted_registry() -> Iterator[ScriptedRegistry]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     registry.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield registry
-    finally:
-        server.shutdown()
-        server.server_close()
