@@ -4,7 +4,8 @@ every layer after it are rebuilt), in the same run, through the product's own pa
 (base check through the mirror + podman's Docker API). The Dockerfile has no RUN
 (containers cannot run here): the heavy layer is a COPY of a 96 MB dependency tree,
 the stand-in for site-packages. Services are started as the test fixtures start them
-(tests/services/podman.py, registry.py). Prints the medians and the ratio."""
+(tests/services/podman.py, registry.py), or, with --services-in-env, the test session's
+are used (benchmarks/_services.py). Prints the medians and the ratio."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.services.podman import podman_service  # noqa: E402
-from tests.services.registry import registry_server  # noqa: E402
+from benchmarks._services import services  # noqa: E402
 
 QUICK = "--quick" in sys.argv  # one round, 1 MB (the test suite runs it)
 ROUNDS = 1 if QUICK else 3
@@ -59,17 +59,15 @@ def main() -> None:
 
     from commands.build_image import build_image
 
-    password = base64.b16encode(os.urandom(12)).decode()
     with (
         tempfile.TemporaryDirectory(prefix="fsdp-bench-") as tmp,
-        registry_server(password=password) as registry,
-        podman_service(insecure_registries=[registry.host]) as engine,
+        services(with_aws=False) as up,
     ):
         work = Path(tmp)
-        os.environ.update(engine.env)
+        registry = up.registry
         config = work / "docker-config"
         config.mkdir()
-        auth = base64.b64encode(f"AWS:{password}".encode()).decode()
+        auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
         (config / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
         os.environ["DOCKER_CONFIG"] = str(config)
         _push_base(docker.from_env(), registry.host, work)

@@ -39,20 +39,27 @@ NUMBER = r"[\d.]+"
 class Row:
     lines: tuple[str, ...]  # regexes its stdout must match (multiline): its ratio lines
     services: tuple[Callable[[], object], ...] = ()  # checks of the services it starts
+    # Session fixtures it runs on instead of starting its own (found through the standard
+    # environment they set), and the arguments that tell the benchmark so.
+    fixtures: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
 
 
 REGISTRY_AND_PODMAN = (registry_service.check, podman.check)
+# The worker's moto, registry and podman (docker_api needs the other two), shared with the
+# image tests: none of their own (benchmarks/_services.py).
+ON_THE_SESSIONS = (("docker_api",), ("--services-in-env",))
 ROWS = {
     "codebuild_setup": Row((r"first run: \w+, \d+ API calls",
                             r"second run: \w+, \d+ API calls, 0 writes")),
     "demo_wall_time": Row((r"demo job end to end .*x baseline\)", r"status succeeded")),
     "dockerfile_analyzer": Row((rf"-> {NUMBER}x \(median of 1\)",
                                 r"accuracy: (\d+)/\1 flagged right")),
-    "ecr_push": Row((rf"tool / podman push: {NUMBER}",), REGISTRY_AND_PODMAN),
+    "ecr_push": Row((rf"tool / podman push: {NUMBER}",), REGISTRY_AND_PODMAN, *ON_THE_SESSIONS),
     "eks_validate": Row((r"^\s+4(\s+[\d.]+){6}$",)),  # the 4-node row, every column
     "family_bench": Row((rf"^\| \w+ \| [\d,]+ \| .* = {NUMBER}x \| .* = {NUMBER}x \|$",)),
     "gpu_mfu": Row((rf"trainer / bare tokens/s: {NUMBER}x",)),
-    "image_rebuild": Row((rf"rebuild / clean: {NUMBER}",), REGISTRY_AND_PODMAN),
+    "image_rebuild": Row((rf"rebuild / clean: {NUMBER}",), REGISTRY_AND_PODMAN, *ON_THE_SESSIONS),
     "job_record_write": Row((rf"ratio {NUMBER}x \(median of 1 rounds x 20 deploys\)",)),
     "k8s_submit": Row((rf"ratio tool / bare: {NUMBER}x", r"poll of a 2-pod job: \d+ API requests"),
                       (registry_service.check,)),
@@ -61,7 +68,9 @@ ROWS = {
     "model_server_local": Row((rf'"served_vs_in_process": {NUMBER}',)),
     "pod_doctor": Row((r"diagnose\(\) .*x baseline\)", r"root: cuda_oom on \S+ \(node rank 6\)")),
     "rank_times_cost": Row((rf"step time .* ratio {NUMBER}x \(goal <= 1.01\)",)),
-    "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,)),
+    # The worker's one Slurm (SLURM_CONF), shared with the Slurm tests: no cluster of its own.
+    "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,),
+                          ("slurm_cluster",), ("--slurm-in-env",)),
     "trainer_bench": Row((rf"step time .* ratio {NUMBER}x", rf"tokens/s .* ratio {NUMBER}x",
                           rf"ckpt block .* ratio {NUMBER}x")),
     "trainer_scale": Row((rf'"peak_over_shard": {NUMBER}',
@@ -77,12 +86,14 @@ def benchmarks() -> list[str]:
 
 
 @pytest.mark.parametrize("name", [n for n in benchmarks() if n not in RUN_ELSEWHERE])
-def test_the_benchmark_runs_to_its_ratios_in_its_quick_mode(name):
+def test_the_benchmark_runs_to_its_ratios_in_its_quick_mode(name, request):
     assert name in ROWS, f"benchmarks/{name}.py has no row here: give it --quick and a row"
     row = ROWS[name]
     for check in row.services:
         require(check)
-    out = run_quick(name)
+    for fixture in row.fixtures:
+        request.getfixturevalue(fixture)
+    out = run_quick(name, *row.args)
     missing = [line for line in row.lines if not re.search(line, out, re.MULTILINE)]
     assert not missing, (missing, out[-3000:])
 
