@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model
 
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.next_step import NextStep
+from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.results import ToolResult
 
 OPERATION_ID = r"^[a-z0-9_]+-\d{8}-\d{6}-[0-9a-f]{6}$"
@@ -100,9 +100,12 @@ class OperationState(ToolResult):
             elapsed_s=round(end - record.created_at, 3),
         )
         if record.status == "running":
+            # With a wait, as every other "follow it" step: the call returns when the
+            # operation ends (or after POLL_WAIT_S), where a bare get_operation answered
+            # at once and an agent following the steps polled at its own pace.
             state.next_step = NextStep(
                 tool="get_operation",
-                arguments={"operation_id": record.operation_id},
+                arguments={"operation_id": record.operation_id, "wait_seconds": POLL_WAIT_S},
                 why="follow it (cancel_operation with confirm=true stops it)",
             )
         elif record.error and record.error.get("next_step"):

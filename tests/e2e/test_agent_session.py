@@ -11,7 +11,10 @@ Training Operator and the kubelets for each PyTorchJob the tools create: each re
 container runs for real (tests/services/training_operator.py `train`): the command, args
 and env the rendered job gives it, plus the env the operator injects, rendezvous names
 mapped to loopback, the checkpoint claim a directory every pod shares. So the jobs train
-(2 pods, CPU, gloo), checkpoint and resume, and a manifest that cannot train fails here.
+(CPU, gloo), checkpoint and resume, and a manifest that cannot train fails here. The
+first job is the 2-pod world (one rendezvous, world size 2, shards on the shared claim);
+the OOM job runs one pod per attempt: its diagnosis, fix and resume are the subject, and
+each pod costs two torch process starts (torchrun and its rank).
 The pods run this checkout's venv, not the image: the image built here has no RUN steps
 (podman here cannot RUN through its API: TEST-STACK.md), so the project is this repo's
 Dockerfile and sources with the RUN instructions left out; the mirror holds stand-ins
@@ -63,11 +66,11 @@ CLUSTER_SETTINGS = {
 # 2 pods of 1 CPU process each, a tiny model, a checkpoint every 3 steps.
 SHAPE = {"num_nodes": 2, "gpu_per_node": 1, "max_steps": 6, "checkpoint_freq": 3}
 
-RANK1_OOM = (
-    "[rank1]: Traceback (most recent call last):\n"
-    '[rank1]:   File "/app/trainer/train.py", line 212, in train_step\n'
-    "[rank1]:     loss.backward()\n"
-    "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 "
+RANK0_OOM = (
+    "[rank0]: Traceback (most recent call last):\n"
+    '[rank0]:   File "/app/trainer/train.py", line 212, in train_step\n'
+    "[rank0]:     loss.backward()\n"
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
     "has a total capacity of 39.38 GiB of which 1.02 GiB is free.\n"
 )
 
@@ -299,7 +302,7 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
         "llama": [None],
         # The first attempt trains to its step-6 checkpoint, then its master pod dies with
         # a CUDA OOM traceback; the retry trains for real and resumes from that checkpoint.
-        "oom": [Injected("master-0", after="checkpoint_saved", log=RANK1_OOM), None],
+        "oom": [Injected("master-0", after="checkpoint_saved", log=RANK0_OOM), None],
     }
     gate_calls: list[str] = []
 
@@ -359,12 +362,12 @@ def test_an_agent_goes_from_an_empty_account_to_a_finished_job_and_a_fixed_oom(s
             oom = await agent.call("deploy_training_job", {
                 # A checkpoint every 6 of 12 steps: the injected crash (after step 6's)
                 # lands before the next one even when this host's load delays the kill.
-                "job_name": "oom", **SHAPE, "max_steps": 12, "checkpoint_freq": 6,
+                "job_name": "oom", **SHAPE, "num_nodes": 1, "max_steps": 12, "checkpoint_freq": 6,
                 "train_batch_size": 8, "grad_accum_steps": 2,
                 "auto_retry": True, "target": "kubernetes",
                 "kubernetes": {**CLUSTER_SETTINGS["kubernetes"], "image_uri": image},
             })  # fmt: skip
-            # Two real attempts (each starts 4 torch processes) and a diagnosis between.
+            # Two real attempts (each one pod: 2 torch processes) and a diagnosis between.
             fixed = await agent.until_settled(oom, limit=480)
             assert fixed.status == "succeeded", json.dumps(fixed.data, indent=1)[:6000]
             assert "cuda_oom" in json.dumps(fixed.data), fixed.data

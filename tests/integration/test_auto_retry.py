@@ -312,7 +312,7 @@ def test_the_loop_runs_as_an_operation_for_agents(operator, kube_api):
     started = deploy(wait_seconds=0)  # an agent's call: returns at once
     assert started.status == "running" and started.operation_id
     assert started.next_step.tool == "get_operation"
-    assert started.next_step.arguments == {"operation_id": started.operation_id}
+    assert started.next_step.arguments == {"operation_id": started.operation_id, "wait_seconds": 30}
     state = get_operation(operation_id=started.operation_id, wait_seconds=60)
     jobs = join()
     assert state.status == "succeeded", state.error

@@ -1,9 +1,9 @@
-"""Local serving for real (issue 24): the demo model is trained briefly (1-process
-torchrun on CPU: serving, not the world size, is the subject), exported by
-`python -m trainer.export`'s main (in this process), and served through the tools by
-`transformers serve`; plain HTTP (urllib) gets completions from it. Bad model paths, a
-port in use and a server that dies on start are typed errors; delete stops the process,
-and only a process whose identity matches."""
+"""Local serving for real (issue 24): the demo model is trained briefly (the trainer's
+main in this process, with the flags the local target plans: serving, not the launch,
+is the subject), exported by `python -m trainer.export`'s main (in this process), and
+served through the tools by `transformers serve`; plain HTTP (urllib) gets completions
+from it. Bad model paths, a port in use and a server that dies on start are typed
+errors; delete stops the process, and only a process whose identity matches."""
 
 from __future__ import annotations
 
@@ -51,13 +51,27 @@ def state(tmp_path_factory):
 def exported(tmp_path_factory, state) -> Path:
     """The demo model, trained for a few steps and exported as HF safetensors."""
     runs = tmp_path_factory.mktemp("runs")
-    job = deploy_training_job(job_name="serve", runs_dir=str(runs), max_steps=6, gpu_per_node=1)
-    assert job.status == "succeeded", job.log_tail
+    # The trainer's flags as the local target plans them, its main run in this process
+    # (a world of one): the trained model is the input here, not the launch
+    # (test_local_training launches jobs), and torchrun and a rank of their own would
+    # each import torch again.
+    plan = deploy_training_job(
+        job_name="serve", runs_dir=str(runs), max_steps=6, gpu_per_node=1, dry_run=True
+    ).plan
+    argv: list[str] = plan.model_dump()["argv"]
+    from trainer.export import main as export_main
+    from trainer.train import main as train_main
+
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            patch.delenv(var, raising=False)
+        code = train_main(argv[argv.index("trainer") + 1 :])
+    assert code == 0, printed.getvalue()[-2000:]
+    assert '"event": "checkpoint_saved"' in printed.getvalue(), printed.getvalue()[-2000:]
     out = runs / "serve" / "export"
     # `python -m trainer.export`'s main, in this process: one torch start fewer (the
     # export is the input here; tests/trainer/test_export.py is its subject).
-    from trainer.export import main as export_main
-
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         code = export_main(["--checkpoint", str(runs / "serve" / "checkpoints"), "--out", str(out)])

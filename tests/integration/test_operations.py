@@ -63,7 +63,7 @@ def test_a_short_wait_returns_running_and_get_operation_follows_it_to_the_end():
     state = operations.call(COUNT, {"steps": 10, "step_s": 0.2, "wait_seconds": 0})
     assert state.status == "running" and state.result is None
     assert state.next_step.tool == "get_operation"
-    assert state.next_step.arguments == {"operation_id": state.operation_id}
+    assert state.next_step.arguments == {"operation_id": state.operation_id, "wait_seconds": 30}
     done = get_operation(operation_id=state.operation_id, wait_seconds=60)
     assert done.status == "succeeded" and done.model_dump()["result"] == {"counted": 10}
     assert done.completed == 10 and done.next_step is None
