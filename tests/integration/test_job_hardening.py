@@ -18,14 +18,16 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from commands._cli import run_cli
 from commands.cancel_training_job import cancel_training_job
-from commands.deploy_training_job import deploy_training_job
+from commands.deploy_training_job import DeployResult, deploy_training_job
 from commands.get_training_job import get_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.trainer_log import parse_events
@@ -209,7 +211,9 @@ def test_cancel_from_another_shell_wins_over_a_following_cli_deploy(tmp_path):
                            str(tmp_path), "--json", "--max_steps", "100000",
                            "--checkpoint_freq", "0", "--gpu_per_node", "1")  # fmt: skip
     try:
-        wait_for_step(tmp_path / "c" / "logs" / "attempt-1.log")
+        # The race is the follower's against the canceller's, not the ranks' training:
+        # torchrun recorded is enough (a step would add a rank's torch start, issue 36).
+        wait_for_trainer(tmp_path / "c")
         # The other shell's cancel: this test's process is not the follower's (the CLI in
         # process, not a third Python start: issue 36).
         _, cancel_out, _ = cli("cancel_training_job", "--job_name", "c", "--runs_dir",
@@ -310,31 +314,62 @@ def test_a_forged_record_naming_a_live_foreign_process_stops_nothing(tmp_path):
 
 def test_killing_the_following_cli_leaves_the_end_recorded(tmp_path):
     follower = cli_process("deploy_training_job", "--job_name", "k", "--runs_dir",
-                           str(tmp_path), "--max_steps", "12", "--gpu_per_node", "1")  # fmt: skip
-    wait_for_step(tmp_path / "k" / "logs" / "attempt-1.log")
+                           str(tmp_path), "--max_steps", "2", "--gpu_per_node", "1")  # fmt: skip
+    # Killed once torchrun is recorded: before its rank has imported torch, so every step
+    # of the job runs after the kill (a kill after the first step needed a 12-step job to
+    # land mid-run under load).
+    wait_for_trainer(tmp_path / "k")
     follower.send_signal(signal.SIGKILL)
     follower.wait()
+    log = (tmp_path / "k" / "logs" / "attempt-1.log").read_text()
+    assert "summary" not in [e["event"] for e in parse_events(log)]  # killed mid-run
     state = get_training_job(job_name="k", runs_dir=str(tmp_path), wait_seconds=180)
-    assert (state.status, state.exit_code, state.steps) == ("succeeded", 0, 12)
+    assert (state.status, state.exit_code, state.steps) == ("succeeded", 0, 2)
     assert record(tmp_path / "k")["ended_at"] is not None
 
 
 # 5. checkpoint directories --------------------------------------------------------
 
 
-def test_another_jobs_checkpoints_are_taken_only_when_told(tmp_path, ended_job: EndedJob):
-    runs = tmp_path  # job "a" ran 2 steps (a copy of the shared ended job, owning its own)
-    theirs = str(copy_of(ended_job.run, runs, "a") / "checkpoints")
+@dataclass(frozen=True)
+class Adopted:
+    """Job "b" run 3 steps on job "a"'s checkpoints, told to adopt them. "a" is a copy of
+    the shared ended job (step-1 and step-2) whose step-2 lost its shards (its COMPLETE
+    marker stays). `conflict` is what b's dry run without the flag answered."""
+
+    args: dict[str, Any]
+    checkpoints: Path
+    conflict: tuple[int, str]
+    state: DeployResult
+
+
+@pytest.fixture(scope="module")
+def adopted(tmp_path_factory, ended_job: EndedJob) -> Adopted:
+    """One run for two tests: the adopt test and the damaged-checkpoint test (a job is
+    three Python starts, two of them torch: about 10 CPU-seconds, issue 36)."""
+    runs = tmp_path_factory.mktemp("adopt")
+    checkpoints = copy_of(ended_job.run, runs, "a") / "checkpoints"  # owned by "a"
+    assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-1", "step-2"]
+    for shard in (checkpoints / "step-2").glob("*.distcp"):
+        shard.unlink()
     status, out, _ = cli("deploy_training_job", "--job_name", "b", "--runs_dir", str(runs),
-                         "--checkpoint_dir", theirs, "--keep_last", "1", "--dry_run",
+                         "--checkpoint_dir", str(checkpoints), "--keep_last", "1", "--dry_run",
                          "--json")  # fmt: skip
+    args: dict[str, Any] = {
+        "job_name": "b", "runs_dir": str(runs), "checkpoint_dir": str(checkpoints),
+        "adopt_checkpoint_dir": True, "checkpoint_freq": 1, "keep_last": 0, **ONE_RANK,
+    }  # fmt: skip
+    state = deploy_training_job(**args, max_steps=3)
+    return Adopted(args, checkpoints, (status, out), state)
+
+
+def test_another_jobs_checkpoints_are_taken_only_when_told(adopted: Adopted):
+    status, out = adopted.conflict
     error = json.loads(out)["error"]
     assert (status, error["code"]) == (1, "conflict") and "--adopt_checkpoint_dir" in error["hint"]
-    adopted = deploy_training_job(
-        job_name="b", runs_dir=str(runs), checkpoint_dir=theirs, max_steps=3,
-        adopt_checkpoint_dir=True, **ONE_RANK,
-    )  # fmt: skip
-    assert (adopted.status, adopted.resumed_from) == ("succeeded", 2)
+    # Told, it resumed from a's newest whole checkpoint (step-2 is damaged: see below).
+    state = adopted.state
+    assert (state.status, state.resumed_from) == ("succeeded", 1), state.log_tail
 
 
 # 6. secrets --------------------------------------------------------------------------
@@ -719,20 +754,14 @@ def test_one_mcp_server_agrees_with_itself_about_a_cancel(tmp_path):
 
 
 def test_a_damaged_newest_checkpoint_is_passed_over_and_all_damaged_is_one_line(
-    tmp_path, ended_job: EndedJob
+    adopted: Adopted,
 ):
-    args = {"job_name": "ck", "runs_dir": str(tmp_path), "checkpoint_freq": 1, "keep_last": 0,
-            **ONE_RANK}  # fmt: skip
-    # Its first run: the shared ended job (2 steps, a checkpoint every step, none pruned).
-    assert ended_job.state.status == "succeeded"
-    checkpoints = copy_of(ended_job.run, tmp_path, "ck") / "checkpoints"
-    assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-1", "step-2"]
-    for shard in (checkpoints / "step-2").glob("*.distcp"):
-        shard.unlink()  # its COMPLETE marker stays
-    state = deploy_training_job(**args, max_steps=3)
+    # The checkpoints: the shared ended job's step-1 and step-2, step-2's shards removed
+    # (the `adopted` fixture), so its 3-step run resumed from step-1, not step-2.
+    state = adopted.state
     assert (state.status, state.resumed_from, state.steps) == ("succeeded", 1, 3), state.log_tail
-    for shard in checkpoints.glob("step-*/*.distcp"):
+    for shard in adopted.checkpoints.glob("step-*/*.distcp"):
         shard.unlink()
-    state = deploy_training_job(**args, max_steps=4)
+    state = deploy_training_job(**adopted.args, max_steps=4)
     assert state.status == "failed" and "\n" not in state.message
     assert "every complete checkpoint is damaged" in state.message and len(state.message) < 600

@@ -4,31 +4,36 @@ list_training_jobs, and the read-only MCP server as a process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import Client, StdioServerParameters
 
 from commands.cancel_training_job import cancel_training_job
-from commands.deploy_training_job import deploy_training_job
+from commands.deploy_training_job import DeployResult, deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.list_training_jobs import list_training_jobs
 from skills.operations import processes
 from skills.shared.errors import ToolFailure
+from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.trainer_log import parse_events
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDLESS = {"max_steps": 100_000, "checkpoint_freq": 0}
+ACCUM = {"grad_accum_steps": 2, "train_batch_size": 2}
 # The Ctrl-C job is about the CLI that follows it, not a group of ranks: one process (a
 # rank is a torch start, issue 36). The cancel tool's job keeps 2 (its checkpoint on
-# cancel is every rank's), and so does gradient accumulation (the global batch it
-# implies counts the ranks).
+# cancel is every rank's), and it is also the gradient accumulation job (the global
+# batch it implies counts the ranks).
 
 
 def _wait_for_step(log_path: Path, timeout: float = 120.0) -> None:
@@ -41,32 +46,72 @@ def _wait_for_step(log_path: Path, timeout: float = 120.0) -> None:
     raise AssertionError(f"no step logged in {timeout} s:\n{text[-2000:]}")
 
 
+def _wait_for_trainer(run_dir: Path, timeout: float = 120.0) -> None:
+    """Until the record names the job's torchrun and its log exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if (
+                json.loads((run_dir / "job.json").read_text())["trainer"]
+                and (run_dir / "logs" / "attempt-1.log").exists()
+            ):
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"no trainer recorded in {timeout} s in {run_dir}")
+
+
 def _torchrun_pid(run_dir: Path) -> tuple[int, float]:
     trainer = json.loads((run_dir / "job.json").read_text())["trainer"]
     return trainer["pid"], trainer["started"]
 
 
-def test_cancel_tool_needs_confirm_then_stops_the_job_with_a_checkpoint(tmp_path):
-    started = deploy_training_job(
-        job_name="to-cancel", runs_dir=str(tmp_path), wait_seconds=0, **ENDLESS
-    )
-    assert started.status == "running"
-    _wait_for_step(Path(started.log_path))
-    try:
-        cancel_training_job(job_name="to-cancel", runs_dir=str(tmp_path))
-        raise AssertionError("cancel without confirm went through")
-    except ToolFailure as gate:
-        assert gate.code == "confirmation_required" and gate.exit_status == 2
-    assert get_training_job(job_name="to-cancel", runs_dir=str(tmp_path)).status == "running"
+@dataclass(frozen=True)
+class CancelledAccumJob:
+    started: DeployResult
+    gate: ToolFailure | None  # what cancel without confirm raised (None: it went through)
+    running_after_gate: str
+    cancelled: JobState
+    torchrun: tuple[int, float]
+    listed: list[tuple[str, str]]
 
-    state = cancel_training_job(job_name="to-cancel", runs_dir=str(tmp_path), confirm=True)
+
+@pytest.fixture(scope="module")
+def cancelled_accum_job(tmp_path_factory) -> CancelledAccumJob:
+    """One endless 2-rank job with gradient accumulation, cancelled through the tool once
+    a step is logged: the cancel tool's test and the gradient accumulation test read it
+    (one 2-rank job instead of two: each rank is a torch start, issue 36)."""
+    runs = str(tmp_path_factory.mktemp("accum-cancel"))
+    started = deploy_training_job(
+        job_name="to-cancel", runs_dir=runs, wait_seconds=0, **ENDLESS, **ACCUM
+    )
+    try:
+        _wait_for_step(Path(started.log_path))
+        gate = None
+        try:
+            cancel_training_job(job_name="to-cancel", runs_dir=runs)
+        except ToolFailure as refused:
+            gate = refused
+        running = get_training_job(job_name="to-cancel", runs_dir=runs).status
+    finally:
+        cancelled = cancel_training_job(job_name="to-cancel", runs_dir=runs, confirm=True)
+    listed = [(j.job_name, j.status) for j in list_training_jobs(runs_dir=runs).jobs]
+    torchrun = _torchrun_pid(Path(runs) / "to-cancel")
+    return CancelledAccumJob(started, gate, running, cancelled, torchrun, listed)
+
+
+def test_cancel_tool_needs_confirm_then_stops_the_job_with_a_checkpoint(cancelled_accum_job):
+    job = cancelled_accum_job
+    assert job.started.status == "running"
+    assert job.gate is not None, "cancel without confirm went through"
+    assert job.gate.code == "confirmation_required" and job.gate.exit_status == 2
+    assert job.running_after_gate == "running"
+
+    state = job.cancelled
     assert state.status == "cancelled"
     assert state.checkpoint_step is not None and state.checkpoint_step >= 1
     assert f"checkpoint saved at step {state.checkpoint_step}" in state.message
-    pid, started_at = _torchrun_pid(tmp_path / "to-cancel")
-    assert not processes.is_alive(pid, started_at)
-    listed = list_training_jobs(runs_dir=str(tmp_path)).jobs
-    assert [(j.job_name, j.status) for j in listed] == [("to-cancel", "cancelled")]
+    assert not processes.is_alive(*job.torchrun)
+    assert job.listed == [("to-cancel", "cancelled")]
 
 
 def test_ctrl_c_on_a_following_cli_deploy_stops_the_job(tmp_path):
@@ -82,7 +127,9 @@ def test_ctrl_c_on_a_following_cli_deploy_stops_the_job(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
-        _wait_for_step(tmp_path / "interrupted" / "logs" / "attempt-1.log")
+        # The CLI that follows is the subject, not the ranks' training: the record naming
+        # torchrun is enough (a step would add a rank's torch start, issue 36).
+        _wait_for_trainer(tmp_path / "interrupted")
         cli.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the foreground CLI
         # The CLI's stop waits out the ranks' grace (30 s) at most; a loaded machine adds.
         _, err = cli.communicate(timeout=180)
@@ -99,18 +146,19 @@ def test_ctrl_c_on_a_following_cli_deploy_stops_the_job(tmp_path):
     assert not processes.is_alive(pid, started_at)
 
 
-def test_gradient_accumulation_runs_with_the_global_batch_it_implies(tmp_path):
-    result = deploy_training_job(
-        job_name="accum", runs_dir=str(tmp_path), max_steps=2, grad_accum_steps=2,
-        train_batch_size=2,
-    )  # fmt: skip
-    assert result.status == "succeeded", result.log_tail
-    argv = result.plan.argv
+def test_gradient_accumulation_runs_with_the_global_batch_it_implies(cancelled_accum_job):
+    started, state = cancelled_accum_job.started, cancelled_accum_job.cancelled
+    argv = started.plan.argv
     assert argv[argv.index("--grad_accum_steps") + 1] == "2"
-    (start,) = [e for e in parse_events(Path(result.log_path).read_text()) if e["event"] == "start"]
+    events = parse_events(Path(state.log_path).read_text())
+    (start,) = [e for e in events if e["event"] == "start"]
+    assert start["world_size"] == 2
     assert start["grad_accum_steps"] == 2
     assert start["global_batch_size"] == 2 * 2 * start["world_size"]  # batch x accum x ranks
-    assert result.steps == 2 and result.last_loss is not None
+    # It trained with it: steps with a loss, up to the one its cancel checkpointed.
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps and all(e["loss"] is not None for e in steps), events
+    assert state.steps >= 1 and state.last_loss is not None
 
 
 def test_read_only_server_process_serves_only_tools_that_change_nothing():

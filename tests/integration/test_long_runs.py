@@ -1,9 +1,10 @@
 """Guardrails for long runs on the local target, with real processes: a 2-rank gloo job
 whose rank 1 a test thread pauses (SIGSTOP, then SIGCONT) is named the straggler with
-its host; a rank stopped for good makes the job `job_hung`, and with auto_retry the job
-is stopped and resumed from its checkpoint to the end. On a real one-node Slurm, a
-hung job is cancelled and resumed the same way. (The straggler named with its Slurm node
-is in tests/integration/test_slurm_target.py: it shares the endless job there.)
+its host; a rank stopped for good makes the job `job_hung`, and with auto_retry a job
+whose rank is stopped (one process) is stopped and resumed from its checkpoint to the
+end. On a real one-node Slurm, a hung job is cancelled and resumed the same way. (The
+straggler named with its Slurm node is in tests/integration/test_slurm_target.py: it
+shares the endless job there.)
 Nothing in the trainer pretends: the rank's process really stops.
 
 Timings are relative to the job's own step time (the watchdog's thresholds), so a
@@ -26,8 +27,10 @@ import pytest
 from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
+from skills.job_doctor import auto_retry
 from skills.training_job_deployer import watchdog
 from skills.training_job_deployer.targets.local.record import RunDir
+from skills.training_job_deployer.targets.local.target import LocalTarget
 from skills.training_job_deployer.trainer_log import parse_events
 
 pytestmark = pytest.mark.integration
@@ -35,17 +38,24 @@ pytestmark = pytest.mark.integration
 # A step line every step (log_freq 1 through the trainer's environment), no evaluation.
 JOB = {"validation_freq": 0, "env": {"TRAINER_LOG_FREQ": "1"}}
 DEADLINE_S = 240.0
-# The auto-retry runs: a checkpoint every 4 steps, rank 1 stopped after the first one
+# The auto-retry runs: a checkpoint every 4 steps, the rank stopped after the first one
 # (step 4), the resubmitted attempt resumes and runs to the end. 12, not 16: the steps
 # after the stop leave the stopping thread as wide a window as it needs, and every step
 # of the resumed attempt costs both ranks (issue 36).
-RETRY_RUN = {"max_steps": 12, "checkpoint_freq": 4, "auto_retry": True, "max_retries": 1}
+# One process (gpu_per_node=1, a CPU worker; one intra-op thread, as every test process
+# has: the Slurm script would give it the node's 2): the stop and the resume are the
+# subject, not the world size. A rank stuck in a collective beside a live one is
+# TestOneLiveJob's hang (2 ranks). Each attempt is a torchrun and its ranks importing
+# torch: one rank less is ~2.6 CPU-s an attempt (issue 36).
+RETRY_RUN = {"max_steps": 12, "checkpoint_freq": 4, "auto_retry": True, "max_retries": 1,
+             "gpu_per_node": 1}  # fmt: skip
+RETRY_ENV = {"OMP_NUM_THREADS": "1"}
 # The local live job: a quarter of the default tokens per step (batch 8 x 128). A paused
 # step lasts about (rank 1's compute / run_s) pause cycles, so the default's ~0.2 s of
 # compute made every paused step ~3 s (and the hang's limit 5 slow median steps). Here
 # the compute still spans several 20 ms run windows (~0.1 s on the 2-core CI machine),
-# so each step still takes a pause (issue 36: the pair's calls 29 -> 16 s). Not the Slurm
-# straggler (test_slurm_target's endless job): measured no gain, so it keeps the margin.
+# so each step still takes a pause (issue 36: the pair's calls 29 -> 16 s). The Slurm
+# straggler (test_slurm_target's endless job) trains it too.
 SMALL = {"train_batch_size": 4, "seq_len": 64}
 
 
@@ -124,15 +134,15 @@ def stop_job(runs_dir: Path, job: str, target: str = "local") -> None:
 
 
 @contextlib.contextmanager
-def stopping_rank1_after_a_checkpoint(
-    rank1: Callable[[], psutil.Process], job_dir: Path
+def stopping_the_rank_after_a_checkpoint(
+    rank: Callable[[], psutil.Process], job_dir: Path
 ) -> Iterator[threading.Event]:
-    """A thread that SIGSTOPs rank 1 for good once the job's first checkpoint is saved
+    """A thread that SIGSTOPs the rank for good once the job's first checkpoint is saved
     (a log under job_dir says so); the event is set when it did."""
     stopped = threading.Event()
 
     def stop() -> None:
-        process = rank1()
+        process = rank()
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:  # the first attempt's checkpoint at step 4
             if any(
@@ -141,7 +151,7 @@ def stopping_rank1_after_a_checkpoint(
                 for e in parse_events(log.read_text(errors="replace"))
             ):
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)  # the steps after the checkpoint are the window: look often
         with contextlib.suppress(psutil.Error):
             process.send_signal(signal.SIGSTOP)  # for good: the retry's stop ends it
             stopped.set()
@@ -177,7 +187,10 @@ def live(tmp_path_factory) -> Iterator[tuple[Path, psutil.Process]]:
     try:
         yield runs, rank_process(runs / "live", 1)
     finally:
-        stop_job(runs, "live")
+        # SIGKILL at once (no grace): nothing reads a checkpoint of this job, and the
+        # SIGTERM one (both ranks saving, then exiting) held the worker 3-8 s (issue 36).
+        with contextlib.suppress(Exception):
+            LocalTarget(runs).cancel("live", grace_s=0)
 
 
 class TestOneLiveJob:
@@ -224,12 +237,24 @@ class TestOneLiveJob:
                 rank1.send_signal(signal.SIGCONT)
 
 
-def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(tmp_path):
+@pytest.fixture
+def prompt_follow(monkeypatch) -> None:
+    """auto_retry follows a job in chunks of FOLLOW_CHUNK_S (4 s) and asks the watchdog at
+    each chunk's end, so a hang is acted on up to 4 s after it is found. What each
+    attempt's state and remedy are does not depend on how often it is looked at
+    (test_auto_retry follows in 0.5 s chunks): 1 s here, where each look reads the log
+    (and on Slurm asks squeue)."""
+    monkeypatch.setattr(auto_retry, "FOLLOW_CHUNK_S", 1.0)
+
+
+def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(
+    tmp_path, prompt_follow
+):
     run_dir = tmp_path / "resume"
-    rank1 = functools.partial(rank_process, run_dir, 1)
-    with stopping_rank1_after_a_checkpoint(rank1, run_dir) as stopped:
+    rank0 = functools.partial(rank_process, run_dir, 0)
+    with stopping_the_rank_after_a_checkpoint(rank0, run_dir) as stopped:
         result = deploy_training_job(job_name="resume", runs_dir=str(tmp_path), **RETRY_RUN,
-                                     **JOB)  # fmt: skip
+                                     **{**JOB, "env": {**JOB["env"], **RETRY_ENV}})  # fmt: skip
     assert stopped.is_set()
     assert_hung_then_resumed(result)
     assert result.resumed_from == result.attempts[1].resumed_from
@@ -244,16 +269,18 @@ def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(t
     assert not [(p.pid, p.info["cmdline"]) for p in alive]
 
 
-def test_on_slurm_with_auto_retry_a_hung_job_is_cancelled_and_resumes(slurm_cluster, tmp_path):
+def test_on_slurm_with_auto_retry_a_hung_job_is_cancelled_and_resumes(
+    slurm_cluster, tmp_path, prompt_follow
+):
     """The hang on a real one-node Slurm: the watchdog finds job_hung, auto_retry scancels
     the attempt and submits the next, which resumes from the checkpoint."""
     mark = {"FSDP_EKS_TEST_MARK": tmp_path.name}
-    rank1 = functools.partial(marked_process, {**mark, "RANK": "1"})
+    rank0 = functools.partial(marked_process, {**mark, "RANK": "0"})
     try:
-        with stopping_rank1_after_a_checkpoint(rank1, tmp_path / "hang") as stopped:
+        with stopping_the_rank_after_a_checkpoint(rank0, tmp_path / "hang") as stopped:
             result = deploy_training_job(
                 job_name="hang", target="slurm", runs_dir=str(tmp_path), **RETRY_RUN,
-                validation_freq=0, env={**JOB["env"], **mark},
+                validation_freq=0, env={**JOB["env"], **RETRY_ENV, **mark},
             )  # fmt: skip
     finally:
         stop_job(tmp_path, "hang", "slurm")

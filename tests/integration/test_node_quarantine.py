@@ -14,9 +14,11 @@ import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.manage_eks_cluster import manage_eks_cluster
+from skills.job_doctor import auto_retry
 from skills.kube.quarantine import RECORD_ANNOTATION, TAINT_KEY
 from skills.operations import operations
 from skills.shared.errors import ToolFailure
+from skills.training_job_deployer.targets.kubernetes import target as kubernetes_target
 from tests.services.training_operator import RUN_LOG, TrainingOperator, play_attempts
 
 pytestmark = pytest.mark.integration
@@ -45,6 +47,12 @@ AGENT = "detected XID-79 on the instance, review kernel logs for additional info
 def operator(kube_api, tmp_path, monkeypatch) -> TrainingOperator:
     kube_api.reset()
     monkeypatch.setenv(operations.STATE_DIR_ENV, str(tmp_path / "state"))
+    # As in test_auto_retry: the stand-in answers within 50 ms, not a cluster's seconds,
+    # so it is polled at the local target's cadence (two polls per follow chunk, as 2 s /
+    # 4 s). Which node is named, quarantined and avoided does not depend on how often
+    # the job is looked at; at 2 s each attempt spent ~2 s asleep (issue 36).
+    monkeypatch.setattr(kubernetes_target.KubernetesTarget, "poll_s", 0.25)
+    monkeypatch.setattr(auto_retry, "FOLLOW_CHUNK_S", 0.5)
     return TrainingOperator(kube_api)
 
 
