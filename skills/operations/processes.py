@@ -26,6 +26,18 @@ PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 # /proc start times are in clock ticks; psutil rounds to 10 ms. Equal within this.
 _SAME_START_S = 0.05
+# psutil adds /proc/stat's btime: whole seconds that the kernel derives from the wall clock
+# on every read, so when NTP slews the clock across a second boundary it steps by one
+# (every few days on a drifting VM). A start recorded before such a step reads exactly one
+# second off after it, and a week-long job's supervisor must not turn "gone" then.
+_BOOT_SECOND_STEPS = (0.0, 1.0)
+
+
+def same_start(recorded: float, now_read: float) -> bool:
+    """Whether two reads of a process's start time are the same start (up to a step of
+    the boot time's whole second between the reads)."""
+    off = abs(now_read - recorded)
+    return any(abs(off - step) < _SAME_START_S for step in _BOOT_SECOND_STEPS)
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ def is_alive(pid: int | None, started: float | None) -> bool:
     try:
         process = psutil.Process(pid)
         return (
-            abs(process.create_time() - started) < _SAME_START_S
+            same_start(started, process.create_time())
             and process.status() != psutil.STATUS_ZOMBIE
         )
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):

@@ -96,7 +96,26 @@ NOT_OURS = {
         lambda s: (s.started - 5, Expected(command=(s.marker,))),
     ),
     "no start time recorded": (Identity.GONE, lambda s: (None, Expected(command=(s.marker,)))),
+    "a recycled pid started half a second later": (
+        Identity.GONE,
+        lambda s: (s.started - 0.5, Expected(command=(s.marker,))),
+    ),
+    "a recycled pid started two seconds later": (
+        Identity.GONE,
+        lambda s: (s.started - 2.0, Expected(command=(s.marker,))),
+    ),
 }
+
+
+@pytest.mark.parametrize("step", [1.0, -1.0])
+def test_a_start_read_across_a_step_of_the_boot_second_is_the_same_process(sleeper, step):
+    """psutil's start time is /proc/stat's btime (whole seconds, recomputed from the wall
+    clock, so NTP slewing steps it by one now and then) plus the process's ticks: a start
+    recorded before such a step reads one second off after it. Still that very process."""
+    expected = Expected(command=(sleeper.marker,))
+    recorded = sleeper.started + step
+    assert processes.is_alive(sleeper.pid, recorded)
+    assert processes.identify(sleeper.pid, recorded, expected) is Identity.OURS
 
 
 @pytest.mark.parametrize("case", sorted(NOT_OURS))
