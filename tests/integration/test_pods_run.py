@@ -1,10 +1,10 @@
 """PyTorchJobs the kubernetes target renders, run for real by the cluster stand-in
 (tests/services/training_operator.py `train`, tests/services/kubelet.py): 2 pods on CPU
 rendezvous through the rendered c10d endpoint mapped to loopback, checkpoint to a
-claim, and a resubmitted job resumes; a crash after a checkpoint fails the job and the
-retry resumes from that checkpoint (one job's three attempts, which both tests read); a
-manifest that cannot train fails the job as it would on a cluster; the env the operator
-injects is v1.9's."""
+claim, and a resubmitted job (one pod) resumes from both pods' shards; a crash after a
+checkpoint fails the job and the retry resumes from that checkpoint (one job's three
+attempts, which both tests read); a manifest that cannot train fails the job as it
+would on a cluster; the env the operator injects is v1.9's."""
 
 from __future__ import annotations
 
@@ -57,10 +57,12 @@ def resumed_from(log: str) -> int | None:
 @pytest.fixture(scope="module")
 def attempts(kube_api, tmp_path_factory) -> dict[str, tuple[str | None, str, str]]:
     """One job over three real attempts, each as a user resubmits it (replace=true): it
-    trains to 4 (checkpoints 2, 4); resubmitted to 12 with a checkpoint every 6 it resumes
-    from 4 and its master pod crashes after the next checkpoint (6: six steps before
-    another, so the crash lands first even when this host's load delays the kill); the
-    retry resumes from 6 to 12.
+    trains to 4 on two pods (checkpoints 2, 4); resubmitted to 12 on one pod with a
+    checkpoint every 6, it resumes from 4 (both pods' shards, read from the claim) and
+    its master pod crashes after the next checkpoint (6: six steps before another, so
+    the crash lands first even when this host's load delays the kill); the retry
+    resumes from 6 to 12. The resumes, not their world size, are what the later
+    attempts prove, and each pod costs two torch starts (torchrun and its rank).
     {attempt: (the run's outcome, get_training_job's status, the job's log)}, read
     before the next attempt replaces the job."""
     kube_api.reset()
@@ -68,7 +70,8 @@ def attempts(kube_api, tmp_path_factory) -> dict[str, tuple[str | None, str, str
     operator.add_nodes("g5.12xlarge", 2, gpus=4, efa=1)
     operator.add_claim(CLAIM)
     crash = Injected("master-0", after="checkpoint_saved", log="Killed: OOM (injected)\n")
-    again = {"max_steps": 12, "checkpoint_freq": 6, "replace": True, "confirm": True}
+    again = {"max_steps": 12, "checkpoint_freq": 6, "num_nodes": 1, "replace": True,
+             "confirm": True}  # fmt: skip
     plan = {"first": ({}, None), "resubmitted": (again, crash), "retry": (again, None)}
     seen: dict[str, tuple[str | None, str, str]] = {}
     try:
@@ -92,8 +95,10 @@ def test_two_pods_train_checkpoint_and_a_resubmitted_job_resumes(attempts):
     assert start["event"] == "start" and start["world_size"] == 2 and start["resumed_from"] is None
     saved = [e["step"] for e in first if e["event"] == "checkpoint_saved"]
     assert saved == [2, 4]
-    # The resubmitted job (both pods) starts from the claim's step 4, not from scratch.
+    # The resubmitted job starts from the claim's step 4, not from scratch: its one pod
+    # loads the shards both pods saved there (DCP reshards them to its world of one).
     _, _, log = attempts["resubmitted"]
+    assert [e["world_size"] for e in events(log) if e["event"] == "start"] == [1]
     assert resumed_from(log) == 4
     assert [e["step"] for e in events(log) if e["event"] == "step"][0] == 5
 

@@ -7,7 +7,7 @@ with the build arguments build_image would pass. The built image is then run as 
 runtime would (services/container.py: its user, env, workdir, entrypoint): 2 ranks train
 with checkpoints in s3:// (moto), a new container resumes from them, a third exports the
 model to s3://, and the export loads in transformers. What the job imports must be in the
-image: nothing is installed at run time.
+image: nothing is installed at run time (the export's python imports every one first).
 
 Measured and printed (pytest -s): build time cold, after a code-only change and with
 nothing changed, image size, time from container start to the first training step, the
@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -139,17 +140,6 @@ def test_the_image_is_the_shipped_dockerfiles_with_its_own_user_and_entrypoint(i
     assert any(e.startswith("PATH=") and "/opt/conda/bin" in e for e in config["Env"])
 
 
-def test_everything_the_trainer_imports_is_in_the_image(image):
-    cli, _ = image
-    modules = sorted(run_time_imports(ROOT / "trainer"))
-    code = f"import importlib; [importlib.import_module(m) for m in {modules!r}]; print('ok')"
-    with mounted_container(cli, IMAGE) as box:
-        proc = box.start(["-c", code], entrypoint=["python"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)  # fmt: skip
-        out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0 and out.strip() == "ok", err[-3000:]
-
-
 def _job_env(moto_server) -> dict[str, str]:
     """What a pod gets for S3: the endpoint and credentials (no host config files)."""
     keep = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -157,9 +147,8 @@ def _job_env(moto_server) -> dict[str, str]:
     return {**env, "AWS_DEFAULT_REGION": moto_server.region, "AWS_EC2_METADATA_DISABLED": "true"}
 
 
-def _run(cli, args, env, *, entrypoint=None, timeout=900) -> tuple[list[dict], str, float | None]:
-    """One container from IMAGE: (stdout events, stderr, seconds from start to the first
-    `step` event, or None)."""
+def _run(cli, args, env, *, entrypoint=None, timeout=900) -> Ran:
+    """One container from IMAGE, run to its end."""
     events: list[dict] = []
     first_step: list[float] = []
     with mounted_container(cli, IMAGE) as box:
@@ -176,16 +165,37 @@ def _run(cli, args, env, *, entrypoint=None, timeout=900) -> tuple[list[dict], s
             events.append(event)
         proc.wait(timeout=timeout)
         reader.join(timeout=30)
-    stderr = "".join(err)
-    assert proc.returncode == 0, stderr[-4000:]
-    return events, stderr, (first_step[0] if first_step else None)
+    return Ran(events, "".join(err), proc.returncode, first_step[0] if first_step else None)
 
 
-def _of(events: list[dict], kind: str) -> list[dict]:
-    return [e for e in events if e["event"] == kind]
+@dataclass
+class Ran:
+    events: list[dict]
+    stderr: str
+    returncode: int
+    first_step_s: float | None  # from the container's start to its first `step` event
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["event"] == kind]
 
 
-def test_two_ranks_train_checkpoint_to_s3_resume_and_export(image, moto_server, tmp_path):
+# The export's python imports every module the trainer imports at run time first, then runs
+# `-m trainer.export` as `python -m` would: the imports check needs no container (and no
+# torch start) of its own.
+EXPORT = """import importlib, json, runpy, sys
+modules = {modules!r}
+for name in modules:
+    importlib.import_module(name)
+print(json.dumps({{"event": "imported", "modules": modules}}), flush=True)
+runpy.run_module("trainer.export", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def job(image, moto_server):
+    """2 ranks train with checkpoints in s3://; a new container (a restarted pod: nothing of
+    the first one's disk) resumes from them; a third exports the model to s3://. {name: Ran,
+    "s3": client, "bucket": name, "remote": checkpoint dir}."""
     import boto3
 
     cli, _ = image
@@ -196,29 +206,47 @@ def test_two_ranks_train_checkpoint_to_s3_resume_and_export(image, moto_server, 
     env = _job_env(moto_server)
     torchrun = ["--standalone", "--nproc_per_node=2", "-m", "trainer", *SMALL]
     torchrun += ["--checkpoint_dir", remote]
+    trained = _run(cli, [*torchrun, "--max_steps", "4"], env)
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    resumed = _run(cli, [*torchrun, "--max_steps", "5"], env)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    code = EXPORT.format(modules=sorted(run_time_imports(ROOT / "trainer")))
+    exported = _run(
+        cli,
+        ["-c", code, "--checkpoint", remote, "--out", f"s3://{bucket}/export"],
+        env,
+        entrypoint=["python"],
+    )
+    return {"trained": trained, "resumed": resumed, "exported": exported, "s3": s3,
+            "bucket": bucket, "remote": remote}  # fmt: skip
 
-    events, _, first_step = _run(cli, [*torchrun, "--max_steps", "4"], env)
-    MEASURED["start_to_first_step_s"] = first_step or -1
-    assert first_step is not None
-    assert [e["path"] for e in _of(events, "checkpoint_saved")] == [
+
+def test_everything_the_trainer_imports_is_in_the_image(job):
+    exported = job["exported"]
+    imported = exported.of("imported")
+    assert imported and imported[0]["modules"] == sorted(run_time_imports(ROOT / "trainer")), (
+        exported.stderr[-3000:]
+    )
+
+
+def test_two_ranks_train_checkpoint_to_s3_resume_and_export(job, tmp_path):
+    trained, resumed, exported = job["trained"], job["resumed"], job["exported"]
+    s3, bucket, remote = job["s3"], job["bucket"], job["remote"]
+    MEASURED["start_to_first_step_s"] = trained.first_step_s or -1
+    assert trained.first_step_s is not None
+    assert [e["path"] for e in trained.of("checkpoint_saved")] == [
         f"{remote}/step-2",
         f"{remote}/step-4",
     ]
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
     assert {"ckpt/step-4/COMPLETE", "ckpt/step-4/__0_0.distcp", "ckpt/step-4/__1_0.distcp"} <= keys
 
-    # A new container (a restarted pod: nothing of the first one's disk) resumes from S3.
-    resumed, _, _ = _run(cli, [*torchrun, "--max_steps", "5"], env)
-    assert _of(resumed, "checkpoint_loaded")[0]["step"] == 4
-    assert [e["step"] for e in _of(resumed, "step")] == [5]
+    assert resumed.of("checkpoint_loaded")[0]["step"] == 4
+    assert [e["step"] for e in resumed.of("step")] == [5]
 
-    exported, _, _ = _run(
-        cli,
-        ["-m", "trainer.export", "--checkpoint", remote, "--out", f"s3://{bucket}/export"],
-        env,
-        entrypoint=["python"],
-    )
-    assert exported[-1]["event"] == "exported" and exported[-1]["step"] == 5, exported
+    assert exported.returncode == 0, exported.stderr[-4000:]
+    last = exported.events[-1]
+    assert last["event"] == "exported" and last["step"] == 5, exported.events
     out = tmp_path / "export"
     out.mkdir()
     for obj in s3.list_objects_v2(Bucket=bucket, Prefix="export/")["Contents"]:

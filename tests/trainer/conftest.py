@@ -7,6 +7,8 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,23 +77,86 @@ def spawn(fn: Callable[..., None], args: tuple, nprocs: int) -> None:
                        nprocs=nprocs, join=True, start_method="forkserver")  # fmt: skip
 
 
+def _rank_main(args: list[str], env: dict[str, str], cwd: str, out: str) -> None:
+    # A forked rank: the caller's environment and directory, stdout/stderr to its files
+    # (fd level, as a launcher's pipes would be), exit status = main's return value.
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    for fd, suffix in ((1, "out"), (2, "err")):
+        with open(f"{out}.{suffix}", "w") as f:
+            os.dup2(f.fileno(), fd)
+    code = 1
+    try:
+        from trainer import train as train_mod
+
+        code = train_mod.main(args)
+    except BaseException:  # noqa: BLE001 (the rank's status, its traceback on stderr)
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def launch(
+    args: list[str],
+    nproc: int,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node=NPROC -m trainer ARGS` less torchrun's
+    python and each rank's torch import (~10 CPU-s a 2-rank run): the ranks, processes
+    of their own, are forked from fork_server() with the environment torchrun gives its
+    workers (RANK, LOCAL_RANK, WORLD_SIZE, ..., its agent store, here a TCPStore this
+    process hosts) and run the trainer's main. Torchrun's own part (restarts, forwarding
+    SIGTERM, its exit status) is test_checkpoint_resume's torchrun tests. stdout is rank
+    0's lines then the others', stderr every rank's; returncode the first failing rank's."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, nproc, is_master=True, wait_for_workers=False)
+    base = {**(env or trainer_env()), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
+            "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0",
+            "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_RUN_ID": "none"}  # fmt: skip
+    if nproc > 1:
+        base.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it
+    ctx = fork_server()
+    with tempfile.TemporaryDirectory() as tmp:
+        ranks = []
+        for rank in range(nproc):
+            rank_env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "ROLE_RANK": str(rank)}
+            out = os.path.join(tmp, str(rank))
+            proc = ctx.Process(target=_rank_main, args=(args, rank_env, str(cwd or ROOT), out))
+            proc.start()
+            ranks.append((proc, out))
+        deadline = time.monotonic() + timeout
+        for proc, _ in ranks:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        hung = [proc for proc, _ in ranks if proc.exitcode is None]
+        for proc in hung:  # a hung run fails the test, not the CI job
+            proc.kill()
+            proc.join()
+        codes = [proc.exitcode for proc, _ in ranks]
+        stdout = "".join(Path(f"{out}.out").read_text() for _, out in ranks)
+        stderr = "".join(Path(f"{out}.err").read_text() for _, out in ranks)
+    del store
+    assert not hung, f"ranks still running after {timeout} s:\n{stderr[-3000:]}"
+    code = next((c for c in codes if c != 0), 0)
+    return subprocess.CompletedProcess(["trainer", *args], code, stdout, stderr)
+
+
 def _run_trainer(
     args: list[str], nproc: int | None = None, cwd: Path | None = None, timeout: float = 240
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """`python -m trainer ARGS`, or under torchrun with `nproc` processes."""
-    if nproc is None:
-        argv = [sys.executable, "-m", "trainer", *args]
-    else:
-        argv = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={nproc}",
-            "-m",
-            "trainer",
-            *args,
-        ]
+    """`python -m trainer ARGS`, or `nproc` ranks as torchrun starts them (launch)."""
+    if nproc is not None:
+        proc = launch(args, nproc, cwd=cwd, timeout=timeout)
+        return proc, parse_lines(proc.stdout)
+    argv = [sys.executable, "-m", "trainer", *args]
     proc = subprocess.run(
         argv, cwd=cwd or ROOT, env=trainer_env(), capture_output=True, text=True, timeout=timeout
     )

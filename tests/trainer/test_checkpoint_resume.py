@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import ROOT, train_here, trainer_env
+from tests.trainer.conftest import ROOT, launch, train_here, trainer_env
 from trainer.checkpoint_layout import MARKER, is_complete, read_marker, step_dirs, step_of
 
 # Small and fast: each step is tens of milliseconds on a 2-core CPU machine.
@@ -70,13 +70,6 @@ def children(pid: int) -> list[int]:
     return sorted(found)
 
 
-def run(argv: list[str], timeout: float = 240) -> tuple[int, list[dict], str]:
-    proc = subprocess.run(
-        argv, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=timeout
-    )
-    return proc.returncode, events_of(proc.stdout), proc.stderr
-
-
 def run_until(argv: list[str], ready, act, timeout: float = 120) -> tuple[int, list[dict], str]:
     """Start argv, call act(proc) once an emitted event satisfies ready(event), then
     collect the rest of the output."""
@@ -114,17 +107,17 @@ def run_until(argv: list[str], ready, act, timeout: float = 120) -> tuple[int, l
 
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory):
-    """The reference: 2 processes, STEPS steps, a sync checkpoint every 10, all kept."""
+    """The reference: 2 ranks, STEPS steps, a sync checkpoint every 10, all kept."""
     ckpt = tmp_path_factory.mktemp("unbroken")
-    code, events, stderr = run(
-        torchrun(
-            2,
-            [*BASE, "--max_steps", str(STEPS), "--checkpoint_dir", str(ckpt)]
-            + ["--checkpoint_freq", "10", "--keep_last", "0"],
-        )
+    # Its ranks forked as torchrun would start them (launch): torchrun itself is the
+    # subject of the kill -9 and SIGTERM tests below, not of this reference.
+    proc = launch(
+        [*BASE, "--max_steps", str(STEPS), "--checkpoint_dir", str(ckpt)]
+        + ["--checkpoint_freq", "10", "--keep_last", "0"],
+        2,
     )
-    assert code == 0, stderr[-3000:]
-    return events, ckpt
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return events_of(proc.stdout), ckpt
 
 
 def test_unbroken_run_writes_complete_checkpoints(unbroken):

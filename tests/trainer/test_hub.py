@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.services.hf_hub import HubRepo, hub_server
-from tests.trainer.conftest import ROOT, parse_lines, spawn, trainer_env
+from tests.trainer.conftest import launch, parse_lines, spawn, trainer_env
 from tests.trainer.test_data_sources import build_tokenizer
 from tests.trainer.test_hf import SMALL, make
 from trainer import hf, hub
@@ -257,10 +257,9 @@ def test_hub_dataset_without_the_datasets_package_explains_the_install(monkeypat
 # --- a job: 2 ranks on one node ---------------------------------------------------------
 
 
-def torchrun(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, list]:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc_per_node=2", "-m", "trainer", *args]  # fmt: skip
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+def two_ranks(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, list]:
+    """2 ranks on one node as torchrun starts them (LOCAL_RANK 0 and 1), forked (launch)."""
+    proc = launch(args, 2, env=env)
     return proc, parse_lines(proc.stdout)
 
 
@@ -270,7 +269,7 @@ def test_two_ranks_download_once_train_on_the_stream_and_resume(stand_in, tmp_pa
             "--dataset", "stand/tiny-c4", "--dataset_config_name", "en", "--seq_len", "32",
             "--train_batch_size", "2", "--log_freq", "1", "--validation_freq", "0",
             "--checkpoint_dir", str(tmp_path / "ckpt"), "--checkpoint_freq", "3"]  # fmt: skip
-    proc, events = torchrun([*args, "--max_steps", "3"], env)
+    proc, events = two_ranks([*args, "--max_steps", "3"], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = events[-1]
     assert summary["event"] == "summary" and summary["steps"] == 3
@@ -281,7 +280,7 @@ def test_two_ranks_download_once_train_on_the_stream_and_resume(stand_in, tmp_pa
     served = stand_in.bytes_served("stand/tiny-c4", "en/")
     assert 0 < served <= 4 * dataset_bytes(stand_in.repos["stand/tiny-c4"].files) / SHARDS
 
-    proc, events = torchrun([*args, "--max_steps", "5"], env)
+    proc, events = two_ranks([*args, "--max_steps", "5"], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert events[-1]["resumed_from"] and events[-1]["steps"] == 5
     steps = [e["step"] for e in events if e["event"] == "step"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.trainer.conftest import spawn
 from trainer import hf
 from trainer.config import ModelConfig
 from trainer.materialize import build_meta_model, init_random, materialize
@@ -105,7 +105,7 @@ SOURCES = ["random", "hf"]
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> tuple[Path, str | None]:
-    """Both sources checked by one spawn of 2 ranks (each rank a python importing torch):
+    """Both sources checked by one spawn of 2 ranks (forked from the fork server):
     the done marks' prefix, and the spawn's error if a source failed."""
     root = tmp_path_factory.mktemp("meta")
     hf_dirs: list[str | None] = []
@@ -118,7 +118,7 @@ def checked(tmp_path_factory) -> tuple[Path, str | None]:
     sources = {"random": [None] * len(configs()), "hf": hf_dirs}
     assert list(sources) == SOURCES
     try:
-        mp.spawn(_worker, args=(str(root / "store"), sources, str(root / "done")), nprocs=2)
+        spawn(_worker, (str(root / "store"), sources, str(root / "done")), 2)
     except Exception as exc:  # noqa: BLE001 (each test reports it for its own source)
         return root / "done", f"{type(exc).__name__}: {exc}"
     return root / "done", None

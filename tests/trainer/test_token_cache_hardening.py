@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.trainer.conftest import fork_server
+from tests.trainer.conftest import fork_server, launch, parse_lines
 from trainer.config import ConfigError
 from trainer.data import load_documents
 from trainer.token_cache import cached_tokens, open_tokens, token_file
@@ -198,16 +198,19 @@ def test_a_fifo_or_device_dataset_is_refused_at_open(tmp_path, kind):
     assert str(path) in str(caught.value) and "not a regular file" in str(caught.value)
 
 
-def test_the_trainer_ends_with_a_config_error_on_a_fifo_dataset(tmp_path, run_trainer,
-                                                                 monkeypatch):  # fmt: skip
+def test_the_trainer_ends_with_a_config_error_on_a_fifo_dataset(tmp_path, monkeypatch):
     """The reproduction: the trainer read a FIFO dataset for ever (SIGTERM did not end it)."""
     fifo = tmp_path / "data.txt"
     os.mkfifo(fifo)
     monkeypatch.setenv("FSDP_EKS_CACHE_DIR", str(tmp_path / "cache"))
-    proc, events = run_trainer(
+    # One rank forked from the fork server (no python importing torch again); its
+    # deadline still kills a run that reads the FIFO for ever, failing the test.
+    proc = launch(
         ["--dataset", str(fifo), "--max_steps", "1", "--output_dir", str(tmp_path / "out")],
+        1,
         timeout=180,
     )
+    events = parse_lines(proc.stdout)
     assert proc.returncode != 0
     (error,) = [e for e in events if e["event"] == "error"]
     assert error["retryable"] is False and "FIFO" in error["message"], error

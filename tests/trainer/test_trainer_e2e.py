@@ -6,29 +6,22 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 import uuid
 
 import pytest
 import torch
 
-from tests.trainer.conftest import ROOT, parse_lines, train_here, trainer_env
-from tests.trainer.test_checkpoint_resume import losses, of, torchrun
+from tests.trainer.conftest import launch, parse_lines, train_here, trainer_env
+from tests.trainer.test_checkpoint_resume import losses, of
 from tests.trainer.test_export import run_export
 
 SMALL = ["--seq_len", "64", "--train_batch_size", "4", "--validation_freq", "0"]
 SMALL += ["--log_freq", "1", "--warmup_steps", "3"]
 
 
-def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, list[dict], str]:
-    proc = subprocess.run(
-        argv,
-        cwd=ROOT,
-        env={**trainer_env(), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def ranks(args: list[str], env: dict[str, str]) -> tuple[int, list[dict], str]:
+    """2 ranks as torchrun starts them, forked from the fork server (launch)."""
+    proc = launch(args, 2, env={**trainer_env(), **env})
     return proc.returncode, parse_lines(proc.stdout), proc.stderr
 
 
@@ -38,7 +31,7 @@ def s3_runs(moto_server, tmp_path_factory):
     Kubernetes target runs them): A trains 10 steps, saving step 5 asynchronously and
     step 10 (the last) synchronously, keeping 1; B resumes from S3 to step 12. Shared by
     the S3 round trip and the staging test below: the same two jobs prove both (each
-    pair of torchruns costs ~20 CPU-s)."""
+    pair of 2-rank runs costs ~10 CPU-s)."""
     import boto3
 
     tmp = tmp_path_factory.mktemp("s3_runs")
@@ -47,7 +40,7 @@ def s3_runs(moto_server, tmp_path_factory):
     env = {**moto_server.env, "FSDP_EKS_CACHE_DIR": str(tmp / "cache")}
     remote = f"s3://{bucket}/ckpt"
     args = [*SMALL, "--checkpoint_dir", remote, "--checkpoint_freq", "5", "--keep_last", "1"]
-    first = run(torchrun(2, [*args, "--max_steps", "10", "--async_save", "true"]), env)
+    first = ranks([*args, "--max_steps", "10", "--async_save", "true"], env)
     s3 = boto3.client("s3")
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
     # What A left, before B (which saves step 12 and, keeping 1, prunes step 10): the
@@ -57,7 +50,7 @@ def s3_runs(moto_server, tmp_path_factory):
         if key.startswith("ckpt/step-10/"):
             (uploaded / key.split("/", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
             s3.download_file(bucket, key, str(uploaded / key.split("/", 1)[1]))
-    resumed = run(torchrun(2, [*args, "--max_steps", "12"]), env) if first[0] == 0 else None
+    resumed = ranks([*args, "--max_steps", "12"], env) if first[0] == 0 else None
     return {"remote": remote, "first": first, "keys": keys, "uploaded": uploaded,
             "resumed": resumed}  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""Real training runs: in-process (world of one) and under torchrun with 2 processes."""
+"""Real training runs: in-process (world of one) and 2 ranks as torchrun starts them."""
 
 from __future__ import annotations
 
