@@ -27,14 +27,7 @@ from commands.list_training_jobs import list_training_jobs
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.trainer_log import parse_events
-from tests.integration.test_long_runs import (
-    JOB,
-    SMALL,
-    marked_process,
-    pausing,
-    stop_job,
-    wait_for,
-)
+from tests.integration.test_long_runs import JOB, marked_process, pausing, stop_job, wait_for
 from tests.services.slurm import SHORT_PARTITION
 
 pytestmark = pytest.mark.integration
@@ -223,12 +216,8 @@ def endless(slurm_cluster, runs) -> Iterator[Endless]:
     cancel: a Slurm job is an sbatch, a torchrun and two ranks (issue 36: was one job
     each). A second deploy is refused; rank 1 is paused until the watchdog names it the
     straggler, let go, and the job is cancelled. Each test asserts on its phase."""
-    # test_long_runs' SMALL steps: a paused step lasts about (rank 1's compute / 20 ms)
-    # pause cycles of 0.32 s, so the straggler's three paused windows took ~3 s each at
-    # the default size, more under load; a quarter of the tokens still spans several run
-    # windows, so every step still takes a pause.
     started = deploy_training_job(job_name="endless", max_steps=100_000, checkpoint_freq=0,
-                                  wait_seconds=0, **SMALL, **JOB, **_slurm(runs))  # fmt: skip
+                                  wait_seconds=0, **JOB, **_slurm(runs))  # fmt: skip
     try:
         job_id = Path(started.log_path).stem.removeprefix("slurm-")
         rank1 = marked_process({"SLURM_JOB_ID": job_id, "RANK": "1"})
