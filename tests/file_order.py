@@ -16,39 +16,42 @@ from collections.abc import Mapping, Sequence
 CACHE_KEY = "fsdp-eks/file-seconds"
 
 # Seconds per file on the 2-core dev machine with both workers busy (the sum of its tests'
-# times in a full unloaded `make test`, 2026-11-26): the weights when the cache has none
-# (a fresh clone, CI). Files under 20 s are left out: they fill the end in collected order.
+# times in a full unloaded `make test`, 2026-11-26, pytest 588 s): the weights when the
+# cache has none (a fresh clone, CI). Files under 10 s are left out: they fill the end in
+# collected order.
 ESTIMATED_SECONDS = {
-    # 125 once the stand-in base exists; first anyway: on a fresh machine its first
+    # 121 once the stand-in base exists; first anyway: on a fresh machine its first
     # use builds that base (minutes).
     "tests/integration/test_trainer_image.py": 300,
-    "tests/integration/test_benchmark_quick_modes.py": 155,
-    "tests/integration/test_long_runs.py": 130,
-    "tests/integration/test_job_hardening.py": 110,
-    "tests/e2e/test_agent_session.py": 90,
-    "tests/integration/test_pods_run.py": 65,
-    "tests/integration/test_slurm_target.py": 60,
-    "tests/integration/test_fuzz_tools.py": 55,
-    "tests/integration/test_local_training.py": 55,
-    "tests/trainer/test_checkpoint_resume.py": 50,
-    "tests/integration/test_eks_storage_cleanup.py": 45,
-    "tests/trainer/test_hub.py": 45,
-    "tests/integration/test_build_image.py": 35,
-    "tests/integration/test_long_logs.py": 30,
-    "tests/integration/test_model_server_local.py": 30,
-    "tests/trainer/test_trainer_run.py": 30,
-    "tests/trainer/test_trainer_e2e.py": 30,
-    "tests/integration/test_job_tools.py": 30,
-    "tests/trainer/test_trainer_parallel.py": 25,
-    "tests/trainer/test_families.py": 25,
-    "tests/trainer/test_memory_estimate.py": 25,
-    "tests/trainer/test_checkpoint_verify.py": 20,
+    "tests/integration/test_benchmark_quick_modes.py": 106,
+    "tests/integration/test_long_runs.py": 73,
+    "tests/integration/test_job_hardening.py": 70,
+    "tests/integration/test_slurm_target.py": 56,
+    "tests/integration/test_fuzz_tools.py": 53,
+    "tests/e2e/test_agent_session.py": 47,
+    "tests/integration/test_local_training.py": 47,
+    "tests/trainer/test_checkpoint_resume.py": 41,
+    "tests/integration/test_pods_run.py": 34,
+    "tests/integration/test_build_image.py": 28,
+    "tests/integration/test_model_server_local.py": 24,
+    "tests/trainer/test_trainer_parallel.py": 23,
     "tests/integration/test_cuda_gate_loop.py": 20,
-    "tests/unit/test_shared_reads.py": 20,
-    "tests/integration/test_operations.py": 20,
-    "tests/integration/test_one_truth.py": 20,
-    "tests/integration/test_mcp_surface.py": 20,
-    "tests/integration/test_kubernetes_target.py": 20,
+    "tests/integration/test_operations.py": 19,
+    "tests/trainer/test_memory_estimate.py": 19,
+    "tests/integration/test_eks_storage_cleanup.py": 18,
+    "tests/trainer/test_hub.py": 17,
+    "tests/integration/test_kubernetes_target.py": 14,
+    "tests/trainer/test_families.py": 13,
+    "tests/unit/test_local_target.py": 13,
+    "tests/integration/test_job_tools.py": 13,
+    "tests/trainer/test_trainer_e2e.py": 13,
+    "tests/integration/test_shipped_configs.py": 12,
+    "tests/integration/test_auto_retry.py": 12,
+    "tests/integration/test_mcp_surface.py": 12,
+    "tests/integration/test_one_truth.py": 12,
+    "tests/unit/test_shared_reads.py": 11,
+    "tests/integration/test_mcp_project.py": 10,
+    "tests/integration/test_long_logs.py": 10,
 }
 
 
