@@ -29,22 +29,18 @@ class Services:
     engine_storage: Path  # podman's --root is engine_storage/"root" (tests/services/podman.py)
 
 
-def _ecr_login(endpoint: str) -> tuple[str, str]:
-    """(user, password) from moto's ECR, as `aws ecr get-login-password`."""
-    import boto3
-
-    ecr = boto3.client("ecr", endpoint_url=endpoint)
-    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
-    user, _, password = base64.b64decode(token).decode().partition(":")
-    return user, password
-
-
 def _in_env() -> Services:
     names = ("AWS_ENDPOINT_URL", "FSDP_EKS_ECR_REGISTRY_HOST", "DOCKER_HOST")
     missing = [name for name in names if not os.environ.get(name)]
     if missing:
         sys.exit(f"--services-in-env: {', '.join(missing)} not set")
-    user, password = _ecr_login(os.environ["AWS_ENDPOINT_URL"])
+    import boto3
+
+    from skills.cloud.registry_credentials import ecr_login
+
+    # moto's ECR token is the registry's password, as `aws ecr get-login-password` gives it
+    login = ecr_login(boto3.client("ecr", endpoint_url=os.environ["AWS_ENDPOINT_URL"]))
+    user, password = login.username, login.password
     host = os.environ["FSDP_EKS_ECR_REGISTRY_HOST"]  # localhost:PORT
     port = int(host.rpartition(":")[2])
     registry = RegistryService(host=host, url=f"http://127.0.0.1:{port}", port=port,

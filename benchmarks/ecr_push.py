@@ -41,16 +41,15 @@ def _build(client, work: Path, name: str) -> None:
 
 
 def main() -> None:
-    import docker
-
     from commands.push_to_ecr import push_to_ecr
+    from skills.cloud.clients import docker_client
 
     run = secrets.token_hex(3)  # repositories of this run (the registry may be shared)
     with services(with_aws=True) as up, tempfile.TemporaryDirectory(prefix="fsdp-bench-") as tmp:
         registry = up.registry
         user, password = registry.username, registry.password
         work = Path(tmp)
-        client = docker.from_env()
+        client = docker_client()  # the tool's own client (its API version from /_ping)
         authfile = work / "auth.json"
         auth = base64.b64encode(f"{user}:{password}".encode()).decode()
         authfile.write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._from_run import FROM_RUN  # noqa: E402
 from skills.operations import operations  # noqa: E402
 from skills.operations.operation_state import OperationRecord  # noqa: E402
 from skills.operations.record_store import RecordFile  # noqa: E402
@@ -35,7 +36,6 @@ RECORDS = [500] if QUICK else [500, 2000, 8000]
 LOG_MIB = [16] if QUICK else [16, 64, 256]
 # The job whose log is lengthened (--quick: 1 process; its log is all it is there for).
 STEPS, PROCESSES = (1, 1) if QUICK else (3, 2)
-FROM_RUN = sys.argv[sys.argv.index("--from-run") + 1] if "--from-run" in sys.argv else None
 
 
 def seed_operations(count: int, start: int = 0, now: float | None = None) -> None:

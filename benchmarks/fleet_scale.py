@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
+from benchmarks._from_run import finished_job  # noqa: E402
 from mcp_server import build_server  # noqa: E402
 from mcp_server.result_cap import result_bytes  # noqa: E402
 
@@ -44,10 +45,6 @@ SERVERS = [20] if QUICK else [20, 80, 320]
 CAPPED = [200] if QUICK else [200, 800, 3_200]
 LOG_MIB = 16
 PROCESSES = 1 if QUICK else 2  # of the local job copied (its record and log are all it is for)
-# `--from-run DIR`: DIR, a finished 2-step local job's run directory, is the job copied
-# instead of one trained here (the test suite passes the ended job its other tests share:
-# a job is two torch starts, and only its record and log matter here).
-FROM_RUN = sys.argv[sys.argv.index("--from-run") + 1] if "--from-run" in sys.argv else None
 
 
 def _timed(call, *args: Any) -> tuple[Any, float]:
@@ -144,16 +141,8 @@ def _copies(runs: Path, count: int, log: Path | None = None) -> None:
 
 
 def local_lists(root: Path) -> None:
-    from commands.deploy_training_job import deploy_training_job
-
     runs = root / "runs"
-    if FROM_RUN:  # see FROM_RUN
-        from tests.run_copies import copy_of
-
-        copy_of(Path(FROM_RUN), runs, "job-0", checkpoints=False)
-    else:
-        deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=2,
-                            gpu_per_node=PROCESSES)  # fmt: skip
+    finished_job(runs, "job-0", steps=2, processes=PROCESSES)  # or --from-run's copy
     big = root / "big.log"
     with open(big, "wb") as out:
         line = (runs / "job-0" / "logs" / "attempt-1.log").read_bytes()

@@ -38,16 +38,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._from_run import finished_job  # noqa: E402
+
 QUICK = "--quick" in sys.argv
 CLIENTS = [1, 2] if QUICK else [1, 4, 16]
 CALLS = 1 if QUICK else 5
 JOBS = 10 if QUICK else 40
 # The job listed (copied JOBS times; --quick: 1 process, its record is all it is for).
 STEPS, PROCESSES = (1, 1) if QUICK else (2, 2)
-# `--from-run DIR`: DIR, a finished local job's run directory, is the job listed instead
-# of one trained here (the test suite passes the ended job its other tests share: a job
-# is two torch starts, and only its record matters here).
-FROM_RUN = sys.argv[sys.argv.index("--from-run") + 1] if "--from-run" in sys.argv else None
 
 SERVE = """
 import sys, uvicorn
@@ -87,16 +85,8 @@ def _free_port() -> int:
 
 
 def _runs(root: Path) -> Path:
-    from commands.deploy_training_job import deploy_training_job
-
     runs = root / "runs"
-    if FROM_RUN:  # see FROM_RUN
-        from tests.run_copies import copy_of
-
-        copy_of(Path(FROM_RUN), runs, "job-0", checkpoints=False)
-    else:
-        deploy_training_job(job_name="job-0", runs_dir=str(runs), max_steps=STEPS,
-                            gpu_per_node=PROCESSES)  # fmt: skip
+    finished_job(runs, "job-0", steps=STEPS, processes=PROCESSES)  # or --from-run's copy
     for i in range(1, JOBS):
         copy = runs / f"job-{i}"
         shutil.copytree(runs / "job-0", copy)

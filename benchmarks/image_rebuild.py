@@ -55,9 +55,8 @@ def _timed(build_image, project: Path, tag: str, mirror: str) -> float:
 
 
 def main() -> None:
-    import docker
-
     from commands.build_image import build_image
+    from skills.cloud.clients import docker_client
 
     with (
         tempfile.TemporaryDirectory(prefix="fsdp-bench-") as tmp,
@@ -70,7 +69,7 @@ def main() -> None:
         auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
         (config / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
         os.environ["DOCKER_CONFIG"] = str(config)
-        _push_base(docker.from_env(), registry.host, work)
+        _push_base(docker_client(), registry.host, work)
 
         project = work / "project"
         (project / "deps").mkdir(parents=True)
