@@ -28,6 +28,7 @@ from commands.build_image import build_image
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from tests.services import podman
+from tests.services._common import serving
 
 pytestmark = pytest.mark.integration
 
@@ -106,15 +107,9 @@ def scripted_engine(build_error: str) -> Iterator[list[str]]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.server_address[1]}")
-            yield seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.server_address[1]}")
+        yield seen
 
 
 @pytest.mark.parametrize("engine", sorted(RUNTIME_ERRORS))

@@ -14,9 +14,10 @@ serve` path runs for real: test_model_server_local.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 import urllib.request
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,6 +29,7 @@ from skills.model_server.kubernetes.target import KubernetesServerTarget
 from skills.shared.errors import ToolFailure
 from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
 from skills.shared.progress import CollectingProgress
+from tests.services._common import serving
 
 pytestmark = pytest.mark.integration
 
@@ -66,11 +68,14 @@ class StandInOpenAI:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+
+@contextlib.contextmanager
+def stand_in_openai(served: str) -> Iterator[StandInOpenAI]:
+    """A StandInOpenAI answering until the block ends."""
+    stand_in = StandInOpenAI(served)
+    with serving(stand_in.server):
+        yield stand_in
 
 
 class DeploymentController:
@@ -130,9 +135,8 @@ def lb_kube(kube):
 
 @pytest.fixture
 def stand_in():
-    server = StandInOpenAI("demo")
-    yield server
-    server.close()
+    with stand_in_openai("demo") as server:
+        yield server
 
 
 def settings(**kwargs) -> KubernetesServerSettings:
@@ -313,16 +317,14 @@ def test_deploy_through_the_api_server_proxy_for_a_cluster_ip_service(kube, stan
 
 
 def test_a_server_that_does_not_list_its_model_fails_the_smoke_test(kube, lb_kube):
-    stand_in = StandInOpenAI("some-other-model")  # the stand-in serves the wrong name
-    try:
+    # the stand-in serves the wrong name
+    with stand_in_openai("some-other-model") as stand_in:
         config = settings(port=stand_in.port, service_type="LoadBalancer")
         controller = DeploymentController(kube, "demo")
         target = KubernetesServerTarget(poll_seconds=0, sleep=controller.turn)
         state = target.deploy(
             target.plan("demo", "org/m", config), config, CollectingProgress(), 60
         )
-    finally:
-        stand_in.close()
     assert state.status == "failed" and "smoke request failed" in state.message
     assert state.smoke is None and [p for _, p, _ in stand_in.requests] == ["/v1/models"]
 

@@ -49,11 +49,15 @@ def train_here(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int
 SPAWN_PRELOAD = ["torch", "torch.distributed.fsdp", "torch.distributed.checkpoint"]
 
 
-def _rank_in(rank: int, fn: Callable[..., None], env: dict[str, str], cwd: str, *args) -> None:
+def _as_caller(env: dict[str, str], cwd: str) -> None:
     # A forked rank has the fork server's environment and directory: take the caller's.
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
+
+
+def _rank_in(rank: int, fn: Callable[..., None], env: dict[str, str], cwd: str, *args) -> None:
+    _as_caller(env, cwd)
     fn(rank, *args)
 
 
@@ -80,9 +84,7 @@ def spawn(fn: Callable[..., None], args: tuple, nprocs: int) -> None:
 def _rank_main(args: list[str], env: dict[str, str], cwd: str, out: str) -> None:
     # A forked rank: the caller's environment and directory, stdout/stderr to its files
     # (fd level, as a launcher's pipes would be), exit status = main's return value.
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
+    _as_caller(env, cwd)
     for fd, suffix in ((1, "out"), (2, "err")):
         with open(f"{out}.{suffix}", "w") as f:
             os.dup2(f.fileno(), fd)
