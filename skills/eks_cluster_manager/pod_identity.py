@@ -274,7 +274,11 @@ def ensure_service_account(
     action: ResourceAction = "create" if current is None else ("unchanged" if same else "update")
     detail = f"pods naming s3://{bucket} run as it"
     if apply and action != "unchanged":
-        kube.apply(wanted)
+        kube.apply_owned(
+            wanted,
+            "storage uses a ServiceAccount of that name that it did not make as it is.",
+            current=current,
+        )  # checked again at the write: one made meanwhile is refused, not applied over
         action = _DONE[action]
     return ResourceChange(kind="ServiceAccount", name=name, action=action, detail=detail)
 

@@ -379,6 +379,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         # Every check that can refuse runs before a replace deletes the running job: a
         # refused image must not leave the old job gone and nothing running.
         self._require_service_account(plan)
+        if plan.hf_token_secret:  # someone else's Secret of that name: refused, not replaced
+            reader.require_secret_ours(plan.hf_token_secret)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
