@@ -300,7 +300,7 @@ def storage(
         "bucket": f"s3://{bucket}",
         # Who pods that name s3://<bucket> are to AWS (jobs and model servers use it).
         "service_account": f"{spec.namespace}/{S3_SERVICE_ACCOUNT}",
-        "iam_role": role_arn or pod_identity.role_name(cluster_name),
+        "iam_role": role_arn or pod_identity.role_name(cluster_name, spec.namespace),
         "aws_calls": len(aws.calls),
     }
     report = ClusterReport(action="storage", resources=rows, changes=changes, api_calls=kube.calls)
