@@ -297,3 +297,27 @@ def test_an_object_made_by_someone_else_after_the_check_is_not_applied_over(
         write(KubeJson(api), StorageSpec(cluster="own-d"))
     assert_not_ours(caught, kind)
     assert stored(kube, resource, "default", name)["metadata"]["labels"] == {"team": "x"}
+
+
+def test_an_nccl_test_whose_random_name_clashes_deletes_nothing_of_the_other_owner(
+    kube, monkeypatch
+):
+    """The NCCL test job deletes what it created, and only that: when its random name is
+    already a PyTorchJob of someone else's (409 on create), that job stays, and the
+    ConfigMap the run did create is removed."""
+    from skills.eks_cluster_manager import nccl_job
+
+    name = "nccl-test-abc123"
+    kube.emulator.objects["kubeflow.org/v1/pytorchjobs", "default", name] = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": "default", "labels": {"team": "theirs"}},
+        "spec": {"pytorchReplicaSpecs": {}},
+    }
+    # The clash is forced through the name's random part, the one input it has.
+    monkeypatch.setattr(nccl_job.secrets, "token_hex", lambda _n: "abc123")
+    with pytest.raises(ToolFailure):
+        nccl_job.run_nccl_test(nodes=1, instance_type="p5.48xlarge", image="img:1")
+    theirs = stored(kube, "kubeflow.org/v1/pytorchjobs", "default", name)
+    assert theirs is not None and theirs["metadata"]["labels"] == {"team": "theirs"}
+    assert stored(kube, "v1/configmaps", "default", name) is None
