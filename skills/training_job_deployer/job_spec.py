@@ -25,6 +25,7 @@ from pydantic import (
 from skills.shared.paths import LocalPath
 from skills.shared.secrets import is_secret_name
 from skills.shared.validators import grammar
+from skills.training_job_deployer.job_env import refuse_unknown_knobs
 from skills.training_job_deployer.model_names import preset_name
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -76,10 +77,19 @@ def hub_cache(environ: Mapping[str, str]) -> str:
     return "~/.cache/huggingface (set HF_HOME for a shared volume)"
 
 
+def hub_endpoint(environ: Mapping[str, str]) -> str | None:
+    """The hub mirror the user's own environment names (HF_ENDPOINT): where a job's hub
+    client sends HF_TOKEN. None: the public hub. Never a tool argument (job_env.py)."""
+    return environ.get("HF_ENDPOINT") or None
+
+
 def token_source(environ: Mapping[str, str]) -> str:
-    """Where a job on this host (or one that inherits its environment) gets HF_TOKEN."""
+    """Where a job on this host (or one that inherits its environment) gets HF_TOKEN,
+    and the mirror it goes to when the environment names one."""
     given = any(environ.get(name) for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"))
-    return "HF_TOKEN from the submitting environment" if given else "no HF_TOKEN set"
+    text = "HF_TOKEN from the submitting environment" if given else "no HF_TOKEN set"
+    endpoint = hub_endpoint(environ)
+    return f"{text}, hub {endpoint} (HF_ENDPOINT)" if endpoint else text
 
 
 def _location(value: str) -> str:
@@ -164,11 +174,18 @@ def _not_secret_or_launcher(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _documented_knobs(env: dict[str, str]) -> dict[str, str]:
+    """Only the documented knobs of what the job runs (job_env.py), and no trainer flag
+    that has its own JobSpec field."""
+    return refuse_unknown_knobs(env, JobSpec.model_fields)
+
+
 JobEnv = Annotated[
     dict[str, str],
     BeforeValidator(_env_pairs),
     AfterValidator(_not_secret_or_launcher),
-    Field(max_length=64, description="Non-secret env vars, KEY=VALUE (NCCL_DEBUG=INFO)."),
+    AfterValidator(_documented_knobs),
+    Field(max_length=64, description="NCCL/FI/torch/TRAINER_ knobs, KEY=VALUE (NCCL_DEBUG=INFO)."),
 ]
 
 
