@@ -16,13 +16,28 @@ documented knobs of what the job runs, checked at the edge for every target.
   environment sends it. A hub mirror is HF_ENDPOINT in the environment the tools run
   in (a local or Slurm job inherits it; the Kubernetes target copies it beside the
   token's Secret), never a tool argument.
+- Secrets never (env is written into manifests, batch scripts and records: HF_TOKEN
+  reaches a job from the caller's environment, through a Secret on a cluster), nor the
+  launcher's own per-rank variables (a job's value would break the rendezvous).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.secrets import is_secret_name
+
+# Variables the launcher itself sets for each rank: refused rather than silently overridden.
+LAUNCHER_ENV = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "CUDA_VISIBLE_DEVICES",
+})  # fmt: skip
+LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_", "SLURM_")
+# Checked here, not by schema patterns: the same rule without bytes in every tools/list.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_ENV_VALUE = re.compile(r"[^\x00-\x1f]{0,4096}")
 
 # Prefix -> whose documented knobs they are.
 FAMILIES = {
@@ -30,7 +45,7 @@ FAMILIES = {
     "FI_": "libfabric / EFA",
     "OFI_NCCL_": "aws-ofi-nccl",
     "TORCH_NCCL_": "torch's NCCL process group",
-    "TRAINER_": "the trainer's flags (python -m trainer --help)",
+    "TRAINER_": "the trainer's flags (TRAINER_<FLAG>: python -m trainer --help)",
 }
 KNOBS = frozenset({
     # torch: distributed debugging, C++ logs, log artifacts, the CUDA caching allocator
@@ -45,10 +60,11 @@ KNOBS = frozenset({
     "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT",
 })  # fmt: skip
 # How a knob that takes a path, or names code to load, is spelled (NCCL_TOPO_FILE,
-# TORCH_NCCL_DEBUG_INFO_TEMP_FILE, FI_PROVIDER_PATH, NCCL_TUNER_PLUGIN, ...).
+# TORCH_NCCL_DEBUG_INFO_TEMP_FILE, FI_PROVIDER_PATH, NCCL_TUNER_PLUGIN,
+# OFI_NCCL_TOPO_FILE_TEMPLATE, ...).
 NAME_SHAPES = (
     "_FILE", "_DIR", "_PATH", "_HOME", "_CACHE", "_PLUGIN", "_LIB", "_LIBRARY",
-    "_LIBRARIES", "_BUNDLE",
+    "_LIBRARIES", "_BUNDLE", "_TEMPLATE",
 )  # fmt: skip
 # Trainer flags that load code whatever their value.
 CODE_FLAGS = frozenset({"TRAINER_TRUST_REMOTE_CODE"})
@@ -79,14 +95,31 @@ def knob_problem(name: str, value: str, own_fields: Iterable[str]) -> str | None
     return None
 
 
-def refuse_unknown_knobs(env: dict[str, str], own_fields: Iterable[str]) -> dict[str, str]:
-    """`env` when every variable is a knob it may set; else the tool's invalid_input
-    error naming each refused variable (never a value)."""
+def env_problem(name: str, value: str, own_fields: Iterable[str]) -> str | None:
+    """Why `name=value` may not be in a job's env (None: it may), never echoing a value."""
+    if not _ENV_NAME.fullmatch(name):
+        return f"{name[:64]!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"
+    if not _ENV_VALUE.fullmatch(value):
+        return f"the value of {name} has a control character or is too long"
+    if is_secret_name(name):
+        return (
+            f"{name} names a secret: export it where the job runs (HF_TOKEN goes through "
+            "a Kubernetes Secret)"
+        )
+    if name in LAUNCHER_ENV or name.startswith(LAUNCHER_ENV_PREFIXES):
+        return f"{name} is set by the launcher for each rank"
+    return knob_problem(name, value, own_fields)
+
+
+def checked_env(env: dict[str, str], own_fields: Iterable[str]) -> dict[str, str]:
+    """`env` when every variable may be set; else the tool's invalid_input error naming
+    each refused variable (never a value), its hint where the knobs are listed. Raised
+    as the tool's error, not a ValueError, so the refusal keeps its own hint."""
     fields = frozenset(own_fields)
     problems = [
         {"field": f"env.{name}", "problem": problem}
         for name, value in env.items()
-        if (problem := knob_problem(name, value, fields)) is not None
+        if (problem := env_problem(name, value, fields)) is not None
     ]
     if problems:
         raise ToolFailure(

@@ -181,7 +181,8 @@ def test_over_mcp_env_cannot_move_where_the_job_writes(name, tmp_path):
      # where the job writes
      "XDG_CACHE_HOME=/tmp/c", "TRITON_CACHE_DIR=/tmp/t", "TORCHINDUCTOR_CACHE_DIR=/tmp/i",
      "TORCH_HOME=/tmp/h", "TORCH_LOGS_OUT=/tmp/l", "NCCL_TOPO_DUMP_FILE=x.xml",
-     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=fr", "TRAINER_OUTPUT_DIR=out", "FSDP_EKS_CACHE_DIR=c",
+     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=fr", "OFI_NCCL_TOPO_FILE_TEMPLATE=topo-XXXXXX",
+     "TRAINER_OUTPUT_DIR=out", "FSDP_EKS_CACHE_DIR=c",
      "HF_DATASETS_CACHE=/tmp/d",
      # a documented family, but the value is a path
      "NCCL_RAS_ADDR=/tmp/sock", "TRAINER_TRAIN_ON=/etc",
