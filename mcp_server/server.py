@@ -45,6 +45,7 @@ from skills.operations.operation_state import OPERATION_SCOPE, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
+from skills.shared.write_gate import closed_to_writes
 
 logger = logging.getLogger(__name__)
 
@@ -220,12 +221,18 @@ def own_failure(spec: ToolSpec, result: Any) -> ToolFailure | None:
 
 
 def _run_safely(
-    spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    progress: _ThreadProgress,
+    scope: str | None,
+    read_only: bool = False,
 ) -> Any:
     """The tool's result, or its ToolFailure; a bug becomes internal_error (the details
-    go to the server's log, never to the client)."""
+    go to the server's log, never to the client). A read-only server's call runs closed
+    to writes (write_gate): what its read would repair in a record is answered, not kept."""
     try:
-        return _run(spec, arguments, progress, scope)
+        with closed_to_writes(read_only):
+            return _run(spec, arguments, progress, scope)
     except (ToolFailure, Cancelled):
         raise
     except Exception:
@@ -302,8 +309,9 @@ class ToolServer(MCPServer):
 
         async def answer() -> CallToolResult:
             result = await anyio.to_thread.run_sync(
-                _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
-            )
+                _run_safely, spec, arguments, progress, scope, self.read_only,
+                abandon_on_cancel=True,
+            )  # fmt: skip
             return self.capped(spec, given, self.respond(spec, result))
 
         try:
