@@ -28,6 +28,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, Tool
 
+from mcp_server.frames import CheckedFrames
 from mcp_server.lean import bounded_tail, lean_data
 from mcp_server.listing import (
     WRITES_KEY,
@@ -276,6 +277,11 @@ class ToolServer(MCPServer):
         self._load = load
         self._tools = [Tool.model_validate(entry) for entry in listed]
         self.shared_reads = SharedReads()
+
+    def streamable_http_app(self, **kwargs: Any) -> Any:
+        """The SDK's HTTP app behind frames.CheckedFrames: a POST that is not one
+        JSON-RPC message gets its JSON-RPC error there, as a stdio line does."""
+        return CheckedFrames(super().streamable_http_app(**kwargs))
 
     def spec(self, name: str) -> ToolSpec | None:
         """The tool's spec, its module imported on the first call; None if not served."""
