@@ -28,6 +28,8 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 MAX_FRAME_BYTES = 1 << 20
 MAX_DEPTH = 64
+# An HTTP body over the limit is read (and dropped) up to this much before the answer.
+_READ_PAST_BYTES = 16 * MAX_FRAME_BYTES
 _MAX_ID_CHARS = 256
 _UNICODE = "strings must be valid Unicode: no lone surrogates such as \\ud800"
 
@@ -83,9 +85,7 @@ def parse_frame(frame: bytes) -> types.JSONRPCMessage:
         invalid_json = any(error["type"] == "json_invalid" for error in exc.errors())
     if invalid_json or parsed is _NOT_JSON:
         raise FrameRefused(PARSE_ERROR, f"not valid JSON ({_UNICODE}).", _plain_id(parsed))
-    raise FrameRefused(
-        INVALID_REQUEST, f"not a valid JSON-RPC 2.0 message ({_UNICODE}).", _plain_id(parsed)
-    )
+    raise FrameRefused(INVALID_REQUEST, "not a valid JSON-RPC 2.0 message.", _plain_id(parsed))
 
 
 _NOT_JSON = object()
@@ -120,7 +120,7 @@ def _plain_id(parsed: Any) -> int | str | None:
 
 class CheckedFrames:
     """ASGI middleware before the SDK's streamable HTTP app: a POST whose body is not one
-    JSON-RPC message is answered here, 400 (413 over MAX_FRAME_BYTES, read no further)
+    JSON-RPC message is answered here, 400 (413 over MAX_FRAME_BYTES, never held whole)
     with its JSON-RPC error, and never reaches the SDK (whose answers differ: -32602 for
     a batch, the body echoed in the message, any size up to 4 MiB)."""
 
@@ -132,6 +132,8 @@ class CheckedFrames:
             await self.app(scope, receive, send)
             return
         body, ended = await _body(scope, receive)
+        if not ended:  # the client left while sending: no one to answer
+            return
         try:
             if body is None:
                 raise too_large()
@@ -144,8 +146,6 @@ class CheckedFrames:
             await send({"type": "http.response.body", "body": reply})
             return
         replayed = [{"type": "http.request", "body": body, "more_body": False}]
-        if not ended:  # the client left while sending: the app sees that too
-            replayed = [{"type": "http.disconnect"}]
 
         async def replay() -> dict[str, Any]:
             return replayed.pop(0) if replayed else await receive()
@@ -154,18 +154,23 @@ class CheckedFrames:
 
 
 async def _body(scope: dict[str, Any], receive: Any) -> tuple[bytes | None, bool]:
-    """(the request's body, whether it came whole); None for a body over MAX_FRAME_BYTES,
-    which is read no further."""
+    """(the request's body, whether it came whole); None for a body over MAX_FRAME_BYTES.
+    Such a body is read past, never held, up to _READ_PAST_BYTES, so that a client still
+    sending it gets the answer; a longer one is answered at once."""
     declared = dict(scope.get("headers") or []).get(b"content-length", b"")
-    if declared.isdigit() and int(declared) > MAX_FRAME_BYTES:
+    if declared.isdigit() and int(declared) > _READ_PAST_BYTES:
         return None, True
     body = bytearray()
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return bytes(body), False
-        body += message.get("body", b"")
-        if len(body) > MAX_FRAME_BYTES:
-            return None, True
-        if not message.get("more_body", False):
-            return bytes(body), True
+            return (None if size > MAX_FRAME_BYTES else bytes(body)), False
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_FRAME_BYTES:
+            body.clear()
+        else:
+            body += chunk
+        if size > _READ_PAST_BYTES or not message.get("more_body", False):
+            return (None if size > MAX_FRAME_BYTES else bytes(body)), True

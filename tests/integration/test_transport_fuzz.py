@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 TOKEN_ENV = "FSDP_EKS_MCP_TOKEN"
 METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
 HELLO = {"jsonrpc": "2.0", "id": "hello", "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "fuzz", "version": "0"}}}  # fmt: skip
@@ -97,8 +98,17 @@ REFUSED: list[tuple[str, bytes, int, Any]] = [
     ("a notification whose params are a string",
      b'{"jsonrpc":"2.0","method":"notifications/progress","params":"nope"}',
      INVALID_REQUEST, None),
+    ("params that are a string", b'{"jsonrpc":"2.0","id":18,"method":"tools/call","params":"x"}',
+     INVALID_REQUEST, 18),
+    ("params that are a list", b'{"jsonrpc":"2.0","id":19,"method":"ping","params":[1,2]}',
+     INVALID_REQUEST, 19),
+    # The frame is a message: the server itself answers.
     ("an unknown method", b'{"jsonrpc":"2.0","id":17,"method":"no/such/method"}',
      METHOD_NOT_FOUND, 17),
+    ("a tool call naming a number", b'{"jsonrpc":"2.0","id":20,"method":"tools/call",'
+     b'"params":{"name":5}}', INVALID_PARAMS, 20),
+    ("a tool call whose arguments are a list", b'{"jsonrpc":"2.0","id":21,"method":"tools/call",'
+     b'"params":{"name":"list_operations","arguments":[1]}}', INVALID_PARAMS, 21),
 ]  # fmt: skip
 
 # Valid messages that get no reply (notifications, a response to nothing): the server
@@ -119,7 +129,7 @@ SILENT: list[tuple[str, bytes]] = [
 BLANK: list[tuple[str, bytes]] = [("an empty frame", b""), ("spaces", b"   \t ")]
 
 # What a random frame may be answered with.
-ANSWER_CODES = {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, -32602}
+ANSWER_CODES = {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS}
 
 
 # --- the two transports, as a client drives them --------------------------------------
@@ -301,7 +311,8 @@ def test_a_malformed_frame_over_http_gets_its_error_and_the_server_serves_on(
 ):
     status, replies, answer = over_http.exchange(frame)
     _the_error(replies, code, request_id)
-    expected = 200 if code == METHOD_NOT_FOUND else 413 if len(frame) > MAX_FRAME_BYTES else 400
+    by_server = code in (METHOD_NOT_FOUND, INVALID_PARAMS)
+    expected = 200 if by_server else 413 if len(frame) > MAX_FRAME_BYTES else 400
     assert status == expected, (status, replies)
     _served(answer)
 
@@ -338,6 +349,20 @@ def test_a_frame_just_under_the_limit_is_served(over_stdio, over_http):
     assert replies == [{"jsonrpc": "2.0", "id": 9, "result": {}}]
     status, replies, _ = over_http.exchange(frame)
     assert status == 200 and replies == [{"jsonrpc": "2.0", "id": 9, "result": {}}]
+
+
+def test_a_chunked_body_over_the_limit_is_refused_without_being_read_whole(over_http):
+    connection = http.client.HTTPConnection("127.0.0.1", over_http.port, timeout=60)
+    try:
+        chunks = (b"[" * (1 << 16) for _ in range(64))  # 4 MiB, no Content-Length
+        connection.request("POST", "/mcp", body=chunks, headers=over_http.headers,
+                           encode_chunked=True)  # fmt: skip
+        response = connection.getresponse()
+        status, reply = response.status, json.loads(response.read())
+    finally:
+        connection.close()
+    assert status == 413 and reply["error"]["code"] == INVALID_REQUEST, reply
+    _served(over_http.exchange(_json({"jsonrpc": "2.0", "method": "notifications/x"}))[2])
 
 
 def test_a_huge_line_is_read_past_without_being_held(over_stdio):
