@@ -20,7 +20,7 @@ from anyio.abc import ObjectSendStream
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from mcp_server.frames import MAX_FRAME_BYTES, FrameRefused, parse_frame, too_large
+from mcp_server.frames import MAX_FRAME_BYTES, FrameRefused, parse_frame_off_loop, too_large
 
 _CHUNK = 64 * 1024
 
@@ -77,7 +77,7 @@ async def _read_wire(
             try:
                 if line is None:
                     raise too_large()
-                message = parse_frame(line)
+                message = await parse_frame_off_loop(line)
             except FrameRefused as refused:
                 await replies.send(SessionMessage(refused.reply))
                 continue
