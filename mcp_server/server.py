@@ -28,6 +28,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, Tool
 
+from mcp_server.frames import CheckedFrames
 from mcp_server.lean import bounded_tail, lean_data
 from mcp_server.listing import (
     WRITES_KEY,
@@ -45,6 +46,7 @@ from skills.operations.operation_state import OPERATION_SCOPE, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress, Cancelled
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
+from skills.shared.write_gate import closed_to_writes
 
 logger = logging.getLogger(__name__)
 
@@ -220,12 +222,18 @@ def own_failure(spec: ToolSpec, result: Any) -> ToolFailure | None:
 
 
 def _run_safely(
-    spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    progress: _ThreadProgress,
+    scope: str | None,
+    read_only: bool = False,
 ) -> Any:
     """The tool's result, or its ToolFailure; a bug becomes internal_error (the details
-    go to the server's log, never to the client)."""
+    go to the server's log, never to the client). A read-only server's call runs closed
+    to writes (write_gate): what its read would repair in a record is answered, not kept."""
     try:
-        return _run(spec, arguments, progress, scope)
+        with closed_to_writes(read_only):
+            return _run(spec, arguments, progress, scope)
     except (ToolFailure, Cancelled):
         raise
     except Exception:
@@ -270,6 +278,11 @@ class ToolServer(MCPServer):
         self._tools = [Tool.model_validate(entry) for entry in listed]
         self.shared_reads = SharedReads()
 
+    def streamable_http_app(self, **kwargs: Any) -> Any:
+        """The SDK's HTTP app behind frames.CheckedFrames: a POST that is not one
+        JSON-RPC message gets its JSON-RPC error there, as a stdio line does."""
+        return CheckedFrames(super().streamable_http_app(**kwargs))
+
     def spec(self, name: str) -> ToolSpec | None:
         """The tool's spec, its module imported on the first call; None if not served."""
         return self._load(name) if name in self._entries else None
@@ -302,8 +315,9 @@ class ToolServer(MCPServer):
 
         async def answer() -> CallToolResult:
             result = await anyio.to_thread.run_sync(
-                _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
-            )
+                _run_safely, spec, arguments, progress, scope, self.read_only,
+                abandon_on_cancel=True,
+            )  # fmt: skip
             return self.capped(spec, given, self.respond(spec, result))
 
         try:
