@@ -185,7 +185,7 @@ def test_with_no_token_given_one_is_made_and_shown_once(tmp_path):
     assert log.read_text().count(shown[0]) == 1
 
 
-def _roots(*paths: Path | str):
+def _roots(*paths: Path | str) -> Any:  # the SDK's ListRootsFnT
     async def list_roots(_context: Any) -> ListRootsResult:
         uris = [p if isinstance(p, str) else p.as_uri() for p in paths]
         return ListRootsResult(roots=[Root.model_validate({"uri": u}) for u in uris])
@@ -231,7 +231,8 @@ def test_two_http_sessions_with_different_roots_each_work_in_their_own(tmp_path)
         opened = {name: anyio.Event() for name in scripts}
 
         async def run(name: str) -> None:
-            answers[name] = await session(*scripts[name], opened[name], go)
+            roots, calls = scripts[name]
+            answers[name] = await session(roots, calls, opened[name], go)
 
         async with anyio.create_task_group() as group:
             for name in scripts:

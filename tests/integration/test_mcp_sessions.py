@@ -48,7 +48,7 @@ def _server() -> Any:
     return build_server(specs=specs, workspace=Workspace(root=Path.cwd(), chosen=False))
 
 
-def _roots(*paths: Path | str):
+def _roots(*paths: Path | str) -> Any:  # the SDK's ListRootsFnT
     async def list_roots(_context: Any) -> ListRootsResult:
         uris = [p if isinstance(p, str) else p.as_uri() for p in paths]
         return ListRootsResult(roots=[Root.model_validate({"uri": u}) for u in uris])
