@@ -15,6 +15,7 @@ import pytest
 from mcp import Client
 from mcp_types import ListRootsResult, Root
 
+from commands.build_image import build_image
 from commands.deploy_training_job import deploy_training_job
 from commands.inspect_eks_cluster import inspect_eks_cluster
 from commands.list_operations import list_operations
@@ -43,7 +44,7 @@ def places(tmp_path, monkeypatch) -> dict[str, Path]:
 
 def _server() -> Any:
     """A server with no --workspace (its own: a directory no client names)."""
-    tools = (count_slowly, list_operations, inspect_eks_cluster, deploy_training_job)
+    tools = (count_slowly, list_operations, inspect_eks_cluster, deploy_training_job, build_image)
     specs = [spec_of(tool) for tool in tools]
     return build_server(specs=specs, workspace=Workspace(root=Path.cwd(), chosen=False))
 
@@ -156,6 +157,24 @@ def test_a_sessions_operations_run_and_are_recorded_in_its_own_root(places):
         listed = [op["operation_id"] for op in answers[name]["listed"]["operations"]]
         assert state["operation_id"] in listed
         assert answers[other]["started"]["operation_id"] not in listed
+
+
+def test_a_tools_project_default_is_the_sessions_own(places):
+    """build_image with no Dockerfile named takes the project's: each session's own."""
+    bases = {"a": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+             "b": "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-devel"}  # fmt: skip
+    for name, base in bases.items():
+        (places[name] / "Dockerfile").write_text(f"FROM {base}\n")
+
+    async def script(_name: str, client: Any) -> dict:
+        result = await client.call_tool("build_image", {"analyze_only": True, "wait_seconds": 40})
+        assert not result.is_error, result.content[0].text
+        return result.structured_content["result"]
+
+    answers = _sessions(_server(), {"a": [places["a"]], "b": [places["b"]]}, script)
+    for name, base in bases.items():
+        assert answers[name]["dockerfile"] == str(places[name] / "Dockerfile")
+        assert answers[name]["resolved"]["base_image"] == base
 
 
 def test_a_client_root_missing_on_the_server_is_a_clear_error(places, tmp_path):
