@@ -412,6 +412,8 @@ class ToolServer(MCPServer):
         return arguments
 
 
+# How many of a client's missing roots an error names.
+_ROOTS_SHOWN = 5
 # Where a session keeps its workspace: its connection's own state (the SDK's per-client
 # scratch space, which lives and dies with the session).
 _WORKSPACE_KEY = "fsdp_eks.workspace"
@@ -454,12 +456,13 @@ async def client_root(context: Context) -> Path | None:
         logger.info("roots/list failed; the workspace stays the server's directory")
         return None
     if named:
+        shown = named[:_ROOTS_SHOWN]  # a client may name any number
         raise ToolFailure(
             ErrorCode.NOT_FOUND,
-            f"The client's roots are not directories on this server: {', '.join(named)}.",
+            f"The client's roots are not directories on this server: {', '.join(shown)}.",
             "Open a project that exists on the server's machine, or start the server with "
             "--workspace DIR (or FSDP_EKS_WORKSPACE) naming the project there.",
-            {"roots": named},
+            {"roots": shown},
         )
     return None
 
