@@ -329,7 +329,8 @@ def test_over_mcp_the_job_runs_in_the_sessions_root_not_the_servers_directory(
 
     async def deploy() -> Any:
         server = build_server(workspace=Workspace(root=tmp_path, chosen=False))
-        async with Client(server, mode="legacy", list_roots_callback=roots) as client:
+        callback: Any = roots  # the SDK's ListRootsFnT
+        async with Client(server, mode="legacy", list_roots_callback=callback) as client:
             return await client.call_tool("deploy_training_job", {
                 "job_name": "in-session", "target": "slurm", "max_steps": 1,
                 "gpu_per_node": 1, "validation_freq": 0, "wait_seconds": 0,
