@@ -50,6 +50,7 @@ from trainer.checkpoint import (
 from trainer.config import ConfigError, TrainConfig
 from trainer.config_loader import load_config
 from trainer.data import (
+    HUB_SPLIT,
     IGNORE_INDEX,
     Batch,
     PackedBatches,
@@ -86,7 +87,7 @@ from trainer.parallel import (
 from trainer.rank_times import RankTimes
 from trainer.stream import Batches, StreamBatches
 from trainer.threads import choose_num_threads
-from trainer.token_cache import cached_tokens, open_mask, token_file
+from trainer.token_cache import cached_tokens, open_mask, token_file, tokenizer_fingerprint
 from trainer.tokenizer import Tokenizer, load_tokenizer
 from trainer.train_state import check_same_model, restore_train_state, train_state
 
@@ -263,9 +264,12 @@ def stream_data(cfg: TrainConfig, tokenizer: Tokenizer, rank: int, world_size: i
     def documents() -> Iterator[Any]:
         return hub_documents(data.dataset or "", data.dataset_config_name, render, rank, world_size)
 
+    # What the checkpointed position counts windows of: a checkpoint of another is refused.
+    identity = {"dataset": data.dataset, "config": data.dataset_config_name, "split": HUB_SPLIT,
+                "tokenizer": tokenizer_fingerprint(tokenizer, data.tokenizer)}  # fmt: skip
     batches = StreamBatches(
         documents, tokenizer, data.seq_len, cfg.train_batch_size, world_size,
-        masked=data.train_on == "assistant",
+        masked=data.train_on == "assistant", identity=identity,
     )  # fmt: skip
     return Data(batches, [])
 

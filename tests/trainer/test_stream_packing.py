@@ -1,0 +1,125 @@
+"""Packing a streamed dataset (trainer/stream.py): linear in a document's length, the
+same windows as the algorithm it replaced, and a position that names its stream."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.stream import StreamBatches, Window, pack_windows
+from trainer.tokenizer import ByteTokenizer
+
+
+def packed_before(encoded: list[Window], window: int) -> list[Window]:
+    """The packing stream.py had before (each window cut off the buffer's front: every
+    cut moved the rest of a long document down), kept as the reference of its output."""
+    ids: list[int] = []
+    mask: list[int] = []
+    masked = any(m is not None for _, m in encoded)
+    out: list[Window] = []
+    for doc_ids, doc_mask in encoded:
+        ids += doc_ids
+        mask += doc_mask or []
+        while len(ids) >= window:
+            out.append((ids[:window], mask[:window] if masked else None))
+            del ids[:window]
+            del mask[:window]
+    return out
+
+
+def documents(masked: bool) -> st.SearchStrategy[list[Window]]:
+    def doc(ids: list[int]) -> st.SearchStrategy[Window]:
+        if not masked:
+            return st.just((ids, None))
+        return st.lists(st.integers(0, 1), min_size=len(ids), max_size=len(ids)).map(
+            lambda m: (ids, m)
+        )
+
+    ids = st.lists(st.integers(0, 300), max_size=200)
+    return st.lists(ids.flatmap(doc), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.booleans().flatmap(documents), st.integers(1, 40))
+def test_packing_gives_the_old_windows_token_for_token(encoded, window):
+    assert list(pack_windows(iter(encoded), window)) == packed_before(encoded, window)
+
+
+def seconds_to_drain(tokens: int, seq_len: int = 64) -> float:
+    """The least of 3 runs: every window of one `tokens`-long document, through the
+    stream's batches."""
+    doc = "x" * tokens  # ByteTokenizer: a token per byte, plus BOS and EOS
+    batch = 256
+    best = math.inf
+    for _ in range(3):
+        stream = StreamBatches(lambda: iter([doc]), ByteTokenizer(), seq_len, batch, 1)
+        start = time.perf_counter()
+        for _ in range(tokens // (seq_len + 1) // batch):
+            next(stream)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_packing_one_long_document_grows_linearly():
+    # 4x the tokens: ~4x the time now; ~16x before (a 400k-token document took ~1.5 s).
+    small, large = seconds_to_drain(100_000), seconds_to_drain(400_000)
+    exponent = math.log(large / small) / math.log(4)
+    assert exponent < 1.4, (small, large, exponent)
+
+
+# --- the position names its stream (finding 17) -----------------------------------------
+
+DOCS = [f"document {i}: " + "words " * (i % 7 + 3) for i in range(6)]
+C4 = {"dataset": "allenai/c4", "config": "en", "split": "train", "tokenizer": ["byte"]}
+
+
+def stream(identity: dict[str, object], seq_len: int = 16, masked: bool = False) -> StreamBatches:
+    return StreamBatches(lambda: iter(DOCS), ByteTokenizer(), seq_len, 2, 1, masked=masked,
+                         identity=identity)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("now", "differs"),
+    [
+        (stream({**C4, "dataset": "allenai/dolma"}), "dataset 'allenai/c4' -> 'allenai/dolma'"),
+        (stream({**C4, "config": "realnewslike"}), "config 'en' -> 'realnewslike'"),
+        (stream({**C4, "split": "validation"}), "split 'train' -> 'validation'"),
+        (stream({**C4, "tokenizer": ["llama"]}), "tokenizer ['byte'] -> ['llama']"),
+        (stream(C4, seq_len=8), "seq_len 16 -> 8"),
+        (stream(C4, masked=True), "masked False -> True"),
+    ],
+    ids=["another dataset", "another config", "another split", "another tokenizer",
+         "another seq_len", "another format"],
+)  # fmt: skip
+def test_a_position_of_another_stream_is_refused_naming_what_differs(now, differs):
+    before = stream(C4)
+    for _ in range(3):
+        next(before)
+    with pytest.raises(ValueError, match="another stream") as info:
+        now.load_state_dict(before.state_dict())
+    assert differs in str(info.value)
+    assert now.windows_done == 0  # refused before anything was read or skipped
+
+
+def test_a_position_without_an_identity_is_refused():
+    old = {"stream_windows": 6, "seq_len": 16}  # what a checkpoint held before
+    with pytest.raises(ValueError, match="no stream identity recorded"):
+        stream(C4).load_state_dict(old)
+
+
+def test_the_same_stream_resumes_where_it_was():
+    straight = stream(C4)
+    expected = [next(straight) for _ in range(6)]
+    first = stream(C4)
+    for _ in range(4):
+        next(first)
+    resumed = stream(dict(reversed(C4.items())))  # the same identity, built in another order
+    resumed.load_state_dict(first.state_dict())
+    for want in expected[4:]:
+        got = next(resumed)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
