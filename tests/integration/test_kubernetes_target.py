@@ -130,6 +130,20 @@ def test_list_reads_each_jobs_steps_from_the_end_of_rank_0s_log(operator):
     assert rows["long"] == "succeeded 6/6 steps" and rows["queued"] == "running 0/40 steps"
 
 
+def test_a_job_submitted_between_pages_neither_repeats_nor_hides_one(operator):
+    """Issue 45: the cursor is the last job's key (creation time, name), not an offset:
+    a job created after page 1 was listed does not push one of page 1 onto page 2."""
+    names = [f"job-{i}" for i in range(5)]
+    for name in names:
+        deploy(job_name=name, max_steps=6)
+    first = list_training_jobs(**K8S, limit=3)
+    time.sleep(1.05)  # creationTimestamp counts seconds: newer than every job listed
+    deploy(job_name="newer", max_steps=6)
+    rest = list_training_jobs(**K8S, limit=10, cursor=first.next_cursor)
+    listed = [j.job_name for j in first.jobs + rest.jobs]
+    assert sorted(listed) == names and len(set(listed)) == len(listed), listed
+
+
 def test_a_list_page_reads_logs_only_for_its_own_jobs(operator):
     """Issue 35 items 1 and 3: the requests a page makes do not grow with the namespace;
     a status filter reads no log; the rest is counted and reached by the cursor."""
