@@ -97,9 +97,8 @@ class StreamBatches:
     def _generate(self) -> Iterator[Window]:
         while True:
             made = 0
-            for made, window in enumerate(  # noqa: B007 (made counts the windows)
-                pack_windows(map(self._encode, self.documents()), self.window), 1
-            ):
+            for window in pack_windows(map(self._encode, self.documents()), self.window):
+                made += 1
                 yield window
             if made == 0:
                 raise ConfigError(
