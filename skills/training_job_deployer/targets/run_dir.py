@@ -19,12 +19,12 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from skills.operations.record_store import RecordCorrupt, RecordFile
+from skills.operations.record_store import MAX_RECORD_BYTES, RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paging import Key, Page, is_after, start_after
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
-from skills.shared.reading import read_chunk
+from skills.shared.reading import ReadRefused, read_bytes, read_chunk
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer import watchdog
@@ -139,12 +139,14 @@ def list_recorded_jobs(
 def _submission_key(record: Path) -> Key:
     """A job's place in a list, newest submission first, then by name: the record's
     submitted_at, which an update of the record leaves alone (its mtime does not). A
-    record that cannot be read sorts by its file's time."""
+    record that cannot be read sorts by its file's time. Read as RecordFile reads it:
+    bounded, never through a link or from a FIFO."""
     try:
-        when = float(json.loads(record.read_bytes())["submitted_at"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = read_bytes(record, what="record", max_bytes=MAX_RECORD_BYTES, follow_links=False)
+        when = float(json.loads(data)["submitted_at"])
+    except (ReadRefused, ValueError, KeyError, TypeError, RecursionError):
         try:
-            when = record.stat().st_mtime
+            when = record.lstat().st_mtime
         except OSError:
             when = 0.0
     return (-when, record.parent.name)
