@@ -89,7 +89,12 @@ from trainer.stream import Batches, StreamBatches
 from trainer.threads import choose_num_threads
 from trainer.token_cache import cached_tokens, open_mask, token_file, tokenizer_fingerprint
 from trainer.tokenizer import Tokenizer, load_tokenizer
-from trainer.train_state import check_same_model, restore_train_state, train_state
+from trainer.train_state import (
+    check_same_data_record,
+    check_same_model,
+    restore_train_state,
+    train_state,
+)
 
 EXIT_CONFIG = 2
 EXIT_FAILURE = 1
@@ -304,6 +309,7 @@ def restore(
     """The step to continue after: that of the checkpoint loaded, or 0."""
     if checkpointer is None or resume_from is None:
         return 0
+    check_same_data_record(resume_from, batches)
     state = train_state(model, optimizer, scheduler, batches, 0)
     checkpointer.load(resume_from, state)
     try:
