@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from torch import nn
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,

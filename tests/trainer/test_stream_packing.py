@@ -8,9 +8,9 @@ import time
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from trainer.config import ConfigError
 from trainer.stream import StreamBatches, Window, pack_windows
@@ -133,8 +133,8 @@ def test_the_same_stream_resumes_where_it_was():
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_a_checkpoint_saved_before_streams_named_their_dataset_is_refused_plainly(tmp_path):
     old, now = tmp_path / "old", tmp_path / "now"
-    dcp.save({"train": {"data": {"stream_windows": 6, "seq_len": 16}}}, checkpoint_id=str(old))
-    dcp.save({"train": {"data": stream(C4).state_dict()}}, checkpoint_id=str(now))
+    dcp_save({"train": {"data": {"stream_windows": 6, "seq_len": 16}}}, checkpoint_id=str(old))
+    dcp_save({"train": {"data": stream(C4).state_dict()}}, checkpoint_id=str(now))
     with pytest.raises(ConfigError, match="has no stream_identity .* use a new --checkpoint_dir"):
         check_same_data_record(old, stream(C4))
     check_same_data_record(now, stream(C4))  # the same parts: the load compares them
