@@ -10,6 +10,7 @@ from skills.shared.next_step import NextStep
 from skills.shared.results import ToolResult
 
 Action = Literal["fetch", "push_to_hub"]
+SHOWN = 50  # paths a result lists: a result stays small whatever the folder holds
 
 
 class TransferResult(ToolResult):
@@ -19,7 +20,10 @@ class TransferResult(ToolResult):
     dest: str = Field(description="The local folder, or the Hub repo's URL.")
     files: int = 0
     bytes: int = 0
-    overwritten: list[str] = Field(default_factory=list, description="Local files replaced.")
+    overwritten: list[str] = Field(
+        default_factory=list, description=f"Local files replaced (the first {SHOWN})."
+    )
+    overwritten_total: int = 0
     private: bool | None = None  # push_to_hub: the repo's visibility
     commit: str | None = None  # push_to_hub: the commit it made
     plan: dict[str, Any] | None = None  # a dry run's pod (fetch from a claim)
@@ -33,8 +37,10 @@ class TransferResult(ToolResult):
             (self.action, f"{self.source} -> {self.dest}"),
             ("files", f"{self.files} ({self.bytes:,} bytes)"),
         ]
-        if self.overwritten:
-            rows.append(("overwritten", ", ".join(self.overwritten[:10])))
+        if self.overwritten_total:
+            more = self.overwritten_total - min(len(self.overwritten), 10)
+            shown = ", ".join(self.overwritten[:10]) + (f" and {more} more" if more else "")
+            rows.append(("overwritten", shown))
         if self.private is not None:
             rows.append(("visibility", "private" if self.private else "public"))
         if self.commit:

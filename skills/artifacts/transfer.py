@@ -9,7 +9,7 @@ from pathlib import Path
 
 from skills.artifacts import claim, hub
 from skills.artifacts.local_files import Entry, existing, write
-from skills.artifacts.models import Action, TransferResult
+from skills.artifacts.models import SHOWN, Action, TransferResult
 from skills.artifacts.sources import Source, local_entries, parse, s3_entries
 from skills.kube.fields import ClusterAccess
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -64,15 +64,15 @@ def _fetch(
         replaced = existing(folder, entries)
         return TransferResult(
             action="fetch", status="planned", source=source, dest=str(folder),
-            files=len(entries), bytes=total, overwritten=replaced,
-            message="dry run: nothing was written"
+            files=len(entries), bytes=total, overwritten=replaced[:SHOWN],
+            overwritten_total=len(replaced), message="dry run: nothing was written"
             + (" (the files listed exist: confirm=true overwrites them)" if replaced else ""),
         )  # fmt: skip
     replaced = write(folder, entries, confirm, progress)
     return TransferResult(
         action="fetch", status="done", source=source, dest=str(folder),
-        files=len(entries), bytes=total, overwritten=replaced,
-        message=f"{len(entries)} file(s) written under {folder}",
+        files=len(entries), bytes=total, overwritten=replaced[:SHOWN],
+        overwritten_total=len(replaced), message=f"{len(entries)} file(s) written under {folder}",
     )  # fmt: skip
 
 

@@ -443,7 +443,17 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
         message=LONG_LINE, next_step=NextStep(tool="get_model_server", arguments={"name": "big"}),
     )  # fmt: skip
     servers = ServerList(servers=[server] * 100)
+    from skills.artifacts import claim
+    from skills.artifacts.models import SHOWN, TransferResult
+    from skills.artifacts.sources import parse
+
+    fetched = TransferResult(  # a 100,000-file fetch over a folder that held them all
+        action="fetch", status="done", source="pvc:fsx/" + LONG_LINE[:200], dest=LONG_LINE,
+        files=100_000, bytes=10**12, overwritten=[LONG_LINE] * SHOWN, overwritten_total=100_000,
+        plan=claim.pod(parse("pvc:fsx/" + "a" * 200), "default"), message=LONG_LINE,
+    )  # fmt: skip
     return {
+        "transfer_job_artifacts": [fetched],
         "deploy_model_server": called["deploy_model_server"], "get_model_server": [server],
         "delete_model_server": [server], "list_model_servers": [servers],
         "build_image": [build], "get_operation": [recorded], "cancel_operation": [recorded],

@@ -136,6 +136,22 @@ def test_fetch_a_local_jobs_folder(tmp_path):
     assert files_under(tmp_path / "c") == EXPORT and done.files == len(EXPORT)
 
 
+def test_a_result_lists_the_first_overwritten_files_and_counts_them_all(tmp_path):
+    from skills.artifacts.models import SHOWN
+
+    source = tmp_path / "many"
+    source.mkdir()
+    for i in range(SHOWN + 10):
+        (source / f"shard-{i:03}.bin").write_bytes(b"x")
+    args = {"action": "fetch", "source": str(source), "dest": str(tmp_path / "copy")}
+    transfer_job_artifacts(**args)
+    again = transfer_job_artifacts(**args, confirm=True)
+    assert len(again.overwritten) == SHOWN and again.overwritten_total == SHOWN + 10
+    assert ("overwritten", ", ".join(again.overwritten[:10]) + f" and {SHOWN} more") in (
+        again.summary_rows()
+    )
+
+
 # --- fetch from a cluster's claim ---------------------------------------------------------------
 
 
