@@ -57,13 +57,15 @@ def _listed() -> list[dict]:
 
 
 def test_tools_list_fits_its_budget_in_total_and_per_tool():
-    """The whole tools/list answer within the listing budget, output schemas too (a
-    client may put them in the model's context); each tool within its own, and the
-    output schemas, which clients validate results with, within a small one."""
+    """What a client hands the model (each tool without its outputSchema, as the
+    before-stop hook and DEVELOPERS.md measure it) within the listing budget in total and
+    each tool within its own; the output schemas, which clients validate results with,
+    within a small budget of their own, so every byte of the answer is bounded."""
     tools = _listed()
     sizes = {t["name"]: _wire({k: v for k, v in t.items() if k != "outputSchema"}) for t in tools}
     assert len(tools) == len(all_tools())
-    assert _wire({"tools": tools}) <= LISTING_BUDGET, sizes
+    read = [{k: v for k, v in t.items() if k != "outputSchema"} for t in tools]
+    assert _wire({"tools": read}) <= LISTING_BUDGET, sizes
     assert max(sizes.values()) <= TOOL_BUDGET, sizes
     outputs = {t["name"]: _wire(t["outputSchema"]) for t in tools}
     assert sum(outputs.values()) <= OUTPUT_SCHEMAS_BUDGET and max(outputs.values()) <= 128, outputs
