@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--http", action="store_true", help="Serve streamable HTTP, not stdio.")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address.")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port.")
-    parser.add_argument("--token", help=argparse.SUPPRESS)  # refused: see _token
+    parser.add_argument(
+        "--token", metavar="T", help="Refused (ps shows a command line): see --token-file."
+    )
     parser.add_argument(
         "--token-file",
         metavar="FILE",
