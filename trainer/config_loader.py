@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from trainer import hf
+from trainer import hf_config
 from trainer.config import (
     SECTIONS,
     SHARDING_SPELLINGS,
@@ -158,7 +158,7 @@ def env_settings(environ: Mapping[str, str]) -> dict[str, Any]:
 def base_model(cfg: TrainConfig) -> ModelConfig:
     """The model before overrides: an HF checkpoint's config.json, else the preset."""
     if cfg.model_name_or_path:
-        return hf.read_model_config(cfg.model_name_or_path, cfg.trust_remote_code)
+        return hf_config.read_model_config(cfg.model_name_or_path, cfg.trust_remote_code)
     name = preset_name(cfg.model_type)
     if name is None:
         raise ConfigError(unknown_model_type(cfg.model_type))

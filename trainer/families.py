@@ -26,27 +26,14 @@ from torch import nn
 
 from trainer.config import ConfigError
 from trainer.data import IGNORE_INDEX
-
-# ModelConfig fields the trainer reads (sizes for the vocabulary check, FLOPs, the
-# memory estimate) -> the HF config keys that may hold them, first found wins.
-SHAPE_KEYS = {
-    "dim": ("hidden_size", "n_embd", "d_model"),
-    "n_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "n_heads": ("num_attention_heads", "n_head"),
-    "n_kv_heads": ("num_key_value_heads", "num_attention_heads", "n_head"),
-    "vocab_size": ("vocab_size",),
-    "ffn_hidden_dim": ("intermediate_size", "n_inner"),
-    "max_seq_len": ("max_position_embeddings", "n_positions", "n_ctx"),
-    "tie_word_embeddings": ("tie_word_embeddings",),
-}
+from trainer.hf_config import SHAPE_KEYS, shape_value
 
 
 def shape_fields(hf: dict[str, Any]) -> dict[str, Any]:
     """The ModelConfig shape fields an HF config.json holds (others keep their defaults)."""
     fields: dict[str, Any] = {}
-    for ours, keys in SHAPE_KEYS.items():
-        value = next((hf[k] for k in keys if hf.get(k) is not None), None)
-        if value is not None:
+    for ours in SHAPE_KEYS:
+        if (value := shape_value(hf, ours)) is not None:
             fields[ours] = value
     # GPT-2 style configs leave the FFN width implicit (4 x hidden) and tie by default.
     if "ffn_hidden_dim" not in fields and "dim" in fields:

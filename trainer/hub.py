@@ -22,11 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trainer import storage
-from trainer.config import ConfigError
+from trainer.config import FILE_SUFFIXES, ConfigError
 
 # The hub's own rule for repo ids (huggingface_hub's validate_repo_id), with the org.
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
-FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".safetensors")
 # What a training job needs of a model repo: never its .bin/.pt/.gguf duplicates.
 MODEL_FILES = (
     "config.json",

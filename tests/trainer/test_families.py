@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from tests.trainer.conftest import spawn
-from trainer import families, hf
+from trainer import families, hf, hf_config
 from trainer.config import ConfigError
 from trainer.parallel import apply_activation_checkpointing, apply_fsdp, build_mesh
 
@@ -61,7 +61,7 @@ def _worker(rank: int, store_path: str, root: str) -> None:
     try:
         for model_type in FAMILIES:
             where = Path(root, model_type)
-            cfg = hf.read_model_config(str(where / "hf"))
+            cfg = hf_config.read_model_config(str(where / "hf"))
             assert cfg.hf_config is not None and cfg.vocab_size == VOCAB
             model = families.build_meta(cfg.hf_config)
             apply_activation_checkpointing(model, "full")
@@ -110,14 +110,14 @@ def test_remote_code_is_refused_unless_opted_in(tmp_path):
               "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 97}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="TRAINER_TRUST_REMOTE_CODE=true"):
-        hf.read_model_config(str(tmp_path))
-    assert hf.read_model_config(str(tmp_path), trust_remote_code=True).hf_config == config
+        hf_config.read_model_config(str(tmp_path))
+    assert hf_config.read_model_config(str(tmp_path), trust_remote_code=True).hf_config == config
 
 
 def test_a_model_that_is_no_causal_lm_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "vit"}))
     with pytest.raises(ConfigError, match="not a causal language model"):
-        hf.read_model_config(str(tmp_path))
+        hf_config.read_model_config(str(tmp_path))
 
 
 def test_a_family_trains_on_2_ranks_checkpoints_and_exports(tmp_path, run_trainer):
