@@ -37,6 +37,15 @@ NOT_PRESETS: dict[str, str] = {
 TOY_PRESETS = ("debug", "debug_large")
 
 
+def family_sizes(preset: str) -> list[str]:
+    """The other presets of `preset`'s family (llama_v3_8b -> llama_v3_1b, llama_v3_3b),
+    by name: the family is the name without its size suffix. Toys have none."""
+    if preset in TOY_PRESETS:
+        return []
+    family = preset.rpartition("_")[0]
+    return [p for p in PRESET_SHAPES if p != preset and p.rpartition("_")[0] == family]
+
+
 def preset_name(model_type: str) -> str:
     """The preset `model_type` names (itself, or through an alias). Raises ValueError,
     naming the valid names, for any other."""
