@@ -13,6 +13,7 @@ turns into a JSON error line and exit code 2.
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import os
 from collections.abc import Mapping
@@ -162,7 +163,7 @@ def base_model(cfg: TrainConfig) -> ModelConfig:
     name = preset_name(cfg.model_type)
     if name is None:
         raise ConfigError(unknown_model_type(cfg.model_type))
-    preset = dict(PRESETS[name])
+    preset = copy.deepcopy(PRESETS[name])  # its hf_config is the run's own to keep
     if preset.get("rope_scaling") is not None:
         preset["rope_scaling"] = RopeScaling(**preset["rope_scaling"])
     return ModelConfig(**preset)

@@ -23,10 +23,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from trainer.config import ConfigError
 from trainer.data import IGNORE_INDEX
 from trainer.hf_config import SHAPE_KEYS, shape_value
+from trainer.materialize import fill_normal_rows
 
 
 def shape_fields(hf: dict[str, Any]) -> dict[str, Any]:
@@ -125,3 +127,21 @@ def materialize(model: nn.Module, device: torch.device) -> None:
         # _init_weights also re-initializes the module's own parameters: harmless, as
         # the checkpoint (or the resumed state) is loaded over them afterwards.
         model._init_weights(model.get_submodule(name))  # type: ignore[operator]
+
+
+@torch.no_grad()
+def init_random(model: nn.Module, seed: int, std: float = 0.02) -> None:
+    """A family model trained from scratch (a preset such as gpt2, no checkpoint): every
+    matrix Normal(0, std) (the config's initializer_range), biases zero, norm weights
+    one; each rank draws only its own rows, the same rows whatever the sharding."""
+    std = float(getattr(getattr(model, "config", None), "initializer_range", std) or std)
+    seen: set[int] = set()
+    for key, (name, param) in enumerate(model.named_parameters()):
+        if id(param) in seen:  # a tied weight: drawn once, as its first name
+            continue
+        seen.add(id(param))
+        local = param.to_local() if isinstance(param, DTensor) else param
+        if param.dim() >= 2:
+            fill_normal_rows(param, seed, key, std)
+        else:
+            local.fill_(0.0 if name.endswith("bias") else 1.0)

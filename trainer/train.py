@@ -339,6 +339,8 @@ def init_weights(model: nn.Module, cfg: TrainConfig, device: torch.device, resum
         hf.load_hf_weights(model, cfg.model_name_or_path)
     elif isinstance(model, Transformer):
         init_random(model, cfg.seed, on_device=device.type == "cuda")
+    else:  # a family preset (gpt2) trained from scratch
+        families.init_random(model, cfg.seed)
 
 
 def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:

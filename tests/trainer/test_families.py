@@ -157,3 +157,20 @@ def test_a_family_trains_on_2_ranks_checkpoints_and_exports(tmp_path, run_traine
         if not torch.equal(p, original.get_parameter(name))
     ]
     assert moved  # the trained weights, not the starting ones
+
+
+@pytest.mark.slow  # a 124M model: about 2 minutes on a loaded 2-core machine
+def test_the_gpt2_preset_trains_from_scratch_on_2_ranks(run_trainer):
+    """model_type=gpt2 (the FSDP-on-EKS document's) is a preset of the GPT-2 family: the
+    transformers class from the preset's config.json, every shard drawn from the seed
+    (a first loss near ln(vocab), not uninitialized memory), and the loss goes down."""
+    proc, events = run_trainer(
+        ["--model_type", "gpt2", "--seq_len", "16", "--train_batch_size", "1",
+         "--max_steps", "2", "--log_freq", "1", "--validation_freq", "0"],
+        nproc=2, timeout=420,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (start,) = [e for e in events if e["event"] == "start"]
+    assert start["model_type"] == "gpt2" and start["params"] == 124_439_808
+    losses = [e["loss"] for e in events if e["event"] == "step"]
+    assert len(losses) == 2 and 9.5 < losses[0] < 12.5 and losses[1] < losses[0]
