@@ -305,6 +305,14 @@ def _cross_field_problems(cfg: TrainConfig) -> list[str]:
     return problems
 
 
+def device_problems(cfg: TrainConfig, has_gpu: bool) -> list[str]:
+    """What the settings ask of a GPU a run without one cannot give (checked by the
+    trainer at start, and by a plan that knows the host's GPUs)."""
+    if cfg.parallel.cpu_offload and not has_gpu:
+        return ["cpu_offload moves GPU memory to the host; this run has no GPU"]
+    return []
+
+
 def missing_local(name: str, source: str | None) -> str | None:
     """`source` names a local path (not an s3:// URI, not a hub name) that is not there:
     the problem, in a few words; else None."""

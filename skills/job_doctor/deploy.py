@@ -52,7 +52,8 @@ def deploy(tool: ToolSpec, call: DeployCall, progress: Progress | None) -> Deplo
     auto_retry, max_retries, include_plan = call.auto_retry, call.max_retries, call.include_plan
     runner = get_target(target)
     job = runner.fitted(job)  # e.g. gpu_per_node from the instance type, for every attempt
-    check_trainer_config(job, target.job_runs_here)  # what the trainer refuses at start
+    # What the trainer refuses at start, refused before anything is planned.
+    check_trainer_config(job, target.job_runs_here, runner.host_gpus())
     if auto_retry:
         require_support(runner)
     plan = _plan(runner, job, target, _retry_args(auto_retry, max_retries))

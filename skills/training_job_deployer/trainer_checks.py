@@ -17,7 +17,7 @@ from pathlib import Path
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.reading import load_json
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
-from trainer.config import ConfigError, missing_local
+from trainer.config import ConfigError, device_problems, missing_local
 from trainer.config_loader import ENV_PREFIX, load_config
 from trainer.hf_config import max_positions
 
@@ -45,11 +45,15 @@ def model_limit(spec: JobSpec, runs_here: bool) -> int | None:
 
 
 def trainer_problems(
-    spec: JobSpec, runs_here: bool, environ: Mapping[str, str] | None = None
+    spec: JobSpec,
+    runs_here: bool,
+    environ: Mapping[str, str] | None = None,
+    gpus: int | None = None,
 ) -> list[str]:
     """What the trainer's start-up checks refuse in this job, as the trainer says it
     (empty: nothing). `runs_here`: the job's paths are this host's; `environ`: the
-    environment the job inherits here (its TRAINER_* variables are settings too)."""
+    environment the job inherits here (its TRAINER_* variables are settings too);
+    `gpus`: the GPUs each of its hosts has, when the plan knows (None: unknown)."""
     problems: list[str] = []
     if runs_here:
         problem = missing_local("model_name_or_path", spec.model_name_or_path)
@@ -67,16 +71,16 @@ def trainer_problems(
         argv += ["--max_seq_len", str(limit)]
     inherited = {k: v for k, v in (environ or {}).items() if k.startswith(ENV_PREFIX)}
     try:
-        load_config(argv, environ={**inherited, **spec.env})
+        cfg = load_config(argv, environ={**inherited, **spec.env})
     except ConfigError as exc:
-        problems.append(str(exc))
-    return problems
+        return [*problems, str(exc)]
+    return problems + (device_problems(cfg, gpus > 0) if gpus is not None else [])
 
 
-def check_trainer_config(spec: JobSpec, runs_here: bool) -> None:
+def check_trainer_config(spec: JobSpec, runs_here: bool, gpus: int | None = None) -> None:
     """invalid_input, with the trainer's own words, when the trainer would refuse this
-    job at start."""
-    problems = trainer_problems(spec, runs_here, os.environ if runs_here else None)
+    job at start (`gpus`: per host, when the caller knows them)."""
+    problems = trainer_problems(spec, runs_here, os.environ if runs_here else None, gpus)
     if problems:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,

@@ -92,3 +92,12 @@ def test_the_rules_the_tools_run_import_no_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_cpu_offload_on_a_host_without_gpus_is_refused_where_the_plan_knows_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # this host's GPUs: none visible
+    said = _refusal("local", tmp_path, cpu_offload=True)
+    assert said is not None and "cpu_offload moves GPU memory to the host" in said
+    assert _refusal("kubernetes", tmp_path, cpu_offload=True) is None  # the nodes' GPUs

@@ -186,6 +186,9 @@ class LocalTarget(RunDirTarget[LocalPlan]):
     def _run(self, job_name: str) -> RunDir:
         return RunDir(self.run_dir(job_name))
 
+    def host_gpus(self) -> int:
+        return visible_gpus(_nvidia_smi_listing(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
     # plan ------------------------------------------------------------------
 
     def plan(self, spec: JobSpec) -> LocalPlan:
@@ -196,11 +199,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                 "Use num_nodes=1 locally (gpu_per_node sets the process count), or a cluster "
                 "target for several nodes.",
             )
-        check_gpu_fit(
-            spec.gpu_per_node,
-            visible_gpus(_nvidia_smi_listing(), os.environ.get("CUDA_VISIBLE_DEVICES")),
-            os.cpu_count(),
-        )
+        check_gpu_fit(spec.gpu_per_node, self.host_gpus(), os.cpu_count())
         if spec.torchrun_path and shutil.which(spec.torchrun_path) is None:
             raise ToolFailure(
                 ErrorCode.INVALID_INPUT,
