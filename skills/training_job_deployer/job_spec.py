@@ -432,9 +432,9 @@ class JobSpec(BaseModel):
             preset = preset_name(asked) if isinstance(asked, str) else None
         except ValueError:  # the field's own check refuses it, naming the valid names
             preset = None
-        if preset is None or preset == asked:
+        if not isinstance(data, Mapping) or preset is None or preset == asked:
             return handler(data)
-        spec = handler({**data, "model_type": preset})  # type: ignore[dict-item]
+        spec = handler({**data, "model_type": preset})
         spec._model_alias = asked
         return spec
 
