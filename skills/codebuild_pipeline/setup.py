@@ -37,7 +37,12 @@ def setup(
         try:
             settings = dataclasses.replace(settings, source_url=git_remote_url())
         except ToolFailure as no_remote:
-            if not dry_run:
+            if not dry_run:  # the call that works as it is: its dry run, to preview
+                arguments = {**dataclasses.asdict(settings), "dry_run": True}
+                arguments.pop("source_url")
+                no_remote.next_step = NextStep(
+                    tool="setup_codebuild", arguments=arguments, why="preview the writes"
+                )
                 raise
             settings = dataclasses.replace(settings, source_url=SOURCE_PLACEHOLDER)
             notes.append(f"source_url: {SOURCE_PLACEHOLDER} stands in: {no_remote.message} "

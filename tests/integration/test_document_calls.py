@@ -67,6 +67,14 @@ def quick_start_applies(outcome: Outcome) -> None:
     assert kinds["codebuild_project"] == "pytorch-fsdp"
 
 
+def names_the_source_and_the_preview(outcome: Outcome) -> None:
+    error = _refused(outcome, "invalid_input")
+    assert "source_url" in error["hint"] and "git remote add origin" in error["hint"]
+    step = error["next_step"]
+    assert step["tool"] == "setup_codebuild" and step["arguments"]["dry_run"] is True
+    assert step["arguments"]["ecr_repository"] == "pytorch-fsdp"
+
+
 def dry_run_previews_without_credentials(outcome: Outcome) -> None:
     data = _planned(outcome)
     assert data["status"] == "planned"
@@ -143,6 +151,10 @@ ROWS = [
         {"project_name": "pytorch-fsdp", "region": "us-west-2"},
         ["setup-codebuild.sh", "--project-name", "pytorch-fsdp", "--region", "us-west-2"],
         quick_start_applies, aws="moto", git_remote=True),
+    Row("the quick start in a project with no git remote", "setup_codebuild",
+        {"project_name": "pytorch-fsdp", "region": "us-west-2"},
+        ["setup-codebuild.sh", "--project-name", "pytorch-fsdp", "--region", "us-west-2"],
+        names_the_source_and_the_preview),
     Row("the quick start's dry run, no credentials and no remote", "setup_codebuild",
         {"project_name": "pytorch-fsdp", "region": "us-west-2", "dry_run": True},
         ["setup-codebuild.sh", "--project-name", "pytorch-fsdp", "--region", "us-west-2",
