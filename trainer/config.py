@@ -316,7 +316,7 @@ def device_problems(cfg: TrainConfig, has_gpu: bool) -> list[str]:
 def missing_local(name: str, source: str | None) -> str | None:
     """`source` names a local path (not an s3:// URI, not a hub name) that is not there:
     the problem, in a few words; else None."""
-    if source is None or not _looks_local(source) or _exists(source):
+    if source is None or not looks_local(source) or _exists(source):
         return None
     return f"{name} {source!r} does not exist"
 
@@ -330,7 +330,7 @@ def _exists(source: str) -> bool:
     return os.path.exists(os.path.expanduser(source))
 
 
-def _looks_local(source: str) -> bool:
+def looks_local(source: str) -> bool:
     """A path, not an s3:// URI or a hub name like 'org/name' that is not on disk."""
     if source.startswith("s3://"):
         return False

@@ -14,6 +14,7 @@ from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
+from skills.shared.paths import absolute, working_dir
 from skills.shared.progress import Progress
 
 
@@ -24,13 +25,13 @@ def project_dockerfile(
     the project's (./Dockerfile; always with a context given); else the trainer image
     this package ships, in a build context of its own. A Dockerfile given that is not
     there is not_found, whose next step is `call` (the rest of the call) without it."""
-    context_path = Path(context).expanduser().absolute() if context else None
+    context_path = absolute(context) if context else None
     if given is not None:
-        path = Path(given).expanduser().absolute()
+        path = absolute(given)
         if not path.exists() and not path.is_symlink() and context is None:
             raise no_dockerfile(path, call or {})
         return path, context_path, False
-    here = Path.cwd() / "Dockerfile"
+    here = working_dir() / "Dockerfile"
     if context_path is not None or here.exists() or here.is_symlink():  # the project's wins
         return here, context_path, False
     from skills.image_builder.packaged import trainer_context

@@ -51,6 +51,7 @@ from skills.operations.operation_state import (
 from skills.operations.operation_state import outcome as ended_with
 from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import working_dir
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
 from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
@@ -163,7 +164,7 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         tool=spec.name,
         entry=spec.entry,
         arguments=_masked(arguments),
-        cwd=os.getcwd(),
+        cwd=str(working_dir()),  # the caller's project: the worker runs there
         workspace=OPERATION_SCOPE.get(),
         created_at=now,
         updated_at=now,

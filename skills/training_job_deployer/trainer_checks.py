@@ -15,23 +15,30 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import absolute
 from skills.shared.reading import load_json
 from skills.training_job_deployer.job_spec import JobSpec, trainer_argv
-from trainer.config import ConfigError, device_problems, missing_local
+from trainer.config import ConfigError, device_problems, looks_local, missing_local
 from trainer.config_loader import ENV_PREFIX, load_config
 from trainer.hf_config import max_positions
 
 # The longest seq_len a JobSpec takes: the limit used where the model's own is unknown
 # before the job starts (its config.json is on s3://, the hub or the cluster).
 UNKNOWN_LIMIT = 2**20
-# Fields that name paths where the job runs (not on this host for a cluster's job).
-_JOB_PATHS = ("dataset", "tokenizer", "model_name_or_path")
+
+
+def here(source: str | None, runs_here: bool) -> str | None:
+    """A local path of the job as this host sees it: under the caller's project (an MCP
+    session's workspace, else the cwd) when relative; anything else as it is."""
+    if source is None or not runs_here or not looks_local(source):
+        return source
+    return str(absolute(source))
 
 
 def model_limit(spec: JobSpec, runs_here: bool) -> int | None:
     """The longest sequence the job's checkpoint allows, from its config.json when that
     is a local directory here (None: a preset's, which the trainer's presets give)."""
-    source = spec.model_name_or_path
+    source = here(spec.model_name_or_path, runs_here)
     if source is None:
         return None
     config = Path(source).expanduser() / "config.json"
@@ -55,16 +62,15 @@ def trainer_problems(
     environment the job inherits here (its TRAINER_* variables are settings too);
     `gpus`: the GPUs each of its hosts has, when the plan knows (None: unknown)."""
     problems: list[str] = []
-    if runs_here:
-        problem = missing_local("model_name_or_path", spec.model_name_or_path)
-        if problem is not None:
-            problems.append(problem)
+    checkpoint = here(spec.model_name_or_path, runs_here)
+    if runs_here and (problem := missing_local("model_name_or_path", checkpoint)):
+        problems.append(problem)
     # The model's shape is the preset's, or only its limit where a checkpoint gives it.
     update: dict[str, object] = {"model_name_or_path": None}
     if spec.model_name_or_path is not None:  # any preset stands in for its shape
         update["model_type"] = "debug"
-    if not runs_here:
-        update.update({name: None for name in _JOB_PATHS})
+    for name in ("dataset", "tokenizer"):  # checked as this host sees them, or not at all
+        update[name] = here(getattr(spec, name), runs_here) if runs_here else None
     argv = trainer_argv(spec.model_copy(update=update))
     limit = model_limit(spec, runs_here)
     if limit is not None:

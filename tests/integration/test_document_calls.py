@@ -202,7 +202,7 @@ ROWS = [
         {"job_name": "data", "dataset": "data/train.jsonl", "dry_run": True},
         ["deploy-training-job", "--job_name", "data", "--dataset", "data/train.jsonl",
          "--dry_run"],
-        refused_at_plan_time("dataset 'data/train.jsonl' does not exist")),
+        refused_at_plan_time("data/train.jsonl' does not exist")),
     Row("seq_len above the model's positions", "deploy_training_job",
         {"job_name": "long", "model_type": "gpt2", "seq_len": 2048, "dry_run": True, **KUBE},
         ["deploy-training-job", "--job_name", "long", "--model_type", "gpt2", "--seq_len",

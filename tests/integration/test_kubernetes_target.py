@@ -653,3 +653,36 @@ def test_a_running_jobs_straggler_and_hang_come_from_rank_0s_log(operator):
     operator.run("stuck", outcome="Running", rank_logs={"master-0": log})
     stuck = get_training_job(job_name="stuck", **K8S)
     assert [f.code for f in stuck.findings] == ["job_hung"]
+
+
+def test_someone_elses_hf_token_secret_is_refused_and_keeps_its_value(
+    operator, kube_api, monkeypatch
+):
+    """Issue 45 finding 8: a Secret of the suite's name without the suite's label is
+    another user's; before, a 409 on create was followed by a patch of its data."""
+    theirs = base64.b64encode(b"hf_TheirOwnToken").decode()
+    kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"] = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": {"token": theirs},
+        "metadata": {"name": "fsdp-eks-hf-token", "namespace": "default"},
+    }  # fmt: skip
+    deploy(job_name="first")  # no token in the environment: the Secret is not touched
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    refused = failure(deploy)
+    assert refused.code == "not_ours" and refused.details["kind"] == "Secret"
+    assert CANARY not in json.dumps(refused.to_dict())
+    # A replace is refused before it deletes the running job (a member the finding did
+    # not name: the check runs before any write, not only at the Secret's).
+    operator.run("first", outcome="Running")
+    again = failure(deploy, job_name="first", replace=True, confirm=True)
+    assert again.code == "not_ours" and exists("first") and not exists("llama")
+    secret = kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"].raw
+    assert secret["data"] == {"token": theirs}
+
+
+def test_the_suites_own_hf_token_secret_is_updated_in_place(operator, kube_api, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    deploy(job_name="one")
+    monkeypatch.setenv("HF_TOKEN", CANARY + "2")
+    deploy(job_name="two")
+    secret = kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"].raw
+    assert base64.b64decode(secret["data"]["token"]).decode() == CANARY + "2"

@@ -14,6 +14,7 @@ import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from skills.shared.errors import ToolFailure
+from skills.shared.paths import WORKING_DIR
 from skills.training_job_deployer.targets.registry import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,9 @@ def test_a_local_checkpoints_max_position_embeddings_bounds_seq_len(target, tmp_
 )  # fmt: skip
 def test_a_local_path_that_is_not_there_is_refused(target, field, value, tmp_path):
     said = _refusal(target, tmp_path, **{field: value})
-    assert said is not None and f"{field} {value!r} does not exist" in said
+    # Said as the path it looked at: under the caller's project.
+    where = Path.cwd() / value
+    assert said is not None and f"{field} '{where}' does not exist" in said
 
 
 def test_paths_on_the_cluster_and_hub_ids_are_left_to_the_job(tmp_path):
@@ -101,3 +104,16 @@ def test_cpu_offload_on_a_host_without_gpus_is_refused_where_the_plan_knows_it(
     said = _refusal("local", tmp_path, cpu_offload=True)
     assert said is not None and "cpu_offload moves GPU memory to the host" in said
     assert _refusal("kubernetes", tmp_path, cpu_offload=True) is None  # the nodes' GPUs
+
+
+def test_a_relative_path_is_looked_for_in_the_callers_project_not_the_servers_cwd(tmp_path):
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "train.jsonl").write_text('{"text": "hello"}\n')
+    token = WORKING_DIR.set(project)  # an MCP session's workspace; the cwd is elsewhere
+    try:
+        assert _refusal("local", tmp_path, dataset="data/train.jsonl") is None
+        said = _refusal("local", tmp_path, dataset="data/other.jsonl")
+    finally:
+        WORKING_DIR.reset(token)
+    assert said is not None and f"'{project / 'data/other.jsonl'}' does not exist" in said

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import load_balancer
-from skills.kube.client import KubeJson
+from skills.kube.client import UNREAD, KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.kube.objects import kind_path
 from skills.kube.pods import why_pod_waits
@@ -117,12 +117,16 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         wait_seconds: float | None,
     ) -> ServerState:
         kube = self._client(settings)
-        self._ours(kube, plan.name, settings, "deploy it under another name")  # before any write
+        instead = "deploy it under another name"
+        found = self._ours(kube, plan.name, settings, instead)  # before any write
         if settings.service_type == "LoadBalancer":
             self._require_load_balancer_controller(kube, settings)
         _require_s3_identity(kube, plan.objects[0])
-        for obj in plan.objects:  # exactly the plan: server-side apply of each object
-            kube.apply(obj)
+        for obj in plan.objects:  # exactly the plan, each object checked at its write
+            kube.apply_owned(
+                obj, f"It is not a model server of this suite's: {instead}.",
+                label=MODEL_SERVER_LABEL, value=plan.name, current=found.get(obj["kind"], UNREAD),
+            )  # fmt: skip
         progress.report(0, None, f"applied Deployment and Service {plan.name}")
         wait = DEFAULT_WAIT_S if wait_seconds is None else wait_seconds
         state = self._follow(kube, plan.name, settings, progress, wait)

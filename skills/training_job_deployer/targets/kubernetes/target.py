@@ -43,7 +43,7 @@ from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer import cuda_gate, watchdog
-from skills.training_job_deployer.job_spec import JobSpec, hub_lines
+from skills.training_job_deployer.job_spec import JobSpec, hub_endpoint, hub_lines
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
@@ -257,7 +257,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if settings.instance_type:  # a shape no node can run: refused first, dry run included
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
-        manifest = render(spec, settings, image, HF_SECRET)
+        endpoint = hub_endpoint(os.environ)
+        manifest = render(spec, settings, image, HF_SECRET, endpoint)
         warnings = []
         account = service_account(spec)
         identity = _identity_text(settings.namespace, account, job_buckets(spec))
@@ -283,7 +284,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         hub = hub_lines(
             spec,
             f"{home} (HF_HOME, on the checkpoint volume)" if home else "the pod's ~/.cache",
-            f"HF_TOKEN from Secret {HF_SECRET}" if has_token else "no HF_TOKEN",
+            (f"HF_TOKEN from Secret {HF_SECRET}" if has_token else "no HF_TOKEN")
+            + (f", hub {endpoint} (HF_ENDPOINT)" if endpoint else ""),
         )
         if hub and not has_token:
             warnings.append(
@@ -379,6 +381,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         # Every check that can refuse runs before a replace deletes the running job: a
         # refused image must not leave the old job gone and nothing running.
         self._require_service_account(plan)
+        if plan.hf_token_secret:  # someone else's Secret of that name: refused, not replaced
+            reader.require_secret_ours(plan.hf_token_secret)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
