@@ -48,6 +48,7 @@ from skills.shared.ownership import (
     require_kube_ours,
     why_not_ours_kube,
 )
+from skills.shared.paging import Page, keyset
 from skills.shared.progress import Progress
 
 DEFAULT_WAIT_S = PROGRESS_DEADLINE_S  # as long as the rollout itself may take
@@ -347,26 +348,24 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         return self._with_waiting_reason(kube, self._state(kube, name, settings), settings)
 
     def list(
-        self, settings: KubernetesServerAccess, limit: int | None = None, offset: int = 0
-    ) -> tuple[list[ServerState], int]:
+        self, settings: KubernetesServerAccess, limit: int | None = None, cursor: str | None = None
+    ) -> Page[ServerState]:
         """Two requests a page, whatever the namespace holds: one LIST of the suite's
         Deployments, one of its Services (not a GET per server)."""
         kube = self._client(settings)
         query = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL}"}
-        ours = sorted(
-            _ours_only(kube.items(kind_path("Deployment", settings.namespace), query)),
-            key=lambda d: d["metadata"]["name"],
-        )
-        page = ours[offset : None if limit is None else offset + limit]
+        ours = _ours_only(kube.items(kind_path("Deployment", settings.namespace), query))
+        page, more, last = keyset(ours, lambda d: (str(d["metadata"]["name"]),), limit, cursor)
         services = {
             s["metadata"]["name"]: s
             for s in _ours_only(
                 kube.items(kind_path("Service", settings.namespace), query) if page else []
             )
         }
-        return [
+        described = [
             self._describe(kube, d, settings, services.get(d["metadata"]["name"])) for d in page
-        ], len(ours)
+        ]
+        return Page(described, more, last)
 
     def delete(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         """The Deployment (its pods with it) and the Service, once both are known to be

@@ -39,6 +39,7 @@ from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.ownership import require_kube_ours
+from skills.shared.paging import Key, Page, keyset
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -675,22 +676,17 @@ class KubernetesTarget(Target[KubernetesPlan]):
         state.next_step = state.hint = None
         return state
 
-    def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
+    def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
         """The page of PyTorchJobs in the namespace, newest first: status from the job
         (so a status filter reads no log); steps from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
         there, else the job's command. The jobs and their pods are one LIST each, then
         one bounded log read per job of the page whose rank 0 started (concurrent): the
         requests a page makes do not grow with the namespace."""
-        jobs = sorted(
-            self.reader.jobs(),
-            key=lambda j: (j.get("metadata") or {}).get("creationTimestamp") or "",
-            reverse=True,
-        )
+        jobs = self.reader.jobs()
         if page.status is not None:
             jobs = [j for j in jobs if kube_pods.job_status(j) == page.status]
-        end = None if page.limit is None else page.offset + page.limit
-        shown = jobs[page.offset : end]
+        shown, more, last = keyset(jobs, _creation_key, page.limit, page.cursor)
         pods = self.reader.pods_by_job() if shown else {}
         names = [(job.get("metadata") or {}).get("name", "") for job in shown]
         # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
@@ -709,7 +705,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     message=None if condition is None else redact(condition.message or ""),
                 )
             )
-        return states, len(jobs)
+        return Page(states, more, last)
 
     def _log_end_metrics(self, pods: list[dict[str, Any]]) -> RunMetrics:
         """What the last LIST_LOG_LINES lines of rank 0's log say (nothing before it runs)."""
@@ -868,3 +864,11 @@ def _bounded(text: str) -> str:
 def _not_started(pod: dict[str, Any]) -> bool:
     """A pod that is not running yet (what its events would say why)."""
     return (pod.get("status") or {}).get("phase") in (None, "Pending", "Unknown")
+
+
+def _creation_key(job: dict[str, Any]) -> Key:
+    """A PyTorchJob's place in a list: newest created first, then by name (a status
+    change leaves both alone)."""
+    meta = job.get("metadata") or {}
+    created = kube_pods.api_time(meta.get("creationTimestamp"))
+    return (-(created.timestamp() if created else 0.0), str(meta.get("name", "")))
