@@ -29,8 +29,8 @@ def deploy_model_server(
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> ServerState:
-    """Serve an exported model (OpenAI-compatible API) and smoke-test it; returns the
-    endpoint and a curl line. With replicas, scales a running server."""
+    """Serve an exported model (OpenAI-compatible API) and smoke-test it; returns its
+    endpoint and curl line. With replicas, scales a running server."""
     return deploy(
         spec_of(deploy_model_server), name, model, target, dry_run, wait_seconds, progress
     )

@@ -33,9 +33,9 @@ def inspect_eks_cluster(
     nccl_output: p.NcclOutput = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
-    """Read a GPU cluster (EKS cluster_name or kubeconfig); changes nothing. action:
-    describe (node groups, GPU nodes); validate (checks, each fix); nccl_test (verdict on
-    nccl_output). Fixes: manage_eks_cluster.
+    """Read a GPU cluster; changes nothing. action: describe (node groups, GPU nodes);
+    validate (checks, each fix); nccl_test (verdict on nccl_output). Fixes:
+    manage_eks_cluster.
 
     validate gives each check's evidence and the fix it needs; nccl_test judges a saved
     all_reduce_perf output's bus bandwidth. To fix, scale or run the NCCL job:

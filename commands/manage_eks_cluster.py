@@ -84,10 +84,10 @@ def manage_eks_cluster(
     wait_seconds: p.Wait = None,
     progress: Progress | None = None,
 ) -> ClusterReport:
-    """Fix and change a GPU cluster (EKS cluster_name or kubeconfig); reads alone:
-    inspect_eks_cluster. action: describe; validate; auto_fix, storage (FSx+S3+PV),
-    cleanup (what this suite made): a plan, confirm applies; nccl_test; scale; kubeconfig
-    (writes it); create_config (eksctl); release_node (undo a quarantine).
+    """Fix and change a GPU cluster; reads alone: inspect_eks_cluster. action: describe;
+    validate; auto_fix, storage (FSx+S3+PV), cleanup (what this suite made): a plan,
+    confirm applies; nccl_test; scale; kubeconfig (writes it); create_config (eksctl);
+    release_node (undo a quarantine).
 
     nccl_test runs the NCCL job as an operation, or judges a saved nccl_output.
     kubeconfig writes the named file without the aws CLI. release_node needs confirm;

@@ -130,6 +130,8 @@ class Workspace:
             )
         if marker.hub_name and self._is_hub_name(value):
             return
+        if marker.claim and value.startswith("pvc:"):
+            return  # on the cluster: no path of this host
         path = self._resolve_or_refuse(name, value, marker)
         if not any(path.is_relative_to(root) for root in self._roots_of(marker)):
             raise self._refusal(name, path, marker)
@@ -145,6 +147,8 @@ class Workspace:
 
     def _is_relative_path(self, value: str, marker: LocalPath) -> bool:
         if value.startswith(("s3://", "~")) or Path(value).is_absolute():
+            return False
+        if marker.claim and value.startswith("pvc:"):
             return False
         return not (marker.hub_name and self._is_hub_name(value))
 
@@ -178,7 +182,8 @@ class Workspace:
         """What the field does take: a path under the workspace, and an s3:// URI or a
         hub name only where the field takes one."""
         others = [
-            text for text, takes in (("an s3:// URI", marker.s3), ("a hub name", marker.hub_name))
+            text for text, takes in (("an s3:// URI", marker.s3), ("a hub name", marker.hub_name),
+                                     ("pvc:<claim>/<path>", marker.claim))
             if takes
         ]  # fmt: skip
         if marker.may_write:

@@ -8,6 +8,8 @@ suite's (skills.shared.ownership):
 4. node groups tagged created-by=fsdp-eks;
 5. the FSx file system, then its security group (which FSx's network interfaces hold
    until the file system is gone);
+   then the namespaces the suite created (labelled fsdp-eks/namespace), each only when
+   nothing in it is left by this run or anyone else's (deleting it deletes its contents);
 6. the bucket, only when asked: empty, or with its objects;
 7. the cluster, only when asked, through `eksctl delete cluster` (its VPC cannot go
    while a file system's interfaces are in it).
@@ -26,6 +28,7 @@ from typing import Any, Literal
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import storage
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.kube import namespaces
 from skills.kube.client import KubeJson
 from skills.kube.objects import kind_path, object_path
 from skills.shared import ownership
@@ -109,6 +112,7 @@ def kube_rows(kube: KubeJson, parts: tuple[Part, ...], apply: bool) -> list[Reso
     rows = []
     selector = [("labelSelector", ownership.MANAGED_SELECTOR)]
     listed: dict[str, list[dict[str, Any]]] = {}  # one list per kind (Secrets serve two steps)
+    going: dict[str, set[tuple[str, str]]] = {}  # namespace -> (kind, name) this run deletes
     for part, kind, label in KUBE_STEPS:
         if part not in parts:
             continue
@@ -125,6 +129,7 @@ def kube_rows(kube: KubeJson, parts: tuple[Part, ...], apply: bool) -> list[Reso
                 continue
             meta = obj["metadata"]
             name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+            going.setdefault(meta.get("namespace") or "", set()).add((kind, meta["name"]))
             if meta.get("deletionTimestamp"):
                 rows.append(_row(kind, name, "left" if apply else "keep", "already deleting"))
                 continue
@@ -140,7 +145,44 @@ def kube_rows(kube: KubeJson, parts: tuple[Part, ...], apply: bool) -> list[Reso
                 )
                 rows.append(_row(kind, name, "deleted"))
             except ApiException as exc:
+                going[meta.get("namespace") or ""].discard((kind, meta["name"]))
                 rows.append(_row(kind, name, "failed", f"HTTP {exc.status} {exc.reason or ''}"))
+    if not set(parts) & {part for part, _, _ in KUBE_STEPS}:
+        return rows  # a run for the node groups alone leaves namespaces be
+    return rows + namespace_rows(kube, going, apply)
+
+
+def namespace_rows(
+    kube: KubeJson, going: dict[str, set[tuple[str, str]]], apply: bool
+) -> list[ResourceChange]:
+    """The namespaces the suite created, each deleted only when what it holds is going
+    with this run (`going`) or Kubernetes' own; anything else keeps it, named."""
+    from kubernetes.client.exceptions import ApiException
+
+    rows = []
+    listed = kube.items(kind_path("Namespace"), [("labelSelector", ownership.MANAGED_SELECTOR)])
+    for obj in listed:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        if not namespaces.created_by_suite(obj) or name in namespaces.ALWAYS_THERE:
+            continue
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            rows.append(_row("Namespace", name, "left" if apply else "keep", "already deleting"))
+            continue
+        held = namespaces.foreign_contents(kube, name, going.get(name, set()))
+        if held:
+            shown = ", ".join(f"{c.kind} {c.name}" for c in held[:5])
+            more = f" and {len(held) - 5} more" if len(held) > 5 else ""
+            rows.append(_row("Namespace", name, "keep",
+                             f"holds {shown}{more}, which this run does not delete"))  # fmt: skip
+            continue
+        if not apply:
+            rows.append(_row("Namespace", name, "delete"))
+            continue
+        try:
+            kube.request("DELETE", kind_path("Namespace", name=name), missing_ok=(404,))
+            rows.append(_row("Namespace", name, "deleted"))
+        except ApiException as exc:
+            rows.append(_row("Namespace", name, "failed", f"HTTP {exc.status} {exc.reason or ''}"))
     return rows
 
 

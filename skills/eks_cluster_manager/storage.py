@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.kube import namespaces
 from skills.kube.client import KubeJson
 from skills.kube.objects import kind_path, object_path
 from skills.shared import ownership
@@ -564,7 +565,7 @@ def ensure_objects(
             )
             for kind, name in _kube_names(spec)
         ]  # fmt: skip
-    rows = []
+    rows = namespace_row(kube, spec.namespace, apply)
     for obj, (kind, name), have in zip(
         kube_objects(spec, fs), _kube_names(spec), current, strict=True
     ):
@@ -585,6 +586,17 @@ def ensure_objects(
                 detail = f"HTTP {exc.status} {exc.reason or ''}".strip()
         rows.append(ResourceChange(kind=kind, name=name, action=action, detail=detail))
     return rows
+
+
+def namespace_row(kube: KubeJson, namespace: str, apply: bool) -> list[ResourceChange]:
+    """The claim's namespace, created (labelled as the suite's) when the cluster lacks it."""
+    if not namespaces.missing(kube, namespace):
+        return []
+    if apply:
+        namespaces.ensure(kube, namespace)
+    return [
+        ResourceChange(kind="Namespace", name=namespace, action="created" if apply else "create")
+    ]
 
 
 def csi_driver(kube: KubeJson) -> str | None:

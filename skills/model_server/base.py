@@ -34,7 +34,7 @@ ModelSource = Annotated[
         min_length=1,
         max_length=4096,
         pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="Exported model: a directory, s3:// URI or hub name.",
+        description="Export folder, s3:// URI or hub name.",
     ),
     LocalPath(hub_name=True, s3=True, writable=False, where_job_runs=True),
 ]
@@ -57,12 +57,15 @@ class ServerPlan(BaseModel):
     target: str
     objects: list[dict[str, Any]] = Field(default_factory=list)  # what is applied/started
     argv: list[str] = Field(default_factory=list)  # the server's command line
+    warnings: list[str] = Field(default_factory=list)  # who can reach it, what is missing
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         """The plan in a line or two (--json has every object in full)."""
         named = [
-            f"{o['kind']} {o.get('metadata', {}).get('namespace', '')}/"
-            f"{o.get('metadata', {}).get('name', '')}"
+            f"{o['kind']} "
+            + "/".join(
+                filter(None, (o.get("metadata", {}).get(k, "") for k in ("namespace", "name")))
+            )
             for o in self.objects
             if "kind" in o
         ]
@@ -71,6 +74,7 @@ class ServerPlan(BaseModel):
             rows.append(("objects", ", ".join(named) + " (in full: --json)"))
         if self.argv:
             rows.append(("argv", shlex.join(self.argv)))
+        rows += [("warning", w) for w in self.warnings]
         return rows
 
 
@@ -150,6 +154,10 @@ class ServerTarget(ABC, Generic[S, A]):
         self, plan: ServerPlan, settings: S, progress: Progress, wait_seconds: float | None
     ) -> ServerState:
         """Start exactly `plan`, follow it to ready (or the wait's end), smoke-test it."""
+
+    def require_startable(self, settings: S) -> None:
+        """Refuse a start the caller has not confirmed (before any work: an agent's
+        start runs on as an operation). Nothing to confirm by default."""
 
     def billing(self, settings: S) -> Billing | None:
         """The instances deploy would run, for the dry run's cost; None when nothing is

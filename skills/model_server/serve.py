@@ -52,6 +52,7 @@ def deploy(
                 why="start this plan",
             ),
         )
+    runner.require_startable(target)
     if wait_seconds is not None:  # an agent: the start runs on as an operation
         return _as_operation(tool, name, model, target, wait_seconds, progress)
     return runner.deploy(plan, target, progress, wait_seconds)  # type: ignore[arg-type]

@@ -40,6 +40,8 @@ class LocalPath:
     writable: bool | None = None
     # The field also takes an s3:// URI (what a refusal's hint may offer).
     s3: bool = False
+    # The field also takes pvc:<claim>/<path>: a path in a cluster's volume claim.
+    claim: bool = False
     # Read or written where the job runs: a path on this host only when the call's
     # settings say the job runs here (see `runs_here`); elsewhere it names a path on
     # the cluster, which no rule about this host's paths applies to.

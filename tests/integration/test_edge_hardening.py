@@ -363,6 +363,8 @@ CONFIRMS = {
     "cancel_operation": ("confirm",),
     "push_to_ecr": ("confirm",),
     "deploy_training_job": ("confirm", "replace"),
+    "deploy_model_server": ("confirm",),  # expose=internet
+    "transfer_job_artifacts": ("confirm",),  # overwriting local files
 }
 NOT_TRUE = ["true", "yes", "on", "1", 1, "True"]
 

@@ -392,8 +392,9 @@ def test_cleanup_deletes_the_suites_stack_in_order_and_twice_deletes_nothing(aws
     assert kube_object(kube, "v1/secrets", "default", "other") is not None
     assert kube_object(kube, "apps/v1/deployments", "serve", "demo") is None
     assert kube_object(kube, "v1/persistentvolumes", None, storage.PERSISTENT_VOLUME) is None
-    # One list per kind (9 kinds), one DELETE per object (9 of them), nothing else.
-    assert done.changes["kubernetes_calls"] == 9 + 9
+    # One list per kind (9 kinds) and one of the suite's namespaces (none here), one DELETE
+    # per object (9 of them), nothing else.
+    assert done.changes["kubernetes_calls"] == 10 + 9
     assert done.changes["aws_calls"] > 0 and done.api_calls == (
         done.changes["aws_calls"] + done.changes["kubernetes_calls"]
     )

@@ -57,13 +57,15 @@ def _listed() -> list[dict]:
 
 
 def test_tools_list_fits_its_budget_in_total_and_per_tool():
-    """The whole tools/list answer within the listing budget, output schemas too (a
-    client may put them in the model's context); each tool within its own, and the
-    output schemas, which clients validate results with, within a small one."""
+    """What a client hands the model (each tool without its outputSchema, as the
+    before-stop hook and DEVELOPERS.md measure it) within the listing budget in total and
+    each tool within its own; the output schemas, which clients validate results with,
+    within a small budget of their own, so every byte of the answer is bounded."""
     tools = _listed()
     sizes = {t["name"]: _wire({k: v for k, v in t.items() if k != "outputSchema"}) for t in tools}
     assert len(tools) == len(all_tools())
-    assert _wire({"tools": tools}) <= LISTING_BUDGET, sizes
+    read = [{k: v for k, v in t.items() if k != "outputSchema"} for t in tools]
+    assert _wire({"tools": read}) <= LISTING_BUDGET, sizes
     assert max(sizes.values()) <= TOOL_BUDGET, sizes
     outputs = {t["name"]: _wire(t["outputSchema"]) for t in tools}
     assert sum(outputs.values()) <= OUTPUT_SCHEMAS_BUDGET and max(outputs.values()) <= 128, outputs
@@ -443,7 +445,17 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
         message=LONG_LINE, next_step=NextStep(tool="get_model_server", arguments={"name": "big"}),
     )  # fmt: skip
     servers = ServerList(servers=[server] * 100)
+    from skills.artifacts import claim
+    from skills.artifacts.models import SHOWN, TransferResult
+    from skills.artifacts.sources import parse
+
+    fetched = TransferResult(  # a 100,000-file fetch over a folder that held them all
+        action="fetch", status="done", source="pvc:fsx/" + LONG_LINE[:200], dest=LONG_LINE,
+        files=100_000, bytes=10**12, overwritten=[LONG_LINE] * SHOWN, overwritten_total=100_000,
+        plan=claim.pod(parse("pvc:fsx/" + "a" * 200), "default"), message=LONG_LINE,
+    )  # fmt: skip
     return {
+        "transfer_job_artifacts": [fetched],
         "deploy_model_server": called["deploy_model_server"], "get_model_server": [server],
         "delete_model_server": [server], "list_model_servers": [servers],
         "build_image": [build], "get_operation": [recorded], "cancel_operation": [recorded],

@@ -14,6 +14,7 @@ serve` path runs for real: test_model_server_local.py.)"""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import urllib.request
@@ -40,14 +41,18 @@ DEPLOYMENTS = "apps/v1/deployments"
 class StandInOpenAI:
     """A stand-in for vLLM's OpenAI server: /v1/models lists `served`, chat answers."""
 
-    def __init__(self, served: str) -> None:
+    def __init__(self, served: str, key: str | None = None) -> None:
         self.requests: list[tuple[str, str, Any]] = []
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self, body: Any) -> None:
+                # vLLM with --api-key: /v1 answers 401 without the key as a Bearer token.
+                status = 200
+                if key and self.headers.get("Authorization") != f"Bearer {key}":
+                    status, body = 401, {"error": "Unauthorized"}
                 data = json.dumps(body).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -60,7 +65,7 @@ class StandInOpenAI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stand_in.requests.append(("POST", self.path, body))
-                message = {"role": "assistant", "content": f"Hello from {body['model']}."}
+                message = {"role": "assistant", "content": f"Hello from {body.get('model')}."}
                 self._answer({"object": "chat.completion", "choices": [{"message": message}]})
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
@@ -71,9 +76,10 @@ class StandInOpenAI:
 
 
 @contextlib.contextmanager
-def stand_in_openai(served: str) -> Iterator[StandInOpenAI]:
-    """A StandInOpenAI answering until the block ends."""
-    stand_in = StandInOpenAI(served)
+def stand_in_openai(served: str, key: str | None = None) -> Iterator[StandInOpenAI]:
+    """A StandInOpenAI answering until the block ends (with `key`: only requests that
+    carry it)."""
+    stand_in = StandInOpenAI(served, key)
     with serving(stand_in.server):
         yield stand_in
 
@@ -473,3 +479,96 @@ def test_a_list_page_costs_two_requests_whatever_the_servers(kube):
         assert page.more == total - 3 and (page.next_cursor is not None) == (total > 3)
         assert all(s.endpoint and s.endpoint.endswith(":8000/proxy") for s in page.servers)
     assert costs == [2, 2]
+
+
+# --- exposure: internal by default, the internet only as a confirmed choice -----------------
+
+SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
+API_KEY = "sk-" + "StandInKey" * 3
+
+
+def test_a_load_balancer_is_internal_unless_internet_is_chosen():
+    internal = KubernetesServerTarget().plan("demo", "org/m", settings(service_type="LoadBalancer"))
+    assert internal.objects[1]["metadata"]["annotations"][SCHEME] == "internal"
+    assert internal.warnings == []
+    public = KubernetesServerTarget().plan("demo", "org/m", settings(expose="internet"))
+    service = public.objects[1]
+    assert service["spec"]["type"] == "LoadBalancer"  # implied by expose=internet
+    assert service["metadata"]["annotations"][SCHEME] == "internet-facing"
+    assert "loadBalancerSourceRanges" not in service["spec"]
+    (warning,) = public.warnings
+    assert "no authentication by default" in warning
+    assert "missing: api_key_secret, source_ranges" in warning
+    assert ("warning", warning) in public.summary_rows()
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"expose": "internet", "service_type": "ClusterIP"}, "needs service_type=LoadBalancer"),
+        ({"expose": "internet", "source_ranges": ["203.0.113.300/32"]}, "not a CIDR"),
+        ({"expose": "public"}, "internal"),
+    ],
+)
+def test_a_contradictory_or_malformed_exposure_is_refused(options, problem):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        settings(**options)
+    assert problem in str(caught.value)
+
+
+def test_the_internet_needs_confirm_and_nothing_is_applied_without_it(lb_kube):
+    config = settings(expose="internet")
+    target = KubernetesServerTarget(poll_seconds=0)
+    with pytest.raises(ToolFailure) as caught:
+        target.deploy(target.plan("demo", "org/m", config), config, CollectingProgress(), 0)
+    assert caught.value.code == "confirmation_required"
+    assert "no authentication by default" in caught.value.message
+    assert "confirm=true" in caught.value.hint
+    assert (DEPLOYMENTS, "default", "demo") not in lb_kube.emulator.objects
+
+
+def test_the_tool_refuses_an_unconfirmed_internet_start_before_it_becomes_an_operation(lb_kube):
+    """Over MCP a start runs on as an operation: the question is asked before that."""
+    from commands.deploy_model_server import deploy_model_server
+
+    with pytest.raises(ToolFailure) as caught:
+        deploy_model_server(name="demo", model="org/m", target="kubernetes", expose="internet",
+                            wait_seconds=0)  # fmt: skip
+    assert caught.value.code == "confirmation_required"
+    planned = deploy_model_server(name="demo", model="org/m", target="kubernetes",
+                                  expose="internet", dry_run=True)  # fmt: skip
+    assert planned.status == "planned" and planned.plan and planned.plan.warnings
+
+
+def test_a_confirmed_internet_server_with_a_key_and_ranges_is_smoke_tested_with_the_key(lb_kube):
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vllm-key"},
+              "data": {"token": base64.b64encode(API_KEY.encode()).decode()}}  # fmt: skip
+    lb_kube.emulator.objects["v1/secrets", "default", "vllm-key"] = secret
+    with stand_in_openai("demo", key=API_KEY) as stand_in:
+        config = settings(expose="internet", confirm=True, port=stand_in.port,
+                          source_ranges=["203.0.113.7", "198.51.100.0/24"],
+                          api_key_secret="vllm-key")  # fmt: skip
+        controller = DeploymentController(lb_kube, "demo")
+        target = KubernetesServerTarget(poll_seconds=0, sleep=controller.turn)
+        plan = target.plan("demo", "org/m", config)
+        assert plan.warnings == [
+            "expose=internet: a public load balancer admitting 203.0.113.7/32, "
+            "198.51.100.0/24 only, /v1 behind the API key in Secret vllm-key"
+        ]
+        state = target.deploy(plan, config, CollectingProgress(), wait_seconds=60)
+
+    assert state.status == "ready", state.message
+    assert state.smoke == "Hello from demo."
+    service = lb_kube.emulator.objects["v1/services", "default", "demo"]
+    assert service["spec"]["loadBalancerSourceRanges"] == ["203.0.113.7/32", "198.51.100.0/24"]
+    assert service["metadata"]["annotations"][SCHEME] == "internet-facing"
+    env = lb_kube.emulator.objects[DEPLOYMENTS, "default", "demo"]["spec"]["template"]["spec"][
+        "containers"][0]["env"]  # fmt: skip
+    assert {"name": "VLLM_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "vllm-key", "key": "token"}}} in env  # fmt: skip
+    assert state.curl == (
+        f'curl -H "Authorization: Bearer $VLLM_API_KEY" -s {state.endpoint}/v1/models'
+    )
+    assert API_KEY not in state.model_dump_json()  # the key itself is never in a result

@@ -214,6 +214,16 @@ def _build(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "build running", _running_operation("build_image")
 
 
+@producer("transfer_job_artifacts")
+def _transfer(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    push = {"action": "push_to_hub", "repo_id": "org/m", "source": "s3://bucket-b/runs/j/export"}
+    refused = _call("transfer_job_artifacts", push)
+    step = _sent_step(refused)
+    assert step is not None and step["arguments"]["action"] == "fetch", refused.content[0].text
+    yield "push_to_hub of an s3:// export", step
+    yield "transfer running", _running_operation("transfer_job_artifacts")
+
+
 @producer("push_to_ecr")
 def _push(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/trainer:v1"

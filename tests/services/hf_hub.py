@@ -16,10 +16,20 @@ datasets' streaming loader ask of the real hub, from files held in memory:
 A gated repo answers 401 with X-Error-Code GatedRepo (what huggingface_hub turns into
 GatedRepoError) unless the request carries `Authorization: Bearer <token>`. Anything
 else is a 404 with the hub's X-Error-Code (RepoNotFound, EntryNotFound, RevisionNotFound).
+
+And what huggingface_hub's create_repo and upload_folder send (its single-commit path,
+the one it takes with HF_HUB_DISABLE_XET=1), each only with the token (else 401):
+
+    POST /api/repos/create                                  a new repo (409 if it exists)
+    POST /api/models/ORG/NAME/preupload/REV                 "regular" or "lfs" per file
+    POST /ORG/NAME.git/info/lfs/objects/batch               where to PUT each LFS object
+    PUT  /lfs-objects/OID                                   the object (its sha256 checked)
+    POST /api/models/ORG/NAME/commit/REV                    the commit (ndjson)
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import http.server
@@ -38,6 +48,7 @@ class HubRepo:
     kind: str  # "model" or "dataset"
     files: dict[str, bytes]  # path in the repo -> content
     gated: bool = False
+    private: bool = False
 
     @property
     def sha(self) -> str:  # the commit: changes when any file does
@@ -53,6 +64,7 @@ class Hub:
     repos: dict[str, HubRepo]
     requests: list[tuple[str, str, int, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    lfs: dict[str, bytes] = field(default_factory=dict)  # uploaded LFS objects by sha256
 
     @property
     def env(self) -> dict[str, str]:
@@ -84,6 +96,15 @@ _API = re.compile(
     r"^/api/(models|datasets)/([^/]+/[^/]+)(?:/(revision|tree|paths-info)/([^/]+)(/.*)?)?$"
 )
 _RESOLVE = re.compile(r"^/(datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+_PREUPLOAD = re.compile(r"^/api/models/([^/]+/[^/]+)/preupload/[^/]+$")
+_COMMIT = re.compile(r"^/api/models/([^/]+/[^/]+)/commit/[^/]+$")
+_LFS_BATCH = re.compile(r"^/([^/]+/[^/]+)\.git/info/lfs/objects/batch$")
+_LFS_OBJECT = re.compile(r"^/lfs-objects/([0-9a-f]{64})$")
+
+
+def _upload_mode(sample: bytes, size: int) -> str:
+    """As the hub decides: binary content or a large file goes through LFS."""
+    return "lfs" if b"\0" in sample or size > 10 * 1024 * 1024 else "regular"
 
 
 def _handler(hub: Hub, token: str | None) -> type[http.server.BaseHTTPRequestHandler]:
@@ -159,7 +180,7 @@ def _handler(hub: Hub, token: str | None) -> type[http.server.BaseHTTPRequestHan
                 if rev is not None and not self._revision_ok(repo, rev):
                     return
                 self._json({
-                    "id": name, "_id": repo.sha[:24], "sha": repo.sha, "private": False,
+                    "id": name, "_id": repo.sha[:24], "sha": repo.sha, "private": repo.private,
                     "gated": "auto" if repo.gated else False, "disabled": False,
                     "lastModified": "2026-01-01T00:00:00.000Z", "tags": [], "cardData": {},
                     "siblings": [{"rfilename": f} for f in sorted(repo.files)],
@@ -216,8 +237,80 @@ def _handler(hub: Hub, token: str | None) -> type[http.server.BaseHTTPRequestHan
                 return
             self._send(200, content, headers, head)
 
+        def _authorized(self) -> bool:
+            if token and self.headers.get("Authorization") == f"Bearer {token}":
+                return True
+            self._error(401, "Unauthorized", "Invalid credentials in Authorization header")
+            return False
+
+        def _body(self) -> bytes:
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _write(self, path: str) -> bool:
+            """The upload routes; False: not one of them."""
+            if path == "/api/repos/create":
+                if not self._authorized():
+                    return True
+                asked = json.loads(self._body())
+                name = f"{asked.get('organization') or 'user'}/{asked['name']}"
+                if name in hub.repos:
+                    self._error(409, "RepoExists", "You already created this model repo")
+                    return True
+                kind = asked.get("type") or "model"
+                hub.repos[name] = HubRepo(kind, {}, private=asked.get("visibility") == "private")
+                self._json({"url": f"{hub.url}/{name}"})
+                return True
+            if m := _PREUPLOAD.match(path):
+                if self._authorized() and (repo := self._repo("model", m.group(1))):
+                    files = json.loads(self._body())["files"]
+                    self._json({"files": [
+                        {"path": f["path"], "shouldIgnore": False, "oid": None,
+                         "uploadMode": _upload_mode(base64.b64decode(f["sample"]), f["size"])}
+                        for f in files
+                    ], "commitOid": repo.sha})  # fmt: skip
+                return True
+            if m := _LFS_BATCH.match(path):
+                if self._authorized():
+                    objects = json.loads(self._body())["objects"]
+                    self._json({"transfer": "basic", "objects": [
+                        {"oid": o["oid"], "size": o["size"], "authenticated": True,
+                         "actions": {"upload": {"href": f"{hub.url}/lfs-objects/{o['oid']}"}}}
+                        for o in objects
+                    ]})  # fmt: skip
+                return True
+            if m := _LFS_OBJECT.match(path):
+                data = self._body()  # the href is the grant, as S3's presigned URLs are
+                if hashlib.sha256(data).hexdigest() != m.group(1):
+                    self._error(400, "BadRequest", "sha256 does not match the object")
+                    return True
+                with hub.lock:
+                    hub.lfs[m.group(1)] = data
+                self._send(200)
+                return True
+            if m := _COMMIT.match(path):
+                if self._authorized() and (repo := self._repo("model", m.group(1))):
+                    self._commit(repo, m.group(1))
+                return True
+            return False
+
+        def _commit(self, repo: HubRepo, name: str) -> None:
+            for line in self._body().decode().splitlines():
+                entry = json.loads(line)
+                value = entry["value"]
+                if entry["key"] == "file":
+                    repo.files[value["path"]] = base64.b64decode(value["content"])
+                elif entry["key"] == "lfsFile":
+                    if value["oid"] not in hub.lfs:
+                        self._error(422, "BadRequest", f"LFS object {value['oid']} not uploaded")
+                        return
+                    repo.files[value["path"]] = hub.lfs[value["oid"]]
+            self._json({"commitUrl": f"{hub.url}/{name}/commit/{repo.sha}",
+                        "commitOid": repo.sha, "pullRequestUrl": None})  # fmt: skip
+
         def _route(self, head: bool = False) -> None:
             path = urllib.parse.urlparse(self.path).path
+            if self.command in ("POST", "PUT") and self._write(path):
+                return
             if (api := _API.match(path)) and not head:
                 self._api(api)
             elif resolve := _RESOLVE.match(path):
@@ -232,6 +325,9 @@ def _handler(hub: Hub, token: str | None) -> type[http.server.BaseHTTPRequestHan
             self._route(head=True)
 
         def do_POST(self) -> None:  # noqa: N802
+            self._route()
+
+        def do_PUT(self) -> None:  # noqa: N802
             self._route()
 
     return Handler

@@ -37,6 +37,7 @@ def test_registry_lists_every_tool_with_its_gates():
         "get_model_server",
         "list_model_servers",
         "delete_model_server",
+        "transfer_job_artifacts",
     }
     assert specs["get_training_job"].read_only and specs["get_training_job_logs"].read_only
     assert specs["diagnose_training_job"].read_only
@@ -51,6 +52,8 @@ def test_registry_lists_every_tool_with_its_gates():
     assert "validate_components" not in specs["manage_eks_cluster"].params.model_fields
     assert specs["get_model_server"].read_only and specs["list_model_servers"].read_only
     assert specs["delete_model_server"].destructive and specs["deploy_model_server"].long
+    # Overwrites local files (with confirm) and publishes to the Hub: a gated write.
+    assert specs["transfer_job_artifacts"].destructive
 
 
 def test_input_model_comes_from_the_signature():

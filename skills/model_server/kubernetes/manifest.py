@@ -66,6 +66,40 @@ LB_ANNOTATIONS = {
     "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
     "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
 }
+SCHEME_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer-scheme"
+# The dry run's (and the confirmation's) warning for expose=internet.
+INTERNET_WARNING = (
+    "expose=internet: a public load balancer, and vLLM's OpenAI API has no authentication "
+    "by default: anyone who finds the address can use the GPUs. Set api_key_secret (a "
+    "Secret whose key 'token' vLLM then requires as a Bearer API key) and source_ranges "
+    "(your CIDRs: the Service's loadBalancerSourceRanges)."
+)
+
+
+def lb_annotations(settings: KubernetesServerSettings) -> dict[str, str]:
+    """The load balancer's annotations: internal, or internet-facing for expose=internet."""
+    scheme = "internet-facing" if settings.expose == "internet" else "internal"
+    return {**LB_ANNOTATIONS, SCHEME_ANNOTATION: scheme}
+
+
+def exposure_warnings(settings: KubernetesServerSettings) -> list[str]:
+    """What a plan says about who can reach the server (nothing for an internal one)."""
+    if settings.expose != "internet":
+        return []
+    missing = [
+        what
+        for what, given in (("api_key_secret", settings.api_key_secret),
+                            ("source_ranges", settings.source_ranges))
+        if not given
+    ]  # fmt: skip
+    if not missing:
+        ranges = ", ".join(settings.source_ranges or [])
+        return [
+            f"expose=internet: a public load balancer admitting {ranges} only, /v1 behind "
+            f"the API key in Secret {settings.api_key_secret}"
+        ]
+    return [INTERNET_WARNING + f" (missing: {', '.join(missing)})"]
+
 
 Source = Literal["s3", "pvc", "hub"]
 
@@ -207,6 +241,7 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
             image=settings.image,
             command=vllm_command(name, source, settings),
             hf_secret=settings.hf_token_secret,
+            api_key_secret=settings.api_key_secret,
             limits={GPU_RESOURCE: str(gpus)},  # a quantity, as the API returns it
             requests={GPU_RESOURCE: str(gpus), **host_requests(settings.instance_type)},
             model_dir_limit=model_dir_limit(settings.instance_type),
@@ -220,7 +255,12 @@ def render(name: str, model: str, settings: KubernetesServerSettings) -> list[di
     service = (
         yaml_templates(HERE / "templates")
         .get_template("service.yaml.j2")
-        .render(**values, service_type=settings.service_type, lb_annotations=LB_ANNOTATIONS)
+        .render(
+            **values,
+            service_type=settings.service_type,
+            lb_annotations=lb_annotations(settings),
+            source_ranges=settings.source_ranges,
+        )
     )
     objects = [yaml.safe_load(deployment), yaml.safe_load(service)]
     for obj in objects:

@@ -4,15 +4,17 @@ KubernetesServerSettings)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import ipaddress
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, model_validator
 
 from skills.kube.fields import (
     DNS_NAME,
     ClusterAccess,
 )
 from skills.model_server.base import ServerSettings
+from skills.shared.confirm import Confirm
 
 # vLLM's OpenAI-compatible server image, pinned to a tag a stored source shows published:
 # Docker Hub's page for vllm/vllm-openai:v0.12.0 (hub.docker.com/layers/vllm/vllm-openai/
@@ -23,6 +25,18 @@ VLLM_IMAGE = "vllm/vllm-openai:v0.12.0"
 S3_FETCH_IMAGE = "amazon/aws-cli:2.22.0"
 DEFAULT_PORT = 8000
 IMAGE = r"^[^\s\x00-\x1f-][^\s\x00-\x1f]{0,511}$"
+
+
+def _cidrs(ranges: list[str] | None) -> list[str] | None:
+    """Each a network (10.0.0.0/8, 203.0.113.7/32), written as the API keeps it."""
+    if ranges is None:
+        return None
+    if len(ranges) > 64:
+        raise ValueError("at most 64 CIDRs")
+    try:
+        return [str(ipaddress.ip_network(r, strict=False)) for r in ranges]
+    except ValueError as exc:
+        raise ValueError(f"not a CIDR: {exc}") from None
 
 
 class KubernetesServerAccess(ClusterAccess, ServerSettings):
@@ -72,6 +86,33 @@ class KubernetesServerSettings(KubernetesServerAccess):
         Literal["ClusterIP", "LoadBalancer"],
         Field(description="ClusterIP (via API proxy) or internal LoadBalancer."),
     ] = "ClusterIP"
+    # The documents reach their endpoint from a laptop; vLLM's API has no auth by
+    # default, so a public one is a choice made twice (expose, then confirm).
+    expose: Annotated[
+        Literal["internal", "internet"],
+        Field(description="internet: public LoadBalancer (needs confirm)."),
+    ] = "internal"
+    confirm: Annotated[Confirm, Field(description="Confirms expose=internet.")] = False
+    source_ranges: Annotated[
+        list[str] | None,
+        Field(description="CIDRs the LoadBalancer admits."),
+        AfterValidator(_cidrs),
+    ] = None
+    api_key_secret: Annotated[
+        str | None,
+        Field(max_length=253, pattern=DNS_NAME, description="Secret (key 'token'): API key."),
+    ] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _internet_is_a_load_balancer(cls, data: Any) -> Any:
+        """expose=internet means a LoadBalancer Service: implied when service_type is left
+        out; a ClusterIP asked for with it is a contradiction, refused."""
+        if isinstance(data, dict) and data.get("expose") == "internet":
+            if data.get("service_type", "LoadBalancer") != "LoadBalancer":
+                raise ValueError("expose=internet needs service_type=LoadBalancer (or none)")
+            data = {**data, "service_type": "LoadBalancer"}
+        return data
 
     @property
     def served_port(self) -> int:

@@ -14,6 +14,7 @@ How a tool outside the cluster reaches the server (the smoke request and `endpoi
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 
 from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
-from skills.kube import load_balancer
+from skills.kube import load_balancer, namespaces
 from skills.kube.client import UNREAD, KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.kube.objects import kind_path
@@ -33,6 +34,7 @@ from skills.model_server.kubernetes.manifest import (
     MODEL_ANNOTATION,
     PROGRESS_DEADLINE_S,
     check_name,
+    exposure_warnings,
     render,
 )
 from skills.model_server.kubernetes.settings import (
@@ -40,6 +42,7 @@ from skills.model_server.kubernetes.settings import (
     KubernetesServerAccess,
     KubernetesServerSettings,
 )
+from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.ownership import (
@@ -106,8 +109,15 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
     def plan(self, name: str, model: str, settings: KubernetesServerSettings) -> ServerPlan:
         objects = render(name, model, settings)
         container = objects[0]["spec"]["template"]["spec"]["containers"][0]
+        if settings.namespace not in namespaces.ALWAYS_THERE:  # created by deploy if missing
+            objects.insert(0, namespaces.namespace_object(settings.namespace))
         return ServerPlan(
-            name=name, model=model, target=self.name, objects=objects, argv=container["command"]
+            name=name,
+            model=model,
+            target=self.name,
+            objects=objects,
+            argv=container["command"],
+            warnings=exposure_warnings(settings),
         )
 
     def deploy(
@@ -117,13 +127,18 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         progress: Progress,
         wait_seconds: float | None,
     ) -> ServerState:
+        self.require_startable(settings)
         kube = self._client(settings)
         instead = "deploy it under another name"
         found = self._ours(kube, plan.name, settings, instead)  # before any write
         if settings.service_type == "LoadBalancer":
             self._require_load_balancer_controller(kube, settings)
-        _require_s3_identity(kube, plan.objects[0])
+        deployment = next(o for o in plan.objects if o["kind"] == "Deployment")
+        _require_s3_identity(kube, deployment)
         for obj in plan.objects:  # exactly the plan, each object checked at its write
+            if obj["kind"] == "Namespace":  # created when missing, never applied over
+                namespaces.ensure(kube, obj["metadata"]["name"])
+                continue
             kube.apply_owned(
                 obj, f"It is not a model server of this suite's: {instead}.",
                 label=MODEL_SERVER_LABEL, value=plan.name, current=found.get(obj["kind"], UNREAD),
@@ -133,7 +148,17 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         state = self._follow(kube, plan.name, settings, progress, wait)
         if state.status != "ready":
             return state
-        return self._smoke(kube, state)
+        return self._smoke(kube, state, _api_key(kube, settings))
+
+    def require_startable(self, settings: KubernetesServerSettings) -> None:
+        """expose=internet only with confirm: the warning is the question asked."""
+        if settings.expose == "internet":
+            require_confirm(
+                settings.confirm,
+                " ".join(exposure_warnings(settings)),
+                "to serve it on the internet",
+                {"expose": "internet", "source_ranges": settings.source_ranges},
+            )
 
     @staticmethod
     def _require_load_balancer_controller(
@@ -197,33 +222,48 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
 
     @staticmethod
     def _call(
-        kube: KubeJson, base: str, method: str, path: str, body: dict[str, Any] | None = None
+        kube: KubeJson,
+        base: str,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        key: str | None = None,
     ) -> Any:
         """One request to the server: through the API server's proxy when `base` is it
-        (the client adds the cluster's credentials), else plain HTTP to the load balancer."""
+        (the client adds the cluster's credentials), else plain HTTP to the load balancer
+        (with the server's API key, when it has one)."""
         host = kube.host.rstrip("/")
         if base.startswith(host + "/"):  # the endpoint _endpoint made: the service proxy
             return kube.json(method, base[len(host) :] + path, body=body)
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(base + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
+        if key:
+            request.add_header("Authorization", f"Bearer {key}")
         with urllib.request.urlopen(request, timeout=SMOKE_TIMEOUT_S) as response:  # noqa: S310
             return json.loads(response.read())
 
-    def _smoke(self, kube: KubeJson, state: ServerState) -> ServerState:
-        """GET /v1/models (the served name is listed), then one chat completion."""
+    def _smoke(self, kube: KubeJson, state: ServerState, key: str | None = None) -> ServerState:
+        """GET /v1/models (the served name is listed), then one chat completion (with the
+        API key `key`, when the server has one)."""
         if state.endpoint is None:
             return state.model_copy(
                 update={"message": "Ready; the load balancer has no address yet: no smoke."}
             )
+        if key and state.endpoint.startswith(kube.host.rstrip("/") + "/"):
+            # The API server's proxy takes its own Authorization header, not the server's.
+            return state.model_copy(
+                update={"message": "Ready; /v1 needs the API key, which the API server's "
+                        "proxy cannot pass: no smoke (a port-forward with the key can)."}
+            )  # fmt: skip
         name = state.name
         try:
-            models = self._call(kube, state.endpoint, "GET", "/v1/models")
+            models = self._call(kube, state.endpoint, "GET", "/v1/models", key=key)
             ids = [m.get("id") for m in (models or {}).get("data") or []]
             if name not in ids:
                 raise ValueError(f"/v1/models lists {ids}, not {name!r}")
             body = smoke_chat(name)
-            answer = self._call(kube, state.endpoint, "POST", "/v1/chat/completions", body)
+            answer = self._call(kube, state.endpoint, "POST", "/v1/chat/completions", body, key=key)
             text = answer["choices"][0]["message"]["content"]
         except ToolFailure:
             raise
@@ -272,6 +312,8 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         name = deployment["metadata"]["name"]
         wanted, ready, failure = rollout(deployment)
         endpoint, curl = self._endpoint(kube, service, name, settings)
+        if curl and curl.startswith("curl ") and _has_api_key(deployment):
+            curl = curl.replace("curl ", 'curl -H "Authorization: Bearer $VLLM_API_KEY" ', 1)
         model = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
             MODEL_ANNOTATION, ""
         )
@@ -421,6 +463,31 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         if patched is None:
             return self._state(kube, name, settings)
         return self._describe(kube, patched, settings, _service(kube, patched, settings))
+
+
+def _has_api_key(deployment: dict[str, Any]) -> bool:
+    """Whether the server's container takes VLLM_API_KEY (api_key_secret)."""
+    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return any(
+        e.get("name") == "VLLM_API_KEY"
+        for c in spec.get("containers") or []
+        for e in c.get("env") or []
+    )
+
+
+def _api_key(kube: KubeJson, settings: KubernetesServerSettings) -> str | None:
+    """The server's API key, read from its Secret for the smoke request only (never
+    logged, never in a result); None without api_key_secret or a readable key."""
+    if not settings.api_key_secret:
+        return None
+    secret = kube.get_or_none(kind_path("Secret", settings.namespace, settings.api_key_secret))
+    encoded = ((secret or {}).get("data") or {}).get("token")
+    if not encoded:
+        return None
+    try:
+        return base64.b64decode(encoded).decode().strip() or None
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _preconditions(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require
 from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.cloud.registry_credentials import ECR_HOST_PATTERN
+from skills.kube import namespaces
 from skills.kube import pods as kube_pods
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
@@ -104,6 +105,9 @@ class KubernetesPlan(Plan):
 
     target: Literal["kubernetes"] = "kubernetes"
     namespace: str
+    new_namespace: bool | None = Field(
+        default=None, description="Submit creates the namespace (None: cluster not asked)."
+    )
     image_uri: str
     image_source: str = Field(description="'image_uri', or the ECR repository it came from.")
     manifest: dict[str, Any] = Field(description="The PyTorchJob, as created.")
@@ -136,7 +140,7 @@ class KubernetesPlan(Plan):
     def to_display(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [
             ("image", f"{self.image_uri} ({self.image_source})"),
-            ("namespace", self.namespace),
+            ("namespace", self.namespace + _NEW_NAMESPACE.get(self.new_namespace, "")),
         ]
         if self.hf_token_secret:
             rows.append(("secret", f"{self.hf_token_secret} <- HF_TOKEN"))
@@ -149,6 +153,12 @@ class KubernetesPlan(Plan):
         rows += [("warning", w) for w in self.warnings]
         rows.append(("manifest", "\n" + yaml.safe_dump(self.manifest, sort_keys=False)))
         return rows
+
+
+_NEW_NAMESPACE = {
+    True: " (created, labelled fsdp-eks: the cluster lacks it)",
+    None: " (created if the cluster lacks it: not checked)",
+}
 
 
 def image_repository(settings: Any) -> tuple[str | None, str | None]:
@@ -295,6 +305,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             )
         return KubernetesPlan(
             namespace=settings.namespace,
+            new_namespace=self._namespace_missing(),
             image_uri=image,
             image_source=source,
             manifest=manifest,
@@ -320,6 +331,15 @@ class KubernetesTarget(Target[KubernetesPlan]):
             return self.reader.get_or_none(path), True
         except ToolFailure:
             return None, False
+
+    def _namespace_missing(self) -> bool | None:
+        """Whether submit will create the namespace (None: the cluster could not be asked)."""
+        if self.namespace in namespaces.ALWAYS_THERE:
+            return False
+        try:
+            return namespaces.missing(self.reader, self.namespace)
+        except ToolFailure:
+            return None
 
     def _require_service_account(self, plan: KubernetesPlan) -> None:
         """A pod naming a ServiceAccount that does not exist is never created (the API's
@@ -391,6 +411,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if existing is not None:
             self._delete_and_wait(job_name)
         self._warnings += self._quota_warnings(plan, nodes)  # after: the old job's GPUs free
+        namespaces.ensure(reader, self.namespace)  # the first write: everything lives in it
         if plan.hf_token_secret:
             token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
             reader.put_secret(plan.hf_token_secret, {"token": token})
