@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.progress import CancellableProgress
 from skills.shared.results import ToolResult
-from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
+from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of, token_argument
 
 EXIT_INTERRUPTED = 130
 
@@ -37,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
             f"{self.prog}: {message}",
             f"Run `{self.prog} --help` for the flags.",
         )
-        _print_failure(failure, as_json=self.as_json)
+        print_failure(failure, as_json=self.as_json)
         raise SystemExit(failure.exit_status)
 
 
@@ -151,6 +151,11 @@ def parse_flags(spec: ToolSpec, argv: Sequence[str]) -> tuple[dict[str, Any], bo
     and whether --json was given. Usage errors exit 2, as JSON under --json."""
     parser = build_parser(spec)
     parser.as_json = "--json" in argv
+    for arg in argv:  # --hf_token hf_...: where it goes, before argparse quotes the value
+        name = arg[2:].partition("=")[0].replace("-", "_") if arg.startswith("--") else ""
+        if name and (failure := token_argument(name, spec.params)) is not None:
+            print_failure(failure, as_json=parser.as_json)
+            raise SystemExit(failure.exit_status)
     flat = vars(parser.parse_args(argv))
     as_json = flat.pop("json")
     for dest in parser.dict_flags:
@@ -179,7 +184,7 @@ def _say(text: str, stream: typing.TextIO | None = None) -> None:
     print(_printable(text), file=stream or sys.stdout)
 
 
-def _print_failure(failure: ToolFailure, as_json: bool) -> None:
+def print_failure(failure: ToolFailure, as_json: bool) -> None:
     if as_json:
         _say(json.dumps(failure.to_dict(), indent=2))
     _say(f"error [{failure.code}]: {failure.message}", sys.stderr)
@@ -277,7 +282,7 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
             else:
                 result = spec.invoke(args, progress)
     except ToolFailure as failure:
-        _print_failure(failure, as_json)
+        print_failure(failure, as_json)
         return failure.exit_status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

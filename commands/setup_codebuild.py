@@ -24,14 +24,14 @@ def setup_codebuild(
     project_name: ProjectName,
     region: Region,
     ecr_repository: Annotated[
-        str,
+        str | None,
         Field(
             pattern=r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$",
             min_length=2,
             max_length=256,
-            description="ECR repository name.",
+            description="ECR repository name (default: project_name).",
         ),
-    ],
+    ] = None,
     source_url: Annotated[
         str | None,
         Field(
@@ -75,7 +75,7 @@ def setup_codebuild(
     settings = plan.Settings(
         project_name=project_name,
         region=region,
-        ecr_repository=ecr_repository,
+        ecr_repository=ecr_repository or "",  # none given: the project's name
         source_url=source_url or "",  # none given: the project's git remote
         branch=branch,
         webhook=webhook,

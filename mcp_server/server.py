@@ -27,6 +27,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, Tool
 
+from commands._old_names import redirect
 from mcp_server.frames import CheckedFrames
 from mcp_server.lean import bounded_tail, lean_data
 from mcp_server.listing import (
@@ -300,7 +301,9 @@ class ToolServer(MCPServer):
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> Any:
         spec = self.spec(name)
-        if spec is None:
+        if spec is None:  # an old name of a tool (build_docker_image): the exact call
+            if (renamed := redirect(name, arguments or {})) is not None:
+                return error_result(renamed, self.nest_step)
             return await super().call_tool(name, arguments, context)
         if context is None:
             context = Context(mcp_server=self, subscriptions=self._subscriptions)

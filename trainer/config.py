@@ -299,14 +299,44 @@ def _cross_field_problems(cfg: TrainConfig) -> list[str]:
             problems.append("n_heads must be divisible by n_kv_heads")
         if m.head_dim % 2:
             problems.append("head_dim must be even for RoPE")
-    dataset = cfg.data.dataset
-    if dataset is not None and _looks_local(dataset) and not os.path.exists(dataset):
-        problems.append(f"dataset {dataset!r} does not exist")
+    for name in ("dataset", "tokenizer"):
+        if (problem := missing_local(name, getattr(cfg.data, name))) is not None:
+            problems.append(problem)
     return problems
 
 
-def _looks_local(source: str) -> bool:
+def device_problems(cfg: TrainConfig, has_gpu: bool) -> list[str]:
+    """What the settings ask of a GPU a run without one cannot give (checked by the
+    trainer at start, and by a plan that knows the host's GPUs)."""
+    if cfg.parallel.cpu_offload and not has_gpu:
+        return ["cpu_offload moves GPU memory to the host; this run has no GPU"]
+    return []
+
+
+def missing_local(name: str, source: str | None) -> str | None:
+    """`source` names a local path (not an s3:// URI, not a hub name) that is not there:
+    the problem, in a few words; else None."""
+    if source is None or not looks_local(source) or _exists(source):
+        return None
+    return f"{name} {source!r} does not exist"
+
+
+# A value with one of these endings names a file, never a hub repo: data/train.jsonl that
+# is not on disk is a missing file (trainer/hub.py's is_hub_id reads the same tuple).
+FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".safetensors")
+
+
+def _exists(source: str) -> bool:
+    return os.path.exists(os.path.expanduser(source))
+
+
+def looks_local(source: str) -> bool:
     """A path, not an s3:// URI or a hub name like 'org/name' that is not on disk."""
     if source.startswith("s3://"):
         return False
-    return os.path.isabs(source) or source.startswith(".") or os.path.exists(source)
+    return (
+        os.path.isabs(source)
+        or source.startswith((".", "~"))
+        or source.endswith(FILE_SUFFIXES)
+        or _exists(source)
+    )

@@ -13,12 +13,13 @@ turns into a JSON error line and exit code 2.
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import os
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from trainer import hf
+from trainer import hf_config
 from trainer.config import (
     SECTIONS,
     SHARDING_SPELLINGS,
@@ -158,11 +159,11 @@ def env_settings(environ: Mapping[str, str]) -> dict[str, Any]:
 def base_model(cfg: TrainConfig) -> ModelConfig:
     """The model before overrides: an HF checkpoint's config.json, else the preset."""
     if cfg.model_name_or_path:
-        return hf.read_model_config(cfg.model_name_or_path, cfg.trust_remote_code)
+        return hf_config.read_model_config(cfg.model_name_or_path, cfg.trust_remote_code)
     name = preset_name(cfg.model_type)
     if name is None:
         raise ConfigError(unknown_model_type(cfg.model_type))
-    preset = dict(PRESETS[name])
+    preset = copy.deepcopy(PRESETS[name])  # its hf_config is the run's own to keep
     if preset.get("rope_scaling") is not None:
         preset["rope_scaling"] = RopeScaling(**preset["rope_scaling"])
     return ModelConfig(**preset)

@@ -23,30 +23,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from trainer.config import ConfigError
 from trainer.data import IGNORE_INDEX
-
-# ModelConfig fields the trainer reads (sizes for the vocabulary check, FLOPs, the
-# memory estimate) -> the HF config keys that may hold them, first found wins.
-SHAPE_KEYS = {
-    "dim": ("hidden_size", "n_embd", "d_model"),
-    "n_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "n_heads": ("num_attention_heads", "n_head"),
-    "n_kv_heads": ("num_key_value_heads", "num_attention_heads", "n_head"),
-    "vocab_size": ("vocab_size",),
-    "ffn_hidden_dim": ("intermediate_size", "n_inner"),
-    "max_seq_len": ("max_position_embeddings", "n_positions", "n_ctx"),
-    "tie_word_embeddings": ("tie_word_embeddings",),
-}
+from trainer.hf_config import SHAPE_KEYS, shape_value
+from trainer.materialize import fill_normal_rows
 
 
 def shape_fields(hf: dict[str, Any]) -> dict[str, Any]:
     """The ModelConfig shape fields an HF config.json holds (others keep their defaults)."""
     fields: dict[str, Any] = {}
-    for ours, keys in SHAPE_KEYS.items():
-        value = next((hf[k] for k in keys if hf.get(k) is not None), None)
-        if value is not None:
+    for ours in SHAPE_KEYS:
+        if (value := shape_value(hf, ours)) is not None:
             fields[ours] = value
     # GPT-2 style configs leave the FFN width implicit (4 x hidden) and tie by default.
     if "ffn_hidden_dim" not in fields and "dim" in fields:
@@ -138,3 +127,21 @@ def materialize(model: nn.Module, device: torch.device) -> None:
         # _init_weights also re-initializes the module's own parameters: harmless, as
         # the checkpoint (or the resumed state) is loaded over them afterwards.
         model._init_weights(model.get_submodule(name))  # type: ignore[operator]
+
+
+@torch.no_grad()
+def init_random(model: nn.Module, seed: int, std: float = 0.02) -> None:
+    """A family model trained from scratch (a preset such as gpt2, no checkpoint): every
+    matrix Normal(0, std) (the config's initializer_range), biases zero, norm weights
+    one; each rank draws only its own rows, the same rows whatever the sharding."""
+    std = float(getattr(getattr(model, "config", None), "initializer_range", std) or std)
+    seen: set[int] = set()
+    for key, (name, param) in enumerate(model.named_parameters()):
+        if id(param) in seen:  # a tied weight: drawn once, as its first name
+            continue
+        seen.add(id(param))
+        local = param.to_local() if isinstance(param, DTensor) else param
+        if param.dim() >= 2:
+            fill_normal_rows(param, seed, key, std)
+        else:
+            local.fill_(0.0 if name.endswith("bias") else 1.0)

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from trainer import storage
-from trainer.config import ConfigError
+from trainer.config import FILE_SUFFIXES, ConfigError
 
 # The hub's own rule for repo ids (huggingface_hub's validate_repo_id), with the org.
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a pinned revision: what it names never changes
-FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".safetensors")
 # What a training job needs of a model repo: never its .bin/.pt/.gguf duplicates.
 MODEL_FILES = (
     "config.json",

@@ -93,6 +93,33 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rope_scaling": LLAMA_31_ROPE,
         "norm_eps": 1e-5,
     },
+    # openai-community/gpt2 (124M): the GPT-2 family, built by transformers' GPT2 classes
+    # from its config.json (trainer/families.py); the fields above it only size it.
+    "gpt2": {
+        "dim": 768,
+        "n_layers": 12,
+        "n_heads": 12,
+        "n_kv_heads": 12,
+        "vocab_size": 50257,
+        "ffn_hidden_dim": 3072,
+        "max_seq_len": 1024,
+        "tie_word_embeddings": True,
+        "hf_config": {
+            "model_type": "gpt2",
+            "architectures": ["GPT2LMHeadModel"],
+            "vocab_size": 50257,
+            "n_positions": 1024,
+            "n_embd": 768,
+            "n_layer": 12,
+            "n_head": 12,
+            "activation_function": "gelu_new",
+            "layer_norm_epsilon": 1e-5,
+            "initializer_range": 0.02,
+            "bos_token_id": 50256,
+            "eos_token_id": 50256,
+            "tie_word_embeddings": True,
+        },
+    },
 }
 
 
@@ -108,7 +135,6 @@ ALIASES: dict[str, str] = {
 # Names those documents use that are no preset here, and what to pass instead. A
 # name here is refused at plan time and by the trainer with this advice.
 NOT_PRESETS: dict[str, str] = {
-    "gpt2": "GPT-2 has no preset; pass --model_name_or_path of an HF gpt2 checkpoint",
     "gpt_neox": "GPT-NeoX has no preset; pass --model_name_or_path of an HF checkpoint",
     "mistral": "Mistral has no preset; pass --model_name_or_path of an HF Mistral checkpoint",
     "mixtral": "Mixtral (mixture of experts) is not supported by this trainer",

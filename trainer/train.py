@@ -47,7 +47,7 @@ from trainer.checkpoint import (
     staging_plan,
     staging_root,
 )
-from trainer.config import ConfigError, TrainConfig
+from trainer.config import ConfigError, TrainConfig, device_problems
 from trainer.config_loader import load_config
 from trainer.data import (
     HUB_SPLIT,
@@ -137,8 +137,8 @@ def _train(
     backend: str,
     stop: StopRequest,
 ) -> dict[str, Any]:
-    if cfg.parallel.cpu_offload and device.type != "cuda":
-        raise ConfigError("cpu_offload moves GPU memory to the host; this run has no GPU")
+    if problems := device_problems(cfg, has_gpu=device.type == "cuda"):
+        raise ConfigError("; ".join(problems))
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     data = build_data(cfg, tokenizer, env)
     checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer, device.type)
@@ -349,6 +349,8 @@ def init_weights(model: nn.Module, cfg: TrainConfig, device: torch.device, resum
         hf.load_hf_weights(model, cfg.model_name_or_path)
     elif isinstance(model, Transformer):
         init_random(model, cfg.seed, on_device=device.type == "cuda")
+    else:  # a family preset (gpt2) trained from scratch
+        families.init_random(model, cfg.seed)
 
 
 def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:

@@ -18,8 +18,47 @@ from skills.shared.next_step import NextStep
 from skills.shared.progress import NullProgress, Progress
 
 STEPS = 5
+# The account id in a plan made without credentials (ARNs show where it goes).
+ACCOUNT_UNREAD = "<ACCOUNT_ID>"
 # IAM is eventually consistent: a role just created may not be assumable by CodeBuild yet.
 ROLE_PROPAGATION_TRIES = 10
+
+
+# What a dry run without AWS credentials answers for each read it would make: the
+# account's resources as absent (a new account), so it lists every write there is to
+# make; the result says which reads it did not make. (http status, body or error code)
+ABSENT: dict[str, tuple[int, Any]] = {
+    "GetCallerIdentity": (200, {"Account": ACCOUNT_UNREAD, "Arn": "", "UserId": ""}),
+    "DescribeRepositories": (400, "RepositoryNotFoundException"),
+    "GetLifecyclePolicy": (400, "LifecyclePolicyNotFoundException"),
+    "GetRole": (404, "NoSuchEntity"),
+    "GetRolePolicy": (404, "NoSuchEntity"),
+    "DescribeLogGroups": (200, {"logGroups": []}),
+    "BatchGetProjects": (200, {"projects": []}),
+}
+
+
+def has_credentials(session: Any) -> bool:
+    """Whether boto3's chain finds AWS credentials (env, files, SSO, instance role)."""
+    return session.get_credentials() is not None
+
+
+def _answer_as_absent(client: Any, unread: list[str]) -> None:
+    """Make `client` answer ABSENT's reads itself, without a request (no credentials
+    needed), noting each in `unread`; botocore's own before-call event, as its Stubber."""
+    from botocore.awsrequest import AWSResponse
+
+    def answer(model: Any, **_: Any) -> tuple[Any, dict[str, Any]] | None:
+        if model.name not in ABSENT:
+            return None  # not a read of the plan: botocore asks for credentials
+        status, body = ABSENT[model.name]
+        unread.append(f"{model.service_model.service_name}.{model.name}")
+        if status >= 300:
+            body = {"Error": {"Code": body, "Message": "not read: no AWS credentials"},
+                    "ResponseMetadata": {"HTTPStatusCode": status}}  # fmt: skip
+        return AWSResponse(None, status, {}, None), body
+
+    client.meta.events.register("before-call.*.*", answer)
 
 
 class Applier:
@@ -27,12 +66,20 @@ class Applier:
         self.s = settings
         self.dry_run = dry_run
         session = session or aws_session(region=settings.region)
-        self.client = lambda name: session.client(name, region_name=settings.region)
+        # A dry run with no credentials still lists its writes: every resource as new.
+        self.unread: list[str] | None = [] if dry_run and not has_credentials(session) else None
+        self.client = lambda name: self._client(session, name)
         self.ecr, self.iam, self.logs = self.client("ecr"), self.client("iam"), self.client("logs")
         self.codebuild = self.client("codebuild")
         self.calls: list[PlannedCall] = []
         self.resources: list[ResourceChange] = []
         self.role_created = False
+
+    def _client(self, session: Any, name: str) -> Any:
+        client = session.client(name, region_name=self.s.region)
+        if self.unread is not None:
+            _answer_as_absent(client, self.unread)
+        return client
 
     def write(self, service: str, operation: str, fn: Callable[..., Any], **params: Any) -> Any:
         self.calls.append(PlannedCall(service=service, operation=operation, params=params))
@@ -157,8 +204,14 @@ class Applier:
 
 
 def apply(
-    settings: plan.Settings, dry_run: bool, progress: Progress | None = None, session: Any = None
+    settings: plan.Settings,
+    dry_run: bool,
+    progress: Progress | None = None,
+    session: Any = None,
+    settings_notes: tuple[str, ...] = (),
 ) -> PipelineResult:
+    """The pipeline brought to `settings` (a dry run: its writes listed); settings_notes:
+    what the caller decided for the user (a default taken), said in the result."""
     progress = progress or NullProgress()
     source = plan.parse_source(settings.source_url)
     applier = Applier(settings, dry_run, session)
@@ -183,8 +236,16 @@ def apply(
         status = "unchanged"
     else:
         status = "created" if "created" in actions else "updated"
+    notes = list(settings_notes)
+    if applier.unread is not None:
+        notes.append(
+            "no AWS credentials: nothing was read, so every resource is listed as new in "
+            f"account {ACCOUNT_UNREAD}; with credentials the same dry run reads "
+            + ", ".join(dict.fromkeys(applier.unread))
+        )
     return PipelineResult(
         status=status,
+        notes=notes,
         dry_run=dry_run,
         project_name=settings.project_name,
         region=settings.region,

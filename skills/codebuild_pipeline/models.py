@@ -37,11 +37,13 @@ class PipelineResult(ToolResult):
     source_type: str
     resources: list[ResourceChange]
     calls: list[PlannedCall] = Field(default_factory=list)  # writes made, or planned
+    notes: list[str] = Field(default_factory=list, description="Defaults taken, reads not made.")
     next_step: NextStep | None = None
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [("status", self.status), ("project", self.project_name)]
         rows += [(f"{r.kind} {r.name}", r.action) for r in self.resources]
+        rows += [("note", note) for note in self.notes]
         return rows
 
 

@@ -18,9 +18,14 @@ from skills.shared.progress import Progress
 from skills.shared.tooling import ToolSpec
 from skills.training_job_deployer.job_cost import dry_run_cost
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.memory_estimate import model_label, toy_model_warning
+from skills.training_job_deployer.memory_estimate import (
+    alias_note,
+    model_label,
+    toy_model_warning,
+)
 from skills.training_job_deployer.targets.base import Plan, Target
 from skills.training_job_deployer.targets.registry import DeployResult, get_target
+from skills.training_job_deployer.trainer_checks import check_trainer_config
 
 if TYPE_CHECKING:
     from skills.operations.operation_state import OperationState
@@ -47,6 +52,8 @@ def deploy(tool: ToolSpec, call: DeployCall, progress: Progress | None) -> Deplo
     auto_retry, max_retries, include_plan = call.auto_retry, call.max_retries, call.include_plan
     runner = get_target(target)
     job = runner.fitted(job)  # e.g. gpu_per_node from the instance type, for every attempt
+    # What the trainer refuses at start, refused before anything is planned.
+    check_trainer_config(job, target.job_runs_here, runner.host_gpus())
     if auto_retry:
         require_support(runner)
     plan = _plan(runner, job, target, _retry_args(auto_retry, max_retries))
@@ -99,9 +106,10 @@ def deploy(tool: ToolSpec, call: DeployCall, progress: Progress | None) -> Deplo
 
 
 def _model_warnings(job: JobSpec, runner: Target[Any]) -> list[str]:
-    """A toy model on a cluster is said loudly: the default trains 0.5M parameters."""
+    """A toy model on a cluster is said loudly (the default trains 0.5M parameters), and
+    so is the size an alias (llama_v3) means."""
     toy = toy_model_warning(job) if runner.on_cluster else None
-    return [toy] if toy else []
+    return [w for w in (toy, alias_note(job)) if w]
 
 
 def _plan(runner: Target[Any], job: JobSpec, target: Any, retry_args: dict[str, Any]) -> Plan:

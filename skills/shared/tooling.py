@@ -35,7 +35,7 @@ from skills.shared.errors import ErrorCode, ToolFailure, bad_fields, invalid_inp
 from skills.shared.next_step import NextStep
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
-from skills.shared.secrets import looks_like_secret
+from skills.shared.secrets import is_secret_name, looks_like_secret
 
 PROGRESS_PARAM = "progress"
 WAIT_PARAM = "wait_seconds"
@@ -128,6 +128,9 @@ class ToolSpec:
 
     def parse(self, raw: Mapping[str, Any]) -> BaseModel:
         """Validate raw arguments (strings from a CLI, JSON from MCP) or raise ToolFailure."""
+        for name in raw:
+            if (failure := token_argument(str(name), self.params)) is not None:
+                raise failure
         refuse_secrets(raw)
         try:
             return self.params.model_validate(dict(raw))
@@ -180,6 +183,32 @@ SECRET_HINT = (
     "Set it in the environment instead (e.g. HF_TOKEN=... for Hugging Face, AWS_* for "
     "AWS); the job inherits it."
 )
+
+
+# Where a token the documents pass as an argument (hf_token="hf_...") goes instead.
+TOKEN_HOMES = {
+    "HF_TOKEN": "export HF_TOKEN in the environment you call from (the shell that starts "
+    "the CLI or the MCP client): local and Slurm jobs inherit it, and on Kubernetes "
+    "deploy_training_job puts it in the job's Secret fsdp-eks-hf-token, never in the manifest",
+}
+
+
+def token_argument(name: str, params: type[BaseModel]) -> ToolFailure | None:
+    """A token given as an argument no tool takes (hf_token): refused saying where it
+    goes instead (its environment variable). Its value is never read, so never echoed."""
+    if name in params.model_fields or not is_secret_name(name):
+        return None
+    variable = {"HUGGINGFACE_TOKEN": "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN": "HF_TOKEN"}.get(
+        name.upper(), name.upper()
+    )
+    return ToolFailure(
+        ErrorCode.INVALID_INPUT,
+        f"{name} is not an argument: tokens never ride in tool calls (they would land "
+        "in plans, records and logs).",
+        TOKEN_HOMES.get(variable, f"export {variable} in the environment you call from; "
+                        "the job inherits it"),
+        {"problems": [{"field": name, "problem": f"a token: set {variable} instead"}]},
+    )  # fmt: skip
 
 
 def _strings(value: Any) -> typing.Iterator[tuple[str, str]]:

@@ -19,7 +19,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     StringConstraints,
+    model_validator,
 )
 
 from skills.shared.paths import LocalPath
@@ -32,6 +35,18 @@ S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
 # One argv element the trainer reads as a value: no control characters, and no leading
 # '-' or space (a leading '-' would be parsed as a flag).
 ARG_VALUE = r"^[^-\s\x00-\x1f][^\x00-\x1f]*$"
+
+
+def known_model_type(value: str) -> str:
+    """`value` as given, when it names a preset (itself or an alias); else ValueError
+    naming the valid names."""
+    preset_name(value)
+    return value
+
+
+# torchrun_path: an absolute path or a bare program name (the launcher on the job's hosts).
+# Its length is bounded in the pattern, not the schema (no bytes in every tools/list).
+TORCHRUN_PATH = r"(?=.{1,1024}$)(?:(/[A-Za-z0-9._+-]+)+|[A-Za-z0-9._+-]+)"
 
 
 # A Hugging Face hub id, `org/name`: the trainer downloads it (model, tokenizer) or streams
@@ -193,9 +208,9 @@ class JobSpec(BaseModel):
     model_type: Annotated[
         str,
         Field(pattern=r"^[a-z0-9_]+$", description="Model preset (debug: tiny, CPU)."),
-        # An alias (llama_v3) becomes the preset it names; an unknown name is refused
-        # here, with the valid ones, not in every pod at start.
-        AfterValidator(preset_name),
+        # An unknown name is refused here, with the valid ones, not in every pod at
+        # start; an alias (llama_v3) becomes the preset it names (_resolve_model_type).
+        AfterValidator(known_model_type),
         TrainerFlag(),
     ] = "debug"
     model_name_or_path: Annotated[
@@ -378,6 +393,38 @@ class JobSpec(BaseModel):
     # Every target sets these for every process, after its own (NCCL_DEBUG=INFO replaces
     # the Kubernetes target's WARN).
     env: JobEnv = {}
+    # The launcher, not a trainer flag: a program name or an absolute path, never a shell
+    # string (it is argv[0] of the launch on the job's hosts).
+    torchrun_path: Annotated[
+        str | None,
+        Field(description="torchrun to launch (absolute path or name; default: torchrun)."),
+        grammar(TORCHRUN_PATH, "an absolute path or a program name, no spaces or quotes"),
+    ] = None
+    # The name the caller gave model_type when it was an alias (llama_v3): the plan says
+    # which preset it means and the family's other sizes.
+    _model_alias: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _resolve_model_type(
+        cls, data: object, handler: ModelWrapValidatorHandler[JobSpec]
+    ) -> JobSpec:
+        """model_type as the preset it names, the alias it was given remembered."""
+        asked = data.get("model_type") if isinstance(data, Mapping) else None
+        try:
+            preset = preset_name(asked) if isinstance(asked, str) else None
+        except ValueError:  # the field's own check refuses it, naming the valid names
+            preset = None
+        if not isinstance(data, Mapping) or preset is None or preset == asked:
+            return handler(data)
+        spec = handler({**data, "model_type": preset})
+        spec._model_alias = asked
+        return spec
+
+    @property
+    def model_alias(self) -> str | None:
+        """The alias model_type was given as (None: the preset's own name)."""
+        return self._model_alias
 
     def trainer_args(self) -> list[str]:
         return trainer_argv(self)
@@ -413,6 +460,14 @@ def trainer_argv(spec: JobSpec) -> list[str]:
 
 
 TRAINER_FIELDS = tuple(trainer_flags())
+
+
+def launcher(spec: JobSpec, python: str | None) -> list[str]:
+    """argv's start on every target: the job's torchrun_path, else torchrun of `python`
+    (`python -m torch.distributed.run`), else (None) `torchrun` on the PATH."""
+    if spec.torchrun_path:
+        return [spec.torchrun_path]
+    return ["torchrun"] if python is None else [python, "-m", "torch.distributed.run"]
 
 
 # Fields of the job tools that are not part of the job itself.

@@ -33,7 +33,7 @@ from skills.catalog.instances import instance_spec
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.reading import load_json
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.model_names import PRESET_SHAPES, TOY_PRESETS
+from skills.training_job_deployer.model_names import PRESET_SHAPES, TOY_PRESETS, family_sizes
 
 GIB = 1024**3
 STATE_BYTES = 16  # fp32 param + fp32 grad + AdamW exp_avg + exp_avg_sq
@@ -163,6 +163,22 @@ def model_label(spec: JobSpec) -> str:
     return f"{name} ({size})"
 
 
+def preset_label(preset: str) -> str:
+    """A preset and its size: "llama_v3_1b (1.24B parameters)"."""
+    return f"{preset} ({_count(ModelShape(*PRESET_SHAPES[preset]).params)})"
+
+
+def alias_note(spec: JobSpec) -> str | None:
+    """Said when model_type was an alias (the FSDP-on-EKS document's llama_v3): the size
+    it means, and the family's other sizes, so nobody trains 8B by accident."""
+    if spec.model_alias is None or spec.model_name_or_path is not None:
+        return None
+    others = ", ".join(preset_label(p) for p in family_sizes(spec.model_type))
+    return f"model_type {spec.model_alias!r} means {preset_label(spec.model_type)}" + (
+        f"; the other sizes: {others}" if others else ""
+    )
+
+
 def toy_model_warning(spec: JobSpec) -> str | None:
     """Said on a cluster target when the model is a CPU-sized toy preset (the default)."""
     if spec.model_name_or_path is not None or spec.model_type not in TOY_PRESETS:
@@ -240,7 +256,19 @@ def fixes(spec: JobSpec, shape: ModelShape, usable: int) -> list[str]:
     if not spec.cpu_offload:
         if spec_estimate(spec.model_copy(update={"cpu_offload": True}), shape).total <= usable:
             found.append("cpu_offload=true (states on the host; slower)")
-    return found
+    return found + smaller_presets(spec, shape, usable)
+
+
+def smaller_presets(spec: JobSpec, shape: ModelShape, usable: int) -> list[str]:
+    """The smaller sizes of the job's preset family that fit as the job is set."""
+    if spec.model_name_or_path is not None:
+        return []
+    return [
+        f"model_type='{preset}' ({_count(smaller.params)})"
+        for preset in family_sizes(spec.model_type)
+        if (smaller := ModelShape(*PRESET_SHAPES[preset])).params < shape.params
+        and spec_estimate(spec, smaller).total <= usable
+    ]
 
 
 def check_fits(spec: JobSpec, instance_type: str) -> dict[str, Any] | None:
@@ -261,8 +289,9 @@ def check_fits(spec: JobSpec, instance_type: str) -> dict[str, Any] | None:
     knobs = fixes(spec, shape, usable)
     raise ToolFailure(
         ErrorCode.GPU_MEMORY_EXCEEDED,
-        f"the model needs about {summary['total_gib']} GiB per GPU, more than the "
-        f"{summary['usable_gib']} GiB usable of {instance_type}'s {gib} GiB",
+        f"{model_label(spec)} needs about {summary['total_gib']} GiB per GPU, more than the "
+        f"{summary['usable_gib']} GiB usable of {instance_type}'s {gib} GiB"
+        + (f" ({note})" if (note := alias_note(spec)) else ""),
         ("any one of: " + ", ".join(knobs))
         if knobs
         else "no single knob fits it: combine more nodes, activation_checkpointing='full', "

@@ -18,6 +18,9 @@ PRESET_SHAPES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
     "llama_v3_1b": (2048, 16, 32, 8, 128256, 8192, True),
     "llama_v3_3b": (3072, 28, 24, 8, 128256, 8192, True),
     "llama_v3_8b": (4096, 32, 32, 8, 128256, 14336, False),
+    # GPT-2's MLP is two 768x3072 matrices: 2048 counts them in this table's 3-matrix
+    # (SwiGLU) block (124M parameters, as the trainer's start line says).
+    "gpt2": (768, 12, 12, 12, 50257, 2048, True),
 }
 # trainer/presets.py ALIASES: another document's name -> the preset it means.
 ALIASES: dict[str, str] = {
@@ -28,13 +31,25 @@ ALIASES: dict[str, str] = {
 }
 # trainer/presets.py NOT_PRESETS: names of such documents that are no preset here.
 NOT_PRESETS: dict[str, str] = {
-    "gpt2": "GPT-2 has no preset; pass --model_name_or_path of an HF gpt2 checkpoint",
     "gpt_neox": "GPT-NeoX has no preset; pass --model_name_or_path of an HF checkpoint",
     "mistral": "Mistral has no preset; pass --model_name_or_path of an HF Mistral checkpoint",
     "mixtral": "Mixtral (mixture of experts) is not supported by this trainer",
 }
 # The presets that exist so a CPU box runs a real job in a minute: not for a cluster.
 TOY_PRESETS = ("debug", "debug_large")
+
+
+def family_sizes(preset: str) -> list[str]:
+    """The other presets of `preset`'s family (llama_v3_8b -> llama_v3_1b, llama_v3_3b),
+    by name: the family is the name without its size suffix. Toys have none."""
+    family = preset.rpartition("_")[0]
+    if preset in TOY_PRESETS or not family:  # gpt2: one size
+        return []
+    return [
+        p
+        for p in PRESET_SHAPES
+        if p != preset and p not in TOY_PRESETS and p.rpartition("_")[0] == family
+    ]
 
 
 def preset_name(model_type: str) -> str:

@@ -101,14 +101,24 @@ def test_bad_input_and_no_credentials_over_mcp(project, monkeypatch, tmp_path):
             _no_credentials(monkeypatch, tmp_path)
             nocred = await client.call_tool("setup_codebuild", {
                 "project_name": "cb-nocred", "region": "us-east-1", "ecr_repository": "r1",
+                "source_url": "s3://b/k.zip"})  # fmt: skip
+            preview = await client.call_tool("setup_codebuild", {
+                "project_name": "cb-nocred", "region": "us-east-1", "ecr_repository": "r1",
                 "source_url": "s3://b/k.zip", "dry_run": True})  # fmt: skip
-            return bad, nocred
+            return bad, nocred, preview
 
-    bad, nocred = anyio.run(calls)
+    bad, nocred, preview = anyio.run(calls)
     for result, code in ((bad, "invalid_input"), (nocred, "no_credentials")):
         assert result.is_error
         text = result.content[0].text
         assert json.loads(text)["error"]["code"] == code and "Traceback" not in text
+    # A dry run previews the writes without credentials, saying which reads it did not make.
+    assert not preview.is_error, preview.content[0].text
+    planned = preview.structured_content
+    assert planned["status"] == "planned" and {r["action"] for r in planned["resources"]} == {
+        "would_create"
+    }
+    assert any("no AWS credentials" in note for note in planned["notes"])
 
 
 # --- secrets: masked on the way out, never sent as plain text (issue 20 items 4, 13) ----

@@ -673,13 +673,16 @@ def test_out_of_range_numbers_are_bad_input(tmp_path, flags):
 
 
 def test_a_config_error_is_not_restarted_and_is_the_jobs_message(tmp_path):
+    # A dataset the trainer finds malformed (a missing one the plan refuses already).
+    broken = tmp_path / "malformed.jsonl"
+    broken.write_text("not json\n")
     state = deploy_training_job(
-        job_name="cfg", runs_dir=str(tmp_path), dataset=str(tmp_path / "missing.txt"),
+        job_name="cfg", runs_dir=str(tmp_path / "runs"), dataset=str(broken),
         max_restarts=5, **ONE_RANK,
     )  # fmt: skip
     assert state.status == "failed"
-    assert "not restarted" in state.message and "missing.txt" in state.message
-    events = parse_events((tmp_path / "cfg" / "logs" / "attempt-1.log").read_text())
+    assert "not restarted" in state.message and "malformed.jsonl" in state.message
+    events = parse_events((tmp_path / "runs" / "cfg" / "logs" / "attempt-1.log").read_text())
     # One attempt of one rank, not six: exactly one error line.
     errors = [e for e in events if e["event"] == "error"]
     assert len(errors) == 1 and errors[0]["retryable"] is False, errors

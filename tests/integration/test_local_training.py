@@ -110,16 +110,19 @@ def test_get_training_job_logs_returns_the_log_tail(full_run, runs_dir):
     assert done.returncode == 0 and done.stdout.splitlines() == logs.text.splitlines()
 
 
-def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir):
-    # seq_len beyond the debug model's 512 positions: only the trainer knows its shape.
+def test_a_failing_run_returns_the_trainer_error_and_log_tail(runs_dir, tmp_path):
+    # A dataset that is there but not JSON Lines: only the trainer, reading it, knows
+    # (what a plan can see, a missing file or a seq_len over the model's, it refuses).
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "fine"}\n{"text": \n')
     result = deploy_training_job(
-        job_name="broken", seq_len=4096, runs_dir=str(runs_dir), gpu_per_node=1
+        job_name="broken", dataset=str(broken), runs_dir=str(runs_dir), gpu_per_node=1
     )
     assert result.status == "failed"
     assert result.exit_code != 0
     assert result.error and result.error["event"] == "error"
-    assert "max_seq_len" in result.error["message"]
-    assert result.log_tail and "max_seq_len" in result.log_tail
+    assert "not valid JSON" in result.error["message"]
+    assert result.log_tail and "not valid JSON" in result.log_tail
 
 
 # --- the same function through the CLI and MCP -------------------------------

@@ -142,13 +142,17 @@ def test_build_push_deploy_chain_by_next_steps_and_failures_are_errors(
 
 
 def test_a_failed_local_job_is_a_failed_deploy_call_with_its_next_step(tmp_path):
+    # A dataset only the trainer finds wrong (the plan refuses what it can see).
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": \n')
     (result,) = _calls(
         # One process: the failure is the subject, not a group of ranks (issue 36).
-        ("deploy_training_job", {"job_name": "broken", "seq_len": 4096, "gpu_per_node": 1,
-                                 "local": {"runs_dir": str(tmp_path)}, "wait_seconds": 120}),
+        ("deploy_training_job", {"job_name": "broken", "dataset": str(broken),
+                                 "gpu_per_node": 1, "local": {"runs_dir": str(tmp_path)},
+                                 "wait_seconds": 120}),
     )  # fmt: skip
     error = _error(result)
-    assert error["code"] == "job_failed" and "max_seq_len" in error["message"], error
+    assert error["code"] == "job_failed" and "not valid JSON" in error["message"], error
     logs = error["next_step"]
     assert logs["tool"] == "get_training_job_logs"
     assert logs["arguments"] == {"job_name": "broken", "target": "local", "tail_lines": 200,
@@ -156,5 +160,5 @@ def test_a_failed_local_job_is_a_failed_deploy_call_with_its_next_step(tmp_path)
     assert result.structured_content["status"] == "failed"
     assert "plan" not in result.structured_content  # a submitted job's plan: include_plan
     (shown,) = _calls((logs["tool"], logs["arguments"]))
-    assert not shown.is_error and "max_seq_len" in shown.content[0].text
+    assert not shown.is_error and "not valid JSON" in shown.content[0].text
     assert "text" not in shown.structured_content  # the log is said once: the text

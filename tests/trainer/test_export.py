@@ -21,7 +21,7 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 
 from tests.trainer.conftest import ROOT, parse_lines, trainer_env
-from trainer import hf
+from trainer import hf, hf_config
 from trainer.checkpoint_layout import CONFIG_FILE, MARKER, TOKENIZER_DIR
 from trainer.config import ModelConfig, RopeScaling, TrainConfig
 from trainer.export import main as export_main
@@ -151,7 +151,7 @@ def test_export_picks_the_newest_complete_step_and_keeps_the_logits(checkpoints,
     )
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == 2
 
-    ours = make(hf.read_model_config(str(out)), seed=0)
+    ours = make(hf_config.read_model_config(str(out)), seed=0)
     hf.load_hf_weights(ours, str(out))
     torch.testing.assert_close(logits(ours), logits(original), rtol=0, atol=0)
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from tests.trainer.conftest import spawn
-from trainer import families, hf
+from trainer import families, hf, hf_config
 from trainer.config import ConfigError
 from trainer.parallel import apply_activation_checkpointing, apply_fsdp, build_mesh
 
@@ -61,7 +61,7 @@ def _worker(rank: int, store_path: str, root: str) -> None:
     try:
         for model_type in FAMILIES:
             where = Path(root, model_type)
-            cfg = hf.read_model_config(str(where / "hf"))
+            cfg = hf_config.read_model_config(str(where / "hf"))
             assert cfg.hf_config is not None and cfg.vocab_size == VOCAB
             model = families.build_meta(cfg.hf_config)
             apply_activation_checkpointing(model, "full")
@@ -110,14 +110,14 @@ def test_remote_code_is_refused_unless_opted_in(tmp_path):
               "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 97}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="TRAINER_TRUST_REMOTE_CODE=true"):
-        hf.read_model_config(str(tmp_path))
-    assert hf.read_model_config(str(tmp_path), trust_remote_code=True).hf_config == config
+        hf_config.read_model_config(str(tmp_path))
+    assert hf_config.read_model_config(str(tmp_path), trust_remote_code=True).hf_config == config
 
 
 def test_a_model_that_is_no_causal_lm_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "vit"}))
     with pytest.raises(ConfigError, match="not a causal language model"):
-        hf.read_model_config(str(tmp_path))
+        hf_config.read_model_config(str(tmp_path))
 
 
 def test_a_family_trains_on_2_ranks_checkpoints_and_exports(tmp_path, run_trainer):
@@ -157,3 +157,20 @@ def test_a_family_trains_on_2_ranks_checkpoints_and_exports(tmp_path, run_traine
         if not torch.equal(p, original.get_parameter(name))
     ]
     assert moved  # the trained weights, not the starting ones
+
+
+@pytest.mark.slow  # a 124M model: about 2 minutes on a loaded 2-core machine
+def test_the_gpt2_preset_trains_from_scratch_on_2_ranks(run_trainer):
+    """model_type=gpt2 (the FSDP-on-EKS document's) is a preset of the GPT-2 family: the
+    transformers class from the preset's config.json, every shard drawn from the seed
+    (a first loss near ln(vocab), not uninitialized memory), and the loss goes down."""
+    proc, events = run_trainer(
+        ["--model_type", "gpt2", "--seq_len", "16", "--train_batch_size", "1",
+         "--max_steps", "2", "--log_freq", "1", "--validation_freq", "0"],
+        nproc=2, timeout=420,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (start,) = [e for e in events if e["event"] == "start"]
+    assert start["model_type"] == "gpt2" and start["params"] == 124_439_808
+    losses = [e["loss"] for e in events if e["event"] == "step"]
+    assert len(losses) == 2 and 9.5 < losses[0] < 12.5 and losses[1] < losses[0]

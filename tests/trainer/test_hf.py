@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from trainer import hf
+from trainer import hf, hf_config
 from trainer.config import ConfigError, ModelConfig, RopeScaling
 from trainer.model import Transformer
 
@@ -55,7 +55,7 @@ def hf_llama(path):
 
 @pytest.mark.parametrize("cfg", [DEBUG, SMALL, SCALED_TIED], ids=["debug", "small", "scaled"])
 def test_config_round_trip(cfg):
-    back = hf.model_config_from_hf(hf.hf_config_from_model(cfg))
+    back = hf_config.model_config_from_hf(hf.hf_config_from_model(cfg))
     # ffn_hidden_dim comes back explicit (intermediate_size); the width is the same.
     assert dataclasses.replace(back, ffn_hidden_dim=None, multiple_of=cfg.multiple_of) == cfg
     assert back.hidden_dim == cfg.hidden_dim
@@ -70,7 +70,7 @@ def test_config_round_trip_through_transformers(tmp_path):
     assert config.tie_word_embeddings is True
     config.save_pretrained(tmp_path / "resaved")
     resaved = json.loads((tmp_path / "resaved" / "config.json").read_text())
-    back = hf.model_config_from_hf(resaved)
+    back = hf_config.model_config_from_hf(resaved)
     assert back.rope_scaling == SCALED_TIED.rope_scaling
     assert back.tie_word_embeddings and back.hidden_dim == SCALED_TIED.hidden_dim
 
@@ -232,7 +232,7 @@ def test_we_load_a_transformers_checkpoint_with_identical_logits(tmp_path, cfg):
 
     ours = make(cfg, seed=1)
     hf.load_hf_weights(ours, str(tmp_path))
-    assert hf.read_model_config(str(tmp_path)).hidden_dim == cfg.hidden_dim
+    assert hf_config.read_model_config(str(tmp_path)).hidden_dim == cfg.hidden_dim
     x = tokens(cfg)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), theirs(x).logits, rtol=0, atol=1e-5)
@@ -252,7 +252,7 @@ def test_load_from_s3_and_read_its_config(moto_server, tmp_path, monkeypatch):
         s3.upload_file(str(path), bucket, f"llama/{path.name}")
 
     uri = f"s3://{bucket}/llama"
-    assert hf.read_model_config(uri).rope_scaling == SCALED_TIED.rope_scaling
+    assert hf_config.read_model_config(uri).rope_scaling == SCALED_TIED.rope_scaling
     loaded = make(SCALED_TIED, seed=1)
     hf.load_hf_weights(loaded, uri)
     x = tokens(SCALED_TIED)

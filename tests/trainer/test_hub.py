@@ -18,7 +18,7 @@ from tests.services.hf_hub import HubRepo, hub_server
 from tests.trainer.conftest import launch, parse_lines, spawn, trainer_env
 from tests.trainer.test_data_sources import build_tokenizer
 from tests.trainer.test_hf import SMALL, make
-from trainer import hf, hub
+from trainer import hf, hf_config, hub
 from trainer.config import ConfigError
 from trainer.data import IGNORE_INDEX, hub_documents, render_chat
 from trainer.stream import StreamBatches
@@ -109,7 +109,7 @@ def test_an_existing_local_dir_named_like_an_id_is_local(tmp_path, monkeypatch):
 
 
 def test_hub_model_downloads_once_and_loads_like_a_local_dir(stand_in, tmp_path):
-    cfg = hf.read_model_config("stand/tiny-llama")
+    cfg = hf_config.read_model_config("stand/tiny-llama")
     assert (cfg.dim, cfg.n_layers, cfg.vocab_size) == (SMALL.dim, SMALL.n_layers, SMALL.vocab_size)
     model = make(SMALL, seed=1)
     hf.load_hf_weights(model, "stand/tiny-llama")  # the same snapshot: no second download
@@ -128,7 +128,7 @@ def test_hub_model_downloads_once_and_loads_like_a_local_dir(stand_in, tmp_path)
 
 def test_gated_model_without_a_token_is_a_config_error_with_the_hint(stand_in):
     with pytest.raises(ConfigError, match="gated hub repo and no HF_TOKEN is set") as info:
-        hf.read_model_config("stand/gated-llama")
+        hf_config.read_model_config("stand/gated-llama")
     assert "accepted the model's licence" in str(info.value)
     assert stand_in.file_gets("stand/gated-llama") == 0
 
@@ -137,19 +137,19 @@ def test_gated_model_with_a_wrong_token_never_echoes_it(stand_in, monkeypatch):
     wrong = "hf_" + "WrongOne" * 5
     monkeypatch.setenv("HF_TOKEN", wrong)
     with pytest.raises(ConfigError, match="the HF_TOKEN given has no access") as info:
-        hf.read_model_config("stand/gated-llama")
+        hf_config.read_model_config("stand/gated-llama")
     assert wrong not in str(info.value) and wrong not in repr(info.value.__cause__)
 
 
 def test_gated_model_with_the_token_downloads(stand_in, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert hf.read_model_config("stand/gated-llama").dim == SMALL.dim
+    assert hf_config.read_model_config("stand/gated-llama").dim == SMALL.dim
     assert stand_in.file_gets("stand/gated-llama", "model.safetensors") == 1
 
 
 def test_unknown_repo_is_a_config_error(stand_in):
     with pytest.raises(ConfigError, match="not a local path, an s3:// URI or a hub repo"):
-        hf.read_model_config("stand/no-such-model")
+        hf_config.read_model_config("stand/no-such-model")
 
 
 # --- the download's record: trusted while it matches the world -------------------------
@@ -191,7 +191,7 @@ def test_a_cache_whose_blobs_were_removed_is_downloaded_again(stand_in, tmp_path
     shutil.rmtree(tmp_path / "hf-home" / "hub" / f"models--{MODEL.replace('/', '--')}" / "blobs")
     assert not Path(first, "config.json").is_file()  # a dangling link
     again = hub.local_dir(MODEL)
-    assert hf.read_model_config(again).dim == SMALL.dim
+    assert hf_config.read_model_config(again).dim == SMALL.dim
     assert stand_in.file_gets(MODEL, "model.safetensors") == 2
 
 

@@ -18,6 +18,7 @@ from trainer.config_loader import load_config
 # Fields of the launcher, not the trainer (torchrun/scheduler/ownership).
 LAUNCHER_FIELDS = {
     "job_name", "num_nodes", "gpu_per_node", "max_restarts", "adopt_checkpoint_dir", "env",
+    "torchrun_path",
 }  # fmt: skip
 
 
@@ -30,6 +31,7 @@ def every_field(tmp_path) -> dict[str, object]:
     (hf_dir / "config.json").write_text(json.dumps(config))
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("hello world\n")
+    (tmp_path / "tokenizer.json").write_text("{}")  # the trainer checks it exists
     return {
         "job_name": "every-field",
         "num_nodes": 2,
@@ -60,6 +62,7 @@ def every_field(tmp_path) -> dict[str, object]:
         "max_restarts": 3,
         "adopt_checkpoint_dir": True,
         "env": {"NCCL_DEBUG": "INFO"},
+        "torchrun_path": "/opt/conda/bin/torchrun",
     }
 
 

@@ -20,6 +20,7 @@ from skills.training_job_deployer.memory_estimate import (
     estimate,
 )
 from tests.trainer.conftest import ROOT, trainer_env
+from trainer import families
 from trainer.config import ModelConfig
 from trainer.model import Transformer, num_params
 from trainer.presets import PRESETS
@@ -110,6 +111,10 @@ def test_the_preset_table_is_the_trainers():
         cfg = ModelConfig(**{k: v for k, v in PRESETS[name].items() if k != "rope_scaling"})
         expected = (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size,
                     cfg.hidden_dim, cfg.tie_word_embeddings)  # fmt: skip
+        if cfg.hf_config is not None:  # another family (gpt2): sized like the real model
+            real = sum(p.numel() for p in families.build_meta(cfg.hf_config).parameters())
+            assert abs(ModelShape(*row).params - real) < 0.01 * real, name
+            expected = (*expected[:5], row[5], expected[6])  # its MLP, counted as SwiGLU's
         assert row == expected, name
     # And the parameter count is the model's (a small preset, built for real).
     cfg = ModelConfig(**PRESETS["debug_large"])

@@ -68,7 +68,7 @@ def test_every_targets_dry_run_is_accepted_by_the_trainer(target, model_type, tm
 
 
 @pytest.mark.parametrize("target", list(TARGETS))
-@pytest.mark.parametrize("model_type", ["gpt2", "mistral", "no_such_model"])
+@pytest.mark.parametrize("model_type", ["gpt_neox", "mistral", "no_such_model"])
 def test_a_name_the_trainer_has_no_preset_for_is_refused_before_planning(
     target, model_type, tmp_path
 ):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 import commands
 from commands import all_tools, tool_names
 from commands._cli import build_parser, parse_flags, run_cli
+from commands._old_names import RENAMED, old_name
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from mcp_server import build_server
@@ -253,8 +254,13 @@ def test_console_scripts_are_exactly_the_discovered_tools():
     # The seed document's spelling of one tool's command, kept as written there.
     seed = {"setup-codebuild.sh": "commands.setup_codebuild:main"}
     assert {name: scripts[name] for name in seed} == seed
+    # Its old tool names: each answers with the exact call instead (commands/_old_names.py).
+    old = {name: t for name, t in scripts.items() if t.startswith("commands._old_names:")}
+    assert {old_name(name) for name in old} == set(RENAMED)
     tools = {
-        name: target for name, target in scripts.items() if name not in {"fsdp-eks-mcp", *seed}
+        name: target
+        for name, target in scripts.items()
+        if name not in {"fsdp-eks-mcp", *seed, *old}
     }
     assert tools == {n.replace("_", "-"): f"commands.{n}:main" for n in tool_names()}
 

@@ -175,6 +175,11 @@ class Target(ABC, Generic[PlanT]):
 
     # what every target does -------------------------------------------------------------
 
+    def host_gpus(self) -> int | None:
+        """The GPUs each host of a job has, where this target knows before planning
+        (None: it does not; the trainer's start-up checks that need them wait)."""
+        return None
+
     def fitted(self, spec: JobSpec) -> JobSpec:
         """The job with the defaults this target's settings decide (a Kubernetes job on a
         known instance type: gpu_per_node = its GPUs); plan applies it too."""

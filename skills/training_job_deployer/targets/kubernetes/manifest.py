@@ -23,7 +23,7 @@ from skills.kube.objects import api_version
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
-from skills.training_job_deployer.job_spec import JobSpec, hub_ids, trainer_argv
+from skills.training_job_deployer.job_spec import JobSpec, hub_ids, launcher, trainer_argv
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
@@ -195,7 +195,7 @@ def container_command(
     same flags every target passes (trainer_argv)."""
     flags, _ = rendezvous(spec.job_name, spec, settings)
     return [
-        "torchrun",
+        *launcher(spec, None),  # the image's torchrun, or the job's torchrun_path
         *flags,
         f"--nproc_per_node={spec.gpu_per_node}",
         f"--max_restarts={spec.max_restarts}",

@@ -33,6 +33,7 @@ from skills.training_job_deployer.job_spec import (
     JobSpec,
     hub_cache,
     hub_lines,
+    launcher,
     token_source,
     trainer_argv,
 )
@@ -185,6 +186,9 @@ class LocalTarget(RunDirTarget[LocalPlan]):
     def _run(self, job_name: str) -> RunDir:
         return RunDir(self.run_dir(job_name))
 
+    def host_gpus(self) -> int:
+        return visible_gpus(_nvidia_smi_listing(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
     # plan ------------------------------------------------------------------
 
     def plan(self, spec: JobSpec) -> LocalPlan:
@@ -195,11 +199,15 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                 "Use num_nodes=1 locally (gpu_per_node sets the process count), or a cluster "
                 "target for several nodes.",
             )
-        check_gpu_fit(
-            spec.gpu_per_node,
-            visible_gpus(_nvidia_smi_listing(), os.environ.get("CUDA_VISIBLE_DEVICES")),
-            os.cpu_count(),
-        )
+        check_gpu_fit(spec.gpu_per_node, self.host_gpus(), os.cpu_count())
+        if spec.torchrun_path and shutil.which(spec.torchrun_path) is None:
+            raise ToolFailure(
+                ErrorCode.INVALID_INPUT,
+                f"torchrun_path {spec.torchrun_path!r} is no executable on this host.",
+                "Give the absolute path of a torchrun here (e.g. .venv/bin/torchrun made "
+                "absolute), or leave torchrun_path out to use this Python's torch.",
+                {"problems": [{"field": "torchrun_path", "problem": "not found"}]},
+            )
         run = self._run(spec.job_name)
         check_can_create(run.path)
         self.check_run_dir_free(run)
@@ -214,9 +222,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         self.check_checkpoint_owner(paths["checkpoint_dir"], run, spec.adopt_checkpoint_dir)
         spec = spec.model_copy(update=paths)
         argv = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
+            *launcher(spec, sys.executable),
             "--standalone",
             "--nnodes=1",
             f"--nproc_per_node={spec.gpu_per_node}",
@@ -259,8 +265,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
     # submit ----------------------------------------------------------------
 
     def _before_submit(self, plan: LocalPlan) -> None:
-        del plan
-        if importlib.util.find_spec("torch") is None:
+        if plan.argv[0] == sys.executable and importlib.util.find_spec("torch") is None:
             raise ToolFailure(
                 ErrorCode.TRAINER_NOT_INSTALLED,
                 "PyTorch is not installed in this Python environment, so torchrun cannot start.",

@@ -196,7 +196,7 @@ def render(
     layout: Layout,
     trainer_args: list[str],
     log_dir: str,
-    python: str,
+    launcher: list[str],
     max_restarts: int = 0,
     partition: str | None = None,
     account: str | None = None,
@@ -239,7 +239,7 @@ def render(
         env={**batch_env(efa and bool(layout.gpus_per_node), rdma), **(job_env or {})},
         code_dir=code_dir,
         container_args=container_args or [],
-        python=python,
+        launcher=launcher,
         max_restarts=max_restarts,
         trainer_args=trainer_args,
     )

@@ -37,6 +37,7 @@ from skills.training_job_deployer.job_spec import (
     JobSpec,
     hub_cache,
     hub_lines,
+    launcher,
     token_source,
     trainer_argv,
 )
@@ -231,7 +232,7 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             layout=shape,
             trainer_args=[*trainer_argv(spec), "--output_dir", run.cluster_dir],
             log_dir=f"{run.cluster_dir}/logs",
-            python=python,
+            launcher=launcher(spec, python),
             max_restarts=spec.max_restarts,
             partition=settings.partition,
             account=settings.account,
