@@ -213,9 +213,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         paths["checkpoint_dir"] = paths["checkpoint_dir"] or str(run.path / CHECKPOINTS)
         self.check_checkpoint_owner(paths["checkpoint_dir"], run, spec.adopt_checkpoint_dir)
         spec = spec.model_copy(update=paths)
-        argv = [
-            sys.executable,
-            "-m",
+        argv = processes.python_argv(
             "torch.distributed.run",
             "--standalone",
             "--nnodes=1",
@@ -227,7 +225,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             *trainer_argv(spec),
             "--output_dir",
             str(run.path),
-        ]
+        )
         # The job runs in its run directory: put this project (checkout or install) on
         # the path so `-m trainer` imports the trainer that belongs to these tools.
         env = {
@@ -238,7 +236,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                     os.cpu_count() or 1, spec.gpu_per_node, os.environ.get("OMP_NUM_THREADS")
                 )
             ),
-            "PYTHONPATH": processes.project_pythonpath(),
+            **processes.suite_env(),
             # torchelastic and the ranks make temp files: they stay in the run dir.
             "TMPDIR": str(run.scratch),
             **spec.env,  # the job's own variables (NCCL_DEBUG=INFO) last
