@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import argparse
 import collections.abc
+import contextlib
 import json
+import os
 import sys
 import time
 import types
 import typing
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import project_root
 from skills.shared.progress import CancellableProgress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
@@ -268,6 +272,7 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
     spec = spec_of(fn)
     argv = list(sys.argv[1:] if argv is None else argv)
     args, as_json = parse_flags(spec, argv)
+    _to_project_root()
     try:
         with ConsoleProgress(spec.name) as progress:
             if spec.operation and args.get(WAIT_PARAM) is not None:
@@ -284,6 +289,14 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
         return EXIT_INTERRUPTED
     _print_result(result, as_json)
     return result.cli_exit_status()
+
+
+def _to_project_root() -> None:
+    """Work where the MCP server does: the project root (project_root: the git root, or
+    FSDP_EKS_WORKSPACE), whatever subfolder the command starts in, so its runs/ and
+    relative paths are the server's."""
+    with contextlib.suppress(OSError):  # a working folder deleted under us: stay
+        os.chdir(project_root(Path.cwd()))
 
 
 class CommandMain(typing.Protocol):

@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"The project: relative paths resolve here, callers' local paths must lie "
         f"under it, jobs are written here (env {WORKSPACE_ENV}; default: the client's "
-        f"first root, else {DEFAULT_WORKSPACE}, the directory it starts in).",
+        f"first root, else {DEFAULT_WORKSPACE}).",
     )
     parser.add_argument(
         "--allow-path",

@@ -3,10 +3,13 @@
 
 install: adds this server to the client's config (merged: every other server and key
 is kept; run twice, the second run changes nothing) and puts the skills in the Claude
-skills folder, which opencode reads too (one copy serves both clients). A project's entry
-names the project (--dir, default here) as the server's workspace; a user's entry serves
-whichever project the client opens. uninstall: removes that entry and, once no client
-uses them, those skills, nothing else. --dry_run prints what would change.
+skills folder, which opencode reads too (one copy serves both clients), and, in a
+project, `runs/` in its .gitignore. Both entries start the console script `fsdp-eks-mcp`
+(a project's by name, found on PATH: no path of this machine in a file the team commits),
+which serves the project the client opens (its roots, else the git root). One scope per
+client: a second is refused. uninstall: removes that entry and, once no client uses
+them, those skills and the files and folders the installer made, nothing else.
+--dry_run prints what would change.
 
 Plan, then apply: every file is read and checked first (a config that is not a UTF-8
 JSON object, a link, a FIFO or a folder where a file goes refuses the whole run before
@@ -44,6 +47,7 @@ from mcp_server.config_files import (
 )
 from mcp_server.skill_files import SKILL_FILE, Skill, shipped_skills
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import project_root
 from skills.shared.reading import ReadRefused, parse_json
 
 PROG = "fsdp-eks-mcp"
@@ -416,7 +420,9 @@ def _undo(change: Change) -> None:
 
 
 def _project(path: str | None) -> Path:
-    project = Path(path or ".").expanduser().resolve()
+    """--dir, else the project this folder is in (project_root: the git root), as the
+    server and the CLI find it."""
+    project = Path(path).expanduser().resolve() if path else project_root(Path.cwd())
     if not project.is_dir():
         raise ToolFailure(ErrorCode.NOT_A_DIRECTORY, f"--dir {project} is not a directory.")
     return project
@@ -475,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dir",
         metavar="PATH",
-        help="The project folder, also the server's workspace (default: here).",
+        help="The project folder (default: the git root above here, else here).",
     )
     parser.add_argument(
         "--dry_run",
