@@ -16,10 +16,12 @@ import ipaddress
 import os
 import re
 import sys
+import threading
 from typing import Any
 
 from mcp_server.server import build_server
 from mcp_server.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
+from skills.shared.distribution import collision_warning
 
 TOKEN_ENV = "FSDP_EKS_MCP_TOKEN"
 MCP_PATH = "/mcp"
@@ -132,6 +134,14 @@ def _serve_http(server: Any, host: str, port: int, token: str | None) -> None:
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
+def _warn_of_collisions() -> None:
+    """One line on stderr (the client's server log) when another distribution in this
+    environment ships one of the suite's top-level packages."""
+    warning = collision_warning()
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["install"], ["uninstall"]):
@@ -139,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(install_main(argv))
     args = _parser().parse_args(argv)
+    # Off the start's path: reading every installed distribution takes a while.
+    threading.Thread(target=_warn_of_collisions, daemon=True).start()
     token = _token(args) if args.http else None
     workspace = Workspace.create(args.workspace, args.allow_path)
     if workspace.root.exists() and not workspace.root.is_dir():

@@ -46,6 +46,7 @@ from mcp_server.config_files import (
     refuse_odd_path,
 )
 from mcp_server.skill_files import SKILL_FILE, Skill, shipped_skills
+from skills.shared.distribution import collision_warning
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paths import project_root
 from skills.shared.reading import ReadRefused, parse_json
@@ -435,7 +436,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     changes = plan(target, install, project=project)
     if not args.dry_run:
         apply(changes)
-    warning = launcher_warning(target.scope) if install else None
+    warnings = [launcher_warning(target.scope), collision_warning()] if install else []
     return {
         "command": args.command,
         "client": target.client,
@@ -445,7 +446,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "skills_dir": str(target.skills_dir),
         "entry": {SERVER_NAME: target.entry},
         "changes": [{"path": str(c.path), "action": c.action, "what": c.what} for c in changes],
-        "warnings": [warning] if warning else [],
+        "warnings": [warning for warning in warnings if warning],
     }
 
 
