@@ -262,8 +262,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             raise ToolFailure(
                 ErrorCode.TRAINER_NOT_INSTALLED,
                 "PyTorch is not installed in this Python environment, so torchrun cannot start.",
-                "Install the trainer extra: pip install 'torch==2.13.0' -e '.[trainer]' "
-                "(or run `make setup`).",
+                "Install the trainer extra: uv tool install 'fsdp-eks[trainer] @ <checkout>' "
+                "(the suite as a tool), or `make setup` in a checkout.",
                 {"python": sys.executable},
             )
 
