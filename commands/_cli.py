@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.paths import project_root
+from skills.shared.paths import path_fields, project_root
 from skills.shared.progress import CancellableProgress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
@@ -272,6 +272,7 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
     spec = spec_of(fn)
     argv = list(sys.argv[1:] if argv is None else argv)
     args, as_json = parse_flags(spec, argv)
+    args = _typed_paths_from_here(spec, args, Path.cwd())
     _to_project_root()
     try:
         with ConsoleProgress(spec.name) as progress:
@@ -289,6 +290,22 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
         return EXIT_INTERRUPTED
     _print_result(result, as_json)
     return result.cli_exit_status()
+
+
+def _typed_paths_from_here(spec: ToolSpec, args: dict[str, Any], here: Path) -> dict[str, Any]:
+    """A relative path typed on the command line is the shell's: from the folder the
+    command starts in (a hub name, or a name that is no file here, is left as it is)."""
+    typed = dict(args)
+    for name, marker in path_fields(spec.params).items():
+        value = typed.get(name)
+        if not isinstance(value, str) or not value or "://" in value:
+            continue
+        if value.startswith("~") or Path(value).is_absolute():
+            continue
+        if marker.hub_name and not (here / value).exists():
+            continue
+        typed[name] = str(here / value)
+    return typed
 
 
 def _to_project_root() -> None:
