@@ -1,6 +1,6 @@
-"""python -m mcp_server [--workspace DIR] [--allow-path DIR ...] [--read-only]
-                       [--http [--host H] [--port P] [--token T]]
-python -m mcp_server install|uninstall --client claude|opencode ...  (mcp_server/install.py)
+"""fsdp-eks-mcp [--workspace DIR] [--allow-path DIR ...] [--read-only]
+             [--http [--host H] [--port P] [--token T]]
+fsdp-eks-mcp install|uninstall --client claude|opencode ...  (mcp_server/install.py)
 
 The workspace is the user's project: --workspace DIR, else the client's first root
 (roots/list), else the directory the server starts in. Relative paths and the tools'

@@ -1,5 +1,5 @@
-"""python -m mcp_server install|uninstall --client claude|opencode [--scope project|user]
-                                      [--dir PATH] [--dry_run] [--json]
+"""fsdp-eks-mcp install|uninstall --client claude|opencode [--scope project|user]
+                              [--dir PATH] [--dry_run] [--json]
 
 install: adds this server to the client's config (merged: every other server and key
 is kept; run twice, the second run changes nothing) and puts the skills in the Claude
