@@ -245,8 +245,7 @@ def _missing_folders(target: ClientTarget, path: Path) -> list[Path]:
     """The folders above `path` (up to the project or home) that do not exist yet."""
     home = _home_of(target)
     stop = home if path.is_relative_to(home) else Path(path.anchor)
-    missing = [p for p in path.parents if p.is_relative_to(stop) and p != stop and not p.exists()]
-    return missing
+    return [p for p in path.parents if p.is_relative_to(stop) and p != stop and not p.exists()]
 
 
 def _gitignore_change(
@@ -258,7 +257,10 @@ def _gitignore_change(
     path = _home_of(target) / ".gitignore"
     refuse_odd_path(target.base, path)
     current = read_bytes_or_none(path, ".gitignore")
-    text = (current or b"").decode("utf-8", "surrogateescape")
+    try:
+        text = (current or b"").decode("utf-8")
+    except UnicodeDecodeError:  # not text we could write back as it was: left alone
+        return None, record
     lines = text.splitlines()
     if install:
         if any(line.strip() in _IGNORED_ALREADY for line in lines):
