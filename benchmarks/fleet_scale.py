@@ -190,7 +190,7 @@ def operation_lists(root: Path) -> None:
         seed_operations(count, start=seeded, now=now)
         seeded = count
         cells: list[Any] = [count]
-        for cursor in (None, str(count - 20)):
+        for cursor in (None, _cursor_of_the_last_20(count)):
             reads: list[str] = []
             real = operations._read
             operations._read = lambda op_id, real=real, reads=reads: (
@@ -202,6 +202,18 @@ def operation_lists(root: Path) -> None:
             operations._read = real
             cells += [len(reads), f"{elapsed * 1000:.0f}"]
         _row(*cells, result_bytes(result))
+
+
+def _cursor_of_the_last_20(count: int) -> str:
+    """The cursor a client paging through `count` operations holds before the last 20
+    (pages of 50, as the tool allows; not timed)."""
+    cursor, left = None, count - 20
+    while left:
+        args: dict[str, Any] = {"limit": min(50, left)} | ({"cursor": cursor} if cursor else {})
+        cursor = _mcp("list_operations", args).structured_content["next_cursor"]
+        left -= args["limit"]
+    assert cursor is not None
+    return cursor
 
 
 # --- model servers --------------------------------------------------------------------------

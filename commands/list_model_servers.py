@@ -12,7 +12,7 @@ from pydantic import Field
 from commands._cli import main_for
 from skills.model_server.base import ServerState
 from skills.model_server.registry import ServerTargetAccess, get_server_target
-from skills.shared.paging import Cursor, Paged, offset_of
+from skills.shared.paging import Cursor, Paged
 from skills.shared.progress import Progress
 from skills.shared.results import without_unset
 from skills.shared.tooling import tool
@@ -46,9 +46,8 @@ def list_model_servers(
     progress: Progress | None = None,
 ) -> ServerList:
     """List the model servers a target runs, by name, with status and endpoint."""
-    offset = offset_of(cursor)
-    servers, total = get_server_target(target).list(target, limit, offset)
-    return ServerList.page(offset, len(servers), total, servers=servers)
+    page = get_server_target(target).list(target, limit, cursor)
+    return ServerList.page(page.last, page.more, servers=page.items)
 
 
 main = main_for(list_model_servers)

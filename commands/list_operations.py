@@ -11,12 +11,13 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.operations.operation_state import OperationState, OperationStatus
-from skills.shared.paging import Cursor, Paged, offset_of
+from skills.shared.paging import Cursor, Paged
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 
 
 class OperationList(Paged):
+    entry_name = "operation_id"
     operations: list[OperationState]
 
     def left_out_over_mcp(self) -> dict[str, Any]:
@@ -47,11 +48,9 @@ def list_operations(
     Builds, pushes, test runs; get_operation gives one in full."""
     from skills.operations import operations  # the store loads on first use
 
-    offset = offset_of(cursor)
-    found, after, total = operations.page_records(tool_name, status, limit, offset)
-    listed = [OperationState.of(record) for record in found]
-    # the page spans `after - offset` places: records that could not be shown take one too
-    return OperationList.page(offset, after - offset, total, operations=listed)
+    page = operations.page_records(tool_name, status, limit, cursor)
+    listed = [OperationState.of(record) for record in page.items]
+    return OperationList.page(page.last, page.more, operations=listed)
 
 
 main = main_for(list_operations)

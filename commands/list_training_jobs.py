@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from commands._cli import main_for
-from skills.shared.paging import Cursor, Paged, offset_of
+from skills.shared.paging import Cursor, Paged
 from skills.shared.progress import Progress
 from skills.shared.results import without_unset
 from skills.shared.tooling import tool
@@ -23,6 +23,7 @@ LISTED_JOB_DETAIL = {"log_tail", "pods", "conditions", "error", "next_step", "hi
 
 
 class JobList(Paged):
+    entry_name = "job_name"
     jobs: list[JobState]
 
     def left_out_over_mcp(self) -> dict[str, Any]:
@@ -50,9 +51,8 @@ def list_training_jobs(
     progress: Progress | None = None,
 ) -> JobList:
     """List the training jobs a target knows, newest first, with status and steps."""
-    offset = offset_of(cursor)
-    jobs, total = get_target(target).list_jobs(JobPage(limit, offset, status))
-    return JobList.page(offset, len(jobs), total, jobs=jobs)
+    page = get_target(target).list_jobs(JobPage(limit, cursor, status))
+    return JobList.page(page.last, page.more, jobs=page.items)
 
 
 main = main_for(list_training_jobs)

@@ -29,8 +29,8 @@ def start_codebuild(
         ],
         Field(
             max_length=64,
-            description="Env overrides KEY=VALUE; secrets as KEY=ssm:/param or "
-            "KEY=secretsmanager:<arn> (secret-named keys with plain values are refused).",
+            description="buildspec.yml's knobs KEY=VALUE (TEST_LEVEL, DOCKERFILE, ...); "
+            "secrets only as KEY=ssm:/param or KEY=secretsmanager:<arn>.",
         ),
     ] = {},  # noqa: B006 - pydantic copies defaults
     source_version: Annotated[

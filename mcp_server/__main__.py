@@ -1,33 +1,38 @@
 """fsdp-eks-mcp [--workspace DIR] [--allow-path DIR ...] [--read-only]
-             [--http [--host H] [--port P] [--token T]]
+             [--http [--host H] [--port P] [--token-file F] [--allow-host N ...]]
 fsdp-eks-mcp install|uninstall --client claude|opencode ...  (mcp_server/install.py)
 
 The workspace is the user's project: --workspace DIR, else the client's first root
-(roots/list), else the directory the server starts in. Relative paths and the tools'
-default places (runs/) resolve there, and tool calls may name local paths only under it
-or, for inputs the tools only read, under an --allow-path root. Streamable HTTP on an address
-other than loopback needs a bearer token; with a token, every request must carry it."""
+(roots/list), else the git root above the directory it starts in, else that directory.
+Relative paths and the tools' default places (runs/) resolve there, and tool calls may name local paths only under it
+or, for inputs the tools only read, under an --allow-path root; each client session has its
+own (its roots are never another's). Streamable HTTP, on any address, answers only requests
+that carry its bearer token (--token-file, else FSDP_EKS_MCP_TOKEN, else one made at start
+and printed once) and name it in Host, from no web page but its own origin."""
 
 from __future__ import annotations
 
 import argparse
-import hmac
-import ipaddress
 import os
-import re
+import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
+from mcp_server.http_guard import (
+    TOKEN_ENV,
+    Guard,
+    GuardedApp,
+    TokenRefused,
+    allowed_hosts,
+    server_token,
+)
 from mcp_server.server import build_server
 from mcp_server.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
 from skills.shared.distribution import collision_warning
 
-TOKEN_ENV = "FSDP_EKS_MCP_TOKEN"
 MCP_PATH = "/mcp"
 PROG = "fsdp-eks-mcp"
-# What an HTTP header can carry as is: a token outside this would never match.
-_TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,10 +42,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--http", action="store_true", help="Serve streamable HTTP, not stdio.")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address.")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port.")
+    parser.add_argument("--token", help=argparse.SUPPRESS)  # refused: see _token
     parser.add_argument(
-        "--token",
-        help=f"Bearer token every HTTP request must carry; required off loopback. {TOKEN_ENV} "
-        "is the same and keeps it out of the process list.",
+        "--token-file",
+        metavar="FILE",
+        help=f"Read the bearer token every HTTP request must carry from FILE (mode 600); "
+        f"else {TOKEN_ENV}; else one is made at start and printed once.",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Also answer HTTP requests whose Host is NAME (a proxy's name); repeatable.",
     )
     parser.add_argument(
         "--workspace",
@@ -63,58 +77,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     """One line on stderr and exit status 2: the caller fixes the command line."""
     print(f"{PROG}: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
-class BearerAuth:
-    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401
-    and never reaches the MCP app. The token is compared in constant time and never
-    logged or echoed."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
-        self._token = token.encode()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan" or self._authorized(scope):
-            await self.app(scope, receive, send)
-        elif scope["type"] == "http":
-            headers = [(b"www-authenticate", b"Bearer"), (b"content-type", b"text/plain")]
-            await send({"type": "http.response.start", "status": 401, "headers": headers})
-            await send({"type": "http.response.body", "body": b"unauthorized\n"})
-        else:  # a websocket: refused before it opens
-            await send({"type": "websocket.close", "code": 1008})
-
-    def _authorized(self, scope: dict[str, Any]) -> bool:
-        value = dict(scope.get("headers") or []).get(b"authorization", b"")
-        scheme, _, credentials = value.partition(b" ")
-        # compare_digest: how long a wrong token took to reject tells nothing.
-        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials, self._token)
-
-
-def _token(args: argparse.Namespace) -> str | None:
-    token = args.token or os.environ.get(TOKEN_ENV) or None
-    if token is not None and not _TOKEN_CHARS.fullmatch(token):
-        _refuse("the token must be printable ASCII without spaces (it travels in a header).")
-    if token is None and not is_loopback(args.host):
+def _token(args: argparse.Namespace) -> tuple[str, bool]:
+    """(the HTTP server's token, whether it was made here), or exit 2 saying why not."""
+    if args.token is not None:
         _refuse(
-            f"--http on {args.host} (not a loopback address) needs a bearer token: set "
-            f"{TOKEN_ENV}=<secret> (or pass --token <secret>); clients then send "
-            "'Authorization: Bearer <secret>'."
+            f"--token is refused: every local user can read a command line (ps). Set "
+            f"{TOKEN_ENV}=<secret>, or --token-file FILE (mode 600), or give neither and "
+            "the server makes a token and prints it once."
         )
-    return token
+    try:
+        return server_token(args.token_file)
+    except TokenRefused as refused:
+        _refuse(str(refused))
 
 
 def http_url(host: str, port: int) -> str:
@@ -123,15 +103,30 @@ def http_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}{MCP_PATH}"
 
 
-def _serve_http(server: Any, host: str, port: int, token: str | None) -> None:
+def _serve_http(server: Any, args: argparse.Namespace, token: str, made: bool) -> None:
     import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
 
-    app = server.streamable_http_app(host=host, streamable_http_path=MCP_PATH)
-    if token is not None:
-        app = BearerAuth(app, token)
-    auth = " (send 'Authorization: Bearer <token>')" if token is not None else ""
-    print(f"{PROG}: serving MCP on {http_url(host, port)}{auth}", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:  # bound here, so the port (0: any free one) is known before the Host check
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        sock = socket.create_server((args.host, args.port), family=family)
+    except OSError as exc:
+        _refuse(f"cannot listen on {http_url(args.host, args.port)}: {exc.strerror}.")
+    bound, port = sock.getsockname()[:2]  # `localhost` binds 127.0.0.1: both name it
+    guard = Guard(token, tuple(allowed_hosts(args.host, port, [bound, *args.allow_host])))
+    security = TransportSecuritySettings(  # the SDK's own check, the same names
+        allowed_hosts=list(guard.hosts), allowed_origins=list(guard.origins)
+    )
+    app = server.streamable_http_app(
+        host=args.host, streamable_http_path=MCP_PATH, transport_security=security
+    )
+    print(f"{PROG}: serving MCP on {http_url(args.host, port)}; clients send "
+          "'Authorization: Bearer <token>'", file=sys.stderr)  # fmt: skip
+    if made:  # shown once, here only: the owner passes it to the clients
+        print(f"{PROG}: token (shown once): {token}", file=sys.stderr)
+    sys.stderr.flush()
+    config = uvicorn.Config(GuardedApp(app, guard), log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def _warn_of_collisions() -> None:
@@ -151,19 +146,17 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     # Off the start's path: reading every installed distribution takes a while.
     threading.Thread(target=_warn_of_collisions, daemon=True).start()
-    token = _token(args) if args.http else None
+    token, made = _token(args) if args.http or args.token is not None else ("", False)
     workspace = Workspace.create(args.workspace, args.allow_path)
     if workspace.root.exists() and not workspace.root.is_dir():
         _refuse(f"the workspace {workspace.root} exists and is not a directory.")
-    try:  # the tools' relative defaults (a Dockerfile, runs/) are the project's
+    try:  # the tools' relative defaults (a Dockerfile, runs/) resolve there, per session
         workspace.root.mkdir(parents=True, exist_ok=True)
-        os.chdir(workspace.root)
     except OSError as exc:
         _refuse(f"cannot work in the workspace {workspace.root}: {exc.strerror}.")
     server = build_server(read_only=args.read_only, workspace=workspace)
-    server.follow_workspace = True
     if args.http:
-        _serve_http(server, args.host, args.port, token)
+        _serve_http(server, args, token, made)
     else:
         import anyio
 

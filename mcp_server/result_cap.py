@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp_types import CallToolResult, TextContent
 
+from skills.shared.paging import after_name
 from skills.shared.tooling import ToolSpec
 
 MAX_RESULT_BYTES = 40_000
@@ -77,7 +78,7 @@ def _capped(
     cuts: list[dict[str, Any]] = []
     if isinstance(data, dict):
         data, cuts = cut_to_fit(data, budget)
-    rest = nester(rest_call(spec, arguments, cuts, lookup))
+    rest = nester(rest_call(spec, arguments, cuts, lookup, data))
     if isinstance(data, dict):
         data = {**data, CUT_KEY: {"max_bytes": max_bytes, "cut": cuts, "rest": rest}}
     shown = ", ".join(_cut_words(c) for c in cuts) or "the summary's middle"
@@ -197,18 +198,20 @@ def rest_call(
     arguments: dict[str, Any],
     cuts: list[dict[str, Any]],
     lookup: Callable[[str], ToolSpec | None],
+    shown: Any = None,
 ) -> dict[str, Any]:
     """The call that fetches what was cut, as a next step ({"tool", "arguments", "why"}):
-    a list continues from a cursor (or a smaller page), a per-pod diagnosis comes grouped,
-    a log's earlier lines come as a shorter tail; else the same call (nothing narrower)."""
+    a list continues from a cursor after the last entry `shown` (or a smaller page), a
+    per-pod diagnosis comes grouped, a log's earlier lines come as a shorter tail; else
+    the same call (nothing narrower)."""
     fields = spec.params.model_fields
     top = cuts[0] if cuts else {"path": "", "kind": "none", "kept": 0, "of": 0}
     page = top["kind"] == "list" and "." not in top["path"]
-    if page and "cursor" in fields:
-        offset = int(arguments.get("cursor") or 0)
+    last = _last_entry_name(spec, shown, top) if page else None
+    if page and "cursor" in fields and last is not None:
         kept = max(1, top["kept"])
-        args = {**arguments, "cursor": str(offset + top["kept"]), "limit": kept}
-        return _step(spec.name, args, f"the rest from entry {offset + top['kept']}, {kept} a page")
+        args = {**arguments, "cursor": after_name(last), "limit": kept}
+        return _step(spec.name, args, f"the rest after {last}, {kept} a page")
     if page and "limit" in fields:
         kept = max(1, top["kept"])
         return _step(spec.name, {**arguments, "limit": kept}, f"pages of {kept} fit")
@@ -228,6 +231,17 @@ def rest_call(
 
 
 LOGS_TOOL = "get_training_job_logs"
+
+
+def _last_entry_name(spec: ToolSpec, shown: Any, top: dict[str, Any]) -> str | None:
+    """The name of the last entry a cut list kept (its Paged result names the field)."""
+    field = getattr(spec.result, "entry_name", None)
+    entries = shown.get(top["path"]) if isinstance(shown, dict) else None
+    if not field or not isinstance(entries, list) or not 0 < top["kept"] <= len(entries):
+        return None
+    entry = entries[top["kept"] - 1]
+    name = entry.get(field) if isinstance(entry, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _step(tool: str, arguments: dict[str, Any], why: str) -> dict[str, Any]:

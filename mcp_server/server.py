@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
@@ -28,6 +27,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, Tool
 
+from mcp_server.frames import CheckedFrames
 from mcp_server.lean import bounded_tail, lean_data
 from mcp_server.listing import (
     WRITES_KEY,
@@ -43,8 +43,10 @@ from mcp_server.spellings import translate
 from mcp_server.workspace import Workspace
 from skills.operations.operation_state import OPERATION_SCOPE, OperationState
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import WORKING_DIR
 from skills.shared.progress import CancellableProgress, Cancelled
 from skills.shared.tooling import WAIT_PARAM, ToolSpec
+from skills.shared.write_gate import closed_to_writes
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +129,10 @@ class _ThreadProgress(CancellableProgress):
 def _run(
     spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
 ) -> Any:
-    OPERATION_SCOPE.set(scope)  # this worker thread's own context: the server's workspace
+    # This worker thread's own context: the calling session's workspace, for the
+    # operations it may see and for the tools' project defaults (never the process's cwd).
+    OPERATION_SCOPE.set(scope)
+    WORKING_DIR.set(None if scope is None else Path(scope))
     if spec.operation:
         from skills.operations import operations
 
@@ -220,12 +225,18 @@ def own_failure(spec: ToolSpec, result: Any) -> ToolFailure | None:
 
 
 def _run_safely(
-    spec: ToolSpec, arguments: dict[str, Any], progress: _ThreadProgress, scope: str | None
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    progress: _ThreadProgress,
+    scope: str | None,
+    read_only: bool = False,
 ) -> Any:
     """The tool's result, or its ToolFailure; a bug becomes internal_error (the details
-    go to the server's log, never to the client)."""
+    go to the server's log, never to the client). A read-only server's call runs closed
+    to writes (write_gate): what its read would repair in a record is answered, not kept."""
     try:
-        return _run(spec, arguments, progress, scope)
+        with closed_to_writes(read_only):
+            return _run(spec, arguments, progress, scope)
     except (ToolFailure, Cancelled):
         raise
     except Exception:
@@ -256,11 +267,9 @@ class ToolServer(MCPServer):
         super().__init__(**kwargs)
         for method in _UNSERVED:  # no prompts or resources: none advertised
             self._lowlevel_server._request_handlers.pop(method, None)
+        # The server's own workspace: --workspace, else where it started. A session whose
+        # client names roots gets its own (session_workspace); this one never changes.
         self.workspace = workspace
-        # True in the server's own process: a workspace taken from the client's roots
-        # becomes its working directory too (what a tool's relative default resolves to).
-        self.follow_workspace = False
-        self._roots_asked = False
         # A read-only server serves only read-only tools, and of those no parameter that
         # writes a file (diagnose_training_job's save_snapshot): hidden and refused.
         self.read_only = read_only
@@ -269,6 +278,11 @@ class ToolServer(MCPServer):
         self._load = load
         self._tools = [Tool.model_validate(entry) for entry in listed]
         self.shared_reads = SharedReads()
+
+    def streamable_http_app(self, **kwargs: Any) -> Any:
+        """The SDK's HTTP app behind frames.CheckedFrames: a POST that is not one
+        JSON-RPC message gets its JSON-RPC error there, as a stdio line does."""
+        return CheckedFrames(super().streamable_http_app(**kwargs))
 
     def spec(self, name: str) -> ToolSpec | None:
         """The tool's spec, its module imported on the first call; None if not served."""
@@ -290,20 +304,21 @@ class ToolServer(MCPServer):
             return await super().call_tool(name, arguments, context)
         if context is None:
             context = Context(mcp_server=self, subscriptions=self._subscriptions)
-        await self._settle_workspace(context)
         try:
-            arguments = self._arguments(spec, arguments)
+            workspace = await self.session_workspace(context)
+            arguments = self._arguments(spec, arguments, workspace)
         except ToolFailure as failure:
             return error_result(failure, self.nest_step)
         given = arguments
         progress = _ThreadProgress(context)
         # Operations are scoped to the workspace that started them (operation_state).
-        scope = None if self.workspace is None else str(self.workspace.root)
+        scope = None if workspace is None else str(workspace.root)
 
         async def answer() -> CallToolResult:
             result = await anyio.to_thread.run_sync(
-                _run_safely, spec, arguments, progress, scope, abandon_on_cancel=True
-            )
+                _run_safely, spec, arguments, progress, scope, self.read_only,
+                abandon_on_cancel=True,
+            )  # fmt: skip
             return self.capped(spec, given, self.respond(spec, result))
 
         try:
@@ -328,18 +343,21 @@ class ToolServer(MCPServer):
             and not writing_parameters(spec)
         )
 
-    async def _settle_workspace(self, context: Context) -> None:
-        """With no --workspace, the client's project is the workspace: its first file://
-        root that is a directory (asked once), else the directory the server started in."""
-        if self.workspace is None or self.workspace.chosen or self._roots_asked:
-            return
-        self._roots_asked = True
-        root = await client_root(context)
-        if root is None:
-            return
-        self.workspace = self.workspace.at(root)
-        if self.follow_workspace:
-            os.chdir(self.workspace.root)
+    async def session_workspace(self, context: Context) -> Workspace | None:
+        """The calling session's workspace. With --workspace, the server's. Without, the
+        client's project: its first file:// root that is a directory here (asked once per
+        session), else the directory the server started in. Kept with the session, never
+        on the server: one client's roots are never another client's workspace."""
+        if self.workspace is None or self.workspace.chosen:
+            return self.workspace
+        state = _session_state(context)
+        if state is not None and _WORKSPACE_KEY in state:
+            return state[_WORKSPACE_KEY]
+        root = await client_root(context)  # ToolFailure: roots, none of them here
+        settled = self.workspace if root is None else self.workspace.at(root)
+        if state is not None:
+            state[_WORKSPACE_KEY] = settled
+        return settled
 
     def respond(self, spec: ToolSpec, result: Any) -> CallToolResult:
         """The tool's result as the client gets it: a summary and the data, or, when
@@ -372,8 +390,12 @@ class ToolServer(MCPServer):
             return step
         return {**step, "arguments": nest(spec, step.get("arguments") or {})}
 
-    def _arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The call's flat arguments, validated and confined, with agents' default wait."""
+    def _arguments(
+        self, spec: ToolSpec, arguments: dict[str, Any], workspace: Workspace | None = None
+    ) -> dict[str, Any]:
+        """The call's flat arguments, validated and confined (to `workspace`, else the
+        server's), with agents' default wait."""
+        workspace = workspace or self.workspace
         arguments = unnest(spec, translate(spec.name, arguments))
         if self.read_only:
             refuse_writes(spec, arguments)
@@ -385,14 +407,35 @@ class ToolServer(MCPServer):
         if isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > MCP_MAX_WAIT_S:
             arguments = {**arguments, WAIT_PARAM: MCP_MAX_WAIT_S}  # then poll again
         args = spec.parse(arguments)
-        if self.workspace is not None:
-            arguments = self.workspace.confine(spec, args, arguments)
+        if workspace is not None:
+            arguments = workspace.confine(spec, args, arguments)
         return arguments
+
+
+# How many of a client's missing roots an error names.
+_ROOTS_SHOWN = 5
+# Where a session keeps its workspace: its connection's own state (the SDK's per-client
+# scratch space, which lives and dies with the session).
+_WORKSPACE_KEY = "fsdp_eks.workspace"
+
+
+def _session_state(context: Context) -> dict[str, Any] | None:
+    """The calling session's per-connection state, or None when the call has none (an
+    in-process call without a session): then nothing is kept and roots are asked again."""
+    try:
+        connection = getattr(context.session, "_connection", None)
+    except ValueError:  # no request context: not called through a session
+        return None
+    state = getattr(connection, "state", None)
+    return state if isinstance(state, dict) else None
 
 
 async def client_root(context: Context) -> Path | None:
     """The client's first file:// root that is a directory here, or None (no roots
-    capability, no answer within ROOTS_TIMEOUT_S, none local)."""
+    capability, no answer within ROOTS_TIMEOUT_S, no local file:// root). Roots that
+    name only places missing here (a client on another machine) are a ToolFailure: its
+    project is not on this server, and the server's own directory is not its project."""
+    named: list[str] = []
     try:
         session = context.session
         capabilities = session.client_capabilities
@@ -403,12 +446,32 @@ async def client_root(context: Context) -> Path | None:
             answer = await session.list_roots()
             for root in answer.roots:
                 uri = urlparse(str(root.uri))
+                if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
+                    continue
                 path = Path(unquote(uri.path))
-                if uri.scheme == "file" and uri.netloc in ("", "localhost") and path.is_dir():
+                named.append(str(path))
+                if _is_directory(path):
                     return path
     except Exception:  # a client that cannot answer: the server's own directory stays
         logger.info("roots/list failed; the workspace stays the server's directory")
+        return None
+    if named:
+        shown = named[:_ROOTS_SHOWN]  # a client may name any number
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"The client's roots are not directories on this server: {', '.join(shown)}.",
+            "Open a project that exists on the server's machine, or start the server with "
+            "--workspace DIR (or FSDP_EKS_WORKSPACE) naming the project there.",
+            {"roots": shown},
+        )
     return None
+
+
+def _is_directory(path: Path) -> bool:
+    try:
+        return path.is_absolute() and path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return False
 
 
 def _as_listed(entry: dict[str, Any], read_only: bool) -> dict[str, Any]:

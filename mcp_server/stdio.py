@@ -1,123 +1,102 @@
-"""The stdio transport, with one addition to the SDK's: a line that is not a valid
-JSON-RPC message (bad JSON, a lone surrogate such as `\\ud800` that the parser refuses,
-a missing field) gets a JSON-RPC error reply (-32700 / -32600) with the request's id
-when it can be read, instead of silence (the SDK passes the parse error on as an
-exception that no one answers, and the client waits forever)."""
+"""The stdio transport: the SDK's write side (stdout claimed, one JSON line per message),
+and a read side of our own that takes any bytes. Each line is one frame, checked by
+frames.parse_frame before any parser sees it: a line that is not one JSON-RPC message
+(bad JSON or UTF-8, a lone surrogate, too deep, a batch, the wrong shape) gets a
+JSON-RPC error reply, and a line over frames.MAX_FRAME_BYTES is read past without being
+held whole; blank lines are skipped. The server then reads the next line (the SDK's own
+reader left a parse error unanswered, and a 1000-deep line ended the server)."""
 
 from __future__ import annotations
 
-import json
-from types import TracebackType
-from typing import Any
+import fcntl
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
 
-import mcp_types as types
+import anyio
+import anyio.to_thread
+from anyio.abc import ObjectSendStream
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-_MAX_ID_CHARS = 256
+from mcp_server.frames import MAX_FRAME_BYTES, FrameRefused, parse_frame_off_loop, too_large
 
-
-class AnswerMalformed:
-    """The read side of a transport, where an unparsable line is answered on the write
-    side and skipped; everything else passes through unchanged."""
-
-    def __init__(self, inner: Any, write_stream: Any) -> None:
-        self.inner = inner
-        self.write_stream = write_stream
-
-    @property
-    def last_context(self) -> Any:
-        return getattr(self.inner, "last_context", None)
-
-    async def receive(self) -> Any:
-        while True:
-            item = await self.inner.receive()
-            if not isinstance(item, Exception):
-                return item
-            await self.write_stream.send(SessionMessage(error_reply(item)))
-
-    def __aiter__(self) -> AnswerMalformed:
-        return self
-
-    async def __anext__(self) -> Any:
-        import anyio
-
-        try:
-            return await self.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def __aenter__(self) -> AnswerMalformed:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:  # fmt: skip
-        await self.aclose()
+_CHUNK = 64 * 1024
 
 
-def error_reply(failure: Exception) -> types.JSONRPCError:
-    """The JSON-RPC error for a line the SDK could not parse. The line itself is never
-    echoed (it may hold anything); only its id, when it has a plain one."""
-    line, kind = _input_of(failure)
+@contextmanager
+def _claimed_stdin() -> Iterator[int]:
+    """A private duplicate of fd 0 to read the wire from, fd 0 itself pointed at the null
+    device while serving (as the SDK does for its own reader: a tool's child process
+    reads EOF, never a frame). The duplicate is never closed: a worker thread may still
+    be blocked reading it when serving ends."""
+    private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     try:
-        parsed = json.loads(line) if line is not None else None  # Python's JSON takes \ud800
-    except ValueError:
-        parsed = None
-    code = PARSE_ERROR if kind == "json_invalid" or parsed is None else INVALID_REQUEST
-    what = "not valid JSON" if code == PARSE_ERROR else "not a valid JSON-RPC request"
-    return types.JSONRPCError(
-        jsonrpc="2.0",
-        id=_plain_id(parsed),
-        error=types.ErrorData(
-            code=code,
-            message=f"Malformed request: {what} (strings must be valid Unicode: no lone "
-            "surrogates such as \\ud800).",
-        ),
-    )
+        yield private
+    finally:
+        os.dup2(private, 0)
 
 
-def _input_of(failure: Exception) -> tuple[str | None, str | None]:
-    """(the line, pydantic's error type) from the SDK's validation error, if it is one."""
-    if not isinstance(failure, ValidationError):
-        return None, None
-    try:
-        first = failure.errors()[0]
-    except IndexError:  # no error listed: no line to read an id from
-        return None, None
-    found = first.get("input")
-    return (found if isinstance(found, str) else None), first.get("type")
+async def lines(fd: int) -> AsyncIterator[bytes | None]:
+    """Each line read from `fd` without its newline, or None for a line longer than
+    MAX_FRAME_BYTES (never more than that much of a line is held); the last line need not
+    end in a newline."""
+    held = bytearray()
+    skipping = False  # inside a line over the limit: dropped up to its newline
+    while chunk := await anyio.to_thread.run_sync(os.read, fd, _CHUNK, abandon_on_cancel=True):
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            piece = chunk[start:end]
+            too_long = skipping or len(held) + len(piece) > MAX_FRAME_BYTES
+            yield None if too_long else bytes(held + piece)
+            held.clear()
+            skipping = False
+            start = end + 1
+        rest = chunk[start:]
+        if skipping or len(held) + len(rest) > MAX_FRAME_BYTES:
+            skipping = True
+            held.clear()
+        else:
+            held += rest
+    if skipping or held:
+        yield None if skipping else bytes(held)
 
 
-def _plain_id(parsed: Any) -> int | str | None:
-    """The request's id when it is one a reply can carry: an int, or a short string of
-    valid Unicode; else None (JSON-RPC's id for an unreadable request)."""
-    found = parsed.get("id") if isinstance(parsed, dict) else None
-    if isinstance(found, int) and not isinstance(found, bool):
-        return found
-    if isinstance(found, str) and len(found) <= _MAX_ID_CHARS:
-        try:
-            found.encode("utf-8")
-        except UnicodeEncodeError:
-            return None
-        return found
-    return None
+async def _read_wire(
+    fd: int, messages: ObjectSendStream[SessionMessage], replies: Any
+) -> None:  # fmt: skip
+    """Every frame of the wire: a message to the server, anything else an error reply."""
+    async with messages:
+        async for line in lines(fd):
+            if line is not None and not line.strip():
+                continue  # a blank line is no frame
+            try:
+                if line is None:
+                    raise too_large()
+                message = await parse_frame_off_loop(line)
+            except FrameRefused as refused:
+                await replies.send(SessionMessage(refused.reply))
+                continue
+            await messages.send(SessionMessage(message))
+
+
+async def _no_lines() -> AsyncIterator[str]:
+    """The SDK's own reader's input: nothing (ours reads the wire)."""
+    return
+    yield
 
 
 async def serve_stdio(server: Any) -> None:
-    """Serve `server` over stdio as the SDK's run_stdio_async does, malformed lines
-    answered."""
+    """Serve `server` over stdio as the SDK's run_stdio_async does, any frame answered."""
     lowlevel = server._lowlevel_server  # what the SDK's own run_stdio_async serves
-    async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(
-            AnswerMalformed(read_stream, write_stream),
-            write_stream,
-            lowlevel.create_initialization_options(),
-        )
+    with _claimed_stdin() as fd:
+        async with stdio_server(stdin=cast(Any, _no_lines())) as (_, write_stream):
+            send, receive = anyio.create_memory_object_stream[SessionMessage](0)
+            async with anyio.create_task_group() as readers:
+                readers.start_soon(_read_wire, fd, send, write_stream)
+                await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())
+                readers.cancel_scope.cancel()

@@ -7,9 +7,10 @@ or a path that resolves (~ expanded, relative to the workspace root, symlinks
 followed) inside the workspace root, or, for a field the tool only reads, inside one
 of the extra read roots (`--allow-path`). The workspace is the user's project: the
 server's --workspace (or FSDP_EKS_WORKSPACE); with neither, the client's first root
-(roots/list, asked once) else the git root above the directory the server starts in,
-else that directory (skills.shared.paths.project_root: the CLI's rule too). A relative path, given
-or a tool's default (runs_dir "runs"), reaches the tool as that path under the root, so
+(roots/list, asked once per client session: each session has its own) else the git
+root above the directory the server starts in, else that directory
+(skills.shared.paths.project_root: the CLI's rule too). A relative path, given or a
+tool's default (runs_dir "runs"), reaches the tool as that path under the root, so
 nothing lands beside the checkout the package came from."""
 
 from __future__ import annotations

@@ -226,6 +226,9 @@ def _read_local(path: Path, chat: ChatRenderer) -> list[str]:
     return [doc for f in files for doc in _read_file(f, chat)]
 
 
+HUB_SPLIT = "train"  # the split a hub dataset is trained on
+
+
 def hub_documents(
     name: str, config_name: str | None, chat: ChatRenderer, rank: int, world_size: int
 ) -> Iterator[Document]:
@@ -242,7 +245,7 @@ def hub_documents(
             f"Hugging Face hub, which needs the datasets package: {HUB_INSTALL_HINT}"
         ) from exc
     try:
-        stream = datasets.load_dataset(name, config_name, split="train", streaming=True)
+        stream = datasets.load_dataset(name, config_name, split=HUB_SPLIT, streaming=True)
     except Exception as exc:  # unknown name, missing config, gated, no network: all land here
         from trainer.hub import TOKEN_HINT
 

@@ -50,6 +50,7 @@ from trainer.checkpoint import (
 from trainer.config import ConfigError, TrainConfig
 from trainer.config_loader import load_config
 from trainer.data import (
+    HUB_SPLIT,
     IGNORE_INDEX,
     Batch,
     PackedBatches,
@@ -86,9 +87,14 @@ from trainer.parallel import (
 from trainer.rank_times import RankTimes
 from trainer.stream import Batches, StreamBatches
 from trainer.threads import choose_num_threads
-from trainer.token_cache import cached_tokens, open_mask, token_file
+from trainer.token_cache import cached_tokens, open_mask, token_file, tokenizer_fingerprint
 from trainer.tokenizer import Tokenizer, load_tokenizer
-from trainer.train_state import check_same_model, restore_train_state, train_state
+from trainer.train_state import (
+    check_same_data_record,
+    check_same_model,
+    restore_train_state,
+    train_state,
+)
 
 EXIT_CONFIG = 2
 EXIT_FAILURE = 1
@@ -263,9 +269,12 @@ def stream_data(cfg: TrainConfig, tokenizer: Tokenizer, rank: int, world_size: i
     def documents() -> Iterator[Any]:
         return hub_documents(data.dataset or "", data.dataset_config_name, render, rank, world_size)
 
+    # What the checkpointed position counts windows of: a checkpoint of another is refused.
+    identity = {"dataset": data.dataset, "config": data.dataset_config_name, "split": HUB_SPLIT,
+                "tokenizer": tokenizer_fingerprint(tokenizer, data.tokenizer)}  # fmt: skip
     batches = StreamBatches(
         documents, tokenizer, data.seq_len, cfg.train_batch_size, world_size,
-        masked=data.train_on == "assistant",
+        masked=data.train_on == "assistant", identity=identity,
     )  # fmt: skip
     return Data(batches, [])
 
@@ -300,6 +309,7 @@ def restore(
     """The step to continue after: that of the checkpoint loaded, or 0."""
     if checkpointer is None or resume_from is None:
         return 0
+    check_same_data_record(resume_from, batches)
     state = train_state(model, optimizer, scheduler, batches, 0)
     checkpointer.load(resume_from, state)
     try:

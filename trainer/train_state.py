@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -66,5 +67,19 @@ def check_same_model(path: Path, cfg: TrainConfig) -> None:
         diffs = ", ".join(f"{k} {saved.get(k)!r} -> {ours[k]!r}" for k in changed[:4])
         raise ConfigError(
             f"checkpoint {path} holds a different model ({diffs}); use a new "
+            "--checkpoint_dir (or a new job name) to start over"
+        )
+
+
+def check_same_data_record(path: Path, batches: Batches) -> None:
+    """A checkpoint whose data position lacks a part this run records (a stream's saved
+    before it named its dataset) cannot say which data it counted: refused plainly, not
+    as DCP's missing key deep in the load (which blames a damaged step)."""
+    saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    missing = sorted(k for k in batches.state_dict() if f"train.data.{k}" not in saved)
+    if missing:
+        raise ConfigError(
+            f"cannot resume from {path}: its data position has no {', '.join(missing)} "
+            "(saved by an older trainer), so which data it counted is unknown; use a new "
             "--checkpoint_dir (or a new job name) to start over"
         )

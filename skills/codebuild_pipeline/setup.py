@@ -13,6 +13,7 @@ from skills.codebuild_pipeline.apply import apply
 from skills.codebuild_pipeline.inputs import check_region
 from skills.codebuild_pipeline.models import PipelineResult
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import working_dir
 from skills.shared.progress import Progress
 
 
@@ -37,7 +38,7 @@ def setup(
 def git_remote_url(project: Path | None = None) -> str:
     """The project's git remote `origin` as a CodeBuild source URL (the seed document's
     setup-codebuild call names no --source_url), or invalid_input saying what to pass."""
-    project = project or Path.cwd()
+    project = project or working_dir()
     try:
         done = subprocess.run(
             ["git", "-C", str(project), "remote", "get-url", "origin"],

@@ -300,7 +300,7 @@ def storage(
         "bucket": f"s3://{bucket}",
         # Who pods that name s3://<bucket> are to AWS (jobs and model servers use it).
         "service_account": f"{spec.namespace}/{S3_SERVICE_ACCOUNT}",
-        "iam_role": role_arn or pod_identity.role_name(cluster_name),
+        "iam_role": role_arn or pod_identity.role_name(cluster_name, spec.namespace),
         "aws_calls": len(aws.calls),
     }
     report = ClusterReport(action="storage", resources=rows, changes=changes, api_calls=kube.calls)
@@ -457,20 +457,22 @@ def release_node(access: ClusterAccess, node: str | None, confirm: bool) -> Clus
             api_calls=kube.calls,
         )
     found = kube.get_or_none(kind_path("Node", name=node))
-    record = kq.record_of(found) if found else None
-    if record is not None:  # a node that is not ours is refused by release, unconfirmed
-        undo = "uncordons it" if not record.was_cordoned else "keeps it cordoned (it was)"
+    if found is not None:  # a node that is not ours is refused by release_plan, unconfirmed
+        record, cordon = kq.release_plan(found)
+        undo = "uncordons it" if cordon == "uncordoned" else f"leaves its cordon ({cordon})"
         require_confirm(
             confirm,
             f"Releasing {node} removes its {kq.TAINT_KEY} taint and {undo}: jobs may land "
             f"there again (quarantined for {record.reason}, job {record.job}).",
             "to release the node",
-            {"node": node, "record": record.model_dump(exclude_none=True)},
+            {"node": node, "record": record.model_dump(exclude_none=True), "cordon": cordon},
         )
     released = kq.release(kube, node)
+    record = released.record
     return ClusterReport(
         action="release_node",
-        summary=f"released {node} (quarantined since {released.since} for {released.reason})",
-        changes={"released": released.model_dump(exclude_none=True)},
+        summary=f"released {node} (quarantined since {record.since} for {record.reason}); "
+        f"cordon: {released.cordon}",
+        changes={"released": record.model_dump(exclude_none=True), "cordon": released.cordon},
         api_calls=kube.calls,
     )

@@ -13,6 +13,7 @@ from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.shared.errors import needed
 from skills.shared.files import write_new_or_owned
+from skills.shared.paths import absolute
 
 if TYPE_CHECKING:
     from skills.kube.fields import ClusterAccess
@@ -61,7 +62,7 @@ def create_config(access: ClusterAccess, request: ConfigRequest, create: bool) -
         )
     )
     text = eksctl.render(config)
-    path = Path(request.output).expanduser().absolute() if request.output else None
+    path = absolute(request.output) if request.output else None
     if path is not None:
         write_new_or_owned(path, text, owns=_is_eksctl_config)
     shown = path or Path(f"{cluster}-eksctl.yaml")

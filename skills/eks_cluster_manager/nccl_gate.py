@@ -5,12 +5,12 @@ for, its state mapped back onto the cluster report."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.kube.objects import kind_path
 from skills.shared.errors import ErrorCode, ToolFailure, needed
+from skills.shared.paths import absolute
 from skills.shared.progress import Progress
 
 if TYPE_CHECKING:
@@ -82,9 +82,7 @@ def nccl_test(access: ClusterAccess, request: NcclRequest, progress: Progress) -
         "namespace": request.namespace,
         "cluster_name": access.cluster_name,
         "region": access.region,
-        "kubeconfig": str(Path(access.kubeconfig).expanduser().absolute())
-        if access.kubeconfig
-        else None,
+        "kubeconfig": str(absolute(access.kubeconfig)) if access.kubeconfig else None,
         "context": access.context,
         "wait_seconds": request.wait_seconds,
     }

@@ -133,9 +133,14 @@ def run_nccl_test(
     job_path = kind_path("PyTorchJob", namespace, job_name)
     config_path = kind_path("ConfigMap", namespace, job_name)
     progress.report(0, None, f"creating {job_name} ({nodes} x {spec.name})")
-    kube.request("POST", kind_path("ConfigMap", namespace), body=objects[0])
+    # Only what this run created is deleted at the end: on a clash of the random name
+    # (409), the object is someone else's and stays.
+    created: list[str] = []
     try:
+        kube.request("POST", kind_path("ConfigMap", namespace), body=objects[0])
+        created.append(config_path)
         kube.request("POST", kind_path("PyTorchJob", namespace), body=objects[1])
+        created.append(job_path)
 
         def look() -> str | None:
             state = _ended(kube.get(job_path))
@@ -170,7 +175,7 @@ def run_nccl_test(
         tail = log.splitlines()[-20:]
         return NcclJobResult(job_name=job_name, namespace=namespace, nccl=report, log_tail=tail)
     finally:
-        for path in (job_path, config_path):
+        for path in reversed(created):
             try:
                 kube.request("DELETE", path)
             except (ApiException, ToolFailure):

@@ -4,6 +4,16 @@ role with the ServiceAccount skills.kube.identity names, and that ServiceAccount
 a plan row, made (confirm) only when missing or different, and tagged/labelled as this
 suite's so cleanup removes exactly these.
 
+One role per namespace (so per namespace and its bucket), not one per cluster whose
+trust and policy would have to be the union of every namespace's: storage for a second
+namespace then never touches the first one's role, and a namespace's pods reach their own
+bucket only. That is what AWS recommends for Pod Identity (pod-identities.html, "Least
+privilege": permissions scoped to one service account; IAM best practices: grant least
+privilege), and it keeps each role's write a whole-document replace of what that one
+namespace needs, with nothing of another's to merge or drop. A role made by an older
+release (one per cluster, `legacy_role_name`) is left to the associations that still
+name it and removed by cleanup.
+
 Sources: the trust policy is the one EKS Pod Identity requires (docs.aws.amazon.com/eks/
 latest/userguide/pod-id-role.html: principal pods.eks.amazonaws.com, sts:AssumeRole and
 sts:TagSession), narrowed with the session tags Pod Identity sets (pod-id-abac.html:
@@ -14,6 +24,7 @@ clusters."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -30,8 +41,20 @@ IDENTITY_LABEL = "s3"  # the value of ownership.STORAGE_LABEL on the ServiceAcco
 _DONE: dict[str, ResourceAction] = {"create": "created", "update": "updated"}
 
 
-def role_name(cluster: str) -> str:
-    return f"fsdp-eks-s3-{cluster}"[:64]
+ROLE_PREFIX = "fsdp-eks-s3-"
+NAMESPACE_TAG = "fsdp-eks/namespace"
+
+
+def role_name(cluster: str, namespace: str) -> str:
+    """The namespace's role: readable, and unique per (cluster, namespace) within IAM's
+    64 characters (a digest of both, since `a-b`+`c` and `a`+`b-c` read alike)."""
+    digest = hashlib.sha256(f"{cluster}/{namespace}".encode()).hexdigest()[:10]
+    return f"{ROLE_PREFIX}{f'{cluster}-{namespace}'[:41]}-{digest}"
+
+
+def legacy_role_name(cluster: str) -> str:
+    """The one role per cluster that releases before issue 45 made."""
+    return f"{ROLE_PREFIX}{cluster}"[:64]
 
 
 def trust_policy(cluster: str, namespace: str) -> dict[str, Any]:
@@ -100,7 +123,7 @@ def ensure_role(
     role of the name that is not this suite's is never changed: not_ours."""
     import botocore.exceptions
 
-    name = role_name(cluster)
+    name = role_name(cluster, namespace)
     try:
         role = iam.get_role(RoleName=name)["Role"]
     except botocore.exceptions.ClientError as exc:
@@ -138,8 +161,10 @@ def ensure_role(
             arn = iam.create_role(
                 RoleName=name,
                 AssumeRolePolicyDocument=json.dumps(trust),
-                Description=f"fsdp-eks pods of cluster {cluster}: S3 bucket {bucket}",
-                Tags=ownership.tag_list(ownership.aws_tags(cluster, name)),
+                Description=f"fsdp-eks pods of {cluster}/{namespace}: S3 bucket {bucket}",
+                Tags=ownership.tag_list(
+                    {**ownership.aws_tags(cluster, name), NAMESPACE_TAG: namespace}
+                ),
             )["Role"]["Arn"]
         else:
             iam.update_assume_role_policy(RoleName=name, PolicyDocument=json.dumps(trust))
@@ -274,7 +299,11 @@ def ensure_service_account(
     action: ResourceAction = "create" if current is None else ("unchanged" if same else "update")
     detail = f"pods naming s3://{bucket} run as it"
     if apply and action != "unchanged":
-        kube.apply(wanted)
+        kube.apply_owned(
+            wanted,
+            "storage uses a ServiceAccount of that name that it did not make as it is.",
+            current=current,
+        )  # checked again at the write: one made meanwhile is refused, not applied over
         action = _DONE[action]
     return ResourceChange(kind="ServiceAccount", name=name, action=action, detail=detail)
 
@@ -283,11 +312,10 @@ def ensure_service_account(
 
 
 def cleanup_rows(eks: Any, iam: Any, cluster: str, apply: bool) -> list[ResourceChange]:
-    """This suite's associations for the cluster, then its role (inline policy first).
+    """This suite's associations for the cluster, then its roles (inline policy first).
     The add-on stays: other workloads' associations need it too."""
-    import botocore.exceptions
-
     rows: list[ResourceChange] = []
+    named: list[str] = []  # the roles the suite's associations name
     listed = eks.list_pod_identity_associations(clusterName=cluster).get("associations", [])
     for summary in listed:
         if summary.get("serviceAccount") != S3_SERVICE_ACCOUNT:
@@ -298,6 +326,7 @@ def cleanup_rows(eks: Any, iam: Any, cluster: str, apply: bool) -> list[Resource
         if not ownership.ours(found.get("tags"), cluster):
             continue
         where = f"{found.get('namespace')}/{S3_SERVICE_ACCOUNT}"
+        named.append(str(found.get("roleArn") or "").rsplit("/", 1)[-1])
         if apply:
             eks.delete_pod_identity_association(
                 clusterName=cluster, associationId=found["associationId"]
@@ -307,28 +336,47 @@ def cleanup_rows(eks: Any, iam: Any, cluster: str, apply: bool) -> list[Resource
                 kind="Pod Identity association", name=where, action="deleted" if apply else "delete"
             )
         )
-    name = role_name(cluster)
-    try:
-        tags = iam.list_role_tags(RoleName=name).get("Tags", [])
-    except botocore.exceptions.ClientError as exc:
-        if aws_error_code(exc) != "NoSuchEntity":
-            raise
-        return rows
-    if not ownership.ours(tags, cluster):
+    ours, theirs = _suite_roles(iam, cluster, [r for r in named if r])
+    for name in theirs:
+        rows.append(ResourceChange(kind="IAM role", name=name, action="keep",
+                                   detail="not created by fsdp-eks for this cluster"))  # fmt: skip
+    for name in ours:
+        if apply:
+            for policy in iam.list_role_policies(RoleName=name).get("PolicyNames", []):
+                iam.delete_role_policy(RoleName=name, PolicyName=policy)
+            for attached in iam.list_attached_role_policies(RoleName=name).get(
+                "AttachedPolicies", []
+            ):
+                iam.detach_role_policy(RoleName=name, PolicyArn=attached["PolicyArn"])
+            iam.delete_role(RoleName=name)
         rows.append(
-            ResourceChange(
-                kind="IAM role",
-                name=name,
-                action="keep",
-                detail="not created by fsdp-eks for this cluster",
-            )
+            ResourceChange(kind="IAM role", name=name, action="deleted" if apply else "delete")
         )
-        return rows
-    if apply:
-        for policy in iam.list_role_policies(RoleName=name).get("PolicyNames", []):
-            iam.delete_role_policy(RoleName=name, PolicyName=policy)
-        for attached in iam.list_attached_role_policies(RoleName=name).get("AttachedPolicies", []):
-            iam.detach_role_policy(RoleName=name, PolicyArn=attached["PolicyArn"])
-        iam.delete_role(RoleName=name)
-    rows.append(ResourceChange(kind="IAM role", name=name, action="deleted" if apply else "delete"))
     return rows
+
+
+def _suite_roles(iam: Any, cluster: str, named: list[str]) -> tuple[list[str], list[str]]:
+    """This suite's S3 roles for `cluster`: the ones its associations named and any other
+    of the prefix (a namespace whose association is gone, the older per-cluster role),
+    each tagged as this suite's for this cluster; and the roles its associations named
+    that are not (kept, and said so). Others of the prefix are not this cluster's."""
+    import botocore.exceptions
+
+    candidates = dict.fromkeys(named)
+    for page in iam.get_paginator("list_roles").paginate():
+        for role in page.get("Roles", []):
+            if str(role.get("RoleName", "")).startswith(ROLE_PREFIX):
+                candidates[role["RoleName"]] = None
+    ours, theirs = [], []
+    for name in candidates:
+        try:
+            tags = iam.list_role_tags(RoleName=name).get("Tags", [])
+        except botocore.exceptions.ClientError as exc:
+            if aws_error_code(exc) != "NoSuchEntity":
+                raise
+            continue
+        if ownership.ours(tags, cluster):
+            ours.append(name)
+        elif name in named:
+            theirs.append(name)
+    return ours, theirs

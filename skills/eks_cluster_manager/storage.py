@@ -513,6 +513,11 @@ def _kube_refs(spec: StorageSpec) -> list[dict[str, Any]]:
     ]
 
 
+_NOT_OURS_HINT = (
+    "storage never takes over an object it did not make (a later cleanup would delete it)."
+)
+
+
 def current_objects(kube: KubeJson, spec: StorageSpec) -> list[dict[str, Any] | None]:
     """The StorageClass, PV and claim as the cluster has them (None: missing), each one
     this suite's: one of the same name that is not is refused as `not_ours` before
@@ -526,9 +531,7 @@ def current_objects(kube: KubeJson, spec: StorageSpec) -> list[dict[str, Any] | 
             else f"The suite's {kind} is always named {name}: move that one out of the way"
         )
         ownership.require_kube_ours(
-            current, kind, name,
-            f"{instead}; storage never takes over an object it did not make (a later "
-            "cleanup would delete it).",
+            current, kind, name, f"{instead}; {_NOT_OURS_HINT}",
             label=ownership.STORAGE_LABEL, namespace=ref["metadata"].get("namespace"),
         )  # fmt: skip
         found.append(current)
@@ -573,8 +576,9 @@ def ensure_objects(
         if kind == "PersistentVolume":
             detail = (detail + f"; {CSI_DRIVER} {fs['FileSystemId']}").lstrip("; ")
         if apply and action != "unchanged":
-            try:
-                kube.apply(obj)
+            try:  # checked again at the write: one made or replaced since is refused
+                kube.apply_owned(obj, _NOT_OURS_HINT, label=ownership.STORAGE_LABEL,
+                                 current=have)  # fmt: skip
                 action = _DONE[action]
             except ApiException as exc:  # a PV's source is immutable: say so, go on
                 action = "failed"

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from skills.operations.operations import state_dir
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import atomic_write_text
+from skills.shared.paths import working_dir
 from skills.shared.reading import read_text
 
 MAX_RECORD_BYTES = 64 * 1024
@@ -35,7 +36,7 @@ def _path(project: Path) -> Path:
 def remember(image: str, project: Path | None = None) -> None:
     """Record the image just built. Best effort: a state folder that cannot be written
     costs only the default, never the build that succeeded."""
-    project = (project or Path.cwd()).resolve()
+    project = (project or working_dir()).resolve()
     record = LastBuild(
         project=str(project),
         image=image,
@@ -51,7 +52,7 @@ def remember(image: str, project: Path | None = None) -> None:
 
 def recall(project: Path | None = None) -> LastBuild | None:
     """The project's last built image, or None (never built here, unreadable, invalid)."""
-    project = (project or Path.cwd()).resolve()
+    project = (project or working_dir()).resolve()
     try:
         text = read_text(_path(project), what="build record", max_bytes=MAX_RECORD_BYTES,
                          follow_links=False)  # fmt: skip

@@ -12,6 +12,7 @@ from skills.image_builder import last_build
 from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
 from skills.shared.next_step import NextStep
+from skills.shared.paths import absolute, working_dir
 from skills.shared.progress import Progress
 
 
@@ -19,10 +20,10 @@ def project_dockerfile(given: str | None, context: str | None) -> tuple[Path, Pa
     """(Dockerfile, context, whether it is the packaged trainer's): the one given; else
     the project's (./Dockerfile; always with a context given); else the trainer image
     this package ships, in a build context of its own."""
-    context_path = Path(context).expanduser().absolute() if context else None
+    context_path = absolute(context) if context else None
     if given is not None:
-        return Path(given).expanduser().absolute(), context_path, False
-    here = Path.cwd() / "Dockerfile"
+        return absolute(given), context_path, False
+    here = working_dir() / "Dockerfile"
     if context_path is not None or here.exists() or here.is_symlink():  # the project's wins
         return here, context_path, False
     from skills.image_builder.packaged import trainer_context

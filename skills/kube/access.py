@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import json
 import os
 import sys
@@ -31,7 +30,7 @@ from typing import Any
 
 from skills.cloud.clients import aws_error_code, aws_session
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.files import atomic_write_bytes, atomic_write_text
+from skills.shared.files import atomic_write_text
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -170,17 +169,11 @@ class TokenRefresher:
             self.signed_at = now
 
 
-def _ca_file(ca_data: str) -> str:
-    """The cluster CA as a file (the kubernetes client takes a path), one per CA under
-    the state directory, not one per call in /tmp. Public data."""
-    from skills.operations.operations import state_dir
-
-    pem = base64.b64decode(ca_data)
-    path = state_dir() / "eks-ca" / f"{hashlib.sha256(pem).hexdigest()[:32]}.crt"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, pem)
-    return str(path)
+def ca_pem(ca_data: str) -> str:
+    """The cluster CA as PEM text, held in memory (the kubernetes client verifies against
+    `ca_cert_data`): a read writes no file, so a read-only server writes none.
+    ValueError when it is not base64 of text."""
+    return base64.b64decode(ca_data).decode("ascii")
 
 
 def eks_api_client(cluster_name: str, region: str | None = None, profile: str | None = None) -> Any:
@@ -194,7 +187,7 @@ def eks_api_client(cluster_name: str, region: str | None = None, profile: str | 
     configuration.host = info.endpoint
     if info.ca_data:
         try:
-            configuration.ssl_ca_cert = _ca_file(info.ca_data)
+            configuration.ca_cert_data = ca_pem(info.ca_data)
         except ValueError:  # not base64 at all: leave verification to the system CAs
             pass
     configuration.api_key = {}

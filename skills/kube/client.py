@@ -16,9 +16,11 @@ from urllib.parse import urlencode
 
 from skills.kube.objects import FIELD_MANAGER, object_path
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.ownership import require_kube_ours
 
 REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
 Query = dict[str, Any] | list[tuple[str, str]] | None
+UNREAD: Any = object()  # apply_owned's `current` when the caller has not read the object
 
 
 class KubeJson:
@@ -124,6 +126,45 @@ class KubeJson:
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
             content_type="application/apply-patch+yaml",
         )
+
+    def apply_owned(
+        self,
+        obj: dict[str, Any],
+        hint: str,
+        *,
+        label: str | None = None,
+        value: str | None = None,
+        current: dict[str, Any] | None = UNREAD,
+    ) -> str:
+        """The one write of an object this suite makes (Secrets, ServiceAccounts, claims,
+        a model server's objects): 'created' or 'updated'. An object of that name that is
+        not this suite's (skills.shared.ownership: its label, `label`[=`value`], the
+        namespace) is refused as `not_ours`, untouched. A missing one is created (POST:
+        one made meanwhile is a 409, read and checked again, never applied over); an
+        existing one is applied at the resourceVersion it was checked at, so one replaced
+        since is a 409 instead of being overwritten. `current`: the object as the caller
+        read it just now (None: missing); by default it is read here."""
+        from kubernetes.client.exceptions import ApiException
+
+        kind, meta = obj["kind"], obj["metadata"]
+        name = "/".join(filter(None, (meta.get("namespace"), meta["name"])))
+        path = object_path(obj)
+        for _ in range(2):
+            if current is UNREAD:
+                current = self.get_or_none(path)
+            require_kube_ours(current, kind, name, hint, label=label, value=value,
+                              namespace=meta.get("namespace"))  # fmt: skip
+            if current is not None:
+                version = (current.get("metadata") or {}).get("resourceVersion")
+                body = {**obj, "metadata": {**meta, "resourceVersion": version}}
+                self.apply(body if version else obj)
+                return "updated"
+            collection = path.rsplit("/", 1)[0]
+            status, _ = self.request("POST", collection, body=obj, missing_ok=(409,))
+            if status != 409:
+                return "created"
+            current = UNREAD  # made meanwhile: whose it is decides, as above
+        raise ApiException(status=409, reason=f"{kind} {name} keeps changing: try again")
 
 
 def access_failure(exc: Any, host: str) -> ToolFailure | None:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from skills.catalog.pricing import Billing, cost_rows
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
+from skills.shared.paging import Page
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
@@ -161,10 +162,10 @@ class ServerTarget(ABC, Generic[S, A]):
 
     @abstractmethod
     def list(
-        self, settings: A, limit: int | None = None, offset: int = 0
-    ) -> tuple[list[ServerState], int]:
-        """The servers by name, `limit` of them (None: all) after the first `offset`, only
-        those described, and how many there are."""
+        self, settings: A, limit: int | None = None, cursor: str | None = None
+    ) -> Page[ServerState]:
+        """The servers by name, `limit` of them (None: all) after the `cursor` (a
+        skills.shared.paging cursor), only those described, and how many are past them."""
 
     @abstractmethod
     def delete(self, name: str, settings: A) -> ServerState: ...

@@ -43,6 +43,7 @@ from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import open_for_append, own_directory
 from skills.shared.next_step import NextStep
+from skills.shared.paging import Page, keyset
 from skills.shared.progress import Cancelled, Progress, raise_if_cancelled
 from skills.shared.reading import ReadRefused, read_chunk
 from skills.shared.secrets import redact
@@ -489,17 +490,17 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
         )
 
     def list(
-        self, settings: LocalServerAccess, limit: int | None = None, offset: int = 0
-    ) -> tuple[list[ServerState], int]:
+        self, settings: LocalServerAccess, limit: int | None = None, cursor: str | None = None
+    ) -> Page[ServerState]:
         root = servers_dir()
         folders = [  # a stray file is not a server (a link is listed, as refused)
             folder
-            for folder in (sorted(root.iterdir()) if root.is_dir() else ())
+            for folder in (root.iterdir() if root.is_dir() else ())
             if folder.is_dir() or folder.is_symlink()
         ]
-        end = None if limit is None else offset + limit
+        page, more, last = keyset(folders, lambda f: (f.name,), limit, cursor)
         found = []
-        for folder in folders[offset:end]:
+        for folder in page:
             try:
                 record = self._read(folder.name)
             except ToolFailure as failure:
@@ -511,7 +512,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
                 continue
             if record is not None:
                 found.append(self._state(record))
-        return found, len(folders)
+        return Page(found, more, last)
 
     # --- delete / scale ---------------------------------------------------------------
 

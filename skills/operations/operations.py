@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +51,8 @@ from skills.operations.operation_state import (
 from skills.operations.operation_state import outcome as ended_with
 from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paging import Key, Page, is_after, start_after
+from skills.shared.paths import working_dir
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
 from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
@@ -163,7 +165,7 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         tool=spec.name,
         entry=spec.entry,
         arguments=_masked(arguments),
-        cwd=os.getcwd(),
+        cwd=str(working_dir()),  # the caller's project: the worker runs there
         workspace=OPERATION_SCOPE.get(),
         created_at=now,
         updated_at=now,
@@ -330,58 +332,65 @@ def list_records(
 
 
 def page_records(
-    tool: str | None, status: str | None, limit: int, offset: int
-) -> tuple[list[OperationRecord], int, int | None]:
-    """`limit` records from `offset` (list_records' order): (the page, where the next page
-    starts, how many there are; None while more may exist). Without a status the offset
-    is a place in the folder listing, so a page far down reads only its own second's
-    records (a cursor seeks by name); with one, records before the page are read to
-    find which match."""
-    if status is None:
-        return _page_by_listing(tool, limit, offset)
-    found = list_records(tool, status, offset + limit + 1)
-    page = found[offset : offset + limit]
-    if len(found) <= offset + limit:  # every record was read: counted
-        return page, offset + len(page), len(found)
-    return page, offset + len(page), None
-
-
-def _page_by_listing(
-    tool: str | None, limit: int, offset: int
-) -> tuple[list[OperationRecord], int, int]:
-    """Places in the listing count every folder, a record that cannot be read (or is
-    another workspace's) too: it takes its place, shows nothing, and the page reads on
-    to fill `limit`. One second's folders are ordered by their records (read together);
-    the unreadable ones go last in it."""
+    tool: str | None, status: str | None, limit: int, cursor: str | None
+) -> Page[OperationRecord]:
+    """`limit` records after the cursor (list_records' order; skills.shared.paging), how
+    many are past them (None while more may exist) and the last one's key. A page reads
+    only its own seconds' records: a second wholly before the cursor is passed by name.
+    Without a status what is past the page is counted by name (every folder, one that
+    cannot be read too); with one, records are read until one more matches."""
     names = _folders_newest_first(tool)
-    found: list[OperationRecord] = []
+    anchor = start_after(cursor, lambda name: _key(name, _readable(name)) if name in names
+                         else None, like=(0, 0.0, ""))  # fmt: skip
+    found: list[tuple[Key, OperationRecord]] = []
+    for entries, end in _seconds_after(names, anchor):
+        for i, (key, record) in enumerate(entries):
+            if record is None or (tool is not None and record.tool != tool):
+                continue
+            if status is not None and record.status != status:
+                continue
+            if len(found) == limit:  # one more matches (a status was asked for)
+                last = i + 1 == len(entries) and end == len(names)
+                return Page([r for _, r in found], 1 if last else None, found[-1][0])
+            found.append((key, record))
+            if len(found) == limit and status is None:
+                more = len(entries) - i - 1 + len(names) - end
+                return Page([r for _, r in found], more, key)
+    return Page([r for _, r in found], 0, found[-1][0] if found else None)
+
+
+def _readable(name: str) -> OperationRecord | None:
+    try:
+        return get(name)
+    except ToolFailure:
+        return None
+
+
+def _key(name: str, record: OperationRecord | None) -> Key:
+    """An operation's place in a list: newest second first (its id's time), in a second
+    the newest record first (one that cannot be read last), then by id."""
+    created = -record.created_at if record is not None else 0.0
+    return (-int(_stamp(name).replace("-", "")), created, name)
+
+
+def _seconds_after(
+    names: list[str], anchor: Key | None
+) -> Iterator[tuple[list[tuple[Key, OperationRecord | None]], int]]:
+    """Per second of `names` (newest first) not wholly before `anchor`: its entries after
+    the anchor in key order, and where the second ends in `names`. A second before the
+    anchor's is passed by name, unread."""
     start = 0
-    while start < len(names) and len(found) < limit:
+    while start < len(names):
         end = start
         while end < len(names) and _stamp(names[end]) == _stamp(names[start]):
             end += 1
-        if end <= offset:  # a second wholly before the page: skipped by name, unread
-            start = end
-            continue
-        group: list[OperationRecord] = []
-        for name in names[start:end]:
-            try:
-                record = get(name)
-            except ToolFailure:
-                continue
-            if tool is None or record.tool == tool:
-                group.append(record)
-        shown = sorted(group, key=lambda r: r.created_at, reverse=True)
-        places = shown + [None] * (end - start - len(shown))
-        for place, record in enumerate(places, start):
-            if place < offset:
-                continue
-            if record is not None:
-                found.append(record)
-            if len(found) == limit:
-                return found, place + 1, len(names)
+        second = -int(_stamp(names[start]).replace("-", ""))
+        alone = anchor is not None and names[start:end] == [anchor[-1]]  # all it holds: passed
+        if (anchor is None or (second,) >= anchor[:1]) and not alone:
+            entries = sorted(((_key(n, r := _readable(n)), r) for n in names[start:end]),
+                             key=lambda entry: entry[0])  # fmt: skip
+            yield [(k, r) for k, r in entries if is_after(k, anchor)], end
         start = end
-    return found, max(offset, len(names)), len(names)
 
 
 def prune(now: float | None = None) -> int:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import SymlinkDestination, atomic_write_text
 from skills.shared.reading import DEFAULT_MAX_BYTES, ReadRefused, check_nesting, read_bytes
+from skills.shared.write_gate import refuse_write, writes_closed
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,7 +48,9 @@ class RecordFile(Generic[M]):
     def lock(self) -> Iterator[None]:
         """Hold the record's lock (re-entrant in one process); ToolFailure(conflict) if
         another process holds it for longer than the timeout. A link in the lock file's
-        place is refused: taking the lock opens it for writing."""
+        place is refused: taking the lock opens it for writing (and makes it: refused on
+        a server closed to writes, write_gate)."""
+        refuse_write(self._lock.lock_file)
         if Path(self._lock.lock_file).is_symlink():
             raise SymlinkDestination(Path(self._lock.lock_file))
         try:
@@ -92,7 +95,8 @@ class RecordFile(Generic[M]):
     def write(self, record: M) -> None:
         """Atomically replace the record. On a full disk, where no temp file can be
         made, the record is overwritten in place (its blocks are already allocated), so
-        how a job ended still gets recorded."""
+        how a job ended still gets recorded. Refused on a server closed to writes."""
+        refuse_write(self.path)
         text = record.model_dump_json(indent=1)
         try:
             atomic_write_text(self.path, text)
@@ -115,7 +119,13 @@ class RecordFile(Generic[M]):
 
     def update(self, change: Callable[[M | None], M | None]) -> M | None:
         """Read, change, write, all under the lock. `change` gets the current record
-        (None: none yet) and returns the new one, or None to leave it as it is."""
+        (None: none yet) and returns the new one, or None to leave it as it is. On a
+        server closed to writes (write_gate) the change is computed and returned, neither
+        locked nor written: a read that completes a record still answers in full."""
+        if writes_closed():
+            current = self.read()
+            new = change(current)
+            return current if new is None else new
         with self.lock():
             current = self.read()
             new = change(current)

@@ -5,11 +5,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel
+
+# Where the caller's relative paths and a tool's project defaults (./Dockerfile, the
+# project of the last build, its git remote) start. An MCP server sets its session's
+# workspace root for each call (one process serves many sessions, so never its cwd);
+# unset for the CLI and in-process callers, whose project is their working directory.
+WORKING_DIR: ContextVar[Path | None] = ContextVar("working_dir", default=None)
+
+
+def working_dir() -> Path:
+    """The caller's project directory: the MCP session's workspace, else the cwd."""
+    return WORKING_DIR.get() or Path.cwd()
+
+
+def absolute(value: str | Path) -> Path:
+    """`value` (~ expanded) as an absolute path, a relative one under working_dir()."""
+    return working_dir() / Path(value).expanduser()
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from pydantic import (
 )
 
 from skills.shared.paths import LocalPath
-from skills.shared.secrets import is_secret_name
 from skills.shared.validators import grammar
+from skills.training_job_deployer.job_env import checked_env
 from skills.training_job_deployer.model_names import preset_name
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -76,10 +76,19 @@ def hub_cache(environ: Mapping[str, str]) -> str:
     return "~/.cache/huggingface (set HF_HOME for a shared volume)"
 
 
+def hub_endpoint(environ: Mapping[str, str]) -> str | None:
+    """The hub mirror the user's own environment names (HF_ENDPOINT): where a job's hub
+    client sends HF_TOKEN. None: the public hub. Never a tool argument (job_env.py)."""
+    return environ.get("HF_ENDPOINT") or None
+
+
 def token_source(environ: Mapping[str, str]) -> str:
-    """Where a job on this host (or one that inherits its environment) gets HF_TOKEN."""
+    """Where a job on this host (or one that inherits its environment) gets HF_TOKEN,
+    and the mirror it goes to when the environment names one."""
     given = any(environ.get(name) for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"))
-    return "HF_TOKEN from the submitting environment" if given else "no HF_TOKEN set"
+    text = "HF_TOKEN from the submitting environment" if given else "no HF_TOKEN set"
+    endpoint = hub_endpoint(environ)
+    return f"{text}, hub {endpoint} (HF_ENDPOINT)" if endpoint else text
 
 
 def _location(value: str) -> str:
@@ -119,19 +128,6 @@ def _sharding_strategy(value: object) -> object:
     return SHARDING_SPELLINGS.get(key, key)
 
 
-# Variables the launcher itself sets for each rank: a job's own value would break the
-# rendezvous, so they are refused rather than silently overridden.
-LAUNCHER_ENV = frozenset({
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "CUDA_VISIBLE_DEVICES",
-})  # fmt: skip
-LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_", "SLURM_")
-# Checked by the validator below, not schema patterns: the same rule without bytes in
-# every tools/list.
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_ENV_VALUE = re.compile(r"[^\x00-\x1f]{0,4096}")
-
-
 def _env_pairs(value: object) -> object:
     """KEY=VALUE strings (the CLI's repeated flag, an MCP list) as a dict; a dict as is."""
     if isinstance(value, (list, tuple)):
@@ -145,30 +141,17 @@ def _env_pairs(value: object) -> object:
     return value
 
 
-def _not_secret_or_launcher(env: dict[str, str]) -> dict[str, str]:
-    """Secrets never ride in a job's plain environment: it is written into manifests,
-    batch scripts and records (HF_TOKEN reaches a job from the caller's environment,
-    through a Kubernetes Secret on a cluster)."""
-    for key, value in env.items():
-        if not _ENV_NAME.fullmatch(key):
-            raise ValueError(f"{key!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
-        if not _ENV_VALUE.fullmatch(value):
-            raise ValueError(f"the value of {key} has a control character or is too long")
-        if is_secret_name(key):
-            raise ValueError(
-                f"{key} names a secret: env is for non-secret settings; export it where the "
-                "job runs (HF_TOKEN goes through a Kubernetes Secret)"
-            )
-        if key in LAUNCHER_ENV or key.startswith(LAUNCHER_ENV_PREFIXES):
-            raise ValueError(f"{key} is set by the launcher for each rank")
-    return env
+def _checked_env(env: dict[str, str]) -> dict[str, str]:
+    """No secret, no launcher variable, only documented knobs (job_env.py), and no
+    trainer flag that has its own JobSpec field."""
+    return checked_env(env, JobSpec.model_fields)
 
 
 JobEnv = Annotated[
     dict[str, str],
     BeforeValidator(_env_pairs),
-    AfterValidator(_not_secret_or_launcher),
-    Field(max_length=64, description="Non-secret env vars, KEY=VALUE (NCCL_DEBUG=INFO)."),
+    AfterValidator(_checked_env),
+    Field(max_length=64, description="NCCL/FI/torch/TRAINER_ knobs, KEY=VALUE (NCCL_DEBUG=INFO)."),
 ]
 
 

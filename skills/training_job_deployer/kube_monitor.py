@@ -18,7 +18,7 @@ from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.kube.objects import KINDS, kind_path
 from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.ownership import managed_labels
+from skills.shared.ownership import managed_labels, require_kube_ours
 from skills.shared.secrets import redact
 
 # Lines of each log a snapshot reads: the end, where a failure is.
@@ -28,6 +28,12 @@ NODE_EVENTS_NAMESPACE = "default"
 # Up to this many objects, their events are one LIST each (filtered to the object by the
 # API server); past it, one LIST per kind (a 1,000-pod job: 3 requests, not 1,000).
 EVENT_LISTS = 32
+
+
+SECRET_HINT = (
+    "Secret {namespace}/{name} holds someone else's value: deploy in another namespace, "
+    "or have its owner remove it (kubectl -n {namespace} delete secret {name})."
+)
 
 
 class KubeReader(KubeJson):
@@ -193,29 +199,29 @@ class KubeReader(KubeJson):
     # secrets ------------------------------------------------------------------------
 
     def put_secret(self, name: str, data: dict[str, str]) -> str:
-        """Create the Secret, or update it if it exists: 'created' or 'updated'. Its value
-        never comes back from here."""
+        """Create the Secret, or update it if it is this suite's: 'created' or 'updated'.
+        One of that name that is not (another user's, unlabelled) is refused as not_ours
+        and keeps its value. Its value never comes back from here."""
         import base64
 
         encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "labels": managed_labels()},
+            "metadata": {"name": name, "namespace": self.namespace, "labels": managed_labels()},
             "type": "Opaque",
             "data": encoded,
         }
-        path = kind_path("Secret", self.namespace)
-        status, _ = self.request("POST", path, body=body, missing_ok=(409,))
-        if status != 409:
-            return "created"
-        self.request(
-            "PATCH",
-            f"{path}/{name}",
-            body={"data": encoded},
-            content_type="application/merge-patch+json",
-        )
-        return "updated"
+        return self.apply_owned(body, SECRET_HINT.format(name=name, namespace=self.namespace))
+
+    def require_secret_ours(self, name: str) -> None:
+        """Refuse (not_ours) before anything is written when a Secret `name` exists and is
+        not this suite's: put_secret would refuse it later, after a replace's delete."""
+        require_kube_ours(
+            self.get_or_none(kind_path("Secret", self.namespace, name)), "Secret",
+            f"{self.namespace}/{name}",
+            SECRET_HINT.format(name=name, namespace=self.namespace), namespace=self.namespace,
+        )  # fmt: skip
 
 
 # the job doctor's snapshot ------------------------------------------------------------

@@ -71,6 +71,7 @@ ROWS = {
     # The worker's one Slurm (SLURM_CONF), shared with the Slurm tests: no cluster of its own.
     "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,),
                           ("slurm_cluster",), ("--slurm-in-env",)),
+    "stream_packing": Row((rf"growth exponent over 16x tokens: now {NUMBER}, before {NUMBER}",)),
     "trainer_bench": Row((rf"step time .* ratio {NUMBER}x", rf"tokens/s .* ratio {NUMBER}x",
                           rf"ckpt block .* ratio {NUMBER}x")),
     "trainer_scale": Row((rf'"peak_over_shard": {NUMBER}',

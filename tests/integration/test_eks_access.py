@@ -18,6 +18,7 @@ from commands.manage_eks_cluster import manage_eks_cluster
 from skills.kube.access import (
     TOKEN_PREFIX,
     TokenRefresher,
+    ca_pem,
     eks_api_client,
     eks_token,
 )
@@ -87,9 +88,14 @@ def test_api_client_has_endpoint_and_bearer_token_and_renews_it(moto_server):
     api = eks_api_client("access-a", region=REGION)
     config = api.configuration
     assert config.host == endpoint
-    # moto's CA is base64 of fake PEM text: written once, under the state directory.
-    assert config.ssl_ca_cert.startswith(os.environ["FSDP_EKS_STATE_DIR"])
-    assert eks_api_client("access-a", region=REGION).configuration.ssl_ca_cert == config.ssl_ca_cert
+    # The CA is held in memory, no file written (issue 45 finding 12: a read-only
+    # server's reads wrote it under the state directory).
+    assert config.ssl_ca_cert is None
+    assert not os.path.exists(os.path.join(os.environ["FSDP_EKS_STATE_DIR"], "eks-ca"))
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    assert ca_pem(base64.b64encode(pem.encode()).decode()) == pem
+    with pytest.raises(ValueError):  # moto's: random bytes, not PEM text (system CAs)
+        ca_pem(base64.b64encode(b"\x8c\x00").decode())
     header = config.auth_settings()["BearerToken"]["value"]
     assert header.startswith(f"Bearer {TOKEN_PREFIX}")
     assert "x-k8s-aws-id" in urllib.parse.unquote(decode(header.split()[1]).query)

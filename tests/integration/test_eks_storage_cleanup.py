@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 
 from commands.manage_eks_cluster import manage_eks_cluster
-from skills.eks_cluster_manager import eksctl, ownership, storage
+from skills.eks_cluster_manager import eksctl, ownership, pod_identity, storage
 from skills.shared.errors import ToolFailure
 from tests.services import eks_cluster as seed
 from tests.services.moto import fsx_as_aws_answers
@@ -229,7 +229,7 @@ def test_storage_repairs_what_differs_and_leaves_someone_elses_bucket(aws, kube)
         ("SecurityGroup", group["GroupId"]): "update",
         ("FSx file system", file_systems("st-b")[0]["FileSystemId"]): "unchanged",
         ("S3 bucket", bucket): "update",
-        ("IAM role", "fsdp-eks-s3-st-b"): "unchanged",
+        ("IAM role", pod_identity.role_name("st-b", "default")): "unchanged",
         ("EKS add-on", "eks-pod-identity-agent"): "unchanged",
         ("Pod Identity association", "fsdp-eks-s3"): "unchanged",
         ("StorageClass", storage.STORAGE_CLASS): "unchanged",
@@ -368,7 +368,7 @@ def test_cleanup_deletes_the_suites_stack_in_order_and_twice_deletes_nothing(aws
         ("FSx file system", fs["FileSystemId"]),
         ("SecurityGroup", group["GroupId"]),
         ("Pod Identity association", "default/fsdp-eks-s3"),
-        ("IAM role", "fsdp-eks-s3-cl-a"),
+        ("IAM role", pod_identity.role_name("cl-a", "default")),
     ]
     deletes = [(r.kind, r.name) for r in plan.resources if r.action == "delete"]
     assert deletes == expected  # the dependency order, and only this suite's

@@ -29,6 +29,7 @@ from commands.deploy_model_server import deploy_model_server
 from commands.get_model_server import get_model_server
 from commands.get_training_job import get_training_job
 from commands.list_model_servers import list_model_servers
+from commands.list_training_jobs import list_training_jobs
 from skills.model_server.local import RECORD, servers_dir
 from skills.operations import remembered
 from skills.shared.errors import ToolFailure
@@ -137,6 +138,9 @@ def test_a_hostile_job_record_is_a_typed_error_in_time(tmp_path, kind):
     _hostile(runs / "j" / "job.json", kind)
     refused = typed(lambda: get_training_job(job_name="j", runs_dir=str(runs)))
     assert refused.code == "job_record_corrupt", refused.message
+    # A list reads each record's submission time (its order, issue 45): bounded too.
+    listed = within(ANSWER_S, lambda: list_training_jobs(runs_dir=str(runs))).jobs
+    assert [(j.job_name, j.status) for j in listed] == [("j", "unknown")]
 
 
 @pytest.mark.parametrize("kind", HOSTILE)

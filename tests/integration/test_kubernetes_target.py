@@ -117,7 +117,7 @@ def test_list_reads_each_jobs_steps_from_the_end_of_rank_0s_log(operator):
     deploy(job_name="queued", max_steps=40)  # no pods yet: no log to read
     target = KubernetesTarget(KubernetesSettings())
     before = target.reader.calls
-    jobs = {j.job_name: j for j in target.list_jobs()[0]}
+    jobs = {j.job_name: j for j in target.list_jobs().items}
     # The jobs and their pods: one LIST each; then the end of each started rank 0's log.
     assert target.reader.calls - before == 2 + 2
     seen = {name: (j.status, j.steps, j.max_steps) for name, j in jobs.items()}
@@ -128,6 +128,20 @@ def test_list_reads_each_jobs_steps_from_the_end_of_rank_0s_log(operator):
     }
     rows = dict(list_training_jobs(**K8S).summary_rows())
     assert rows["long"] == "succeeded 6/6 steps" and rows["queued"] == "running 0/40 steps"
+
+
+def test_a_job_submitted_between_pages_neither_repeats_nor_hides_one(operator):
+    """Issue 45: the cursor is the last job's key (creation time, name), not an offset:
+    a job created after page 1 was listed does not push one of page 1 onto page 2."""
+    names = [f"job-{i}" for i in range(5)]
+    for name in names:
+        deploy(job_name=name, max_steps=6)
+    first = list_training_jobs(**K8S, limit=3)
+    time.sleep(1.05)  # creationTimestamp counts seconds: newer than every job listed
+    deploy(job_name="newer", max_steps=6)
+    rest = list_training_jobs(**K8S, limit=10, cursor=first.next_cursor)
+    listed = [j.job_name for j in first.jobs + rest.jobs]
+    assert sorted(listed) == names and len(set(listed)) == len(listed), listed
 
 
 def test_a_list_page_reads_logs_only_for_its_own_jobs(operator):
@@ -141,21 +155,21 @@ def test_a_list_page_reads_logs_only_for_its_own_jobs(operator):
     operator.run("live", outcome="Running", rank_logs={"master-0": "".join(lines[:3])})
     target = KubernetesTarget(KubernetesSettings())
     before = target.reader.calls
-    jobs, total = target.list_jobs(JobPage(limit=2))
+    listed = target.list_jobs(JobPage(limit=2))
     assert target.reader.calls - before == 2 + 2  # jobs, pods, two logs: not seven
-    assert (len(jobs), total) == (2, 7)
+    assert (len(listed.items), listed.more) == (2, 5)
     before = target.reader.calls
     target.list_jobs(JobPage(limit=20, status="succeeded"))
     assert target.reader.calls - before == 2 + 6  # the filter itself read no log
     page = list_training_jobs(**K8S, limit=2)
-    assert len(page.jobs) == 2 and page.more == 5 and page.next_cursor == "2"
+    assert len(page.jobs) == 2 and page.more == 5 and page.next_cursor
     rest = list_training_jobs(**K8S, limit=10, cursor=page.next_cursor)
     assert len(rest.jobs) == 5 and rest.more == 0 and rest.next_cursor is None
     names = [j.job_name for j in page.jobs + rest.jobs]
     assert sorted(names) == sorted([f"job-{i}" for i in range(6)] + ["live"])
     running = list_training_jobs(**K8S, status="running")
     assert [j.job_name for j in running.jobs] == ["live"] and running.more == 0
-    assert dict(page.summary_rows())["5 more"] == "cursor=2"
+    assert dict(page.summary_rows())["5 more"] == f"cursor={page.next_cursor}"
 
 
 def test_a_long_rank0_log_is_read_from_its_end_in_bounded_reads(operator, kube_api):
@@ -653,3 +667,36 @@ def test_a_running_jobs_straggler_and_hang_come_from_rank_0s_log(operator):
     operator.run("stuck", outcome="Running", rank_logs={"master-0": log})
     stuck = get_training_job(job_name="stuck", **K8S)
     assert [f.code for f in stuck.findings] == ["job_hung"]
+
+
+def test_someone_elses_hf_token_secret_is_refused_and_keeps_its_value(
+    operator, kube_api, monkeypatch
+):
+    """Issue 45 finding 8: a Secret of the suite's name without the suite's label is
+    another user's; before, a 409 on create was followed by a patch of its data."""
+    theirs = base64.b64encode(b"hf_TheirOwnToken").decode()
+    kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"] = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": {"token": theirs},
+        "metadata": {"name": "fsdp-eks-hf-token", "namespace": "default"},
+    }  # fmt: skip
+    deploy(job_name="first")  # no token in the environment: the Secret is not touched
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    refused = failure(deploy)
+    assert refused.code == "not_ours" and refused.details["kind"] == "Secret"
+    assert CANARY not in json.dumps(refused.to_dict())
+    # A replace is refused before it deletes the running job (a member the finding did
+    # not name: the check runs before any write, not only at the Secret's).
+    operator.run("first", outcome="Running")
+    again = failure(deploy, job_name="first", replace=True, confirm=True)
+    assert again.code == "not_ours" and exists("first") and not exists("llama")
+    secret = kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"].raw
+    assert secret["data"] == {"token": theirs}
+
+
+def test_the_suites_own_hf_token_secret_is_updated_in_place(operator, kube_api, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    deploy(job_name="one")
+    monkeypatch.setenv("HF_TOKEN", CANARY + "2")
+    deploy(job_name="two")
+    secret = kube_api.emulator.objects["v1/secrets", "default", "fsdp-eks-hf-token"].raw
+    assert base64.b64decode(secret["data"]["token"]).decode() == CANARY + "2"

@@ -6,13 +6,16 @@ that learns, 1 for the runs that compare the surfaces and the failing run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
@@ -24,6 +27,8 @@ from skills.training_job_deployer.trainer_log import parse_events
 from tests.services._common import start_listening
 
 ROOT = Path(__file__).resolve().parents[2]
+# The --http server's token, given as a user gives it: in its environment.
+HTTP_TOKEN = "local-training-test-token-0123456789"
 # Small enough for CI, long enough for the loss to fall clearly (6.30 -> 3.26 in 12
 # steps, against the 0.5 asked; a run that did not update its weights stays at 6.3).
 FULL_RUN = {"max_steps": 12}
@@ -221,12 +226,16 @@ def test_streamable_http_server_serves_the_same_tools(runs_dir):
         lambda port: [sys.executable, "-m", "mcp_server", "--http", "--port", str(port),
                       "--workspace", str(runs_dir)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "FSDP_EKS_MCP_TOKEN": HTTP_TOKEN},
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}/mcp"
 
         async def scenario():
-            async with Client(url) as client:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {HTTP_TOKEN}"}) as http,
+                Client(streamable_http_client(url, http_client=http)) as client,
+            ):
                 names = [t.name for t in (await client.list_tools()).tools]
                 plan = await client.call_tool(
                     "deploy_training_job",

@@ -271,17 +271,20 @@ def test_with_auto_retry_a_hung_job_is_stopped_and_resumes_from_its_checkpoint(
 
 
 def test_on_slurm_with_auto_retry_a_hung_job_is_cancelled_and_resumes(
-    slurm_cluster, tmp_path, prompt_follow
+    slurm_cluster, tmp_path, prompt_follow, monkeypatch
 ):
     """The hang on a real one-node Slurm: the watchdog finds job_hung, auto_retry scancels
     the attempt and submits the next, which resumes from the checkpoint."""
     mark = {"FSDP_EKS_TEST_MARK": tmp_path.name}
+    # The mark rides in the submitting environment, which sbatch exports to the job (a
+    # job's env takes documented knobs only).
+    monkeypatch.setenv("FSDP_EKS_TEST_MARK", tmp_path.name)
     rank0 = functools.partial(marked_process, {**mark, "RANK": "0"})
     try:
         with stopping_the_rank_after_a_checkpoint(rank0, tmp_path / "hang") as stopped:
             result = deploy_training_job(
                 job_name="hang", target="slurm", runs_dir=str(tmp_path), **RETRY_RUN,
-                validation_freq=0, env={**JOB["env"], **RETRY_ENV, **mark},
+                validation_freq=0, env={**JOB["env"], **RETRY_ENV},
             )  # fmt: skip
     finally:
         stop_job(tmp_path, "hang", "slurm")

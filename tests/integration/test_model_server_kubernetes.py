@@ -380,7 +380,7 @@ def test_the_hf_token_is_only_a_secret_reference(kube, lb_kube, stand_in, monkey
     plan = target.plan("demo", "org/private-model", config)
     state = target.deploy(plan, config, CollectingProgress(), 60)
     assert state.status == "ready"
-    listed, _ = target.list(config)
+    listed = target.list(config).items
     objects = [stored(kube, "deployments/demo"), stored(kube, "services/demo")]
     results = [plan.model_dump(), state.model_dump(), [s.model_dump() for s in listed]]
     seen = json.dumps([*results, *objects])
@@ -406,7 +406,7 @@ def test_get_list_scale_and_an_idempotent_delete(kube):
         "metadata": {"name": "other", "namespace": "default", "labels": {"app": "x"}},
         "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}},
     }  # fmt: skip
-    assert [s.name for s in target.list(config)[0]] == ["alpha", "beta"]
+    assert [s.name for s in target.list(config).items] == ["alpha", "beta"]
 
     state = target.get("alpha", config)
     assert (state.status, state.replicas, state.model) == ("starting", 1, "org/m")
@@ -420,7 +420,7 @@ def test_get_list_scale_and_an_idempotent_delete(kube):
     assert (first.status, first.message) == ("deleted", "Deleted Deployment and Service.")
     again = target.delete("alpha", config)
     assert (again.status, again.message) == ("deleted", "Nothing to delete.")
-    assert [s.name for s in target.list(config)[0]] == ["beta"]
+    assert [s.name for s in target.list(config).items] == ["beta"]
     for call in (lambda: target.get("alpha", config), lambda: target.scale("alpha", 2, config)):
         with pytest.raises(ToolFailure) as caught:
             call()
@@ -450,6 +450,7 @@ def test_a_list_page_costs_two_requests_whatever_the_servers(kube):
     Services a page, never a GET per server, at 3 servers as at 48."""
     from commands.list_model_servers import list_model_servers
     from skills.model_server.kubernetes.manifest import labels
+    from skills.shared.paging import after_name
 
     costs = []
     for total in (3, 48):
@@ -466,9 +467,9 @@ def test_a_list_page_costs_two_requests_whatever_the_servers(kube):
                 "spec": {"type": "ClusterIP", "ports": [{"port": 8000}]},
             }  # fmt: skip
         before = len(kube.emulator._requests)
-        page = list_model_servers(target="kubernetes", limit=2, cursor="1")
+        page = list_model_servers(target="kubernetes", limit=2, cursor=after_name("srv-00"))
         costs.append(len(kube.emulator._requests) - before)
         assert [s.name for s in page.servers] == ["srv-01", "srv-02"]
-        assert (page.more, page.next_cursor) == (total - 3, "3" if total > 3 else None)
+        assert page.more == total - 3 and (page.next_cursor is not None) == (total > 3)
         assert all(s.endpoint and s.endpoint.endswith(":8000/proxy") for s in page.servers)
     assert costs == [2, 2]

@@ -240,3 +240,149 @@ def test_the_node_groups_scale_call_when_it_cannot_supply_another_node(operator,
                       "desired_size": 3, "max_size": 3, "region": REGION},
         "why": "add 1 p5.48xlarge node(s) to gpu (paid: ask first)",
     }  # fmt: skip
+
+
+# -- records that match the world (issue 45 findings 7 and 11) ---------------------------
+
+ADMIN = "kubectl"  # the field manager of an admin's kubectl cordon/uncordon/taint
+
+
+def as_admin(operator: TrainingOperator, name: str, spec: dict) -> None:
+    """What an admin's kubectl does to the node (a patch under its own field manager)."""
+    operator.core.patch_node(name, {"spec": spec}, field_manager=ADMIN, _preload_content=False)
+
+
+def admin_lifts(operator: TrainingOperator, name: str) -> None:
+    """kubectl uncordon, then kubectl taint <node> fsdp-eks.io/quarantined-."""
+    as_admin(operator, name, {"unschedulable": None})
+    taints = [t for t in node(operator, name)["spec"].get("taints") or [] if
+              t["key"] != TAINT_KEY]  # fmt: skip
+    as_admin(operator, name, {"taints": taints or None})
+
+
+def admin_recordons(operator: TrainingOperator, name: str) -> None:
+    """kubectl uncordon then kubectl cordon: the cordon is the admin's now."""
+    as_admin(operator, name, {"unschedulable": None})
+    as_admin(operator, name, {"unschedulable": True})
+
+
+def held(operator: TrainingOperator, name: str) -> tuple[bool, bool, dict | None]:
+    """(cordoned, our taint on it, the record) as the API holds the node now."""
+    spec, meta = node(operator, name)["spec"], node(operator, name)["metadata"]
+    raw = (meta.get("annotations") or {}).get(RECORD_ANNOTATION)
+    return (bool(spec.get("unschedulable")),
+            any(t["key"] == TAINT_KEY for t in spec.get("taints") or []),
+            json.loads(raw) if raw else None)  # fmt: skip
+
+
+def kube_target():
+    from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
+    from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
+
+    return KubernetesTarget(KubernetesSettings())
+
+
+def test_a_quarantine_an_admin_lifted_is_applied_again_on_the_next_fault(operator):
+    """Finding 7: the record alone said quarantined; the node was schedulable."""
+    bad, _ = operator.add_nodes("p5.48xlarge", 2, efa=32)
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama", 1)
+    first = held(operator, bad)[2]
+    admin_lifts(operator, bad)
+    assert held(operator, bad)[:2] == (False, False) and held(operator, bad)[2] == first
+
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama-2", 1)
+    cordoned, tainted, record = held(operator, bad)
+    assert (cordoned, tainted) == (True, True)
+    assert (record["job"], record["was_cordoned"]) == ("llama-2", False)
+    assert record["uid"] == node(operator, bad)["metadata"]["uid"]
+    from skills.kube.quarantine import schedulable
+
+    assert not schedulable(node(operator, bad), "p5.48xlarge")
+    # Held as recorded: a third fault keeps the record (idempotent).
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama-3", 1)
+    assert held(operator, bad)[2] == record
+
+
+def test_only_the_taint_removed_is_a_lifted_quarantine_too(operator):
+    """A member of the class the finding did not list: the admin removed our taint and
+    left the node cordoned; the next fault puts the taint back, the cordon stays ours."""
+    bad, _ = operator.add_nodes("p5.48xlarge", 2, efa=32)
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama", 1)
+    as_admin(operator, bad, {"taints": None})
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama-2", 1)
+    cordoned, tainted, record = held(operator, bad)
+    assert (cordoned, tainted, record["job"], record["was_cordoned"]) == (
+        True, True, "llama-2", False)  # fmt: skip
+    released = manage_eks_cluster(action="release_node", node=bad, confirm=True)
+    assert released.changes["cordon"] == "uncordoned" and held(operator, bad) == (
+        False, False, None)  # fmt: skip
+
+
+def test_release_keeps_a_cordon_an_admin_made_after_the_quarantine(operator):
+    """Finding 11, the cordon: uncordoned and cordoned again by an admin meanwhile, it is
+    the admin's (managedFields say who set spec.unschedulable last): kept, and said."""
+    bad, _ = operator.add_nodes("p5.48xlarge", 2, efa=32)
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama", 1)
+    admin_recordons(operator, bad)
+    with pytest.raises(ToolFailure) as plan:
+        manage_eks_cluster(action="release_node", node=bad)
+    assert "leaves its cordon (kept: kubectl cordoned it after" in plan.value.message
+    released = manage_eks_cluster(action="release_node", node=bad, confirm=True)
+    assert released.changes["cordon"] == "kept: kubectl cordoned it after the quarantine"
+    assert "cordon: kept" in released.summary
+    assert held(operator, bad) == (True, False, None)
+
+
+def test_release_refuses_a_record_copied_onto_another_node(operator):
+    """Finding 11, the record: the annotation (and taint, and cordon) copied from the
+    quarantined node onto another does not make that one ours to uncordon."""
+    bad, other = operator.add_nodes("p5.48xlarge", 2, efa=32)
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama", 1)
+    source = node(operator, bad)
+    operator.core.patch_node(other, {
+        "metadata": {"annotations": {RECORD_ANNOTATION: source["metadata"]["annotations"][
+            RECORD_ANNOTATION]}},
+        "spec": {"unschedulable": True, "taints": source["spec"]["taints"]},
+    }, field_manager=ADMIN, _preload_content=False)  # fmt: skip
+    listed = manage_eks_cluster(action="release_node")
+    assert [q["node"] for q in listed.changes["quarantined"]] == [bad]
+    with pytest.raises(ToolFailure) as refused:
+        manage_eks_cluster(action="release_node", node=other, confirm=True)
+    assert refused.value.code == "not_ours" and refused.value.details["copied_record"]
+    assert held(operator, other)[:2] == (True, True)  # untouched
+    # The same name on a node object made again (a replaced instance): another uid.
+    record = json.loads(source["metadata"]["annotations"][RECORD_ANNOTATION])
+    forged = {**record, "node": other, "uid": "00000000-0000-0000-0000-000000000000"}
+    operator.core.patch_node(other, {"metadata": {"annotations": {
+        RECORD_ANNOTATION: json.dumps(forged)}}}, _preload_content=False)  # fmt: skip
+    with pytest.raises(ToolFailure) as again:
+        manage_eks_cluster(action="release_node", node=other, confirm=True)
+    assert again.value.code == "not_ours"
+
+
+def test_the_quarantine_lifecycle_whole(operator):
+    """Quarantine (auto_retry) -> an admin uncordons and untaints -> the GPU fails again
+    -> the quarantine is applied again -> the admin re-cordons it to look at it -> release:
+    our taint and record go, the admin's cordon stays."""
+    operator.add_nodes("p5.48xlarge", 3, efa=32)
+    join = play(operator, [gpu_fails_on_worker(operator, XID79, agent=False),
+                           succeeds(operator)])  # fmt: skip
+    result = deploy(max_retries=2)
+    _, placed = join()
+    bad = placed[0]["llama-worker-0"]
+    assert result.attempts[0].quarantined == [bad] and held(operator, bad)[:2] == (True, True)
+
+    admin_lifts(operator, bad)
+    assert held(operator, bad)[:2] == (False, False)
+
+    done = kube_target().quarantine([bad], "gpu_hardware_fault", "llama", 2)  # as auto_retry
+    assert done.nodes == (bad,)
+    cordoned, tainted, record = held(operator, bad)
+    assert (cordoned, tainted, record["was_cordoned"]) == (True, True, False)
+
+    admin_recordons(operator, bad)
+    released = manage_eks_cluster(action="release_node", node=bad, confirm=True)
+    assert released.changes["released"]["since"] == record["since"]
+    assert released.changes["cordon"] == "kept: kubectl cordoned it after the quarantine"
+    assert held(operator, bad) == (True, False, None)
+    assert manage_eks_cluster(action="release_node").changes["quarantined"] == []

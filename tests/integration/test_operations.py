@@ -175,6 +175,8 @@ def test_cli_detaches_with_wait_seconds_and_runs_in_process_without(capsys):
 
 
 def _server(workspace: Path | None = None):
+    if workspace is not None:  # as `python -m mcp_server` makes its workspace: the
+        workspace.mkdir(parents=True, exist_ok=True)  # operations' worker runs there
     return build_server(
         specs=[COUNT, spec_of(get_operation), spec_of(list_operations), spec_of(cancel_operation)],
         workspace=None if workspace is None else Workspace.create(str(workspace)),

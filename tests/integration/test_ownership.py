@@ -239,3 +239,85 @@ def test_get_model_server_does_not_report_a_foreign_deployment_as_a_server(kube)
     with pytest.raises(ToolFailure) as caught:
         get_model_server(name="coredns", **server_args(kube, "kube-system"))
     assert_not_ours(caught, "Deployment")
+
+
+# -- issue 45: one ownership-checked apply for every object the suite writes --------------
+
+FSX = {"FileSystemId": "fs-0123456789abcdef0", "DNSName": "fs.fsx.example", "StorageCapacity": 1200,
+       "LustreConfiguration": {"MountName": "abcd"}}  # fmt: skip
+
+
+def _storage_write(kube_json, spec):
+    from skills.eks_cluster_manager import storage as fsx_storage
+
+    # The objects were read missing (current_objects, before the AWS writes); the claim
+    # was made by someone else since: the write must not take it over.
+    return fsx_storage.ensure_objects(kube_json, spec, FSX, True, [None, None, None])
+
+
+def _service_account_write(kube_json, spec):
+    from skills.eks_cluster_manager import pod_identity
+
+    wanted = pod_identity.service_account(spec.namespace, "b", None)
+    return kube_json.apply_owned(wanted, "hint", current=None)
+
+
+def _model_server_write(kube_json, spec):
+    from skills.model_server.kubernetes.manifest import render
+
+    settings = KubernetesServerSettings(namespace=spec.namespace)
+    (deployment, _service) = render("web", "Qwen/Qwen2.5-0.5B-Instruct", settings)
+    return kube_json.apply_owned(deployment, "hint", label=ownership.MODEL_SERVER_LABEL,
+                                 value="web", current=None)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("write", "resource", "name", "kind"),
+    [
+        (_storage_write, "v1/persistentvolumeclaims", "fsx-claim", "PersistentVolumeClaim"),
+        (_service_account_write, "v1/serviceaccounts", "fsdp-eks-s3", "ServiceAccount"),
+        (_model_server_write, DEPLOYMENTS, "web", "Deployment"),
+    ],
+    ids=["a storage claim", "the pods' ServiceAccount", "a model server's Deployment"],
+)
+def test_an_object_made_by_someone_else_after_the_check_is_not_applied_over(
+    kube, write, resource, name, kind
+):
+    """Each write checks ownership at the write itself: an object that was missing when
+    the caller read it, and that someone else has made since, is refused (the create is
+    a 409, then it is read and checked), never applied over."""
+    from skills.eks_cluster_manager.storage import StorageSpec
+    from skills.kube.access import kube_api_client
+    from skills.kube.client import KubeJson
+
+    meta = {"name": name, "namespace": "default", "labels": {"team": "x"}}
+    theirs = {"apiVersion": "v1", "kind": kind, "metadata": meta}
+    kube.emulator.objects[resource, "default", name] = theirs
+    with kube_api_client(kube.kubeconfig) as api, pytest.raises(ToolFailure) as caught:
+        write(KubeJson(api), StorageSpec(cluster="own-d"))
+    assert_not_ours(caught, kind)
+    assert stored(kube, resource, "default", name)["metadata"]["labels"] == {"team": "x"}
+
+
+def test_an_nccl_test_whose_random_name_clashes_deletes_nothing_of_the_other_owner(
+    kube, monkeypatch
+):
+    """The NCCL test job deletes what it created, and only that: when its random name is
+    already a PyTorchJob of someone else's (409 on create), that job stays, and the
+    ConfigMap the run did create is removed."""
+    from skills.eks_cluster_manager import nccl_job
+
+    name = "nccl-test-abc123"
+    kube.emulator.objects["kubeflow.org/v1/pytorchjobs", "default", name] = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": "default", "labels": {"team": "theirs"}},
+        "spec": {"pytorchReplicaSpecs": {}},
+    }
+    # The clash is forced through the name's random part, the one input it has.
+    monkeypatch.setattr(nccl_job.secrets, "token_hex", lambda _n: "abc123")
+    with pytest.raises(ToolFailure):
+        nccl_job.run_nccl_test(nodes=1, instance_type="p5.48xlarge", image="img:1")
+    theirs = stored(kube, "kubeflow.org/v1/pytorchjobs", "default", name)
+    assert theirs is not None and theirs["metadata"]["labels"] == {"team": "theirs"}
+    assert stored(kube, "v1/configmaps", "default", name) is None

@@ -70,6 +70,7 @@ def pod_specs(manifest: dict) -> list[dict]:
 def test_an_s3_job_runs_as_the_service_account_storage_binds_to_a_role_for_its_bucket(aws, kube):
     make_cluster("id-a")
     bucket = f"fsdp-eks-id-a-{ACCOUNT}"
+    role_a = pod_identity.role_name("id-a", "default")  # the namespace's own role
     iam = boto3.client("iam", region_name=REGION)
     eks = boto3.client("eks", region_name=REGION)
 
@@ -81,13 +82,13 @@ def test_an_s3_job_runs_as_the_service_account_storage_binds_to_a_role_for_its_b
     assert rows["ServiceAccount"].action == "create"
     assert plan.changes["service_account"] == f"default/{S3_SERVICE_ACCOUNT}"
     # The plan wrote nothing.
-    assert "fsdp-eks-s3-id-a" not in [r["RoleName"] for r in iam.list_roles()["Roles"]]
+    assert role_a not in [r["RoleName"] for r in iam.list_roles()["Roles"]]
     assert not eks.list_pod_identity_associations(clusterName="id-a")["associations"]
     assert kube_object(kube, "v1/serviceaccounts", "default", S3_SERVICE_ACCOUNT) is None
 
     applied = storage(kube, "id-a", confirm=True)
     assert {r.action for r in applied.resources} == {"created"}, applied.resources
-    role = iam.get_role(RoleName="fsdp-eks-s3-id-a")["Role"]
+    role = iam.get_role(RoleName=role_a)["Role"]
     trust = role["AssumeRolePolicyDocument"]
     (statement,) = trust["Statement"]
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
@@ -141,7 +142,7 @@ def test_an_s3_job_runs_as_the_service_account_storage_binds_to_a_role_for_its_b
     removed = {(r.kind, r.action) for r in done.resources}
     assert {("IAM role", "deleted"), ("Pod Identity association", "deleted"),
             ("ServiceAccount", "deleted")} <= removed  # fmt: skip
-    assert "fsdp-eks-s3-id-a" not in [r["RoleName"] for r in iam.list_roles()["Roles"]]
+    assert role_a not in [r["RoleName"] for r in iam.list_roles()["Roles"]]
     assert not eks.list_pod_identity_associations(clusterName="id-a")["associations"]
     assert kube_object(kube, "v1/serviceaccounts", "default", S3_SERVICE_ACCOUNT) is None
 
@@ -172,12 +173,13 @@ def test_a_dry_run_warns_when_no_identity_reaches_the_path(aws, kube):
 def test_a_role_of_that_name_made_by_someone_else_is_never_changed(aws, kube):
     make_cluster("id-c")
     iam = boto3.client("iam", region_name=REGION)
-    iam.create_role(RoleName="fsdp-eks-s3-id-c", AssumeRolePolicyDocument=json.dumps(
+    name = pod_identity.role_name("id-c", "default")
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(
         {"Version": "2012-10-17", "Statement": []}))  # fmt: skip
     with pytest.raises(ToolFailure) as caught:
         storage(kube, "id-c")
     assert caught.value.code == "conflict" and caught.value.hint
-    assert not iam.list_role_policies(RoleName="fsdp-eks-s3-id-c")["PolicyNames"]
+    assert not iam.list_role_policies(RoleName=name)["PolicyNames"]
 
 
 def test_new_clusters_get_the_pod_identity_agent_from_create_config(moto_server):
@@ -186,3 +188,66 @@ def test_new_clusters_get_the_pod_identity_agent_from_create_config(moto_server)
     config = yaml.safe_load(report.config_yaml)
     assert {"name": pod_identity.AGENT_ADDON} in config["addons"]
     assert config["metadata"]["version"] == "1.34"
+
+
+def association_of(eks, cluster: str, namespace: str) -> dict:
+    (summary,) = [a for a in eks.list_pod_identity_associations(clusterName=cluster)[
+        "associations"] if a["namespace"] == namespace]  # fmt: skip
+    return eks.describe_pod_identity_association(
+        clusterName=cluster, associationId=summary["associationId"]
+    )["association"]
+
+
+def reach(iam, role_arn: str) -> tuple[str, set[str]]:
+    """(the namespace the role's trust admits, the S3 resources its policy names)."""
+    name = role_arn.rsplit("/", 1)[-1]
+    (statement,) = iam.get_role(RoleName=name)["Role"]["AssumeRolePolicyDocument"]["Statement"]
+    document = iam.get_role_policy(RoleName=name, PolicyName=pod_identity.POLICY_NAME)
+    resources = {s["Resource"] for s in document["PolicyDocument"]["Statement"]}
+    return statement["Condition"]["StringEquals"]["aws:RequestTag/kubernetes-namespace"], resources
+
+
+def test_storage_for_a_second_namespace_leaves_the_first_namespaces_access_whole(aws, kube):
+    """Issue 45 finding 6: one role per namespace (least privilege, as AWS recommends for
+    Pod Identity), so the second namespace's storage neither revokes the first's access
+    (one shared role's trust was rewritten to the last namespace) nor widens it."""
+    make_cluster("id-e")
+    iam = boto3.client("iam", region_name=REGION)
+    eks = boto3.client("eks", region_name=REGION)
+    first, second = f"fsdp-eks-id-e-{ACCOUNT}", "fsdp-eks-team-b-data"
+    storage(kube, "id-e", confirm=True)
+    storage(kube, "id-e", namespace="team-b", bucket=second, confirm=True)
+
+    wanted = {"default": first, "team-b": second}
+    roles = {}
+    for namespace, bucket in wanted.items():
+        association = association_of(eks, "id-e", namespace)
+        roles[namespace] = association["roleArn"]
+        assert reach(iam, association["roleArn"]) == (
+            namespace, {f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"})  # fmt: skip
+    assert roles["default"] != roles["team-b"]
+    # The first namespace again: nothing of either changes.
+    again = storage(kube, "id-e")
+    assert {(r.kind, r.action) for r in again.resources if "IAM" in r.kind} == {
+        ("IAM role", "unchanged")}  # fmt: skip
+    assert reach(iam, association_of(eks, "id-e", "team-b")["roleArn"])[0] == "team-b"
+
+    # Cleanup removes both namespaces' roles, and the one per-cluster role an older
+    # release made (tagged as the suite's); a role of the prefix for another cluster stays.
+    from skills.eks_cluster_manager import ownership
+
+    legacy = pod_identity.legacy_role_name("id-e")
+    iam.create_role(RoleName=legacy, AssumeRolePolicyDocument=json.dumps(
+        pod_identity.trust_policy("id-e", "default")),
+        Tags=ownership.tag_list(ownership.aws_tags("id-e", legacy)))  # fmt: skip
+    elsewhere = pod_identity.role_name("id-other", "default")
+    iam.create_role(RoleName=elsewhere, AssumeRolePolicyDocument=json.dumps(
+        pod_identity.trust_policy("id-other", "default")),
+        Tags=ownership.tag_list(ownership.aws_tags("id-other", elsewhere)))  # fmt: skip
+    done = manage_eks_cluster(action="cleanup", cluster_name="id-e", region=REGION,
+                              kubeconfig=str(kube.kubeconfig), confirm=True)  # fmt: skip
+    deleted = {r.name for r in done.resources if (r.kind, r.action) == ("IAM role", "deleted")}
+    assert deleted == {roles["default"].rsplit("/", 1)[-1], roles["team-b"].rsplit("/", 1)[-1],
+                       legacy}  # fmt: skip
+    left = {r["RoleName"] for r in iam.list_roles()["Roles"]}
+    assert elsewhere in left and not deleted & left

@@ -10,6 +10,7 @@ from mcp import Client
 
 from mcp_server import build_server
 from mcp_server.result_cap import MAX_RESULT_BYTES, result_bytes
+from skills.shared.paging import after_name
 from skills.shared.progress import Progress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import spec_of, tool
@@ -48,7 +49,8 @@ def test_a_list_past_40_kb_is_cut_marked_and_continued_by_its_rest_call(many_run
     assert note["cut"] == [{"path": "jobs", "kind": "list", "kept": kept, "of": 200}]
     rest = note["rest"]
     assert rest["tool"] == "list_training_jobs"
-    assert rest["arguments"]["cursor"] == str(kept) and rest["arguments"]["limit"] == kept
+    last = data["jobs"][-1]["job_name"]
+    assert rest["arguments"]["cursor"] == after_name(last) and rest["arguments"]["limit"] == kept
     assert rest["arguments"]["local"] == {"runs_dir": str(many_runs)}  # nested as it takes it
     assert f"jobs {kept} of 200 entries" in first.content[0].text
 

@@ -17,13 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from mcp import Client
+from mcp_types import ListRootsResult, Root
 
 from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.get_training_job_logs import get_training_job_logs
 from commands.list_training_jobs import list_training_jobs
+from mcp_server import build_server
+from mcp_server.workspace import Workspace
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
 from skills.training_job_deployer.trainer_log import parse_events
@@ -309,3 +314,35 @@ def test_no_slurm_clients_or_no_ssh_route_are_typed_errors(slurm_cluster, runs, 
     missing = _failure(**_slurm(runs))
     assert missing.code == "slurm_unavailable" and "not on PATH" in missing.message
     assert "ssh_host" in missing.hint
+
+
+def test_over_mcp_the_job_runs_in_the_sessions_root_not_the_servers_directory(
+    slurm_cluster, tmp_path
+):
+    """sbatch's directory is the job's (cli_run's `work`): over MCP, the calling session's
+    workspace, though the server never changes its own directory (issue 45, finding 4)."""
+    project = tmp_path / "project"
+    project.mkdir()
+
+    async def roots(_context: Any) -> ListRootsResult:
+        return ListRootsResult(roots=[Root.model_validate({"uri": project.as_uri()})])
+
+    async def deploy() -> Any:
+        server = build_server(workspace=Workspace(root=tmp_path, chosen=False))
+        callback: Any = roots  # the SDK's ListRootsFnT
+        async with Client(server, mode="legacy", list_roots_callback=callback) as client:
+            return await client.call_tool("deploy_training_job", {
+                "job_name": "in-session", "target": "slurm", "max_steps": 1,
+                "gpu_per_node": 1, "validation_freq": 0, "wait_seconds": 0,
+            })  # fmt: skip
+
+    before = os.getcwd()
+    started = anyio.run(deploy)
+    assert not started.is_error, started.content
+    job_id = Path(started.structured_content["log_path"]).stem.removeprefix("slurm-")
+    try:
+        assert slurm_cluster.job(job_id)["WorkDir"] == str(project)
+        assert Path(started.structured_content["log_path"]).is_relative_to(project / "runs")
+    finally:
+        subprocess.run(["scancel", job_id], check=False)  # SLURM_CONF: the fixture's
+    assert os.getcwd() == before

@@ -45,24 +45,30 @@ def find_binary(*names: str, apt: str) -> str:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (for servers that cannot report a port-0 bind)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
 def start_listening(
-    command: Callable[[int], list[str]], *, tries: int = 3, timeout: float = 30.0, **popen: Any
+    command: Callable[[int], list[str]],
+    *,
+    tries: int = 3,
+    timeout: float = 30.0,
+    host: str = "127.0.0.1",
+    **popen: Any,
 ) -> tuple[subprocess.Popen[Any], int]:
-    """Start `command(port)` on a free port and wait until it listens there. A free port
-    can be taken by another test's process before ours binds it: ours then exits, and
-    it is started again on another port (`tries` times)."""
+    """Start `command(port)` on a free port of `host` and wait until it listens there. A
+    free port can be taken by another test's process before ours binds it: ours then
+    exits, and it is started again on another port (`tries` times)."""
     for _ in range(tries):
-        port = free_port()
+        port = free_port(host)
         process = subprocess.Popen(command(port), **popen)
         deadline = time.monotonic() + timeout
         while process.poll() is None and time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection((host, port), timeout=1).close()
             except OSError:
                 time.sleep(0.1)
                 continue

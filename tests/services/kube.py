@@ -22,7 +22,11 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
 * pods/log answers text/plain from `set_pod_log` ('' if unset, 404 for a missing pod)
   instead of the pod's JSON;
 * a LIST of events honours fieldSelector (involvedObject.name=..., type!=...), and
-  every LIST is counted: `emulator.lists` by resource, `emulator.listed_objects` served.
+  every LIST is counted: `emulator.lists` by resource, `emulator.listed_objects` served;
+* a Node keeps metadata.managedFields as an API server does for Update operations: the
+  field manager (`?fieldManager=`, else the User-Agent's product, as the API server
+  derives it) of a patch owns the fields it changed, others lose them, and a removed
+  field is nobody's (who cordoned a node is what the quarantine release reads).
 
 Reactions a test adds at the default priority (`kube.emulator["post /..."] << 500`) win
 over these defaults; among reactions of equal priority the OLDEST wins.
@@ -73,6 +77,8 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
         (),
     ),
 }
+# Kinds whose writes keep metadata.managedFields here (see `managed_fields`).
+MANAGED_FIELDS = ("v1/nodes",)
 # Kinds whose LIST honours fieldSelector here as an API server does (equality `a.b=v`,
 # `a.b==v` and `a.b!=v`, joined by commas; kmock alone ignores selectors).
 FIELD_SELECTED = ("v1/events",)
@@ -130,6 +136,58 @@ _EMULATOR_CLASS: type | None = None
 _ALONE: contextvars.ContextVar[Any] = contextvars.ContextVar("kmock_alone", default=None)
 
 
+def _leaves(patch: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """A merge patch's leaves: (path, value); a list or a scalar is one leaf, None removes."""
+    if isinstance(patch, dict) and patch:
+        for key, value in patch.items():
+            yield from _leaves(value, (*path, key))
+    else:
+        yield path, patch
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def managed_fields(
+    old: dict[str, Any], patch: dict[str, Any], manager: str, api_version: str
+) -> list[dict[str, Any]]:
+    """`old`'s managedFields after `manager`'s merge `patch` (an Update operation): the
+    fields it changes become the manager's alone, a field it removes nobody's; fields it
+    sets to the value they had keep their owner (as structured-merge-diff's Update)."""
+    entries = [dict(e) for e in (old.get("metadata") or {}).get("managedFields") or []]
+    owned = {e["manager"]: e for e in entries}
+    for path, value in _leaves(patch):
+        if path[:1] == ("metadata",) and path[1:2] in (("managedFields",), ("resourceVersion",)):
+            continue
+        if _at(old, path) == value:
+            continue
+        fields = tuple(f"f:{key}" for key in path)
+        for entry in entries:  # nobody else owns it now
+            tree = entry.get("fieldsV1") or {}
+            parents = [tree]
+            for key in fields[:-1]:
+                parents.append(parents[-1].get(key) if isinstance(parents[-1], dict) else None)
+            if isinstance(parents[-1], dict):
+                parents[-1].pop(fields[-1], None)
+            for key, parent in zip(reversed(fields[:-1]), reversed(parents[:-1]), strict=True):
+                if isinstance(parent, dict) and parent.get(key) == {}:
+                    parent.pop(key)
+        if value is not None:
+            entry = owned.setdefault(manager, {"manager": manager, "fieldsV1": {}})
+            if entry not in entries:
+                entries.append(entry)
+            tree = entry.setdefault("fieldsV1", {})
+            for key in fields:
+                tree = tree.setdefault(key, {})
+            entry.update(operation="Update", apiVersion=api_version, fieldsType="FieldsV1",
+                         time=datetime.datetime.now(datetime.timezone.utc).strftime(
+                             "%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+    return [e for e in entries if e.get("fieldsV1")]
+
+
 def emulator_class() -> type:
     """kmock's KubernetesEmulator, completing writes the way an API server does.
 
@@ -161,6 +219,22 @@ def emulator_class() -> type:
                 if key not in self.objects or self.objects[key].deleted:
                     self.objects[key] = {}
             writes = (kmock.action.CREATE, kmock.action.UPDATE)
+            resource = request.resource
+            plural = resource and "/".join(
+                filter(None, (resource.group, resource.version, resource.plural))
+            )
+            if (
+                plural in MANAGED_FIELDS
+                and action == kmock.action.UPDATE
+                and isinstance(data, dict)
+                and (request.resource, request.namespace, request.name) in self.objects
+            ):
+                old = self.objects[request.resource, request.namespace, request.name].raw
+                agent = request.headers.get("User-Agent", "unknown").split("/")[0]
+                manager = request.params.get("fieldManager") or agent
+                group = f"{resource.group}/" if resource.group else ""
+                fields = managed_fields(old, data, manager, f"{group}{resource.version}")
+                data.setdefault("metadata", {})["managedFields"] = fields
             if request.resource is not None and isinstance(data, dict) and action in writes:
                 meta = data.setdefault("metadata", {})
                 if isinstance(meta, dict) and action == kmock.action.CREATE:

@@ -5,8 +5,11 @@ reached through HF_ENDPOINT: never the network."""
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -64,6 +67,7 @@ def stand_in(tmp_path, monkeypatch):
         "stand/tiny-llama": HubRepo("model", files),
         "stand/gated-llama": HubRepo("model", files, gated=True),
         "stand/tiny-c4": HubRepo("dataset", dataset_files()),
+        "stand/other-c4": HubRepo("dataset", dataset_files()),
     }
     with hub_server(repos, token=TOKEN) as server:
         for name, value in server.env.items():
@@ -148,6 +152,104 @@ def test_unknown_repo_is_a_config_error(stand_in):
         hf.read_model_config("stand/no-such-model")
 
 
+# --- the download's record: trusted while it matches the world -------------------------
+
+MODEL = "stand/tiny-llama"
+
+
+def requests_since(stand_in, before: int) -> list[tuple[str, str]]:
+    return [(method, path) for method, path, _, _ in stand_in.requests[before:]]
+
+
+def push_a_fix(stand_in) -> bytes:
+    """The owner pushes a new config.json: the repo's main is another commit."""
+    files = stand_in.repos[MODEL].files
+    config = json.loads(files["config.json"])
+    files["config.json"] = json.dumps({**config, "fixed_by_owner": True}).encode()
+    return files["config.json"]
+
+
+def test_an_unchanged_repo_costs_one_metadata_request_and_no_download(stand_in):
+    first = hub.local_dir(MODEL)
+    before = len(stand_in.requests)
+    assert hub.local_dir(MODEL) == first
+    assert requests_since(stand_in, before) == [("GET", f"/api/models/{MODEL}/revision/main")]
+
+
+def test_a_fix_pushed_to_the_repo_reaches_the_next_job(stand_in):
+    first = hub.local_dir(MODEL)
+    fixed = push_a_fix(stand_in)
+    second = hub.local_dir(MODEL)
+    assert second != first and Path(second).name == stand_in.repos[MODEL].sha
+    assert Path(second, "config.json").read_bytes() == fixed
+    assert stand_in.file_gets(MODEL, "config.json") == 2
+    assert stand_in.file_gets(MODEL, "model.safetensors") == 1  # unchanged: the cache's
+
+
+def test_a_cache_whose_blobs_were_removed_is_downloaded_again(stand_in, tmp_path):
+    first = hub.local_dir(MODEL)
+    shutil.rmtree(tmp_path / "hf-home" / "hub" / f"models--{MODEL.replace('/', '--')}" / "blobs")
+    assert not Path(first, "config.json").is_file()  # a dangling link
+    again = hub.local_dir(MODEL)
+    assert hf.read_model_config(again).dim == SMALL.dim
+    assert stand_in.file_gets(MODEL, "model.safetensors") == 2
+
+
+def test_offline_the_intact_files_are_used_without_a_request(stand_in, monkeypatch):
+    first = hub.local_dir(MODEL)
+    push_a_fix(stand_in)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = len(stand_in.requests)
+    assert hub.local_dir(MODEL) == first
+    assert requests_since(stand_in, before) == []
+
+
+def test_a_hub_that_cannot_be_reached_leaves_the_intact_files_in_use(stand_in, monkeypatch):
+    first = hub.local_dir(MODEL)
+    with socket.socket() as closed:  # a port nothing listens on once it is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    assert hub.local_dir(MODEL) == first
+
+
+def test_a_pinned_commit_is_trusted_without_a_request(stand_in):
+    sha = stand_in.repos[MODEL].sha
+    pinned = hub.local_dir(MODEL, revision=sha)
+    assert Path(pinned).name == sha
+    before = len(stand_in.requests)
+    assert hub.local_dir(MODEL, revision=sha) == pinned
+    assert requests_since(stand_in, before) == []
+
+
+def test_a_repo_gone_since_the_download_is_a_config_error(stand_in):
+    hub.local_dir(MODEL)
+    stand_in.repos[MODEL].gated = True  # the owner gated it: this job has no token
+    with pytest.raises(ConfigError, match="gated hub repo and no HF_TOKEN is set"):
+        hub.local_dir(MODEL)
+
+
+def _local_dir_in_rank(rank: int, out: str) -> None:
+    path = hub.local_dir(MODEL)
+    Path(f"{out}.{rank}").write_text(
+        json.dumps({"path": path, "config": Path(path, "config.json").read_text()})
+    )
+
+
+def test_two_ranks_after_a_push_download_the_fix_once(stand_in, tmp_path):
+    hub.local_dir(MODEL)
+    fixed = push_a_fix(stand_in)
+    before = len(stand_in.requests)
+    spawn(_local_dir_in_rank, (str(tmp_path / "rank"),), 2)
+    got = [json.loads(Path(tmp_path / f"rank.{r}").read_text()) for r in range(2)]
+    assert got[0] == got[1] and got[0]["config"] == fixed.decode()
+    assert stand_in.file_gets(MODEL, "config.json") == 2  # once for the node, not per rank
+    # The rank that waited on the lock trusts the check just made (at most a second one
+    # where it came after the first rank had finished).
+    api = [r for r in requests_since(stand_in, before) if r[1].startswith("/api/")]
+    assert 2 <= len(api) <= 3, api
+
+
 # --- the dataset, streamed --------------------------------------------------------------
 
 
@@ -219,7 +321,7 @@ def test_stream_resumes_where_the_job_was():
         got = next(resumed)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert resumed.epoch >= 1
-    with pytest.raises(ValueError, match="another dataset or seq_len"):
+    with pytest.raises(ValueError, match=r"another stream \(seq_len 16 -> 8\)"):
         StreamBatches(lambda: iter(docs), ByteTokenizer(), 8, 2, 1).load_state_dict(
             first.state_dict()
         )
@@ -287,3 +389,22 @@ def test_two_ranks_download_once_train_on_the_stream_and_resume(stand_in, tmp_pa
     assert steps == [4, 5]
     # The resumed job reads the node's copy: the model is not fetched again.
     assert stand_in.file_gets("stand/tiny-llama", "model.safetensors") == 1
+
+
+def test_two_ranks_refuse_the_position_of_another_datasets_stream(stand_in, tmp_path):
+    env = {**trainer_env(), "OMP_NUM_THREADS": "1"}
+    args = ["--model_name_or_path", "stand/tiny-llama", "--tokenizer", "stand/tiny-llama",
+            "--dataset_config_name", "en", "--seq_len", "32", "--train_batch_size", "2",
+            "--log_freq", "1", "--validation_freq", "0", "--checkpoint_freq", "2",
+            "--checkpoint_dir", str(tmp_path / "ckpt")]  # fmt: skip
+    proc, _ = two_ranks([*args, "--dataset", "stand/tiny-c4", "--max_steps", "2"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The same checkpoint_dir (a reused job name), another dataset: refused, said plainly,
+    # before a byte of the new stream is read (it would be re-read to skip the old count).
+    proc, events = two_ranks([*args, "--dataset", "stand/other-c4", "--max_steps", "4"], env)
+    assert proc.returncode != 0
+    said = proc.stdout + proc.stderr
+    assert "another stream (dataset 'stand/tiny-c4' -> 'stand/other-c4')" in said, said[-3000:]
+    assert "use a new --checkpoint_dir" in said
+    assert not [e for e in events if e.get("event") == "step"]
+    assert stand_in.bytes_served("stand/other-c4") == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec, hub_cache, hub_ids, token_source
 from skills.training_job_deployer.targets.kubernetes import manifest as pm
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
@@ -68,9 +69,23 @@ def test_no_hub_home_without_a_volume_or_a_hub_id(job):
     assert "HF_HOME" not in env_of(render(**job))
 
 
-def test_the_users_own_hf_home_wins():
-    manifest = render(model_name_or_path="org/model", env={"HF_HOME": "/fsx/hf"})
-    assert env_of(manifest)["HF_HOME"]["value"] == "/fsx/hf"
+def test_a_jobs_env_cannot_move_the_hub_cache():
+    """Issue 45 item 10: HF_HOME is the target's (on the checkpoint volume), never a
+    tool argument's; a local or Slurm job inherits the user's own."""
+    with pytest.raises(ToolFailure) as caught:
+        render(model_name_or_path="org/model", env={"HF_HOME": "/fsx/hf"})
+    assert caught.value.code == "invalid_input" and "HF_HOME" in caught.value.message
+    assert env_of(render(model_name_or_path="org/model"))["HF_HOME"]["value"] == pm.HUB_CACHE
+
+
+def test_the_hub_endpoint_goes_in_only_for_a_job_that_names_a_hub_id():
+    spec = JobSpec(job_name="llama", model_name_or_path="org/model")
+    mirror = "https://mirror.example"
+    on = pm.render(spec, KubernetesDeploySettings(), IMAGE, pm.HF_SECRET, mirror)
+    off = pm.render(
+        JobSpec(job_name="llama"), KubernetesDeploySettings(), IMAGE, pm.HF_SECRET, mirror
+    )
+    assert env_of(on)["HF_ENDPOINT"]["value"] == mirror and "HF_ENDPOINT" not in env_of(off)
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,7 @@ def test_secret_names_launcher_variables_and_bad_pairs_are_refused(given):
 def test_a_secret_value_is_refused_without_being_echoed():
     token = "hf_" + "Canary" * 6
     with pytest.raises(ToolFailure) as caught:
-        k8s_dry_run(env={"NOT_NAMED_LIKE_ONE": token})
+        k8s_dry_run(env={"NCCL_DEBUG_SUBSYS": token})
     assert token not in json.dumps(caught.value.to_dict())
 
 
@@ -83,14 +83,16 @@ def test_the_local_plan_adds_them_to_the_processes_environment(tmp_path):
 
 
 def test_the_slurm_script_exports_them_quoted(tmp_path):
-    spec = JobSpec(job_name="envy", gpu_per_node=8, env={"NCCL_DEBUG": "INFO", "X": "$(id) 'q"})
+    spec = JobSpec(job_name="envy", gpu_per_node=8,
+                   env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "$(id) 'q"})  # fmt: skip
     info = PartitionInfo(name="gpu", nodes=1, cpus_per_node=96, gpus_per_node=8, efa=True)
     target = SlurmTarget(SlurmDeploySettings(target="slurm", runs_dir=str(tmp_path / "runs")))
     script = target.plan_for(spec, info).script
     assert "export NCCL_DEBUG=INFO" in script and "export FI_PROVIDER=efa" in script
-    # The script, up to srun, run by bash: X holds the value as given, nothing ran.
+    # The script, up to srun, run by bash: the variable holds the value as given, nothing ran.
     head = script.split("srun ")[0]
-    done = subprocess.run(["bash", "-c", head.replace("scontrol", ": ") + '\nprintf %s "$X"'],
+    done = subprocess.run(["bash", "-c", head.replace("scontrol", ": ")
+                           + '\nprintf %s "$NCCL_DEBUG_SUBSYS"'],
                           capture_output=True, text=True, env={"SLURM_JOB_ID": "1",
                           "SLURM_JOB_NODELIST": "n1", "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert done.stdout.endswith("$(id) 'q"), done.stderr

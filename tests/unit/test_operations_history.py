@@ -11,6 +11,7 @@ import pytest
 from skills.operations import operations
 from skills.operations.operation_state import OperationRecord
 from skills.operations.record_store import RecordFile
+from skills.shared.paging import after_name
 
 DAY = 86400.0
 
@@ -122,20 +123,32 @@ def test_list_operations_pages_with_a_cursor_reading_only_the_page(monkeypatch):
     reads = _count_reads(monkeypatch)
     first = list_operations(limit=10)
     assert [o.operation_id for o in first.operations] == ids[:10]
-    assert (first.more, first.next_cursor) == (90, "10") and len(reads) == 10  # counted by name
+    assert first.more == 90 and len(reads) == 10  # counted by name
     reads.clear()
-    last = list_operations(limit=10, cursor="95")
+    last = list_operations(limit=10, cursor=after_name(ids[94]))
     assert [o.operation_id for o in last.operations] == ids[95:]
-    assert (last.more, last.next_cursor) == (0, None) and len(reads) == 5  # sought by name
+    assert (last.more, last.next_cursor) == (0, None)
+    assert set(reads) == {ids[94], *ids[95:]}  # the named one's second, the page: by name
     reads.clear()
-    assert list_operations(limit=10, cursor="400").operations == [] and reads == []
 
-    done = list_operations(status="succeeded", limit=4, cursor="4")
+    done = list_operations(status="succeeded", limit=4, cursor=after_name(ids[11]))
     assert [o.operation_id for o in done.operations] == ids[12:24:3]
-    assert (done.more, done.next_cursor) == (None, "8")  # more exist, not all counted
-    tail = list_operations(status="succeeded", limit=30, cursor="30")
+    assert done.more is None and done.next_cursor  # more exist, not all counted
+    tail = list_operations(status="succeeded", limit=30, cursor=after_name(ids[89]))
     assert [o.operation_id for o in tail.operations] == ids[90::3]
     assert (tail.more, tail.next_cursor) == (0, None)
+
+
+def test_an_operation_started_between_pages_neither_repeats_nor_hides_one(monkeypatch):
+    from commands.list_operations import list_operations
+
+    now = time.time() - 3600
+    ids = [_record(now - i * 60, suffix=i) for i in range(6)]
+    first = list_operations(limit=3)
+    newer = _record(now + 60, suffix=0xEE)  # started after page 1 was listed
+    rest = list_operations(limit=3, cursor=first.next_cursor)
+    assert [o.operation_id for o in first.operations + rest.operations] == ids
+    assert newer not in [o.operation_id for o in rest.operations]
 
 
 def test_a_cursor_seeks_into_one_seconds_records_and_past_unreadable_ones(monkeypatch):
@@ -157,11 +170,12 @@ def test_a_cursor_seeks_into_one_seconds_records_and_past_unreadable_ones(monkey
         seen.extend(pages[-1])
         if page.next_cursor is None:
             break
-        assert page.more == 10 - int(page.next_cursor)  # every folder counted, by name
+        # counted by name: the unreadable one too (last in its second) until passed
+        assert page.more == 10 - len(seen) - (len(pages) >= 4)
         cursor = page.next_cursor
     assert seen == order  # nothing repeated or lost across pages
     assert [len(p) for p in pages] == [2, 2, 2, 2, 1]  # the unreadable place is read past
     reads.clear()
-    tail = list_operations(limit=2, cursor="8")
+    tail = list_operations(limit=2, cursor=after_name(older[0]))
     assert [o.operation_id for o in tail.operations] == older[1:]
-    assert sorted(reads) == sorted(older[1:])  # nothing before the page is read
+    assert set(reads) == set(older)  # the named one (its key), then the page

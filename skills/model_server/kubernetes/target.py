@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from skills.catalog.pricing import Billing
 from skills.cloud.clients import env_region
 from skills.kube import load_balancer
-from skills.kube.client import KubeJson
+from skills.kube.client import UNREAD, KubeJson
 from skills.kube.identity import MAKE_IT, S3_SERVICE_ACCOUNT
 from skills.kube.objects import kind_path
 from skills.kube.pods import why_pod_waits
@@ -48,6 +48,7 @@ from skills.shared.ownership import (
     require_kube_ours,
     why_not_ours_kube,
 )
+from skills.shared.paging import Page, keyset
 from skills.shared.progress import Progress
 
 DEFAULT_WAIT_S = PROGRESS_DEADLINE_S  # as long as the rollout itself may take
@@ -117,12 +118,16 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         wait_seconds: float | None,
     ) -> ServerState:
         kube = self._client(settings)
-        self._ours(kube, plan.name, settings, "deploy it under another name")  # before any write
+        instead = "deploy it under another name"
+        found = self._ours(kube, plan.name, settings, instead)  # before any write
         if settings.service_type == "LoadBalancer":
             self._require_load_balancer_controller(kube, settings)
         _require_s3_identity(kube, plan.objects[0])
-        for obj in plan.objects:  # exactly the plan: server-side apply of each object
-            kube.apply(obj)
+        for obj in plan.objects:  # exactly the plan, each object checked at its write
+            kube.apply_owned(
+                obj, f"It is not a model server of this suite's: {instead}.",
+                label=MODEL_SERVER_LABEL, value=plan.name, current=found.get(obj["kind"], UNREAD),
+            )  # fmt: skip
         progress.report(0, None, f"applied Deployment and Service {plan.name}")
         wait = DEFAULT_WAIT_S if wait_seconds is None else wait_seconds
         state = self._follow(kube, plan.name, settings, progress, wait)
@@ -343,26 +348,24 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         return self._with_waiting_reason(kube, self._state(kube, name, settings), settings)
 
     def list(
-        self, settings: KubernetesServerAccess, limit: int | None = None, offset: int = 0
-    ) -> tuple[list[ServerState], int]:
+        self, settings: KubernetesServerAccess, limit: int | None = None, cursor: str | None = None
+    ) -> Page[ServerState]:
         """Two requests a page, whatever the namespace holds: one LIST of the suite's
         Deployments, one of its Services (not a GET per server)."""
         kube = self._client(settings)
         query = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL}"}
-        ours = sorted(
-            _ours_only(kube.items(kind_path("Deployment", settings.namespace), query)),
-            key=lambda d: d["metadata"]["name"],
-        )
-        page = ours[offset : None if limit is None else offset + limit]
+        ours = _ours_only(kube.items(kind_path("Deployment", settings.namespace), query))
+        page, more, last = keyset(ours, lambda d: (str(d["metadata"]["name"]),), limit, cursor)
         services = {
             s["metadata"]["name"]: s
             for s in _ours_only(
                 kube.items(kind_path("Service", settings.namespace), query) if page else []
             )
         }
-        return [
+        described = [
             self._describe(kube, d, settings, services.get(d["metadata"]["name"])) for d in page
-        ], len(ours)
+        ]
+        return Page(described, more, last)
 
     def delete(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         """The Deployment (its pods with it) and the Service, once both are known to be

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skills.catalog.pricing import Billing
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paging import Page
 from skills.shared.progress import Progress
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.models import JobState
@@ -68,11 +69,12 @@ class Capability(str, Enum):
 
 @dataclass(frozen=True)
 class JobPage:
-    """Which jobs a list returns: `limit` of them (None: all) after the first `offset`,
-    newest first, only those in `status` when given."""
+    """Which jobs a list returns: `limit` of them (None: all) after the `cursor` (a
+    skills.shared.paging cursor: newest submission first, then by name), only those in
+    `status` when given."""
 
     limit: int | None = None
-    offset: int = 0
+    cursor: str | None = None
     status: str | None = None
 
 
@@ -239,9 +241,10 @@ class Target(ABC, Generic[PlanT]):
         """Stop the job (checkpoints stay); a job that ended already is left as it is."""
 
     @abstractmethod
-    def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
-        """The page's jobs, newest first, and how many jobs match in all (None where
-        counting them would mean reading every one)."""
+    def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
+        """The page's jobs, newest submission first (then by name: an update never moves
+        a job), and how many match past it (None where counting them would mean reading
+        every one)."""
 
     # what some targets do (capabilities) ------------------------------------------------
 

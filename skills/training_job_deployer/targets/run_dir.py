@@ -7,6 +7,7 @@ how to poll its job, where its log is and what its state is."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -18,11 +19,12 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from skills.operations.record_store import RecordCorrupt, RecordFile
+from skills.operations.record_store import MAX_RECORD_BYTES, RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paging import Key, Page, is_after, start_after
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
-from skills.shared.reading import read_chunk
+from skills.shared.reading import ReadRefused, read_bytes, read_chunk
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer import watchdog
@@ -106,29 +108,48 @@ def list_recorded_jobs(
     target: str,
     describe: Callable[[str], JobState],
     page: JobPage = EVERY_JOB,
-) -> tuple[list[JobState], int | None]:
-    """The page of jobs with a record named `record_name` under runs_dir, newest first,
-    as `describe` tells it (one that cannot be described is listed as unknown, with
-    why), and how many match. Only the page's jobs are described, unless a status is
-    asked for: then jobs are described in order until the page is full, and the count
-    is None unless every job was."""
+) -> Page[JobState]:
+    """The page of jobs with a record named `record_name` under runs_dir, newest
+    submission first, as `describe` tells it (one that cannot be described is listed as
+    unknown, with why), and how many match past it. Only the page's jobs are described,
+    unless a status is asked for: then jobs are described in order until the page is
+    full, and the count is None unless every job was."""
     if not runs_dir.is_dir():
-        return [], 0
-    records = sorted(
-        runs_dir.glob(f"*/{record_name}"), key=lambda p: p.stat().st_mtime, reverse=True
-    )
+        return Page([], 0, None)
+    keyed = sorted((_submission_key(p), p) for p in runs_dir.glob(f"*/{record_name}"))
+    anchor = start_after(page.cursor, lambda n: next((k for k, _ in keyed if k[-1] == n), None),
+                         like=(0.0, ""))  # fmt: skip
+    rest = [(key, path) for key, path in keyed if is_after(key, anchor)]
     if page.status is None:
-        end = None if page.limit is None else page.offset + page.limit
-        return [_described(p, target, describe) for p in records[page.offset : end]], len(records)
-    matched: list[JobState] = []
-    wanted = None if page.limit is None else page.offset + page.limit
-    for i, path in enumerate(records):
+        shown = rest if page.limit is None else rest[: page.limit]
+        return Page([_described(p, target, describe) for _, p in shown],
+                    len(rest) - len(shown), shown[-1][0] if shown else None)  # fmt: skip
+    matched: list[tuple[JobState, Key]] = []
+    for i, (key, path) in enumerate(rest):
         state = _described(path, target, describe)
-        if state.status == page.status:
-            matched.append(state)
-        if wanted is not None and len(matched) > wanted:  # one more: there are more
-            return matched[page.offset : wanted], None if i + 1 < len(records) else len(matched)
-    return matched[page.offset : wanted], len(matched)
+        if state.status != page.status:
+            continue
+        if page.limit is not None and len(matched) == page.limit:  # one more: there are more
+            more = None if i + 1 < len(rest) else 1
+            return Page([m for m, _ in matched], more, matched[-1][1] if matched else None)
+        matched.append((state, key))
+    return Page([m for m, _ in matched], 0, matched[-1][1] if matched else None)
+
+
+def _submission_key(record: Path) -> Key:
+    """A job's place in a list, newest submission first, then by name: the record's
+    submitted_at, which an update of the record leaves alone (its mtime does not). A
+    record that cannot be read sorts by its file's time. Read as RecordFile reads it:
+    bounded, never through a link or from a FIFO."""
+    try:
+        data = read_bytes(record, what="record", max_bytes=MAX_RECORD_BYTES, follow_links=False)
+        when = float(json.loads(data)["submitted_at"])
+    except (ReadRefused, ValueError, KeyError, TypeError, RecursionError):
+        try:
+            when = record.lstat().st_mtime
+        except OSError:
+            when = 0.0
+    return (-when, record.parent.name)
 
 
 def _described(path: Path, target: str, describe: Callable[[str], JobState]) -> JobState:
@@ -387,7 +408,7 @@ class RunDirTarget(Target[PlanT]):
         """Capability.AUTO_RETRY: nothing beyond the log is known on this host."""
         return {}
 
-    def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
+    def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
         """The page of jobs with a record under runs_dir, newest first; a record that
         cannot be read is listed with status unknown and why."""
         return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.listed, page)

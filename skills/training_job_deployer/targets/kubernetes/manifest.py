@@ -238,10 +238,16 @@ def check_job_name(job_name: str) -> None:
 
 
 def render(
-    spec: JobSpec, settings: KubernetesDeploySettings, image: str, hf_secret: str | None
+    spec: JobSpec,
+    settings: KubernetesDeploySettings,
+    image: str,
+    hf_secret: str | None,
+    hf_endpoint: str | None = None,
 ) -> dict[str, Any]:
     """The PyTorchJob for this job, as the object the API receives; validated against
-    the CRD schema (ToolFailure manifest_invalid otherwise)."""
+    the CRD schema (ToolFailure manifest_invalid otherwise). `hf_endpoint`: the hub
+    mirror of the deploying environment (job_spec.hub_endpoint), the only one HF_TOKEN
+    goes to."""
     check_job_name(spec.job_name)
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
@@ -268,7 +274,7 @@ def render(
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
             # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-            env={**container_env(settings), **_hub_env(spec, settings), **spec.env},
+            env={**container_env(settings), **_hub_env(spec, settings, hf_endpoint), **spec.env},
             hf_secret=hf_secret,
             requests={**limits, **efa_requests(settings.instance_type)},
             limits=limits,
@@ -281,9 +287,12 @@ def render(
     return manifest
 
 
-def _hub_env(spec: JobSpec, settings: KubernetesDeploySettings) -> dict[str, str]:
+def _hub_env(
+    spec: JobSpec, settings: KubernetesDeploySettings, endpoint: str | None
+) -> dict[str, str]:
     home = hub_home(spec, settings)
-    return {"HF_HOME": home} if home else {}
+    mirror = endpoint if endpoint and hub_ids(spec) else None
+    return {**({"HF_HOME": home} if home else {}), **({"HF_ENDPOINT": mirror} if mirror else {})}
 
 
 def _joined(value: Any) -> Any:

@@ -39,11 +39,12 @@ from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.ownership import require_kube_ours
+from skills.shared.paging import Key, Page, keyset
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer import cuda_gate, watchdog
-from skills.training_job_deployer.job_spec import JobSpec, hub_lines
+from skills.training_job_deployer.job_spec import JobSpec, hub_endpoint, hub_lines
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import check_fits
 from skills.training_job_deployer.models import TERMINAL, JobState
@@ -257,7 +258,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if settings.instance_type:  # a shape no node can run: refused first, dry run included
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
-        manifest = render(spec, settings, image, HF_SECRET)
+        endpoint = hub_endpoint(os.environ)
+        manifest = render(spec, settings, image, HF_SECRET, endpoint)
         warnings = []
         account = service_account(spec)
         identity = _identity_text(settings.namespace, account, job_buckets(spec))
@@ -283,7 +285,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         hub = hub_lines(
             spec,
             f"{home} (HF_HOME, on the checkpoint volume)" if home else "the pod's ~/.cache",
-            f"HF_TOKEN from Secret {HF_SECRET}" if has_token else "no HF_TOKEN",
+            (f"HF_TOKEN from Secret {HF_SECRET}" if has_token else "no HF_TOKEN")
+            + (f", hub {endpoint} (HF_ENDPOINT)" if endpoint else ""),
         )
         if hub and not has_token:
             warnings.append(
@@ -379,6 +382,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         # Every check that can refuse runs before a replace deletes the running job: a
         # refused image must not leave the old job gone and nothing running.
         self._require_service_account(plan)
+        if plan.hf_token_secret:  # someone else's Secret of that name: refused, not replaced
+            reader.require_secret_ours(plan.hf_token_secret)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
@@ -671,22 +676,17 @@ class KubernetesTarget(Target[KubernetesPlan]):
         state.next_step = state.hint = None
         return state
 
-    def list_jobs(self, page: JobPage = EVERY_JOB) -> tuple[list[JobState], int | None]:
+    def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
         """The page of PyTorchJobs in the namespace, newest first: status from the job
         (so a status filter reads no log); steps from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
         there, else the job's command. The jobs and their pods are one LIST each, then
         one bounded log read per job of the page whose rank 0 started (concurrent): the
         requests a page makes do not grow with the namespace."""
-        jobs = sorted(
-            self.reader.jobs(),
-            key=lambda j: (j.get("metadata") or {}).get("creationTimestamp") or "",
-            reverse=True,
-        )
+        jobs = self.reader.jobs()
         if page.status is not None:
             jobs = [j for j in jobs if kube_pods.job_status(j) == page.status]
-        end = None if page.limit is None else page.offset + page.limit
-        shown = jobs[page.offset : end]
+        shown, more, last = keyset(jobs, _creation_key, page.limit, page.cursor)
         pods = self.reader.pods_by_job() if shown else {}
         names = [(job.get("metadata") or {}).get("name", "") for job in shown]
         # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
@@ -705,7 +705,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     message=None if condition is None else redact(condition.message or ""),
                 )
             )
-        return states, len(jobs)
+        return Page(states, more, last)
 
     def _log_end_metrics(self, pods: list[dict[str, Any]]) -> RunMetrics:
         """What the last LIST_LOG_LINES lines of rank 0's log say (nothing before it runs)."""
@@ -864,3 +864,11 @@ def _bounded(text: str) -> str:
 def _not_started(pod: dict[str, Any]) -> bool:
     """A pod that is not running yet (what its events would say why)."""
     return (pod.get("status") or {}).get("phase") in (None, "Pending", "Unknown")
+
+
+def _creation_key(job: dict[str, Any]) -> Key:
+    """A PyTorchJob's place in a list: newest created first, then by name (a status
+    change leaves both alone)."""
+    meta = job.get("metadata") or {}
+    created = kube_pods.api_time(meta.get("creationTimestamp"))
+    return (-(created.timestamp() if created else 0.0), str(meta.get("name", "")))

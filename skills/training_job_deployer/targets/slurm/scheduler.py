@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import working_dir
 from skills.training_job_deployer.targets.slurm.record import SlurmEnd
 from skills.training_job_deployer.targets.slurm.script import PartitionInfo
 
@@ -45,9 +46,12 @@ class Scheduler:
                 else "Install an OpenSSH client.",
                 {"command": full[0]},
             )
+        # Here, sbatch's directory is the job's: the caller's project (an MCP session's
+        # workspace), never the server process's own directory.
+        cwd = working_dir() if self.ssh_host is None else None
         try:
             done = subprocess.run(
-                full, input=stdin, capture_output=True, timeout=timeout, check=False
+                full, input=stdin, capture_output=True, timeout=timeout, check=False, cwd=cwd
             )
         except subprocess.TimeoutExpired:
             raise ToolFailure(
