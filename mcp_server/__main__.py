@@ -4,11 +4,12 @@ fsdp-eks-mcp install|uninstall --client claude|opencode ...  (mcp_server/install
 
 The workspace is the user's project: --workspace DIR, else the client's first root
 (roots/list), else the git root above the directory it starts in, else that directory.
-Relative paths and the tools' default places (runs/) resolve there, and tool calls may name local paths only under it
-or, for inputs the tools only read, under an --allow-path root; each client session has its
-own (its roots are never another's). Streamable HTTP, on any address, answers only requests
-that carry its bearer token (--token-file, else FSDP_EKS_MCP_TOKEN, else one made at start
-and printed once) and name it in Host, from no web page but its own origin."""
+Relative paths and the tools' default places (runs/) resolve there, and tool calls may
+name local paths only under it or, for inputs the tools only read, under an --allow-path
+root; each client session has its own (its roots are never another's). Streamable HTTP,
+on any address, answers only requests that carry its bearer token (--token-file, else
+FSDP_EKS_MCP_TOKEN, else one made at start and printed once) and name it in Host, from
+no web page but its own origin."""
 
 from __future__ import annotations
 
