@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import argparse
 import collections.abc
+import contextlib
 import json
+import os
 import sys
 import time
 import types
 import typing
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.paths import path_fields, project_root
 from skills.shared.progress import CancellableProgress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of, token_argument
@@ -273,6 +277,8 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
     spec = spec_of(fn)
     argv = list(sys.argv[1:] if argv is None else argv)
     args, as_json = parse_flags(spec, argv)
+    args = _typed_paths_from_here(spec, args, Path.cwd())
+    _to_project_root()
     try:
         with ConsoleProgress(spec.name) as progress:
             if spec.operation and args.get(WAIT_PARAM) is not None:
@@ -289,6 +295,30 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
         return EXIT_INTERRUPTED
     _print_result(result, as_json)
     return result.cli_exit_status()
+
+
+def _typed_paths_from_here(spec: ToolSpec, args: dict[str, Any], here: Path) -> dict[str, Any]:
+    """A relative path typed on the command line is the shell's: from the folder the
+    command starts in (a hub name, or a name that is no file here, is left as it is)."""
+    typed = dict(args)
+    for name, marker in path_fields(spec.params).items():
+        value = typed.get(name)
+        if not isinstance(value, str) or not value or "://" in value:
+            continue
+        if value.startswith("~") or Path(value).is_absolute():
+            continue
+        if marker.hub_name and not (here / value).exists():
+            continue
+        typed[name] = str(here / value)
+    return typed
+
+
+def _to_project_root() -> None:
+    """Work where the MCP server does: the project root (project_root: the git root, or
+    FSDP_EKS_WORKSPACE), whatever subfolder the command starts in, so its runs/ and
+    relative paths are the server's."""
+    with contextlib.suppress(OSError):  # a working folder deleted under us: stay
+        os.chdir(project_root(Path.cwd()))
 
 
 class CommandMain(typing.Protocol):

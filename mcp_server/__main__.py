@@ -1,14 +1,15 @@
-"""python -m mcp_server [--workspace DIR] [--allow-path DIR ...] [--read-only]
-                       [--http [--host H] [--port P] [--token-file F] [--allow-host N ...]]
-python -m mcp_server install|uninstall --client claude|opencode ...  (mcp_server/install.py)
+"""fsdp-eks-mcp [--workspace DIR] [--allow-path DIR ...] [--read-only]
+             [--http [--host H] [--port P] [--token-file F] [--allow-host N ...]]
+fsdp-eks-mcp install|uninstall --client claude|opencode ...  (mcp_server/install.py)
 
 The workspace is the user's project: --workspace DIR, else the client's first root
-(roots/list), else the directory the server starts in. Relative paths and the tools'
-default places (runs/) resolve there, and tool calls may name local paths only under it
-or, for inputs the tools only read, under an --allow-path root; each client session has its
-own (its roots are never another's). Streamable HTTP, on any address, answers only requests
-that carry its bearer token (--token-file, else FSDP_EKS_MCP_TOKEN, else one made at start
-and printed once) and name it in Host, from no web page but its own origin."""
+(roots/list), else the git root above the directory it starts in, else that directory.
+Relative paths and the tools' default places (runs/) resolve there, and tool calls may
+name local paths only under it or, for inputs the tools only read, under an --allow-path
+root; each client session has its own (its roots are never another's). Streamable HTTP,
+on any address, answers only requests that carry its bearer token (--token-file, else
+FSDP_EKS_MCP_TOKEN, else one made at start and printed once) and name it in Host, from
+no web page but its own origin."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import argparse
 import os
 import socket
 import sys
+import threading
 from typing import Any, NoReturn
 
 from mcp_server.http_guard import (
@@ -28,6 +30,7 @@ from mcp_server.http_guard import (
 )
 from mcp_server.server import build_server
 from mcp_server.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
+from skills.shared.distribution import collision_warning
 
 MCP_PATH = "/mcp"
 PROG = "fsdp-eks-mcp"
@@ -61,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"The project: relative paths resolve here, callers' local paths must lie "
         f"under it, jobs are written here (env {WORKSPACE_ENV}; default: the client's "
-        f"first root, else {DEFAULT_WORKSPACE}, the directory it starts in).",
+        f"first root, else {DEFAULT_WORKSPACE}).",
     )
     parser.add_argument(
         "--allow-path",
@@ -129,6 +132,14 @@ def _serve_http(server: Any, args: argparse.Namespace, token: str, made: bool) -
     uvicorn.Server(config).run(sockets=[sock])
 
 
+def _warn_of_collisions() -> None:
+    """One line on stderr (the client's server log) when another distribution in this
+    environment ships one of the suite's top-level packages."""
+    warning = collision_warning()
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["install"], ["uninstall"]):
@@ -136,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(install_main(argv))
     args = _parser().parse_args(argv)
+    # Off the start's path: reading every installed distribution takes a while.
+    threading.Thread(target=_warn_of_collisions, daemon=True).start()
     token, made = _token(args) if args.http or args.token is not None else ("", False)
     workspace = Workspace.create(args.workspace, args.allow_path)
     if workspace.root.exists() and not workspace.root.is_dir():

@@ -7,10 +7,11 @@ or a path that resolves (~ expanded, relative to the workspace root, symlinks
 followed) inside the workspace root, or, for a field the tool only reads, inside one
 of the extra read roots (`--allow-path`). The workspace is the user's project: the
 server's --workspace (or FSDP_EKS_WORKSPACE); with neither, the client's first root
-(roots/list, asked once per client session: each session has its own) else the
-directory the server starts in. A relative path, given or a tool's default (runs_dir
-"runs"), reaches the tool as that path under the root, so nothing lands beside the
-checkout the package came from."""
+(roots/list, asked once per client session: each session has its own) else the git
+root above the directory the server starts in, else that directory
+(skills.shared.paths.project_root: the CLI's rule too). A relative path, given or a
+tool's default (runs_dir "runs"), reaches the tool as that path under the root, so
+nothing lands beside the checkout the package came from."""
 
 from __future__ import annotations
 
@@ -24,16 +25,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.paths import LocalPath, path_fields, runs_here
+from skills.shared.paths import WORKSPACE_ENV, LocalPath, path_fields, project_root, runs_here
 
 if TYPE_CHECKING:
     from skills.shared.tooling import ToolSpec
 
-WORKSPACE_ENV = "FSDP_EKS_WORKSPACE"
 ALLOW_PATHS_ENV = "FSDP_EKS_ALLOW_PATHS"
-# With no --workspace: the server's own directory (a client starts it in its project),
-# unless the client names its project as a root.
-DEFAULT_WORKSPACE = "."
+# With no --workspace: the git root above the server's directory, else that directory (a
+# client starts it in its project), unless the client names its project as a root.
+DEFAULT_WORKSPACE = "the git root, else the directory it starts in"
 
 # A hub id is one or two names; each starts with a letter or digit, so no '.'/'..' part.
 _HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
@@ -68,7 +68,7 @@ class Workspace:
         named = root or environ.get(WORKSPACE_ENV)
         allow = list(allow) or environ.get(ALLOW_PATHS_ENV, "").split(os.pathsep)
         return cls(
-            root=_resolve(named or DEFAULT_WORKSPACE, here),
+            root=_resolve(named, here) if named else project_root(here, {}),
             read_roots=tuple(_resolve(a, here) for a in allow if a),
             chosen=bool(named),
         )

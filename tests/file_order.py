@@ -51,6 +51,9 @@ ESTIMATED_SECONDS = {
     "tests/integration/test_one_truth.py": 12,
     "tests/unit/test_shared_reads.py": 11,
     "tests/integration/test_mcp_project.py": 10,
+    # Estimated (issue 46): an install, a served dry run and a 2-step job, two servers.
+    "tests/integration/test_users_packages.py": 25,
+    "tests/unit/test_installer.py": 20,
     "tests/integration/test_long_logs.py": 10,
 }
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from skills.job_doctor.diagnose import Finding, Snapshot, validate_snapshot
 from skills.job_doctor.failure_signatures import CODES
+from skills.shared.next_step import command_name
 from skills.training_job_deployer.job_spec import JobSpec
 
 # The trainer's defaults, for a JobSpec that leaves these to it (trainer/config.py).
@@ -261,7 +262,7 @@ def _rebuild(code: str):
             build_image=call,
             diff=[f"image: rebuilt by build_image {shown}"],
             description="rebuild the image on a CUDA the nodes can run: "
-            f"python commands/build_image.py {shown}",
+            f"{command_name('build_image')} {shown}",
         )
 
     return ladder

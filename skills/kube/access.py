@@ -259,9 +259,10 @@ def _upsert(entries: list[dict[str, Any]], name: str, key: str, value: dict[str,
 
 def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, Any]:
     """The kubeconfig user: this module as an exec credential plugin (no aws CLI)."""
-    from skills.operations.processes import project_pythonpath
+    from skills.operations.processes import SAFE_PATH_FLAGS, suite_env
 
     args = [
+        *SAFE_PATH_FLAGS,
         "-m",
         "skills.kube.access",
         "--cluster-name",
@@ -269,7 +270,7 @@ def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, 
         "--region",
         region,
     ]
-    env = [{"name": "PYTHONPATH", "value": project_pythonpath()}]
+    env = [{"name": name, "value": value} for name, value in suite_env().items()]
     if profile:
         env.append({"name": "AWS_PROFILE", "value": profile})
     return {

@@ -21,7 +21,6 @@ import json
 import shlex
 import shutil
 import socket
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -294,7 +293,7 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
             port = running.port if running is not None else free_port()
         elif running is None or running.port != port:
             check_port_free(port)  # (a running server of this name holds it itself)
-        argv = [sys.executable, "-m", SERVE_MODULE, "serve", str(path), "--host", HOST]
+        argv = processes.python_argv(SERVE_MODULE, "serve", str(path), "--host", HOST)
         argv += ["--port", str(port), "--device", settings.device, "--log-level", "info"]
         folder = self._dir(name)
         process = {
@@ -358,7 +357,8 @@ class LocalServerTarget(ServerTarget[LocalServerSettings, LocalServerAccess]):
             "HF_HUB_OFFLINE": "1",  # a local directory needs no hub; never hang on one
         }
         started_at = time.time()
-        pid = processes.spawn_module(*plan.argv[2:], log=folder / LOG, env=env)
+        module = plan.argv.index("-m") + 1  # the plan's own argv: module and arguments
+        pid = processes.spawn_module(*plan.argv[module:], log=folder / LOG, env=env)
         return ServerRecord(
             name=plan.name,
             model=plan.model,

@@ -23,6 +23,12 @@ from skills.shared.waiting import poll_until
 # This project's root (a checkout or an install): a child started with `-m <module>`
 # must import these tools, whatever its working directory.
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+# Python's safe-path mode (3.11+): `python -m x` and `python script.py` put no folder of
+# the user's (the working directory, the script's) before these tools' packages, so a
+# project's own `trainer/` or `skills/` is never imported in their place. The variable is
+# inherited by every child (torchrun's ranks); older Pythons ignore it, and lack the flag.
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
+SAFE_PATH_FLAGS: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
 
 # /proc start times are in clock ticks; psutil rounds to 10 ms. Equal within this.
 _SAME_START_S = 0.05
@@ -172,6 +178,17 @@ def project_pythonpath() -> str:
     return os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
 
 
+def suite_env() -> dict[str, str]:
+    """What a child that runs these tools' modules needs in its environment: this project
+    first on the path, and safe-path mode, whatever folder it starts in."""
+    return {"PYTHONPATH": project_pythonpath(), **SAFE_PATH_ENV}
+
+
+def python_argv(module: str, *args: str) -> list[str]:
+    """`python -P -m module args` with this interpreter: the module is these tools'."""
+    return [sys.executable, *SAFE_PATH_FLAGS, "-m", module, *args]
+
+
 def spawn_module(
     module: str,
     *args: str,
@@ -183,10 +200,10 @@ def spawn_module(
     its terminal and its signals), output appended to `log`, `stdin` written to it,
     `env` added to this process's environment. Returns its pid. The log is opened by
     the no-link writer: a link or FIFO in its place is refused before anything starts."""
-    env = {**os.environ, **(env or {}), "PYTHONPATH": project_pythonpath()}
+    env = {**os.environ, **(env or {}), **suite_env()}
     with open_for_append(log) as out:
         child = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            python_argv(module, *args),
             env=env,
             stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=out,

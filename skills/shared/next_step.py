@@ -21,6 +21,12 @@ from skills.shared.secrets import mask_data
 POLL_WAIT_S = 30
 
 
+def command_name(tool: str) -> str:
+    """A tool's console script (pyproject [project.scripts]): where the user is, with or
+    without a checkout, after `uv tool install` or `make setup`."""
+    return tool.replace("_", "-")
+
+
 class NextStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -35,9 +41,9 @@ class NextStep(BaseModel):
         return mask_data(arguments)
 
     def cli_line(self) -> str:
-        """The same call as a command line (`python commands/<tool>.py --flag value`),
-        secrets masked."""
-        argv = ["python", f"commands/{self.tool}.py"]
+        """The same call as a command line (`deploy-training-job --flag value`: the tool's
+        console script, which every install puts beside `fsdp-eks-mcp`), secrets masked."""
+        argv = [command_name(self.tool)]
         for name, value in mask_data(self.arguments).items():
             argv += _flags(name, value)
         return shlex.join(argv)

@@ -3,6 +3,8 @@ target resolves them, where an MCP caller may point them) finds them in one way.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache
@@ -79,3 +81,21 @@ def runs_here(models: list[BaseModel]) -> bool:
     """False when one of a call's models (a target's settings) says the job runs on
     another machine (`job_runs_here`), so its `where_job_runs` paths are not this host's."""
     return all(getattr(m, "job_runs_here", True) for m in models)
+
+
+# The user's project, named by whoever starts a tool (the MCP server's --workspace too).
+WORKSPACE_ENV = "FSDP_EKS_WORKSPACE"
+
+
+def project_root(start: Path, environ: Mapping[str, str] = os.environ) -> Path:
+    """The one rule the CLI and the MCP server share for where the user's project is
+    (its runs/, its relative paths): WORKSPACE_ENV, else the git root above `start`,
+    else `start`, whatever subfolder a command starts in."""
+    named = environ.get(WORKSPACE_ENV)
+    start = (start / named).expanduser().resolve() if named else start.resolve()
+    if named:
+        return start
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():  # a folder, or a worktree's file
+            return folder
+    return start

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Literal
@@ -462,12 +462,12 @@ def trainer_argv(spec: JobSpec) -> list[str]:
 TRAINER_FIELDS = tuple(trainer_flags())
 
 
-def launcher(spec: JobSpec, python: str | None) -> list[str]:
+def launcher(spec: JobSpec, python: str | None, flags: Sequence[str] = ()) -> list[str]:
     """argv's start on every target: the job's torchrun_path, else torchrun of `python`
-    (`python -m torch.distributed.run`), else (None) `torchrun` on the PATH."""
+    (`python [flags] -m torch.distributed.run`), else (None) `torchrun` on the PATH."""
     if spec.torchrun_path:
         return [spec.torchrun_path]
-    return ["torchrun"] if python is None else [python, "-m", "torch.distributed.run"]
+    return ["torchrun"] if python is None else [python, *flags, "-m", "torch.distributed.run"]
 
 
 # Fields of the job tools that are not part of the job itself.

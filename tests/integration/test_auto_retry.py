@@ -271,7 +271,7 @@ def test_an_image_the_driver_cannot_run_stops_with_the_build_image_call(operator
     assert created(kube_api) == 1
     (only,) = result.attempts
     assert (only.code, only.remedy, only.spec_diff) == ("cuda_driver_too_old", None, [])
-    assert "python commands/build_image.py" in result.stop_reason
+    assert "build-image " in result.stop_reason
     assert "--instance_type p5.48xlarge" in result.stop_reason
 
 

@@ -157,7 +157,7 @@ def test_kubeconfig_keeps_other_contexts_and_reaches_the_cluster_with_its_exec_t
     assert {c["name"] for c in written["contexts"]} == {"kmock", context}
     assert written["current-context"] == context
     user = next(u for u in written["users"] if u["name"] == context)["user"]
-    assert user["exec"]["args"][:2] == ["-m", "skills.kube.access"]
+    assert user["exec"]["args"][:3] == ["-P", "-m", "skills.kube.access"]  # safe-path mode
     assert "token" not in user and TOKEN_PREFIX not in path.read_text()  # no secret on disk
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     # A second run updates in place: still two contexts.

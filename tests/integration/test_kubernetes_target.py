@@ -435,7 +435,7 @@ def test_the_gate_refuses_a_cu130_image_on_535_nodes(operator, kube_api, monkeyp
     monkeypatch.setenv("REGISTRY_HOST", registry.host)
     refused = failure(deploy, image_uri=new)
     assert refused.code == "cuda_incompatible"
-    assert "python commands/build_image.py --base_image pytorch/pytorch:" in refused.hint
+    assert "build-image --base_image pytorch/pytorch:" in refused.hint
     assert "--driver_version 535.104.05" in refused.hint
     assert not exists("llama")
     assert deploy(image_uri=new, skip_gate=True).status == "running"

@@ -54,7 +54,7 @@ def test_a_cu130_image_on_a_535_driver_is_refused_with_the_fix():
     }
     fix = step.cli_line()
     assert result.fix == fix
-    assert fix.startswith("python commands/build_image.py --base_image pytorch/pytorch:")
+    assert fix.startswith("build-image --base_image pytorch/pytorch:")
     with pytest.raises(ToolFailure) as caught:
         cuda_gate.enforce(result, "img:1")
     failure = caught.value

@@ -8,14 +8,16 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from mcp_server.__main__ import main as server_main
-from mcp_server.install import MANIFEST_FILE, main
-from mcp_server.skill_files import shipped_skills
+from mcp_server.client_configs import client_target
+from mcp_server.install import MANIFEST_FILE, apply, main, plan
+from mcp_server.skill_files import Skill, shipped_skills
 
 CASES = [(c, s) for c in ("claude", "opencode") for s in ("project", "user")]
 SKILL_NAMES = sorted(skill.name for skill in shipped_skills())
@@ -68,9 +70,13 @@ def test_install_writes_the_entry_and_the_skills(client, scope, project, home, c
     assert run("install", client, scope, project) == 0
     config, section, skills_dir = paths(client, scope, project, home)
     entry = json.loads(config.read_text())[section]["fsdp-eks"]
-    argv = [sys.executable, "-m", "mcp_server"]
-    if scope == "project":  # a user's entry serves whichever project the client opens
-        argv += ["--workspace", str(project)]
+    # A project's entry is committed: the launcher by name, found on PATH when the client
+    # starts it; a user's is this machine's: this installation's launcher.
+    argv = (
+        ["fsdp-eks-mcp"]
+        if scope == "project"
+        else [str(Path(sys.executable).parent / "fsdp-eks-mcp")]
+    )
     if client == "claude":
         assert entry == {"type": "stdio", "command": argv[0], "args": argv[1:]}
     else:
@@ -127,11 +133,15 @@ def test_merge_keeps_other_entries_and_uninstall_removes_only_ours(
 def test_install_updates_a_stale_entry(project, home, tmp_path) -> None:
     other = tmp_path / "elsewhere"
     other.mkdir()
-    run("install", "claude", "project", other)  # writes other/.mcp.json
-    (project / ".mcp.json").write_text((other / ".mcp.json").read_text())
+    old = {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "mcp_server", "--workspace", str(other)],
+    }
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"fsdp-eks": old}}))
     assert run("install", "claude", "project", project, "--json") == 0
-    args = json.loads((project / ".mcp.json").read_text())["mcpServers"]["fsdp-eks"]["args"]
-    assert args[-1] == str(project)
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["fsdp-eks"]
+    assert entry == {"type": "stdio", "command": "fsdp-eks-mcp", "args": []}
 
 
 @pytest.mark.parametrize("client, scope", CASES)
@@ -332,9 +342,9 @@ def test_one_copy_of_the_skills_serves_both_clients(project, home) -> None:
     assert {tuple(f["clients"]) for f in manifest["files"].values()} == {("claude", "opencode")}
     assert run("uninstall", "claude", "project", project) == 0  # opencode still uses them
     assert skill_folders(skills_dir) == SKILL_NAMES
-    assert "fsdp-eks" not in json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert not (project / ".mcp.json").exists()  # it made the file: it takes it away
     assert run("uninstall", "opencode", "project", project) == 0
-    assert not any(skills_dir.iterdir())
+    assert not skills_dir.exists()  # the folders it made, empty again, are gone
 
 
 def test_a_manifest_that_is_not_ours_stops_the_install(project, home, capsys) -> None:
@@ -360,3 +370,141 @@ def test_a_write_that_fails_undoes_the_ones_before_it(tmp_path) -> None:
     with pytest.raises(ToolFailure, match="restored"):
         apply(changes)
     assert kept.read_text() == "before" and not (tmp_path / "new" / "SKILL.md").exists()
+
+
+# --- configs a team can commit (issue 46 item 2) -----------------------------------------
+
+
+def tree(root: Path) -> list[str]:
+    """Every file and folder under root, relative."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("client, scope", CASES)
+def test_uninstall_leaves_an_empty_folder_as_empty_as_it_found_it(client, scope, project, home):
+    assert run("install", client, scope, project) == 0
+    assert tree(project if scope == "project" else home)
+    assert run("uninstall", client, scope, project) == 0
+    assert tree(project) == [] and tree(home) == []
+
+
+def test_both_clients_installed_then_uninstalled_leave_nothing(project, home) -> None:
+    for client in ("claude", "opencode"):
+        assert run("install", client, "project", project) == 0
+    for client in ("opencode", "claude"):
+        assert tree(project) != []
+        assert run("uninstall", client, "project", project) == 0
+    assert tree(project) == []
+
+
+@pytest.mark.parametrize("client", ["claude", "opencode"])
+def test_a_project_entry_names_no_path_of_this_machine(client, project, home) -> None:
+    assert run("install", client, "project", project) == 0
+    config = project / (".mcp.json" if client == "claude" else "opencode.json")
+    text = config.read_text()
+    for machine_path in (str(project), sys.executable, str(home), str(Path(sys.executable).parent)):
+        assert machine_path not in text
+    manifest = (project / ".claude" / "skills" / MANIFEST_FILE).read_text()
+    assert str(project) not in manifest  # the manifest's paths are the project's own
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (None, "runs/\n"),
+        ("*.pyc\n", "*.pyc\nruns/\n"),
+        ("*.pyc", "*.pyc\nruns/\n"),
+        ("/runs\n", "/runs\n"),  # ignored already: left as it is
+    ],
+    ids=["no file", "a file", "no final newline", "ignored already"],
+)
+def test_runs_is_ignored_and_uninstall_takes_back_only_its_line(before, after, project, home):
+    ignore = project / ".gitignore"
+    if before is not None:
+        ignore.write_text(before)
+    assert run("install", "claude", "project", project) == 0
+    assert ignore.read_text() == after
+    assert run("uninstall", "claude", "project", project) == 0
+    assert (ignore.read_text() if ignore.exists() else None) == (
+        before if before is None or before.endswith("\n") or before == "/runs\n" else before + "\n"
+    )
+
+
+def test_a_user_line_added_to_the_gitignore_it_made_keeps_the_file(project, home) -> None:
+    assert run("install", "opencode", "project", project) == 0
+    ignore = project / ".gitignore"
+    ignore.write_text(ignore.read_text() + "dist/\n")
+    assert run("uninstall", "opencode", "project", project) == 0
+    assert ignore.read_text() == "dist/\n"
+
+
+@pytest.mark.parametrize("client", ["claude", "opencode"])
+@pytest.mark.parametrize("first, second", [("project", "user"), ("user", "project")])
+def test_a_second_scope_for_one_client_is_refused_with_the_way_out(
+    client, first, second, project, home, capsys
+):
+    assert run("install", client, first, project) == 0
+    before = snapshot(project, home)
+    capsys.readouterr()
+    assert run("install", client, second, project, "--json") != 0
+    failure = json.loads(capsys.readouterr().out)["error"]
+    assert failure["code"] == "conflict"
+    assert f"uninstall --client {client} --scope {first}" in failure["hint"]
+    assert snapshot(project, home) == before
+    other = "opencode" if client == "claude" else "claude"
+    assert run("install", other, second, project) == 0  # another client may use the other
+
+
+def test_a_missing_launcher_is_said_at_install(project, home, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PATH", str(project))
+    assert run("install", "claude", "project", project, "--json") == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert len(warnings) == 1 and "fsdp-eks-mcp is not on PATH" in warnings[0]
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    assert run("install", "claude", "project", project, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
+
+
+# --- a run stopped at any write converges on the next (issue 45 finding 16) ------------
+
+
+def _v2(skills: list[Skill]) -> list[Skill]:
+    return [
+        replace(skill, text=skill.text + "\nA newer version of this skill.\n") for skill in skills
+    ]
+
+
+@pytest.mark.parametrize("upgrade", [False, True], ids=["first install", "upgrade"])
+@pytest.mark.parametrize("client, scope", CASES)
+def test_an_install_killed_after_any_write_is_finished_by_the_next(
+    client, scope, upgrade, project, home
+) -> None:
+    """A kill -9 between two writes leaves exactly the first k of them (each write is an
+    atomic rename): for every k, the next install must take over every skill file and
+    an uninstall then remove everything."""
+    old, new = shipped_skills(), _v2(shipped_skills())
+    target = client_target(client, scope, project, home=home)
+    if upgrade:
+        apply(plan(target, True, old))
+    snap = snapshot(project, home)
+    writes = [c for c in plan(target, True, new) if c.action not in ("unchanged", "kept")]
+    assert len(writes) > len(new)
+    for k in range(len(writes)):
+        _restore(snap, project, home)
+        apply(writes[:k])  # killed before write k
+        apply(plan(target, True, new))  # the next run
+        for skill in new:
+            assert (target.skills_dir / skill.name / "SKILL.md").read_text() == skill.text, k
+        assert {c.action for c in plan(target, True, new)} == {"unchanged"}, k
+        apply(plan(target, False, new))
+        assert tree(project) == [] and tree(home) == [], k
+
+
+def _restore(snap: dict[str, bytes], *roots: Path) -> None:
+    """The roots exactly as snapshot() saw them (files; folders as they hold files)."""
+    for root in roots:
+        for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+    for name, data in snap.items():
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        Path(name).write_bytes(data)

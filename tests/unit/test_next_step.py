@@ -15,8 +15,7 @@ def test_cli_line_spells_each_kind_of_argument_as_the_cli_parses_it():
         },
     )
     assert step.cli_line() == (
-        "python commands/build_image.py --base_image 'a b' --push --no-no-cache "
-        "--build_args X=1 --tags t1 --tags t2"
+        "build-image --base_image 'a b' --push --no-no-cache --build_args X=1 --tags t1 --tags t2"
     )
 
 

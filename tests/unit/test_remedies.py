@@ -128,7 +128,7 @@ def test_cuda_mismatch_gives_the_build_image_call():
         "instance_type": "p5.48xlarge",
         "driver_version": "535.183.01",
     }
-    assert "build_image.py --dockerfile Dockerfile" in fix.description
+    assert "build-image --dockerfile Dockerfile" in fix.description
     assert remedy(finding("cuda_arch_unsupported"), SPEC) is None  # nothing to build against
 
 

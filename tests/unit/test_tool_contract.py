@@ -129,7 +129,7 @@ def test_cli_dry_run_json_is_the_result_model(tmp_path, capsys):
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "planned"
-    assert result["plan"]["argv"][1:4] == ["-m", "torch.distributed.run", "--standalone"]
+    assert result["plan"]["argv"][1:5] == ["-P", "-m", "torch.distributed.run", "--standalone"]
     assert not (tmp_path / "plan-me").exists(), "a dry run starts and writes nothing"
 
 

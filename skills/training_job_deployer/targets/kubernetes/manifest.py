@@ -20,6 +20,7 @@ from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_reques
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT, s3_buckets
 from skills.kube.objects import api_version
+from skills.operations.processes import SAFE_PATH_ENV
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
@@ -62,9 +63,10 @@ def shm_size(gpu_per_node: int, gib: int | None = None) -> str:
 
 
 def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
-    """The trainer container's environment: unbuffered output, NCCL over EFA where the
-    instance has it, and NCCL_SOCKET_IFNAME when set."""
-    env = {"PYTHONUNBUFFERED": "1", **efa_env_for(settings.instance_type)}
+    """The trainer container's environment: unbuffered output, safe-path mode (`-m trainer`
+    is the image's installed trainer, not a `trainer/` in the working directory), NCCL
+    over EFA where the instance has it, and NCCL_SOCKET_IFNAME when set."""
+    env = {"PYTHONUNBUFFERED": "1", **SAFE_PATH_ENV, **efa_env_for(settings.instance_type)}
     if env.get("FI_PROVIDER"):
         env["NCCL_DEBUG"] = "WARN"
     if settings.nccl_socket_ifname:

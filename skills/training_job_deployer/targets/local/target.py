@@ -222,7 +222,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         self.check_checkpoint_owner(paths["checkpoint_dir"], run, spec.adopt_checkpoint_dir)
         spec = spec.model_copy(update=paths)
         argv = [
-            *launcher(spec, sys.executable),
+            # Safe-path mode: torchrun here imports these tools' torch, never the project's.
+            *launcher(spec, sys.executable, processes.SAFE_PATH_FLAGS),
             "--standalone",
             "--nnodes=1",
             f"--nproc_per_node={spec.gpu_per_node}",
@@ -244,7 +245,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                     os.cpu_count() or 1, spec.gpu_per_node, os.environ.get("OMP_NUM_THREADS")
                 )
             ),
-            "PYTHONPATH": processes.project_pythonpath(),
+            **processes.suite_env(),
             # torchelastic and the ranks make temp files: they stay in the run dir.
             "TMPDIR": str(run.scratch),
             **spec.env,  # the job's own variables (NCCL_DEBUG=INFO) last
@@ -269,8 +270,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             raise ToolFailure(
                 ErrorCode.TRAINER_NOT_INSTALLED,
                 "PyTorch is not installed in this Python environment, so torchrun cannot start.",
-                "Install the trainer extra: pip install 'torch==2.13.0' -e '.[trainer]' "
-                "(or run `make setup`).",
+                "Install the trainer extra: uv tool install 'fsdp-eks[trainer] @ <checkout>' "
+                "(the suite as a tool), or `make setup` in a checkout.",
                 {"python": sys.executable},
             )
 
