@@ -25,6 +25,7 @@ from skills.shared.paths import path_fields, project_root
 from skills.shared.progress import CancellableProgress
 from skills.shared.results import ToolResult
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of, token_argument
+from trainer.hub import is_hub_id
 
 EXIT_INTERRUPTED = 130
 
@@ -299,7 +300,8 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
 
 def _typed_paths_from_here(spec: ToolSpec, args: dict[str, Any], here: Path) -> dict[str, Any]:
     """A relative path typed on the command line is the shell's: from the folder the
-    command starts in (a hub name, or a name that is no file here, is left as it is)."""
+    command starts in (a hub name, `org/name` that is no file here, is left as it is;
+    `data/train.jsonl` is a file even when missing, so its error names the path typed)."""
     typed = dict(args)
     for name, marker in path_fields(spec.params).items():
         value = typed.get(name)
@@ -307,7 +309,7 @@ def _typed_paths_from_here(spec: ToolSpec, args: dict[str, Any], here: Path) -> 
             continue
         if value.startswith("~") or Path(value).is_absolute():
             continue
-        if marker.hub_name and not (here / value).exists():
+        if marker.hub_name and not (here / value).exists() and is_hub_id(value):
             continue
         typed[name] = str(here / value)
     return typed

@@ -41,3 +41,13 @@ def test_a_typed_relative_path_is_from_the_folder_the_command_starts_in(subfolde
     plan = _plan(capsys, "--job_name", "typed", "--dataset", "data.txt", "--runs_dir", "jobs")
     assert str(subfolder / "data.txt") in plan["argv"]
     assert plan["run_dir"] == str(subfolder / "jobs" / "typed")
+
+
+def test_a_missing_file_typed_from_a_subfolder_is_named_where_it_was_typed(subfolder, capsys):
+    """`data/train.jsonl` is a file that is missing, not a hub repo: the refusal names the
+    path the user typed, from the subfolder, not one under the project root."""
+    status = run_cli(deploy_training_job, ["--dry_run", "--job_name", "gone", "--gpu_per_node",
+                                           "1", "--dataset", "data/train.jsonl"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status != 0
+    assert str(subfolder / "data" / "train.jsonl") in err, err
