@@ -196,11 +196,20 @@ class JobLogs(ToolResult):
     job_name: str
     target: str
     log_path: str
-    lines: int = Field(description="How many lines `text` holds.")
+    lines: int = Field(description="How many lines `text` holds (a cut line counts as one).")
+    tail_lines: int = Field(description="How many lines were asked for.")
+    excerpt: str | None = Field(
+        default=None, description="Set when `text` holds fewer lines than asked: why."
+    )
+    next_step: NextStep | None = Field(default=None, description="The call for the earlier lines.")
     text: str = Field(description="The last lines of the job's log, secrets masked.")
 
     def plain_text(self) -> str:
-        return self.text
+        """The log itself; an excerpt marked on its first line, with the call for the rest."""
+        if self.excerpt is None:
+            return self.text
+        rest = f"; the earlier lines: {self.next_step.text()}" if self.next_step else ""
+        return f"(an excerpt: {self.excerpt}{rest})\n{self.text}"
 
     def left_out_over_mcp(self) -> set[str]:
         # The log is the text content; structuredContent says what it is, not it again.

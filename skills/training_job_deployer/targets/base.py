@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skills.catalog.pricing import Billing
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.log_tail import LastLines, last_lines
 from skills.shared.paging import Page
 from skills.shared.progress import Progress
 from skills.training_job_deployer.job_spec import JobSpec
@@ -223,6 +224,43 @@ class Target(ABC, Generic[PlanT]):
         """The last lines of the job's log, secrets masked. The options are for targets
         with Capability.LOG_OPTIONS; others refuse them with unsupported_for_target."""
         options = LogOptions(replica, previous, since_seconds, all_ranks)
+        return self.read_logs(job_name, tail_lines, self._checked(options))
+
+    def log_tail(
+        self,
+        job_name: str,
+        tail_lines: int,
+        max_bytes: int,
+        *,
+        before: int | None = None,
+        replica: str | None = None,
+        previous: bool = False,
+        since_seconds: int | None = None,
+        all_ranks: bool = False,
+    ) -> LastLines:
+        """The log's last `tail_lines` lines (before byte `before`, a cut result's cursor)
+        whole, or as many as fit in `max_bytes` of text, secrets masked (the logs tool)."""
+        options = self._checked(LogOptions(replica, previous, since_seconds, all_ranks))
+        return self.read_log_tail(job_name, tail_lines, max_bytes, before, options)
+
+    def read_log_tail(
+        self, job_name: str, tail_lines: int, max_bytes: int, before: int | None, options: LogOptions
+    ) -> LastLines:
+        """log_tail, options checked. By default from read_logs' text (already bounded by
+        the target), cut to the budget from its end; no byte cursor into it."""
+        if before is not None:
+            raise unsupported(
+                self.name,
+                f"The {self.name} target reads a log by lines from its end, not from a byte.",
+                "Leave `before` out; a smaller tail_lines or since_seconds narrows the log.",
+                fields=["before"],
+            )
+        data = self.read_logs(job_name, tail_lines, options).encode()
+        found = last_lines(lambda at, size: data[at : at + size], len(data), tail_lines, max_bytes)
+        found.start = None  # a place in this call's text, not in the log: no cursor
+        return found
+
+    def _checked(self, options: LogOptions) -> LogOptions:
         chosen = options.chosen()
         if chosen and not self.can(Capability.LOG_OPTIONS):
             raise unsupported(
@@ -231,7 +269,7 @@ class Target(ABC, Generic[PlanT]):
                 f"Leave them out: the {self.name} log holds torchrun's and every rank's lines.",
                 fields=chosen,
             )
-        return self.read_logs(job_name, tail_lines, options)
+        return options
 
     @abstractmethod
     def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:

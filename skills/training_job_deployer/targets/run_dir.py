@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from skills.operations.record_store import MAX_RECORD_BYTES, RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.log_tail import LastLines, last_lines
 from skills.shared.paging import Key, Page, is_after, start_after
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
@@ -369,6 +370,20 @@ class RunDirTarget(Target[PlanT]):
     def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
         run = self._run(job_name)
         return self._tail(self._log_of(run, self._open(run)), tail_lines)
+
+    def read_log_tail(
+        self, job_name: str, tail_lines: int, max_bytes: int, before: int | None, options: LogOptions
+    ) -> LastLines:
+        """Read from the log's end in blocks (through _read_from: a file here or on the
+        login node), never the whole; `before` is a byte offset a cut result gave."""
+        run = self._run(job_name)
+        log = self._log_of(run, self._open(run))
+        size = self._log_size(log)
+        end = size if before is None else min(before, size)
+        found = last_lines(lambda at, n: self._read_from(log, at, n), end, tail_lines, max_bytes)
+        # Masked when written; masked again for values only this reader knows.
+        found.lines = [redact(line) for line in found.lines]
+        return found
 
     def log_path(self, job_name: str) -> str:
         run = self._run(job_name)

@@ -38,6 +38,7 @@ from skills.kube.objects import kind_path
 from skills.kube.pods import pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.shared.log_tail import LastLines, last_lines
 from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.ownership import require_kube_ours
 from skills.shared.paging import Key, Page, keyset
@@ -656,17 +657,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 text, _ = self.reader.log_end(pod_name(pod), each, MAX_LOG_CHARS, **read)
                 parts.append(f"==> {pod_name(pod)} <==\n{text.rstrip()}")
             return _bounded(redact("\n".join(parts)))
-        chosen = pods[0]
-        if replica is not None:
-            wanted = f"{job_name}-{replica.lower()}"
-            matches = [p for p in pods if pod_name(p) == wanted]
-            if not matches:
-                raise ToolFailure(
-                    ErrorCode.NOT_FOUND,
-                    f"Job {job_name!r} has no replica {replica!r}.",
-                    "Pick one of: " + ", ".join(pod_name(p)[len(job_name) + 1 :] for p in pods),
-                )
-            chosen = matches[0]
+        chosen = _replica(job_name, pods, replica)
         text, fewer = self.reader.log_end(
             pod_name(chosen), tail_lines or LOG_POLL_LINES, MAX_LOG_CHARS * 2, **read
         )
@@ -675,6 +666,27 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 f"[... earlier lines cut: at most {MAX_LOG_CHARS} characters per call ...]\n{text}"
             )
         return _bounded(redact(text.rstrip("\n")))
+
+    def read_log_tail(
+        self, job_name: str, tail_lines: int, max_bytes: int, before: int | None, options: LogOptions
+    ) -> LastLines:
+        """One pod's end as the API serves it (tailLines, limitBytes: log_end), cut to
+        the budget from its end; no note line in it: the result says what was left out.
+        Every rank's lines and a byte cursor go the default way (no cursor here)."""
+        if before is not None or options.all_ranks:
+            return super().read_log_tail(job_name, tail_lines, max_bytes, before, options)
+        self._require(job_name)
+        pods = self.reader.pods(job_name)
+        if not pods:
+            return LastLines([], None, False, False, 0)
+        chosen = _replica(job_name, pods, options.replica)
+        read = {"previous": options.previous, "since_seconds": options.since_seconds}
+        text, fewer = self.reader.log_end(pod_name(chosen), tail_lines, max_bytes * 2, **read)
+        data = redact(text).encode()
+        found = last_lines(lambda at, n: data[at : at + n], len(data), tail_lines, max_bytes)
+        found.earlier = found.earlier or fewer
+        found.start = None  # the API has no byte offsets into a pod's log
+        return found
 
     # cancel / delete / list -------------------------------------------------------------
 
@@ -870,6 +882,21 @@ class Rank0Log:
     def tail(self) -> str:
         """The last LOG_TAIL_LINES lines parsed."""
         return "\n".join(self.recent)
+
+
+def _replica(job_name: str, pods: list[dict[str, Any]], replica: str | None) -> dict[str, Any]:
+    """The pod of `replica` ('worker-1'), rank 0's by default; not_found names the rest."""
+    if replica is None:
+        return pods[0]
+    wanted = f"{job_name}-{replica.lower()}"
+    matches = [p for p in pods if pod_name(p) == wanted]
+    if not matches:
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND,
+            f"Job {job_name!r} has no replica {replica!r}.",
+            "Pick one of: " + ", ".join(pod_name(p)[len(job_name) + 1 :] for p in pods),
+        )
+    return matches[0]
 
 
 def _bounded(text: str) -> str:
