@@ -22,7 +22,7 @@ from commands.cancel_training_job import cancel_training_job
 from commands.delete_training_job import delete_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
-from commands.get_training_job_logs import get_training_job_logs
+from commands.get_training_job_logs import LOG_TEXT_BYTES, get_training_job_logs
 from commands.list_training_jobs import list_training_jobs
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress
@@ -366,9 +366,13 @@ def test_logs_for_all_ranks_one_replica_and_a_bounded_size(operator):
     huge = "".join(f"{i:08d} " + "x" * 200 + "\n" for i in range(2000))
     operator.run("llama", rank_logs={"master-0": huge})
     bounded = get_training_job_logs(job_name="llama", **K8S, tail_lines=10_000)
-    assert len(bounded.text) <= 64_000 + 200
-    assert bounded.text.startswith("[... ") and "lines cut" in bounded.text.splitlines()[0]
-    assert bounded.text.endswith("x" * 200)
+    assert len(bounded.text) <= LOG_TEXT_BYTES  # the last lines whole, no note among them
+    assert bounded.text.splitlines() == huge.splitlines()[-bounded.lines :]
+    assert bounded.tail_lines == 10_000 and bounded.lines > 100
+    assert bounded.excerpt and "no cursor" in bounded.excerpt and bounded.next_step is None
+    assert bounded.plain_text().startswith(f"(an excerpt: the last {bounded.lines} of")
+    cursor = failure(get_training_job_logs, job_name="llama", **K8S, before=10)
+    assert cursor.code == "unsupported_for_target" and cursor.details["fields"] == ["before"]
     local = failure(get_training_job_logs, job_name="llama", all_ranks=True)
     assert local.code == "unsupported_for_target"
 

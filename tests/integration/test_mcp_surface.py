@@ -386,7 +386,8 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
     from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
     from skills.ecr_publisher.models import PushResult
     from skills.model_server.base import ServerState
-    from skills.training_job_deployer.models import JobLogs, RetryAttempt
+    from commands.get_training_job_logs import get_training_job_logs
+    from skills.training_job_deployer.models import RetryAttempt
     from tests.services.eks_cluster import seed_healthy
 
     kube_api.reset()
@@ -436,8 +437,8 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
     )  # fmt: skip
     listed_jobs = JobList(jobs=[_job_state(job_name=f"job-{i}") for i in range(100)])
     listed_ops = OperationList(operations=[build] * 50)  # limit: at most 50
-    logs = JobLogs(job_name="j", target="kubernetes", log_path="pod/j-master-0", lines=10_000,
-                   text="\n".join(f"{LONG_LINE} {i}" for i in range(10_000)))  # fmt: skip
+    logs = get_training_job_logs(job_name="j", runs_dir=str(_long_log_job(tmp_path)),
+                                 tail_lines=10_000)  # fmt: skip
     server = ServerState(
         name="big", target="kubernetes", status="starting", model="s3://demo-bucket/m",
         endpoint="https://k/api/v1/namespaces/default/services/big:8000/proxy", replicas=64,
@@ -468,6 +469,21 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
         **{name: called[name] for name in ("inspect_eks_cluster", "manage_eks_cluster",
                                            "diagnose_training_job")},
     }  # fmt: skip
+
+
+def _long_log_job(tmp_path: Path) -> Path:
+    """An ended local job `j` whose log holds 10,000 long lines (its runs_dir)."""
+    from skills.training_job_deployer.targets.local.record import JobRecord
+
+    run = tmp_path / "long-log-runs" / "j"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "attempt-1.log").write_text(
+        "".join(f"{LONG_LINE} {i}\n" for i in range(10_000))
+    )
+    record = JobRecord(job_name="j", attempt=1, argv=["t"], submitted_at=1.0, ended_at=2.0,
+                       exit_code=0)  # fmt: skip
+    (run / "job.json").write_text(record.model_dump_json())
+    return run.parent
 
 
 def _calls_over_mcp(calls: list[tuple[str, dict]]) -> dict[str, list[object]]:
