@@ -4,7 +4,9 @@
   records read and the time, against reading every record (what it did before) in the
   same run;
 - get_training_job on a finished local job whose log is 16 MiB / 64 MiB / 256 MiB (a
-  real job's log lengthened with step lines): time, bytes read and peak traced memory.
+  real job's log lengthened with step lines): time, bytes read and peak traced memory;
+- get_training_job_logs on logs of 64 MiB / 256 MiB / 1 GiB (sparse: a hole, then real
+  lines): bytes read and time per call, and their growth exponent (issue 49 item 4).
 
 `--quick` runs the smallest size once (the test suite runs it so the benchmark cannot rot).
 `--from-run DIR` lengthens a copy of DIR, a finished local job's run directory, instead of
@@ -14,6 +16,7 @@ is two torch starts; only its log matters here)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -115,6 +118,76 @@ def long_logs() -> None:
                   f" status {state.status} at step {state.steps}")  # fmt: skip
 
 
+# get_training_job_logs (issue 49 item 4): sparse logs, so 1 GiB costs no disk.
+LOG_TAIL_MIB = [1, 16] if QUICK else [64, 256, 1024]
+TAIL_ASKED = (100, 10_000)
+
+
+def log_tails(sizes: list[int] = LOG_TAIL_MIB) -> list[tuple[int, int, float, int]]:
+    """get_training_job_logs on an ended local job whose log is each size (a hole, then
+    20,000 real lines): bytes read and time per call; the growth exponent of both
+    against the size. Returns (MiB, tail_lines, bytes read, seconds) rows."""
+    from commands.get_training_job_logs import get_training_job_logs
+    from skills.training_job_deployer.targets.local.record import JobRecord
+    from skills.training_job_deployer.targets.run_dir import RunDirTarget
+
+    print("get_training_job_logs on an ended local job: bytes read and seconds per call")
+    rows: list[tuple[int, int, float, int]] = []
+    real = RunDirTarget._read_from
+    read: list[int] = []
+
+    def counted(self, log, offset, max_bytes=2**20):  # every byte the tool reads
+        data = real(self, log, offset, max_bytes)
+        read.append(len(data))
+        return data
+
+    lines = b"".join(b'{"event": "step", "step": %d, "loss": 0.5}\n' % i for i in range(20_000))
+    RunDirTarget._read_from = counted  # type: ignore[method-assign]
+    try:
+        for mib in sizes:
+            with tempfile.TemporaryDirectory() as runs:
+                run = Path(runs) / "tail"
+                (run / "logs").mkdir(parents=True)
+                with (run / "logs" / "attempt-1.log").open("wb") as handle:
+                    handle.truncate(mib * 2**20 - len(lines) - 1)
+                    handle.seek(0, 2)
+                    handle.write(b"\n" + lines)
+                (run / "job.json").write_text(JobRecord(
+                    job_name="tail", attempt=1, argv=["t"], submitted_at=1.0, ended_at=2.0,
+                    exit_code=0).model_dump_json())  # fmt: skip
+                for asked in TAIL_ASKED:
+                    seconds = math.inf
+                    for _ in range(3):  # the best of 3: a loaded machine's noise is not growth
+                        read.clear()
+                        start = time.perf_counter()
+                        got = get_training_job_logs(job_name="tail", runs_dir=runs,
+                                                    tail_lines=asked)  # fmt: skip
+                        seconds = min(seconds, time.perf_counter() - start)
+                    expected = lines.decode().splitlines()[-got.lines :]
+                    assert got.text.splitlines() == expected and got.lines >= min(asked, 500)
+                    rows.append((mib, asked, seconds, sum(read)))
+                    print(f"  {mib:>5} MiB log, tail_lines {asked:>6}: {got.lines:>5} lines, "
+                          f"{sum(read) / 1024:6.1f} KiB read, {seconds * 1000:6.1f} ms")  # fmt: skip
+    finally:
+        RunDirTarget._read_from = real  # type: ignore[method-assign]
+    for asked in TAIL_ASKED:
+        mine = [r for r in rows if r[1] == asked]
+        print(f"  tail_lines {asked}: growth exponent k, time {_growth(mine, 2):.2f}, "
+              f"bytes read {_growth(mine, 3):.2f} (size x{sizes[-1] // sizes[0]})")  # fmt: skip
+    return rows
+
+
+def _growth(rows: list[tuple[int, int, float, int]], column: int) -> float:
+    """Least-squares slope of log(value) over log(size): 1 grows with the log, 0 does not."""
+    xs = [math.log(r[0]) for r in rows]
+    ys = [math.log(max(r[column], 1e-9)) for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+
+
 if __name__ == "__main__":
     history()
     long_logs()
+    log_tails()

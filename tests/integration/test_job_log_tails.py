@@ -168,3 +168,16 @@ def test_the_cli_prints_the_exact_lines_and_an_excerpts_next_command(tmp_path):
     assert first.startswith(f"(an excerpt: the last {len(shown)} of the 4000 lines asked")
     assert "get-training-job-logs" in first and "--before" in first
     assert shown == lines[-len(shown) :]
+
+
+def test_the_log_tail_benchmark_reads_the_same_bytes_at_1_and_16_mib(capsys):
+    """benchmarks/fleet_history_and_logs.py's log tail rows in their quick sizes (the
+    whole benchmark's quick mode runs in test_long_logs)."""
+    from benchmarks.fleet_history_and_logs import log_tails
+    from skills.shared.log_tail import BLOCK_BYTES
+
+    rows = log_tails([1, 16])
+    assert "growth exponent k" in capsys.readouterr().out
+    for asked in (100, 10_000):
+        read = {mib: n for mib, a, _, n in rows if a == asked}
+        assert read[1] == read[16] <= 2 * LOG_TEXT_BYTES + BLOCK_BYTES  # flat in the size

@@ -99,3 +99,4 @@ def test_the_fleet_benchmark_runs_in_its_quick_mode(ended_job: EndedJob):
     out = run_quick("fleet_history_and_logs", "--from-run", str(ended_job.run))
     assert "500 records: page   20 reads" in out
     assert "16 MiB log" in out and "status succeeded" in out
+    assert "tail_lines 10000: growth exponent k" in out
