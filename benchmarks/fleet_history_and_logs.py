@@ -142,7 +142,7 @@ def log_tails(sizes: list[int] = LOG_TAIL_MIB) -> list[tuple[int, int, float, in
         return data
 
     lines = b"".join(b'{"event": "step", "step": %d, "loss": 0.5}\n' % i for i in range(20_000))
-    RunDirTarget._read_from = counted  # type: ignore[method-assign]
+    RunDirTarget._read_from = counted
     try:
         for mib in sizes:
             with tempfile.TemporaryDirectory() as runs:
@@ -156,20 +156,23 @@ def log_tails(sizes: list[int] = LOG_TAIL_MIB) -> list[tuple[int, int, float, in
                     job_name="tail", attempt=1, argv=["t"], submitted_at=1.0, ended_at=2.0,
                     exit_code=0).model_dump_json())  # fmt: skip
                 for asked in TAIL_ASKED:
-                    seconds = math.inf
+                    seconds, got = math.inf, None
                     for _ in range(3):  # the best of 3: a loaded machine's noise is not growth
                         read.clear()
                         start = time.perf_counter()
                         got = get_training_job_logs(job_name="tail", runs_dir=runs,
                                                     tail_lines=asked)  # fmt: skip
                         seconds = min(seconds, time.perf_counter() - start)
+                    assert got is not None
                     expected = lines.decode().splitlines()[-got.lines :]
                     assert got.text.splitlines() == expected and got.lines >= min(asked, 500)
                     rows.append((mib, asked, seconds, sum(read)))
-                    print(f"  {mib:>5} MiB log, tail_lines {asked:>6}: {got.lines:>5} lines, "
-                          f"{sum(read) / 1024:6.1f} KiB read, {seconds * 1000:6.1f} ms")  # fmt: skip
+                    print(
+                        f"  {mib:>5} MiB log, tail_lines {asked:>6}: {got.lines:>5} lines, "
+                        f"{sum(read) / 1024:6.1f} KiB read, {seconds * 1000:6.1f} ms"
+                    )
     finally:
-        RunDirTarget._read_from = real  # type: ignore[method-assign]
+        RunDirTarget._read_from = real
     for asked in TAIL_ASKED:
         mine = [r for r in rows if r[1] == asked]
         print(f"  tail_lines {asked}: growth exponent k, time {_growth(mine, 2):.2f}, "

@@ -28,9 +28,7 @@ def get_training_job_logs(
     *,
     job_name: JobName,
     target: TargetSettings,
-    tail_lines: Annotated[
-        int, Field(ge=1, le=10_000, description="Lines from the end.")
-    ] = 100,
+    tail_lines: Annotated[int, Field(ge=1, le=10_000, description="Lines from the end.")] = 100,
     replica: Annotated[
         str | None,
         Field(pattern=r"^(master|worker)-\d{1,4}$", description="Cluster: e.g. worker-1."),
@@ -69,7 +67,9 @@ def get_training_job_logs(
         lines=shown,
         tail_lines=tail_lines,
         excerpt=_excerpt(found, tail_lines),
-        next_step=_earlier(found, tail_lines, {"job_name": job_name, **runner.call_args(), **options}),
+        next_step=_earlier(
+            found, tail_lines, {"job_name": job_name, **runner.call_args(), **options}
+        ),
         text="\n".join(found.lines),
     )
 
@@ -87,8 +87,7 @@ def _excerpt(found: LastLines, asked: int) -> str | None:
         )
     if shown < asked and found.earlier:
         return (
-            f"the last {shown} of the {asked} lines asked: {LOG_TEXT_BYTES // 1000} KB a "
-            f"call{rest}"
+            f"the last {shown} of the {asked} lines asked: {LOG_TEXT_BYTES // 1000} KB a call{rest}"
         )
     return None
 

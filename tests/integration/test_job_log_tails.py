@@ -13,6 +13,7 @@ import time
 import anyio
 import pytest
 from mcp import Client
+from mcp_types import TextContent
 
 from commands._cli import run_cli
 from commands.get_training_job_logs import LOG_TEXT_BYTES, get_training_job_logs
@@ -43,7 +44,9 @@ def _job(runs, size: int, lines: list[bytes]) -> list[str]:
 
 
 def _steps(count: int) -> list[bytes]:
-    return [b'{"event": "step", "step": %d, "loss": %.4f}\n' % (i, 1 / (i + 1)) for i in range(count)]
+    return [
+        b'{"event": "step", "step": %d, "loss": %.4f}\n' % (i, 1 / (i + 1)) for i in range(count)
+    ]
 
 
 def _read_all(call, asked: int) -> tuple[list[str], list]:
@@ -138,7 +141,9 @@ def test_over_mcp_10000_lines_of_a_1_gb_log_come_whole_through_the_next_calls(tm
         calls += 1
         assert not result.is_error and result_bytes(result) <= MAX_RESULT_BYTES
         data = result.structured_content
-        text = result.content[0].text
+        (content,) = result.content
+        assert isinstance(content, TextContent)
+        text = content.text
         assert "text" not in data  # the log only as the text
         body = text.split("\n")
         if data.get("excerpt"):
@@ -155,15 +160,14 @@ def test_over_mcp_10000_lines_of_a_1_gb_log_come_whole_through_the_next_calls(tm
 
 def test_the_cli_prints_the_exact_lines_and_an_excerpts_next_command(tmp_path):
     lines = _job(tmp_path, MB, _steps(5_000))
+    job = ["--job_name", "j", "--runs_dir", str(tmp_path)]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert run_cli(get_training_job_logs, ["--job_name", "j", "--runs_dir",
-                                               str(tmp_path), "--tail_lines", "5"]) == 0  # fmt: skip
+        assert run_cli(get_training_job_logs, [*job, "--tail_lines", "5"]) == 0
     assert out.getvalue().splitlines() == lines[-5:]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        run_cli(get_training_job_logs,
-                ["--job_name", "j", "--runs_dir", str(tmp_path), "--tail_lines", "4000"])  # fmt: skip
+        run_cli(get_training_job_logs, [*job, "--tail_lines", "4000"])
     first, *shown = out.getvalue().splitlines()
     assert first.startswith(f"(an excerpt: the last {len(shown)} of the 4000 lines asked")
     assert "get-training-job-logs" in first and "--before" in first
@@ -181,3 +185,47 @@ def test_the_log_tail_benchmark_reads_the_same_bytes_at_1_and_16_mib(capsys):
     for asked in (100, 10_000):
         read = {mib: n for mib, a, _, n in rows if a == asked}
         assert read[1] == read[16] <= 2 * LOG_TEXT_BYTES + BLOCK_BYTES  # flat in the size
+
+
+def test_through_ssh_a_slurm_log_tail_reads_its_end_in_blocks_on_the_login_node(
+    tmp_path, monkeypatch
+):
+    """The Slurm target's reads through ssh_host (an `ssh` on PATH running the remote
+    command in a local shell stands in for a login node): the same exact lines, and
+    only the blocks at the end cross the connection."""
+    import os
+
+    from skills.shared.log_tail import BLOCK_BYTES, last_lines
+    from skills.training_job_deployer.targets.slurm.settings import SlurmSettings
+    from skills.training_job_deployer.targets.slurm.target import SlurmTarget
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text('#!/bin/sh\n# ssh -o BatchMode=yes -- HOST COMMAND\nexec sh -c "$5"\n')
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    log = tmp_path / "slurm-7.out"
+    steps = _steps(3_000)
+    with log.open("wb") as handle:  # 256 MB: a hole, then the real lines
+        handle.truncate(256 * MB)
+        handle.seek(0, 2)
+        handle.write(b"\n" + b"".join(steps))
+    target = SlurmTarget(SlurmSettings(target="slurm", ssh_host="login1", runs_dir=str(tmp_path)))
+    read: list[int] = []
+
+    def read_at(at: int, n: int) -> bytes:
+        data = target._read_from(str(log), at, n)
+        read.append(len(data))
+        return data
+
+    size = target._log_size(str(log))
+    expected = [s.decode().rstrip("\n") for s in steps]
+    for asked in (1, 50, 400):
+        read.clear()
+        found = last_lines(read_at, size, asked, LOG_TEXT_BYTES)
+        assert found.lines == expected[-asked:] and sum(read) <= BLOCK_BYTES
+    read.clear()
+    found = last_lines(read_at, size, 10_000, LOG_TEXT_BYTES)
+    assert found.lines == expected[-len(found.lines) :] and found.start is not None
+    assert sum(read) <= 2 * LOG_TEXT_BYTES + BLOCK_BYTES

@@ -380,13 +380,13 @@ def _largest_results(kube_api, tmp_path) -> dict[str, list[object]]:
     """Each tool's largest realistic results: built by the code that makes them, or
     returned by the tool itself where that is cheap (a 64-node cluster in the emulator,
     every saved pod-doctor snapshot, a 64-node dry run, a 100-job listing)."""
+    from commands.get_training_job_logs import get_training_job_logs
     from commands.list_model_servers import ServerList
     from commands.list_operations import OperationList
     from commands.list_training_jobs import JobList
     from skills.codebuild_pipeline.models import BuildPhase, CodeBuildBuild
     from skills.ecr_publisher.models import PushResult
     from skills.model_server.base import ServerState
-    from commands.get_training_job_logs import get_training_job_logs
     from skills.training_job_deployer.models import RetryAttempt
     from tests.services.eks_cluster import seed_healthy
 

@@ -88,15 +88,19 @@ def test_a_line_longer_than_the_budget_comes_in_parts_that_rebuild_it():
     found = tail_of(data, 3)
     assert found.lines[-1] == "last" and not found.cut  # whole lines first
     parts, end = [], found.start
+    assert end is not None
     while True:
         part = last_lines(lambda at, n: data[at : at + n], end, 1, BUDGET)
         assert text_cost(part.lines[0]) <= BUDGET and "\ufffd" not in part.lines[0]
         parts.insert(0, part.lines[0])
         if not part.cut:
             break
+        assert part.start is not None
         end = part.start
     assert len(parts) > 6 and "".join(parts) == line  # its start comes whole, unmarked
-    before = last_lines(lambda at, n: data[at : at + n], part.start, 5, BUDGET)
+    start = part.start
+    assert start == len(b"first\n")  # the long line's first byte
+    before = last_lines(lambda at, n: data[at : at + n], start, 5, BUDGET)
     assert before.lines == ["first"] and not before.earlier
 
 
@@ -115,9 +119,7 @@ def _sparse_log(path, size: int, tail_lines: int) -> list[str]:
 
 
 @pytest.mark.parametrize("size", [1 * KB, 1 * MB, 64 * MB, 1 * GB])
-def test_a_log_from_1_kb_to_1_gb_gives_its_exact_last_lines_reading_only_its_end(
-    tmp_path, size
-):
+def test_a_log_from_1_kb_to_1_gb_gives_its_exact_last_lines_reading_only_its_end(tmp_path, size):
     log = tmp_path / "attempt-1.log"
     lines = _sparse_log(log, size, tail_lines=min(20_000, size // 34))
     read: list[int] = []

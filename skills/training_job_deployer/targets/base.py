@@ -244,7 +244,12 @@ class Target(ABC, Generic[PlanT]):
         return self.read_log_tail(job_name, tail_lines, max_bytes, before, options)
 
     def read_log_tail(
-        self, job_name: str, tail_lines: int, max_bytes: int, before: int | None, options: LogOptions
+        self,
+        job_name: str,
+        tail_lines: int,
+        max_bytes: int,
+        before: int | None,
+        options: LogOptions,
     ) -> LastLines:
         """log_tail, options checked. By default from read_logs' text (already bounded by
         the target), cut to the budget from its end; no byte cursor into it."""

@@ -372,7 +372,12 @@ class RunDirTarget(Target[PlanT]):
         return self._tail(self._log_of(run, self._open(run)), tail_lines)
 
     def read_log_tail(
-        self, job_name: str, tail_lines: int, max_bytes: int, before: int | None, options: LogOptions
+        self,
+        job_name: str,
+        tail_lines: int,
+        max_bytes: int,
+        before: int | None,
+        options: LogOptions,
     ) -> LastLines:
         """Read from the log's end in blocks (through _read_from: a file here or on the
         login node), never the whole; `before` is a byte offset a cut result gave."""

@@ -668,7 +668,12 @@ class KubernetesTarget(Target[KubernetesPlan]):
         return _bounded(redact(text.rstrip("\n")))
 
     def read_log_tail(
-        self, job_name: str, tail_lines: int, max_bytes: int, before: int | None, options: LogOptions
+        self,
+        job_name: str,
+        tail_lines: int,
+        max_bytes: int,
+        before: int | None,
+        options: LogOptions,
     ) -> LastLines:
         """One pod's end as the API serves it (tailLines, limitBytes: log_end), cut to
         the budget from its end; no note line in it: the result says what was left out.
