@@ -99,7 +99,7 @@ def test_a_line_longer_than_the_budget_comes_in_parts_that_rebuild_it():
         end = part.start
     assert len(parts) > 6 and "".join(parts) == line  # its start comes whole, unmarked
     start = part.start
-    assert start == len(b"first\n")  # the long line's first byte
+    assert start is not None and start == len(b"first\n")  # the long line's first byte
     before = last_lines(lambda at, n: data[at : at + n], start, 5, BUDGET)
     assert before.lines == ["first"] and not before.earlier
 
