@@ -82,8 +82,8 @@ def _excerpt(found: LastLines, asked: int) -> str | None:
     rest = "" if found.start is not None else "; a pod's earlier lines have no cursor"
     if found.cut:
         return (
-            f"the end of a line longer than {LOG_TEXT_BYTES // 1000} KB, then "
-            f"{shown - 1} more of the {asked} lines asked{rest}"
+            f"the end of a line longer than {LOG_TEXT_BYTES // 1000} KB, then {shown - 1} "
+            f"whole lines: {shown} of the {asked} lines asked{rest}"
         )
     if shown < asked and found.earlier:
         return (
