@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,6 +20,7 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import require_kube_ours
 
 REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
+LIST_CHUNK = 500  # objects a LIST request asks for at most (limit=)
 Query = dict[str, Any] | list[tuple[str, str]] | None
 UNREAD: Any = object()  # apply_owned's `current` when the caller has not read the object
 
@@ -104,18 +106,23 @@ class KubeJson:
 
     def items(self, path: str, query: Query = None) -> list[dict[str, Any]]:
         """A LIST, every page; a kind the server does not serve is an empty list."""
+        return [obj for chunk in self.chunks(path, query) for obj in chunk]
+
+    def chunks(self, path: str, query: Query = None) -> Iterator[list[dict[str, Any]]]:
+        """A LIST read LIST_CHUNK objects a request (`limit` and `continue`): a caller
+        that keeps only what it needs holds one chunk at a time, whatever the kind
+        counts. A kind the server does not serve yields nothing."""
         base = list(query.items()) if isinstance(query, dict) else list(query or [])
-        found: list[dict[str, Any]] = []
         token = ""
         while True:
-            params = [*base, ("limit", "500")] + ([("continue", token)] if token else [])
+            params = [*base, ("limit", str(LIST_CHUNK))] + ([("continue", token)] if token else [])
             page = self.json("GET", path, query=params, missing_ok=(404,))
             if page is None:
-                return found
-            found += page.get("items") or []
+                return
+            yield page.get("items") or []
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
-                return found
+                return
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply (creates or updates; this tool owns the fields it sets)."""

@@ -10,7 +10,7 @@ and emulators ignore them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from skills.kube.client import KubeJson
@@ -18,7 +18,12 @@ from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.kube.objects import KINDS, kind_path
 from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.ownership import managed_labels, require_kube_ours
+from skills.shared.ownership import (
+    MANAGED_SELECTOR,
+    labelled_ours,
+    managed_labels,
+    require_kube_ours,
+)
 from skills.shared.secrets import redact
 
 # Lines of each log a snapshot reads: the end, where a failure is.
@@ -66,8 +71,11 @@ class KubeReader(KubeJson):
     def job(self, name: str) -> dict[str, Any] | None:
         return self.json("GET", self._jobs_path(name), missing_ok=(404,))
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return list((self.json("GET", self._jobs_path()) or {}).get("items") or [])
+    def suite_jobs(self) -> Iterator[dict[str, Any]]:
+        """The suite's PyTorchJobs in the namespace, one chunk of a LIST at a time: the
+        API server selects them by the suite's label (other users' jobs are not sent)."""
+        for chunk in self.chunks(self._jobs_path(), {"labelSelector": MANAGED_SELECTOR}):
+            yield from (job for job in chunk if labelled_ours(job))
 
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
         return self.json("POST", self._jobs_path(), body=manifest)
@@ -99,18 +107,18 @@ class KubeReader(KubeJson):
         ]
         return sorted(pods, key=pod_order)
 
-    def pods_by_job(self) -> dict[str, list[dict[str, Any]]]:
-        """Every PyTorchJob's pods in the namespace, one LIST, by job name (each list
-        ordered as pods() orders it)."""
-        listed = self.json(
-            "GET",
-            kind_path("Pod", self.namespace),
-            query={"labelSelector": JOB_NAME_LABEL},
-        )
+    def pods_of(self, job_names: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The pods of these jobs by job name (each list ordered as pods() orders it):
+        one LIST whose labelSelector names the jobs (`job-name in (a,b)`), so what is
+        served follows the jobs asked about, not the namespace."""
+        wanted = set(job_names)
+        if not wanted:
+            return {}
+        selector = f"{JOB_NAME_LABEL} in ({','.join(sorted(wanted))})"
         by_job: dict[str, list[dict[str, Any]]] = {}
-        for pod in listed.get("items") or []:
+        for pod in self.items(kind_path("Pod", self.namespace), {"labelSelector": selector}):
             job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
-            if job:
+            if job in wanted:
                 by_job.setdefault(job, []).append(pod)
         return {job: sorted(pods, key=pod_order) for job, pods in by_job.items()}
 

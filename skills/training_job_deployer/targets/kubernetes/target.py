@@ -39,8 +39,8 @@ from skills.kube.pods import pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
-from skills.shared.ownership import require_kube_ours
-from skills.shared.paging import Key, Page, keyset
+from skills.shared.ownership import labelled_ours, require_kube_ours
+from skills.shared.paging import Key, Page, keyset_stream
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -701,15 +701,19 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """The page of PyTorchJobs in the namespace, newest first: status from the job
         (so a status filter reads no log); steps from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
-        there, else the job's command. The jobs and their pods are one LIST each, then
-        one bounded log read per job of the page whose rank 0 started (concurrent): the
-        requests a page makes do not grow with the namespace."""
-        jobs = self.reader.jobs()
+        there, else the job's command. The suite's jobs are one LIST by its label, read in
+        chunks with only the page kept (the API server has no order by creation time:
+        each job's key is read, what a page holds stays flat); the page's pods one LIST
+        by their jobs' names; then one bounded log read per job of the page whose rank 0
+        started (concurrent). Other users' objects in the namespace are never sent."""
+        jobs = self.reader.suite_jobs()
         if page.status is not None:
-            jobs = [j for j in jobs if kube_pods.job_status(j) == page.status]
-        shown, more, last = keyset(jobs, _creation_key, page.limit, page.cursor)
-        pods = self.reader.pods_by_job() if shown else {}
+            jobs = (j for j in jobs if kube_pods.job_status(j) == page.status)
+        shown, more, last = keyset_stream(
+            jobs, _creation_key, page.limit, page.cursor, self._job_key
+        )
         names = [(job.get("metadata") or {}).get("name", "") for job in shown]
+        pods = self.reader.pods_of(names)
         # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
         with ThreadPoolExecutor(max_workers=LIST_READS) as pool:
             read = list(pool.map(lambda name: self._log_end_metrics(pods.get(name, [])), names))
@@ -727,6 +731,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 )
             )
         return Page(states, more, last)
+
+    def _job_key(self, name: str) -> Key | None:
+        """Where the suite's job `name` is in a list (None: no such job of the suite)."""
+        job = self.reader.job(name)
+        return _creation_key(job) if job is not None and labelled_ours(job) else None
 
     def _log_end_metrics(self, pods: list[dict[str, Any]]) -> RunMetrics:
         """What the last LIST_LOG_LINES lines of rank 0's log say (nothing before it runs)."""
