@@ -1,7 +1,9 @@
 """Issue 49 item 2: the Kubernetes lists ask the API server (kmock, which honours
-labelSelector, limit and continue as the API server does) for what a page needs. What
-a page is sent does not grow with the namespace: other users' jobs, pods and objects are
-never sent, and only the page's own pods and Services are."""
+labelSelector, limit, continue and metadata-only LISTs as the API server does) for what
+a page needs. The whole objects a page is sent do not grow with the namespace: other
+users' jobs, pods and objects are never sent; of the suite's jobs, each one's metadata
+(its key: the API has no order by creation time), then the page's jobs, pods and
+Services alone."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from commands.list_training_jobs import list_training_jobs
 from skills.kube.client import LIST_CHUNK
 from skills.kube.pods import JOB_NAME_LABEL
 from skills.model_server.kubernetes.manifest import labels as server_labels
+from skills.training_job_deployer.kube_monitor import JOB_CHUNK
 from skills.shared.ownership import managed_labels
 from skills.training_job_deployer.targets.kubernetes.manifest import LABEL_JOB
 from tests.services.kube import PYTORCHJOB
@@ -58,12 +61,14 @@ def seed_other_objects(kube, count: int) -> None:
         }  # fmt: skip
 
 
-def page_cost(kube, **args) -> tuple[dict[str, int], int, list[str], int | None]:
-    """(LISTs by resource, objects served, the jobs listed, more) of one page."""
-    kube.emulator.lists.clear()
-    kube.emulator.listed_objects = 0
+def page_cost(kube, **args) -> tuple[dict[str, int], int, int, list[str], int | None]:
+    """(LISTs by resource, whole objects served, metadata-only items served, the jobs
+    listed, more) of one page."""
+    emulator = kube.emulator
+    emulator.lists.clear()
+    emulator.listed_objects = emulator.listed_metadata = 0
     page = list_training_jobs(**K8S, limit=PAGE, **args)
-    return (dict(kube.emulator.lists), kube.emulator.listed_objects,
+    return (dict(emulator.lists), emulator.listed_objects, emulator.listed_metadata,
             [j.job_name for j in page.jobs], page.more)  # fmt: skip
 
 
@@ -80,16 +85,15 @@ def test_a_page_is_sent_the_same_whether_the_namespace_holds_20_jobs_or_400(kube
     seed_other_objects(kube_api, 400)
     large = page_cost(kube_api)
     assert small == large
-    lists, served, names, more = large
-    assert lists == {PYTORCHJOB: 1, "v1/pods": 1}
-    assert served == 20 + 2 * PAGE  # the suite's jobs, the page's pods
+    lists, whole, keys, names, more = large
+    assert lists == {PYTORCHJOB: 2, "v1/pods": 1}  # the keys; the page's jobs; its pods
+    assert (whole, keys) == (PAGE + 2 * PAGE, 20)
     assert names == [f"ours-{i:03d}" for i in (19, 18, 17, 16, 15)] and more == 15
 
 
-def test_the_suites_own_jobs_are_read_in_chunks_and_only_the_pages_pods_are_sent(kube_api):
-    """20 then 400 of the suite's jobs: the same requests, the same pods sent (the page's);
-    the jobs are read in chunks of LIST_CHUNK (the API server has no order by creation
-    time: a newest-first page reads every job's key, keeping only the page)."""
+def test_20_or_400_of_the_suites_jobs_send_the_same_whole_objects(kube_api):
+    """20 then 400 of the suite's jobs: the same requests and the same whole objects
+    sent (the page's jobs and pods); only each job's metadata is read past the page."""
     kube_api.reset()
     for i in range(20):
         seed_job(kube_api, f"job-{i:03d}", i)
@@ -97,25 +101,28 @@ def test_the_suites_own_jobs_are_read_in_chunks_and_only_the_pages_pods_are_sent
     for i in range(20, 400):
         seed_job(kube_api, f"job-{i:03d}", i)
     large = page_cost(kube_api)
-    assert small[0] == large[0] == {PYTORCHJOB: 1, "v1/pods": 1}
-    assert (small[1] - 20, large[1] - 400) == (2 * PAGE, 2 * PAGE)
-    assert large[2] == [f"job-{i:03d}" for i in (399, 398, 397, 396, 395)]
-    assert large[3] == 395
+    assert small[:2] == large[:2] == ({PYTORCHJOB: 2, "v1/pods": 1}, 3 * PAGE)
+    assert (small[2], large[2]) == (20, 400)
+    assert large[3:] == ([f"job-{i:03d}" for i in (399, 398, 397, 396, 395)], 395)
     # The page after a cursor, and a status filter, keep their meaning.
     first = list_training_jobs(**K8S, limit=PAGE)
     rest = list_training_jobs(**K8S, limit=PAGE, cursor=first.next_cursor)
     assert [j.job_name for j in rest.jobs] == [f"job-{i:03d}" for i in (394, 393, 392, 391, 390)]
     assert list_training_jobs(**K8S, status="running").jobs == []
+    # A status filter reads whole jobs, JOB_CHUNK a request, holding one chunk at a time.
+    lists, whole, keys, names, more = page_cost(kube_api, status="succeeded")
+    assert lists == {PYTORCHJOB: -(-400 // JOB_CHUNK), "v1/pods": 1}
+    assert (whole, keys, len(names), more) == (400 + 2 * PAGE, 0, PAGE, 395)
 
 
-def test_past_one_chunk_the_jobs_list_continues(kube_api):
+def test_past_one_chunk_the_keys_list_continues(kube_api):
     kube_api.reset()
     count = LIST_CHUNK + 3
     for i in range(count):
         seed_job(kube_api, f"job-{i:04d}", i)
-    lists, served, names, more = page_cost(kube_api)
-    assert lists == {PYTORCHJOB: 2, "v1/pods": 1}
-    assert served == count + 2 * PAGE
+    lists, whole, keys, names, more = page_cost(kube_api)
+    assert lists == {PYTORCHJOB: 2 + 1, "v1/pods": 1}
+    assert (whole, keys) == (3 * PAGE, count)
     assert names[0] == f"job-{count - 1:04d}" and more == count - PAGE
 
 

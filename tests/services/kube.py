@@ -25,6 +25,8 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
   LIST honours labelSelector (=, ==, !=, in, notin, exists, !exists) and `limit` /
   `continue` as the API server does (`paged`: kmock alone ignores all three), and
   every LIST is counted: `emulator.lists` by resource, `emulator.listed_objects` served;
+* a LIST whose Accept asks `as=PartialObjectMetadataList` answers each object's metadata
+  alone, as the API server does (counted in `emulator.listed_metadata` instead);
 * a Node keeps metadata.managedFields as an API server does for Update operations: the
   field manager (`?fieldManager=`, else the User-Agent's product, as the API server
   derives it) of a patch owns the fields it changed, others lose them, and a removed
@@ -276,6 +278,7 @@ def emulator_class() -> type:
         # grow with what else the namespace holds is counted here).
         lists: dict[str, int] = attrs.field(factory=dict, init=False)
         listed_objects: int = attrs.field(default=0, init=False)
+        listed_metadata: int = attrs.field(default=0, init=False)  # metadata-only items
 
         async def _handle(self, request: Any) -> Any:
             data, action = request.data, request.action
@@ -349,8 +352,19 @@ def emulator_class() -> type:
                 result["items"] = [o for o in result["items"] if labels_match(o, labelled)]
             result.update(paged(result["items"], request.params, bool(selector or labelled)))
             self.lists[name] = self.lists.get(name, 0) + 1
-            self.listed_objects += len(result["items"])
             resource = request.resource
+            if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
+                # The API server's metadata-only LIST (any kind, since 1.15): each item's
+                # metadata alone, as client-go's metadata client asks for it.
+                self.listed_metadata += len(result["items"])
+                result["items"] = [
+                    {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                     "metadata": o.get("metadata") or {}}
+                    for o in result["items"]
+                ]  # fmt: skip
+                return {**result, "kind": "PartialObjectMetadataList",
+                        "apiVersion": "meta.k8s.io/v1"}  # fmt: skip
+            self.listed_objects += len(result["items"])
             known = resource in self.resources and self.resources[resource].kind
             result["kind"] = f"{self.resources[resource].kind}List" if known else "List"
             group = f"{resource.group}/" if resource.group else ""
@@ -410,6 +424,7 @@ class KubeService:
         emulator._requests.clear()
         emulator.lists.clear()
         emulator.listed_objects = 0
+        emulator.listed_metadata = 0
         emulator.errors.clear()
         emulator.objects.clear()
         emulator.resources.clear()

@@ -701,18 +701,25 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """The page of PyTorchJobs in the namespace, newest first: status from the job
         (so a status filter reads no log); steps from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
-        there, else the job's command. The suite's jobs are one LIST by its label, read in
-        chunks with only the page kept (the API server has no order by creation time:
-        each job's key is read, what a page holds stays flat); the page's pods one LIST
-        by their jobs' names; then one bounded log read per job of the page whose rank 0
-        started (concurrent). Other users' objects in the namespace are never sent."""
-        jobs = self.reader.suite_jobs()
-        if page.status is not None:
+        there, else the job's command. Only the suite's jobs are sent (its label as the
+        labelSelector). The API server has no order by creation time, so each job's key
+        is read: their metadata alone in LIST chunks (whole jobs, JOB_CHUNK at a time,
+        under a status filter), only the page kept; then the page's jobs and their pods
+        are one LIST each by name; then one bounded log read per job of the page whose
+        rank 0 started (concurrent). What a page holds and is sent of whole objects does
+        not grow with the namespace."""
+        filtered = page.status is not None
+        jobs = self.reader.suite_jobs(metadata_only=not filtered)
+        if filtered:
             jobs = (j for j in jobs if kube_pods.job_status(j) == page.status)
         shown, more, last = keyset_stream(
             jobs, _creation_key, page.limit, page.cursor, self._job_key
         )
         names = [(job.get("metadata") or {}).get("name", "") for job in shown]
+        if not filtered:  # a job deleted since its key was read is left out
+            whole = self.reader.suite_jobs_named(names)
+            shown = [whole[name] for name in names if name in whole]
+            names = [name for name in names if name in whole]
         pods = self.reader.pods_of(names)
         # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
         with ThreadPoolExecutor(max_workers=LIST_READS) as pool:
