@@ -400,9 +400,7 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         query = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL}"}
         chunks = kube.chunks(kind_path("Deployment", settings.namespace), query)
         ours = (d for chunk in chunks for d in _ours_only(chunk))
-        page, more, last = keyset_stream(
-            ours, _name_key, limit, cursor, lambda name: self._server_key(kube, name, settings)
-        )
+        page, more, last = keyset_stream(ours, _name_key, limit, cursor, _key_of_name)
         names = ",".join(sorted(d["metadata"]["name"] for d in page))
         mine = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL} in ({names})"}
         services = {
@@ -415,14 +413,6 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             self._describe(kube, d, settings, services.get(d["metadata"]["name"])) for d in page
         ]
         return Page(described, more, last)
-
-    def _server_key(
-        self, kube: KubeJson, name: str, settings: KubernetesServerAccess
-    ) -> Key | None:
-        """Where server `name` is in a list (None: no such server of the suite's)."""
-        found = _ours_only([kube.get_or_none(kind_path("Deployment", settings.namespace, name))
-                            or {}])  # fmt: skip
-        return _name_key(found[0]) if found else None
 
     def delete(self, name: str, settings: KubernetesServerAccess) -> ServerState:
         """The Deployment (its pods with it) and the Service, once both are known to be
@@ -543,6 +533,12 @@ def _require_s3_identity(kube: KubeJson, deployment: dict[str, Any]) -> None:
 
 def _name_key(deployment: dict[str, Any]) -> Key:
     return (str(deployment["metadata"]["name"]),)
+
+
+def _key_of_name(name: str) -> Key:
+    """A server's key is its name: the page after one needs no lookup (after one deleted
+    meanwhile, the list goes on from its name)."""
+    return (name,)
 
 
 def _ours_only(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
