@@ -7,6 +7,8 @@ Services alone."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from commands.list_model_servers import list_model_servers
@@ -14,14 +16,14 @@ from commands.list_training_jobs import list_training_jobs
 from skills.kube.client import LIST_CHUNK
 from skills.kube.pods import JOB_NAME_LABEL
 from skills.model_server.kubernetes.manifest import labels as server_labels
-from skills.training_job_deployer.kube_monitor import JOB_CHUNK
 from skills.shared.ownership import managed_labels
+from skills.training_job_deployer.kube_monitor import JOB_CHUNK
 from skills.training_job_deployer.targets.kubernetes.manifest import LABEL_JOB
 from tests.services.kube import PYTORCHJOB
 
 pytestmark = pytest.mark.integration
 
-K8S = {"target": "kubernetes"}
+K8S: dict[str, Any] = {"target": "kubernetes"}
 PAGE = 5
 
 

@@ -53,7 +53,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 PYTORCHJOB = "kubeflow.org/v1/pytorchjobs"
 _VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
@@ -149,6 +149,7 @@ def paged(items: list[dict[str, Any]], params: Any, selected: bool) -> dict[str,
     `limit` of them, `metadata.continue` when more follow (the next request passes it
     back with the same selectors) and `remainingItemCount` then, unless a selector made
     the count unknown."""
+
     def key(o: dict[str, Any]) -> tuple[str, str]:
         meta = o.get("metadata") or {}
         return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -342,7 +343,8 @@ def emulator_class() -> type:
 
         async def _serve_list(self, request: Any) -> Any:
             # A real list has kind/apiVersion; kubernetes.dynamic needs them.
-            result = await super()._serve_list(request)
+            # kmock's list answer is a dict (its Payload type is the union of all answers).
+            result = cast("dict[str, Any]", await super()._serve_list(request))
             resource = request.resource
             name = "/".join(filter(None, (resource.group, resource.version, resource.plural)))
             selector = request.params.get("fieldSelector")
@@ -352,7 +354,6 @@ def emulator_class() -> type:
                 result["items"] = [o for o in result["items"] if labels_match(o, labelled)]
             result.update(paged(result["items"], request.params, bool(selector or labelled)))
             self.lists[name] = self.lists.get(name, 0) + 1
-            resource = request.resource
             if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
                 # The API server's metadata-only LIST (any kind, since 1.15): each item's
                 # metadata alone, as client-go's metadata client asks for it.
