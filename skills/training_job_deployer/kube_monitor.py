@@ -101,10 +101,11 @@ class KubeReader(KubeJson):
                 self._jobs_path(), {"labelSelector": f"{MANAGED_SELECTOR},{selector}"}
             )
         ]
+        wanted = set(names)
         return {
             name: job
             for job in found
-            if labelled_ours(job) and (name := (job.get("metadata") or {}).get("name")) in names
+            if labelled_ours(job) and (name := (job.get("metadata") or {}).get("name")) in wanted
         }
 
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
