@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,6 +20,10 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import require_kube_ours
 
 REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
+LIST_CHUNK = 500  # objects a LIST request asks for at most (limit=)
+# A LIST of metadata alone (the API server's PartialObjectMetadataList, any kind since
+# 1.15; as client-go's metadata client asks it), else the whole objects.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 Query = dict[str, Any] | list[tuple[str, str]] | None
 UNREAD: Any = object()  # apply_owned's `current` when the caller has not read the object
 
@@ -42,6 +47,7 @@ class KubeJson:
         body: Any = None,
         content_type: str = "application/json",
         missing_ok: tuple[int, ...] = (),
+        accept: str = "application/json",
     ) -> tuple[int, bytes]:
         """(status, body). A status in `missing_ok` is returned; any other error status
         raises the client's ApiException with the API server's own message (the tools'
@@ -51,7 +57,7 @@ class KubeJson:
         pairs = query.items() if isinstance(query, dict) else (query or [])
         params = [(k, v) for k, v in pairs if v is not None]
         url = self.host.rstrip("/") + path + (f"?{urlencode(params)}" if params else "")
-        headers = {"Accept": "application/json", "User-Agent": "fsdp-eks"}
+        headers = {"Accept": accept, "User-Agent": "fsdp-eks"}
         if body is not None:
             headers["Content-Type"] = content_type
             if "json" not in content_type and not isinstance(body, (str, bytes)):
@@ -104,18 +110,30 @@ class KubeJson:
 
     def items(self, path: str, query: Query = None) -> list[dict[str, Any]]:
         """A LIST, every page; a kind the server does not serve is an empty list."""
+        return [obj for chunk in self.chunks(path, query) for obj in chunk]
+
+    def chunks(
+        self, path: str, query: Query = None, *, size: int = LIST_CHUNK, metadata_only: bool = False
+    ) -> Iterator[list[dict[str, Any]]]:
+        """A LIST read `size` objects a request (`limit` and `continue`): a caller that
+        keeps only what it needs holds one chunk at a time, whatever the kind counts.
+        `metadata_only`: each object's metadata alone (PartialObjectMetadata; a server
+        that cannot sends whole objects). A kind the server does not serve yields nothing."""
         base = list(query.items()) if isinstance(query, dict) else list(query or [])
-        found: list[dict[str, Any]] = []
+        accept = METADATA_ONLY if metadata_only else "application/json"
         token = ""
         while True:
-            params = [*base, ("limit", "500")] + ([("continue", token)] if token else [])
-            page = self.json("GET", path, query=params, missing_ok=(404,))
+            params = [*base, ("limit", str(size))] + ([("continue", token)] if token else [])
+            page = self.json("GET", path, query=params, missing_ok=(404,), accept=accept)
             if page is None:
-                return found
-            found += page.get("items") or []
+                return
+            items = page.get("items") or []
             token = (page.get("metadata") or {}).get("continue") or ""
+            del page
+            yield items
+            del items  # the next chunk is read without this one held
             if not token:
-                return found
+                return
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply (creates or updates; this tool owns the fields it sets)."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from bisect import insort
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
@@ -136,6 +137,36 @@ def keyset(
     rest = [(k, item) for k, item in keyed if is_after(k, anchor)]
     shown = rest if limit is None else rest[:limit]
     return [item for _, item in shown], len(rest) - len(shown), shown[-1][0] if shown else None
+
+
+def keyset_stream(
+    items: Iterable[T],
+    key: Callable[[T], Key],
+    limit: int | None,
+    cursor: str | None,
+    key_of_name: Callable[[str], Key | None],
+) -> tuple[list[T], int, Key | None]:
+    """`keyset` of a list read as a stream (a LIST in chunks): only the page so far is
+    held, never the list, so a page's memory does not grow with what the list holds. A
+    cursor naming an entry (the result cap's) finds its key through `key_of_name`."""
+    started, anchor = False, None
+    best: list[tuple[Key, T]] = []  # the page so far, in key order
+    past = 0
+    for item in items:
+        k = key(item)
+        if not started:
+            started, anchor = True, start_after(cursor, key_of_name, k)
+        if not is_after(k, anchor):
+            continue
+        if limit is not None and len(best) >= limit:
+            past += 1
+            if not best or k > best[-1][0]:
+                continue
+            best.pop()
+        insort(best, (k, item), key=lambda pair: pair[0])
+    if not started:
+        start_after(cursor, key_of_name)  # a bad cursor is refused, even of an empty list
+    return [item for _, item in best], past, best[-1][0] if best else None
 
 
 class Paged(ToolResult):

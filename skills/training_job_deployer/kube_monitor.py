@@ -10,17 +10,30 @@ and emulators ignore them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from skills.kube.client import KubeJson
+from skills.kube.client import LIST_CHUNK, KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.kube.objects import KINDS, kind_path
 from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.ownership import managed_labels, require_kube_ours
+from skills.shared.ownership import (
+    MANAGED_SELECTOR,
+    labelled_ours,
+    managed_labels,
+    require_kube_ours,
+)
 from skills.shared.secrets import redact
 
+# Whole PyTorchJobs a LIST request asks for at most: a list that must read each job's
+# status (a status filter) holds this many at a time.
+JOB_CHUNK = 100
+# The label the suite puts on a PyTorchJob (manifest.labels): its name, so a page's
+# jobs are one LIST by it.
+LABEL_JOB = "fsdp-eks/job"
+# Names one labelSelector lists at most (`in (...)`: the request line stays a few KB).
+NAMES_PER_LIST = 100
 # Lines of each log a snapshot reads: the end, where a failure is.
 SNAPSHOT_TAIL_LINES = 20_000
 # Where the API keeps events about cluster-scoped objects (a node's: its agents' XIDs).
@@ -66,8 +79,34 @@ class KubeReader(KubeJson):
     def job(self, name: str) -> dict[str, Any] | None:
         return self.json("GET", self._jobs_path(name), missing_ok=(404,))
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return list((self.json("GET", self._jobs_path()) or {}).get("items") or [])
+    def suite_jobs(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
+        """The suite's PyTorchJobs in the namespace, one chunk of a LIST at a time: the
+        API server selects them by the suite's label (other users' jobs are not sent).
+        Whole jobs come JOB_CHUNK a request (a parsed job is ~25 KB); `metadata_only`,
+        LIST_CHUNK of their metadata alone."""
+        chunks = self.chunks(
+            self._jobs_path(), {"labelSelector": MANAGED_SELECTOR},
+            size=LIST_CHUNK if metadata_only else JOB_CHUNK, metadata_only=metadata_only,
+        )  # fmt: skip
+        for chunk in chunks:
+            yield from (job for job in chunk if labelled_ours(job))
+            del chunk  # the next chunk is read without this one held
+
+    def suite_jobs_named(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """These of the suite's jobs, by name: one LIST whose labelSelector names them."""
+        found = [
+            job
+            for selector in named(LABEL_JOB, names)
+            for job in self.items(
+                self._jobs_path(), {"labelSelector": f"{MANAGED_SELECTOR},{selector}"}
+            )
+        ]
+        wanted = set(names)
+        return {
+            name: job
+            for job in found
+            if labelled_ours(job) and (name := (job.get("metadata") or {}).get("name")) in wanted
+        }
 
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
         return self.json("POST", self._jobs_path(), body=manifest)
@@ -99,18 +138,20 @@ class KubeReader(KubeJson):
         ]
         return sorted(pods, key=pod_order)
 
-    def pods_by_job(self) -> dict[str, list[dict[str, Any]]]:
-        """Every PyTorchJob's pods in the namespace, one LIST, by job name (each list
-        ordered as pods() orders it)."""
-        listed = self.json(
-            "GET",
-            kind_path("Pod", self.namespace),
-            query={"labelSelector": JOB_NAME_LABEL},
-        )
+    def pods_of(self, job_names: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The pods of these jobs by job name (each list ordered as pods() orders it):
+        one LIST whose labelSelector names the jobs (`job-name in (a,b)`), so what is
+        served follows the jobs asked about, not the namespace."""
+        wanted = set(job_names)
         by_job: dict[str, list[dict[str, Any]]] = {}
-        for pod in listed.get("items") or []:
+        pods = (
+            pod
+            for selector in named(JOB_NAME_LABEL, job_names)
+            for pod in self.items(kind_path("Pod", self.namespace), {"labelSelector": selector})
+        )
+        for pod in pods:
             job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
-            if job:
+            if job in wanted:
                 by_job.setdefault(job, []).append(pod)
         return {job: sorted(pods, key=pod_order) for job, pods in by_job.items()}
 
@@ -222,6 +263,14 @@ class KubeReader(KubeJson):
             f"{self.namespace}/{name}",
             SECRET_HINT.format(name=name, namespace=self.namespace), namespace=self.namespace,
         )  # fmt: skip
+
+
+def named(label: str, names: list[str]) -> Iterator[str]:
+    """labelSelectors for the objects whose `label` is one of `names`: `label in (a,b)`,
+    NAMES_PER_LIST names each (one LIST each; a page's names are one)."""
+    ordered = sorted(set(names))
+    for start in range(0, len(ordered), NAMES_PER_LIST):
+        yield f"{label} in ({','.join(ordered[start : start + NAMES_PER_LIST])})"
 
 
 # the job doctor's snapshot ------------------------------------------------------------

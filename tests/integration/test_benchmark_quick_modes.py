@@ -63,6 +63,10 @@ ROWS = {
     "job_record_write": Row((rf"ratio {NUMBER}x \(median of 1 rounds x 20 deploys\)",)),
     "k8s_submit": Row((rf"ratio tool / bare: {NUMBER}x", r"poll of a 2-pod job: \d+ API requests"),
                       (registry_service.check,)),
+    # A page of 20 over 62 of the suite's jobs: 23 requests (keys, jobs, pods, 20 logs),
+    # 60 whole objects (the page's jobs and pods), each job's metadata; the filter: 1.
+    "kube_list_scale": Row((r"^\s+62 \|\s+434 \|\s+page \|\s+23 \|\s+60 \|\s+62 \|",
+                            r"^\s+62 \|\s+434 \|\s+none \|\s+1 \|\s+62 \|\s+0 \|")),
     "mcp_cold_start": Row((rf"ours / bare MCP server\s*:\s*{NUMBER}x",
                            r"heavy SDKs imported at start\s*: none")),
     "model_server_local": Row((rf'"served_vs_in_process": {NUMBER}',)),

@@ -118,8 +118,9 @@ def test_list_reads_each_jobs_steps_from_the_end_of_rank_0s_log(operator):
     target = KubernetesTarget(KubernetesSettings())
     before = target.reader.calls
     jobs = {j.job_name: j for j in target.list_jobs().items}
-    # The jobs and their pods: one LIST each; then the end of each started rank 0's log.
-    assert target.reader.calls - before == 2 + 2
+    # The jobs' keys, the page's jobs and their pods: one LIST each; then the end of each
+    # started rank 0's log.
+    assert target.reader.calls - before == 3 + 2
     seen = {name: (j.status, j.steps, j.max_steps) for name, j in jobs.items()}
     assert seen == {
         "long": ("succeeded", 6, 6),
@@ -156,7 +157,7 @@ def test_a_list_page_reads_logs_only_for_its_own_jobs(operator):
     target = KubernetesTarget(KubernetesSettings())
     before = target.reader.calls
     listed = target.list_jobs(JobPage(limit=2))
-    assert target.reader.calls - before == 2 + 2  # jobs, pods, two logs: not seven
+    assert target.reader.calls - before == 3 + 2  # keys, jobs, pods, two logs: not seven
     assert (len(listed.items), listed.more) == (2, 5)
     before = target.reader.calls
     target.list_jobs(JobPage(limit=20, status="succeeded"))

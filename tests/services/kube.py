@@ -21,8 +21,12 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
   creates it (then merges, as kmock patches);
 * pods/log answers text/plain from `set_pod_log` ('' if unset, 404 for a missing pod)
   instead of the pod's JSON;
-* a LIST of events honours fieldSelector (involvedObject.name=..., type!=...), and
+* a LIST of events honours fieldSelector (involvedObject.name=..., type!=...), every
+  LIST honours labelSelector (=, ==, !=, in, notin, exists, !exists) and `limit` /
+  `continue` as the API server does (`paged`: kmock alone ignores all three), and
   every LIST is counted: `emulator.lists` by resource, `emulator.listed_objects` served;
+* a LIST whose Accept asks `as=PartialObjectMetadataList` answers each object's metadata
+  alone, as the API server does (counted in `emulator.listed_metadata` instead);
 * a Node keeps metadata.managedFields as an API server does for Update operations: the
   field manager (`?fieldManager=`, else the User-Agent's product, as the API server
   derives it) of a patch owns the fields it changed, others lose them, and a removed
@@ -35,19 +39,21 @@ over these defaults; among reactions of equal priority the OLDEST wins.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import contextvars
 import datetime
 import inspect
 import itertools
 import json
+import re
 import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 PYTORCHJOB = "kubeflow.org/v1/pytorchjobs"
 _VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
@@ -95,6 +101,71 @@ def fields_match(obj: dict[str, Any], selector: str) -> bool:
         if (str(found if found is not None else "") == value) == negated:
             return False
     return True
+
+
+# A LIST's labelSelector as the API server parses it (kubernetes.io "Labels and
+# Selectors"): terms joined by commas, each `k`, `!k`, `k=v`, `k==v`, `k!=v`,
+# `k in (a,b)` or `k notin (a,b)`; `!=` and `notin` match an object without the label.
+_LABEL_TERM = re.compile(
+    r"^\s*(?:(?P<absent>!)\s*(?P<akey>[^\s!=,()]+)"
+    r"|(?P<key>[^\s!=,()]+)(?:\s*(?P<op>==|=|!=)\s*(?P<value>[^\s,()]*)"
+    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*$"
+)
+
+
+def labels_match(obj: dict[str, Any], selector: str) -> bool:
+    """Whether `obj`'s labels match a label selector (every term)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in re.split(r",(?![^()]*\))", selector):
+        if not term.strip():
+            continue
+        found = _LABEL_TERM.match(term)
+        if found is None:
+            raise ValueError(f"unable to parse requirement: {term!r}")
+        if found["absent"]:
+            ok = found["akey"] not in labels
+        elif found["op"]:
+            equal = labels.get(found["key"]) == found["value"]
+            ok = not equal if found["op"] == "!=" else equal
+        elif found["set"]:
+            values = {v.strip() for v in found["values"].split(",")}
+            inside = found["key"] in labels and labels[found["key"]] in values
+            ok = inside if found["set"] == "in" else not inside
+        else:
+            ok = found["key"] in labels
+        if not ok:
+            return False
+    return True
+
+
+def _continue_token(key: tuple[str, str]) -> str:
+    """An opaque `continue` token (the API server's is base64 JSON of where to start)."""
+    return base64.urlsafe_b64encode(json.dumps({"start": list(key)}).encode()).decode()
+
+
+def paged(items: list[dict[str, Any]], params: Any, selected: bool) -> dict[str, Any]:
+    """A LIST answer as the API server's chunking gives it (API Concepts, "Retrieving
+    large results sets in chunks"): items in key order (namespace, then name), at most
+    `limit` of them, `metadata.continue` when more follow (the next request passes it
+    back with the same selectors) and `remainingItemCount` then, unless a selector made
+    the count unknown."""
+
+    def key(o: dict[str, Any]) -> tuple[str, str]:
+        meta = o.get("metadata") or {}
+        return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    items = sorted(items, key=key)
+    if token := params.get("continue"):
+        start = tuple(json.loads(base64.urlsafe_b64decode(token))["start"])
+        items = [o for o in items if key(o) > start]
+    limit = int(params.get("limit") or 0)
+    metadata: dict[str, Any] = {"resourceVersion": "..."}
+    if 0 < limit < len(items):
+        metadata["continue"] = _continue_token(key(items[limit - 1]))
+        if not selected:
+            metadata["remainingItemCount"] = len(items) - limit
+        items = items[:limit]
+    return {"metadata": metadata, "items": items}
 
 
 # Namespaces a real cluster always has.
@@ -208,6 +279,7 @@ def emulator_class() -> type:
         # grow with what else the namespace holds is counted here).
         lists: dict[str, int] = attrs.field(factory=dict, init=False)
         listed_objects: int = attrs.field(default=0, init=False)
+        listed_metadata: int = attrs.field(default=0, init=False)  # metadata-only items
 
         async def _handle(self, request: Any) -> Any:
             data, action = request.data, request.action
@@ -271,15 +343,29 @@ def emulator_class() -> type:
 
         async def _serve_list(self, request: Any) -> Any:
             # A real list has kind/apiVersion; kubernetes.dynamic needs them.
-            result = await super()._serve_list(request)
+            # kmock's list answer is a dict (its Payload type is the union of all answers).
+            result = cast("dict[str, Any]", await super()._serve_list(request))
             resource = request.resource
             name = "/".join(filter(None, (resource.group, resource.version, resource.plural)))
             selector = request.params.get("fieldSelector")
             if selector and name in FIELD_SELECTED:
                 result["items"] = [o for o in result["items"] if fields_match(o, selector)]
+            if labelled := request.params.get("labelSelector"):
+                result["items"] = [o for o in result["items"] if labels_match(o, labelled)]
+            result.update(paged(result["items"], request.params, bool(selector or labelled)))
             self.lists[name] = self.lists.get(name, 0) + 1
+            if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
+                # The API server's metadata-only LIST (any kind, since 1.15): each item's
+                # metadata alone, as client-go's metadata client asks for it.
+                self.listed_metadata += len(result["items"])
+                result["items"] = [
+                    {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                     "metadata": o.get("metadata") or {}}
+                    for o in result["items"]
+                ]  # fmt: skip
+                return {**result, "kind": "PartialObjectMetadataList",
+                        "apiVersion": "meta.k8s.io/v1"}  # fmt: skip
             self.listed_objects += len(result["items"])
-            resource = request.resource
             known = resource in self.resources and self.resources[resource].kind
             result["kind"] = f"{self.resources[resource].kind}List" if known else "List"
             group = f"{resource.group}/" if resource.group else ""
@@ -339,6 +425,7 @@ class KubeService:
         emulator._requests.clear()
         emulator.lists.clear()
         emulator.listed_objects = 0
+        emulator.listed_metadata = 0
         emulator.errors.clear()
         emulator.objects.clear()
         emulator.resources.clear()

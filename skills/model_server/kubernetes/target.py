@@ -51,7 +51,7 @@ from skills.shared.ownership import (
     require_kube_ours,
     why_not_ours_kube,
 )
-from skills.shared.paging import Page, keyset
+from skills.shared.paging import Key, Page, keyset_stream
 from skills.shared.progress import Progress
 
 DEFAULT_WAIT_S = PROGRESS_DEADLINE_S  # as long as the rollout itself may take
@@ -392,16 +392,21 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
     def list(
         self, settings: KubernetesServerAccess, limit: int | None = None, cursor: str | None = None
     ) -> Page[ServerState]:
-        """Two requests a page, whatever the namespace holds: one LIST of the suite's
-        Deployments, one of its Services (not a GET per server)."""
+        """Two requests a page (not a GET per server): one LIST of the suite's
+        Deployments, read in chunks with only the page kept, and one of the page's own
+        Services (`server in (a,b)`), so neither what a page holds nor what it is sent
+        of Services grows with the namespace."""
         kube = self._client(settings)
         query = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL}"}
-        ours = _ours_only(kube.items(kind_path("Deployment", settings.namespace), query))
-        page, more, last = keyset(ours, lambda d: (str(d["metadata"]["name"]),), limit, cursor)
+        chunks = kube.chunks(kind_path("Deployment", settings.namespace), query)
+        ours = (d for chunk in chunks for d in _ours_only(chunk))
+        page, more, last = keyset_stream(ours, _name_key, limit, cursor, _key_of_name)
+        names = ",".join(sorted(d["metadata"]["name"] for d in page))
+        mine = {"labelSelector": f"{MANAGED_SELECTOR},{MODEL_SERVER_LABEL} in ({names})"}
         services = {
             s["metadata"]["name"]: s
             for s in _ours_only(
-                kube.items(kind_path("Service", settings.namespace), query) if page else []
+                kube.items(kind_path("Service", settings.namespace), mine) if page else []
             )
         }
         described = [
@@ -524,6 +529,16 @@ def _require_s3_identity(kube: KubeJson, deployment: dict[str, Any]) -> None:
             f"{MAKE_IT}; or pass service_account (one that can read the bucket).",
             {"namespace": namespace, "service_account": account},
         )
+
+
+def _name_key(deployment: dict[str, Any]) -> Key:
+    return (str(deployment["metadata"]["name"]),)
+
+
+def _key_of_name(name: str) -> Key:
+    """A server's key is its name: the page after one needs no lookup (after one deleted
+    meanwhile, the list goes on from its name)."""
+    return (name,)
 
 
 def _ours_only(found: list[dict[str, Any]]) -> list[dict[str, Any]]:

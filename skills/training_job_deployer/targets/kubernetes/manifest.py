@@ -25,6 +25,7 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, hub_ids, launcher, trainer_argv
+from skills.training_job_deployer.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
@@ -36,7 +37,6 @@ C10D_PORT = 29400  # torchrun's c10d rendezvous port on worker-0 (elastic)
 CHECKPOINT_MOUNT = "/checkpoints"
 SHM_GIB_PER_PROCESS = 8  # dataloader workers and NCCL's host buffers, per GPU process
 TTL_SECONDS = 7 * 24 * 3600  # a finished job (and its pods' logs) stays a week
-LABEL_JOB = "fsdp-eks/job"
 HF_SECRET = "fsdp-eks-hf-token"
 # Where a job's hub downloads land when it mounts the checkpoint volume: on the volume,
 # shared by the job's restarts and later jobs (by every node, on an FSx claim).

@@ -40,8 +40,8 @@ from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.log_tail import LastLines, last_lines
 from skills.shared.next_step import POLL_WAIT_S, NextStep
-from skills.shared.ownership import require_kube_ours
-from skills.shared.paging import Key, Page, keyset
+from skills.shared.ownership import labelled_ours, require_kube_ours
+from skills.shared.paging import Key, Page, keyset_stream
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
@@ -718,15 +718,26 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """The page of PyTorchJobs in the namespace, newest first: status from the job
         (so a status filter reads no log); steps from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
-        there, else the job's command. The jobs and their pods are one LIST each, then
-        one bounded log read per job of the page whose rank 0 started (concurrent): the
-        requests a page makes do not grow with the namespace."""
-        jobs = self.reader.jobs()
-        if page.status is not None:
-            jobs = [j for j in jobs if kube_pods.job_status(j) == page.status]
-        shown, more, last = keyset(jobs, _creation_key, page.limit, page.cursor)
-        pods = self.reader.pods_by_job() if shown else {}
+        there, else the job's command. Only the suite's jobs are sent (its label as the
+        labelSelector). The API server has no order by creation time, so each job's key
+        is read: their metadata alone in LIST chunks (whole jobs, JOB_CHUNK at a time,
+        under a status filter), only the page kept; then the page's jobs and their pods
+        are one LIST each by name; then one bounded log read per job of the page whose
+        rank 0 started (concurrent). What a page holds and is sent of whole objects does
+        not grow with the namespace."""
+        filtered = page.status is not None
+        jobs = self.reader.suite_jobs(metadata_only=not filtered)
+        if filtered:
+            jobs = (j for j in jobs if kube_pods.job_status(j) == page.status)
+        shown, more, last = keyset_stream(
+            jobs, _creation_key, page.limit, page.cursor, self._job_key
+        )
         names = [(job.get("metadata") or {}).get("name", "") for job in shown]
+        if not filtered:  # a job deleted since its key was read is left out
+            whole = self.reader.suite_jobs_named(names)
+            shown = [whole[name] for name in names if name in whole]
+            names = [name for name in names if name in whole]
+        pods = self.reader.pods_of(names)
         # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
         with ThreadPoolExecutor(max_workers=LIST_READS) as pool:
             read = list(pool.map(lambda name: self._log_end_metrics(pods.get(name, [])), names))
@@ -744,6 +755,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 )
             )
         return Page(states, more, last)
+
+    def _job_key(self, name: str) -> Key | None:
+        """Where the suite's job `name` is in a list (None: no such job of the suite)."""
+        job = self.reader.job(name)
+        return _creation_key(job) if job is not None and labelled_ours(job) else None
 
     def _log_end_metrics(self, pods: list[dict[str, Any]]) -> RunMetrics:
         """What the last LIST_LOG_LINES lines of rank 0's log say (nothing before it runs)."""
