@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -133,7 +134,23 @@ def test_cli_dry_run_json_is_the_result_model(tmp_path, capsys):
     assert not (tmp_path / "plan-me").exists(), "a dry run starts and writes nothing"
 
 
-def test_cli_new_flags_reach_the_plan(tmp_path, capsys):
+def _gpu_host(tmp_path, monkeypatch, gpus: int) -> None:
+    """This host as one with `gpus` GPUs, as the local target sees it: an `nvidia-smi` on
+    PATH that lists them (`-L`'s format), the tool being absent here."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})\\n" for i in range(gpus))
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_cli_new_flags_reach_the_plan(tmp_path, capsys, monkeypatch):
+    # cpu_offload is planned only where the host has GPUs to offload from (without, the
+    # dry run refuses it as the trainer would: test_trainer_checks).
+    _gpu_host(tmp_path, monkeypatch, 2)
     code = run_cli(
         deploy_training_job,
         [
