@@ -309,7 +309,9 @@ def _typed_paths_from_here(spec: ToolSpec, args: dict[str, Any], here: Path) -> 
             continue
         if value.startswith("~") or Path(value).is_absolute():
             continue
-        if marker.hub_name and not (here / value).exists() and is_hub_id(value):
+        # is_hub_id first: it bounds the name (a hub id's parts), so the look at the disk
+        # never meets a name too long for the file system.
+        if marker.hub_name and is_hub_id(value) and not (here / value).exists():
             continue
         typed[name] = str(here / value)
     return typed
