@@ -5,6 +5,8 @@ the same grammar."""
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from commands import all_tools
@@ -23,7 +25,14 @@ def _parse(spec: ToolSpec, **access: str) -> None:
         raw["target"] = "kubernetes"
     for name, field in spec.params.model_fields.items():
         if field.is_required():
-            raw[name] = "x"  # a name the tool needs (job_name, name, model): any valid one
+            # A name the tool needs (job_name, name, model): any valid one; a choice
+            # (transfer_job_artifacts' action): its first.
+            choices = (
+                typing.get_args(field.annotation)
+                if typing.get_origin(field.annotation) is typing.Literal
+                else ()
+            )
+            raw[name] = choices[0] if choices else "x"
     spec.call_kwargs(spec.parse(raw))
 
 

@@ -31,6 +31,8 @@ REQUIRED = {
                        "complete": False},
     "DeletedJob": {"job_name": "j", "target": "local", "status": "deleted"},
     "DeployResult": {"job_name": "j", "target": "local", "status": "running", "plan": None},
+    "JobLogs": {"job_name": "j", "target": "local", "log_path": "l", "lines": 1, "tail_lines": 2,
+                "text": "x"},
     "JobState": {"job_name": "j", "target": "local", "status": "running"},
     "OperationState": {"operation_id": "op", "tool": "t", "status": "running",
                        "created_at": 0.0, "elapsed_s": 1.0},
@@ -41,6 +43,7 @@ REQUIRED = {
                    "repository_action": "unchanged", "scan_on_push": True,
                    "immutable_tags": False},
     "ServerState": {"name": "s", "target": "local", "status": "ready"},
+    "TransferResult": {"action": "fetch", "status": "planned", "source": "s3://b/p", "dest": "out"},
 }  # fmt: skip
 
 
