@@ -42,7 +42,7 @@ from skills.training_job_deployer.targets.local.record import (  # noqa: E402
 from skills.training_job_deployer.targets.local.target import LocalTarget  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-OPERATIONS = [100, 400] if QUICK else [500, 2_000, 8_000]
+OPERATIONS = [100, 200] if QUICK else [500, 2_000, 8_000]
 RUNNING = [16, 64] if QUICK else [64, 256, 1_024]
 LOG_MIB = 1 if QUICK else 5
 # Jobs whose supervisor one stand-in process is (its command line names each run dir as
@@ -117,7 +117,8 @@ def _holder(runs: Path, names: list[str]) -> subprocess.Popen[bytes]:
     """A process whose command line names each job's run dir as its supervisor's does."""
     words = [w for n in names for w in ("-m", SUPERVISOR_MODULE, str(runs / n))]
     # `; :` keeps the shell (not exec'd into sleep), so its argv stays as given.
-    return subprocess.Popen(["/bin/sh", "-c", "sleep 3600; :", "holder", *words])
+    return subprocess.Popen(["/bin/sh", "-c", "sleep 3600; :", "holder", *words],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _seed_running(runs: Path, start: int, count: int, log: Path,
@@ -167,7 +168,8 @@ def local_lists(root: Path) -> None:
             seeded = count
             log_reads.clear()
             page, page_s, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
-            assert len(page.items) == 20 and {j.status for j in page.items} == {"running"}
+            statuses = {j.status for j in page.items}
+            assert len(page.items) == min(20, count) and statuses == {"running"}, statuses
             none, none_s, none_mib = measured(
                 lambda: target.list_jobs(JobPage(limit=20, status="failed"))
             )
