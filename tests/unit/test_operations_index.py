@@ -110,7 +110,8 @@ def test_a_record_changed_behind_the_index_is_read_again(monkeypatch):
     ids = _seed(50)
     assert operations.page_records(None, "failed", 20, None).items == []
     # rewritten by a writer that does not note it (an older version of the suite)
-    _record(time.time() - 3600 - 7 * 60, "failed", suffix=7)
+    file = operations._file(ids[7])
+    file.write(file.read().model_copy(update={"status": "failed"}))  # type: ignore[union-attr]
     reads = _count_record_reads(monkeypatch)
     found = operations.page_records(None, "failed", 20, None).items
     assert [r.operation_id for r in found] == [ids[7]]
@@ -144,7 +145,8 @@ def test_a_read_only_server_lists_from_the_records_and_writes_no_index(state_dir
         assert not index.exists()
     operations.page_records(None, "failed", 20, None)  # a server that may write makes it
     before = {p.name: p.stat().st_mtime_ns for p in index.parent.glob(f"{operations.INDEX}*")}
-    _record(time.time() - 3600, "failed", suffix=0)  # ids[0] now failed, not yet indexed
+    file = operations._file(ids[0])  # now failed, written without the index
+    file.write(file.read().model_copy(update={"status": "failed"}))  # type: ignore[union-attr]
     with closed_to_writes():
         found = operations.page_records(None, "failed", 20, None).items
         assert [r.operation_id for r in found] == [failed, ids[0]]
