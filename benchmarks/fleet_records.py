@@ -100,7 +100,9 @@ def operation_lists(root: Path) -> None:
 
         operations.RecordFile.read = counted  # type: ignore[method-assign]
         try:
-            page, elapsed, peak = measured(lambda: operations.page_records(None, "failed", 20, None))
+            page, elapsed, peak = measured(
+                lambda: operations.page_records(None, "failed", 20, None)
+            )
         finally:
             operations.RecordFile.read = real  # type: ignore[method-assign]
         assert page.items == [] and page.more == 0
@@ -117,8 +119,11 @@ def _holder(runs: Path, names: list[str]) -> subprocess.Popen[bytes]:
     """A process whose command line names each job's run dir as its supervisor's does."""
     words = [w for n in names for w in ("-m", SUPERVISOR_MODULE, str(runs / n))]
     # `; :` keeps the shell (not exec'd into sleep), so its argv stays as given.
-    return subprocess.Popen(["/bin/sh", "-c", "sleep 3600; :", "holder", *words],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        ["/bin/sh", "-c", "sleep 3600; :", "holder", *words],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _seed_running(runs: Path, start: int, count: int, log: Path,

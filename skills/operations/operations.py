@@ -56,12 +56,12 @@ from skills.operations.record_store import RecordCorrupt, RecordFile
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paging import Key, Page, is_after, start_after
 from skills.shared.paths import working_dir
-from skills.shared.record_index import RecordIndex
-from skills.shared.write_gate import writes_closed
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
+from skills.shared.record_index import RecordIndex
 from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
 from skills.shared.waiting import poll_until
+from skills.shared.write_gate import writes_closed
 
 STATE_DIR_ENV = "FSDP_EKS_STATE_DIR"
 RECORD = "operation.json"

@@ -129,17 +129,13 @@ class RecordIndex:
         except sqlite3.Error as exc:
             logger.info("the index %s missed %s: %s", self.path, name, exc)
 
-    def _upsert(
-        self, conn: sqlite3.Connection, rows: list[tuple[str, str | None, Row]]
-    ) -> None:
+    def _upsert(self, conn: sqlite3.Connection, rows: list[tuple[str, str | None, Row]]) -> None:
         names = ["name", "fp", *self.columns]
         sql = (f"INSERT OR REPLACE INTO records ({', '.join(names)}) "
                f"VALUES ({', '.join('?' * len(names))})")  # fmt: skip
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(
-                sql, [(n, fp, *(v.get(c) for c in self.columns)) for n, fp, v in rows]
-            )
+            conn.executemany(sql, [(n, fp, *(v.get(c) for c in self.columns)) for n, fp, v in rows])
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

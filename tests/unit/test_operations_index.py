@@ -169,8 +169,7 @@ def test_two_processes_updating_records_keep_the_index_whole_and_true(state_dir)
     ids = _seed(16, "running")
     operations.page_records(None, "failed", 20, None)  # the index exists, all running
     writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, *ids[i::2]], cwd=ROOT)
-        for i in range(2)
+        subprocess.Popen([sys.executable, "-c", WRITER, *ids[i::2]], cwd=ROOT) for i in range(2)
     ]
     for writer in writers:
         assert writer.wait(timeout=120) == 0
