@@ -98,13 +98,13 @@ def operation_lists(root: Path) -> None:
             reads.append(str(self.path))
             return real(self)
 
-        operations.RecordFile.read = counted  # type: ignore[method-assign]
+        operations.RecordFile.read = counted
         try:
             page, elapsed, peak = measured(
                 lambda: operations.page_records(None, "failed", 20, None)
             )
         finally:
-            operations.RecordFile.read = real  # type: ignore[method-assign]
+            operations.RecordFile.read = real
         assert page.items == [] and page.more == 0
         times.append(elapsed)
         _row(count, f"{migrate * 1000:.0f}", f"{elapsed * 1000:.1f}", len(reads), f"{peak:.2f}")
@@ -162,7 +162,7 @@ def local_lists(root: Path) -> None:
         log_reads.append(str(path))
         return real(path, *args, **kwargs)
 
-    run_dir.read_chunk = counted  # type: ignore[assignment]
+    run_dir.read_chunk = counted
     holders: list[subprocess.Popen[bytes]] = []
     print(f"\nlist_training_jobs (local), running jobs with {LOG_MIB} MiB logs")
     _row("running", "page ms", "page MiB", "none ms", "none MiB", "log reads")
@@ -184,7 +184,7 @@ def local_lists(root: Path) -> None:
             _row(count, f"{page_s * 1000:.0f}", f"{page_mib:.2f}", f"{none_s * 1000:.0f}",
                  f"{none_mib:.2f}", len(log_reads))  # fmt: skip
     finally:
-        run_dir.read_chunk = real  # type: ignore[assignment]
+        run_dir.read_chunk = real
         for holder in holders:
             holder.kill()
             holder.wait()

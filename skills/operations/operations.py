@@ -182,7 +182,8 @@ def _may_have(names: list[str], status: str) -> list[str]:
         with _index().open() as conn:
             if conn is None:
                 return names
-            _index().sync(conn, {n: _file(n).path for n in names}, _indexed_status)
+            root = operations_dir()
+            _index().sync(conn, {n: root / n / RECORD for n in names}, _indexed_status)
             wanted = {status, "running"} if status in ("failed", "cancelled") else {status}
             marks = ", ".join("?" * len(wanted))
             found = {n for (n,) in conn.execute(

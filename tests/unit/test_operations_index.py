@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from skills.operations import operations
-from skills.operations.operation_state import OperationRecord
+from skills.operations.operation_state import OperationRecord, OperationStatus
 from skills.operations.record_store import RecordFile
 from skills.shared.write_gate import closed_to_writes
 
@@ -27,7 +27,7 @@ def state_dir(tmp_path, monkeypatch):
     return tmp_path / "state"
 
 
-def _record(created: float, status: str = "succeeded", suffix: int = 0) -> str:
+def _record(created: float, status: OperationStatus = "succeeded", suffix: int = 0) -> str:
     """An operation written as a version without the index wrote it: no row noted."""
     stamp = datetime.fromtimestamp(created, timezone.utc).strftime("%Y%m%d-%H%M%S")
     op_id = f"build_image-{stamp}-{suffix:06x}"
@@ -41,7 +41,7 @@ def _record(created: float, status: str = "succeeded", suffix: int = 0) -> str:
     return op_id
 
 
-def _seed(count: int, status: str = "succeeded") -> list[str]:
+def _seed(count: int, status: OperationStatus = "succeeded") -> list[str]:
     now = time.time() - 3600
     return [_record(now - i * 60, status, suffix=i) for i in range(count)]
 
