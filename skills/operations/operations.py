@@ -182,8 +182,9 @@ def _may_have(names: list[str], status: str) -> list[str]:
         with _index().open() as conn:
             if conn is None:
                 return names
-            root = operations_dir()
-            _index().sync(conn, {n: root / n / RECORD for n in names}, _indexed_status)
+            root = str(operations_dir())  # str paths: pathlib costs more than the stat
+            _index().sync(conn, {n: os.path.join(root, n, RECORD) for n in names},
+                          _indexed_status)  # fmt: skip
             wanted = {status, "running"} if status in ("failed", "cancelled") else {status}
             marks = ", ".join("?" * len(wanted))
             found = {n for (n,) in conn.execute(

@@ -32,7 +32,7 @@ BUSY_TIMEOUT_MS = 10_000
 Row = Mapping[str, Any]
 
 
-def fingerprint(path: Path) -> str | None:
+def fingerprint(path: str | Path) -> str | None:
     """The record file as it is now (None: there is none); a write replaces the file
     (a new inode) or changes its time or size."""
     try:
@@ -144,7 +144,7 @@ class RecordIndex:
     def sync(
         self,
         conn: sqlite3.Connection,
-        records: Mapping[str, Path],
+        records: Mapping[str, str | Path],
         describe: Callable[[str], Row],
     ) -> int:
         """The index brought to `records` (name -> record file): a stat each, a read
