@@ -5,6 +5,8 @@ a restarted MCP server, another shell or an agent's next call finds it again.
     <state dir>/operations/<operation_id>/operation.json   the record (one writer at a time)
                                           operation.lock   taken for every change
                                           worker.log       the worker's own output
+    <state dir>/operations/index.sqlite3   each record's status, for filters (derived:
+                                           made again from the records when missing)
 
 `call()` starts one and waits up to `wait_seconds` (streaming its progress); `get`,
 `wait`, `cancel` and `list_records` read and steer it. The record is a pydantic
