@@ -5,6 +5,8 @@ a restarted MCP server, another shell or an agent's next call finds it again.
     <state dir>/operations/<operation_id>/operation.json   the record (one writer at a time)
                                           operation.lock   taken for every change
                                           worker.log       the worker's own output
+    <state dir>/operations/index.sqlite3   each record's status, for filters (derived:
+                                           made again from the records when missing)
 
 `call()` starts one and waits up to `wait_seconds` (streaming its progress); `get`,
 `wait`, `cancel` and `list_records` read and steer it. The record is a pydantic
@@ -22,12 +24,15 @@ FSDP_EKS_STATE_DIR, else $XDG_STATE_HOME/fsdp-eks, else ~/.local/state/fsdp-eks.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
 import signal
+import sqlite3
 import sys
 import time
 import traceback
@@ -54,12 +59,15 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.paging import Key, Page, is_after, start_after
 from skills.shared.paths import working_dir
 from skills.shared.progress import CancellableProgress, Cancelled, Progress
+from skills.shared.record_index import RecordIndex
 from skills.shared.secrets import mask_data, redact
 from skills.shared.tooling import WAIT_PARAM, ToolSpec, spec_of
 from skills.shared.waiting import poll_until
+from skills.shared.write_gate import writes_closed
 
 STATE_DIR_ENV = "FSDP_EKS_STATE_DIR"
 RECORD = "operation.json"
+INDEX = "index.sqlite3"  # beside the operation folders: derived from their records
 POLL_S = 0.2
 WRITE_EVERY_S = 0.5  # progress writes are throttled; the final state always lands
 LOG_TAIL = 20
@@ -134,9 +142,59 @@ def _update(operation_id: str, **changes: Any) -> OperationRecord:
             kept = {k: v for k, v in changes.items() if k in ("pid", "pid_started")}
         return record.model_copy(update={**kept, "updated_at": time.time()})
 
-    updated = _file(operation_id).update(change)
+    file = _file(operation_id)
+    if writes_closed():  # computed, not written (write_gate): nothing to note either
+        updated = file.update(change)
+    else:
+        with file.lock():  # held while noted: an older write cannot be noted over it
+            updated = file.update(change)
+            assert updated is not None
+            _note(updated)
     assert updated is not None  # change() always returns a record
     return updated
+
+
+# --- the index: what a filter tests, for every record without reading one ---------------
+
+
+def _index() -> RecordIndex:
+    return RecordIndex(operations_dir() / INDEX, {"status": "TEXT"}, [("status",)])
+
+
+def _note(record: OperationRecord) -> None:
+    _index().note(record.operation_id, _file(record.operation_id).path,
+                  {"status": record.status})  # fmt: skip
+
+
+def _indexed_status(name: str) -> dict[str, Any]:
+    """What the index keeps of a record, read from it (None: it cannot be read)."""
+    try:
+        record = _file(name).read()
+    except RecordCorrupt:
+        record = None
+    return {"status": None if record is None else record.status}
+
+
+def _may_have(names: list[str], status: str) -> list[str]:
+    """Of `names` (in their order), those whose record may have `status`: the index's
+    (synced: a stat per record, a read of the changed only), with the running ones (a
+    running operation whose worker died is failed or cancelled when looked at). Without
+    an index (a read-only server, an index that cannot be opened) all of them."""
+    try:
+        with _index().open() as conn:
+            if conn is None:
+                return names
+            root = str(operations_dir())  # str paths: pathlib costs more than the stat
+            _index().sync(conn, {n: os.path.join(root, n, RECORD) for n in names},
+                          _indexed_status)  # fmt: skip
+            wanted = {status, "running"} if status in ("failed", "cancelled") else {status}
+            marks = ", ".join("?" * len(wanted))
+            found = {n for (n,) in conn.execute(
+                f"SELECT name FROM records WHERE status IN ({marks})", sorted(wanted))}  # fmt: skip
+    except sqlite3.Error as exc:  # derived: the records answer instead
+        logging.getLogger(__name__).info("operations index not used: %s", exc)
+        return names
+    return [n for n in names if n in found]
 
 
 def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,7 +228,9 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         created_at=now,
         updated_at=now,
     )
-    _file(operation_id).write(record)
+    with _file(operation_id).lock():
+        _file(operation_id).write(record)
+        _note(record)
     pid = processes.spawn_module(
         WORKER_MODULE, operation_id, log=folder / "worker.log",
         stdin=json.dumps(arguments).encode(),  # unmasked: only the worker reads them
@@ -313,10 +373,13 @@ def list_records(
     be read are left out. Ids of one second are ordered by their records' times."""
     found: list[OperationRecord] = []
     names = _folders_newest_first(tool)
-    i = 0
-    while i < len(names) and (limit is None or len(found) < limit):
-        same_second = [n for n in names[i:] if _stamp(n) == _stamp(names[i])]
-        i += len(same_second)
+    if status is not None:
+        names = _may_have(names, status)
+    # One pass: the names are sorted by second, so each second is a run of them.
+    for _, one_second in itertools.groupby(names, key=_stamp):
+        if limit is not None and len(found) >= limit:
+            break
+        same_second = list(one_second)
         group = []
         for name in same_second:
             try:
@@ -342,6 +405,8 @@ def page_records(
     names = _folders_newest_first(tool)
     anchor = start_after(cursor, lambda name: _key(name, _readable(name)) if name in names
                          else None, like=(0, 0.0, ""))  # fmt: skip
+    if status is not None:  # only those that may match are read
+        names = _may_have(names, status)
     found: list[tuple[Key, OperationRecord]] = []
     for entries, end in _seconds_after(names, anchor):
         for i, (key, record) in enumerate(entries):

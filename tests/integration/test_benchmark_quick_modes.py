@@ -58,6 +58,9 @@ ROWS = {
     "ecr_push": Row((rf"tool / podman push: {NUMBER}",), REGISTRY_AND_PODMAN, *ON_THE_SESSIONS),
     "eks_validate": Row((r"^\s+4(\s+[\d.]+){6}$",)),  # the 4-node row, every column
     "family_bench": Row((rf"^\| \w+ \| [\d,]+ \| .* = {NUMBER}x \| .* = {NUMBER}x \|$",)),
+    "fleet_records": Row((rf"operations, status matching none: k -?{NUMBER}",
+                          rf"running local jobs, a page of 20: k -?{NUMBER}",
+                          rf"running local jobs, status matching none: k -?{NUMBER}")),
     "gpu_mfu": Row((rf"trainer / bare tokens/s: {NUMBER}x",)),
     "image_rebuild": Row((rf"rebuild / clean: {NUMBER}",), REGISTRY_AND_PODMAN, *ON_THE_SESSIONS),
     "job_record_write": Row((rf"ratio {NUMBER}x \(median of 1 rounds x 20 deploys\)",)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -49,6 +50,16 @@ class JobFailure(BaseModel):
     message: str = Field(max_length=2000)
 
 
+class JobProgress(BaseModel):
+    """What the trainer's log said so far (RunMetrics.state_fields), as the supervisor
+    last wrote it (`at`): a list of running jobs reads this, not the log."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: float
+    figures: dict[str, Any] = Field(default_factory=dict)
+
+
 class JobRecord(BaseModel):
     """One attempt of a job. Written by submit, the job's supervisor and cancel, each
     read-modify-write under the job's lock; once `ended_at` is set it is final."""
@@ -70,6 +81,8 @@ class JobRecord(BaseModel):
     # The last lines the supervisor could not write to the log (a full disk).
     unlogged_tail: list[str] = Field(default_factory=list, max_length=40)
     outcome: JobOutcome | None = None  # set once, after the end: what a list shows
+    # Kept current by the supervisor while the job runs (every PROGRESS_EVERY_S at most).
+    progress: JobProgress | None = None
 
     @field_validator("argv")
     @classmethod

@@ -15,25 +15,31 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
 from skills.operations import processes
+from skills.operations.record_store import RecordCorrupt
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import open_for_append
 from skills.shared.secrets import redact, secret_values
 from skills.training_job_deployer.targets.local.record import (
     RUN_DIR_ENV,
     JobFailure,
+    JobProgress,
     JobRecord,
     ProcessIdentity,
     RunDir,
 )
 from skills.training_job_deployer.targets.local.target import LocalPlan, LocalTarget
-from skills.training_job_deployer.trainer_log import parse_line
+from skills.training_job_deployer.trainer_log import RunMetrics, parse_line
 
 TAIL_LINES = 40
+# How often at most the trainer's figures go into the record (a list reads them there):
+# a write per interval with news, not one per step.
+PROGRESS_EVERY_S = 5.0
 
 
 class Supervisor:
@@ -48,6 +54,9 @@ class Supervisor:
         self.stop_requested = False
         self.failure: JobFailure | None = None
         self.unlogged: deque[str] = deque(maxlen=TAIL_LINES)
+        self.metrics = RunMetrics()
+        self.progress_news = threading.Event()  # figures the record does not have yet
+        self.pumped = threading.Event()  # the log is done: no more progress writes
 
     # the process ------------------------------------------------------------
 
@@ -62,7 +71,13 @@ class Supervisor:
         if outcome == "started":
             assert self.trainer is not None
             assert self.trainer.stdout is not None  # started with stdout=PIPE
+            self.record_progress()  # a running job has figures in its record from the start
+            keeper = threading.Thread(target=self._keep_progress, daemon=True)
+            keeper.start()
             self._pump(self.trainer.stdout)
+            self.pumped.set()
+            self.progress_news.set()
+            keeper.join()
             code = self.trainer.wait()
             self.trainer_reaped = True
         self._tidy()
@@ -176,9 +191,16 @@ class Supervisor:
             )
 
     def _watch(self, line: str) -> None:
-        """A configuration error cannot succeed on retry: stop torchrun's restarts. A
-        full disk is named as the cause, whatever the trainer was writing."""
+        """The trainer's figures are kept (for the record). A configuration error cannot
+        succeed on retry: stop torchrun's restarts. A full disk is named as the cause,
+        whatever the trainer was writing."""
         event = parse_line(line)
+        if event is not None:
+            try:
+                self.metrics.add(event)
+                self.progress_news.set()
+            except (KeyError, TypeError, ValueError):  # a malformed event: not a figure
+                pass
         if event is None or event["event"] != "error":
             return
         if "[Errno 28]" in str(event.get("message")) and self.failure is None:
@@ -196,6 +218,35 @@ class Supervisor:
                 "restarted: retrying the same job cannot succeed)",
             )
         self._signal_trainer(signal.SIGTERM)
+
+    # progress ----------------------------------------------------------------
+
+    def _keep_progress(self) -> None:
+        """While the log is pumped: the figures into the record, at most once per
+        PROGRESS_EVERY_S and only with news (a quiet job costs no write)."""
+        while True:
+            self.progress_news.wait()
+            if self.pumped.is_set():
+                return
+            self.progress_news.clear()
+            self.record_progress()
+            if self.pumped.wait(PROGRESS_EVERY_S):
+                return
+
+    def record_progress(self) -> None:
+        """The trainer's figures so far into this attempt's record (not once it ended); a
+        record that cannot be written now (a full disk, a lock held) waits for the next."""
+        progress = JobProgress(at=time.time(), figures=self.metrics.state_fields())
+
+        def add(record: JobRecord | None) -> JobRecord | None:
+            if record is None or record.attempt != self.plan.attempt or record.ended:
+                return None
+            return record.model_copy(update={"progress": progress})
+
+        try:
+            self.file.update(add)
+        except (OSError, ToolFailure, RecordCorrupt):
+            return
 
     # the end -----------------------------------------------------------------
 

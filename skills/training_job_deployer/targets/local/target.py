@@ -377,22 +377,29 @@ class LocalTarget(RunDirTarget[LocalPlan]):
         return state
 
     def listed(self, job_name: str) -> JobState:
-        """An ended job from its record's outcome (no log read); any other as describe."""
+        """From the record, reading no log: an ended job by its outcome, a running one
+        (its processes alive) by the figures its supervisor keeps there. Any other (a
+        record from before those were kept, a job whose processes are gone unrecorded)
+        as describe tells it."""
         run = self._run(job_name)
         record = self._open(run)
-        if not record.ended or record.outcome is None:
+        if record.ended and record.outcome is not None:
+            outcome = record.outcome
+            status, figures, message = outcome.status, outcome.figures, outcome.message
+        elif not record.ended and record.progress is not None and record.active(run):
+            status, figures, message = "running", record.progress.figures, None
+        else:
             return self.describe(job_name)
-        outcome = record.outcome
         try:
             state = JobState(
                 job_name=job_name,
                 target=self.name,
-                status=outcome.status,
-                **{k: v for k, v in outcome.figures.items() if k in JobState.model_fields},
+                status=status,
+                **{k: v for k, v in figures.items() if k in JobState.model_fields},
                 run_dir=str(run.path),
                 log_path=str(run.log(record.attempt)),
                 exit_code=record.exit_code,
-                message=outcome.message,
+                message=message,
             )
         except ValidationError:  # figures an edit made wrong: the log says
             return self.describe(job_name)

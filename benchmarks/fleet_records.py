@@ -1,0 +1,203 @@
+"""Fleet scale, second pass (issue 49 items 1-2): the work behind a list of records,
+at sizes spanning 16x, with the growth exponent k (the slope of log time against log
+size; 1 is linear, 2 quadratic) and peak traced memory:
+
+- list_operations with a status filter that matches nothing, over 500 / 2,000 / 8,000
+  ended operations: the index (SQLite beside the records) answers, no record is read.
+  The first list after the records were written without it migrates them (read once);
+  `then` is every later list.
+- list_training_jobs (local) over 64 / 256 / 1,024 running jobs, each with a 5 MiB log:
+  a page of 20, and a status filter that matches none. The records carry the figures
+  their supervisors keep, so no log is read; `log reads` counts them.
+
+`--quick` runs the two smallest sizes of each (the test suite runs it)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.fleet_history_and_logs import seed_operations  # noqa: E402
+from skills.operations import operations  # noqa: E402
+from skills.training_job_deployer.targets import run_dir  # noqa: E402
+from skills.training_job_deployer.targets.base import JobPage  # noqa: E402
+from skills.training_job_deployer.targets.local.record import (  # noqa: E402
+    SUPERVISOR_MODULE,
+    JobProgress,
+    JobRecord,
+    ProcessIdentity,
+    RunDir,
+)
+from skills.training_job_deployer.targets.local.target import LocalTarget  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+OPERATIONS = [100, 200] if QUICK else [500, 2_000, 8_000]
+RUNNING = [16, 64] if QUICK else [64, 256, 1_024]
+LOG_MIB = 1 if QUICK else 5
+# Jobs whose supervisor one stand-in process is (its command line names each run dir as
+# the supervisor's does): a real process per job would be 1,024 processes.
+JOBS_PER_HOLDER = 16
+
+
+def growth(sizes: list[int], seconds: list[float]) -> float:
+    """k: the least-squares slope of log(seconds) against log(size)."""
+    xs, ys = [math.log(s) for s in sizes], [math.log(max(t, 1e-6)) for t in seconds]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+
+
+def measured(call: Callable[[], Any]) -> tuple[Any, float, float]:
+    """(what call() returned, seconds (best of 3), peak traced MiB of one more call)."""
+    best, out = math.inf, None
+    for _ in range(3):
+        start = time.perf_counter()
+        out = call()
+        best = min(best, time.perf_counter() - start)
+    tracemalloc.start()
+    call()
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    return out, best, peak
+
+
+def _row(*cells: Any) -> None:
+    print(" | ".join(f"{c:>10}" for c in cells))
+
+
+# --- operations -------------------------------------------------------------------------
+
+
+def operation_lists(root: Path) -> None:
+    os.environ[operations.STATE_DIR_ENV] = str(root / "state")
+    print("\nlist_operations, status=failed (none failed): the index answers")
+    _row("records", "migrate ms", "then ms", "reads", "peak MiB")
+    now, seeded, times = time.time(), 0, []
+    for count in OPERATIONS:
+        seed_operations(count, start=seeded, now=now)  # written without the index
+        seeded = count
+        start = time.perf_counter()
+        operations.page_records(None, "failed", 20, None)
+        migrate = time.perf_counter() - start
+        reads: list[str] = []
+        real = operations.RecordFile.read
+
+        def counted(self: Any, real: Any = real, reads: list[str] = reads) -> Any:
+            reads.append(str(self.path))
+            return real(self)
+
+        operations.RecordFile.read = counted
+        try:
+            page, elapsed, peak = measured(
+                lambda: operations.page_records(None, "failed", 20, None)
+            )
+        finally:
+            operations.RecordFile.read = real
+        assert page.items == [] and page.more == 0
+        times.append(elapsed)
+        _row(count, f"{migrate * 1000:.0f}", f"{elapsed * 1000:.1f}", len(reads), f"{peak:.2f}")
+    print(f"operations, status matching none: k {growth(OPERATIONS, times):.2f} "
+          f"over {OPERATIONS[0]}..{OPERATIONS[-1]}")  # fmt: skip
+
+
+# --- running local jobs -----------------------------------------------------------------
+
+
+def _holder(runs: Path, names: list[str]) -> subprocess.Popen[bytes]:
+    """A process whose command line names each job's run dir as its supervisor's does."""
+    words = [w for n in names for w in ("-m", SUPERVISOR_MODULE, str(runs / n))]
+    # `; :` keeps the shell (not exec'd into sleep), so its argv stays as given.
+    return subprocess.Popen(
+        ["/bin/sh", "-c", "sleep 3600; :", "holder", *words],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _seed_running(runs: Path, start: int, count: int, log: Path,
+                  holders: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
+    now = time.time()
+    for first in range(start, count, JOBS_PER_HOLDER):
+        names = [f"job-{i:05d}" for i in range(first, min(count, first + JOBS_PER_HOLDER))]
+        holder = _holder(runs, names)
+        holders.append(holder)
+        identity = None
+        while identity is None:
+            identity = ProcessIdentity.of(holder.pid)
+        for name in names:
+            run = RunDir(runs / name)
+            run.log(1).parent.mkdir(parents=True)
+            os.link(log, run.log(1))  # one log on the disk, a name per job
+            figures = {"steps": 900, "max_steps": 1000, "first_loss": 9.0, "last_loss": 2.5,
+                       "tokens_per_s": 1000.0, "world_size": 8}  # fmt: skip
+            run.record_file.write(JobRecord(
+                job_name=name, attempt=1, argv=["torchrun"], submitted_at=now - int(name[4:]),
+                supervisor=identity, progress=JobProgress(at=now, figures=figures),
+            ))  # fmt: skip
+
+
+def local_lists(root: Path) -> None:
+    runs = root / "runs"
+    runs.mkdir()
+    log = root / "attempt.log"
+    line = b'{"event": "step", "step": 900, "loss": 2.5, "tokens_per_s": 1000.0}\n'
+    log.write_bytes(line * (LOG_MIB * 2**20 // len(line)))
+    target = LocalTarget(runs)
+    log_reads: list[str] = []
+    real = run_dir.read_chunk
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> bytes:
+        log_reads.append(str(path))
+        return real(path, *args, **kwargs)
+
+    run_dir.read_chunk = counted
+    holders: list[subprocess.Popen[bytes]] = []
+    print(f"\nlist_training_jobs (local), running jobs with {LOG_MIB} MiB logs")
+    _row("running", "page ms", "page MiB", "none ms", "none MiB", "log reads")
+    pages, nones, seeded = [], [], 0
+    try:
+        for count in RUNNING:
+            _seed_running(runs, seeded, count, log, holders)
+            seeded = count
+            log_reads.clear()
+            page, page_s, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
+            statuses = {j.status for j in page.items}
+            assert len(page.items) == min(20, count) and statuses == {"running"}, statuses
+            none, none_s, none_mib = measured(
+                lambda: target.list_jobs(JobPage(limit=20, status="failed"))
+            )
+            assert none.items == []
+            pages.append(page_s)
+            nones.append(none_s)
+            _row(count, f"{page_s * 1000:.0f}", f"{page_mib:.2f}", f"{none_s * 1000:.0f}",
+                 f"{none_mib:.2f}", len(log_reads))  # fmt: skip
+    finally:
+        run_dir.read_chunk = real
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+    span = f"over {RUNNING[0]}..{RUNNING[-1]}"
+    print(f"running local jobs, a page of 20: k {growth(RUNNING, pages):.2f} {span}")
+    print(f"running local jobs, status matching none: k {growth(RUNNING, nones):.2f} {span}")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        operation_lists(Path(tmp))
+        local_lists(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
