@@ -55,7 +55,7 @@ _START, _LOGS_START, _LOGS_NONE, _END = b"{\n", b'"logs": {\n', b'"logs": {}\n',
 def _line_objects(handle: IO[bytes]) -> dict[str, Any] | None:
     """The objects of a file in the line layout (its log lines read past, not parsed),
     or None when the file is not laid out so."""
-    if handle.readline() != _START:
+    if handle.readline(len(_START)) != _START:  # bounded: an old file may be one line
         return None
     found: dict[str, Any] = {}
     for line in handle:

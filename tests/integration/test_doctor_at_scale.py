@@ -18,20 +18,30 @@ PODS = 1024
 OOM = 41
 
 
-def _snapshot() -> dict:
+def _snapshot(pods: int = PODS) -> dict:
     name = "big"
-    pods = [fx.pod(name, "master", 0, phase="Failed",
-                   state=fx.terminated(1, "Error", "2026-11-20T12:15:07Z"))]  # fmt: skip
+    pod_list = [fx.pod(name, "master", 0, phase="Failed",
+                       state=fx.terminated(1, "Error", "2026-11-20T12:15:07Z"))]  # fmt: skip
     logs = {f"{name}-master-0": fx.watchdog(0)}
-    for i in range(PODS - 1):
+    for i in range(pods - 1):
         oom = i == OOM
         finished = "2026-11-20T12:05:01Z" if oom else "2026-11-20T12:15:08Z"
-        pods.append(fx.pod(name, "worker", i, phase="Failed",
-                           state=fx.terminated(1, "Error", finished)))  # fmt: skip
+        pod_list.append(fx.pod(name, "worker", i, phase="Failed",
+                               state=fx.terminated(1, "Error", finished)))  # fmt: skip
         logs[f"{name}-worker-{i}"] = fx.oom_log(8 * (i + 1)) if oom else fx.watchdog(8 * (i + 1))
     events = [fx.event(f"{name}-worker-{i}", "BackOff", "Back-off restarting failed container")
-              for i in range(PODS - 1)]  # fmt: skip
-    return fx.snapshot(fx.job(name, PODS - 1), pods, events, logs)
+              for i in range(pods - 1)]  # fmt: skip
+    return fx.snapshot(fx.job(name, pods - 1), pod_list, events, logs)
+
+
+PAGED = 160  # pods of the paging test's job (each page diagnoses the whole job again)
+
+
+@pytest.fixture(scope="module")
+def paged_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("doctor") / "paged.json"
+    path.write_text(json.dumps(_snapshot(PAGED)))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +87,11 @@ def _mcp_pages(path: str, limit: int | None = None) -> list:
 
 
 @pytest.mark.parametrize("limit", [None, 7])
-def test_per_pod_pages_every_finding_once_each_page_whole_and_under_40_kb(snapshot_file, limit):
+def test_per_pod_pages_every_finding_once_each_page_whole_and_under_40_kb(paged_file, limit):
     """Each pod's finding comes once across the pages (a timeout on every rank but the
     OOM's), the root first; a page holds at most `limit` (at most 100) findings and is
     never cut by the server's last-resort cap."""
-    pages = _mcp_pages(str(snapshot_file), limit)
+    pages = _mcp_pages(str(paged_file), limit)
     seen = []
     for result in pages:
         data = result.structured_content
@@ -90,9 +100,9 @@ def test_per_pod_pages_every_finding_once_each_page_whole_and_under_40_kb(snapsh
         assert 0 < len(data["findings"]) <= (limit or MAX_PER_POD_FINDINGS)
         assert all(f.get("alike", 0) == 0 for f in data["findings"])
         seen += [(f["pod"], f["code"]) for f in data["findings"]]
-        assert data["findings_cut"] == PODS - len(seen)
-    assert len(seen) == len(set(seen)) == PODS
-    assert {pod for pod, _ in seen} == {f"big-worker-{i}" for i in range(PODS - 1)} | {
+        assert data["findings_cut"] == PAGED - len(seen)
+    assert len(seen) == len(set(seen)) == PAGED
+    assert {pod for pod, _ in seen} == {f"big-worker-{i}" for i in range(PAGED - 1)} | {
         "big-master-0"
     }
     assert seen[0] == (f"big-worker-{OOM}", "cuda_oom")
@@ -100,11 +110,11 @@ def test_per_pod_pages_every_finding_once_each_page_whole_and_under_40_kb(snapsh
         assert all(len(r.structured_content["findings"]) == limit for r in pages[:-1])
 
 
-def test_a_cursor_of_another_list_is_invalid_input(snapshot_file):
+def test_a_cursor_of_another_list_is_invalid_input(paged_file):
     from skills.shared.errors import ToolFailure
     from skills.shared.paging import cursor_after
 
     with pytest.raises(ToolFailure) as info:
-        diagnose_training_job(snapshot=str(snapshot_file), per_pod=True,
+        diagnose_training_job(snapshot=str(paged_file), per_pod=True,
                               cursor=cursor_after((1.0, "job-a")))  # fmt: skip
     assert info.value.code == "invalid_input"
