@@ -215,6 +215,37 @@ def test_a_snapshot_with_its_keys_in_another_order_reads_the_same(tmp_path):
     assert diagnose_training_job(snapshot=str(path)).findings == diagnose(fixture).findings
 
 
+@pytest.mark.parametrize("layout", ["one entry a line", "indented JSON"])
+def test_reading_a_snapshot_file_holds_about_one_log_not_the_file(tmp_path, layout):
+    """40 pods with 256 KB logs (10 MB): the diagnosis's peak memory stays under a fifth
+    of the file, written as --save_snapshot writes it or as older versions did (a whole
+    parse held about 2.5 times the file)."""
+    import tracemalloc
+
+    from skills.job_doctor.snapshot_file import snapshot_text
+
+    fixture = load("multi_oom_then_timeouts")
+    filler = "2026-11-20T12:00:00.000000Z step 100 loss 2.31 NCCL INFO Channel 00/0\n" * 3600
+    pods = [{**fixture["pods"][-1], "metadata": {**fixture["pods"][-1]["metadata"],
+             "name": f"extra-{i}"}} for i in range(40)]  # fmt: skip
+    snap = {**fixture, "pods": fixture["pods"] + pods,
+            "logs": {**fixture["logs"], **{f"extra-{i}": filler for i in range(40)}}}  # fmt: skip
+    path = tmp_path / "big.json"
+    path.write_text(
+        snapshot_text(snap) if layout == "one entry a line" else json.dumps(snap, indent=1)
+    )
+    size = path.stat().st_size
+    assert size > 9 * 2**20
+    tracemalloc.start()
+    try:
+        result = diagnose_training_job(snapshot=str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.findings == diagnose(snap).findings
+    assert peak < size / 5, (peak, size)
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [("[]", "not a JSON object"), ('{"logs": []}', "not a map of texts"),
