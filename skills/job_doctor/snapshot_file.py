@@ -175,10 +175,9 @@ class _parsing:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, trace: Any) -> bool:
+    def __exit__(self, kind: Any, exc: BaseException | None, trace: Any) -> None:
         if isinstance(exc, (ijson.JSONError, UnicodeDecodeError)):
             raise _invalid(self.path, f"is not JSON ({str(exc)[:120]})") from None
-        return False
 
 
 def _invalid(path: Path, problem: str) -> ToolFailure:
