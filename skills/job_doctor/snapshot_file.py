@@ -15,6 +15,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
@@ -125,12 +126,22 @@ def _objects(handle: IO[bytes], path: Path) -> dict[str, Any]:
 
 
 Event = tuple[str, str, Any]
+_STARTS = ("start_map", "start_array")
+_TOO_DEEP = f"is nested deeper than {DEFAULT_MAX_DEPTH} levels"
 
 
 def _without_logs(events: Iterator[Event], path: Path) -> Iterator[Event]:
     """The parser's events of a top-level object, less the logs' entry."""
-    if next(events, None) != ("", "start_map", None):
-        raise _invalid(path, "is not a JSON object")
+    first = next(events, None)
+    if first != ("", "start_map", None):
+        # Which to say: nested past the bound (whatever its type), or not an object.
+        depth = int(first is not None and first[1] in _STARTS)
+        for _, event, _ in islice(events, DEFAULT_MAX_DEPTH) if depth else ():
+            if event not in _STARTS:
+                break
+            depth += 1
+        deep = depth > DEFAULT_MAX_DEPTH
+        raise _invalid(path, _TOO_DEEP if deep else "is not a JSON object")
     yield "", "start_map", None
     for prefix, event, value in events:
         if prefix == "":

@@ -250,7 +250,8 @@ def test_reading_a_snapshot_file_holds_about_one_log_not_the_file(tmp_path, layo
     ("text", "problem"),
     [("[]", "not a JSON object"), ('{"logs": []}', "not a map of texts"),
      ('{"logs": {"p": 5}}', "not text"), ('{"pods": [', "not JSON"),
-     (b'{"logs": {"p": "\xff"}}', "not JSON"), ("[" * 70 + "]" * 70, "not a JSON object"),
+     (b'{"logs": {"p": "\xff"}}', "not JSON"), ("[" * 70 + "]" * 70, "nested deeper"),
+     ("[1]", "not a JSON object"),
      ('{"job": ' + "[" * 70 + "]" * 70 + "}", "nested deeper")],
 )  # fmt: skip
 def test_a_file_that_is_no_snapshot_is_snapshot_invalid_wherever_it_goes_wrong(
