@@ -141,8 +141,9 @@ def main() -> None:
           f"{len(result.findings)} findings")  # fmt: skip
 
 
-def fleet(pods: int) -> dict:
-    """A job of `pods` pods, one OOM (a third of the way in) and a timeout on each other."""
+def fleet(pods: int, cascade: bool = True) -> dict:
+    """A job of `pods` pods, one OOM (a third of the way in) and a timeout on each other
+    (`cascade`), or the others still running, waiting in the collective (a hang)."""
     name, oom = "fleet", pods // 3
     noise = _noise(f"{name}-host", FLEET_LOG_CHARS)
     pod_list = [fx.pod(name, "master", 0, phase="Failed", state=fx.terminated(1, "Error",
@@ -150,8 +151,11 @@ def fleet(pods: int) -> dict:
     logs = {f"{name}-master-0": noise + fx.watchdog(0)}
     for i in range(pods - 1):
         finished = "2026-11-20T12:05:01Z" if i == oom else "2026-11-20T12:15:08Z"
-        pod_list.append(fx.pod(name, "worker", i, phase="Failed",
-                               state=fx.terminated(1, "Error", finished)))  # fmt: skip
+        if cascade or i == oom:
+            pod_list.append(fx.pod(name, "worker", i, phase="Failed",
+                                   state=fx.terminated(1, "Error", finished)))  # fmt: skip
+        else:
+            pod_list.append(fx.pod(name, "worker", i, state=fx.running()))
         end = fx.oom_log(8 * (i + 1)) if i == oom else fx.watchdog(8 * (i + 1))
         logs[f"{name}-worker-{i}"] = noise + end
     events = [fx.event(f"{name}-worker-{i}", "BackOff", "Back-off restarting failed container")
@@ -234,6 +238,16 @@ def at_fleet_size() -> None:
             asked = f"{len(paths):,} ({logs:,})"
             print(f"  {pods:>5,} | {size:8.1f} | {seconds:10.2f} | {ratio} | {shown} "
                   f"| {live_s:6.2f} | {asked} | {kube.logs_in_flight_peak}")  # fmt: skip
+        # A hang: the OOM's pod failed, the others run, ready: rank 0's log and its only.
+        kube.reset()
+        _seed(kube, fleet(FLEET[-1], cascade=False))
+        start = time.perf_counter()
+        hung = diagnose_training_job(job_name="fleet", namespace=fx.NS)
+        paths = [str(r.url.path) for r in kube.emulator._requests]
+        logs = sum(p.endswith("/log") for p in paths)
+        print(f"  a hang at {FLEET[-1]:,} pods (one failed, the rest running): live "
+              f"{time.perf_counter() - start:.2f} s, {len(paths):,} requests "
+              f"({logs} log reads); root {hung.root.code}")  # fmt: skip
     print(
         f"  growth exponent k over {FLEET[-1] // FLEET[0]}x pods: snapshot "
         f"{exponent(FLEET, offline):.2f}, live {exponent(FLEET, live):.2f} (1 linear)"
