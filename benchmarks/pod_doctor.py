@@ -12,21 +12,39 @@ medians of 5:
 * diagnose(): the pod doctor (substring scan, then regexes on the few candidate lines).
 
 It also checks the answer: the OOM's rank is the root cause.
+
+Then the doctor at fleet size (issue 49): a job of 256, 1,024 and 4,096 pods (quick: 16
+and 64) where one worker's OOM brings every other rank down in a collective timeout
+(each log about 16 KB), diagnosed
+
+* from its snapshot file (--snapshot, as --save_snapshot writes it): seconds, peak
+  traced memory against the file's size, and a per_pod page;
+* live, against kmock (the Kubernetes API and kubelet stand-in in-process, 2 ms a log
+  read): seconds, requests (log reads among them) and the most log reads in flight;
+
+and the growth exponent k of each time over the sizes (1 linear, 2 quadratic).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import statistics
 import sys
+import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from commands.diagnose_training_job import diagnose_training_job  # noqa: E402
 from skills.job_doctor.diagnose import diagnose  # noqa: E402
 from skills.job_doctor.failure_signatures import rows_for  # noqa: E402
+from skills.job_doctor.snapshot_file import snapshot_text  # noqa: E402
+from skills.kube.pods import PREVIOUS  # noqa: E402
 from tests.fixtures.pod_doctor import snapshots as fx  # noqa: E402
 
 QUICK = "--quick" in sys.argv  # 8 pods, 1 MiB, once (the test suite runs it)
@@ -34,6 +52,8 @@ RUNS = 1 if QUICK else 5
 PODS = 8 if QUICK else 64
 LOG_CHARS = (1 if QUICK else 10) * 2**20 // PODS
 OOM_WORKER = 5 if QUICK else 37  # node rank 6 / 38
+FLEET = [16, 64] if QUICK else [256, 1024, 4096]
+FLEET_LOG_CHARS = 16 * 1024
 
 
 def _noise(host: str, chars: int) -> str:
@@ -121,5 +141,121 @@ def main() -> None:
           f"{len(result.findings)} findings")  # fmt: skip
 
 
+def fleet(pods: int, cascade: bool = True) -> dict:
+    """A job of `pods` pods, one OOM (a third of the way in) and a timeout on each other
+    (`cascade`), or the others still running, waiting in the collective (a hang)."""
+    name, oom = "fleet", pods // 3
+    noise = _noise(f"{name}-host", FLEET_LOG_CHARS)
+    pod_list = [fx.pod(name, "master", 0, phase="Failed", state=fx.terminated(1, "Error",
+                       "2026-11-20T12:15:07Z"))]  # fmt: skip
+    logs = {f"{name}-master-0": noise + fx.watchdog(0)}
+    for i in range(pods - 1):
+        finished = "2026-11-20T12:05:01Z" if i == oom else "2026-11-20T12:15:08Z"
+        if cascade or i == oom:
+            pod_list.append(fx.pod(name, "worker", i, phase="Failed",
+                                   state=fx.terminated(1, "Error", finished)))  # fmt: skip
+        else:
+            pod_list.append(fx.pod(name, "worker", i, state=fx.running()))
+        end = fx.oom_log(8 * (i + 1)) if i == oom else fx.watchdog(8 * (i + 1))
+        logs[f"{name}-worker-{i}"] = noise + end
+    events = [fx.event(f"{name}-worker-{i}", "BackOff", "Back-off restarting failed container")
+              for i in range(pods - 1)]  # fmt: skip
+    return fx.snapshot(fx.job(name, pods - 1), pod_list, events, logs)
+
+
+def _measured(call) -> tuple[object, float, float]:  # type: ignore[no-untyped-def]
+    """(what call() returned, seconds (best of 3: a shared machine's noise), peak
+    traced MiB of a fourth call: tracing slows what it traces)."""
+    elapsed, out = math.inf, None
+    for _ in range(3):
+        start = time.perf_counter()
+        out = call()
+        elapsed = min(elapsed, time.perf_counter() - start)
+    tracemalloc.start()
+    call()
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    return out, elapsed, peak
+
+
+def exponent(sizes: list[int], times: list[float]) -> float:
+    """Least-squares slope of log(time) over log(size)."""
+    xs, ys = [math.log(n) for n in sizes], [math.log(t) for t in times]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+
+
+def _seed(kube, snap: dict) -> None:  # type: ignore[no-untyped-def]
+    objects = kube.emulator.objects
+    job = snap["job"]
+    objects["kubeflow.org/v1/pytorchjobs", fx.NS, job["metadata"]["name"]] = job
+    for pod in snap["pods"]:
+        objects["v1/pods", fx.NS, pod["metadata"]["name"]] = pod
+    for event in snap["events"]:
+        objects["v1/events", fx.NS, event["metadata"]["name"]] = event
+    for key, text in snap["logs"].items():
+        kube.set_pod_log(fx.NS, key.removesuffix(PREVIOUS), text, previous=key.endswith(PREVIOUS))
+
+
+def at_fleet_size() -> None:
+    from tests.services.kube import kube_server
+
+    print(f"\nthe doctor at fleet size: one OOM, a timeout on every other rank, "
+          f"{FLEET_LOG_CHARS // 1024} KB logs")  # fmt: skip
+    print(
+        "  pods | file MiB | snapshot s | peak MiB (x file) | per_pod page s, findings, KB "
+        "| live s | requests (logs) | in flight"
+    )
+    offline, live = [], []
+    with tempfile.TemporaryDirectory() as tmp, kube_server() as kube:
+        os.environ["KUBECONFIG"] = str(kube.kubeconfig)
+        _seed(kube, fleet(4))  # warm: the first live call imports the Kubernetes client
+        diagnose_training_job(job_name="fleet", namespace=fx.NS)
+        for pods in FLEET:
+            snap = fleet(pods)
+            path = Path(tmp) / f"fleet-{pods}.json"
+            path.write_text(snapshot_text(snap))
+            size = path.stat().st_size / 2**20
+            result, seconds, peak = _measured(lambda p=path: diagnose_training_job(snapshot=str(p)))
+            assert result.root.code == "cuda_oom", result.summary  # type: ignore[attr-defined]
+            start = time.perf_counter()
+            page = diagnose_training_job(snapshot=str(path), per_pod=True)
+            page_s = time.perf_counter() - start
+            kube.reset()
+            _seed(kube, snap)
+            del snap
+            kube.log_latency = 0.002
+            start = time.perf_counter()
+            found = diagnose_training_job(job_name="fleet", namespace=fx.NS)
+            live_s = time.perf_counter() - start
+            assert found.root.code == "cuda_oom", found.summary
+            paths = [str(r.url.path) for r in kube.emulator._requests]  # kmock 0.8: no public list
+            logs = sum(p.endswith("/log") for p in paths)
+            offline.append(seconds)
+            live.append(live_s)
+            ratio = f"{peak:8.1f} ({peak / size:.2f}x)"
+            shown = f"{page_s:.2f}, {len(page.findings)}, {len(page.model_dump_json()) / 1000:.1f}"
+            asked = f"{len(paths):,} ({logs:,})"
+            print(f"  {pods:>5,} | {size:8.1f} | {seconds:10.2f} | {ratio} | {shown} "
+                  f"| {live_s:6.2f} | {asked} | {kube.logs_in_flight_peak}")  # fmt: skip
+        # A hang: the OOM's pod failed, the others run, ready: rank 0's log and its only.
+        kube.reset()
+        _seed(kube, fleet(FLEET[-1], cascade=False))
+        start = time.perf_counter()
+        hung = diagnose_training_job(job_name="fleet", namespace=fx.NS)
+        paths = [str(r.url.path) for r in kube.emulator._requests]
+        logs = sum(p.endswith("/log") for p in paths)
+        print(f"  a hang at {FLEET[-1]:,} pods (one failed, the rest running): live "
+              f"{time.perf_counter() - start:.2f} s, {len(paths):,} requests "
+              f"({logs} log reads); root {hung.root.code}")  # fmt: skip
+    print(
+        f"  growth exponent k over {FLEET[-1] // FLEET[0]}x pods: snapshot "
+        f"{exponent(FLEET, offline):.2f}, live {exponent(FLEET, live):.2f} (1 linear)"
+    )
+
+
 if __name__ == "__main__":
     main()
+    at_fleet_size()

@@ -10,7 +10,9 @@ from typing import Annotated
 from pydantic import Field
 
 from commands._cli import main_for
+from skills.job_doctor.diagnose import MAX_PER_POD_FINDINGS
 from skills.job_doctor.diagnose_job import DiagnosisResult, diagnose_job
+from skills.shared.paging import Cursor
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
@@ -38,6 +40,10 @@ def diagnose_training_job(
         LocalPath(writable=True),
     ] = None,  # fmt: skip
     per_pod: Annotated[bool, Field(description="Each pod's findings, not grouped.")] = False,
+    limit: Annotated[
+        int, Field(ge=1, le=MAX_PER_POD_FINDINGS, description="per_pod: at most this many.")
+    ] = MAX_PER_POD_FINDINGS,
+    cursor: Cursor = None,
     progress: Progress | None = None,
 ) -> DiagnosisResult:
     """Diagnose a PyTorchJob's failing pods: findings with evidence and fix, root cause
@@ -46,7 +52,9 @@ def diagnose_training_job(
     Each finding: code, pod, rank, evidence, root cause, fix, retryable. Live reads the
     job by job_name (+ namespace, cluster_name or kubeconfig/context).
     """
-    return diagnose_job(job_name, cluster, snapshot, save_snapshot, per_pod, progress)
+    return diagnose_job(
+        job_name, cluster, snapshot, save_snapshot, per_pod, progress, limit, cursor
+    )
 
 
 main = main_for(diagnose_training_job)

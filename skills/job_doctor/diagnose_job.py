@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from skills.job_doctor.diagnose import Diagnosis, diagnose
+from skills.job_doctor.diagnose import MAX_PER_POD_FINDINGS, Diagnosis, diagnose
 from skills.job_doctor.snapshot_file import read_snapshot, write_snapshot
 from skills.shared.errors import bad_fields
 from skills.shared.progress import NullProgress, Progress
@@ -42,7 +42,7 @@ class DiagnosisResult(Diagnosis, ToolResult):
             ]
             rows.append(("also seen", "\n" + "\n".join(others)))
         if self.findings_cut:
-            rows.append(("left out", f"{self.findings_cut} more per-pod findings"))
+            rows.append((f"{self.findings_cut} more", f"cursor={self.next_cursor}"))
         if self.logs_cut:
             rows.append(("logs cut", ", ".join(self.logs_cut)))
         if self.saved_snapshot:
@@ -57,8 +57,11 @@ def diagnose_job(
     save_snapshot: str | None,
     per_pod: bool,
     progress: Progress | None,
+    limit: int = MAX_PER_POD_FINDINGS,
+    cursor: str | None = None,
 ) -> DiagnosisResult:
-    """Live (job_name) or offline (snapshot), never both."""
+    """Live (job_name) or offline (snapshot, read as a stream), never both; per_pod
+    findings a page at a time (`limit`, `cursor`)."""
     progress = progress or NullProgress()
     if snapshot is not None and job_name is None:
         if save_snapshot is not None:
@@ -66,10 +69,9 @@ def diagnose_job(
                 [{"field": "save_snapshot", "problem": "saves a live snapshot: give job_name"}],
                 "diagnose_training_job",
             )
-        data = read_snapshot(Path(snapshot).expanduser())
-        return DiagnosisResult(
-            source=f"snapshot {snapshot}", **_fields(diagnose(data, per_pod=per_pod))
-        )
+        parts, logs = read_snapshot(Path(snapshot).expanduser())
+        found = diagnose(parts, per_pod, limit, cursor, logs=logs)
+        return DiagnosisResult(source=f"snapshot {snapshot}", **_fields(found))
     if job_name is None or snapshot is not None:  # neither given, or both
         raise bad_fields(
             [{"field": "job_name", "problem": "give job_name (live) or snapshot (a file)"}],
@@ -89,7 +91,9 @@ def diagnose_job(
         data = redacted(data)
         saved = str(write_snapshot(Path(save_snapshot), data))
     result = DiagnosisResult(
-        source=f"cluster {where}", saved_snapshot=saved, **_fields(diagnose(data, per_pod))
+        source=f"cluster {where}",
+        saved_snapshot=saved,
+        **_fields(diagnose(data, per_pod, limit, cursor)),
     )
     progress.report(2, 2, result.summary)
     return result

@@ -3,7 +3,9 @@
 kind (pods) filtered to the job, whatever its pod count, events filtered to the job's
 objects by the API server (fieldSelector), and one log read for rank 0. The monitor,
 the job tools and the job doctor's `snapshot` share these reads; skills.kube.pods reads
-what they return.
+what they return. The doctor's snapshot reads the end of the log of each pod that needs
+one (rank 0, and pods that failed, restarted or are not ready), SNAPSHOT_LOG_READS at a
+time, within a byte budget for the whole snapshot.
 
 Selectors are sent (a real API server filters) and applied again here (some servers
 and emulators ignore them)."""
@@ -11,12 +13,20 @@ and emulators ignore them)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from skills.kube.client import LIST_CHUNK, KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.kube.objects import KINDS, kind_path
-from skills.kube.pods import CONTAINER, JOB_NAME_LABEL, PREVIOUS, older_than, pod_order
+from skills.kube.pods import (
+    CONTAINER,
+    JOB_NAME_LABEL,
+    PREVIOUS,
+    older_than,
+    pod_name,
+    pod_order,
+)
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import (
     MANAGED_SELECTOR,
@@ -36,6 +46,13 @@ LABEL_JOB = "fsdp-eks/job"
 NAMES_PER_LIST = 100
 # Lines of each log a snapshot reads: the end, where a failure is.
 SNAPSHOT_TAIL_LINES = 20_000
+# A snapshot's log reads in flight at once (each mostly waits on the kubelet), and the
+# bytes of all its logs together: each log's share of them, within a floor and a ceiling
+# (64 pods: 4 MiB each; 4,096: the last 64 KiB, still a traceback and the lines before).
+SNAPSHOT_LOG_READS = 8
+SNAPSHOT_LOG_BUDGET = 256 * 2**20
+SNAPSHOT_LOG_BYTES = (64 * 1024, 4 * 2**20)
+SNAPSHOT_LINE_BYTES = 200  # a log line's usual size (timestamped): tailLines from bytes
 # Where the API keeps events about cluster-scoped objects (a node's: its agents' XIDs).
 NODE_EVENTS_NAMESPACE = "default"
 # Up to this many objects, their events are one LIST each (filtered to the object by the
@@ -308,20 +325,27 @@ def read_snapshot(
     # The nodes the pods ran on: their conditions are the node agents' evidence (XIDs).
     every = _if_allowed(reader.nodes) if nodes else []
     node_objects = [n for n in every if (n.get("metadata") or {}).get("name") in nodes]
-    logs: dict[str, str] = {}
-    for pod in pods:
-        name = pod["metadata"]["name"]
-        container, restarted = _trainer_container(pod)
-        for previous in (False, True) if restarted else (False,):
-            text = reader.log(
-                name,
-                container=container,
-                previous=previous,
-                tail_lines=tail_lines,
-                timestamps=timestamps,
-            )
-            if text:
-                logs[name + (PREVIOUS if previous else "")] = redact(text)
+    reads = [
+        (pod_name(pod), container, previous)
+        for i, pod in enumerate(pods)
+        for container, previous in log_reads(pod, rank0=i == 0)
+    ]
+    each = log_share(len(reads))
+    lines = min(tail_lines or SNAPSHOT_TAIL_LINES, max(1, each // SNAPSHOT_LINE_BYTES))
+
+    def read(name: str, container: str | None, previous: bool) -> str:
+        text, _ = reader.log_end(
+            name, lines, each, container=container, previous=previous, timestamps=timestamps
+        )
+        return redact(text) if text else ""
+
+    with ThreadPoolExecutor(max_workers=SNAPSHOT_LOG_READS) as pool:
+        texts = list(pool.map(lambda r: read(*r), reads))
+    logs = {
+        name + (PREVIOUS if previous else ""): text
+        for (name, _, previous), text in zip(reads, texts, strict=True)
+        if text
+    }
     return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
 
 
@@ -365,13 +389,46 @@ def _event_order(event: Mapping[str, Any]) -> str:
     )
 
 
+def log_share(reads: int) -> int:
+    """The bytes of one log's end a snapshot of `reads` logs reads."""
+    low, high = SNAPSHOT_LOG_BYTES
+    return max(low, min(high, SNAPSHOT_LOG_BUDGET // max(1, reads)))
+
+
+def log_reads(pod: Mapping[str, Any], rank0: bool) -> list[tuple[str | None, bool]]:
+    """The logs of a pod the doctor reads, as (container, previous): rank 0's always (its
+    steps, and what the job's driver saw); another pod's only when it failed, restarted or
+    is not ready, since a healthy rank's log says what rank 0's says (a job of 4,096 pods
+    where one failed reads a few logs, not 4,096). A pod whose container never started
+    has no log to read; one that restarted has its previous container's too."""
+    container, restarted = _trainer_container(pod)
+    status = _container_status(pod)
+    state, last = status.get("state") or {}, status.get("lastState") or {}
+    if not (state.get("running") or state.get("terminated") or last.get("terminated")):
+        return []
+    failed = (pod.get("status") or {}).get("phase") in ("Failed", "Unknown") or bool(
+        ((state.get("terminated") or {}).get("exitCode") or 0) != 0
+    )
+    not_ready = bool(state.get("running")) and not status.get("ready", False)
+    if not (rank0 or failed or restarted or not_ready):
+        return []
+    return [(container, False)] + ([(container, True)] if restarted else [])
+
+
 def _trainer_container(pod: Mapping[str, Any]) -> tuple[str | None, bool]:
-    """The container whose log to read, and whether it has a previous one (restarted)."""
+    """The container whose log to read (None: the pod's only one), and whether it has a
+    previous one (restarted)."""
     containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-    name = CONTAINER if CONTAINER in containers else next(iter(containers), None)
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    status = next((s for s in statuses if s.get("name") == name), {})
+    status = _container_status(pod)
     restarted = bool(status.get("restartCount")) or bool(
         (status.get("lastState") or {}).get("terminated")
     )
-    return (name if len(containers) > 1 else None), restarted
+    return (status.get("name") if len(containers) > 1 else None), restarted
+
+
+def _container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The trainer container's status ({} before the kubelet reports one)."""
+    containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    name = CONTAINER if CONTAINER in containers else next(iter(containers), None)
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((s for s in statuses if s.get("name") == name), {"name": name})

@@ -73,7 +73,8 @@ ROWS = {
     "mcp_cold_start": Row((rf"ours / bare MCP server\s*:\s*{NUMBER}x",
                            r"heavy SDKs imported at start\s*: none")),
     "model_server_local": Row((rf'"served_vs_in_process": {NUMBER}',)),
-    "pod_doctor": Row((r"diagnose\(\) .*x baseline\)", r"root: cuda_oom on \S+ \(node rank 6\)")),
+    "pod_doctor": Row((r"diagnose\(\) .*x baseline\)", r"root: cuda_oom on \S+ \(node rank 6\)",
+                       rf"growth exponent k over 4x pods: snapshot {NUMBER}, live -?{NUMBER}")),
     "rank_times_cost": Row((rf"step time .* ratio {NUMBER}x \(goal <= 1.01\)",)),
     # The worker's one Slurm (SLURM_CONF), shared with the Slurm tests: no cluster of its own.
     "slurm_overhead": Row((rf"slurm / local: {NUMBER}x",), (slurm.check,),

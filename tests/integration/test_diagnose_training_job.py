@@ -107,8 +107,10 @@ def test_a_node_that_lost_a_gpu_is_named_first_live(cluster):
     assert len(root.consequences) == 3 and result.findings == [root]
 
 
-def test_the_snapshot_is_a_list_per_object_and_a_log_read_per_container(cluster):
-    fixture = load("host_oom")  # the master restarted: its previous log is read too
+def test_the_snapshot_is_a_list_per_object_and_a_log_read_per_container_that_needs_one(cluster):
+    # The master restarted: its previous log is read too; the worker runs, ready: its
+    # log is not read (it says what rank 0's says).
+    fixture = load("host_oom")
     seed(cluster, fixture)
     with kube_api_client() as api:
         snapshot = read_snapshot(KubeReader(api, NS), "host-oom")
@@ -118,7 +120,48 @@ def test_the_snapshot_is_a_list_per_object_and_a_log_read_per_container(cluster)
     # Events by the API server's filter: one LIST for the job, each pod, each node.
     nodes = {p["spec"].get("nodeName") for p in snapshot["pods"]} - {None}
     assert paths.count(f"/api/v1/namespaces/{NS}/events") == 1 + 2 + len(nodes)
-    assert sum(p.endswith("/log") for p in paths) == 3  # 2 pods + 1 previous
+    assert sum(p.endswith("/log") for p in paths) == 2  # the master's, now and previous
+
+
+def _fleet(failed: set[int], not_ready: set[int], pending: set[int], workers: int) -> dict:
+    """A job of a master and `workers` workers: those in `failed` exited 1, `not_ready`
+    run unready, `pending` never started, the rest run ready; every pod has a log."""
+    pods = [builder.pod("fleet", "master", 0, state=builder.running())]
+    for i in range(workers):
+        if i in failed:
+            pod = builder.pod("fleet", "worker", i, phase="Failed", state=builder.terminated(1))
+        elif i in pending:
+            pod = builder.pod("fleet", "worker", i, phase="Pending")
+        else:
+            pod = builder.pod("fleet", "worker", i, state=builder.running())
+            pod["status"]["containerStatuses"][0]["ready"] = i not in not_ready
+        pods.append(pod)
+    logs = {p["metadata"]["name"]: builder.watchdog(8 * n) for n, p in enumerate(pods)}
+    return builder.snapshot(builder.job("fleet", workers), pods, [], logs)
+
+
+def test_log_reads_are_concurrent_bounded_and_only_for_the_pods_that_need_one(cluster):
+    """48 workers: 20 failed, 4 not ready, 4 never started, 20 healthy; each log read
+    takes the stand-in kubelet 50 ms. The snapshot reads rank 0's and the 24 troubled
+    pods' logs, SNAPSHOT_LOG_READS at a time (never more, and more than one), each the
+    end of the log within its byte share."""
+    from urllib.parse import parse_qs
+
+    from skills.training_job_deployer.kube_monitor import SNAPSHOT_LOG_READS, log_share
+
+    failed, not_ready, pending = set(range(0, 40, 2)), {1, 3, 5, 7}, {9, 11, 13, 15}
+    seed(cluster, _fleet(failed, not_ready, pending, workers=48))
+    cluster.log_latency = 0.05
+    with kube_api_client() as api:
+        snapshot = read_snapshot(KubeReader(api, NS), "fleet")
+    wanted = {"fleet-master-0"} | {f"fleet-worker-{i}" for i in failed | not_ready}
+    logs = [r for r in cluster.emulator._requests if str(r.url.path).endswith("/log")]
+    assert {str(r.url.path).split("/")[-2] for r in logs} == wanted
+    assert len(logs) == len(wanted) and set(snapshot["logs"]) == wanted
+    assert 1 < cluster.logs_in_flight_peak <= SNAPSHOT_LOG_READS
+    for request in logs:
+        query = parse_qs(request.url.query_string)
+        assert query["limitBytes"] == [str(log_share(len(wanted)))] and query["tailLines"]
 
 
 def test_a_canary_token_in_a_live_log_stays_out_of_the_result_and_the_file(cluster, tmp_path):
@@ -150,6 +193,75 @@ def test_snapshot_files_that_are_not_snapshots(tmp_path):
     with pytest.raises(ToolFailure) as info:
         diagnose_training_job(snapshot=str(FIXTURES / "cuda_oom.json"), save_snapshot="x.json")
     assert info.value.code == "invalid_input"
+
+
+def _fixtures() -> list[str]:
+    return sorted(p.stem for p in FIXTURES.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", _fixtures())
+def test_every_old_snapshot_file_reads_as_a_stream_to_the_diagnosis_of_its_json(name):
+    """The fixtures are snapshot files as --save_snapshot wrote them before the stream
+    reader: each diagnoses as the whole parse of its JSON does."""
+    path = FIXTURES / f"{name}.json"
+    assert diagnose_training_job(snapshot=str(path)).findings == diagnose(load(name)).findings
+
+
+def test_a_snapshot_with_its_keys_in_another_order_reads_the_same(tmp_path):
+    fixture = load("multi_oom_then_timeouts")
+    path = tmp_path / "reordered.json"
+    path.write_text(json.dumps({"logs": fixture["logs"], **fixture}))
+    assert list(json.loads(path.read_text()))[0] == "logs"  # the logs before the pods
+    assert diagnose_training_job(snapshot=str(path)).findings == diagnose(fixture).findings
+
+
+@pytest.mark.parametrize("layout", ["one entry a line", "indented JSON"])
+def test_reading_a_snapshot_file_holds_about_one_log_not_the_file(tmp_path, layout):
+    """40 pods with 256 KB logs (10 MB): the diagnosis's peak memory stays under a fifth
+    of the file, written as --save_snapshot writes it or as older versions did (a whole
+    parse held about 2.5 times the file)."""
+    import tracemalloc
+
+    from skills.job_doctor.snapshot_file import snapshot_text
+
+    fixture = load("multi_oom_then_timeouts")
+    filler = "2026-11-20T12:00:00.000000Z step 100 loss 2.31 NCCL INFO Channel 00/0\n" * 3600
+    pods = [{**fixture["pods"][-1], "metadata": {**fixture["pods"][-1]["metadata"],
+             "name": f"extra-{i}"}} for i in range(40)]  # fmt: skip
+    snap = {**fixture, "pods": fixture["pods"] + pods,
+            "logs": {**fixture["logs"], **{f"extra-{i}": filler for i in range(40)}}}  # fmt: skip
+    path = tmp_path / "big.json"
+    path.write_text(
+        snapshot_text(snap) if layout == "one entry a line" else json.dumps(snap, indent=1)
+    )
+    size = path.stat().st_size
+    assert size > 9 * 2**20
+    tracemalloc.start()
+    try:
+        result = diagnose_training_job(snapshot=str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.findings == diagnose(snap).findings
+    assert peak < size / 5, (peak, size)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("[]", "not a JSON object"), ('{"logs": []}', "not a map of texts"),
+     ('{"logs": {"p": 5}}', "not text"), ('{"pods": [', "not JSON"),
+     (b'{"logs": {"p": "\xff"}}', "not JSON"), ("[" * 70 + "]" * 70, "nested deeper"),
+     ("[1]", "not a JSON object"),
+     ('{"job": ' + "[" * 70 + "]" * 70 + "}", "nested deeper")],
+)  # fmt: skip
+def test_a_file_that_is_no_snapshot_is_snapshot_invalid_wherever_it_goes_wrong(
+    tmp_path, text, problem
+):
+    path = tmp_path / "bad.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ToolFailure) as info:
+        diagnose_training_job(snapshot=str(path))
+    assert info.value.code == "snapshot_invalid" and problem in info.value.message
 
 
 @pytest.mark.parametrize("path", ["a\x00b", "/tmp/\x00", "snap\n.json"])

@@ -387,6 +387,11 @@ class KubeService:
     _logs: dict[tuple[str, str, str | None, bool], str] = field(default_factory=dict)
     _baseline: int = 0
     log_bytes_served: int = 0  # pod-log bytes sent to clients (bounded reads are checked)
+    # A kubelet's latency per log read, and the most reads it served at once (so a test
+    # sees how many a client keeps in flight).
+    log_latency: float = 0.0
+    logs_in_flight: int = 0
+    logs_in_flight_peak: int = 0
 
     @property
     def env(self) -> dict[str, str]:
@@ -430,10 +435,20 @@ class KubeService:
         emulator.objects.clear()
         emulator.resources.clear()
         self._logs.clear()
+        self.log_latency, self.logs_in_flight, self.logs_in_flight_peak = 0.0, 0, 0
         _declare(emulator)
 
     # A reaction, run on the emulator's loop.
     async def _pod_log(self, request: Any) -> bytes:
+        self.logs_in_flight += 1
+        self.logs_in_flight_peak = max(self.logs_in_flight_peak, self.logs_in_flight)
+        try:
+            await asyncio.sleep(self.log_latency)
+            return self._pod_log_now(request)
+        finally:
+            self.logs_in_flight -= 1
+
+    def _pod_log_now(self, request: Any) -> bytes:
         import kmock
 
         namespace, pod = request.namespace, request.name
