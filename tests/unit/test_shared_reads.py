@@ -5,10 +5,18 @@ again."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import anyio
 import pytest
+from mcp import Client
+from pydantic import AfterValidator
 
+from mcp_server import build_server
 from mcp_server.shared_reads import SharedReads
+from skills.shared.progress import Progress
+from skills.shared.results import ToolResult
+from skills.shared.tooling import spec_of, tool
 from tests.benchmark_runs import run_quick
 from tests.run_copies import EndedJob
 
@@ -134,6 +142,50 @@ def test_old_keys_are_dropped_past_the_bound(size):
 
     anyio.run(scenario)
     assert len(reads._entries) == size
+
+
+# Every validation of a `word` argument, in order (the test tool's own model counts them).
+VALIDATED: list[str] = []
+
+
+def _counted(word: str) -> str:
+    if not word.isalpha():
+        raise ValueError("letters only")
+    VALIDATED.append(word)
+    return word
+
+
+class Echoed(ToolResult):
+    word: str
+
+
+@tool(read_only=True, idempotent=True)
+def echo_word(
+    *, word: Annotated[str, AfterValidator(_counted)], progress: Progress | None = None
+) -> Echoed:
+    """Returns its word."""
+    return Echoed(word=word)
+
+
+def test_a_repeated_read_is_answered_without_validating_it_again():
+    """Issue 49 finding 6: a shared read served within its TTL skips the call's
+    validation (most of its cost on a busy server); a new call validates, and a call
+    refused is refused each time (a refusal is never kept)."""
+    VALIDATED.clear()
+
+    async def scenario():
+        async with Client(build_server(specs=[spec_of(echo_word)])) as client:
+            answers = [await client.call_tool("echo_word", {"word": word})
+                       for word in ("alpha", "alpha", "alpha", "beta")]  # fmt: skip
+            refused = [await client.call_tool("echo_word", {"word": "a1"}) for _ in range(2)]
+            return answers, refused
+
+    answers, refused = anyio.run(scenario)
+    assert [a.structured_content["word"] for a in answers] == ["alpha"] * 3 + ["beta"]
+    assert not any(a.is_error for a in answers)
+    # The three calls for alpha were validated as often as the one for beta.
+    assert VALIDATED.count("alpha") == VALIDATED.count("beta") > 0
+    assert all(r.is_error and "letters only" in r.content[0].text for r in refused)
 
 
 def test_the_many_agents_benchmark_runs_in_its_quick_mode(ended_job: EndedJob):
