@@ -5,8 +5,9 @@ over and over; p50 and p95 latency, calls/s, and the CPU the server spent per ca
 Ours is the server as users start it: `fsdp-eks-mcp --http --port 0`, its token in
 FSDP_EKS_MCP_TOKEN, the guard (Host, Origin, bearer token) and the frame check in front,
 identical reads shared. The baseline, measured in the same run the same way: the SDK's
-bare server (MCPServer, streamable HTTP) listing the same tool (our tools/list entry, so
-the client checks the same outputSchema) and answering the same result (ours, as a client
+bare server (MCPServer, streamable HTTP) listing the same tools (our whole tools/list,
+which a client fetches in each session before its first call, to check the result's
+outputSchema) and answering the same result (ours, as a client
 got it, precomputed: no work of ours), behind the same guard (Guard, GuardedApp, the SDK's
 Host/Origin settings): the guard's cost is counted on both sides, so the ratio says what
 our own work adds and nothing the guard does.
@@ -65,8 +66,9 @@ def calls_per_client(clients: int) -> int:
     return 1 if QUICK else max(5, 64 // clients)
 
 
-# The baseline: the SDK's server alone, behind the same guard as ours; tools/list and the
-# call's result are ours, read from files (what our server answered a client).
+# The baseline: the SDK's server alone, behind the same guard as ours; tools/list (every
+# tool: a client lists them in each session) and the call's result are ours, read from
+# files (what our server answered a client); it serves the one tool called.
 BARE = """
 import json, socket, sys, uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -75,16 +77,16 @@ from mcp_types import CallToolResult, Tool
 sys.path.insert(0, {root!r})
 from mcp_server.http_guard import Guard, GuardedApp, allowed_hosts, server_token
 
-TOOL = Tool.model_validate(json.load(open({tool!r})))
+TOOLS = [Tool.model_validate(tool) for tool in json.load(open({tool!r}))]
 RESULT = CallToolResult.model_validate(json.load(open({result!r})))
 
 class Bare(MCPServer):
     async def list_tools(self):
-        return [TOOL]
+        return TOOLS
 
 server = Bare("bare", log_level="ERROR")
 
-@server.tool(name=TOOL.name)
+@server.tool(name="list_training_jobs")
 def list_training_jobs(runs_dir: str) -> CallToolResult:
     return RESULT
 
@@ -251,8 +253,8 @@ def _our_command() -> list[str]:
 
 
 def _our_answer(agents_env: dict[str, str], url: str, runs: Path, root: Path) -> tuple[Path, Path]:
-    """Our tools/list entry for the tool and our answer to the call, as a client got
-    them (files the baseline serves)."""
+    """Our tools/list and our answer to the call, as a client got them (files the
+    baseline serves)."""
     probe = """
 import json, os, sys, anyio, httpx2
 from mcp import Client
@@ -261,15 +263,14 @@ async def main(url, runs, tool_path, result_path):
     headers = {"Authorization": f"Bearer {os.environ['FSDP_EKS_MCP_TOKEN']}"}
     async with (httpx2.AsyncClient(headers=headers) as http,
                 Client(streamable_http_client(url, http_client=http)) as client):
-        tool = next(t for t in (await client.list_tools()).tools
-                    if t.name == "list_training_jobs")
+        tools = (await client.list_tools()).tools
         result = await client.call_tool("list_training_jobs", {"runs_dir": runs})
     dump = dict(mode="json", by_alias=True, exclude_none=True)
-    open(tool_path, "w").write(json.dumps(tool.model_dump(**dump)))
+    open(tool_path, "w").write(json.dumps([tool.model_dump(**dump) for tool in tools]))
     open(result_path, "w").write(json.dumps(result.model_dump(**dump)))
 anyio.run(main, *sys.argv[1:])
 """
-    tool, result = root / "tool.json", root / "result.json"
+    tool, result = root / "tools.json", root / "result.json"
     subprocess.run([sys.executable, "-c", probe, url, str(runs), str(tool), str(result)],
                    env=agents_env, check=True, timeout=300)  # fmt: skip
     return tool, result
