@@ -36,7 +36,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -311,7 +310,8 @@ def main() -> None:
             out: dict[str, dict[int, tuple[float, ...]]] = {"ours": {}, "bare": {}}
             for clients in CLIENTS:
                 pooled: dict[str, tuple[list[float], float, float]] = {
-                    "ours": ([], 0.0, 0.0), "bare": ([], 0.0, 0.0)
+                    "ours": ([], 0.0, 0.0),
+                    "bare": ([], 0.0, 0.0),
                 }
                 for n in range(ROUNDS):
                     for server in (bare, ours) if n % 2 == 0 else (ours, bare):
@@ -338,8 +338,10 @@ def _report(out: dict[str, dict[int, tuple[float, ...]]], loads: list[str]) -> N
           f" {rounds} a count, alternating the server first")  # fmt: skip
     print("ours: fsdp-eks-mcp --http (token, guard, frame check, shared reads); bare: the"
           " SDK's server, the same guard, tools/list and result precomputed")  # fmt: skip
-    print(" clients | ours: p50 ms  p95 ms  calls/s  server CPU ms a call"
-          " | bare: p50 ms  p95 ms  calls/s  server CPU ms a call | ours / bare p50")
+    print(
+        " clients | ours: p50 ms  p95 ms  calls/s  server CPU ms a call"
+        " | bare: p50 ms  p95 ms  calls/s  server CPU ms a call | ours / bare p50"
+    )
     for clients in CLIENTS:
         o, b = out["ours"][clients], out["bare"][clients]
         print(f" {clients:>7} | {o[0] * 1000:12.1f} {o[1] * 1000:7.1f} {o[2]:8.1f}"
