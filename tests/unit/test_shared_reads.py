@@ -198,3 +198,40 @@ def test_the_many_agents_benchmark_runs_in_its_quick_mode(ended_job: EndedJob):
     assert all(row[-1].strip().endswith("x") for row in rows)
     assert "load average (1, 5, 15 min) before:" in out
     assert "growth of p50 from 1 to 2 clients: ours" in out
+
+
+def test_while_an_answer_is_recomputed_other_callers_get_the_last_one_without_waiting():
+    """Issue 49 finding 6: one caller waits for the new answer, not every agent; an
+    answer expired longer than the TTL ago is never served, and a clear forgets it."""
+    reads = SharedReads(ttl_s=0.2)
+    values = iter(range(10))
+
+    async def slow():
+        await anyio.sleep(0.3)
+        return next(values)
+
+    async def scenario():
+        first = await reads.get("k", slow)  # 0
+        await anyio.sleep(0.25)  # expired within the TTL
+        got = {}
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: _put(got, "computing", reads.get("k", slow)))
+            await anyio.sleep(0.05)
+            started = anyio.current_time()
+            got["meanwhile"] = await reads.get("k", slow)
+            got["waited"] = anyio.current_time() - started
+        await anyio.sleep(0.45)  # expired longer ago than the TTL: everyone waits
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: _put(got, "long_after", reads.get("k", slow)))
+            await anyio.sleep(0.05)
+            got["long_after_meanwhile"] = await reads.get("k", slow)
+        return first, got
+
+    first, got = anyio.run(scenario)
+    assert first == 0 and got["computing"] == 1 and got["meanwhile"] == 0
+    assert got["waited"] < 0.1
+    assert got["long_after"] == got["long_after_meanwhile"] == 2
+
+
+async def _put(got, name, awaitable):
+    got[name] = await awaitable
