@@ -309,24 +309,29 @@ class ToolServer(MCPServer):
             context = Context(mcp_server=self, subscriptions=self._subscriptions)
         try:
             workspace = await self.session_workspace(context)
-            arguments = self._arguments(spec, arguments, workspace)
         except ToolFailure as failure:
             return error_result(failure, self.nest_step)
-        given = arguments
+        sent = arguments or {}
+        given = sent  # the validated arguments, once validated: the cap's call names them
         progress = _ThreadProgress(context)
         # Operations are scoped to the workspace that started them (operation_state).
         scope = None if workspace is None else str(workspace.root)
 
         async def answer() -> CallToolResult:
+            nonlocal given
+            given = self._arguments(spec, sent, workspace)  # ToolFailure: shared, not kept
             result = await anyio.to_thread.run_sync(
-                _run_safely, spec, arguments, progress, scope, self.read_only,
+                _run_safely, spec, given, progress, scope, self.read_only,
                 abandon_on_cancel=True,
             )  # fmt: skip
             return self.capped(spec, given, self.respond(spec, result))
 
         try:
             if self._shares(spec):  # the whole answer is shared: summary and data too
-                return await self.shared_reads.get(key_of(spec.name, arguments, scope), answer)
+                # Keyed by the call as sent: a repeat within the TTL is answered before any
+                # validation (the call that computed it validated the same arguments in
+                # the same workspace), which is most of a shared read's cost.
+                return await self.shared_reads.get(key_of(spec.name, sent, scope), answer)
             self.shared_reads.clear()  # what this call may change, no read serves from before
             return await answer()
         except ToolFailure as failure:

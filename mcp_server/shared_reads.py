@@ -5,10 +5,12 @@ mostly Python (files, JSON, pydantic) holding the GIL: 16 agents listing at once
 times the work in contention (p50 1.5 s against 41 ms alone). A read that changes
 nothing (read-only, idempotent, not long, writing no file) is computed once for all the
 callers asking the same thing at the same time, and its answer is served for a short
-while after (TTL_S): a list is at most that stale, which an agent polling it cannot
-tell from the poll's own timing; any other call through the server clears what is kept,
-so an agent that deploys and then lists sees its job. Failures are shared with the
-callers waiting, never kept."""
+while after (TTL_S). While the next answer is computed, callers that come meanwhile get
+the one before it, if it expired within TTL_S, rather than wait (one caller waits for the
+computation, not every agent): a list is at most 2 x TTL_S and one computation stale,
+which an agent polling it cannot tell from the poll's own timing; any other call through
+the server clears what is kept, so an agent that deploys and then lists sees its job.
+Failures are shared with the callers waiting, never kept."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ class _Entry:
     error: BaseException | None = None
     has_value: bool = False
     expires: float = float("inf")
+    # The answer this one replaces, served while this one is computed (see _compute).
+    previous: _Entry | None = None
 
 
 def key_of(tool: str, arguments: dict[str, Any], scope: str | None) -> str:
@@ -56,6 +60,8 @@ class SharedReads:
             entry = self._entries.get(key)
             if entry is None or entry.expires <= time.monotonic():
                 return await self._compute(key, compute)
+            if not entry.done.is_set() and entry.previous is not None:
+                return entry.previous.value  # being recomputed: the last answer, no wait
             await entry.done.wait()
             if entry.error is not None:
                 raise entry.error
@@ -64,7 +70,14 @@ class SharedReads:
             # The computing call was cancelled: ask again (this caller may compute).
 
     async def _compute(self, key: str, compute: Callable[[], Awaitable[Any]]) -> Any:
+        expired = self._entries.get(key)
         entry = self._entries[key] = _Entry()
+        if (
+            expired is not None
+            and expired.has_value
+            and time.monotonic() - expired.expires < self.ttl_s  # at most 2 x TTL old
+        ):
+            entry.previous = _Entry(value=expired.value, has_value=True)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)

@@ -214,6 +214,10 @@ def depth_of(value: Any, limit: int) -> int:
 def check_nesting(text: str, what: str, source: Path | str, max_depth: int) -> None:
     """ReadRefused when `text` nests brackets deeper than `max_depth` (for a caller that
     parses the text itself, e.g. pydantic's model_validate_json)."""
+    # Fewer opening brackets than the limit, wherever they are, cannot nest past it:
+    # counted in C, this answers most texts (a tool call's frame) without the loop below.
+    if text.count("[") + text.count("{") <= max_depth:
+        return
     # Brackets outside strings counted in one pass: linear, and catches a deep document
     # before a recursive parser sees it. For YAML flow style it is a safe over-count.
     depth, in_string, escaped = 0, False, False
