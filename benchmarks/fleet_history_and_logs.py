@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._from_run import FROM_RUN  # noqa: E402
+from benchmarks._growth import growth_exponent  # noqa: E402
 from skills.operations import operations  # noqa: E402
 from skills.operations.operation_state import OperationRecord  # noqa: E402
 from skills.operations.record_store import RecordFile  # noqa: E402
@@ -175,19 +176,12 @@ def log_tails(sizes: list[int] = LOG_TAIL_MIB) -> list[tuple[int, int, float, in
         RunDirTarget._read_from = real
     for asked in TAIL_ASKED:
         mine = [r for r in rows if r[1] == asked]
-        print(f"  tail_lines {asked}: growth exponent k, time {_growth(mine, 2):.2f}, "
-              f"bytes read {_growth(mine, 3):.2f} (size x{sizes[-1] // sizes[0]})")  # fmt: skip
+        size = [r[0] for r in mine]
+        k_time = growth_exponent(size, [r[2] for r in mine])
+        k_read = growth_exponent(size, [r[3] for r in mine])
+        print(f"  tail_lines {asked}: growth exponent k, time {k_time:.2f}, "
+              f"bytes read {k_read:.2f} (size x{sizes[-1] // sizes[0]})")  # fmt: skip
     return rows
-
-
-def _growth(rows: list[tuple[int, int, float, int]], column: int) -> float:
-    """Least-squares slope of log(value) over log(size): 1 grows with the log, 0 does not."""
-    xs = [math.log(r[0]) for r in rows]
-    ys = [math.log(max(r[column], 1e-9)) for r in rows]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
 
 
 if __name__ == "__main__":

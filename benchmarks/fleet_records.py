@@ -14,20 +14,18 @@ size; 1 is linear, 2 quadratic) and peak traced memory:
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._growth import growth_exponent, measured  # noqa: E402
 from benchmarks.fleet_history_and_logs import seed_operations  # noqa: E402
 from skills.operations import operations  # noqa: E402
 from skills.training_job_deployer.targets import run_dir  # noqa: E402
@@ -48,29 +46,6 @@ LOG_MIB = 1 if QUICK else 5
 # Jobs whose supervisor one stand-in process is (its command line names each run dir as
 # the supervisor's does): a real process per job would be 1,024 processes.
 JOBS_PER_HOLDER = 16
-
-
-def growth(sizes: list[int], seconds: list[float]) -> float:
-    """k: the least-squares slope of log(seconds) against log(size)."""
-    xs, ys = [math.log(s) for s in sizes], [math.log(max(t, 1e-6)) for t in seconds]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
-
-
-def measured(call: Callable[[], Any]) -> tuple[Any, float, float]:
-    """(what call() returned, seconds (best of 3), peak traced MiB of one more call)."""
-    best, out = math.inf, None
-    for _ in range(3):
-        start = time.perf_counter()
-        out = call()
-        best = min(best, time.perf_counter() - start)
-    tracemalloc.start()
-    call()
-    peak = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
-    return out, best, peak
 
 
 def _row(*cells: Any) -> None:
@@ -108,7 +83,7 @@ def operation_lists(root: Path) -> None:
         assert page.items == [] and page.more == 0
         times.append(elapsed)
         _row(count, f"{migrate * 1000:.0f}", f"{elapsed * 1000:.1f}", len(reads), f"{peak:.2f}")
-    print(f"operations, status matching none: k {growth(OPERATIONS, times):.2f} "
+    print(f"operations, status matching none: k {growth_exponent(OPERATIONS, times):.2f} "
           f"over {OPERATIONS[0]}..{OPERATIONS[-1]}")  # fmt: skip
 
 
@@ -189,8 +164,9 @@ def local_lists(root: Path) -> None:
             holder.kill()
             holder.wait()
     span = f"over {RUNNING[0]}..{RUNNING[-1]}"
-    print(f"running local jobs, a page of 20: k {growth(RUNNING, pages):.2f} {span}")
-    print(f"running local jobs, status matching none: k {growth(RUNNING, nones):.2f} {span}")
+    k_page, k_none = growth_exponent(RUNNING, pages), growth_exponent(RUNNING, nones)
+    print(f"running local jobs, a page of 20: k {k_page:.2f} {span}")
+    print(f"running local jobs, status matching none: k {k_none:.2f} {span}")
 
 
 def main() -> None:

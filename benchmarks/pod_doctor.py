@@ -28,18 +28,17 @@ and the growth exponent k of each time over the sizes (1 linear, 2 quadratic).
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import sys
 import tempfile
 import time
-import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._growth import growth_exponent, measured  # noqa: E402
 from commands.diagnose_training_job import diagnose_training_job  # noqa: E402
 from skills.job_doctor.diagnose import diagnose  # noqa: E402
 from skills.job_doctor.failure_signatures import rows_for  # noqa: E402
@@ -163,30 +162,6 @@ def fleet(pods: int, cascade: bool = True) -> dict:
     return fx.snapshot(fx.job(name, pods - 1), pod_list, events, logs)
 
 
-def _measured(call) -> tuple[object, float, float]:  # type: ignore[no-untyped-def]
-    """(what call() returned, seconds (best of 3: a shared machine's noise), peak
-    traced MiB of a fourth call: tracing slows what it traces)."""
-    elapsed, out = math.inf, None
-    for _ in range(3):
-        start = time.perf_counter()
-        out = call()
-        elapsed = min(elapsed, time.perf_counter() - start)
-    tracemalloc.start()
-    call()
-    peak = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
-    return out, elapsed, peak
-
-
-def exponent(sizes: list[int], times: list[float]) -> float:
-    """Least-squares slope of log(time) over log(size)."""
-    xs, ys = [math.log(n) for n in sizes], [math.log(t) for t in times]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
-
-
 def _seed(kube, snap: dict) -> None:  # type: ignore[no-untyped-def]
     objects = kube.emulator.objects
     job = snap["job"]
@@ -218,7 +193,7 @@ def at_fleet_size() -> None:
             path = Path(tmp) / f"fleet-{pods}.json"
             path.write_text(snapshot_text(snap))
             size = path.stat().st_size / 2**20
-            result, seconds, peak = _measured(lambda p=path: diagnose_training_job(snapshot=str(p)))
+            result, seconds, peak = measured(lambda p=path: diagnose_training_job(snapshot=str(p)))
             assert result.root.code == "cuda_oom", result.summary  # type: ignore[attr-defined]
             start = time.perf_counter()
             page = diagnose_training_job(snapshot=str(path), per_pod=True)
@@ -252,7 +227,7 @@ def at_fleet_size() -> None:
               f"({logs} log reads); root {hung.root.code}")  # fmt: skip
     print(
         f"  growth exponent k over {FLEET[-1] // FLEET[0]}x pods: snapshot "
-        f"{exponent(FLEET, offline):.2f}, live {exponent(FLEET, live):.2f} (1 linear)"
+        f"{growth_exponent(FLEET, offline):.2f}, live {growth_exponent(FLEET, live):.2f} (1 linear)"
     )
 
 

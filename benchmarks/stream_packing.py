@@ -6,7 +6,6 @@ over log(tokens): 1 is linear, 2 quadratic."""
 
 from __future__ import annotations
 
-import math
 import random
 import sys
 import timeit
@@ -16,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._growth import growth_exponent  # noqa: E402
 from trainer.stream import Window, pack_windows  # noqa: E402
 
 QUICK = "--quick" in sys.argv  # the test suite runs it: smaller sizes, one round
@@ -43,15 +43,6 @@ def seconds(pack: Callable[[Iterator[Window], int], Iterator[Window]], doc: list
     return min(timer.repeat(ROUNDS, number)) / number
 
 
-def exponent(times: list[float]) -> float:
-    """Least-squares slope of log(time) over log(size)."""
-    xs, ys = [math.log(n) for n in SIZES], [math.log(t) for t in times]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
-
-
 def main() -> None:
     rng = random.Random(0)
     now, before = [], []
@@ -61,8 +52,9 @@ def main() -> None:
         before.append(seconds(cut_from_the_front, doc))
         print(f"{size:>9,} tokens: now {now[-1] * 1e3:8.1f} ms, before "
               f"{before[-1] * 1e3:8.1f} ms ({before[-1] / now[-1]:.1f}x)")  # fmt: skip
-    print(f"growth exponent over {SIZES[-1] // SIZES[0]}x tokens: now {exponent(now):.2f}, "
-          f"before {exponent(before):.2f} (1 linear, 2 quadratic; best of {ROUNDS})")  # fmt: skip
+    k_now, k_before = growth_exponent(SIZES, now), growth_exponent(SIZES, before)
+    print(f"growth exponent over {SIZES[-1] // SIZES[0]}x tokens: now {k_now:.2f}, "
+          f"before {k_before:.2f} (1 linear, 2 quadratic; best of {ROUNDS})")  # fmt: skip
 
 
 if __name__ == "__main__":
