@@ -153,6 +153,9 @@ class ParallelConfig:
         f"FSDP strategy: {'|'.join(SHARDING_STRATEGIES)}",
         choices=SHARDING_STRATEGIES,
     )
+    # torchao's tensorwise float8 GEMMs for the large linears (trainer/float8.py); refused
+    # at start on a GPU below SM 8.9 and without a GPU.
+    float8: bool = setting(False, "Float8 linears (torchao), SM 8.9+ GPUs")
     activation_checkpointing: str = setting(
         "none", f"recompute activations in backward: {'|'.join(AC_MODES)}", choices=AC_MODES
     )
@@ -308,9 +311,12 @@ def _cross_field_problems(cfg: TrainConfig) -> list[str]:
 def device_problems(cfg: TrainConfig, has_gpu: bool) -> list[str]:
     """What the settings ask of a GPU a run without one cannot give (checked by the
     trainer at start, and by a plan that knows the host's GPUs)."""
+    problems = []
     if cfg.parallel.cpu_offload and not has_gpu:
-        return ["cpu_offload moves GPU memory to the host; this run has no GPU"]
-    return []
+        problems.append("cpu_offload moves GPU memory to the host; this run has no GPU")
+    if cfg.parallel.float8 and not has_gpu:
+        problems.append("float8 needs a GPU with float8 tensor cores (SM 8.9+); this run has none")
+    return problems
 
 
 def missing_local(name: str, source: str | None) -> str | None:

@@ -94,6 +94,29 @@ def peak_flops(device_name: str | None) -> float | None:
     return None
 
 
+# Dense fp8 (e4m3) tensor-core peak FLOP/s, same sources and matching as the bf16 table;
+# only GPUs with float8 tensor cores (SM 8.9+) are listed: --float8's MFU is also given
+# against this peak (`mfu_fp8_peak`), beside the bf16 one.
+GPU_PEAK_FP8_FLOPS: tuple[tuple[str, float], ...] = (
+    ("GB200", 5e15),
+    ("B200", 4.5e15),
+    ("RTX PRO 6000", 1007.6e12),
+    ("H200", 1979e12),
+    ("H100 NVL", 1671e12),
+    ("H100 PCIe", 1513e12),
+    ("H100", 1979e12),
+    ("L40S", 733e12),
+    ("L4", 242.5e12),
+)
+
+
+def peak_fp8_flops(device_name: str | None) -> float | None:
+    """Dense fp8 peak FLOP/s of one device, or None (CPU, or no float8 tensor cores)."""
+    if not device_name:
+        return None
+    return next((flops for key, flops in GPU_PEAK_FP8_FLOPS if key in device_name), None)
+
+
 def matmul_params(n_params: int, vocab_size: int, dim: int, tied: bool) -> int:
     """Weights that take part in a matmul: all but the embedding table, whose lookup is
     free. Tied embeddings count the shared matrix once in n_params, and it is lm_head's

@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import families, hf, hub
+from trainer import families, float8, hf, hub
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
@@ -143,13 +143,15 @@ def _train(
     data = build_data(cfg, tokenizer, env)
     checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer, device.type)
     model = build_model(cfg)
-    parallelize(model, cfg, device, env)
+    fp8 = parallelize(model, cfg, device, env)
     init_weights(model, cfg, device, resuming=resume_from is not None)
     optimizer = build_optimizer(model, cfg, device.type)
     scheduler = build_lr_scheduler(optimizer, cfg)
     step = restore(checkpointer, resume_from, model, optimizer, scheduler, data.batches)
     write_run_config(cfg)
-    loop = TrainLoop(cfg, model, optimizer, scheduler, data, checkpointer, device, emit, stop)
+    loop = TrainLoop(
+        cfg, model, optimizer, scheduler, data, checkpointer, device, emit, stop, fp8
+    )  # fmt: skip
     loop.emit_start(backend, step)
     return loop.run(step, resume_from)
 
@@ -353,11 +355,11 @@ def init_weights(model: nn.Module, cfg: TrainConfig, device: torch.device, resum
         families.init_random(model, cfg.seed)
 
 
-def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device, env: DistEnv) -> None:
-    """Activation checkpointing, then compile, then FSDP2, in place (torchtitan's order)."""
-    apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
-    if cfg.parallel.compile:
-        apply_compile(model)
+def parallelize(
+    model: nn.Module, cfg: TrainConfig, device: torch.device, env: DistEnv
+) -> float8.Float8 | None:
+    """Float8 linears, activation checkpointing, then compile, then FSDP2, in place
+    (torchtitan's order). Returns what --float8 converted (None: off)."""
     world = dist.get_world_size()
     gpu_bytes = (
         torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
@@ -366,6 +368,11 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device, env: D
         cfg.parallel.sharding_strategy, world, env.local_world_size, num_params(model), gpu_bytes
     )
     mesh = build_mesh(device.type, strategy, world, env.local_world_size)
+    sharded = mesh["dp_shard"].size() > 1
+    fp8 = float8.apply(model, device, sharded) if cfg.parallel.float8 else None
+    apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
+    if cfg.parallel.compile:
+        apply_compile(model)
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
     apply_fsdp(
         model,
@@ -375,6 +382,7 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device, env: D
         cpu_offload=cfg.parallel.cpu_offload,
     )
     model.train()
+    return fp8
 
 
 # --- optimizer ------------------------------------------------------------------------
@@ -580,6 +588,7 @@ class TrainLoop:
         device: torch.device,
         emit: Emit,
         stop: StopRequest,
+        fp8: float8.Float8 | None = None,
     ) -> None:
         self.cfg, self.model, self.optimizer, self.scheduler = cfg, model, optimizer, scheduler
         self.data, self.checkpointer, self.device = data, checkpointer, device
@@ -601,6 +610,8 @@ class TrainLoop:
         )
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
         self.peak_flops = perf.peak_flops(name)
+        self.peak_fp8_flops = perf.peak_fp8_flops(name)
+        self.float8 = fp8  # what --float8 converted (None: off)
         self.lr = math.nan  # of the last step, for its log line
         self.skip_on_device = bool(optimizer.defaults.get("fused"))
         self.rank_times: RankTimes | None = None  # several ranks: who holds the others back
@@ -630,7 +641,17 @@ class TrainLoop:
             # A collective that waits this long after the first step fails the job.
             collective_timeout_s=TRAIN_TIMEOUT.total_seconds(),
             **({"nccl_flight_recorder": dumps} if dumps else {}),
+            **self.float8_fields(),
         )
+
+    def float8_fields(self) -> dict[str, Any]:
+        """The start line's float8 facts: linears converted, weights gathered in fp8."""
+        if self.float8 is None:
+            return {}
+        return {
+            "float8_linears": len(self.float8.converted),
+            "float8_all_gather": self.float8.fp8_all_gather,
+        }
 
     def run(self, step: int, resumed_from: Path | None) -> dict[str, Any]:
         start = time.perf_counter()
@@ -690,6 +711,8 @@ class TrainLoop:
         if self.checkpointer is not None:
             self.checkpointer.wait_staged()  # an async save's copy of the weights is done
         self.optimizer.step()
+        if self.float8 is not None:
+            self.float8.after_optimizer_step(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         return agreement
@@ -744,6 +767,7 @@ class TrainLoop:
             tokens_per_s=round(tokens_per_s, 1),
             tokens_per_s_per_device=round(per_device, 1),
             mfu=_round(perf.mfu(per_device, self.flops_per_token, self.peak_flops), 4),
+            **self.fp8_peak_mfu(per_device),
             tokens=step * self.tokens_per_step,
             elapsed_s=round(p.now - p.start, 3),
             step_s=round(interval * self.tokens_per_step / max(p.interval_tokens, 1), 4),
@@ -752,6 +776,13 @@ class TrainLoop:
             **memory_stats(self.device.type),
         )
         p.interval_start, p.interval_tokens = p.now, 0
+
+    def fp8_peak_mfu(self, per_device: float) -> dict[str, float | None]:
+        """With --float8, MFU against the GPU's dense fp8 peak too (`mfu` stays bf16's)."""
+        if self.float8 is None:
+            return {}
+        mfu = perf.mfu(per_device, self.flops_per_token, self.peak_fp8_flops)
+        return {"mfu_fp8_peak": _round(mfu, 4)}
 
     def on_evaluate(self, step: int, p: Progress) -> None:
         freq = self.validation_freq
