@@ -117,3 +117,15 @@ def test_a_relative_path_is_looked_for_in_the_callers_project_not_the_servers_cw
     finally:
         WORKING_DIR.reset(token)
     assert said is not None and f"'{project / 'data/other.jsonl'}' does not exist" in said
+
+
+def test_float8_reaches_a_job_through_env_and_a_host_without_gpus_is_refused_it(
+    tmp_path, monkeypatch
+):
+    # TRAINER_FLOAT8 (the trainer's flag, no JobSpec field: no bytes in tools/list).
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    said = _refusal("local", tmp_path, env={"TRAINER_FLOAT8": "true"})
+    assert said is not None and "float8 needs a GPU with float8 tensor cores" in said
+    assert _refusal("kubernetes", tmp_path, env={"TRAINER_FLOAT8": "true"}) is None
+    said = _refusal("kubernetes", tmp_path, env={"TRAINER_FLOAT8": "maybe"})
+    assert said is not None and "TRAINER_FLOAT8" in said
