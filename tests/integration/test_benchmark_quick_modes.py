@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_ELSEWHERE = {
     "fleet_history_and_logs": "tests/integration/test_long_logs.py",
     "fleet_scale": "tests/integration/test_fleet_scale_bench.py",
+    "gpu_bench": "tests/unit/test_gpu_bench.py",
     "http_many_agents": "tests/unit/test_shared_reads.py",
 }
 NUMBER = r"[\d.]+"
