@@ -7,7 +7,6 @@ GPU code paths unit-testable on a CPU-only machine.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import torch
@@ -84,23 +83,13 @@ def optimizer_flags(device_type: str) -> dict[str, bool]:
 FLIGHT_RECORDER_ENTRIES = 20000
 
 
-# The ring's size variable was renamed; torch warns at every rank's start when it reads
-# the old name. 2.11 reads the new one (seen on an H100 machine: it warned about the old);
-# older releases are given the old name, which every release reads.
+# The ring's size variable was renamed in torch 2.9 (TORCH_NCCL_TRACE_BUFFER_SIZE stays an
+# alias that warns at every rank's start). Every torch of the supported range (2.11 through
+# the newest, README) reads the new name, so it is the one set: no version test.
 BUFFER_SIZE_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
-NEW_NAME_SINCE = (2, 11)
 
 
-def buffer_size_variable(torch_version: str) -> str:
-    """The flight recorder's ring-size variable that this torch reads without a warning."""
-    major_minor = tuple(int(part) for part in re.findall(r"\d+", torch_version)[:2])
-    new, old = BUFFER_SIZE_VARIABLES
-    return new if major_minor >= NEW_NAME_SINCE else old
-
-
-def flight_recorder_env(
-    dump_dir: str, environ: dict[str, str], torch_version: str = torch.__version__
-) -> dict[str, str]:
+def flight_recorder_env(dump_dir: str, environ: dict[str, str]) -> dict[str, str]:
     """The variables to set before the NCCL process group exists (values the user set
     win, under either name of the ring's size). Dumps go to
     <dump_dir>/nccl_trace_rank_<rank>; both spellings of the dump path (TORCH_FR_* is the
@@ -112,7 +101,7 @@ def flight_recorder_env(
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
     }
     if not any(name in environ for name in BUFFER_SIZE_VARIABLES):
-        wanted[buffer_size_variable(torch_version)] = str(FLIGHT_RECORDER_ENTRIES)
+        wanted[BUFFER_SIZE_VARIABLES[0]] = str(FLIGHT_RECORDER_ENTRIES)
     return {k: v for k, v in wanted.items() if k not in environ}
 
 
