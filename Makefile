@@ -17,7 +17,7 @@ $(VENV)/.trainer: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.dev: pyproject.toml $(VENV)/.trainer
-	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer,dev]"
+	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer,float8,dev]"
 	touch $@
 
 setup: $(VENV)/.trainer

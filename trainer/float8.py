@@ -19,11 +19,13 @@
 MFU stays reported against the bf16 peak (the model's FLOPs are the same); the step
 line adds the fp8 peak's MFU beside it (trainer.metrics.peak_fp8_flops).
 
-torchao is imported only when `--float8` is on: a run without it never pays its import.
+torchao is imported only when `--float8` is on, and is an extra of its own (pyproject's
+`float8`): without it --float8 is refused at start.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,4 +141,9 @@ def apply(model: nn.Module, device: torch.device, sharded: bool) -> Float8:
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     if (problem := refusal(device.type, capability)) is not None:
         raise ConfigError(problem)
+    if importlib.util.find_spec("torchao") is None:
+        raise ConfigError(
+            "--float8 needs torchao, which this python lacks: install fsdp-eks[float8] "
+            "(pip install 'torchao>=0.18') in the image"
+        )
     return convert(model, sharded=sharded)
