@@ -18,7 +18,13 @@ Prints one JSON line from rank 0:
 RSS on CPU, allocated on a GPU). `--rank_times_every N` adds what the trainer does to
 name the slowest rank (trainer/rank_times.py: its clock thread, and one all_gather of
 a float every N steps), for benchmarks/rank_times_cost.py; several, comma-separated,
-run one after the other (as several --impl do).
+run one after the other (as several --impl do). `--adds` does the same for each thing
+the trainer adds to this loop, with the trainer's own functions (benchmarks/trainer_bench.py
+prints the cost of each): `norm` the gradient norm and clip (trainer.train.grad_norm_of),
+`head` the chunked cross-entropy head (the model's own loss, trainer/loss.py), `agree`
+the one all-reduce of loss and flags and its read one step late (trainer.train.agree),
+`ranks` the per-rank clock and its all_gather on every 10th step (trainer/rank_times.py),
+`+`-joined for several at once; several variants comma-separated, one after the other.
 """
 
 from __future__ import annotations
@@ -36,13 +42,18 @@ from torch.distributed.fsdp import fully_shard
 from trainer import device as devices
 from trainer import metrics
 from trainer.config_loader import load_config
-from trainer.distributed import DistEnv
+from trainer.distributed import DistEnv, StopRequest
 from trainer.hf import hf_config_from_model
 from trainer.model import Transformer, num_params
 from trainer.parallel import apply_fsdp, build_mesh
 from trainer.rank_times import RankTimes
 from trainer.threads import choose_num_threads
-from trainer.train import build_optimizer
+from trainer.train import Agreement, agree, build_optimizer, grad_norm_of
+
+# What --adds may name (see the docstring); `none`: the bare loop itself.
+ADDS = ("norm", "head", "agree", "ranks")
+# The trainer's default log_freq: `ranks` gathers the clocks this often.
+LOG_FREQ = 10
 
 
 def setup() -> torch.device:
@@ -152,12 +163,22 @@ def everys(text: str) -> list[int]:
     return [int(n) for n in text.split(",")]
 
 
+def adds(text: str) -> list[frozenset[str]]:
+    """`--adds`: variants, comma-separated, each a `+`-joined set of ADDS (or `none`)."""
+    variants = [frozenset(v.split("+")) - {"none"} for v in text.split(",")]
+    unknown = sorted(set().union(*variants) - set(ADDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown --adds {unknown}: none or {', '.join(ADDS)}")
+    return variants
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", type=impls, default=["ours"])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rank_times_every", type=everys, default=[0])
+    parser.add_argument("--adds", type=adds, default=[frozenset()])
     args, trainer_flags = parser.parse_known_args()
     cfg = load_config(trainer_flags, environ={})
 
@@ -166,15 +187,24 @@ def main() -> None:
     mesh = build_mesh(device.type, "full", world, world)
     for impl in args.impl:
         for every in args.rank_times_every:
-            line = run(impl, every, args, cfg, mesh, device)
-            if dist.get_rank() == 0:
-                print(json.dumps(line), flush=True)
+            for added in args.adds:
+                line = run(impl, every, args, cfg, mesh, device, added)
+                if dist.get_rank() == 0:
+                    print(json.dumps(line), flush=True)
     dist.destroy_process_group()
 
 
-def run(impl: str, every: int, args: argparse.Namespace, cfg, mesh, device: torch.device) -> dict:
+def run(
+    impl: str,
+    every: int,
+    args: argparse.Namespace,
+    cfg,
+    mesh,
+    device: torch.device,
+    added: frozenset[str] = frozenset(),
+) -> dict:
     """Warm-up, then --steps timed steps of `impl` (naming the slowest rank every
-    `every` steps, 0: never): the JSON line's fields."""
+    `every` steps, 0: never) with the trainer's `added` pieces: the JSON line's fields."""
     world = dist.get_world_size()
     model = build(impl, cfg, mesh, device)
     optimizer = build_optimizer(model, cfg, device.type)
@@ -185,16 +215,34 @@ def run(impl: str, every: int, args: argparse.Namespace, cfg, mesh, device: torc
     batches = [torch.randint(0, vocab, shape, generator=gen).to(device) for _ in range(8)]
     global_tokens = cfg.train_batch_size * cfg.data.seq_len * world
 
+    if "ranks" in added:
+        every = every or LOG_FREQ
     ranks = RankTimes(device, 0) if every else None
+    fused = bool(optimizer.defaults.get("fused"))
+    stop, late = StopRequest(), [None]
 
     def step(i: int) -> None:
         if ranks is not None and i % every == 0:
             ranks.window(i)
         rows = batches[i % len(batches)]
-        out = model(rows[:, :-1])
-        logits = out if isinstance(out, torch.Tensor) else out.logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten(), reduction="sum")
-        (loss / global_tokens).backward()
+        if "head" in added and impl == "ours":  # the chunked head's summed loss
+            loss = model(rows[:, :-1], rows[:, 1:]) / global_tokens
+        else:
+            out = model(rows[:, :-1])
+            logits = out if isinstance(out, torch.Tensor) else out.logits
+            flat = logits.float().flatten(0, 1)
+            loss = F.cross_entropy(flat, rows[:, 1:].flatten(), reduction="sum") / global_tokens
+        loss.backward()
+        norm = torch.zeros((), device=device)
+        if "norm" in added:
+            norm = grad_norm_of(model, 1.0, optimizer if fused else None)
+        if "agree" in added:
+            agreement, found_inf = agree(i, loss.detach(), norm, stop, None)
+            if fused:
+                optimizer.found_inf = found_inf  # type: ignore[attr-defined]
+            if isinstance(late[0], Agreement):  # the last step's values, read now
+                late[0].resolve()
+            late[0] = agreement
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -208,11 +256,14 @@ def run(impl: str, every: int, args: argparse.Namespace, cfg, mesh, device: torc
     for i in range(1, args.warmup):
         step(i)
     sync()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i in range(args.steps):
         step(i)
     sync()
     step_s = (time.perf_counter() - start) / args.steps
+    # This process's CPU seconds a step (all its threads): on a CPU host shared with other
+    # work, a figure that other processes' load moves far less than the wall clock.
+    cpu_s = (time.process_time() - cpu_start) / args.steps
     if ranks is not None:  # its clock thread stops: a later run in this process has none
         ranks.close()
     per_device = global_tokens / step_s / world
@@ -229,14 +280,20 @@ def run(impl: str, every: int, args: argparse.Namespace, cfg, mesh, device: torc
         "impl": impl,
         "device": name or "cpu",
         "step_s": step_s,
+        "cpu_s_per_step": cpu_s,
         "tokens_per_s": global_tokens / step_s,
         "tokens_per_s_per_device": per_device,
         "mfu": mfu,
         "peak_first_step_mb": round(first_peak, 1),
+        "peak_mb": round(peak_mb(device), 1),
+        "reserved_mb": (
+            round(torch.cuda.max_memory_reserved(device) / 2**20, 1)
+            if device.type == "cuda"
+            else None
+        ),
         "rank_times_every": every,
+        "adds": "+".join(sorted(added)) or "none",
     }
-
-
 
 
 if __name__ == "__main__":

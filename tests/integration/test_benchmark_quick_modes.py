@@ -82,7 +82,9 @@ ROWS = {
                           ("slurm_cluster",), ("--slurm-in-env",)),
     "stream_packing": Row((rf"growth exponent over 16x tokens: now {NUMBER}, before {NUMBER}",)),
     "trainer_bench": Row((rf"step time .* ratio {NUMBER}x", rf"tokens/s .* ratio {NUMBER}x",
-                          rf"ckpt block .* ratio {NUMBER}x")),
+                          rf"ckpt block .* ratio {NUMBER}x",
+                          rf"\+ grad norm \+ clip +[+-]{NUMBER} ms a step",
+                          rf"\+ all four +[+-]{NUMBER} ms a step")),
     "trainer_scale": Row((rf'"peak_over_shard": {NUMBER}',
                           rf'"second_start_to_first_batch_s": {NUMBER}')),
 }  # fmt: skip
