@@ -71,7 +71,7 @@ from trainer.distributed import (
     init_distributed,
     shorten_timeout,
 )
-from trainer.host_memory import return_large_frees
+from trainer.host_memory import available_memory, memory_is_tight, return_large_frees
 from trainer.loss import global_valid_count
 from trainer.materialize import build_meta_model, init_random, materialize
 from trainer.metrics import MetricsEmitter, format_line, memory_stats
@@ -143,6 +143,7 @@ def _train(
     data = build_data(cfg, tokenizer, env)
     checkpointer, resume_from = build_checkpointer(cfg, env, emit, tokenizer, device.type)
     model = build_model(cfg)
+    tune_host_memory(model, device, env)
     fp8 = parallelize(model, cfg, device, env)
     init_weights(model, cfg, device, resuming=resume_from is not None)
     optimizer = build_optimizer(model, cfg, device.type)
@@ -172,13 +173,22 @@ def setup_device(env: DistEnv) -> tuple[torch.device, str]:
     if device_type == "cuda":
         torch.cuda.set_device(device)
     else:
-        return_large_frees(os.environ)
         torch.set_num_threads(
             choose_num_threads(
                 os.cpu_count() or 1, env.local_world_size, os.environ.get("OMP_NUM_THREADS")
             )
         )
     return device, backend
+
+
+def tune_host_memory(model: nn.Module, device: torch.device, env: DistEnv) -> None:
+    """A CPU run whose memory is tight returns freed large tensors to the OS (a lower
+    peak, at a page-zeroing cost per allocation: trainer/host_memory.py); others keep
+    glibc's reuse. Before the model is allocated, so its blocks follow the choice."""
+    if device.type == "cpu" and memory_is_tight(
+        num_params(model), env.local_world_size, available_memory()
+    ):
+        return_large_frees(os.environ)
 
 
 def trace_dir(cfg: TrainConfig) -> str:

@@ -12,12 +12,12 @@ import sys
 import pytest
 
 from tests.trainer.conftest import ROOT, trainer_env
-from trainer.host_memory import return_large_frees
+from trainer.host_memory import available_memory, memory_is_tight, return_large_frees
 
 CHILD = """
 import json, os, sys
 import torch
-from trainer.host_memory import return_large_frees
+from trainer.host_memory import available_memory, memory_is_tight, return_large_frees
 
 def anon_mib():
     for line in open("/proc/self/status"):
@@ -58,3 +58,30 @@ def test_freed_tensors_leave_the_process_once_tuned():
 
 def test_the_users_malloc_settings_win():
     assert return_large_frees({"MALLOC_ARENA_MAX": "2"}) is False
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("n_params", "ranks", "available", "tight"),
+    [
+        (24 * 10**6, 2, 16 * GIB, False),  # trainer_bench's debug_large here: glibc's reuse
+        (58 * 10**6, 2, 20 * GIB, False),  # the 58M Llama of the README on this machine
+        (58 * 10**6, 2, 2 * GIB, True),  # the same on a small host: freed blocks leave
+        (8 * 10**9, 1, 64 * GIB, True),  # an 8B model on a CPU host
+        (10**9, 8, 64 * GIB, True),  # 8 ranks of a 1B model
+        (10**6, 1, None, True),  # unknown memory: the safe side
+    ],
+)
+def test_only_a_run_whose_memory_is_tight_pays_for_returning_large_frees(
+    n_params, ranks, available, tight
+):
+    assert memory_is_tight(n_params, ranks, available) is tight
+
+
+def test_available_memory_is_read_from_meminfo(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   12000000 kB\n")
+    assert available_memory(meminfo) == 12000000 * 1024
+    assert available_memory(tmp_path / "missing") is None
