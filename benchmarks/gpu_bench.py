@@ -430,9 +430,9 @@ def child(out_json: str, argv: list[str]) -> int:
         state["ce_calls"] += 1
         return chunked(*args, **kwargs)
 
-    loss.ChunkedLinearCrossEntropy.forward = staticmethod(counted_ce)  # type: ignore[method-assign]
+    loss.ChunkedLinearCrossEntropy.forward = staticmethod(counted_ce)
     if hasattr(torch, "_fused_adamw_"):
-        fused = torch._fused_adamw_
+        fused = getattr(torch, "_fused_adamw_")  # noqa: B009 (not in torch's exports)
 
         def counted_adamw(*args: Any, **kwargs: Any) -> Any:
             state["fused_adamw_calls"] += 1
@@ -446,7 +446,7 @@ def child(out_json: str, argv: list[str]) -> int:
         optimizers.append(built(*args, **kwargs))
         return optimizers[-1]
 
-    t.build_optimizer = build_optimizer  # type: ignore[assignment]
+    t.build_optimizer = build_optimizer
     step = t.TrainLoop.step
     progress = t.Progress(first_step=1, start=0.0)  # what needs_values reads: a fresh run
 
@@ -463,7 +463,7 @@ def child(out_json: str, argv: list[str]) -> int:
             state["log_step_syncs"] += 1
             state["where"] = (state["where"] + [f"{Path(filename).name}:{lineno}"])[-3:]
 
-    warnings.showwarning = show  # type: ignore[assignment]
+    warnings.showwarning = show
     warnings.simplefilter("always")
     try:
         code = t.main(argv)
@@ -518,7 +518,7 @@ def child_fr(dump_dir: str) -> int:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--quick",
         action="store_true",

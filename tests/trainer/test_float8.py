@@ -39,7 +39,7 @@ DEVICES = [
 def test_float8_runs_only_where_the_gpu_has_float8_tensor_cores(device_type, capability, refused):
     reason = float8.refusal(device_type, capability)
     assert (reason is not None) is refused
-    if refused:  # the reason says what is needed and what this device is
+    if reason is not None:  # the reason says what is needed and what this device is
         assert "SM 8.9+" in reason
         assert ("no GPU" in reason) if capability is None else f"SM {capability[0]}." in reason
 
@@ -52,6 +52,7 @@ def test_every_catalogue_gpu_with_float8_has_an_fp8_peak_and_the_others_are_refu
     assert (metrics.peak_fp8_flops(f"NVIDIA {gpu.name}") is not None) is runs
     if runs:  # fp8's dense peak is twice bf16's on each of them
         bf16 = metrics.peak_flops(f"NVIDIA {gpu.name}")
+        assert bf16 is not None
         assert metrics.peak_fp8_flops(f"NVIDIA {gpu.name}") == pytest.approx(2 * bf16, rel=0.03)
 
 
