@@ -47,14 +47,14 @@ def refusal(device_type: str, capability: tuple[int, int] | None) -> str | None:
     torch.cuda.get_device_capability() of the run's GPU (None on CPU)."""
     if device_type != "cuda" or capability is None:
         return (
-            "--float8 needs a GPU with float8 tensor cores (SM 8.9+: L4, L40S, H100, "
+            "float8 needs a GPU with float8 tensor cores (SM 8.9+: L4, L40S, H100, "
             "H200, B200); this run has no GPU"
         )
     if tuple(capability) < MIN_CAPABILITY:
         major, minor = capability
         return (
-            f"--float8 needs float8 tensor cores (SM 8.9+: L4, L40S, H100, H200, B200); "
-            f"this GPU is SM {major}.{minor}: train in bf16 (leave --float8 off)"
+            f"float8 needs float8 tensor cores (SM 8.9+: L4, L40S, H100, H200, B200); "
+            f"this GPU is SM {major}.{minor}: train in bf16 (leave TRAINER_FLOAT8 unset)"
         )
     return None
 
@@ -143,7 +143,7 @@ def apply(model: nn.Module, device: torch.device, sharded: bool) -> Float8:
         raise ConfigError(problem)
     if importlib.util.find_spec("torchao") is None:
         raise ConfigError(
-            "--float8 needs torchao, which this python lacks: install fsdp-eks[float8] "
+            "float8 needs torchao, which this python lacks: install fsdp-eks[float8] "
             "(pip install 'torchao>=0.18') in the image"
         )
     return convert(model, sharded=sharded)
