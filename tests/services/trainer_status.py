@@ -506,9 +506,10 @@ class TrainerStatusServer:
         """The env trainjobstatus.go upserts into each trainer container, its files made
         (a token issued) on first use."""
         directory = self.files(namespace, trainjob)
-        if not (directory / TOKEN_FILE).exists():
-            directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        if not (directory / CA_CERT_FILE).exists():
             shutil.copyfile(self.ca_file, directory / CA_CERT_FILE)
+        if not (directory / TOKEN_FILE).exists():
             self.rotate_token(namespace, trainjob)
         return [
             {"name": ENV_URL, "value": self.url(namespace, trainjob)},

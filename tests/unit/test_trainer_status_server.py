@@ -142,6 +142,13 @@ def test_a_rotated_token_replaces_the_old_one_in_the_same_file(server):
     assert post(server, token=new)[0] == 200
 
 
+def test_a_token_rotated_before_the_first_pod_still_comes_with_the_ca(server):
+    token = server.rotate_token(NS, "early")
+    env = env_of(server, NS, "early")
+    assert Path(env[ENV_TOKEN]).read_text() == token
+    assert Path(env[ENV_CA_CERT]).read_bytes() == server.ca_file.read_bytes()
+
+
 def test_a_client_that_trusts_another_ca_cannot_connect(server, tmp_path):
     wrong = make_ca_file(tmp_path / "other-ca.crt")
     with pytest.raises(ssl.SSLCertVerificationError):
