@@ -183,9 +183,34 @@ def test_an_unknown_field_is_pruned_not_refused_when_asked_to_ignore_it():
     )
 
 
-def test_status_is_dropped_on_create_so_its_rules_do_not_run():
-    job = {**train_job(), "status": {"trainerStatus": {"progressPercentage": 5}}}
-    cv.validate_against_crd(job, TRAINJOB)  # has(self.lastUpdatedTime) would fail
+def test_status_is_dropped_on_create_so_its_schema_and_rules_do_not_apply():
+    status = {"trainerStatus": {"progressPercentage": -5}, "conditions": [{"type": "Created"}]}
+    cv.validate_against_crd({**train_job(), "status": status}, TRAINJOB)
+
+
+def test_an_unknown_field_in_status_is_still_refused_by_a_strict_decode():
+    job = {**train_job(), "status": {"progress": 5}}
+    problems = refusal(job, TRAINJOB).details["problems"]
+    assert problems == [{"path": "status.progress", "problem": 'unknown field "status.progress"'}]
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "words"),
+    [
+        ({"apiVersion": None}, "apiVersion", "Required value"),
+        ({"apiVersion": "trainer.kubeflow.org/v1"}, "apiVersion", 'supported values: "v1alpha1"'),
+        (
+            {"apiVersion": "kubeflow.org/v1alpha1"},
+            "apiVersion",
+            "serves group trainer.kubeflow.org",
+        ),
+        ({"kind": "PyTorchJob"}, "kind", 'supported values: "TrainJob"'),
+    ],
+)
+def test_an_object_of_another_kind_or_version_is_refused(change, path, words):
+    job = {**train_job(), **change}
+    problems = refusal(job, TRAINJOB).details["problems"]
+    assert problems[0]["path"] == path and words in problems[0]["problem"], problems
 
 
 def synthetic_crd(rules: list[dict[str, Any]], **props: Any) -> dict[str, Any]:
@@ -268,7 +293,7 @@ RULE_CASES = {
         widget(), ("spec.name", "spec.name: Required value: name it"),
     ),
     "a rule that fails to evaluate is a refusal, not a pass": (
-        [{"rule": "self.name == 'x'", "message": "m"}], widget(), ("spec", "evaluation error"),
+        [{"rule": "self.name == 'x'", "message": "m"}], widget(), ("spec", "evaluating rule: m"),
     ),
 }  # fmt: skip
 
