@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from skills.kube import crd_validation as cv
 from skills.shared.errors import ToolFailure
@@ -22,7 +23,17 @@ JOBSET = TRAINJOB_CRDS / "jobset.x-k8s.io_jobsets.v0.12.0.yaml.gz"
 PYTORCHJOB = (
     ROOT / "skills/training_job_deployer/targets/kubernetes/crds/kubeflow.org_pytorchjobs.v1.9.yaml"
 )
+RUNTIMES = TRAINJOB_CRDS / "trainer.kubeflow.org_clustertrainingruntimes.v2.3.0.yaml.gz"
 VENDORED = [*sorted(TRAINJOB_CRDS.glob("*.yaml.gz")), PYTORCHJOB]
+
+
+def torch_distributed(**ml_policy: Any) -> dict[str, Any]:
+    """Upstream's torch-distributed ClusterTrainingRuntime (v2.3.0, vendored), `mlPolicy`
+    extended by `ml_policy`."""
+    with open(TRAINJOB_CRDS / "torch_distributed.v2.3.0.yaml") as handle:
+        runtime = yaml.safe_load(handle)
+    runtime["spec"]["mlPolicy"].update(ml_policy)
+    return runtime
 
 
 def train_job(**spec: Any) -> dict[str, Any]:
@@ -74,6 +85,13 @@ def edited(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         node = node.setdefault(key, {})
     node[last] = value
     return out
+
+
+def test_upstreams_runtime_passes_its_crd_and_its_jobset_template_the_jobset_crd():
+    runtime = torch_distributed()
+    cv.validate_against_crd(runtime, RUNTIMES)
+    jobset = {**job_set(), "spec": runtime["spec"]["template"]["spec"]}
+    cv.validate_against_crd(jobset, JOBSET)
 
 
 def test_a_valid_trainjob_passes_and_is_not_changed():
@@ -138,6 +156,17 @@ REFUSED = {
         JOBSET,
         edited(job_set(), "spec.replicatedJobs", [{"name": "a", "template": {}}] * 2),
         "spec.replicatedJobs[1]", "Duplicate value",
+    ),
+    "a runtime with two ML policies is refused with upstream's message": (
+        RUNTIMES, torch_distributed(mpi={}),
+        "spec.mlPolicy", "Only one of the policy can be configured",
+    ),
+    "a runtime injecting PET env into other containers may not name the node container": (
+        RUNTIMES,
+        torch_distributed(torch={"envInjection": {"targets": [
+            {"jobName": "node", "containerNames": ["sidecar", "node"]}]}}),
+        "spec.mlPolicy.torch.envInjection.targets[0].containerNames",
+        "containerNames must not include the main node container",
     ),
     "an unknown field is refused as kubectl's strict field validation refuses it": (
         TRAINJOB, train_job(trainers={"numNodes": 2}),
