@@ -340,6 +340,42 @@ def test_cel_rules_behave_as_on_the_api_server(case):
     assert words in problems[0]["problem"]
 
 
+SCHEMA_PROPS = {
+    "count": {
+        "x-kubernetes-int-or-string": True,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+    },
+    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+    "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
+    "mode": {"type": "string", "nullable": True},
+}
+SCHEMA_CASES = {
+    "an int-or-string takes an integer": (widget(count=4), None),
+    "an int-or-string takes a string": (widget(count="50%"), None),
+    "an int-or-string refuses a boolean": (widget(count=True), ("spec.count", "integer or string")),
+    "a field that preserves unknown fields keeps any content": (widget(free={"a": {"b": 1}}), None),
+    "a set refuses a repeated item": (widget(tags=["x", "x"]), ("spec.tags[1]", "Duplicate value")),
+    "a map value is checked against additionalProperties": (
+        widget(labels={"k": "long"}), ("spec.labels[k]", "Too long: may not be more than 3 bytes"),
+    ),
+    "a null of a nullable field is kept and passes": (widget(mode=None), None),
+    "a null of a non-nullable field is dropped as the server drops it": (widget(name=None), None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SCHEMA_CASES)
+def test_schema_keywords_behave_as_on_the_api_server(case):
+    obj, expected = SCHEMA_CASES[case]
+    crd = synthetic_crd([], **SCHEMA_PROPS)
+    if expected is None:
+        cv.validate_against_crd(obj, crd)
+        return
+    path, words = expected
+    problems = refusal(obj, crd).details["problems"]
+    assert problems[0]["path"] == path and words in problems[0]["problem"], problems
+
+
 def test_a_rule_that_does_not_compile_is_refused_when_the_crd_loads():
     with pytest.raises(ToolFailure, match="does not compile"):
         cv.crd_validator(synthetic_crd([{"rule": "self.replicas >", "message": "m"}]))

@@ -31,7 +31,7 @@ def render(settings: dict | None = None, **job) -> dict:
     return pm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, pm.HF_SECRET)
 
 
-def container(manifest: dict, kind: str = None) -> dict:
+def container(manifest: dict, kind: str | None = None) -> dict:
     replicas = manifest["spec"]["pytorchReplicaSpecs"]
     return replicas[kind or next(iter(replicas))]["template"]["spec"]["containers"][0]
 
