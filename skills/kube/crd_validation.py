@@ -326,7 +326,8 @@ class _Walk:
         if not self._type_ok(value, schema, path):
             return value
         self._value_checks(value, schema, path)
-        rules = self.validator._rules.get(id(schema))
+        # No rule runs on a null (validation.go: `obj == nil` returns early).
+        rules = None if value is None else self.validator._rules.get(id(schema))
         slot = len(self.pending)
         if rules:
             self.pending.append((rules, None, path, schema))  # filled below: rules run top-down

@@ -376,6 +376,12 @@ def test_schema_keywords_behave_as_on_the_api_server(case):
     assert problems[0]["path"] == path and words in problems[0]["problem"], problems
 
 
+def test_no_rule_runs_on_a_null_as_the_api_server_skips_it():
+    crd = synthetic_crd([{"rule": "self.name == 'x'", "message": "m"}])
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["nullable"] = True
+    cv.validate_against_crd({**widget(), "spec": None}, crd)
+
+
 def test_a_rule_that_does_not_compile_is_refused_when_the_crd_loads():
     with pytest.raises(ToolFailure, match="does not compile"):
         cv.crd_validator(synthetic_crd([{"rule": "self.replicas >", "message": "m"}]))
