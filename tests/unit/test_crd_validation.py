@@ -152,6 +152,12 @@ REFUSED = {
         ),
         "spec", "StartupPolicy and DependsOn APIs are mutually exclusive",
     ),
+    "a JobSet volume claim template with a namespace is refused with upstream's message": (
+        JOBSET,
+        job_set(volumeClaimPolicies=[
+            {"templates": [{"metadata": {"name": "ckpt", "namespace": "x"}}]}]),
+        "spec.volumeClaimPolicies[0]", "namespace cannot be set for VolumeClaimPolicies templates",
+    ),
     "two JobSet replicated jobs of one name break the list-map key": (
         JOBSET,
         edited(job_set(), "spec.replicatedJobs", [{"name": "a", "template": {}}] * 2),
