@@ -88,9 +88,9 @@ NOT_CHECKED = (
 DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS1123_SUBDOMAIN = rf"{DNS1123_LABEL}(\.{DNS1123_LABEL})*"
 QUALIFIED_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_SUBDOMAIN = re.compile(rf"^{DNS1123_SUBDOMAIN}$")
-_LABEL = re.compile(rf"^{DNS1123_LABEL}$")
-_QUALIFIED = re.compile(rf"^{QUALIFIED_NAME}$")
+_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN)  # fullmatch: `$` would let a final newline in
+_LABEL = re.compile(DNS1123_LABEL)
+_QUALIFIED = re.compile(QUALIFIED_NAME)
 TOTAL_ANNOTATION_BYTES = 256 * 1024
 _FIELD_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\['([^']*)'\]|\[(\d+)\]")
 
@@ -518,12 +518,16 @@ def _object_meta_problems(meta: Any, namespaced: bool) -> list[Problem]:
     namespace = meta.get("namespace")
     if namespace and not namespaced:
         problems.append(Problem("metadata.namespace", FORBIDDEN, "not allowed on this type"))
-    elif namespace and not (_LABEL.match(str(namespace)) and len(str(namespace)) <= 63):
+    elif namespace and not (_LABEL.fullmatch(str(namespace)) and len(str(namespace)) <= 63):
         detail = _DNS_LABEL_DETAIL
         problems.append(Problem("metadata.namespace", INVALID, detail, namespace, True))
     for key, value in (meta.get("labels") or {}).items():
         problems.extend(_qualified_name_problems("metadata.labels", str(key)))
-        if not isinstance(value, str) or len(value) > 63 or (value and not _QUALIFIED.match(value)):
+        if (
+            not isinstance(value, str)
+            or len(value) > 63
+            or (value and not _QUALIFIED.fullmatch(value))
+        ):
             problems.append(Problem("metadata.labels", INVALID, _LABEL_VALUE_DETAIL, value, True))
     annotations = meta.get("annotations") or {}
     for key in annotations:
@@ -555,15 +559,15 @@ def _subdomain_problems(path: str, name: str) -> list[Problem]:
     problems = []
     if len(name) > 253:
         problems.append(Problem(path, INVALID, "must be no more than 253 characters", name, True))
-    if not _SUBDOMAIN.match(name):
+    if not _SUBDOMAIN.fullmatch(name):
         problems.append(Problem(path, INVALID, _SUBDOMAIN_DETAIL, name, True))
     return problems
 
 
 def _qualified_name_problems(path: str, key: str) -> list[Problem]:
     prefix, slash, name = key.rpartition("/")
-    bad = (slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix))) or (
-        not name or len(name) > 63 or not _QUALIFIED.match(name)
+    bad = (slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix))) or (
+        not name or len(name) > 63 or not _QUALIFIED.fullmatch(name)
     )
     if not bad:
         return []
@@ -608,11 +612,9 @@ def _program(env: Any, source: str, where: str) -> tuple[Any, Any]:
 
 
 def _identifiers(ast: Any) -> set[str]:
-    """The identifiers an expression reads (from the parse tree, so not words in strings)."""
-    from lark import Token  # noqa: PLC0415  (celpy's parser)
-
-    found = ast.scan_values(lambda t: isinstance(t, Token) and t.type == "IDENT")
-    return {str(token) for token in found}
+    """The variables an expression reads: `ident` nodes of the parse tree (not words in
+    strings, not field names after a dot)."""
+    return {str(token) for node in ast.find_data("ident") for token in node.children}
 
 
 @cache

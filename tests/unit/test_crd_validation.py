@@ -256,6 +256,7 @@ def synthetic_crd(rules: list[dict[str, Any]], **props: Any) -> dict[str, Any]:
             "replicas": {"type": "integer", "default": 1},
             "name": {"type": "string"},
             "ratio": {"type": "number"},
+            "oldSelf": {"type": "string"},
             **props,
         },
         "x-kubernetes-validations": rules,
@@ -298,6 +299,10 @@ RULE_CASES = {
     "a rule that only mentions oldSelf in a string still runs": (
         [{"rule": "self.name != 'oldSelf'", "message": "no"}],
         widget(name="oldSelf"), ("spec", "no"),
+    ),
+    "a field named oldSelf does not make a rule a transition rule": (
+        [{"rule": "self.oldSelf == 'x'", "message": "not x"}],
+        widget(oldSelf="y"), ("spec", "not x"),
     ),
     "a rule sees the default of an absent field": (
         [{"rule": "self.replicas >= 2", "message": "two at least"}],
@@ -367,6 +372,9 @@ SCHEMA_CASES = {
     ),
     "a null of a nullable field is kept and passes": (widget(mode=None), None),
     "a null of a non-nullable field is dropped as the server drops it": (widget(name=None), None),
+    "a name with a final newline is not a DNS subdomain": (
+        {**widget(), "metadata": {"name": "w\n"}}, ("metadata.name", "RFC 1123 subdomain"),
+    ),
 }  # fmt: skip
 
 
