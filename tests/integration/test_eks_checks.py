@@ -119,7 +119,7 @@ def _plugin_not_ready(kube):
             "training_operator",
             "failed",
             "no Deployment training-operator in any namespace",
-            "v1.9.2",
+            "v1.9.4",
             "training_operator",
         ),
         (

@@ -91,7 +91,7 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
                     "containers": [
                         {
                             "name": "training-operator",
-                            "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8",
+                            "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489",
                         }
                     ]
                 }
