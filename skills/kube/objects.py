@@ -45,8 +45,11 @@ KINDS: dict[str, tuple[str, str, bool]] = {
         False,
     ),
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
-    "ClusterTrainingRuntime": ("/apis/trainer.kubeflow.org/v1alpha1", "clustertrainingruntimes",
-                               False),  # fmt: skip
+    "ClusterTrainingRuntime": (
+        "/apis/trainer.kubeflow.org/v1alpha1",
+        "clustertrainingruntimes",
+        False,
+    ),  # fmt: skip
 }
 
 

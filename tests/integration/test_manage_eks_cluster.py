@@ -231,8 +231,10 @@ def test_create_config_reads_the_zones_from_ec2_never_a_guessed_a(moto_server):
 
 
 def test_auto_fix_plans_then_applies_then_revalidates(kube):
-    for key in (seed.NVIDIA_DS, seed.OPERATOR, seed.CRD):
+    # A cluster with the Training Operator (its CRD, no longer serving v1) keeps it.
+    for key in (seed.NVIDIA_DS, seed.OPERATOR):
         del kube.emulator.objects[key]
+    kube.emulator.objects[seed.CRD]["spec"]["versions"][0]["served"] = False
     kube.emulator.objects["v1/nodes", None, "gpu-1"] = seed.node("gpu-1", "p4d.24xlarge", gpus=0)
     common = {"kubeconfig": str(kube.kubeconfig)}
     planned = manage_eks_cluster(action="auto_fix", **common)
