@@ -75,8 +75,9 @@ COMPONENTS: tuple[Component, ...] = (
         "ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0",
         TRAINER_NAMESPACE,
     ),
-    Component("jobset", "JobSet", "v0.12.0", "registry.k8s.io/jobset/jobset:v0.12.0",
-              TRAINER_NAMESPACE),  # fmt: skip
+    Component(
+        "jobset", "JobSet", "v0.12.0", "registry.k8s.io/jobset/jobset:v0.12.0", TRAINER_NAMESPACE
+    ),
     Component(
         "kubeflow_trainer_runtimes",
         "Kubeflow Trainer runtimes",
