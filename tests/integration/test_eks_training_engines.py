@@ -98,6 +98,9 @@ def test_with_neither_engine_validate_names_auto_fix_and_it_installs_trainer_v2_
     seed.play_controllers(bare)
     report = _call(bare, action="validate")
     assert {c.name: c.status for c in report.checks if c.status != "ok"} == {}
+    # version, nodes, pods, DaemonSets, Deployments, the PyTorchJob CRD; Trainer's and
+    # JobSet's discovery, the webhook's EndpointSlices, the runtime
+    assert report.api_calls == 10
     assert "TrainJob (Kubeflow Trainer v2): installed, healthy" in _checks(report)[
         "training_engine"].evidence  # fmt: skip
     again = _call(bare, action="auto_fix")
@@ -203,3 +206,20 @@ def test_each_trainer_check_fails_on_its_own_breakage(
                for e in engine.evidence)  # fmt: skip
     plan = _call(bare, action="auto_fix").plan
     assert {p.component for p in plan} == ({component} if component else set())
+
+
+def test_a_cluster_with_both_engines_checks_both_and_adds_nothing(kube_api):
+    kube_api.reset()
+    seed.seed_healthy(kube_api)
+    _without_v1(kube_api)
+    _install_v2(kube_api)
+    seed.seed_healthy(kube_api)  # the Training Operator back beside Trainer v2
+    kube_api.emulator.resources[PYTORCHJOB] = {"kind": "PyTorchJob", "namespaced": True}
+    report = _call(kube_api, action="validate")
+    checks = _checks(report)
+    assert V2_CHECKS | {"training_operator", "pytorchjob_crd"} <= checks.keys()
+    assert checks["training_engine"].evidence == [
+        "PyTorchJob (Training Operator v1): installed, healthy",
+        "TrainJob (Kubeflow Trainer v2): installed, healthy",
+    ]
+    assert _call(kube_api, action="auto_fix").plan == []
