@@ -56,12 +56,11 @@ def trainjob_installed(s: Snapshot) -> bool:
 
 
 def _ready(d: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a Deployment's replicas are all ready, and the evidence line saying so."""
     want = (d.get("spec") or {}).get("replicas", 1)
     ready = (d.get("status") or {}).get("readyReplicas", 0)
-    meta = d["metadata"]
-    return ready >= max(
-        want, 1
-    ), f"{meta.get('namespace', '')}/{meta['name']}: {ready}/{want} ready"
+    line = f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}: {ready}/{want} ready"
+    return ready >= max(want, 1), line
 
 
 def check_trainer_crds(s: Snapshot) -> Check:
@@ -143,7 +142,7 @@ def check_trainer_webhook(s: Snapshot) -> Check:
             *evidence,
             "the API server refuses TrainJobs and runtimes while its "
             "webhooks (failurePolicy Fail) cannot be reached",
-        ],  # fmt: skip
+        ],
         fix=f"`kubectl -n {namespace} get endpointslices -l "
         f"{SERVICE_NAME_LABEL}={TRAINER_CONTROLLER}`: the controller's pod must be Ready "
         f"(`kubectl -n {namespace} get pods`); its readiness waits for the webhook certificate.",
