@@ -42,7 +42,7 @@ def bare(kube_api):
 
 
 def _call(kube, **kw):
-    return manage_eks_cluster(kubeconfig=str(kube.kubeconfig), **kw)
+    return manage_eks_cluster(**{"kubeconfig": str(kube.kubeconfig), **kw})
 
 
 def _checks(report):
