@@ -308,7 +308,7 @@ def test_long_job_names_are_refused_before_the_cluster_does():
 
 
 def webhook_problems(job: dict) -> list[str]:
-    """The Training Operator v1.9.2 admission webhook's rules, transcribed from
+    """The Training Operator v1.9.2 admission webhook's rules (unchanged at v1.9.4), from
     pkg/webhooks/pytorch/pytorchjob_webhook.go (validatePyTorchJob, validateSpec,
     validatePyTorchReplicaSpecs): what a real cluster refuses though the CRD allows it."""
     import re
