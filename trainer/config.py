@@ -106,6 +106,14 @@ class ModelConfig:
         return self.dim // self.n_heads
 
     @property
+    def attention_dim(self) -> int:
+        """The queries' width, n_heads x head_dim, which attention's score and value
+        matmuls scale with: not `dim` where a family sets its own head_dim (Qwen3's
+        0.6B: 16 x 128 = 2048 against dim 1024; Gemma 2's 2B: 8 x 256 against 2304)."""
+        head_dim = (self.hf_config or {}).get("head_dim") or self.head_dim
+        return self.n_heads * head_dim
+
+    @property
     def hidden_dim(self) -> int:
         if self.ffn_hidden_dim is not None:
             return self.ffn_hidden_dim

@@ -596,7 +596,7 @@ class TrainLoop:
         self.flops_per_token = perf.flops_per_token(
             perf.matmul_params(self.params, m.vocab_size, m.dim, m.tie_word_embeddings),
             m.n_layers,
-            m.dim,
+            m.attention_dim,
             cfg.data.seq_len,
         )
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else None

@@ -113,11 +113,36 @@ def test_specific_names_win_and_unknown_devices_have_no_peak():
 
 
 def test_mfu_is_achieved_over_peak_flops():
-    per_token = metrics.flops_per_token(n_matmul_params=800, n_layers=2, dim=8, seq_len=16)
+    per_token = metrics.flops_per_token(800, n_layers=2, attention_dim=8, seq_len=16)
     assert per_token == 6 * 800 + 12 * 2 * 8 * 16
     assert metrics.mfu(tokens_per_s_per_device=1e6, flops_per_tok=per_token, peak=1e12) == (
         pytest.approx(1e6 * per_token / 1e12)
     )
+
+
+# Real shapes of each family's config.json, and the queries' width counted by hand.
+ATTENTION_WIDTHS = [
+    ({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}, 32 * 128),
+    ({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16,
+      "head_dim": 128}, 16 * 128),  # Qwen3-0.6B: not its hidden size 1024
+    ({"model_type": "qwen3", "hidden_size": 4096, "num_attention_heads": 32,
+      "head_dim": 128}, 32 * 128),  # Qwen3-8B
+    ({"model_type": "gemma2", "hidden_size": 2304, "num_attention_heads": 8,
+      "head_dim": 256}, 8 * 256),  # Gemma 2 2B: not 2304
+    ({"model_type": "gpt2", "n_embd": 768, "n_head": 12}, 12 * 64),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "width"), ATTENTION_WIDTHS)
+def test_attention_flops_count_the_queries_width_of_every_family(shape, width):
+    from trainer.hf_config import model_config_from_hf
+
+    hf = {**shape, "num_hidden_layers": 2, "intermediate_size": 64, "vocab_size": 97,
+          "num_key_value_heads": 2, "tie_word_embeddings": False}  # fmt: skip
+    cfg = model_config_from_hf(hf)
+    assert cfg.attention_dim == width
+    attention = metrics.flops_per_token(0, cfg.n_layers, cfg.attention_dim, seq_len=4096)
+    assert attention == 12 * 2 * width * 4096
 
 
 # Inductor, loaded in this process, uses torch.jit.script_method (torch's own, not ours).
