@@ -25,9 +25,11 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -237,3 +239,19 @@ def apply_fsdp(
     )
     sum_gradients(model)
     return model
+
+
+def training_groups(model: nn.Module) -> list[dist.ProcessGroup]:
+    """Every process group a training step's collectives run on: the default group
+    (the agreement, the norm's full_tensor) and each dimension's group of the mesh the
+    model is sharded over (FSDP's all-gathers and reduce-scatters; under HSDP the
+    shard group of a node and the replicate group across nodes, groups of their own)."""
+    groups = [dist.group.WORLD]
+    sharded = next((p for p in model.parameters() if isinstance(p, DTensor)), None)
+    if sharded is not None:
+        groups += sharded.device_mesh.get_all_groups()
+    unique: list[dist.ProcessGroup] = []
+    for group in groups:
+        if group is not None and all(group is not seen for seen in unique):
+            unique.append(group)
+    return unique

@@ -83,6 +83,7 @@ from trainer.parallel import (
     build_mesh,
     reshard_after_forward,
     resolve_strategy,
+    training_groups,
 )
 from trainer.rank_times import RankTimes
 from trainer.stream import Batches, StreamBatches
@@ -651,7 +652,7 @@ class TrainLoop:
             if step == p.first_step:
                 # Compile, the first all-gathers and HF reads are behind us: a collective
                 # that waits longer than this now is a hang (the flight recorder dumps).
-                shorten_timeout()
+                shorten_timeout(training_groups(self.model))
             self.after_step(step, agreed, p)
             self.finalize_checkpoint(agreed)
             if self.on_checkpoint(step, agreed, p):

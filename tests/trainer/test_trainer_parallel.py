@@ -231,3 +231,46 @@ def test_tied_embeddings_stay_with_the_root():
     units = fsdp_units(model)
     assert [modules for modules, _ in units] == [[block] for block in model.layers]
     assert [reshard for _, reshard in units] == [True, False]
+
+
+def _short_timeout_rank(rank: int, store_path: str, waited: str) -> None:
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from trainer.distributed import shorten_timeout
+    from trainer.parallel import apply_fsdp, build_mesh, training_groups
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 4), rank=rank, world_size=4)
+    try:
+        # HSDP, 2 nodes of 2: neither dimension spans the world (a group that did would
+        # be the default group itself).
+        mesh = build_mesh("cpu", "hybrid", 4, 2)
+        model = apply_fsdp(Transformer(CFG), mesh, MixedPrecisionPolicy(), True)
+        groups = training_groups(model)
+        replicate = mesh.get_group("dp_replicate")
+        assert dist.group.WORLD in groups and replicate in groups
+        assert mesh.get_group("dp_shard") in groups
+        shorten_timeout(groups, timedelta(seconds=1))
+        if rank != 0:  # rank 2, rank 0's replica peer, hangs: never joins its all-reduce
+            time.sleep(6)
+            return
+        start = time.monotonic()
+        with pytest.raises(RuntimeError):
+            dist.all_reduce(torch.ones(1), group=replicate)
+        with open(waited, "w") as f:
+            f.write(str(time.monotonic() - start))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_shortened_timeout_reaches_the_hsdp_groups(tmp_path):
+    """After the first step a hang must fail within TRAIN_TIMEOUT on every group a step
+    uses: HSDP's replicate group kept the first timeout (10 minutes) before."""
+    from tests.trainer.conftest import spawn
+
+    waited = tmp_path / "waited"
+    spawn(_short_timeout_rank, (str(tmp_path / "store"), str(waited)), 4)
+    assert float(waited.read_text()) < 5
