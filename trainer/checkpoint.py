@@ -84,6 +84,45 @@ class StagingPlan:
     writer: AsyncCheckpointerType
 
 
+def current_stream() -> Any:
+    """The calling thread's stream on the accelerator (the loop's: where the optimizer
+    step was queued), or None without one."""
+    return torch.accelerator.current_stream() if torch.accelerator.is_available() else None
+
+
+def fence_staging(staging: Any, compute: Any) -> str:
+    """Order an async save's copies after the work queued on the `compute` stream so
+    far: the optimizer step that wrote the parameters and Adam moments being saved.
+    DCP's DefaultStager copies on a stream of its own that never waits for the compute
+    stream, so a copy could read them while the fused AdamW was still writing them.
+    Returns how the order is kept: "stream" (the staging stream waits on the compute
+    stream, on the device: the host goes on), "host" (no staging stream to order: the
+    host waits for the compute stream), "none" (no device: CPU tensors are written by
+    the time the optimizer's step returns)."""
+    if compute is None:
+        return "none"
+    if staging is None:
+        compute.synchronize()
+        return "host"
+    staging.wait_stream(compute)
+    return "stream"
+
+
+class FencedStager(DefaultStager):
+    """DCP's DefaultStager (pinned and shared buffers reused across saves, a background
+    copy) whose copies start only after what the caller's stream holds when `stage` is
+    called (fence_staging)."""
+
+    def __init__(self, options: StagingOptions, compute: Callable[[], Any] = current_stream):
+        super().__init__(options)
+        self.compute = compute
+
+    def stage(self, state_dict: Any, **kwargs: Any) -> Any:
+        # DefaultStager keeps its stream private; a torch without it gets the host wait.
+        fence_staging(getattr(self, "_staging_stream", None), self.compute())
+        return super().stage(state_dict, **kwargs)
+
+
 def staging_plan(device_type: str) -> StagingPlan:
     """GPU: stage into pinned memory (fast, non-blocking device-to-host copies) that is
     also shared memory (the writer process reads it without a copy), in the background;
@@ -117,7 +156,7 @@ class Checkpointer:
         self.cfg = cfg
         self.plan = plan or staging_plan("cpu")
         # One stager for the run: its pinned buffers are reused by every save.
-        self.stager = DefaultStager(self.plan.options) if self.plan.options else None
+        self.stager = FencedStager(self.plan.options) if self.plan.options else None
         # Uploads each rank's files of an async save after the write, off the loop.
         self.uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
         self.rank = rank
