@@ -168,10 +168,11 @@ def apply_compile(model: nn.Module) -> None:
         block.compile(fullgraph=isinstance(block, TransformerBlock))
 
 
-def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
+def offload_policy(cpu_offload: bool, pin_memory: bool = True) -> CPUOffloadPolicy | None:
     # Sharded params, grads and optimizer state live in host memory and the optimizer
-    # step runs on CPU; FSDP copies each block's shard to the GPU just in time.
-    return CPUOffloadPolicy() if cpu_offload else None
+    # step runs on CPU; FSDP copies each block's shard to the GPU just in time. Pinned
+    # memory needs CUDA: a CPU run takes the same path without it.
+    return CPUOffloadPolicy(pin_memory=pin_memory) if cpu_offload else None
 
 
 def _ends(model: nn.Module) -> tuple[nn.Module, nn.Module | None, nn.Module]:
@@ -221,7 +222,8 @@ def apply_fsdp(
 ) -> nn.Module:
     """Shard `model` in place (embedding, per block, [norm, lm_head], then the root),
     with gradients summed over ranks, and return it."""
-    extra = {"offload_policy": offload_policy(cpu_offload)} if cpu_offload else {}
+    policy = offload_policy(cpu_offload, pin_memory=mesh.device_type == "cuda")
+    extra = {"offload_policy": policy} if cpu_offload else {}
     for modules, reshard in fsdp_units(model):
         fully_shard(
             modules if len(modules) > 1 else modules[0],

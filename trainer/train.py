@@ -116,8 +116,8 @@ class NonFiniteLossError(RuntimeError):
 def train(
     cfg: TrainConfig, env: DistEnv, emit: Emit, stop: StopRequest | None = None
 ) -> dict[str, Any]:
-    device, backend = setup_device(env)
-    if backend == "nccl":  # before the process group exists, which reads them
+    device, backend = setup_device(env, cfg.parallel.cpu_offload)
+    if "nccl" in backend:  # before the process group exists, which reads them
         os.environ.update(devices.flight_recorder_env(trace_dir(cfg), dict(os.environ)))
     init_distributed(backend, device, env)
     try:
@@ -158,10 +158,10 @@ def _train(
 # --- setup ------------------------------------------------------------------------------
 
 
-def setup_device(env: DistEnv) -> tuple[torch.device, str]:
+def setup_device(env: DistEnv, cpu_offload: bool = False) -> tuple[torch.device, str]:
     """This rank's device and process-group backend; CPU threads shared among ranks."""
     cuda = torch.cuda.is_available()
-    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank)
+    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank, cpu_offload)
     try:
         device = devices.device_for(
             device_type, env.local_rank, torch.cuda.device_count() if cuda else None
@@ -403,7 +403,7 @@ def build_optimizer(
         ],
         lr=cfg.optim.learning_rate,
         betas=(0.9, 0.95),
-        **devices.optimizer_flags(device_type),
+        **devices.optimizer_flags(device_type, cfg.parallel.cpu_offload),
     )
 
 

@@ -80,6 +80,9 @@ def test_compile_wraps_each_block_and_keeps_names():
 def test_cpu_offload_policy_is_chosen_only_when_asked():
     assert isinstance(offload_policy(True), CPUOffloadPolicy)
     assert offload_policy(False) is None
+    # Pinned host memory where a GPU copies from it; a CPU run cannot pin (no CUDA).
+    assert offload_policy(True).pin_memory
+    assert not offload_policy(True, pin_memory=False).pin_memory
 
 
 def test_llama3_rope_scaling_keeps_high_and_divides_low_frequencies():

@@ -97,12 +97,13 @@ def test_the_rules_the_tools_run_import_no_torch():
     assert done.stdout.split() == ["False", "False"]
 
 
-def test_cpu_offload_on_a_host_without_gpus_is_refused_where_the_plan_knows_it(
+def test_cpu_offload_on_a_host_without_gpus_is_planned_it_runs_the_offload_path_on_cpu(
     tmp_path, monkeypatch
 ):
+    # The trainer runs it (gloo for the CPU-side tensors, the CPU optimizer: what a GPU
+    # run does with them), so a CPU host can train and test it; it saves no memory there.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # this host's GPUs: none visible
-    said = _refusal("local", tmp_path, cpu_offload=True)
-    assert said is not None and "cpu_offload moves GPU memory to the host" in said
+    assert _refusal("local", tmp_path, cpu_offload=True) is None
     assert _refusal("kubernetes", tmp_path, cpu_offload=True) is None  # the nodes' GPUs
 
 
