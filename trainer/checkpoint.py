@@ -43,6 +43,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType, AsyncSaveResponse
+from torch.distributed.tensor import DTensor
+from torch.utils._pytree import tree_leaves
 
 from trainer import storage
 from trainer.checkpoint_layout import (
@@ -58,6 +60,7 @@ from trainer.checkpoint_layout import (
     verify_checkpoint,
 )
 from trainer.config import CheckpointConfig, ConfigError
+from trainer.host_memory import available_bytes, shm_free_bytes
 
 
 class CheckpointReadError(RuntimeError):
@@ -123,20 +126,68 @@ class FencedStager(DefaultStager):
         return super().stage(state_dict, **kwargs)
 
 
-def staging_plan(device_type: str) -> StagingPlan:
-    """GPU: stage into pinned memory (fast, non-blocking device-to-host copies) that is
-    also shared memory (the writer process reads it without a copy), in the background;
-    a writer process serialises and writes. CPU: the state already is host memory; a
-    thread writes (pinned memory needs CUDA)."""
-    if device_type == "cuda":
+def staging_plan(mode: str) -> StagingPlan:
+    """The staging of a mode choose_staging picked. "shared": pinned memory (fast,
+    non-blocking device-to-host copies) that is also shared memory in /dev/shm (the
+    writer process reads it without a copy), copied in the background; a writer process
+    serialises and writes. "pinned": the same copy into pinned memory outside /dev/shm,
+    written by a thread (a process would need it shared). "host" (CPU): the state
+    already is host memory; a thread writes (pinned memory needs CUDA)."""
+    if mode in ("shared", "pinned"):
         options = StagingOptions(
             use_pinned_memory=True,
-            use_shared_memory=True,
+            use_shared_memory=mode == "shared",
             use_async_staging=True,
             use_non_blocking_copy=True,
         )
-        return StagingPlan(options, AsyncCheckpointerType.PROCESS)
+        writer = AsyncCheckpointerType.PROCESS if mode == "shared" else AsyncCheckpointerType.THREAD
+        return StagingPlan(options, writer)
     return StagingPlan(None, AsyncCheckpointerType.THREAD)
+
+
+# Least to most demanding of the node: ranks that chose differently take the first.
+STAGING_MODES = ("refused", "off", "host", "pinned", "shared")
+
+
+def choose_staging(
+    device_type: str, async_save: bool | None, need: int, shm_free: int, host_free: int
+) -> tuple[str, str]:
+    """(mode, why) for a run's async saves. `need`: the bytes one save stages on this
+    node (every local rank's parameters and Adam moments); `shm_free`, `host_free`: the
+    node's free /dev/shm and available memory. async_save None (the default) is on for
+    a GPU when the node holds the copy, off on CPU (its saves are quick). "refused": asked
+    for, and the node cannot hold it."""
+    if async_save is False:
+        return "off", "async_save false"
+    if device_type != "cuda":
+        if async_save:
+            return "host", "the state is host memory already"
+        return "off", "CPU: synchronous saves unless async_save is true"
+    sizes = f"{_gib(need)} GiB staged per node; /dev/shm has {_gib(shm_free)} GiB free"
+    if need <= shm_free:
+        return "shared", sizes
+    sizes += f", the host {_gib(host_free)} GiB available"
+    if need <= host_free:
+        return "pinned", f"{sizes}: pinned memory outside /dev/shm, a writer thread"
+    if async_save:
+        return "refused", sizes
+    return "off", f"{sizes}: synchronous saves"
+
+
+def _gib(size: int) -> float:
+    return round(size / 2**30, 1)
+
+
+def state_bytes(state: Any) -> int:
+    """Bytes of this rank's tensors in `state` (its shards of the sharded ones): what a
+    save stages."""
+    total = 0
+    for leaf in tree_leaves(state):
+        if isinstance(leaf, DTensor):
+            leaf = leaf.to_local()
+        if isinstance(leaf, torch.Tensor):
+            total += leaf.numel() * leaf.element_size()
+    return total
 
 
 class Checkpointer:
@@ -152,11 +203,16 @@ class Checkpointer:
         tokenizer_files: list[Path],
         staging_root: Path,
         plan: StagingPlan | None = None,
+        device_type: str = "cpu",
+        local_world_size: int = 1,
     ) -> None:
         self.cfg = cfg
-        self.plan = plan or staging_plan("cpu")
+        # None: chosen at the first save, when the state's size is known (choose_staging).
+        self.plan = plan
+        self.device_type, self.local_world_size = device_type, local_world_size
+        self.async_save = bool(cfg.async_save) if plan is not None else False
         # One stager for the run: its pinned buffers are reused by every save.
-        self.stager = FencedStager(self.plan.options) if self.plan.options else None
+        self.stager: FencedStager | None = None
         # Uploads each rank's files of an async save after the write, off the loop.
         self.uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
         self.rank = rank
@@ -268,13 +324,16 @@ class Checkpointer:
             shutil.rmtree(path)  # a leftover of an interrupted attempt at this step
         self.damaged.discard(path)  # a damaged one it replaces
         dist.barrier(group=self.group)
-        use_async = self.cfg.async_save and not force_sync
+        plan = self.plan or self._choose_plan(state)
+        use_async = self.async_save and not force_sync
         if use_async:
+            if self.stager is None and plan.options is not None:
+                self.stager = FencedStager(plan.options)
             response = dcp.async_save(
                 state,
                 checkpoint_id=str(path),
                 process_group=self.group,
-                async_checkpointer_type=self.plan.writer,
+                async_checkpointer_type=plan.writer,
                 async_stager=self.stager,
             )
             staged = None
@@ -292,6 +351,26 @@ class Checkpointer:
         if not use_async:
             self.finalize(wait=True)
         return blocked
+
+    def _choose_plan(self, state: dict[str, Any]) -> StagingPlan:
+        """How async saves stage, decided at the first save (choose_staging) and the same
+        on every rank: the least demanding any rank chose (one collective)."""
+        need = state_bytes(state) * self.local_world_size
+        mode, why = choose_staging(
+            self.device_type, self.cfg.async_save, need, shm_free_bytes(), available_bytes()
+        )
+        chosen: list[tuple[str, str]] = [("", "")] * dist.get_world_size(self.group)
+        dist.all_gather_object(chosen, (mode, why), group=self.group)
+        mode, why = min(chosen, key=lambda c: STAGING_MODES.index(c[0]))
+        if mode == "refused":
+            raise ConfigError(
+                f"async_save needs host memory for its staged copy: {why}; set async_save "
+                "false, or give the node more /dev/shm (a pod's shm_size_gib) or memory"
+            )
+        self.emit("checkpoint_staging", mode=mode, why=why, staged_gib_per_node=_gib(need))
+        self.async_save = mode != "off"
+        self.plan = staging_plan(mode)
+        return self.plan
 
     def wait_staged(self) -> None:
         """Wait until an async save's state is copied off the weights: call before the

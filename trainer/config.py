@@ -185,7 +185,10 @@ class CheckpointConfig:
     # The last step and SIGTERM always save.
     checkpoint_freq: int = setting(100, "save every N steps (0 = end only)", ge=0)
     keep_last: int = setting(2, "complete checkpoints to keep (0 = all)", ge=0)
-    async_save: bool = setting(False, "write checkpoints while training goes on")
+    # None: on for a GPU when the node holds the staged copy (checkpoint.choose_staging).
+    async_save: bool | None = setting(
+        None, "write checkpoints while training goes on (default: on GPUs when it fits)"
+    )
     resume: bool = setting(True, "resume from the newest complete checkpoint")
 
 

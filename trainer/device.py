@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
+from trainer.backends import process_group_backend
+
 
 def choose_device_and_backend(
     cuda_available: bool, local_rank: int, cpu_offload: bool = False
@@ -22,15 +24,6 @@ def choose_device_and_backend(
         raise ValueError(f"local_rank must be >= 0, got {local_rank}")
     device_type = "cuda" if cuda_available else "cpu"
     return device_type, process_group_backend(device_type, cpu_offload)
-
-
-def process_group_backend(device_type: str, cpu_offload: bool) -> str:
-    """NCCL on GPUs, gloo on CPU. A GPU run with cpu_offload has collectives on CPU
-    tensors too (the gradient norm of CPU gradients), which NCCL cannot run: a gloo
-    backend for them beside NCCL, as torchtitan initialises it."""
-    if device_type != "cuda":
-        return "gloo"
-    return "cuda:nccl,cpu:gloo" if cpu_offload else "nccl"
 
 
 def device_for(device_type: str, local_rank: int, visible_gpus: int | None = None) -> torch.device:

@@ -44,7 +44,6 @@ from trainer.checkpoint import (
     Checkpointer,
     failure_summary,
     first_line,
-    staging_plan,
     staging_root,
 )
 from trainer.config import ConfigError, TrainConfig, device_problems
@@ -291,7 +290,7 @@ def build_checkpointer(
     staging = staging_root(cfg.output_dir, cfg.checkpoint.checkpoint_dir, env.local_rank)
     checkpointer = Checkpointer(
         cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging,
-        staging_plan(device_type),
+        device_type=device_type, local_world_size=env.local_world_size,
     )  # fmt: skip
     resume_from = checkpointer.find_resumable()
     if resume_from is not None:

@@ -76,18 +76,52 @@ def test_the_stager_fences_before_it_copies_and_stages_the_values_of_that_moment
         stager.close()
 
 
-def test_gpu_checkpoints_stage_into_pinned_shared_memory_for_a_writer_process():
+def test_each_staging_mode_copies_and_writes_as_its_memory_allows():
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
     from trainer.checkpoint import staging_plan
 
-    gpu = staging_plan("cuda")
-    assert gpu.writer == AsyncCheckpointerType.PROCESS
-    assert gpu.options is not None
-    assert gpu.options.use_pinned_memory and gpu.options.use_shared_memory
-    assert gpu.options.use_async_staging and gpu.options.use_non_blocking_copy
-    cpu = staging_plan("cpu")  # pinned memory needs CUDA; the state is host memory already
+    shared = staging_plan("shared")  # /dev/shm holds it: a writer process reads it there
+    assert shared.writer == AsyncCheckpointerType.PROCESS
+    assert shared.options is not None
+    assert shared.options.use_pinned_memory and shared.options.use_shared_memory
+    assert shared.options.use_async_staging and shared.options.use_non_blocking_copy
+    pinned = staging_plan("pinned")  # pinned host memory, not shared: a writer thread
+    assert pinned.writer == AsyncCheckpointerType.THREAD
+    assert pinned.options is not None
+    assert pinned.options.use_pinned_memory and not pinned.options.use_shared_memory
+    cpu = staging_plan("host")  # pinned memory needs CUDA; the state is host memory already
     assert cpu.options is None and cpu.writer == AsyncCheckpointerType.THREAD
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("device", "asked", "need", "shm", "host", "mode"),
+    [
+        # A GPU, async_save unset: on when the node holds the staged copy.
+        ("cuda", None, 90 * GIB, 160 * GIB, 1800 * GIB, "shared"),
+        # /dev/shm too small (the old 8 GiB per process): pinned memory outside it.
+        ("cuda", None, 90 * GIB, 64 * GIB, 1800 * GIB, "pinned"),
+        # Neither holds it: synchronous saves, said; asked for: refused with the numbers.
+        ("cuda", None, 90 * GIB, 64 * GIB, 80 * GIB, "off"),
+        ("cuda", True, 90 * GIB, 64 * GIB, 80 * GIB, "refused"),
+        ("cuda", False, 1 * GIB, 160 * GIB, 1800 * GIB, "off"),
+        # CPU: off unless asked for (its saves are a copy of host memory).
+        ("cpu", None, 1 * GIB, 160 * GIB, 1800 * GIB, "off"),
+        ("cpu", True, 1 * GIB, 0, 0, "host"),
+    ],
+)
+def test_async_saves_are_on_for_gpus_where_the_node_holds_the_staged_copy(
+    device, asked, need, shm, host, mode
+):
+    from trainer.checkpoint import choose_staging
+
+    chosen, why = choose_staging(device, asked, need, shm, host)
+    assert chosen == mode
+    if mode in ("pinned", "refused"):
+        assert "90.0 GiB staged per node; /dev/shm has 64.0 GiB free" in why
 
 
 def _process_writer(rank: int, store: str, root: str) -> None:
