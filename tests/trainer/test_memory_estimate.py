@@ -192,7 +192,7 @@ def test_an_async_save_stages_the_parameters_and_adam_moments_each_node_holds():
 @pytest.mark.parametrize(
     ("job", "gpus", "shm", "said"),
     [
-        ({}, True, 154, "on: 89.7 GiB staged per node in /dev/shm (pinned shared memory) of 154 GiB"),
+        ({}, True, 154, "on: 89.7 GiB staged per node in /dev/shm (pinned shared memory) of 154"),
         ({}, True, None, "each node needs /dev/shm of 89.7 GiB or more"),
         ({}, True, 64, "/dev/shm's 64 GiB cannot hold it, so it goes to pinned memory"),
         ({}, False, 64, "off (CPU: off unless asked)"),
