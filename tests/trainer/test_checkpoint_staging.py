@@ -248,3 +248,21 @@ def test_an_async_save_resumes_to_the_same_parameters_and_adam_moments(tmp_path)
     from tests.trainer.conftest import spawn
 
     spawn(_train_save_resume, (str(tmp_path / "store"), str(tmp_path / "ckpt")), 2)
+
+
+@pytest.mark.parametrize(("asked", "mode"), [([], "off"), (["--async_save", "true"], "host")])
+def test_a_run_says_how_its_saves_stage_once_at_its_first_save(
+    tmp_path, capsys, no_dist_env, asked, mode
+):
+    from tests.trainer.conftest import train_here
+
+    args = ["--max_steps", "2", "--checkpoint_freq", "1", "--validation_freq", "0",
+            "--checkpoint_dir", str(tmp_path / "ckpt"), *asked]  # fmt: skip
+    code, events = train_here(capsys, args)
+    assert code == 0, events[-1]
+    staging = [e for e in events if e["event"] == "checkpoint_staging"]
+    assert [e["mode"] for e in staging] == [mode]  # CPU: async only when asked
+    assert staging[0]["staged_gib_per_node"] >= 0
+    saved = [e for e in events if e["event"] == "checkpoint_saved"]
+    # The last save is synchronous whatever the mode: the process exits after it.
+    assert [e["async_save"] for e in saved] == [mode == "host", False]
