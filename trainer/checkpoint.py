@@ -5,11 +5,14 @@ after every rank reported its writes, so when rank 0's save has returned the dat
 all on disk and rank 0 writes the COMPLETE marker (checkpoint_layout.py). A resumed
 run loads the newest complete checkpoint; DCP reshards it to the current world size.
 
-With async_save the state is copied to host memory (staged) and written while training
+With async_save (by default on GPUs where the node holds the copy: choose_staging, at
+the first save) the state is copied to host memory (staged) and written while training
 goes on (staging_plan): on a GPU into pinned, shared memory by a background copy that
-overlaps the next forward and backward (the loop waits for it only before the
-optimizer changes the weights: `wait_staged()`), and written by a writer process, which
-holds no GIL the loop needs; on CPU the copy is synchronous and a thread writes. With
+starts after the optimizer step queued before it (FencedStager) and overlaps the next
+forward and backward (the loop waits for it only before the optimizer changes the
+weights: `wait_staged()`), and written by a writer process, which holds no GIL the loop
+needs (pinned memory and a writer thread where /dev/shm is too small); on CPU the copy
+is synchronous and a thread writes. With
 an s3:// checkpoint_dir each rank's upload of what it wrote follows in the background
 too. Finalizing (marker, pruning) happens at a step where every rank agrees the write
 (and upload) is done; the loop asks `pending_done()` and reduces the answers with the
