@@ -362,7 +362,7 @@ class Checkpointer:
         mode, why = choose_staging(
             self.device_type, self.cfg.async_save, need, shm_free_bytes(), available_bytes()
         )
-        chosen: list[tuple[str, str]] = [("", "")] * dist.get_world_size(self.group)
+        chosen: list[tuple[str, str]] = [("", "")] * dist.get_world_size()  # all ranks
         dist.all_gather_object(chosen, (mode, why), group=self.group)
         mode, why = min(chosen, key=lambda c: STAGING_MODES.index(c[0]))
         if mode == "refused":

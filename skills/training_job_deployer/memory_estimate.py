@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from skills.catalog.instances import host_resources, instance_spec
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -390,11 +390,16 @@ def check_host_fits(spec: JobSpec, instance_type: str, shm_gib: float) -> dict[s
     )
 
 
-def node_runtime(spec: JobSpec, gpus: bool, shm_gib: float | None) -> dict[str, str]:
+class NodeRuntime(NamedTuple):
+    async_save: str  # staging_summary
+    process_group: str  # the trainer's backend string (trainer.backends)
+
+
+def node_runtime(spec: JobSpec, gpus: bool, shm_gib: float | None) -> NodeRuntime:
     """What every target's plan says of the nodes' runtime: async saves (staging_summary)
     and the trainer's process-group backend(s), both named where cpu_offload adds gloo."""
     device = "cuda" if gpus else "cpu"
-    return {
-        "async_save": staging_summary(spec, gpus, shm_gib),
-        "process_group": process_group_backend(device, bool(spec.cpu_offload)),
-    }
+    return NodeRuntime(
+        staging_summary(spec, gpus, shm_gib),
+        process_group_backend(device, bool(spec.cpu_offload)),
+    )

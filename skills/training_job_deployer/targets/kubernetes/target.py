@@ -313,6 +313,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 "no HF_TOKEN in this environment: a gated or private hub repo will be "
                 "refused in the job (export HF_TOKEN and plan again)"
             )
+        runtime = node_runtime(spec, True, shm_gib(spec, settings.shm_size_gib))
         return KubernetesPlan(
             namespace=settings.namespace,
             new_namespace=self._namespace_missing(),
@@ -328,7 +329,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
             skip_gate=settings.skip_gate,
             log_path=self._pod_path(self._rank0_name(manifest)),
             memory_estimate=memory,
-            **node_runtime(spec, True, shm_gib(spec, settings.shm_size_gib)),
+            async_save=runtime.async_save,
+            process_group=runtime.process_group,
             service_account=account,
             identity=identity,
             hub=hub,

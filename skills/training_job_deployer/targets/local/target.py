@@ -253,6 +253,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             "TMPDIR": str(run.scratch),
             **spec.env,  # the job's own variables (NCCL_DEBUG=INFO) last
         }
+        runtime = node_runtime(spec, gpus > 0, round(shm_free_bytes() / GIB, 1))
         return LocalPlan(
             argv=argv,
             env=env,
@@ -263,7 +264,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             nproc_per_node=spec.gpu_per_node,
             checkpoint_dir=paths["checkpoint_dir"],
             adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
-            **node_runtime(spec, gpus > 0, round(shm_free_bytes() / GIB, 1)),
+            async_save=runtime.async_save,
+            process_group=runtime.process_group,
             hub=hub_lines(spec, hub_cache(os.environ), token_source(os.environ)),
         )
 

@@ -246,6 +246,8 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             code_dir=None if remote or settings.container_image else processes.PROJECT_ROOT,
             job_env=spec.env,
         )
+        # The nodes' /dev/shm is not read: the plan says what each needs.
+        runtime = node_runtime(spec, shape.gpus_per_node is not None, None)
         return SlurmPlan(
             script=script,
             sbatch=self.scheduler.argv(["sbatch", "--parsable"]),
@@ -259,7 +261,8 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             log_path=run.log("%j"),
             checkpoint_dir=checkpoint_dir,
             adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
-            **node_runtime(spec, shape.gpus_per_node is not None, None),  # /dev/shm: not read
+            async_save=runtime.async_save,
+            process_group=runtime.process_group,
             # sbatch exports the submitting environment (HF_TOKEN, HF_HOME) to the job.
             hub=hub_lines(spec, hub_cache(os.environ), token_source(os.environ)),
         )
