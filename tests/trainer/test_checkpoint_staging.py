@@ -204,7 +204,7 @@ def _train_save_resume(rank: int, store: str, root: str) -> None:
         optimizer.zero_grad()
 
     def local_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list:
-        params = [p.to_local().clone() for p in model.parameters()]
+        params = [p.to_local().clone() for p in model.parameters()]  # type: ignore[attr-defined]
         moments = [optimizer.state[p][k].to_local().clone()
                    for p in model.parameters() for k in ("exp_avg", "exp_avg_sq")]  # fmt: skip
         return params + moments

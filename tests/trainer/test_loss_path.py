@@ -93,9 +93,10 @@ def test_the_heads_bf16_weight_gradient_is_one_rounding_of_the_fp32_one():
     (chunked_cross_entropy_sum(hidden, weight, targets, chunk) / tokens).backward()
     w32 = weight.detach().float().requires_grad_()
     F.cross_entropy(hidden.detach().float() @ w32.t(), targets).backward()
-    exact = w32.grad
+    exact, got = w32.grad, weight.grad
+    assert exact is not None and got is not None
     one_rounding = (exact.bfloat16().float() - exact).norm()
-    error = (weight.grad.float() - exact).norm()
+    error = (got.float() - exact).norm()
     assert error <= 1.6 * one_rounding, (error / one_rounding).item()
 
 

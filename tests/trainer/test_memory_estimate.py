@@ -203,7 +203,7 @@ def test_every_plan_says_whether_saves_are_async_and_where_they_stage(job, gpus,
     from skills.training_job_deployer.memory_estimate import node_runtime
 
     spec = JobSpec(job_name="j", model_type="llama_v3_8b", num_nodes=2, gpu_per_node=8, **job)
-    assert said in node_runtime(spec, gpus, shm)["async_save"]
+    assert said in node_runtime(spec, gpus, shm).async_save
 
 
 @pytest.mark.parametrize(
@@ -214,7 +214,7 @@ def test_a_gpu_plan_with_cpu_offload_names_both_backends(gpus, offload, backend)
     from skills.training_job_deployer.memory_estimate import node_runtime
 
     spec = JobSpec(job_name="j", cpu_offload=offload)
-    assert node_runtime(spec, gpus, None)["process_group"] == backend
+    assert node_runtime(spec, gpus, None).process_group == backend
 
 
 def test_a_node_that_cannot_hold_the_staged_copy_is_refused_with_the_numbers():

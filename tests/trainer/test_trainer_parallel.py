@@ -81,8 +81,9 @@ def test_cpu_offload_policy_is_chosen_only_when_asked():
     assert isinstance(offload_policy(True), CPUOffloadPolicy)
     assert offload_policy(False) is None
     # Pinned host memory where a GPU copies from it; a CPU run cannot pin (no CUDA).
-    assert offload_policy(True).pin_memory
-    assert not offload_policy(True, pin_memory=False).pin_memory
+    pinned, unpinned = offload_policy(True), offload_policy(True, pin_memory=False)
+    assert pinned is not None and pinned.pin_memory
+    assert unpinned is not None and not unpinned.pin_memory
 
 
 def test_llama3_rope_scaling_keeps_high_and_divides_low_frequencies():
