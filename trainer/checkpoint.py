@@ -63,7 +63,7 @@ from trainer.checkpoint_layout import (
     verify_checkpoint,
 )
 from trainer.config import CheckpointConfig, ConfigError
-from trainer.host_memory import available_bytes, shm_free_bytes
+from trainer.node_memory import available_bytes, shm_free_bytes
 
 
 class CheckpointReadError(RuntimeError):

@@ -1,5 +1,4 @@
-"""Host memory of a CPU run: a large tensor's pages go back to the OS when it is freed;
-and what a node has for an async save's staged copy (shm_free_bytes, available_bytes).
+"""Host memory of a CPU run: a large tensor's pages go back to the OS when it is freed.
 
 glibc serves an allocation above its mmap threshold with its own mapping (unmapped on
 free), and below it from a heap, which keeps freed memory for reuse. The threshold starts
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 from collections.abc import Mapping
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
@@ -42,26 +40,3 @@ def return_large_frees(environ: Mapping[str, str]) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-
-
-def shm_free_bytes(path: str = "/dev/shm") -> int:
-    """Free bytes of the shared-memory filesystem an async save stages into (0 where
-    there is none)."""
-    try:
-        stats = os.statvfs(path)
-    except OSError:
-        return 0
-    return stats.f_bavail * stats.f_frsize
-
-
-def available_bytes(meminfo: str = "/proc/meminfo") -> int:
-    """The host memory the kernel says can be had without swapping (MemAvailable); 0
-    where it does not say."""
-    try:
-        with open(meminfo) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0

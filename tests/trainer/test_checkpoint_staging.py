@@ -266,3 +266,14 @@ def test_a_run_says_how_its_saves_stage_once_at_its_first_save(
     saved = [e for e in events if e["event"] == "checkpoint_saved"]
     # The last save is synchronous whatever the mode: the process exits after it.
     assert [e["async_save"] for e in saved] == [mode == "host", False]
+
+
+def test_the_node_memory_a_staging_decision_reads(tmp_path):
+    from trainer.node_memory import available_bytes, shm_free_bytes
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  2097152 kB\nMemAvailable:  1048576 kB\n")
+    assert available_bytes(str(meminfo)) == 2**30
+    assert available_bytes(str(tmp_path / "none")) == 0
+    assert shm_free_bytes(str(tmp_path / "none")) == 0  # no /dev/shm: nothing to stage in
+    assert shm_free_bytes(str(tmp_path)) > 0

@@ -63,7 +63,7 @@ from skills.training_job_deployer.trainer_log import (
     RunMetrics,
     tail_with_error,
 )
-from trainer.host_memory import shm_free_bytes
+from trainer.node_memory import shm_free_bytes
 from trainer.threads import choose_num_threads
 
 logger = logging.getLogger(__name__)
