@@ -170,7 +170,8 @@ def test_gpu_resources_shm_and_scheduling():
     assert container(manifest)["resources"]["limits"]["nvidia.com/gpu"] == "8"
     spec = pod_spec(manifest)
     shm = next(v for v in spec["volumes"] if v["name"] == "shm")
-    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+    # 8 GiB a process, and 1 GiB (rounded up) for the toy model's async-save staging.
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "65Gi"}
     assert {"name": "shm", "mountPath": "/dev/shm"} in container(manifest)["volumeMounts"]
     assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
     assert spec["tolerations"] == [  # EFA node groups carry the aws.amazon.com/efa taint
@@ -179,7 +180,26 @@ def test_gpu_resources_shm_and_scheduling():
     ]
     env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
     assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"  # p-family: GPUDirect RDMA
-    assert pm.shm_size(1) == "8Gi"
+    assert pm.shm_size(JobSpec(job_name="j", gpu_per_node=1, async_save=False)) == "8Gi"
+
+
+@pytest.mark.parametrize(
+    ("job", "shm"),
+    [
+        # HSDP (auto, 2 nodes): each node stages a whole copy of the parameters and Adam
+        # moments, 12 B x 8.03B = 89.7 GiB, beside NCCL's 8 GiB a process.
+        ({"num_nodes": 2}, "154Gi"),
+        ({"num_nodes": 2, "sharding_strategy": "full"}, "109Gi"),  # half a copy a node
+        ({"num_nodes": 2, "async_save": False}, "64Gi"),
+        ({"num_nodes": 2, "shm_size_gib": 32}, "32Gi"),  # as asked (the trainer then pins)
+    ],
+)
+def test_dev_shm_holds_an_async_saves_staged_copy(job, shm):
+    gib = job.pop("shm_size_gib", None)
+    manifest = render({"instance_type": "p5.48xlarge", "shm_size_gib": gib},
+                      model_type="llama_v3_8b", gpu_per_node=8, **job)  # fmt: skip
+    volume = next(v for v in pod_spec(manifest)["volumes"] if v["name"] == "shm")
+    assert volume["emptyDir"]["sizeLimit"] == shm
 
 
 def test_hyperpod_nodes_are_selected_by_their_ml_name():
