@@ -262,7 +262,7 @@ def test_auto_fix_plans_then_applies_then_revalidates(kube):
     applied = manage_eks_cluster(action="auto_fix", confirm=True, **common)
     assert {p.action for p in applied.plan} == {"applied"}
     ds = kube.emulator.objects[seed.NVIDIA_DS]
-    assert ds["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.17.1")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.20.0")
     crd = kube.emulator.objects[seed.CRD]
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
     assert (
