@@ -22,8 +22,8 @@ from skills.shared.errors import ToolFailure
 from skills.shared.secrets import looks_like_secret
 
 # The oldest and the newest Kubernetes versions EKS supports in standard support as these
-# manifests were checked (kubernetes-validate ships 1.25-1.37).
-K8S_VERSIONS = ("1.30", "1.33")
+# manifests were checked (kubernetes-validate ships 1.25-1.37), and the default, 1.36.
+K8S_VERSIONS = ("1.30", "1.33", "1.36")
 
 
 @pytest.mark.parametrize("k8s", K8S_VERSIONS)
@@ -210,6 +210,7 @@ def test_create_config_yaml_follows_the_parameters(
     config = yaml.safe_load(out.read_text())
     assert config == yaml.safe_load(report.config_yaml)
     jsonschema.validate(config, EKSCTL_SCHEMA)
+    assert config["metadata"]["version"] == "1.36"  # no version given: the newest in support
     system, gpu = config["managedNodeGroups"]
     assert system["name"] == "system" and "taints" not in system
     assert gpu["instanceType"] == instance_type.removeprefix("ml.")
