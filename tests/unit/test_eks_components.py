@@ -98,7 +98,7 @@ def test_the_nccl_jobs_objects_carry_the_suites_label_for_cleanup():
 
 
 def test_g5_nccl_job_sets_no_device_rdma():
-    # libfabric aborts with FI_EFA_USE_DEVICE_RDMA=1 on EFA without RDMA read (g5/g6/g6e).
+    # libfabric aborts with FI_EFA_USE_DEVICE_RDMA=1 on EFA without RDMA read (g5, p3dn).
     (_, job) = nccl_manifests("nccl-test-abc123", "default", 2, "g5.48xlarge", "img:1")
     env = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
     names = {e["name"] for e in env}

@@ -137,7 +137,7 @@ def test_efa_devices_follow_the_instance_table(instance_type, efa):
 @pytest.mark.parametrize(
     ("instance_type", "rdma"),
     [("p4d.24xlarge", True), ("p5.48xlarge", True), ("p6-b200.48xlarge", True),
-     ("g5.48xlarge", False), ("g6.48xlarge", False), ("g6e.48xlarge", False),
+     ("g5.48xlarge", False), ("g6.48xlarge", True), ("g6e.48xlarge", True),
      ("p3dn.24xlarge", False)],
 )  # fmt: skip
 def test_device_rdma_only_where_the_catalogue_says_rdma_read(instance_type, rdma):
