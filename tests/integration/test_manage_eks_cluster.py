@@ -449,9 +449,7 @@ def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypat
     assert worker["replicas"] == 1
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
     # skills.kube.efa's resources, as the training job's (quantities as strings)
-    assert limits == {
-        "nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi"
-    }  # fmt: skip
+    assert limits == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}  # no huge pages: off
     selector = worker["template"]["spec"]["nodeSelector"]
     assert selector == {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"}
     bench = kube.emulator.objects["v1/configmaps", namespace, name]["data"]["allreduce_bench.py"]
