@@ -12,6 +12,7 @@ from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager import device_plugins
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
+from skills.eks_cluster_manager.storage import csi_install_hint
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson, access_failure
 from skills.kube.gpu_nodes import (
@@ -383,8 +384,8 @@ def check_fsx(s: Snapshot) -> Check:
             name="fsx_csi_driver",
             status="failed",
             evidence=["no fsx-csi-node DaemonSet or fsx-csi-controller Deployment"],
-            fix="Install the EKS add-on: `aws eks create-addon --cluster-name C "
-            "--addon-name aws-fsx-csi-driver` (and its IAM role).",
+            fix="Install the EKS add-on with its IAM role (create_config's eksctl config "
+            "does both): " + csi_install_hint("CLUSTER", "REGION", "ACCOUNT"),
         )
     return Check(name="fsx_csi_driver", status="ok", evidence=[_where(o) for o in found])
 

@@ -20,6 +20,7 @@ from skills.catalog.pricing import (
     estimate_instances,
     estimate_storage,
 )
+from skills.eks_cluster_manager.storage import CSI_POLICY
 from skills.shared.errors import ErrorCode, ToolFailure
 
 SYSTEM_INSTANCE = "m5.xlarge"
@@ -50,6 +51,9 @@ ADDONS = (
     "aws-ebs-csi-driver",
     "aws-fsx-csi-driver",
 )
+# The FSx CSI add-on with its controller's IAM role (IRSA: the config has withOIDC), as
+# storage.csi_install_hint installs it on a cluster made without it.
+ADDON_POLICIES: dict[str, list[str]] = {"aws-fsx-csi-driver": [CSI_POLICY]}
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,10 @@ def cluster_config(spec: ConfigSpec) -> dict[str, Any]:
         },
         **({"availabilityZones": list(spec.cluster_zones)} if spec.cluster_zones else {}),
         "iam": {"withOIDC": True},
-        "addons": [{"name": a} for a in ADDONS],
+        "addons": [
+            {"name": a, **({"attachPolicyARNs": ADDON_POLICIES[a]} if a in ADDON_POLICIES else {})}
+            for a in ADDONS
+        ],
         "managedNodeGroups": [
             {
                 "name": "system",
