@@ -26,6 +26,11 @@ def kube(kube_api):
     return kube_api
 
 
+def _manage(kube, **kw):
+    # The tool's own spelling (its CLI/MCP arguments), as the other cluster tests call it.
+    return manage_eks_cluster(**{"kubeconfig": str(kube.kubeconfig), **kw})
+
+
 def _checks(report):
     return {c.name: c for c in report.checks}
 
@@ -35,7 +40,7 @@ def _image(kube, key):
 
 
 def test_validate_names_eksctls_plugins_by_their_own_marks(kube):
-    report = manage_eks_cluster(kubeconfig=str(kube.kubeconfig))
+    report = _manage(kube)
     checks = _checks(report)
     nvidia, efa = checks["nvidia_device_plugin"], checks["efa_device_plugin"]
     assert nvidia.status == "ok"
@@ -46,9 +51,8 @@ def test_validate_names_eksctls_plugins_by_their_own_marks(kube):
 
 
 def test_auto_fix_upgrades_eksctls_efa_plugin_and_leaves_its_nvidia_plugin(kube):
-    common = {"kubeconfig": str(kube.kubeconfig)}
-    applied = manage_eks_cluster(action="auto_fix", confirm=True, **common)
-    assert {(p.component, p.kind, p.name) for p in applied.plan} == {
+    applied = _manage(kube, action="auto_fix", confirm=True)
+    assert {(p.component, p.kind, p.name) for p in applied.plan or []} == {
         ("efa_device_plugin", "DaemonSet", "aws-efa-k8s-device-plugin")
     }
     assert _image(kube, seed.NVIDIA_DS) == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
@@ -67,9 +71,8 @@ def test_a_newer_plugin_is_adopted_never_downgraded(kube):
     )
     kube.emulator.objects[seed.NVIDIA_DS] = newer
     kube.emulator.objects["v1/nodes", None, "gpu-1"] = seed.node("gpu-1", "p4d.24xlarge", gpus=0)
-    common = {"kubeconfig": str(kube.kubeconfig)}
-    report = manage_eks_cluster(action="auto_fix", confirm=True, **common)
-    assert "nvidia_device_plugin" not in {p.component for p in report.plan}
+    report = _manage(kube, action="auto_fix", confirm=True)
+    assert "nvidia_device_plugin" not in {p.component for p in report.plan or []}
     assert _image(kube, seed.NVIDIA_DS) == "nvcr.io/nvidia/k8s-device-plugin:v0.21.0"
     nvidia = _checks(report)["nvidia_device_plugin"]
     assert any("newer than our v0.20.0: adopted as is" in e for e in nvidia.evidence)
@@ -81,7 +84,7 @@ def test_a_newer_efa_plugin_without_our_taint_is_named_for_removal(kube):
         "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.99"
     )
     kube.emulator.objects[seed.EFA_DS] = newer
-    report = manage_eks_cluster(kubeconfig=str(kube.kubeconfig))
+    report = _manage(kube)
     efa = _checks(report)["efa_device_plugin"]
     assert efa.component is None  # auto_fix leaves it
     assert "does not tolerate the taint(s) nvidia.com/gpu" in (efa.fix or "")
@@ -92,7 +95,7 @@ def test_a_second_plugin_beside_ours_is_named_not_doubled(kube):
     helm = seed.plugin_daemonset("nvidia_device_plugin", 2, 2)
     helm["metadata"] = {"name": "nvdp-nvidia-device-plugin", "namespace": "nvidia"}
     kube.emulator.objects["apps/v1/daemonsets", "nvidia", "nvdp-nvidia-device-plugin"] = helm
-    report = manage_eks_cluster(kubeconfig=str(kube.kubeconfig))
+    report = _manage(kube)
     nvidia = _checks(report)["nvidia_device_plugin"]
     assert nvidia.status == "warning" and nvidia.component is None
     assert "2 NVIDIA device plugin DaemonSets" in (nvidia.fix or "")

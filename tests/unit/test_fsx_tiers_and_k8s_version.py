@@ -91,7 +91,7 @@ def test_each_eks_version_is_judged_by_its_support_date(version, ends, supported
     note = eksctl.support_note(version, "2026-12-06")
     assert (note is None) == supported
     if not supported:
-        assert f"left EKS standard support on {ends}" in note
+        assert note is not None and f"left EKS standard support on {ends}" in note
 
 
 def test_a_version_without_dates_is_not_said_to_be_refused_by_eksctl():
