@@ -1,7 +1,13 @@
 """The cluster checklist. Reads are batched into one snapshot (one list per kind: nodes,
-pods, DaemonSets, Deployments; one get for the CRD, the PVC, the Services), then every
-check is a pure function of that snapshot: ok / warning / failed, with evidence and
-the fix (and the component auto_fix would apply)."""
+pods, DaemonSets, Deployments; one get for the CRD, the PVC, the Services; Trainer v2's
+discovery reads), then every check is a pure function of that snapshot: ok / warning /
+failed, with evidence and the fix (and the component auto_fix would apply).
+
+The training engine: the Training Operator v1 (PyTorchJob) is installed when its CRD or
+its Deployment is there; Kubeflow Trainer v2 (TrainJob) when its kind is served or its
+controller is there. Each installed engine's checks run (auto_fix repairs that one); on
+a cluster with neither, Trainer v2's checks fail with their components, so auto_fix
+installs Trainer v2 with JobSet and its runtimes: never a second engine beside one."""
 
 from __future__ import annotations
 
@@ -10,11 +16,13 @@ from typing import Any
 
 from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager import device_plugins
+from skills.eks_cluster_manager import engine_checks as trainer
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
 from skills.eks_cluster_manager.storage import csi_install_hint
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson, access_failure
+from skills.kube.engines import JOBSETS, TRAINJOBS, served_resources
 from skills.kube.gpu_nodes import (
     GPU_RESOURCE,
     NOT_ENDED_SELECTOR,
@@ -40,6 +48,11 @@ class Snapshot:
     pvc: dict[str, Any] | None = None
     services: list[dict[str, Any]] = field(default_factory=list)
     identity: str | None = None
+    # Trainer v2: "group/version" -> the resources served; EndpointSlices of its webhook
+    # Service; its torch-distributed ClusterTrainingRuntime (read where it is installed).
+    served: dict[str, frozenset[str]] = field(default_factory=dict)
+    endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
+    runtime: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,65 @@ def read_snapshot(kube: KubeJson, options: Options, identity: str | None = None)
         )
     if options.rdzv_backend == "etcd":
         snapshot.services = kube.items(kind_path("Service", options.namespace))
+    read_trainer(kube, snapshot)
     return snapshot
+
+
+def read_trainer(kube: KubeJson, snapshot: Snapshot) -> None:
+    """Trainer v2's reads: its group's discovery (one small read); where it is installed or
+    no engine is, JobSet's discovery, the webhook Service's EndpointSlices and the runtime."""
+    snapshot.served[trainer.TRAINER_GV] = served_resources(kube, TRAINJOBS.group, TRAINJOBS.version)
+    if not trainer_checked(snapshot):
+        return
+    snapshot.served[trainer.JOBSET_GV] = served_resources(kube, JOBSETS.group, JOBSETS.version)
+    if not trainer.trainjob_installed(snapshot):
+        return
+    selector = f"{trainer.SERVICE_NAME_LABEL}={trainer.TRAINER_CONTROLLER}"
+    snapshot.endpoint_slices = kube.items(kind_path("EndpointSlice"), [("labelSelector", selector)])
+    if "clustertrainingruntimes" in snapshot.served[trainer.TRAINER_GV]:
+        path = kind_path("ClusterTrainingRuntime", name=trainer.RUNTIME)
+        snapshot.runtime = kube.get_or_none(path)
+
+
+def pytorchjob_installed(s: Snapshot) -> bool:
+    """The Training Operator v1 is installed: its PyTorchJob CRD or its Deployment is there."""
+    return s.crd is not None or any(d["metadata"]["name"] == OPERATOR_NAME for d in s.deployments)
+
+
+def trainer_checked(s: Snapshot) -> bool:
+    """Trainer v2's checks run where it is installed, or where no engine is (then they say
+    what auto_fix installs)."""
+    return trainer.trainjob_installed(s) or not pytorchjob_installed(s)
+
+
+def check_engines(s: Snapshot, checks: list[Check]) -> Check:
+    """Which engines are installed, and whether their checks pass (the checks named)."""
+    status = {c.name: c.status for c in checks}
+    installed = {"pytorchjob": pytorchjob_installed(s), "trainjob": trainer.trainjob_installed(s)}
+    owned = {"pytorchjob": ("training_operator", "pytorchjob_crd"),
+             "trainjob": ("trainer_crds", "trainer_controller", "trainer_webhook", "jobset",
+                          "trainer_runtime")}  # fmt: skip
+    titles = {"pytorchjob": "PyTorchJob (Training Operator v1)",
+              "trainjob": "TrainJob (Kubeflow Trainer v2)"}  # fmt: skip
+    evidence = []
+    for engine, title in titles.items():
+        if not installed[engine]:
+            evidence.append(f"{title}: not installed")
+            continue
+        failed = [n for n in owned[engine] if status.get(n) == "failed"]
+        health = f"not healthy ({', '.join(failed)} failed)" if failed else "healthy"
+        evidence.append(f"{title}: installed, {health}")
+    if any(installed.values()):
+        return Check(name="training_engine", status="ok", evidence=evidence)
+    v2, jobset = BY_KEY["kubeflow_trainer"], BY_KEY["jobset"]
+    return Check(
+        name="training_engine",
+        status="failed",
+        evidence=evidence,
+        fix=f"Install {v2.title} {v2.version} with {jobset.title} {jobset.version} "
+        "and its runtimes (auto_fix), the engine upstream installs today; a cluster with "
+        "the Training Operator v1 keeps it.",
+    )
 
 
 def known_instance(name: str | None) -> InstanceSpec | None:
@@ -473,10 +544,12 @@ def run_checks(s: Snapshot, options: Options) -> list[Check]:
         check_gpu_allocatable(s, plugin.status != "failed", may_install),
         plugin,
         check_efa_plugin(s),
-        check_training_operator(s),
-        check_crd(s),
-        check_load_balancer_controller(s),
     ]
+    if pytorchjob_installed(s):
+        checks += [check_training_operator(s), check_crd(s)]
+    if trainer_checked(s):
+        checks += trainer.trainer_checks(s)
+    checks += [check_engines(s, checks), check_load_balancer_controller(s)]
     if options.checkpoint_pvc:
         checks += [check_fsx(s), check_pvc(s, options)]
     if options.rdzv_backend == "etcd":

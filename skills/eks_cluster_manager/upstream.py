@@ -15,6 +15,10 @@ Deliberate choices that are NOT changes (kept as upstream ships them):
   so the webhook configuration and the operator's schemes agree as upstream tests them.
 - etcd: upstream's bare Pod (not a Deployment). Rendezvous state is per job and lost on
   any restart either way; auto_fix recreates a lost Pod.
+- Kubeflow Trainer v2: the manager overlay whole (its namespace kubeflow-system, the
+  three CRDs, RBAC, webhooks) and all eight built-in runtimes of the runtimes overlay, as
+  upstream's install documents; JobSet as that overlay ships it (in kubeflow-system, image
+  from registry.k8s.io), a component of its own so an existing JobSet is not doubled.
 """
 
 from __future__ import annotations
@@ -34,8 +38,27 @@ UPSTREAM_DIR = Path(__file__).with_name("manifests") / "upstream"
 FILES = {
     "nvidia_device_plugin": "nvidia-device-plugin.v0.20.0.yml",
     "efa_device_plugin": "aws-efa-k8s-device-plugin.chart-v0.5.30.yaml",
-    "training_operator": "training-operator.v1.9.2.standalone.yaml.gz",
+    "training_operator": "training-operator.v1.9.4.standalone.yaml.gz",
     "etcd": "etcd.pytorch-elastic.yaml",
+    "kubeflow_trainer": "kubeflow-trainer.v2.3.0.manager.yaml.gz",
+    "kubeflow_trainer_runtimes": "kubeflow-trainer.v2.3.0.runtimes.yaml",
+}
+
+_NAME_LABEL = "app.kubernetes.io/name"
+
+
+def _from_jobset(obj: dict[str, Any]) -> bool:
+    """Whether an object of Trainer's manager overlay came from JobSet's release manifests
+    (every one of those carries JobSet's name label; none of Trainer's own does)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(_NAME_LABEL) == "jobset"
+
+
+# Components that are a part of one vendored file: key -> (file key, whether an object is
+# theirs). Trainer's install carries JobSet; where a JobSet controller runs already (as
+# the overlay's comment says), auto_fix applies Trainer's part alone.
+PARTS: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
+    "kubeflow_trainer": ("kubeflow_trainer", lambda o: not _from_jobset(o)),
+    "jobset": ("kubeflow_trainer", _from_jobset),
 }
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.33"  # newest 3.5 tag (etcd-io/etcd, 2026-07-23)
 _AFFINITY_VALUES = (
@@ -123,9 +146,16 @@ def _load(key: str) -> tuple[dict[str, Any], ...]:
     return tuple(d for d in yaml.load_all(text, Loader=loader) if d)  # noqa: S506
 
 
+def file_objects(file_key: str) -> list[dict[str, Any]]:
+    """A vendored file's objects, unchanged and whole (a fresh copy)."""
+    return copy.deepcopy(list(_load(file_key)))
+
+
 def upstream_objects(key: str) -> list[dict[str, Any]]:
     """The component's vendored upstream objects, unchanged (a fresh copy)."""
-    return copy.deepcopy(list(_load(key)))
+    file_key, theirs = PARTS.get(key, (key, None))
+    objects = _load(file_key)
+    return copy.deepcopy([o for o in objects if theirs is None or theirs(o)])
 
 
 def render(key: str, namespace: str) -> list[dict[str, Any]]:

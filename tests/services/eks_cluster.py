@@ -4,7 +4,8 @@ PyTorchJob CRD, the FSx CSI driver, a Bound checkpoint PVC and an etcd Service. 
 break one piece at a time (`seed_healthy(kube); del kube.emulator.objects[...]`).
 
 Also plays the controllers after auto_fix: `play_controllers(kube)` marks what was
-applied ready, as the DaemonSet/Deployment controllers and the device plugins would."""
+applied ready, as the DaemonSet/Deployment controllers and the device plugins would, and
+gives the Services in front of ready Deployments their EndpointSlices."""
 
 from __future__ import annotations
 
@@ -131,7 +132,7 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
                     "containers": [
                         {
                             "name": "training-operator",
-                            "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8",
+                            "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489",
                         }
                     ]
                 }
@@ -207,3 +208,36 @@ def play_controllers(kube: KubeService) -> None:
         if not obj.deleted and obj.get("kind") == "DaemonSet":
             count = len(gpu_names)
             obj.patch({"status": {"desiredNumberScheduled": count, "numberReady": count}})
+    play_endpoints(kube)
+
+
+def play_endpoints(kube: KubeService) -> None:
+    """The EndpointSlice controller: each Service whose selector picks a ready Deployment's
+    pods gets a slice (labelled kubernetes.io/service-name) with one ready endpoint."""
+    objects = kube.emulator.objects
+    live = [objects[k] for k in list(objects) if not objects[k].deleted]
+    ready = [
+        (
+            d["metadata"]["namespace"],
+            d["spec"].get("template", {}).get("metadata", {}).get("labels", {}),
+        )
+        for d in live
+        if d.get("kind") == "Deployment"
+        and d.get("status", {}).get("readyReplicas", 0) >= d["spec"].get("replicas", 1)
+    ]
+    for service in (o for o in live if o.get("kind") == "Service"):
+        meta, selector = service["metadata"], service.get("spec", {}).get("selector")
+        if not selector or not any(
+            ns == meta.get("namespace") and selector.items() <= labels.items()
+            for ns, labels in ready
+        ):
+            continue
+        name = f"{meta['name']}-abcde"
+        objects["discovery.k8s.io/v1/endpointslices", meta["namespace"], name] = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": meta["namespace"],
+                         "labels": {"kubernetes.io/service-name": meta["name"]}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.10"], "conditions": {"ready": True}}],
+        }  # fmt: skip

@@ -31,7 +31,7 @@ def render(settings: dict | None = None, **job) -> dict:
     return pm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, pm.HF_SECRET)
 
 
-def container(manifest: dict, kind: str = None) -> dict:
+def container(manifest: dict, kind: str | None = None) -> dict:
     replicas = manifest["spec"]["pytorchReplicaSpecs"]
     return replicas[kind or next(iter(replicas))]["template"]["spec"]["containers"][0]
 
@@ -90,6 +90,21 @@ def test_a_manifest_the_schema_rejects_is_a_typed_error():
         pm.validate(manifest)
     assert caught.value.code == "manifest_invalid"
     assert caught.value.details["problems"][0]["path"].endswith("replicas")
+
+
+def test_a_field_the_crd_does_not_declare_is_refused_not_silently_dropped():
+    # The API server would prune it (or refuse it under kubectl's strict field validation):
+    # a misspelt field the template writes must not vanish on the way to the cluster.
+    manifest = copy.deepcopy(render())
+    manifest["spec"]["runPolicy"]["backofLimit"] = 3
+    with pytest.raises(ToolFailure) as caught:
+        pm.validate(manifest)
+    assert caught.value.details["problems"] == [
+        {
+            "path": "spec.runPolicy.backofLimit",
+            "problem": 'unknown field "spec.runPolicy.backofLimit"',
+        }
+    ]
 
 
 @pytest.mark.parametrize(
@@ -291,7 +306,7 @@ def test_long_job_names_are_refused_before_the_cluster_does():
 
 
 def webhook_problems(job: dict) -> list[str]:
-    """The Training Operator v1.9.2 admission webhook's rules, transcribed from
+    """The Training Operator v1.9.2 admission webhook's rules (unchanged at v1.9.4), from
     pkg/webhooks/pytorch/pytorchjob_webhook.go (validatePyTorchJob, validateSpec,
     validatePyTorchReplicaSpecs): what a real cluster refuses though the CRD allows it."""
     import re
