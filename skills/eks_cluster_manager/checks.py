@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skills.catalog.instances import InstanceSpec, instance_spec
+from skills.eks_cluster_manager import device_plugins
 from skills.eks_cluster_manager import engine_checks as trainer
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
+from skills.eks_cluster_manager.storage import csi_install_hint
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson, access_failure
 from skills.kube.engines import JOBSETS, TRAINJOBS, served_resources
@@ -31,8 +33,6 @@ from skills.kube.gpu_nodes import (
 from skills.kube.objects import kind_path
 from skills.shared.errors import ToolFailure
 
-NVIDIA_PLUGIN_NAMES = ("nvidia-device-plugin",)
-EFA_PLUGIN_NAMES = ("efa-k8s-device-plugin", "aws-efa")
 FSX_NAMES = ("fsx-csi-node", "fsx-csi-controller")
 OPERATOR_NAME = "training-operator"
 
@@ -273,7 +273,7 @@ def check_nodes_ready(s: Snapshot) -> Check:
     )
 
 
-def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
+def check_gpu_allocatable(s: Snapshot, plugin_ok: bool, may_install: bool = True) -> Check:
     nodes = gpu_nodes(s)
     if not nodes:
         return Check(
@@ -300,7 +300,7 @@ def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
     bad = len(short)
     if not bad:
         return Check(name="gpu_allocatable", status="ok", evidence=evidence)
-    if not plugin_ok:
+    if not plugin_ok and may_install:
         fix = "Install the NVIDIA device plugin (auto_fix); it advertises the GPUs."
         return Check(
             name="gpu_allocatable",
@@ -316,44 +316,71 @@ def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
     return Check(name="gpu_allocatable", status="failed", evidence=evidence, fix=fix)
 
 
-def _daemonset_check(
-    name: str, s: Snapshot, fragments: tuple[str, ...], component: str, node_count: int
-) -> Check:
-    sets = _named(s.daemonsets, fragments)
-    title = BY_KEY[component].title
-    if not sets:
-        return Check(
+def _daemonset_check(name: str, s: Snapshot, component: str, node_count: int) -> tuple[Check, bool]:
+    """The plugin's check, and whether auto_fix may apply ours (device_plugins.judge:
+    never over a newer one, never a second one beside another)."""
+    pinned = BY_KEY[component]
+    title = pinned.title
+    found = device_plugins.installed(component, s.daemonsets)
+    (ours,) = [o for o in pinned.manifests() if o["kind"] == "DaemonSet"]
+    verdict = device_plugins.judge(
+        component,
+        found,
+        pinned.version,
+        (ours["metadata"]["namespace"], ours["metadata"]["name"]),
+        title,
+    )
+    if not found:
+        check = Check(
             name=name,
             status="failed",
             evidence=[f"no {title} DaemonSet"],
-            fix=f"Install the {title} {BY_KEY[component].version} (auto_fix).",
+            fix=f"Install the {title} {pinned.version} (auto_fix).",
             component=component,
         )
+        return check, True
     evidence, status = [], "ok"
-    for ds in sets:
-        st = ds.get("status") or {}
+    by_where = {
+        f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}": d for d in s.daemonsets
+    }
+    for plugin in found:
+        st = by_where[plugin.where].get("status") or {}
         desired, ready = st.get("desiredNumberScheduled", 0), st.get("numberReady", 0)
-        evidence.append(f"{_where(ds)}: {ready}/{desired} ready")
+        evidence.append(f"{plugin.where}: {ready}/{desired} ready")
         if desired == 0 or ready < desired:
             status = "failed"
         elif desired < node_count and status == "ok":
             status = "warning"
             evidence.append(f"scheduled on {desired} of {node_count} nodes that need it")
+    evidence += verdict.notes
     fix = None
-    if status != "ok":
+    if verdict.problem:
+        status = "failed" if status == "failed" else "warning"
+        fix = verdict.problem
+    elif status != "ok":
         fix = (
-            f"`kubectl -n {sets[0]['metadata'].get('namespace')} describe ds "
-            f"{sets[0]['metadata']['name']}`: check its tolerations and node affinity match "
-            "the GPU nodes' taints and instance types, and its pods' logs."
+            f"`kubectl -n {found[0].namespace} describe ds {found[0].name}`: check its "
+            "tolerations and node affinity match the GPU nodes' taints and instance types, "
+            "and its pods' logs."
         )
-    return Check(name=name, status=status, evidence=evidence, fix=fix)
-
-
-def check_nvidia_plugin(s: Snapshot) -> Check:
-    count = len(gpu_nodes(s))
-    return _daemonset_check(
-        "nvidia_device_plugin", s, NVIDIA_PLUGIN_NAMES, "nvidia_device_plugin", count
+    # Re-applying the same version changes nothing: auto_fix acts only to upgrade.
+    may_fix = (
+        verdict.may_apply and status != "ok" and device_plugins.older(found[0], pinned.version)
     )
+    if may_fix:
+        fix = f"Upgrade it to {title} {pinned.version} in place (auto_fix). " + (fix or "")
+    return Check(
+        name=name,
+        status=status,
+        evidence=evidence,
+        fix=fix,
+        component=component if may_fix else None,
+    ), verdict.may_apply
+
+
+def check_nvidia_plugin(s: Snapshot) -> tuple[Check, bool]:
+    count = len(gpu_nodes(s))
+    return _daemonset_check("nvidia_device_plugin", s, "nvidia_device_plugin", count)
 
 
 def check_efa_plugin(s: Snapshot) -> Check:
@@ -362,9 +389,7 @@ def check_efa_plugin(s: Snapshot) -> Check:
         return Check(
             name="efa_device_plugin", status="ok", evidence=["no EFA-capable nodes: not needed"]
         )
-    check = _daemonset_check(
-        "efa_device_plugin", s, EFA_PLUGIN_NAMES, "efa_device_plugin", len(efa_nodes)
-    )
+    check, _ = _daemonset_check("efa_device_plugin", s, "efa_device_plugin", len(efa_nodes))
     no_efa = [f.name for f in efa_nodes if f.efa_allocatable == 0]
     if no_efa and check.status == "ok":
         check.status = "warning"
@@ -430,8 +455,8 @@ def check_fsx(s: Snapshot) -> Check:
             name="fsx_csi_driver",
             status="failed",
             evidence=["no fsx-csi-node DaemonSet or fsx-csi-controller Deployment"],
-            fix="Install the EKS add-on: `aws eks create-addon --cluster-name C "
-            "--addon-name aws-fsx-csi-driver` (and its IAM role).",
+            fix="Install the EKS add-on with its IAM role (create_config's eksctl config "
+            "does both): " + csi_install_hint("CLUSTER", "REGION", "ACCOUNT"),
         )
     return Check(name="fsx_csi_driver", status="ok", evidence=[_where(o) for o in found])
 
@@ -512,11 +537,11 @@ def check_etcd(s: Snapshot, options: Options) -> Check:
 
 
 def run_checks(s: Snapshot, options: Options) -> list[Check]:
-    plugin = check_nvidia_plugin(s)
+    plugin, may_install = check_nvidia_plugin(s)
     checks = [
         check_api(s),
         check_nodes_ready(s),
-        check_gpu_allocatable(s, plugin.status != "failed"),
+        check_gpu_allocatable(s, plugin.status != "failed", may_install),
         plugin,
         check_efa_plugin(s),
     ]

@@ -45,15 +45,15 @@ COMPONENTS: tuple[Component, ...] = (
     Component(
         "nvidia_device_plugin",
         "NVIDIA device plugin",
-        "v0.17.1",
-        "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+        "v0.20.0",
+        "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
         "kube-system",
     ),
     Component(
         "efa_device_plugin",
         "EFA device plugin",
-        "v0.5.6",
-        "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.6",
+        "v0.5.20",
+        "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.20",
         "kube-system",
     ),
     Component(
@@ -64,7 +64,7 @@ COMPONENTS: tuple[Component, ...] = (
         "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489",
         TRAINING_NAMESPACE,
     ),
-    Component("etcd", "etcd rendezvous service", "v3.5.17", upstream.ETCD_IMAGE, None),
+    Component("etcd", "etcd rendezvous service", "v3.5.33", upstream.ETCD_IMAGE, None),
     # Kubeflow Trainer v2 (TrainJob): installed where neither engine is. Applied in this
     # order: Trainer's namespace and CRDs first, then JobSet into that namespace, then the
     # runtimes (their CRD must be there; the webhook skips them by their label).

@@ -7,10 +7,10 @@ rows of CHANGES for that component, nothing else: tests/unit/test_eks_upstream.p
 on any difference between what auto_fix applies and the vendored file that no row lists.
 
 Deliberate choices that are NOT changes (kept as upstream ships them):
-- NVIDIA plugin: no node affinity. Upstream's static manifest runs on every node with
-  FAIL_ON_INIT_ERROR=false, so it idles on a node without a GPU instead of failing; an
-  affinity on the catalogue's instance types would leave a GPU type the catalogue lacks
-  without a plugin.
+- NVIDIA plugin: no node affinity (it runs on every node, as upstream's static manifest
+  does); an affinity on the catalogue's instance types would leave a GPU type the
+  catalogue lacks without a plugin. FAIL_ON_INIT_ERROR=false (a listed change) makes it
+  idle on a node without a GPU.
 - Training Operator: the whole standalone overlay (six CRDs, every job kind's webhook),
   so the webhook configuration and the operator's schemes agree as upstream tests them.
 - etcd: upstream's bare Pod (not a Deployment). Rendezvous state is per job and lost on
@@ -36,8 +36,8 @@ from skills.kube.efa import GPU_TOLERATIONS
 
 UPSTREAM_DIR = Path(__file__).with_name("manifests") / "upstream"
 FILES = {
-    "nvidia_device_plugin": "nvidia-device-plugin.v0.17.1.yml",
-    "efa_device_plugin": "aws-efa-k8s-device-plugin.chart-v0.5.10.yaml",
+    "nvidia_device_plugin": "nvidia-device-plugin.v0.20.0.yml",
+    "efa_device_plugin": "aws-efa-k8s-device-plugin.chart-v0.5.30.yaml",
     "training_operator": "training-operator.v1.9.4.standalone.yaml.gz",
     "etcd": "etcd.pytorch-elastic.yaml",
     "kubeflow_trainer": "kubeflow-trainer.v2.3.0.manager.yaml.gz",
@@ -60,13 +60,15 @@ PARTS: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
     "kubeflow_trainer": ("kubeflow_trainer", lambda o: not _from_jobset(o)),
     "jobset": ("kubeflow_trainer", _from_jobset),
 }
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.33"  # newest 3.5 tag (etcd-io/etcd, 2026-07-23)
 _AFFINITY_VALUES = (
     "spec", "template", "spec", "affinity", "nodeAffinity",
     "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0,
     "matchExpressions", 0, "values",
 )  # fmt: skip
 _TOLERATIONS = ("spec", "template", "spec", "tolerations")
+_ENV = ("spec", "template", "spec", "containers", 0, "env")
+_IDLE_WITHOUT_GPU = [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}]
 # upstream value at the path, the namespace -> the value auto_fix applies
 Edit = Callable[[Any, str], Any]
 
@@ -105,6 +107,11 @@ CHANGES: tuple[Change, ...] = (
     Change(_NVIDIA, "DaemonSet", _NVIDIA_DS, _TOLERATIONS, _plus(_EFA_TAINT),
            "EFA node groups carry the aws.amazon.com/efa taint; upstream tolerates only "
            "nvidia.com/gpu, so p4d/p5 nodes of an EFA node group would get no GPU plugin."),
+    Change(_NVIDIA, "DaemonSet", _NVIDIA_DS, _ENV, _plus(_IDLE_WITHOUT_GPU),
+           "Upstream dropped FAIL_ON_INIT_ERROR=false from its static manifest in v0.18.0 "
+           "(b3d005434); the default (true) crash-loops the pod on every CPU node, which "
+           "the DaemonSet check reads as not ready. A GPU node whose NVML fails is still "
+           "caught: gpu_allocatable sees it advertise fewer GPUs."),
     Change(_EFA, "DaemonSet", _EFA_DS, ("metadata", "namespace"), lambda _o, _n: "kube-system",
            "`helm install -n kube-system` sets it; `helm template` leaves it out."),
     Change(_EFA, "DaemonSet", _EFA_DS, _TOLERATIONS, _plus(list(GPU_TOLERATIONS)),

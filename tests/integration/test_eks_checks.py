@@ -96,7 +96,7 @@ def _plugin_not_ready(kube):
             "nvidia_device_plugin",
             "failed",
             "no NVIDIA device plugin DaemonSet",
-            "v0.17.1",
+            "v0.20.0",
             "nvidia_device_plugin",
         ),
         (

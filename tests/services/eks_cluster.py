@@ -63,6 +63,46 @@ def daemonset(name: str, namespace: str, desired: int, ready: int) -> dict[str, 
     }
 
 
+def plugin_daemonset(component: str, desired: int, ready: int) -> dict[str, Any]:
+    """The DaemonSet auto_fix applies for this device plugin, as its controller reports it."""
+    from skills.eks_cluster_manager.components import BY_KEY
+
+    (ds,) = [o for o in BY_KEY[component].manifests() if o["kind"] == "DaemonSet"]
+    return {**ds, "status": {"desiredNumberScheduled": desired, "numberReady": ready}}
+
+
+def eksctl_daemonset(component: str, desired: int, ready: int) -> dict[str, Any]:
+    """eksctl's own plugin DaemonSet (eksctl v0.230.0 pkg/addons/assets/, read
+    2026-12-06): same names as ours, its own selector label, image and tolerations."""
+    if component == "nvidia_device_plugin":
+        name, label = NVIDIA_DS[2], "nvidia-device-plugin-ds"
+        image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+        tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    else:
+        name = label = EFA_DS[2]
+        image = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.4"
+        tolerations = [
+            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+            {"key": "aws.amazon.com/efa", "operator": "Exists", "effect": "NoSchedule"},
+        ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"name": label}},
+            "template": {
+                "metadata": {"labels": {"name": label}},
+                "spec": {
+                    "tolerations": tolerations,
+                    "containers": [{"name": name, "image": image}],
+                },
+            },
+        },
+        "status": {"desiredNumberScheduled": desired, "numberReady": ready},
+    }
+
+
 def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4d.24xlarge"):
     objects = kube.emulator.objects
     for i in range(gpu_nodes):
@@ -78,8 +118,8 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
         },
         "status": {"phase": "Running"},
     }
-    objects[NVIDIA_DS] = daemonset(NVIDIA_DS[2], "kube-system", gpu_nodes, gpu_nodes)
-    objects[EFA_DS] = daemonset(EFA_DS[2], "kube-system", gpu_nodes, gpu_nodes)
+    objects[NVIDIA_DS] = plugin_daemonset("nvidia_device_plugin", gpu_nodes, gpu_nodes)
+    objects[EFA_DS] = plugin_daemonset("efa_device_plugin", gpu_nodes, gpu_nodes)
     objects[FSX_DS] = daemonset(FSX_DS[2], "kube-system", gpu_nodes + 1, gpu_nodes + 1)
     objects[OPERATOR] = {
         "apiVersion": "apps/v1",

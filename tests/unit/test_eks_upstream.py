@@ -87,7 +87,7 @@ def test_etcd_serves_the_v2_api_torchrun_speaks():
     pod = _only("etcd", "Pod")
     command = pod["spec"]["containers"][0]["command"]
     assert "--enable-v2" in command  # etcd 3.5 serves no v2 without it
-    assert pod["spec"]["containers"][0]["image"] == "quay.io/coreos/etcd:v3.5.17"
+    assert pod["spec"]["containers"][0]["image"] == "quay.io/coreos/etcd:v3.5.33"
     service = _only("etcd", "Service")
     assert (service["metadata"]["name"], service["spec"]["ports"][0]["port"]) == ("etcd", 2379)
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
@@ -141,7 +141,7 @@ def test_an_unlisted_difference_is_found():
 
 def test_the_hand_rendered_efa_chart_follows_the_charts_values():
     # No helm here: the vendored render is checked against the chart's own values.yaml.
-    chart = upstream.UPSTREAM_DIR / "aws-efa-k8s-device-plugin-chart-v0.5.10"
+    chart = upstream.UPSTREAM_DIR / "aws-efa-k8s-device-plugin-chart-v0.5.30"
     values = yaml.safe_load((chart / "values.yaml").read_text())
     meta = yaml.safe_load((chart / "Chart.yaml").read_text())
     (ds,) = upstream.upstream_objects("efa_device_plugin")

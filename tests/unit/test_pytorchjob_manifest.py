@@ -137,12 +137,10 @@ def test_efa_devices_follow_the_instance_table(instance_type, efa):
     assert efa_devices(instance_type) == efa
     manifest = render({"instance_type": instance_type} if instance_type else {}, num_nodes=2)
     resources = container(manifest)["resources"]
-    # EFA pods: huge pages as limit = request; memory as a request only (hugepages need a
-    # memory request, and a memory limit would cap the trainer)
-    requests = dict(resources["requests"])
-    assert requests.pop("memory", None) == ("8000Mi" if efa else None)
-    assert resources["limits"] == requests
-    assert resources["limits"].get("hugepages-2Mi") == ("5120Mi" if efa else None)
+    # EFA pods get FI_EFA_USE_HUGE_PAGE=0, so no huge pages and no memory request beside
+    # them (tests/unit/test_kube_efa.py: the other way round when the job turns them on)
+    assert resources["limits"] == resources["requests"]
+    assert "hugepages-2Mi" not in resources["limits"] and "memory" not in resources["requests"]
     assert int(resources["limits"].get("vpc.amazonaws.com/efa", 0)) == efa
     env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
     assert (env.get("FI_PROVIDER") == "efa") == bool(efa)
@@ -152,7 +150,7 @@ def test_efa_devices_follow_the_instance_table(instance_type, efa):
 @pytest.mark.parametrize(
     ("instance_type", "rdma"),
     [("p4d.24xlarge", True), ("p5.48xlarge", True), ("p6-b200.48xlarge", True),
-     ("g5.48xlarge", False), ("g6.48xlarge", False), ("g6e.48xlarge", False),
+     ("g5.48xlarge", False), ("g6.48xlarge", True), ("g6e.48xlarge", True),
      ("p3dn.24xlarge", False)],
 )  # fmt: skip
 def test_device_rdma_only_where_the_catalogue_says_rdma_read(instance_type, rdma):

@@ -258,8 +258,11 @@ def render(
     check_job_name(spec.job_name)
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
-    # Quantities as strings, as the API returns them (the Pod schema's int-or-string).
-    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type)}
+    # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
+    env = {**container_env(settings), **_hub_env(spec, settings, hf_endpoint), **spec.env}
+    # Quantities as strings, as the API returns them (the Pod schema's int-or-string);
+    # hugepages only where that env lets libfabric use them (skills.kube.efa).
+    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type, env)}
     text = (
         yaml_templates(HERE / "templates")
         .get_template(TEMPLATE)
@@ -280,10 +283,9 @@ def render(
             image=image,
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
-            # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-            env={**container_env(settings), **_hub_env(spec, settings, hf_endpoint), **spec.env},
+            env=env,
             hf_secret=hf_secret,
-            requests={**limits, **efa_requests(settings.instance_type)},
+            requests={**limits, **efa_requests(settings.instance_type, env)},
             limits=limits,
             tolerations=list(GPU_TOLERATIONS),
             service_account=service_account(spec),
