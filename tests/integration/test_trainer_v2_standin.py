@@ -12,17 +12,21 @@ import json
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.services.jobset import JOB, JOBSET, POD, SERVICE, Api
 from tests.services.kube import PYTORCHJOB
+from tests.services.trainer_status import TrainerStatusServer
 from tests.services.trainer_v2 import (
     CRD,
     TRAINJOB,
+    Injected,
     TrainerV2,
     serve_engines,
+    torch_distributed,
 )
 
 pytestmark = pytest.mark.integration
@@ -256,3 +260,105 @@ def test_a_replayed_run_fails_without_a_process(trainer_v2):
     codes = [p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
              for p in trainer_v2.pods("replay")]  # fmt: skip
     assert codes == [0, 2]
+
+
+# the status server (TrainJobStatus feature gate on) ----------------------------------------------
+
+
+def test_the_trainer_posts_progress_that_lands_in_trainer_status(kube_api, tmp_path):
+    kube_api.reset()
+    serve_engines(kube_api, v1=False, v2=True)
+    with TrainerStatusServer(on_status=lambda *_: None) as server:
+        trainer = TrainerV2(kube_api, root=tmp_path / "cluster", status_server=server)
+        try:
+            trainer.add_nodes("g5.12xlarge", 1, gpus=4)
+            trainer.api.create(TRAINJOB, NS, trainjob("progress", TRAIN))
+            assert trainer.train("progress").wait(240) == "Complete", trainer.errors
+            status = (trainer.trainjob("progress") or {})["status"]
+            (pod,) = trainer.pods("progress")
+        finally:
+            trainer.stop()
+    assert status["trainerStatus"]["progressPercentage"] == 100, status
+    metrics = {m["name"]: m["value"] for m in status["trainerStatus"]["metrics"]}
+    assert metrics["step"] == "4" and float(metrics["loss"]) > 0
+    assert [c["type"] for c in status["conditions"]] == ["Complete"]  # not clobbered, nor it
+    posts = [code for method, _, code in server.requests if method == "POST"]
+    assert posts and set(posts) == {200}
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"] == server.url(NS, "progress")
+    assert Path(env["KUBEFLOW_TRAINER_SERVER_TOKEN"]) == server.files(NS, "progress") / "token"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/var/run/secrets/kubeflow/trainer"] == "kubeflow-trainer-token"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "kubeflow-trainer-token"]
+    token = volume["projected"]["sources"][0]["serviceAccountToken"]
+    assert (
+        token["audience"]
+        == "trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs/progress/status"
+    )
+
+
+def test_a_post_replaces_trainer_status_whole_and_a_missing_trainjob_is_a_lookup_error(
+    trainer_v2,
+):
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("posted", ["torchrun"], suspend=True))
+    first = {"progressPercentage": 10, "estimatedRemainingSeconds": 90,
+             "metrics": [{"name": "loss", "value": "2.5"}],
+             "lastUpdatedTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    trainer_v2.write_trainer_status(NS, "posted", first)
+    later = {"progressPercentage": 20, "lastUpdatedTime": "2026-01-01T00:00:05Z"}
+    trainer_v2.write_trainer_status(NS, "posted", later)
+    assert trainer_v2.trainjob("posted")["status"]["trainerStatus"] == later
+    with pytest.raises(LookupError):
+        trainer_v2.write_trainer_status(NS, "nowhere", later)
+
+
+# an injected OOM kill ---------------------------------------------------------------------------
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. (injected)\n"
+
+
+def test_an_oom_kill_after_a_checkpoint_restarts_the_container_which_resumes(trainer_v2):
+    # Upstream's runtime: JobSet's restartPolicy OnFailure and the Job's backoffLimit 6,
+    # so the killed container restarts in its pod and resumes from its checkpoint.
+    trainer_v2.add_nodes("g5.12xlarge", 1, gpus=4)
+    command = [*TRAIN, "--max_steps", "6", "--checkpoint_dir", str(trainer_v2.root / "ckpt")]
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("oom", command))
+    crash = Injected("node-0-0", after="checkpoint_saved", log=OOM)
+    assert trainer_v2.train("oom", inject=crash).wait(240) == "Complete", trainer_v2.errors
+    (pod,) = trainer_v2.pods("oom")
+    (state,) = pod["status"]["containerStatuses"]
+    assert state["restartCount"] == 1
+    assert (state["lastState"]["terminated"]["exitCode"],
+            state["lastState"]["terminated"]["reason"]) == (137, "OOMKilled")  # fmt: skip
+    name = pod["metadata"]["name"]
+    previous = trainer_v2.api.core.read_namespaced_pod_log(name, NS, previous=True)
+    assert previous.endswith(OOM)
+    (start,) = [e for e in events(pod_log(trainer_v2.api, name)) if e["event"] == "start"]
+    assert start["resumed_from"] == 2
+
+
+def test_an_oom_kill_fails_a_trainjob_whose_runtime_allows_no_retry(trainer_v2):
+    # A TrainingRuntime of the namespace (runtimeRef kind TrainingRuntime) whose Job
+    # template says backoffLimit 0 and restartPolicy Never, as a suite's own may.
+    runtime = torch_distributed()
+    runtime.update(kind="TrainingRuntime")
+    runtime["metadata"] = {"name": "no-retry", "namespace": NS}
+    job_spec = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job_spec["backoffLimit"] = 0
+    job_spec["template"]["spec"]["restartPolicy"] = "Never"
+    trainer_v2.api.create("trainer.kubeflow.org/v1alpha1/trainingruntimes", NS, runtime)
+    trainer_v2.add_nodes("g5.12xlarge", 1, gpus=4)
+    command = [*TRAIN, "--max_steps", "40", "--checkpoint_dir", str(trainer_v2.root / "ckpt")]
+    ref = {"name": "no-retry", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("oom", command, runtimeRef=ref))
+    trainer_v2.inject("oom", Injected("node-0-0", after="checkpoint_saved", log=OOM))
+    assert trainer_v2.train("oom").wait(240) == "Failed"
+    (pod,) = trainer_v2.pods("oom")
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "OOMKilled")
+    log = pod_log(trainer_v2.api, pod["metadata"]["name"])
+    assert log.endswith(OOM)
+    assert [e["step"] for e in events(log) if e["event"] == "checkpoint_saved"] == [2]
+    snapshot = trainer_v2.api.get("v1/configmaps", NS, "oom-runtime-snapshot")
+    assert snapshot["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"

@@ -303,8 +303,23 @@ class TrainerV2:
     def write_trainer_status(
         self, namespace: str, trainjob: str, trainer_status: dict[str, Any]
     ) -> None:
-        """The status server's write (pkg/statusserver/server.go): status.trainerStatus."""
-        self.api.patch_status(TRAINJOB, namespace, trainjob, {"trainerStatus": trainer_status})
+        """The status server's write (pkg/statusserver/server.go): status.trainerStatus
+        applied whole by one field manager, so a field the post leaves out is removed
+        (here: set to null in the merge patch). A missing TrainJob raises LookupError, a
+        refused write ValueError (what tests/services/trainer_status.py answers 404 / 422)."""
+        current = self.api.get(TRAINJOB, namespace, trainjob)
+        if current is None:
+            raise LookupError(f'trainjobs.{GROUP} "{trainjob}" not found')
+        old = (current.get("status") or {}).get("trainerStatus") or {}
+        patch = {**dict.fromkeys(old), **trainer_status}
+        try:
+            self.api.patch_status(TRAINJOB, namespace, trainjob, {"trainerStatus": patch})
+        except ApiException as exc:
+            if exc.status == 404:
+                raise LookupError(f'trainjobs.{GROUP} "{trainjob}" not found') from exc
+            if exc.status == 422:
+                raise ValueError(str(exc.body)) from exc
+            raise
 
     # the loop ------------------------------------------------------------------------------
 
