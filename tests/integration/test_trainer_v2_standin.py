@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from tests.services.jobset import JOB, JOBSET, POD, SERVICE, Api
 from tests.services.kube import PYTORCHJOB
@@ -362,3 +363,82 @@ def test_an_oom_kill_fails_a_trainjob_whose_runtime_allows_no_retry(trainer_v2):
     assert [e["step"] for e in events(log) if e["event"] == "checkpoint_saved"] == [2]
     snapshot = trainer_v2.api.get("v1/configmaps", NS, "oom-runtime-snapshot")
     assert snapshot["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+
+
+# the validating webhook ------------------------------------------------------------------------
+
+WEBHOOK = 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"runtimeRef": {"name": "nowhere"}},
+         'spec.runtimeRef: Invalid value: v1alpha1.RuntimeRef{Name:"nowhere", '
+         "APIGroup:(*string)(0xc000010020), Kind:(*string)(0xc000010030)}: "
+         'clustertrainingruntimes.trainer.kubeflow.org "nowhere" not found: specified '
+         "clusterTrainingRuntime must be created before the TrainJob is created"),
+        ({"runtimeRef": {"name": "torch-distributed", "kind": "Runtime"}},
+         "unsupported runtime: Runtime.trainer.kubeflow.org"),
+        ({"trainer": {"env": [{"name": "PET_NODE_RANK", "value": "3"},
+                              {"name": "A", "value": "b"}]}},
+         'spec.trainer.env: Invalid value: []v1.EnvVar{v1.EnvVar{Name:"PET_NODE_RANK", '
+         'Value:"3", ValueFrom:(*v1.EnvVarSource)(nil)}, v1.EnvVar{Name:"A", Value:"b", '
+         "ValueFrom:(*v1.EnvVarSource)(nil)}}: must not have reserved envs, invalid envs "
+         "configured: [PET_NODE_RANK]"),
+        ({"runtimePatches": [{"manager": "fsdp-eks.dev/quarantine", "trainingRuntimeSpec": {
+            "template": {"spec": {"replicatedJobs": [{"name": "launcher"}]}}}}]},
+         "spec.runtimePatches: Invalid value: []v1alpha1.RuntimePatch{...}: must not have "
+         "replicated job that doesn't exist in the runtime job template"),
+    ],
+    ids=["a missing runtime", "an unknown kind", "a reserved env", "a patch of no job"],
+)  # fmt: skip
+def test_the_webhook_refuses_what_upstream_refuses_and_nothing_is_stored(
+    trainer_v2, change, message
+):
+    body = trainjob("refused", ["torchrun"])
+    body["spec"].update(change)
+    with pytest.raises(ApiException) as refused:
+        trainer_v2.api.create(TRAINJOB, NS, body)
+    assert refused.value.status == 403
+    assert json.loads(refused.value.body or "{}")["message"] == WEBHOOK + message
+    assert trainer_v2.trainjob("refused") is None
+
+
+def test_runtime_patches_change_only_while_suspended_and_reach_the_pods(trainer_v2):
+    api = trainer_v2.api
+    api.create(TRAINJOB, NS, trainjob("patched", ["torchrun"], nodes=2))
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "NotIn",
+                                "values": ["bad-node"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    patch = {"manager": "fsdp-eks.dev/quarantine", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "affinity": affinity}}}}}]}}}}  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        api.patch(TRAINJOB, NS, "patched", {"spec": {"runtimePatches": [patch]}})
+    assert json.loads(refused.value.body or "{}")["message"] == WEBHOOK + (
+        "spec.runtimePatches: Forbidden: RuntimePatches can only be modified when the "
+        "TrainJob is suspended before or after the update"
+    )
+    api.patch(TRAINJOB, NS, "patched", {"spec": {"suspend": True, "runtimePatches": [patch]}})
+    assert trainer_v2.run("patched", outcome="Running") == []  # suspended: no pods
+    api.patch(TRAINJOB, NS, "patched", {"spec": {"suspend": False}})
+    trainer_v2.run("patched", outcome="Running")
+    pods = trainer_v2.pods("patched")
+    assert len(pods) == 2 and all(p["spec"]["affinity"] == affinity for p in pods)
+    container = pods[0]["spec"]["containers"][0]
+    assert container["command"] == ["torchrun"] and container["image"].startswith("pytorch/")

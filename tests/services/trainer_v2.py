@@ -60,6 +60,7 @@ from tests.services.jobset import (
 )
 from tests.services.kube import _VERBS, DECLARED, PYTORCHJOB, KubeService
 from tests.services.trainer_v2_render import render_jobset
+from tests.services.trainer_v2_webhook import admission
 from tests.services.training_operator import ERROR_LOG, OTHER_RANK_LOG, RUN_LOG, TrainingOperator
 
 __all__ = ["Injected", "TrainerV2", "install", "serve_engines", "uninstall"]
@@ -127,6 +128,8 @@ def install(kube: KubeService, *, runtime: bool = True) -> None:
     groups), their CRD objects created, and upstream's torch-distributed runtime (unless
     runtime=False)."""
     kube.emulator.resources.update(_resources())
+    if not any(getattr(admit, "trainer_v2", False) for admit in kube.emulator.admission):
+        kube.emulator.admission.append(admission(kube.emulator))
     api = Api(str(kube.kubeconfig))
     for crd in crds():
         with contextlib.suppress(ApiException):  # already installed: 409
@@ -141,6 +144,9 @@ def uninstall(kube: KubeService) -> None:
     declared = _resources()
     for resource in declared:
         kube.emulator.resources.pop(resource, None)
+    kube.emulator.admission[:] = [
+        a for a in kube.emulator.admission if not getattr(a, "trainer_v2", False)
+    ]
     names = {crd["metadata"]["name"] for crd in _crds()}
     for key in list(kube.emulator.objects):
         resource = "/".join(filter(None, (key[0].group, key[0].version, key[0].plural)))
@@ -271,6 +277,8 @@ class TrainerV2:
             for _ in range(3):  # TrainJob -> JobSet -> Jobs -> Pods
                 self.reconcile()
             pods = self.pods(name)
+            if not pods:  # suspended, or not schedulable
+                return []
             replicas = [p["spec"]["hostname"].removeprefix(f"{name}-") for p in pods]
             codes = dict(exit_codes or {})
             if outcome == "Failed" and not any(codes.values()):
