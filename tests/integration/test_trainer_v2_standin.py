@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.services.jobset import JOB, JOBSET, POD, SERVICE, Api
 from tests.services.kube import PYTORCHJOB
-from tests.services.trainer_status import TrainerStatusServer
 from tests.services.trainer_v2 import (
     CRD,
     TRAINJOB,
@@ -29,6 +28,7 @@ from tests.services.trainer_v2 import (
     serve_engines,
     torch_distributed,
 )
+from tests.services.trainer_v2_render import render_jobset
 
 pytestmark = pytest.mark.integration
 
@@ -177,6 +177,50 @@ def test_the_env_is_what_the_torch_plugin_injects(trained):
     }
     assert env["PET_MASTER_ADDR"] == "tiny-node-0-0.tiny"
     assert env["PET_MASTER_PORT"] == "29500"
+    assert not [k for k in env if k.startswith("KUBEFLOW_TRAINER_")]  # TrainJobStatus gate off
+
+
+@pytest.mark.parametrize(
+    ("trainer", "expected"),
+    [
+        ({"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}, "auto"),
+        ({"resourcesPerNode": {"limits": {"cpu": "4"}}}, "4"),
+        ({"resourcesPerNode": {"requests": {"cpu": "500m"}}}, "1"),
+        ({"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}, "numProcPerNode": 2}, "2"),
+        ({}, "1"),
+    ],
+    ids=["GPUs leave it to torchrun (auto)", "no GPU: the CPU count",
+         "under one CPU: at least 1", "numProcPerNode wins", "no resources: 1"],
+)  # fmt: skip
+def test_nproc_per_node_is_what_the_torch_plugin_computes(trainer, expected):
+    job = trainjob("t", ["torchrun"])
+    job["spec"]["trainer"] = {"command": ["torchrun"], **trainer}
+    rendered = render_jobset(job, torch_distributed())
+    container = rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PET_NPROC_PER_NODE"] == expected
+    assert env["PET_NNODES"] == "1"  # the runtime's mlPolicy.numNodes
+
+
+def test_trainer_env_overrides_the_runtimes_in_place_before_the_pet_variables():
+    runtime = torch_distributed()
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    runtime_env = [{"name": "A", "value": "runtime"}, {"name": "B", "value": "runtime"}]
+    node["template"]["spec"]["containers"][0]["env"] = runtime_env
+    job = trainjob("t", ["torchrun"], nodes=3)
+    job["spec"]["trainer"]["env"] = [{"name": "B", "value": "job"}, {"name": "C", "value": "job"}]
+    rendered = render_jobset(job, runtime)
+    rjob = rendered["spec"]["replicatedJobs"][0]
+    container = rjob["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert [(e["name"], e.get("value")) for e in container["env"]][:3] == [
+        ("A", "runtime"), ("B", "job"), ("C", "job")]  # fmt: skip
+    assert [e["name"] for e in container["env"]][3:] == [
+        "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
+        "PET_MASTER_PORT"]  # fmt: skip
+    assert (rjob["replicas"], rjob["template"]["spec"]["parallelism"]) == (1, 3)
+    assert rendered["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
 
 
 # failure, suspend, deletion ---------------------------------------------------------------------
@@ -266,19 +310,13 @@ def test_a_replayed_run_fails_without_a_process(trainer_v2):
 # the status server (TrainJobStatus feature gate on) ----------------------------------------------
 
 
-def test_the_trainer_posts_progress_that_lands_in_trainer_status(kube_api, tmp_path):
-    kube_api.reset()
-    serve_engines(kube_api, v1=False, v2=True)
-    with TrainerStatusServer(on_status=lambda *_: None) as server:
-        trainer = TrainerV2(kube_api, root=tmp_path / "cluster", status_server=server)
-        try:
-            trainer.add_nodes("g5.12xlarge", 1, gpus=4)
-            trainer.api.create(TRAINJOB, NS, trainjob("progress", TRAIN))
-            assert trainer.train("progress").wait(240) == "Complete", trainer.errors
-            status = (trainer.trainjob("progress") or {})["status"]
-            (pod,) = trainer.pods("progress")
-        finally:
-            trainer.stop()
+def test_the_trainer_posts_progress_that_lands_in_trainer_status(trainer_v2_progress):
+    trainer, server = trainer_v2_progress, trainer_v2_progress.status_server
+    trainer.add_nodes("g5.12xlarge", 1, gpus=4)
+    trainer.api.create(TRAINJOB, NS, trainjob("progress", TRAIN))
+    assert trainer.train("progress").wait(240) == "Complete", trainer.errors
+    status = (trainer.trainjob("progress") or {})["status"]
+    (pod,) = trainer.pods("progress")
     assert status["trainerStatus"]["progressPercentage"] == 100, status
     metrics = {m["name"]: m["value"] for m in status["trainerStatus"]["metrics"]}
     assert metrics["step"] == "4" and float(metrics["loss"]) > 0
