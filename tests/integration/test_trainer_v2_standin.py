@@ -480,3 +480,31 @@ def test_runtime_patches_change_only_while_suspended_and_reach_the_pods(trainer_
     assert len(pods) == 2 and all(p["spec"]["affinity"] == affinity for p in pods)
     container = pods[0]["spec"]["containers"][0]
     assert container["command"] == ["torchrun"] and container["image"].startswith("pytorch/")
+
+
+def test_pods_no_node_fits_stay_pending_with_a_failed_scheduling_event(trainer_v2):
+    trainer_v2.add_nodes("g5.xlarge", 2, gpus=1)
+    job = trainjob("big", ["torchrun"], nodes=2)
+    job["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": "4"}}
+    trainer_v2.api.create(TRAINJOB, NS, job)
+    trainer_v2.train("big")
+    pods = until(lambda: len(trainer_v2.pods("big")) == 2 and trainer_v2.pods("big"))
+    reasons = until(lambda: {e["involvedObject"]["name"]: e["message"]
+                             for e in trainer_v2.api.list("v1/events", NS)
+                             if e["reason"] == "FailedScheduling"})  # fmt: skip
+    assert "insufficient nvidia.com/gpu" in reasons[pods[0]["metadata"]["name"]]
+    assert [p["status"]["phase"] for p in trainer_v2.pods("big")] == ["Pending", "Pending"]
+    assert not trainer_v2.cluster.kubelet.running
+
+
+def test_past_its_active_deadline_a_trainjob_fails_and_its_pods_go(trainer_v2):
+    trainer_v2.add_nodes("g5.12xlarge", 1, gpus=4)
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("late", sleep, activeDeadlineSeconds=2))
+    assert trainer_v2.train("late").wait(60) == "Failed"
+    (failed,) = [c for c in trainer_v2.trainjob("late")["status"]["conditions"]
+                 if c["type"] == "Failed"]  # fmt: skip
+    assert (failed["reason"], failed["message"]) == (
+        "DeadlineExceeded", "TrainJob exceeded its active deadline")  # fmt: skip
+    until(lambda: not trainer_v2.api.list(POD, NS) and not trainer_v2.cluster.kubelet.running)
+    assert trainer_v2.api.get(JOBSET, NS, "late") is None

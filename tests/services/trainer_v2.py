@@ -27,6 +27,7 @@ Complete and Failed (pkg/apis/trainer/v1alpha1/trainjob_types.go)."""
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import copy
 import functools
@@ -386,8 +387,8 @@ class TrainerV2:
         what they own in one pass; a pod's container is stopped. `found` keeps what is
         left."""
         live = {t["metadata"]["uid"] for t in trainjobs}
-        owners = set(live)
-        gone = self._owners - live
+        owners = live | {j["metadata"]["uid"] for j in found[JOBSET]}
+        gone = self._owners - owners  # then Services and ConfigMaps may be orphans too
         resources = (JOBSET, JOB, POD, SERVICE, CONFIGMAP) if gone else (JOBSET, JOB, POD)
         self._children = False
         for resource in resources:
@@ -410,12 +411,10 @@ class TrainerV2:
                 if refs:
                     self._children = True
                     live.add(obj["metadata"]["uid"])
-                    if resource == JOBSET:
-                        owners.add(obj["metadata"]["uid"])
                 kept.append(obj)
             if resource in found:
                 found[resource] = kept
-        self._owners = owners
+        self._owners = live & owners
 
     # the TrainJob controller -----------------------------------------------------------------
 
@@ -552,7 +551,7 @@ class TrainerV2:
         suspended = condition(trainjob, "Suspended")
         if suspended and suspended.get("status") == "False":
             started = suspended["lastTransitionTime"]
-        begun = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        begun = calendar.timegm(time.strptime(started, "%Y-%m-%dT%H:%M:%SZ"))
         if time.time() > begun + int(seconds):
             set_condition(trainjob, "Failed", True, *DEADLINE)
             self.api.delete(JOBSET, self.namespace, trainjob["metadata"]["name"])
