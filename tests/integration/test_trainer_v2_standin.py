@@ -256,8 +256,12 @@ def test_a_failing_command_fails_the_trainjob_after_the_backoff_limit(trainer_v2
 def test_suspend_stops_the_pods_resume_recreates_them_and_delete_cascades(trainer_v2):
     trainer_v2.add_nodes("g5.12xlarge", 2, gpus=4)
     api = trainer_v2.api
-    sleep = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"]
-    api.create(TRAINJOB, NS, trainjob("idle", sleep, nodes=2))
+    sleep = [sys.executable, "-c", "import os, time; print(os.environ['NODE_NAME'], "
+             "os.environ['PET_NODE_RANK'], flush=True); time.sleep(600)"]  # fmt: skip
+    job = trainjob("idle", sleep, nodes=2)
+    node_name = {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    job["spec"]["trainer"]["env"] = [{"name": "NODE_NAME", "valueFrom": node_name}]
+    api.create(TRAINJOB, NS, job)
     trainer_v2.train("idle")
 
     def running() -> list[str]:
@@ -266,6 +270,10 @@ def test_suspend_stops_the_pods_resume_recreates_them_and_delete_cascades(traine
         return up if len(up) == 2 else []
 
     first = until(running)
+    # The downward API as a kubelet resolves it: the node bound, the completion index.
+    logs = until(lambda: all(pod_log(api, p) for p in first) and [pod_log(api, p) for p in first])
+    nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in trainer_v2.pods("idle")}
+    assert [log.split() for log in logs] == [[nodes[p], str(i)] for i, p in enumerate(first)]
     api.patch(TRAINJOB, NS, "idle", {"spec": {"suspend": True}})
     until(lambda: not trainer_v2.pods("idle"))
     assert not trainer_v2.cluster.kubelet.running
