@@ -251,6 +251,31 @@ def test_a_failing_command_fails_the_trainjob_after_the_backoff_limit(trainer_v2
     assert [(c["type"], c["reason"]) for c in job["status"]["conditions"]] == [
         ("Failed", "BackoffLimitExceeded")
     ]
+    seen = {(e["involvedObject"]["kind"], e["reason"], e["type"])
+            for e in trainer_v2.api.list("v1/events", NS)}  # fmt: skip
+    assert seen >= {("Pod", "Scheduled", "Normal"), ("Pod", "BackOff", "Warning"),
+                    ("Job", "BackoffLimitExceeded", "Warning"),
+                    ("JobSet", "FailedJobs", "Warning")}  # fmt: skip
+
+
+def test_a_runtime_deleted_under_a_trainjob_is_a_resources_creation_failed_event(trainer_v2):
+    runtime = torch_distributed()
+    runtime.update(kind="TrainingRuntime", metadata={"name": "gone", "namespace": NS})
+    resource = "trainer.kubeflow.org/v1alpha1/trainingruntimes"
+    trainer_v2.api.create(resource, NS, runtime)
+    ref = {"name": "gone", "kind": "TrainingRuntime"}
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("orphan", ["torchrun"], runtimeRef=ref))
+    trainer_v2.api.delete(resource, NS, "gone")
+    trainer_v2.reconcile()
+    trainer_v2.reconcile()
+    (event,) = [e for e in trainer_v2.api.list("v1/events", NS)
+                if e["reason"] == "TrainJobResourcesCreationFailed"]  # fmt: skip
+    assert event["involvedObject"]["name"] == "orphan" and event["type"] == "Warning"
+    assert event["message"] == (
+        "TrainJob resources reconciliation failed: TrainingRuntime specified in TrainJob is "
+        'not found: trainingruntimes.trainer.kubeflow.org "gone" not found'
+    )
+    assert trainer_v2.api.get(JOBSET, NS, "orphan") is None
 
 
 def test_suspend_stops_the_pods_resume_recreates_them_and_delete_cascades(trainer_v2):

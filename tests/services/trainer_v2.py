@@ -217,9 +217,7 @@ class TrainerV2:
         self.cluster = TrainingOperator(kube, namespace, root)
         self.kube, self.namespace, self.root = kube, namespace, self.cluster.root
         self.api = Api(str(kube.kubeconfig))
-        self.jobsets = JobSetController(
-            self.api, lambda: self.cluster.kubelet, namespace, self.cluster.add_event
-        )
+        self.jobsets = JobSetController(self.api, lambda: self.cluster.kubelet, namespace)
         self.status_server = status_server
         if status_server is not None:  # it calls back with each status a trainer posts
             status_server.on_status = self.write_trainer_status
@@ -445,8 +443,9 @@ class TrainerV2:
                 built = self._reconcile_objects(trainjob, jobsets)
             except (LookupError, ApiException) as exc:
                 message = f"TrainJob resources reconciliation failed: {str(exc)[:950]}"
-                self.cluster.add_event(name, "TrainJobResourcesCreationFailed", message,
-                                       kind="TrainJob")  # fmt: skip
+                if len(str(exc)) > 950:
+                    message += " ..."
+                self.jobsets.event(trainjob, "TrainJobResourcesCreationFailed", message, "Warning")
         if spec.get("suspend"):
             set_condition(trainjob, "Suspended", True, *SUSPENDED)
         elif is_true(trainjob, "Suspended"):
