@@ -541,3 +541,21 @@ def test_past_its_active_deadline_a_trainjob_fails_and_its_pods_go(trainer_v2):
         "DeadlineExceeded", "TrainJob exceeded its active deadline")  # fmt: skip
     until(lambda: not trainer_v2.api.list(POD, NS) and not trainer_v2.cluster.kubelet.running)
     assert trainer_v2.api.get(JOBSET, NS, "late") is None
+
+
+def test_the_pods_of_a_trainjob_not_played_stay_pending_and_start_plays_them(trainer_v2):
+    trainer_v2.add_nodes("g5.12xlarge", 2, gpus=4)
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    for name in ("played", "waiting"):
+        trainer_v2.api.create(TRAINJOB, NS, trainjob(name, sleep))
+    trainer_v2.train("played")
+
+    def phases(name: str) -> list[str]:
+        return [p["status"].get("phase", "") for p in trainer_v2.pods(name)]
+
+    until(lambda: phases("played") == ["Running"] and phases("waiting") == ["Pending"])
+    assert list(trainer_v2.cluster.kubelet.running) == [
+        trainer_v2.pods("played")[0]["metadata"]["name"]
+    ]
+    trainer_v2.start()
+    until(lambda: phases("waiting") == ["Running"])

@@ -244,6 +244,9 @@ class JobSetController:
         self.api, self._kubelet, self.namespace = api, kubelet, namespace
         self.injections: dict[str, Injected] = {}  # by JobSet name
         self.replayed: set[str] = set()  # JobSets whose pods a test moves (nothing runs)
+        # The JobSets whose pods the kubelets run (all when None): the others' pods stay
+        # Pending, unbound, until a test plays them.
+        self.playing: set[str] | None = set()
         self._fired: dict[str, Injected] = {}  # pod name -> the injection that killed it
         self._reported: set[str] = set()  # pods whose FailedScheduling was reported
         self._events: set[tuple[str, str, str]] = set()  # (uid, reason, message) recorded
@@ -453,7 +456,7 @@ class JobSetController:
         one, publish a running one's log, end it (or restart its container) on exit.
         Returns the pod with the status it now has."""
         name, phase = pod["metadata"]["name"], pod["status"].get("phase")
-        if jobset in self.replayed:
+        if jobset in self.replayed or (self.playing is not None and jobset not in self.playing):
             return pod
         kubelet = self.kubelet
         running = kubelet.running.get(name)

@@ -14,8 +14,10 @@ controllers. Upstream files named below are kubeflow/trainer's at v2.3.0.
 `install`/`uninstall` decide what API discovery shows (the product picks its engine from
 it): Trainer v2 alone (`TrainingOperator(kube).uninstall()` too), v1 alone (no install),
 both, or neither. Once started (`train` or `start`), the controllers play every TrainJob
-of the namespace, as a cluster's would: a resubmitted job runs again, suspend stops its
-pods and resume recreates them, deleting it deletes what it owns (the garbage collector).
+of the namespace, as a cluster's would: suspend stops its pods and resume recreates
+them, deleting it deletes what it owns (the garbage collector). The kubelets run the
+pods of the TrainJobs `train` names (another's stay Pending, unbound), or after `start`
+of every one (a resubmitted job runs again: auto-retry).
 
 Replicas are named by their pod's hostname without `<trainjob>-`: "node-0-0",
 "node-0-1" (pods `<trainjob>-node-0-<index>-<random>`; rank = completion index).
@@ -251,7 +253,12 @@ class TrainerV2:
     # playing -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """The controllers run (idempotent) until `stop`."""
+        """The controllers run (idempotent) until `stop`, and the kubelets run the pods of
+        every TrainJob, as a cluster's would (a resubmitted job too)."""
+        self.jobsets.playing = None
+        self._run_loop()
+
+    def _run_loop(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="trainer-v2", daemon=True)
@@ -265,13 +272,17 @@ class TrainerV2:
         self.cluster.stop()
 
     def train(self, name: str, *, inject: Injected | None = None) -> TrainRun:
-        """Play TrainJob `name` (as it is now) for real; returns at once."""
+        """Play TrainJob `name` (as it is now) for real: the controllers run and the
+        kubelets run its pods (another TrainJob's stay Pending until it is played too);
+        returns at once."""
         job = self.trainjob(name)
         assert job is not None, f"no TrainJob {name}"
         if inject is not None:
             self.jobsets.injections[name] = inject
         self.jobsets.replayed.discard(name)
-        self.start()
+        if self.jobsets.playing is not None:
+            self.jobsets.playing.add(name)
+        self._run_loop()
         return TrainRun(self, name, job["metadata"]["uid"])
 
     def inject(self, name: str, inject: Injected) -> None:
