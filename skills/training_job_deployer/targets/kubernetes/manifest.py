@@ -208,22 +208,18 @@ def container_command(
     ]
 
 
-def commanded_max_steps(job: dict[str, Any]) -> int | None:
-    """The --max_steps a PyTorchJob's trainer was given in its container command (None:
-    the trainer's default), read back from the job as the cluster holds it."""
-    for replica in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).values():
-        for container in ((replica.get("template") or {}).get("spec") or {}).get(
-            "containers"
-        ) or []:
-            command = [str(arg) for arg in container.get("command") or []]
-            if "--max_steps" in command[:-1]:
-                value = command[command.index("--max_steps") + 1]
-                return int(value) if value.isdigit() else None
-    return None
+# The label Kueue admits a job by (its LocalQueue), on PyTorchJobs and TrainJobs alike.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def labels(spec: JobSpec) -> dict[str, str]:
     return managed_labels(**{LABEL_JOB: spec.job_name})
+
+
+def job_labels(spec: JobSpec, settings: KubernetesDeploySettings) -> dict[str, str]:
+    """The job object's labels: the pods' (ownership, the job's name), and the Kueue
+    queue it is submitted to when the deploy names one."""
+    return {**labels(spec), **({QUEUE_LABEL: settings.queue} if settings.queue else {})}
 
 
 def check_job_name(job_name: str) -> None:
@@ -260,6 +256,7 @@ def render(
             name=spec.job_name,
             namespace=settings.namespace,
             labels=labels(spec),
+            job_labels=job_labels(spec, settings),
             nproc_per_node=spec.gpu_per_node,
             elastic=elastic,
             backoff_limit=max(spec.max_restarts, 0),
@@ -274,7 +271,7 @@ def render(
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
             # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-            env={**container_env(settings), **_hub_env(spec, settings, hf_endpoint), **spec.env},
+            env={**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env},
             hf_secret=hf_secret,
             requests={**limits, **efa_requests(settings.instance_type)},
             limits=limits,
@@ -287,7 +284,7 @@ def render(
     return manifest
 
 
-def _hub_env(
+def hub_env(
     spec: JobSpec, settings: KubernetesDeploySettings, endpoint: str | None
 ) -> dict[str, str]:
     home = hub_home(spec, settings)

@@ -64,6 +64,15 @@ class KubernetesSettings(ClusterAccess, TargetSettings):
 class KubernetesDeploySettings(KubernetesSettings):
     """a Kubeflow PyTorchJob"""
 
+    engine: Annotated[
+        Literal["auto", "pytorchjob", "trainjob"],
+        Field(description="Job kind; auto: TrainJob if served, else PyTorchJob."),
+    ] = "auto"
+    queue: Annotated[
+        str | None,
+        Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", description="Kueue LocalQueue."),
+    ] = None
+
     instance_type: Annotated[
         str | None,
         Field(pattern=r"^[a-z0-9.-]{1,40}$", description="GPU instance type, e.g. p5.48xlarge."),
