@@ -10,12 +10,13 @@ the /dev/shm size, NCCL/EFA environment, and where checkpoints live."""
 from __future__ import annotations
 
 import copy
-from functools import cache
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from skills.kube.crd_validation import crd_validator, validate_against_crd
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT, s3_buckets
@@ -308,31 +309,18 @@ def _joined(value: Any) -> Any:
     return value
 
 
-@cache
-def crd_schema() -> dict[str, Any]:
+def crd_schema() -> Mapping[str, Any]:
     """spec.versions[v1].schema.openAPIV3Schema of the CRD shipped in this package."""
-    text = (HERE / "crds" / CRD_FILE).read_text()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
-    served = api_version("PyTorchJob").rpartition("/")[2]
-    (version,) = (v for v in crd["spec"]["versions"] if v["name"] == served)
-    return version["schema"]["openAPIV3Schema"]
+    return crd_validator(HERE / "crds" / CRD_FILE).schema(
+        api_version("PyTorchJob").rpartition("/")[2]
+    )
 
 
 def validate(manifest: dict[str, Any]) -> None:
-    """The manifest against the CRD schema (x-kubernetes-* keywords are ignored)."""
-    import jsonschema
-
-    validator = jsonschema.Draft7Validator(crd_schema())
-    errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))
-    if errors:
-        problems = [
-            {"path": "/".join(str(p) for p in e.absolute_path), "problem": e.message[:300]}
-            for e in errors[:10]
-        ]
-        raise ToolFailure(
-            ErrorCode.MANIFEST_INVALID,
-            f"The rendered PyTorchJob does not match the CRD schema: {problems[0]}",
-            "This is a bug in the manifest template; report it with the details.",
-            {"problems": problems},
-        )
+    """The manifest as the API server would check it on create: the CRD's schema (unknown
+    fields refused) and its CEL rules (skills.kube.crd_validation, the one home of that)."""
+    validate_against_crd(
+        manifest,
+        HERE / "crds" / CRD_FILE,
+        hint="This is a bug in the manifest template; report it with the details.",
+    )
