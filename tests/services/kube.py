@@ -19,6 +19,8 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
 * `/api/v1/namespaces[/NAME]` works (kmock 0.8 misparses it; patched in process, once);
 * server-side apply (PATCH with application/apply-patch+yaml) of a missing object
   creates it (then merges, as kmock patches);
+* a CustomResourceDefinition written serves its versions' resources, deleted stops them
+  (tests/services/crds.py), as the API server's discovery does;
 * pods/log answers text/plain from `set_pod_log` ('' if unset, 404 for a missing pod)
   instead of the pod's JSON;
 * a LIST of events honours fieldSelector (involvedObject.name=..., type!=...), every
@@ -54,6 +56,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
+
+from tests.services import crds
 
 PYTORCHJOB = "kubeflow.org/v1/pytorchjobs"
 _VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
@@ -282,6 +286,16 @@ def emulator_class() -> type:
         listed_metadata: int = attrs.field(default=0, init=False)  # metadata-only items
 
         async def _handle(self, request: Any) -> Any:
+            # A CRD written or deleted serves its resources, or stops (tests/services/crds.py).
+            if not crds.is_crd(request):
+                return await self._handle_one(request)
+            before = crds.declared_by(self, request)
+            try:
+                return await self._handle_one(request)
+            finally:
+                crds.redeclare(self, before, crds.declared_by(self, request))
+
+        async def _handle_one(self, request: Any) -> Any:
             data, action = request.data, request.action
             # Server-side apply (PATCH, application/apply-patch+yaml) creates a missing
             # object, as an API server does; kmock alone answers 404.
