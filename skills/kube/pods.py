@@ -1,8 +1,9 @@
 """The one reader of a training job's JSON (job, pods, events) as the Kubernetes API
 returns it (camelCase dicts, never the client's models), a PyTorchJob's (Training
 Operator v1) or a TrainJob's (Kubeflow Trainer v2: its pods are a JobSet's): the
-monitor and the job doctor both read through here. Every reader is defensive: a field that is missing or
-of the wrong type reads as None/""/[] (a saved snapshot may come from anywhere)."""
+monitor and the job doctor both read through here. Every reader is defensive: a field
+that is missing or of the wrong type reads as None/""/[] (a saved snapshot may come from
+anywhere)."""
 
 from __future__ import annotations
 

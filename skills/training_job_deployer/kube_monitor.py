@@ -20,7 +20,7 @@ from typing import Any
 
 from skills.kube.client import LIST_CHUNK, KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
-from skills.kube.objects import KINDS, kind_path, object_path
+from skills.kube.objects import kind_path, object_path
 from skills.kube.pods import (
     CONTAINER,
     JOB_NAME_LABEL,
@@ -99,24 +99,6 @@ class KubeReader(KubeJson):
         return kind_path((kind or self.kind).kind, self.namespace, name or None)
 
     # discovery and jobs -------------------------------------------------------
-
-    def serves(self, kind: str) -> bool:
-        """Whether the cluster serves `kind` (its group version lists its plural)."""
-        group_version, plural, _ = KINDS[kind]
-        found = self.json("GET", group_version, missing_ok=(404,)) or {}
-        return any(r.get("name") == plural for r in found.get("resources") or [])
-
-    def require_crd(self) -> None:
-        """The cluster serves kubeflow.org/v1 pytorchjobs (the Training Operator's CRD)."""
-        if not self.serves("PyTorchJob"):
-            raise ToolFailure(
-                ErrorCode.TRAINING_OPERATOR_MISSING,
-                "The cluster has no PyTorchJob resource (kubeflow.org/v1): the Kubeflow "
-                "Training Operator is not installed.",
-                "Install it (manage_eks_cluster, or kubectl apply -k "
-                '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone'
-                '?ref=v1.9.0"), then deploy again.',
-            )
 
     def job(self, name: str) -> dict[str, Any] | None:
         return self.json("GET", self._jobs_path(name), missing_ok=(404,))
@@ -415,9 +397,7 @@ def _if_allowed(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]
         raise
 
 
-def _about(
-    event: Mapping[str, Any], job: tuple[str, str], pods: set[str], nodes: set[str]
-) -> bool:
+def _about(event: Mapping[str, Any], job: tuple[str, str], pods: set[str], nodes: set[str]) -> bool:
     """Whether an event is about this job ((kind, name)), one of its pods, or a node
     they run on."""
     involved = event.get("involvedObject") or event.get("regarding") or {}

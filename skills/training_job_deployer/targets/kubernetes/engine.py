@@ -19,10 +19,9 @@ from skills.training_job_deployer.trainer_log import RunMetrics
 class Engine(ABC):
     """One kind of training job on a cluster."""
 
-    name: ClassVar[str]  # the `engine` deploy setting's value ("pytorchjob", "trainjob")
+    # The `engine` deploy setting's value, as skills.kube.engines names what is served.
+    name: ClassVar[str]
     job_kind: ClassVar[JobKind]  # the kind, its pods' job label, its trainer container
-    # The kinds the cluster must serve to run it (its CRDs; the first is the job's).
-    requires: ClassVar[tuple[str, ...]]
     controller: ClassVar[str]  # what makes the job's pods, in words
 
     @property

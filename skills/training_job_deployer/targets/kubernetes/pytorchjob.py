@@ -18,7 +18,6 @@ from skills.training_job_deployer.targets.kubernetes.settings import KubernetesD
 class PyTorchJobEngine(Engine):
     name: ClassVar[str] = "pytorchjob"
     job_kind: ClassVar[JobKind] = PYTORCHJOB
-    requires: ClassVar[tuple[str, ...]] = ("PyTorchJob",)
     controller: ClassVar[str] = "the Training Operator"
 
     def render(

@@ -35,7 +35,8 @@ from skills.cloud.clients import env_region
 from skills.cloud.registry_credentials import ECR_HOST_PATTERN
 from skills.kube import namespaces
 from skills.kube import pods as kube_pods
-from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
+from skills.kube.engines import served_engines
+from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
 from skills.kube.objects import kind_path
 from skills.kube.pods import has_master, pod_info, pod_name, why_pod_waits
@@ -79,6 +80,7 @@ from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
+from skills.training_job_deployer.targets.trainjob.engine import TrainJobEngine
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
     LogFollower,
@@ -106,7 +108,7 @@ REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 ECR_IMAGE = re.compile(rf"^{ECR_HOST_PATTERN}/(?P<repository>[^:@]+)")
 # The engines, in the order a job named by the other tools is looked for.
-ENGINES: dict[str, Engine] = {e.name: e for e in (PyTorchJobEngine(),)}
+ENGINES: dict[str, Engine] = {e.name: e for e in (PyTorchJobEngine(), TrainJobEngine())}
 # engine=auto: the first of these the cluster serves (Trainer v2 is upstream's current one).
 AUTO_ORDER = ("trainjob", "pytorchjob")
 
@@ -270,11 +272,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
     # engines ----------------------------------------------------------------------------
 
     def _serves(self, engine: Engine) -> bool:
-        return all(self.reader.serves(kind) for kind in engine.requires)
+        return engine.name in served_engines(self.reader)
 
     def served_engines(self) -> list[Engine]:
-        """The engines the cluster serves (their CRDs), in ENGINES' order."""
-        return [engine for engine in ENGINES.values() if self._serves(engine)]
+        """The engines the cluster serves (their CRDs: skills.kube.engines, asked once
+        per tool call), in ENGINES' order."""
+        served = served_engines(self.reader)
+        return [engine for engine in ENGINES.values() if engine.name in served]
 
     def _deploy_engine(self, settings: KubernetesDeploySettings) -> Engine:
         """The engine a deploy uses: the one `engine` names, else (auto) Trainer v2 when
@@ -438,8 +442,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             if not plan.replace:
                 raise ToolFailure(
                     ErrorCode.JOB_EXISTS,
-                    f"A {kind} named {job_name!r} already exists in namespace "
-                    f"{self.namespace!r}.",
+                    f"A {kind} named {job_name!r} already exists in namespace {self.namespace!r}.",
                     "Follow it with get_training_job, deploy with replace=true to start it "
                     "over (checkpoints stay), or delete_training_job it first.",
                     {"namespace": self.namespace},
