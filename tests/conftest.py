@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ from tests.services import slurm as slurm_service
 from tests.services._common import require as _require
 from tests.services.eks_extras import EksExtras
 from tests.services.eks_extras import eks_extras as eks_extras_server
+
+if TYPE_CHECKING:
+    from tests.services import trainer_v2 as trainer_v2_service
 
 # Under xdist (`make test` runs pytest -n auto --dist loadfile) each worker is its own
 # session and starts the services its files ask for: every service takes free ports and
@@ -125,6 +129,20 @@ def kube_api() -> Iterator[kube.KubeService]:
     """kmock Kubernetes API; KUBECONFIG (context "kmock") in the env."""
     with kube.kube_server() as cluster, _environment(cluster.env):
         yield cluster
+
+
+@pytest.fixture
+def trainer_v2(kube_api: kube.KubeService, tmp_path) -> Iterator[trainer_v2_service.TrainerV2]:
+    """kmock (reset) serving Kubeflow Trainer v2.3.0 and JobSet v0.12.0 (not the v1
+    PyTorchJob kind) with their controllers played by tests/services/trainer_v2.py, its
+    pods running under tmp_path/cluster; every container stopped after the test."""
+    from tests.services import trainer_v2 as service  # the kubernetes client: only when used
+
+    kube_api.reset()
+    service.serve_engines(kube_api, v1=False, v2=True)
+    trainer = service.TrainerV2(kube_api, root=tmp_path / "cluster")
+    yield trainer
+    trainer.stop()
 
 
 @pytest.fixture(scope="session")

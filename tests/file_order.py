@@ -33,6 +33,7 @@ ESTIMATED_SECONDS = {
     "tests/trainer/test_checkpoint_resume.py": 41,
     "tests/integration/test_pods_run.py": 34,
     "tests/integration/test_build_image.py": 28,
+    "tests/trainer/test_progress_status.py": 25,  # estimated: a 2-rank torchrun, 4 runs
     "tests/integration/test_model_server_local.py": 24,
     "tests/trainer/test_trainer_parallel.py": 23,
     "tests/integration/test_cuda_gate_loop.py": 20,

@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import families, hf, hub
+from trainer import families, hf, hub, progress_status
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
@@ -875,6 +875,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     env = DistEnv.from_environ()
     metrics = MetricsEmitter(env.rank)
+    # Kubeflow Trainer v2's status server, where its controller named one (rank 0 posts).
+    progress = progress_status.from_environ(os.environ, env.rank)
+    emit = progress.observe(metrics.emit) if progress is not None else metrics.emit
     stop = StopRequest()
 
     def report(exc: BaseException, *, reraised: bool = False) -> None:
@@ -894,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stop.install()
     try:
-        summary = train(load_config(argv), env, metrics.emit, stop)
+        summary = train(load_config(argv), env, emit, stop)
     except ConfigError as exc:
         report(exc)
         return EXIT_CONFIG
@@ -906,4 +909,6 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         stop.uninstall()
+        if progress is not None:
+            progress.close()  # the final post goes out (bounded wait)
     return EXIT_PREEMPTED if summary["preempted"] else 0

@@ -74,6 +74,7 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     PYTORCHJOB: ("PyTorchJob", True, ("status",)),
     "apps/v1/daemonsets": ("DaemonSet", True, ("status",)),
     "apps/v1/deployments": ("Deployment", True, ("status",)),
+    "batch/v1/jobs": ("Job", True, ("status",)),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, ()),
     "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True, ("status",)),
     "v1/persistentvolumes": ("PersistentVolume", False, ("status",)),
