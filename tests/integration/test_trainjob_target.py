@@ -106,7 +106,7 @@ TRAINER_STATUS = {
     "metrics": [{"name": "step", "value": "3"}, {"name": "loss", "value": "5.25"},
                 {"name": "tokens_per_s", "value": "900"}, {"name": "mfu", "value": "0.4"}],
 }  # fmt: skip
-RUNNING = [{"type": "Created", "status": "True", "reason": "JobsCreated"}]
+RUNNING: list[dict[str, str]] = []  # Trainer v2.3.0 sets no Created/Running condition
 
 
 def test_auto_picks_trainjob_where_v2_is_served_pytorchjob_where_only_v1_and_neither_is_refused(

@@ -1,0 +1,102 @@
+"""Issue 47's done-when, on the Kubeflow Trainer v2.3.0 / JobSet v0.12.0 stand-in
+(tests/services/trainer_v2.py) whose pods really run what the TrainJob renders: deploy
+with engine auto trains the demo job as a 2-pod TrainJob to succeeded and
+get_training_job shows its steps and loss; a cancelled TrainJob and a failed one are
+reported as such; auto-retry resumes an OOM-killed TrainJob from its checkpoint. (Only
+v1 served and neither served: test_trainjob_target.py, test_kubernetes_target.py.)"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from commands.cancel_training_job import cancel_training_job
+from commands.deploy_training_job import deploy_training_job
+from commands.get_training_job import get_training_job
+from commands.get_training_job_logs import get_training_job_logs
+from tests.services.trainer_v2 import Injected
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "localhost:9/fsdp:v1"
+K8S = {"target": "kubernetes"}
+CLAIM = "fsx-claim"
+CUDA_OOM = (
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+    "has a total capacity of 79.10 GiB of which 1.02 GiB is free.\n"
+)
+
+
+@pytest.fixture
+def cluster(trainer_v2):
+    trainer_v2.add_nodes("g5.12xlarge", 2, gpus=4, efa=1)
+    trainer_v2.add_claim(CLAIM)
+    return trainer_v2
+
+
+def deploy(**kwargs):
+    args = {"job_name": "tiny", "num_nodes": 2, "gpu_per_node": 1, "image_uri": IMAGE,
+            "instance_type": "g5.12xlarge", "max_steps": 4, "checkpoint_freq": 2,
+            "checkpoint_volume": f"pvc:{CLAIM}", "skip_gate": True, "wait_seconds": 0,
+            **K8S}  # fmt: skip
+    args.update(kwargs)
+    return deploy_training_job(**args)
+
+
+def events(log: str) -> list[dict]:
+    return [json.loads(line) for line in log.splitlines() if line.startswith('{"event"')]
+
+
+def test_engine_auto_trains_the_demo_job_as_a_2_pod_trainjob_to_succeeded(cluster):
+    planned = deploy(dry_run=True)
+    assert planned.plan.engine == "trainjob" and planned.plan.manifest["kind"] == "TrainJob"
+    assert deploy().engine == "trainjob"
+    assert cluster.train("tiny").wait(240) == "Complete", cluster.errors
+    state = get_training_job(job_name="tiny", **K8S, wait_seconds=0)
+    assert (state.status, state.engine, state.steps, state.max_steps) == (
+        "succeeded", "trainjob", 4, 4)  # fmt: skip
+    assert state.last_loss is not None and len(state.pods or {}) == 2
+    log = get_training_job_logs(job_name="tiny", **K8S).text
+    start = events(log)[0]
+    assert start["event"] == "start" and start["world_size"] == 2
+    # Where get read them: trainerStatus when the trainer posted it, else rank 0's log.
+    posted = (cluster.trainjob("tiny") or {}).get("status", {}).get("trainerStatus")
+    print("steps and loss from", "trainerStatus" if posted else "rank 0's log")
+
+
+def test_a_cancelled_trainjob_and_a_failed_one_are_reported_as_such(cluster):
+    deploy(job_name="stopped", max_steps=10_000, checkpoint_freq=0, num_nodes=1)
+    cluster.train("stopped")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if get_training_job(job_name="stopped", **K8S, wait_seconds=0).steps > 0:
+            break
+        time.sleep(0.5)
+    cancelled = cancel_training_job(job_name="stopped", confirm=True, **K8S)
+    assert cancelled.status == "cancelled" and cancelled.engine == "trainjob"
+    assert cluster.trainjob("stopped")["spec"]["suspend"] is True
+    # A dataset no pod has: the real trainer exits non-zero and the TrainJob fails.
+    deploy(job_name="broken", dataset="/data/missing.jsonl", num_nodes=1)
+    assert cluster.train("broken").wait(240) == "Failed"
+    failed = get_training_job(job_name="broken", **K8S, wait_seconds=0)
+    assert failed.status == "failed" and failed.engine == "trainjob", failed
+    assert failed.next_step is not None and failed.next_step.tool == "diagnose_training_job"
+
+
+def test_auto_retry_resumes_an_oom_killed_trainjob_from_its_checkpoint(cluster):
+    # Rank 0 dies of a CUDA OOM once its step-2 checkpoint is saved (once: the resubmitted
+    # TrainJob of the same name runs clean).
+    cluster.inject("tiny", Injected("node-0-0", after="checkpoint_saved", log=CUDA_OOM,
+                                    exit_code=1, reason="Error"))  # fmt: skip
+    cluster.start()
+    result = deploy(auto_retry=True, train_batch_size=4, grad_accum_steps=1, wait_seconds=None)
+    assert result.status == "succeeded", result
+    first, second = result.attempts
+    assert (first.status, first.code, first.rank) == ("failed", "cuda_oom", 0)
+    assert first.remedy.startswith("cuda_oom/") and first.checkpoint_step == 2
+    assert second.resumed_from == 2
+    log = get_training_job_logs(job_name="tiny", **K8S).text
+    (start,) = [e for e in events(log) if e["event"] == "start"]
+    assert start["resumed_from"] == 2
