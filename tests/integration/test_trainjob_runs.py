@@ -1,7 +1,8 @@
 """Issue 47's done-when, on the Kubeflow Trainer v2.3.0 / JobSet v0.12.0 stand-in
 (tests/services/trainer_v2.py) whose pods really run what the TrainJob renders: deploy
 with engine auto trains the demo job as a 2-pod TrainJob to succeeded and
-get_training_job shows its steps and loss; a cancelled TrainJob and a failed one are
+get_training_job shows its steps and loss from the trainerStatus rank 0 posted (no log
+read); a cancelled TrainJob and a failed one are
 reported as such; auto-retry resumes an OOM-killed TrainJob from its checkpoint. (Only
 v1 served and neither served: test_trainjob_target.py, test_kubernetes_target.py.)"""
 
@@ -16,7 +17,10 @@ from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.get_training_job_logs import get_training_job_logs
-from tests.services.trainer_v2 import Injected
+from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
+from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
+from tests.services.trainer_status import TrainerStatusServer
+from tests.services.trainer_v2 import Injected, TrainerV2, serve_engines
 
 pytestmark = pytest.mark.integration
 
@@ -30,10 +34,19 @@ CUDA_OOM = (
 
 
 @pytest.fixture
-def cluster(trainer_v2):
-    trainer_v2.add_nodes("g5.12xlarge", 2, gpus=4, efa=1)
-    trainer_v2.add_claim(CLAIM)
-    return trainer_v2
+def cluster(kube_api, tmp_path):
+    """Trainer v2 alone served, its controllers played with the TrainJobStatus feature on
+    (the status server stand-in: rank 0's trainer posts its progress there)."""
+    kube_api.reset()
+    serve_engines(kube_api, v1=False, v2=True)
+    with TrainerStatusServer(on_status=lambda *_: None) as server:
+        trainer = TrainerV2(kube_api, root=tmp_path / "cluster", status_server=server)
+        trainer.add_nodes("g5.12xlarge", 2, gpus=4, efa=1)
+        trainer.add_claim(CLAIM)
+        try:
+            yield trainer
+        finally:
+            trainer.stop()
 
 
 def deploy(**kwargs):
@@ -54,16 +67,20 @@ def test_engine_auto_trains_the_demo_job_as_a_2_pod_trainjob_to_succeeded(cluste
     assert planned.plan.engine == "trainjob" and planned.plan.manifest["kind"] == "TrainJob"
     assert deploy().engine == "trainjob"
     assert cluster.train("tiny").wait(240) == "Complete", cluster.errors
-    state = get_training_job(job_name="tiny", **K8S, wait_seconds=0)
+    # Rank 0's trainer posted its progress; get reads it there, not in a log.
+    posted = cluster.trainjob("tiny")["status"]["trainerStatus"]
+    metrics = {m["name"]: m["value"] for m in posted["metrics"]}
+    assert posted["progressPercentage"] == 100 and metrics["step"] == "4"
+    target = KubernetesTarget(KubernetesSettings())
+    state = target.describe("tiny")
     assert (state.status, state.engine, state.steps, state.max_steps) == (
         "succeeded", "trainjob", 4, 4)  # fmt: skip
-    assert state.last_loss is not None and len(state.pods or {}) == 2
+    assert state.last_loss == float(metrics["loss"]) and len(state.pods or {}) == 2
+    assert not [p for p in target.reader.paths if p.endswith("/log")], target.reader.paths
+    assert get_training_job(job_name="tiny", **K8S, wait_seconds=0).steps == 4
     log = get_training_job_logs(job_name="tiny", **K8S).text
     start = events(log)[0]
     assert start["event"] == "start" and start["world_size"] == 2
-    # Where get read them: trainerStatus when the trainer posted it, else rank 0's log.
-    posted = (cluster.trainjob("tiny") or {}).get("status", {}).get("trainerStatus")
-    print("steps and loss from", "trainerStatus" if posted else "rank 0's log")
 
 
 def test_a_cancelled_trainjob_and_a_failed_one_are_reported_as_such(cluster):
@@ -100,3 +117,30 @@ def test_auto_retry_resumes_an_oom_killed_trainjob_from_its_checkpoint(cluster):
     log = get_training_job_logs(job_name="tiny", **K8S).text
     (start,) = [e for e in events(log) if e["event"] == "start"]
     assert start["resumed_from"] == 2
+
+
+XID79 = (
+    "[Thu Nov 20 12:05:00 2026] NVRM: Xid (PCI:0000:a8:00): 79, pid=2211, name=python, GPU "
+    "has fallen off the bus.\n[rank0]: RuntimeError: CUDA error: unspecified launch failure\n"
+)
+
+
+def test_a_gpu_fault_quarantines_its_node_and_the_resubmitted_trainjob_keeps_off_it(cluster):
+    cluster.add_nodes("g5.12xlarge", 1, gpus=4, efa=1)  # room for 2 pods without the bad one
+    cluster.inject("tiny", Injected("node-0-0", after="checkpoint_saved", log=XID79,
+                                    exit_code=1, reason="Error"))  # fmt: skip
+    cluster.start()
+    result = deploy(auto_retry=True, max_retries=2, wait_seconds=None)
+    assert result.status == "succeeded", result
+    first = result.attempts[0]
+    assert (first.code, first.rank) == ("gpu_hardware_fault", 0) and first.quarantined
+    (bad,) = first.quarantined
+    # The resubmitted TrainJob keeps off it through the suite's runtimePatches entry, and
+    # the scheduler put its pods elsewhere.
+    (patch,) = cluster.trainjob("tiny")["spec"]["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    term = node["template"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]  # fmt: skip
+    assert term == {"matchFields": [{"key": "metadata.name", "operator": "NotIn",
+                                     "values": [bad]}]}  # fmt: skip
+    assert bad not in {p["spec"].get("nodeName") for p in cluster.pods("tiny")}

@@ -39,13 +39,13 @@ class Engine(ABC):
     ) -> dict[str, Any]:
         """The job object the API receives, validated (ToolFailure manifest_invalid)."""
 
-    def companions(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    def companions(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """Objects of the suite's the job needs and submit creates or updates first (a
         TrainJob's ClusterTrainingRuntime); none by default."""
         return []
 
     @abstractmethod
-    def rank0_pod(self, manifest: dict[str, Any]) -> str:
+    def rank0_pod(self, job: dict[str, Any]) -> str:
         """How the plan names rank 0's pod (its log path), before it exists."""
 
     @abstractmethod
@@ -53,7 +53,7 @@ class Engine(ABC):
         """The merge patch that stops a job and keeps it (its pods go; suspend)."""
 
     @abstractmethod
-    def avoiding(self, manifest: dict[str, Any], nodes: tuple[str, ...]) -> dict[str, Any]:
+    def avoiding(self, job: dict[str, Any], nodes: tuple[str, ...]) -> dict[str, Any]:
         """The job with every pod kept off `nodes` (validated again)."""
 
     @abstractmethod
@@ -62,7 +62,7 @@ class Engine(ABC):
         manifest or of the job as the cluster holds it."""
 
     @abstractmethod
-    def pod_gpus(self, manifest: dict[str, Any]) -> list[int]:
+    def pod_gpus(self, job: dict[str, Any]) -> list[int]:
         """The GPUs each pod of the job asks for, one entry per pod."""
 
     def progress(self, job: dict[str, Any]) -> RunMetrics | None:

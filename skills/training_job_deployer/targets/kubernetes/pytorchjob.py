@@ -30,11 +30,11 @@ class PyTorchJobEngine(Engine):
     ) -> dict[str, Any]:
         return manifest.render(spec, settings, image, hf_secret, hf_endpoint)
 
-    def rank0_pod(self, manifest: dict[str, Any]) -> str:
+    def rank0_pod(self, job: dict[str, Any]) -> str:
         """Master-0 beside Workers, else Worker-0 (the operator's pod names)."""
-        replicas = manifest["spec"]["pytorchReplicaSpecs"]
+        replicas = job["spec"]["pytorchReplicaSpecs"]
         kind = "master" if "Master" in replicas else "worker"
-        return f"{manifest['metadata']['name']}-{kind}-0"
+        return f"{job['metadata']['name']}-{kind}-0"
 
     def stop_patch(self) -> dict[str, Any]:
         """runPolicy.suspend: the operator deletes the pods (SIGTERM: the trainer

@@ -57,13 +57,13 @@ def is_system_path(path: str) -> bool:
 
 
 class KubernetesSettings(ClusterAccess, TargetSettings):
-    """a Kubeflow PyTorchJob"""
+    """a Kubeflow TrainJob or PyTorchJob"""
 
     target: Literal["kubernetes"] = "kubernetes"
 
 
 class KubernetesDeploySettings(KubernetesSettings):
-    """a Kubeflow PyTorchJob"""
+    """a Kubeflow TrainJob or PyTorchJob"""
 
     engine: Annotated[
         Literal["auto", "pytorchjob", "trainjob"],

@@ -192,7 +192,7 @@ def env(
     """The trainer container's env, as the PyTorchJob's: the suite's defaults, the hub's,
     the job's own last; the node's name; HF_TOKEN from the Secret (never its value)."""
     values = {**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env}
-    found = [{"name": k, "value": v} for k, v in values.items()]
+    found: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     found.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     if hf_secret:
         ref = {"name": hf_secret, "key": "token", "optional": True}
