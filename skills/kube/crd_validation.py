@@ -30,7 +30,7 @@ string), else its `message`, else "failed rule: <rule>", at the node's path plus
 `fieldPath`, typed by its `reason`. No Kubernetes-specific CEL library function
 (k8s.io/apiserver/pkg/cel/library) is supplied: none of the vendored CRDs' rules uses one,
 and a rule that calls one fails the test that evaluates every vendored rule. The CEL cost
-budget is not enforced (the server checks it when the CRD is created).
+budget is not enforced. Schema `pattern`s run on RE2 too (Go's regexp is RE2).
 
 A CRD file's rules are compiled once (per file, cached); a validate call then walks the
 object once and evaluates only the rules whose nodes are present.
@@ -50,6 +50,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+import re2  # google-re2: cel-python's own engine for matches()
 import yaml
 
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -58,6 +59,7 @@ FieldValidation = Literal["Strict", "Ignore"]
 DEFAULT_HINT = (
     "Fix the field each problem names (details.problems words them as the API server would)."
 )
+MAX_MESSAGE_BYTES = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes
 MAX_PROBLEMS = 20  # in details; the message names the first few
 IN_MESSAGE = 3
 
@@ -86,9 +88,9 @@ NOT_CHECKED = (
 DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS1123_SUBDOMAIN = rf"{DNS1123_LABEL}(\.{DNS1123_LABEL})*"
 QUALIFIED_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_SUBDOMAIN = re.compile(rf"^{DNS1123_SUBDOMAIN}$")
-_LABEL = re.compile(rf"^{DNS1123_LABEL}$")
-_QUALIFIED = re.compile(rf"^{QUALIFIED_NAME}$")
+_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN)  # fullmatch: `$` would let a final newline in
+_LABEL = re.compile(DNS1123_LABEL)
+_QUALIFIED = re.compile(QUALIFIED_NAME)
 TOTAL_ANNOTATION_BYTES = 256 * 1024
 _FIELD_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\['([^']*)'\]|\[(\d+)\]")
 
@@ -133,37 +135,46 @@ class Rule:
     reason: str
     transition: bool  # reads oldSelf: not run on create
 
-    def failure(self, path: str, value_type: str, activation: dict[str, Any]) -> Problem | None:
-        """None when the rule holds for `activation`, else the server's wording of why not."""
+    def failure(
+        self, path: str, node: Any, schema: Mapping[str, Any], activation: dict[str, Any]
+    ) -> Problem | None:
+        """None when the rule holds for `activation`, else the server's wording of why not
+        (apiextensions-apiserver pkg/apiserver/schema/cel/validation.go, validateExpressions)."""
         from celpy import celtypes  # noqa: PLC0415  (see _program)
 
+        type_name = _type_name(schema, node)
         try:
             verdict = self.program.evaluate(activation)
         except Exception as exc:  # noqa: BLE001  (celpy raises its own and Python errors)
-            detail = f"evaluation error: {_cel_error(exc)} (rule: {self.rule})"
-            return Problem(path, INVALID, detail, value_type, shows_value=True)
+            detail = f"{_cel_error(exc)} evaluating rule: {self.message or self.rule}"
+            return Problem(path, INVALID, detail, type_name, shows_value=True)
         if not isinstance(verdict, (bool, celtypes.BoolType)):
             detail = f"rule did not evaluate to a bool: {verdict!r} (rule: {self.rule})"
-            return Problem(path, INVALID, detail, value_type, shows_value=True)
+            return Problem(path, INVALID, detail, type_name, shows_value=True)
         if verdict:
             return None
         where = _with_field_path(path, self.field_path)
         kind = REASONS.get(self.reason, INVALID)
-        text = self._message(activation)
+        # The bad value shown: a scalar's own, none for an object or array (OmitValueType).
+        shown = type_name not in ("object", "array")
         if kind == DUPLICATE:
-            return Problem(where, kind, "", value_type, shows_value=True)
-        return Problem(where, kind, text, value_type, shows_value=kind == INVALID)
+            return Problem(where, kind, "", node, shows_value=shown)
+        return Problem(
+            where, kind, self._message(activation), node, shows_value=shown and kind == INVALID
+        )
 
     def _message(self, activation: dict[str, Any]) -> str:
-        fallback = self.message or f"failed rule: {self.rule}"
+        """messageExpression's one-line, non-empty string, else message, else the rule."""
+        fallback = self.message.strip() or f"failed rule: {self.rule.strip()}"
         if self.message_program is None:
             return fallback
         try:
             text = self.message_program.evaluate(activation)
         except Exception:  # noqa: BLE001  (the server falls back to message too)
             return fallback
-        text = str(text) if isinstance(text, str) else ""
-        return text if text.strip() and "\n" not in text else fallback
+        text = str(text).strip() if isinstance(text, str) else ""
+        fits = 0 < len(text.encode()) <= MAX_MESSAGE_BYTES and "\n" not in text
+        return text if fits else fallback
 
 
 class CRDValidator:
@@ -208,26 +219,36 @@ class CRDValidator:
         problems = self._identity_problems(obj, version)
         if problems:
             return problems
-        name = version or str(obj.get("apiVersion", "")).rpartition("/")[2] or self.storage
-        served = self.versions[str(name)]
+        name = version or str(obj["apiVersion"]).rpartition("/")[2]
+        schema = self.schema(name)
         walk = _Walk(self, top=obj)
-        value = walk.visit(obj, self.schema(str(name)), "")
-        if walk.unknown and field_validation == "Strict":
-            return [Problem(path, UNKNOWN) for path in walk.unknown]
-        if "status" in served.get("subresources", {}) and isinstance(value, dict):
-            value.pop("status", None)  # the create strategy drops it; so no rule sees it
-            walk.pending = [p for p in walk.pending if not _under(p[2], "status")]
+        unknown: list[str] = []
+        has_status = "status" in self.versions[name].get("subresources", {})
+        if has_status and "status" in obj:
+            # The create strategy drops status before validating; a strict decode of the
+            # body still refuses its unknown fields, so only those are looked for.
+            status = _Walk(self, top=obj)
+            status.visit(
+                obj["status"], (schema.get("properties") or {}).get("status") or {}, "status"
+            )
+            unknown = status.unknown
+            obj = {key: item for key, item in obj.items() if key != "status"}
+        value = walk.visit(obj, schema, "")
+        unknown = walk.unknown + unknown
+        if unknown and field_validation == "Strict":
+            return [Problem(path, UNKNOWN) for path in unknown]
+        if has_status and isinstance(value, dict):
+            value.pop("status", None)  # a status default, applied on decode, dropped too
         meta = value.get("metadata") if isinstance(value, dict) else None
         problems = _object_meta_problems(meta, self.namespaced) + walk.problems
         if any(p.blocks_rules for p in problems):
-            return [*problems, Problem("", INVALID, NOT_CHECKED, shows_value=False)]
+            return [*problems, Problem("", INVALID, NOT_CHECKED, None, shows_value=True)]
         for rules, node_value, path, schema in walk.pending:
             activation = {"self": _to_cel(node_value, schema, root=path == "")}
-            value_type = _type_name(schema, node_value)
             for rule in rules:
                 if rule.transition:
                     continue  # needs oldSelf: the server runs it on update only
-                failure = rule.failure(path, value_type, activation)
+                failure = rule.failure(path, node_value, schema, activation)
                 if failure is not None:
                     problems.append(failure)
         return problems
@@ -266,7 +287,10 @@ class CRDValidator:
             return [
                 Problem("", INVALID, "the object is not a JSON object", type(obj).__name__, True)
             ]
-        api_version = str(obj.get("apiVersion", ""))
+        if not obj.get("apiVersion") or not obj.get("kind"):
+            missing = [key for key in ("apiVersion", "kind") if not obj.get(key)]
+            return [Problem(key, REQUIRED) for key in missing]
+        api_version = str(obj["apiVersion"])
         group, _, named = api_version.rpartition("/")
         wanted = version or named
         problems = []
@@ -302,7 +326,8 @@ class _Walk:
         if not self._type_ok(value, schema, path):
             return value
         self._value_checks(value, schema, path)
-        rules = self.validator._rules.get(id(schema))
+        # No rule runs on a null (validation.go: `obj == nil` returns early).
+        rules = None if value is None else self.validator._rules.get(id(schema))
         slot = len(self.pending)
         if rules:
             self.pending.append((rules, None, path, schema))  # filled below: rules run top-down
@@ -357,7 +382,11 @@ class _Walk:
     def _string_checks(self, value: str, schema: Mapping[str, Any], path: str) -> None:
         add = self.problems.append
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            add(Problem(path, TOO_LONG, f"may not be longer than {schema['maxLength']}"))
+            add(
+                Problem(
+                    path, TOO_LONG, f"may not be more than {_count(schema['maxLength'], 'byte')}"
+                )
+            )
         if "minLength" in schema and len(value) < schema["minLength"]:
             detail = f"{path} in body should be at least {schema['minLength']} chars long"
             add(Problem(path, INVALID, detail, value, True))
@@ -389,7 +418,7 @@ class _Walk:
         checked without pruning, defaulting or rules, as structural schemas allow there."""
         probe = _Walk(self.validator, self.top)
         probe.validator = _NO_RULES
-        probe.visit(copy.deepcopy(value), _without_structure(schema), path)
+        probe.visit(value, _without_structure(schema), path)  # visit never changes its input
         return bool(probe.problems)
 
     def _object(
@@ -423,7 +452,7 @@ class _Walk:
             if key not in out:
                 self.problems.append(Problem(_child(path, key), REQUIRED))
         if "maxProperties" in schema and len(out) > schema["maxProperties"]:
-            detail = f"must have at most {schema['maxProperties']} items"
+            detail = f"must have at most {_count(schema['maxProperties'], 'item')}"
             self.problems.append(Problem(path, TOO_MANY, detail, len(out), True))
         if "minProperties" in schema and len(out) < schema["minProperties"]:
             detail = f"{path} in body should have at least {schema['minProperties']} properties"
@@ -447,7 +476,7 @@ class _Walk:
             else [self.visit(item, items, f"{path}[{i}]") for i, item in enumerate(value)]
         )
         if "maxItems" in schema and len(out) > schema["maxItems"]:
-            detail = f"must have at most {schema['maxItems']} items"
+            detail = f"must have at most {_count(schema['maxItems'], 'item')}"
             self.problems.append(Problem(path, TOO_MANY, detail, len(out), True))
         if "minItems" in schema and len(out) < schema["minItems"]:
             detail = f"{path} in body should have at least {schema['minItems']} items"
@@ -489,12 +518,16 @@ def _object_meta_problems(meta: Any, namespaced: bool) -> list[Problem]:
     namespace = meta.get("namespace")
     if namespace and not namespaced:
         problems.append(Problem("metadata.namespace", FORBIDDEN, "not allowed on this type"))
-    elif namespace and not (_LABEL.match(str(namespace)) and len(str(namespace)) <= 63):
+    elif namespace and not (_LABEL.fullmatch(str(namespace)) and len(str(namespace)) <= 63):
         detail = _DNS_LABEL_DETAIL
         problems.append(Problem("metadata.namespace", INVALID, detail, namespace, True))
     for key, value in (meta.get("labels") or {}).items():
         problems.extend(_qualified_name_problems("metadata.labels", str(key)))
-        if not isinstance(value, str) or len(value) > 63 or (value and not _QUALIFIED.match(value)):
+        if (
+            not isinstance(value, str)
+            or len(value) > 63
+            or (value and not _QUALIFIED.fullmatch(value))
+        ):
             problems.append(Problem("metadata.labels", INVALID, _LABEL_VALUE_DETAIL, value, True))
     annotations = meta.get("annotations") or {}
     for key in annotations:
@@ -526,15 +559,15 @@ def _subdomain_problems(path: str, name: str) -> list[Problem]:
     problems = []
     if len(name) > 253:
         problems.append(Problem(path, INVALID, "must be no more than 253 characters", name, True))
-    if not _SUBDOMAIN.match(name):
+    if not _SUBDOMAIN.fullmatch(name):
         problems.append(Problem(path, INVALID, _SUBDOMAIN_DETAIL, name, True))
     return problems
 
 
 def _qualified_name_problems(path: str, key: str) -> list[Problem]:
     prefix, slash, name = key.rpartition("/")
-    bad = (slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix))) or (
-        not name or len(name) > 63 or not _QUALIFIED.match(name)
+    bad = (slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix))) or (
+        not name or len(name) > 63 or not _QUALIFIED.fullmatch(name)
     )
     if not bad:
         return []
@@ -579,11 +612,9 @@ def _program(env: Any, source: str, where: str) -> tuple[Any, Any]:
 
 
 def _identifiers(ast: Any) -> set[str]:
-    """The identifiers an expression reads (from the parse tree, so not words in strings)."""
-    from lark import Token  # noqa: PLC0415  (celpy's parser)
-
-    found = ast.scan_values(lambda t: isinstance(t, Token) and t.type == "IDENT")
-    return {str(token) for token in found}
+    """The variables an expression reads: `ident` nodes of the parse tree (not words in
+    strings, not field names after a dot)."""
+    return {str(token) for node in ast.find_data("ident") for token in node.children}
 
 
 @cache
@@ -714,8 +745,9 @@ _NO_RULES: Any = _NoRules()
 
 
 @cache
-def _pattern(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def _pattern(pattern: str) -> Any:
+    """A schema `pattern`, compiled by RE2: the server's Go regexp speaks RE2's syntax."""
+    return re2.compile(pattern)
 
 
 def _is_date_time(value: str) -> bool:
@@ -734,10 +766,6 @@ def _key(path: str, key: str) -> str:
     return f"{path}[{key}]"
 
 
-def _under(path: str, top: str) -> bool:
-    return path == top or path.startswith((f"{top}.", f"{top}["))
-
-
 def _with_field_path(path: str, field_path: str) -> str:
     """A rule's fieldPath (`.a.b`, `['k']`, `[0]`) appended to its node's path."""
     for name, key, index in _FIELD_PATH_STEP.findall(field_path):
@@ -749,10 +777,14 @@ def _supported(values: list[Any]) -> str:
     return "supported values: " + ", ".join(_shown(v) for v in values)
 
 
+def _count(limit: int, unit: str) -> str:
+    """field.TooLong / TooMany's wording (it says bytes where go-openapi counts characters)."""
+    return f"{limit} {unit}{'' if limit == 1 else 's'}"
+
+
 def _shown(value: Any) -> str:
-    text = (
-        json.dumps(value, default=str) if not isinstance(value, (dict, list)) else _json_type(value)
-    )
+    """A bad value as field.Error shows it: quoted strings, bare numbers, JSON otherwise."""
+    text = json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from skills.kube import crd_validation as cv
 from skills.shared.errors import ToolFailure
@@ -22,7 +23,17 @@ JOBSET = TRAINJOB_CRDS / "jobset.x-k8s.io_jobsets.v0.12.0.yaml.gz"
 PYTORCHJOB = (
     ROOT / "skills/training_job_deployer/targets/kubernetes/crds/kubeflow.org_pytorchjobs.v1.9.yaml"
 )
+RUNTIMES = TRAINJOB_CRDS / "trainer.kubeflow.org_clustertrainingruntimes.v2.3.0.yaml.gz"
 VENDORED = [*sorted(TRAINJOB_CRDS.glob("*.yaml.gz")), PYTORCHJOB]
+
+
+def torch_distributed(**ml_policy: Any) -> dict[str, Any]:
+    """Upstream's torch-distributed ClusterTrainingRuntime (v2.3.0, vendored), `mlPolicy`
+    extended by `ml_policy`."""
+    with open(TRAINJOB_CRDS / "torch_distributed.v2.3.0.yaml") as handle:
+        runtime = yaml.safe_load(handle)
+    runtime["spec"]["mlPolicy"].update(ml_policy)
+    return runtime
 
 
 def train_job(**spec: Any) -> dict[str, Any]:
@@ -74,6 +85,13 @@ def edited(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         node = node.setdefault(key, {})
     node[last] = value
     return out
+
+
+def test_upstreams_runtime_passes_its_crd_and_its_jobset_template_the_jobset_crd():
+    runtime = torch_distributed()
+    cv.validate_against_crd(runtime, RUNTIMES)
+    jobset = {**job_set(), "spec": runtime["spec"]["template"]["spec"]}
+    cv.validate_against_crd(jobset, JOBSET)
 
 
 def test_a_valid_trainjob_passes_and_is_not_changed():
@@ -134,10 +152,27 @@ REFUSED = {
         ),
         "spec", "StartupPolicy and DependsOn APIs are mutually exclusive",
     ),
+    "a JobSet volume claim template with a namespace is refused with upstream's message": (
+        JOBSET,
+        job_set(volumeClaimPolicies=[
+            {"templates": [{"metadata": {"name": "ckpt", "namespace": "x"}}]}]),
+        "spec.volumeClaimPolicies[0]", "namespace cannot be set for VolumeClaimPolicies templates",
+    ),
     "two JobSet replicated jobs of one name break the list-map key": (
         JOBSET,
         edited(job_set(), "spec.replicatedJobs", [{"name": "a", "template": {}}] * 2),
         "spec.replicatedJobs[1]", "Duplicate value",
+    ),
+    "a runtime with two ML policies is refused with upstream's message": (
+        RUNTIMES, torch_distributed(mpi={}),
+        "spec.mlPolicy", "Only one of the policy can be configured",
+    ),
+    "a runtime injecting PET env into other containers may not name the node container": (
+        RUNTIMES,
+        torch_distributed(torch={"envInjection": {"targets": [
+            {"jobName": "node", "containerNames": ["sidecar", "node"]}]}}),
+        "spec.mlPolicy.torch.envInjection.targets[0].containerNames",
+        "containerNames must not include the main node container",
     ),
     "an unknown field is refused as kubectl's strict field validation refuses it": (
         TRAINJOB, train_job(trainers={"numNodes": 2}),
@@ -183,9 +218,34 @@ def test_an_unknown_field_is_pruned_not_refused_when_asked_to_ignore_it():
     )
 
 
-def test_status_is_dropped_on_create_so_its_rules_do_not_run():
-    job = {**train_job(), "status": {"trainerStatus": {"progressPercentage": 5}}}
-    cv.validate_against_crd(job, TRAINJOB)  # has(self.lastUpdatedTime) would fail
+def test_status_is_dropped_on_create_so_its_schema_and_rules_do_not_apply():
+    status = {"trainerStatus": {"progressPercentage": -5}, "conditions": [{"type": "Created"}]}
+    cv.validate_against_crd({**train_job(), "status": status}, TRAINJOB)
+
+
+def test_an_unknown_field_in_status_is_still_refused_by_a_strict_decode():
+    job = {**train_job(), "status": {"progress": 5}}
+    problems = refusal(job, TRAINJOB).details["problems"]
+    assert problems == [{"path": "status.progress", "problem": 'unknown field "status.progress"'}]
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "words"),
+    [
+        ({"apiVersion": None}, "apiVersion", "Required value"),
+        ({"apiVersion": "trainer.kubeflow.org/v1"}, "apiVersion", 'supported values: "v1alpha1"'),
+        (
+            {"apiVersion": "kubeflow.org/v1alpha1"},
+            "apiVersion",
+            "serves group trainer.kubeflow.org",
+        ),
+        ({"kind": "PyTorchJob"}, "kind", 'supported values: "TrainJob"'),
+    ],
+)
+def test_an_object_of_another_kind_or_version_is_refused(change, path, words):
+    job = {**train_job(), **change}
+    problems = refusal(job, TRAINJOB).details["problems"]
+    assert problems[0]["path"] == path and words in problems[0]["problem"], problems
 
 
 def synthetic_crd(rules: list[dict[str, Any]], **props: Any) -> dict[str, Any]:
@@ -196,6 +256,7 @@ def synthetic_crd(rules: list[dict[str, Any]], **props: Any) -> dict[str, Any]:
             "replicas": {"type": "integer", "default": 1},
             "name": {"type": "string"},
             "ratio": {"type": "number"},
+            "oldSelf": {"type": "string"},
             **props,
         },
         "x-kubernetes-validations": rules,
@@ -239,6 +300,10 @@ RULE_CASES = {
         [{"rule": "self.name != 'oldSelf'", "message": "no"}],
         widget(name="oldSelf"), ("spec", "no"),
     ),
+    "a field named oldSelf does not make a rule a transition rule": (
+        [{"rule": "self.oldSelf == 'x'", "message": "not x"}],
+        widget(oldSelf="y"), ("spec", "not x"),
+    ),
     "a rule sees the default of an absent field": (
         [{"rule": "self.replicas >= 2", "message": "two at least"}],
         widget(), ("spec", "two at least"),
@@ -268,7 +333,7 @@ RULE_CASES = {
         widget(), ("spec.name", "spec.name: Required value: name it"),
     ),
     "a rule that fails to evaluate is a refusal, not a pass": (
-        [{"rule": "self.name == 'x'", "message": "m"}], widget(), ("spec", "evaluation error"),
+        [{"rule": "self.name == 'x'", "message": "m"}], widget(), ("spec", "evaluating rule: m"),
     ),
 }  # fmt: skip
 
@@ -284,6 +349,51 @@ def test_cel_rules_behave_as_on_the_api_server(case):
     problems = refusal(obj, crd).details["problems"]
     assert [p["path"] for p in problems] == [path]
     assert words in problems[0]["problem"]
+
+
+SCHEMA_PROPS = {
+    "count": {
+        "x-kubernetes-int-or-string": True,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+    },
+    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+    "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
+    "mode": {"type": "string", "nullable": True},
+}
+SCHEMA_CASES = {
+    "an int-or-string takes an integer": (widget(count=4), None),
+    "an int-or-string takes a string": (widget(count="50%"), None),
+    "an int-or-string refuses a boolean": (widget(count=True), ("spec.count", "integer or string")),
+    "a field that preserves unknown fields keeps any content": (widget(free={"a": {"b": 1}}), None),
+    "a set refuses a repeated item": (widget(tags=["x", "x"]), ("spec.tags[1]", "Duplicate value")),
+    "a map value is checked against additionalProperties": (
+        widget(labels={"k": "long"}), ("spec.labels[k]", "Too long: may not be more than 3 bytes"),
+    ),
+    "a null of a nullable field is kept and passes": (widget(mode=None), None),
+    "a null of a non-nullable field is dropped as the server drops it": (widget(name=None), None),
+    "a name with a final newline is not a DNS subdomain": (
+        {**widget(), "metadata": {"name": "w\n"}}, ("metadata.name", "RFC 1123 subdomain"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SCHEMA_CASES)
+def test_schema_keywords_behave_as_on_the_api_server(case):
+    obj, expected = SCHEMA_CASES[case]
+    crd = synthetic_crd([], **SCHEMA_PROPS)
+    if expected is None:
+        cv.validate_against_crd(obj, crd)
+        return
+    path, words = expected
+    problems = refusal(obj, crd).details["problems"]
+    assert problems[0]["path"] == path and words in problems[0]["problem"], problems
+
+
+def test_no_rule_runs_on_a_null_as_the_api_server_skips_it():
+    crd = synthetic_crd([{"rule": "self.name == 'x'", "message": "m"}])
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["nullable"] = True
+    cv.validate_against_crd({**widget(), "spec": None}, crd)
 
 
 def test_a_rule_that_does_not_compile_is_refused_when_the_crd_loads():

@@ -31,7 +31,7 @@ def render(settings: dict | None = None, **job) -> dict:
     return pm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, pm.HF_SECRET)
 
 
-def container(manifest: dict, kind: str = None) -> dict:
+def container(manifest: dict, kind: str | None = None) -> dict:
     replicas = manifest["spec"]["pytorchReplicaSpecs"]
     return replicas[kind or next(iter(replicas))]["template"]["spec"]["containers"][0]
 
@@ -90,6 +90,21 @@ def test_a_manifest_the_schema_rejects_is_a_typed_error():
         pm.validate(manifest)
     assert caught.value.code == "manifest_invalid"
     assert caught.value.details["problems"][0]["path"].endswith("replicas")
+
+
+def test_a_field_the_crd_does_not_declare_is_refused_not_silently_dropped():
+    # The API server would prune it (or refuse it under kubectl's strict field validation):
+    # a misspelt field the template writes must not vanish on the way to the cluster.
+    manifest = copy.deepcopy(render())
+    manifest["spec"]["runPolicy"]["backofLimit"] = 3
+    with pytest.raises(ToolFailure) as caught:
+        pm.validate(manifest)
+    assert caught.value.details["problems"] == [
+        {
+            "path": "spec.runPolicy.backofLimit",
+            "problem": 'unknown field "spec.runPolicy.backofLimit"',
+        }
+    ]
 
 
 @pytest.mark.parametrize(
