@@ -138,11 +138,21 @@ def trainer_v2(kube_api: kube.KubeService, tmp_path) -> Iterator[trainer_v2_serv
     pods running under tmp_path/cluster; every container stopped after the test."""
     from tests.services import trainer_v2 as service  # the kubernetes client: only when used
 
-    kube_api.reset()
-    service.serve_engines(kube_api, v1=False, v2=True)
-    trainer = service.TrainerV2(kube_api, root=tmp_path / "cluster")
-    yield trainer
-    trainer.stop()
+    with service.cluster(kube_api, tmp_path / "cluster") as trainer:
+        yield trainer
+
+
+@pytest.fixture
+def trainer_v2_progress(
+    kube_api: kube.KubeService, tmp_path
+) -> Iterator[trainer_v2_service.TrainerV2]:
+    """As `trainer_v2`, with the TrainJobStatus feature gate on: the status server
+    stand-in (tests/services/trainer_status.py, `.status_server`) serves the pods, and
+    what the trainer posts lands in TrainJob.status.trainerStatus."""
+    from tests.services import trainer_v2 as service
+
+    with service.cluster(kube_api, tmp_path / "cluster", progress=True) as trainer:
+        yield trainer
 
 
 @pytest.fixture(scope="session")

@@ -12,18 +12,23 @@ import json
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from tests.services.jobset import JOB, JOBSET, POD, SERVICE, Api
 from tests.services.kube import PYTORCHJOB
 from tests.services.trainer_v2 import (
     CRD,
     TRAINJOB,
+    Injected,
     TrainerV2,
     serve_engines,
+    torch_distributed,
 )
+from tests.services.trainer_v2_render import render_jobset
 
 pytestmark = pytest.mark.integration
 
@@ -172,6 +177,50 @@ def test_the_env_is_what_the_torch_plugin_injects(trained):
     }
     assert env["PET_MASTER_ADDR"] == "tiny-node-0-0.tiny"
     assert env["PET_MASTER_PORT"] == "29500"
+    assert not [k for k in env if k.startswith("KUBEFLOW_TRAINER_")]  # TrainJobStatus gate off
+
+
+@pytest.mark.parametrize(
+    ("trainer", "expected"),
+    [
+        ({"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}, "auto"),
+        ({"resourcesPerNode": {"limits": {"cpu": "4"}}}, "4"),
+        ({"resourcesPerNode": {"requests": {"cpu": "500m"}}}, "1"),
+        ({"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}, "numProcPerNode": 2}, "2"),
+        ({}, "1"),
+    ],
+    ids=["GPUs leave it to torchrun (auto)", "no GPU: the CPU count",
+         "under one CPU: at least 1", "numProcPerNode wins", "no resources: 1"],
+)  # fmt: skip
+def test_nproc_per_node_is_what_the_torch_plugin_computes(trainer, expected):
+    job = trainjob("t", ["torchrun"])
+    job["spec"]["trainer"] = {"command": ["torchrun"], **trainer}
+    rendered = render_jobset(job, torch_distributed())
+    container = rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PET_NPROC_PER_NODE"] == expected
+    assert env["PET_NNODES"] == "1"  # the runtime's mlPolicy.numNodes
+
+
+def test_trainer_env_overrides_the_runtimes_in_place_before_the_pet_variables():
+    runtime = torch_distributed()
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    runtime_env = [{"name": "A", "value": "runtime"}, {"name": "B", "value": "runtime"}]
+    node["template"]["spec"]["containers"][0]["env"] = runtime_env
+    job = trainjob("t", ["torchrun"], nodes=3)
+    job["spec"]["trainer"]["env"] = [{"name": "B", "value": "job"}, {"name": "C", "value": "job"}]
+    rendered = render_jobset(job, runtime)
+    rjob = rendered["spec"]["replicatedJobs"][0]
+    container = rjob["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert [(e["name"], e.get("value")) for e in container["env"]][:3] == [
+        ("A", "runtime"), ("B", "job"), ("C", "job")]  # fmt: skip
+    assert [e["name"] for e in container["env"]][3:] == [
+        "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
+        "PET_MASTER_PORT"]  # fmt: skip
+    assert (rjob["replicas"], rjob["template"]["spec"]["parallelism"]) == (1, 3)
+    assert rendered["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
 
 
 # failure, suspend, deletion ---------------------------------------------------------------------
@@ -256,3 +305,178 @@ def test_a_replayed_run_fails_without_a_process(trainer_v2):
     codes = [p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
              for p in trainer_v2.pods("replay")]  # fmt: skip
     assert codes == [0, 2]
+
+
+# the status server (TrainJobStatus feature gate on) ----------------------------------------------
+
+
+def test_the_trainer_posts_progress_that_lands_in_trainer_status(trainer_v2_progress):
+    trainer, server = trainer_v2_progress, trainer_v2_progress.status_server
+    trainer.add_nodes("g5.12xlarge", 1, gpus=4)
+    trainer.api.create(TRAINJOB, NS, trainjob("progress", TRAIN))
+    assert trainer.train("progress").wait(240) == "Complete", trainer.errors
+    status = (trainer.trainjob("progress") or {})["status"]
+    (pod,) = trainer.pods("progress")
+    assert status["trainerStatus"]["progressPercentage"] == 100, status
+    metrics = {m["name"]: m["value"] for m in status["trainerStatus"]["metrics"]}
+    assert metrics["step"] == "4" and float(metrics["loss"]) > 0
+    assert [c["type"] for c in status["conditions"]] == ["Complete"]  # not clobbered, nor it
+    posts = [code for method, _, code in server.requests if method == "POST"]
+    assert posts and set(posts) == {200}
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"] == server.url(NS, "progress")
+    assert Path(env["KUBEFLOW_TRAINER_SERVER_TOKEN"]) == server.files(NS, "progress") / "token"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/var/run/secrets/kubeflow/trainer"] == "kubeflow-trainer-token"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "kubeflow-trainer-token"]
+    token = volume["projected"]["sources"][0]["serviceAccountToken"]
+    assert (
+        token["audience"]
+        == "trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs/progress/status"
+    )
+
+
+def test_a_post_replaces_trainer_status_whole_and_a_missing_trainjob_is_a_lookup_error(
+    trainer_v2,
+):
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("posted", ["torchrun"], suspend=True))
+    first = {"progressPercentage": 10, "estimatedRemainingSeconds": 90,
+             "metrics": [{"name": "loss", "value": "2.5"}],
+             "lastUpdatedTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    trainer_v2.write_trainer_status(NS, "posted", first)
+    later = {"progressPercentage": 20, "lastUpdatedTime": "2026-01-01T00:00:05Z"}
+    trainer_v2.write_trainer_status(NS, "posted", later)
+    assert trainer_v2.trainjob("posted")["status"]["trainerStatus"] == later
+    with pytest.raises(LookupError):
+        trainer_v2.write_trainer_status(NS, "nowhere", later)
+
+
+# an injected OOM kill ---------------------------------------------------------------------------
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. (injected)\n"
+
+
+def test_an_oom_kill_after_a_checkpoint_restarts_the_container_which_resumes(trainer_v2):
+    # Upstream's runtime: JobSet's restartPolicy OnFailure and the Job's backoffLimit 6,
+    # so the killed container restarts in its pod and resumes from its checkpoint.
+    trainer_v2.add_nodes("g5.12xlarge", 1, gpus=4)
+    command = [*TRAIN, "--max_steps", "6", "--checkpoint_dir", str(trainer_v2.root / "ckpt")]
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("oom", command))
+    crash = Injected("node-0-0", after="checkpoint_saved", log=OOM)
+    assert trainer_v2.train("oom", inject=crash).wait(240) == "Complete", trainer_v2.errors
+    (pod,) = trainer_v2.pods("oom")
+    (state,) = pod["status"]["containerStatuses"]
+    assert state["restartCount"] == 1
+    assert (state["lastState"]["terminated"]["exitCode"],
+            state["lastState"]["terminated"]["reason"]) == (137, "OOMKilled")  # fmt: skip
+    name = pod["metadata"]["name"]
+    previous = trainer_v2.api.core.read_namespaced_pod_log(name, NS, previous=True)
+    assert previous.endswith(OOM)
+    (start,) = [e for e in events(pod_log(trainer_v2.api, name)) if e["event"] == "start"]
+    assert start["resumed_from"] == 2
+
+
+def test_an_oom_kill_fails_a_trainjob_whose_runtime_allows_no_retry(trainer_v2):
+    # A TrainingRuntime of the namespace (runtimeRef kind TrainingRuntime) whose Job
+    # template says backoffLimit 0 and restartPolicy Never, as a suite's own may.
+    runtime = torch_distributed()
+    runtime.update(kind="TrainingRuntime")
+    runtime["metadata"] = {"name": "no-retry", "namespace": NS}
+    job_spec = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job_spec["backoffLimit"] = 0
+    job_spec["template"]["spec"]["restartPolicy"] = "Never"
+    trainer_v2.api.create("trainer.kubeflow.org/v1alpha1/trainingruntimes", NS, runtime)
+    trainer_v2.add_nodes("g5.12xlarge", 1, gpus=4)
+    command = [*TRAIN, "--max_steps", "40", "--checkpoint_dir", str(trainer_v2.root / "ckpt")]
+    ref = {"name": "no-retry", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("oom", command, runtimeRef=ref))
+    trainer_v2.inject("oom", Injected("node-0-0", after="checkpoint_saved", log=OOM))
+    assert trainer_v2.train("oom").wait(240) == "Failed"
+    (pod,) = trainer_v2.pods("oom")
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "OOMKilled")
+    log = pod_log(trainer_v2.api, pod["metadata"]["name"])
+    assert log.endswith(OOM)
+    assert [e["step"] for e in events(log) if e["event"] == "checkpoint_saved"] == [2]
+    snapshot = trainer_v2.api.get("v1/configmaps", NS, "oom-runtime-snapshot")
+    assert snapshot["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+
+
+# the validating webhook ------------------------------------------------------------------------
+
+WEBHOOK = 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"runtimeRef": {"name": "nowhere"}},
+         'spec.runtimeRef: Invalid value: v1alpha1.RuntimeRef{Name:"nowhere", '
+         "APIGroup:(*string)(0xc000010020), Kind:(*string)(0xc000010030)}: "
+         'clustertrainingruntimes.trainer.kubeflow.org "nowhere" not found: specified '
+         "clusterTrainingRuntime must be created before the TrainJob is created"),
+        ({"runtimeRef": {"name": "torch-distributed", "kind": "Runtime"}},
+         "unsupported runtime: Runtime.trainer.kubeflow.org"),
+        ({"trainer": {"env": [{"name": "PET_NODE_RANK", "value": "3"},
+                              {"name": "A", "value": "b"}]}},
+         'spec.trainer.env: Invalid value: []v1.EnvVar{v1.EnvVar{Name:"PET_NODE_RANK", '
+         'Value:"3", ValueFrom:(*v1.EnvVarSource)(nil)}, v1.EnvVar{Name:"A", Value:"b", '
+         "ValueFrom:(*v1.EnvVarSource)(nil)}}: must not have reserved envs, invalid envs "
+         "configured: [PET_NODE_RANK]"),
+        ({"runtimePatches": [{"manager": "fsdp-eks.dev/quarantine", "trainingRuntimeSpec": {
+            "template": {"spec": {"replicatedJobs": [{"name": "launcher"}]}}}}]},
+         "spec.runtimePatches: Invalid value: []v1alpha1.RuntimePatch{...}: must not have "
+         "replicated job that doesn't exist in the runtime job template"),
+    ],
+    ids=["a missing runtime", "an unknown kind", "a reserved env", "a patch of no job"],
+)  # fmt: skip
+def test_the_webhook_refuses_what_upstream_refuses_and_nothing_is_stored(
+    trainer_v2, change, message
+):
+    body = trainjob("refused", ["torchrun"])
+    body["spec"].update(change)
+    with pytest.raises(ApiException) as refused:
+        trainer_v2.api.create(TRAINJOB, NS, body)
+    assert refused.value.status == 403
+    assert json.loads(refused.value.body or "{}")["message"] == WEBHOOK + message
+    assert trainer_v2.trainjob("refused") is None
+
+
+def test_runtime_patches_change_only_while_suspended_and_reach_the_pods(trainer_v2):
+    api = trainer_v2.api
+    api.create(TRAINJOB, NS, trainjob("patched", ["torchrun"], nodes=2))
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "NotIn",
+                                "values": ["bad-node"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    patch = {"manager": "fsdp-eks.dev/quarantine", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "affinity": affinity}}}}}]}}}}  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        api.patch(TRAINJOB, NS, "patched", {"spec": {"runtimePatches": [patch]}})
+    assert json.loads(refused.value.body or "{}")["message"] == WEBHOOK + (
+        "spec.runtimePatches: Forbidden: RuntimePatches can only be modified when the "
+        "TrainJob is suspended before or after the update"
+    )
+    api.patch(TRAINJOB, NS, "patched", {"spec": {"suspend": True, "runtimePatches": [patch]}})
+    assert trainer_v2.run("patched", outcome="Running") == []  # suspended: no pods
+    api.patch(TRAINJOB, NS, "patched", {"spec": {"suspend": False}})
+    trainer_v2.run("patched", outcome="Running")
+    pods = trainer_v2.pods("patched")
+    assert len(pods) == 2 and all(p["spec"]["affinity"] == affinity for p in pods)
+    container = pods[0]["spec"]["containers"][0]
+    assert container["command"] == ["torchrun"] and container["image"].startswith("pytorch/")

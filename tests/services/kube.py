@@ -29,6 +29,8 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
   every LIST is counted: `emulator.lists` by resource, `emulator.listed_objects` served;
 * a LIST whose Accept asks `as=PartialObjectMetadataList` answers each object's metadata
   alone, as the API server does (counted in `emulator.listed_metadata` instead);
+* `emulator.admission` holds admission webhooks: called with each create/update before
+  the object is stored, one raising kmock.KubernetesError refuses the write;
 * a Node keeps metadata.managedFields as an API server does for Update operations: the
   field manager (`?fieldManager=`, else the User-Agent's product, as the API server
   derives it) of a patch owns the fields it changed, others lose them, and a removed
@@ -285,6 +287,9 @@ def emulator_class() -> type:
         lists: dict[str, int] = attrs.field(factory=dict, init=False)
         listed_objects: int = attrs.field(default=0, init=False)
         listed_metadata: int = attrs.field(default=0, init=False)  # metadata-only items
+        # Admission webhooks: each is called with a write request before the object is
+        # stored; raising kmock.KubernetesError refuses it (nothing stored).
+        admission: list[Callable[[Any], None]] = attrs.field(factory=list, init=False)
 
         async def _handle(self, request: Any) -> Any:
             # A CRD written or deleted serves its resources, or stops (tests/services/crds.py).
@@ -298,6 +303,9 @@ def emulator_class() -> type:
 
         async def _handle_one(self, request: Any) -> Any:
             data, action = request.data, request.action
+            if action in (kmock.action.CREATE, kmock.action.UPDATE) and isinstance(data, dict):
+                for admit in self.admission:
+                    admit(request)
             # Server-side apply (PATCH, application/apply-patch+yaml) creates a missing
             # object, as an API server does; kmock alone answers 404.
             apply = "apply-patch" in request.headers.get("Content-Type", "")
@@ -446,6 +454,7 @@ class KubeService:
         emulator.lists.clear()
         emulator.listed_objects = 0
         emulator.listed_metadata = 0
+        emulator.admission.clear()
         emulator.errors.clear()
         emulator.objects.clear()
         emulator.resources.clear()

@@ -34,7 +34,7 @@ import gzip
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,10 +59,12 @@ from tests.services.jobset import (
     set_condition,
 )
 from tests.services.kube import _VERBS, DECLARED, PYTORCHJOB, KubeService
+from tests.services.trainer_status import TrainerStatusServer
 from tests.services.trainer_v2_render import render_jobset
+from tests.services.trainer_v2_webhook import admission
 from tests.services.training_operator import ERROR_LOG, OTHER_RANK_LOG, RUN_LOG, TrainingOperator
 
-__all__ = ["Injected", "TrainerV2", "install", "serve_engines", "uninstall"]
+__all__ = ["Injected", "TrainerV2", "cluster", "install", "serve_engines", "uninstall"]
 
 CRDS = Path(__file__).parents[2] / "skills/training_job_deployer/targets/trainjob/crds"
 GROUP = "trainer.kubeflow.org"
@@ -127,6 +129,8 @@ def install(kube: KubeService, *, runtime: bool = True) -> None:
     groups), their CRD objects created, and upstream's torch-distributed runtime (unless
     runtime=False)."""
     kube.emulator.resources.update(_resources())
+    if not any(getattr(admit, "trainer_v2", False) for admit in kube.emulator.admission):
+        kube.emulator.admission.append(admission(kube.emulator))
     api = Api(str(kube.kubeconfig))
     for crd in crds():
         with contextlib.suppress(ApiException):  # already installed: 409
@@ -141,6 +145,9 @@ def uninstall(kube: KubeService) -> None:
     declared = _resources()
     for resource in declared:
         kube.emulator.resources.pop(resource, None)
+    kube.emulator.admission[:] = [
+        a for a in kube.emulator.admission if not getattr(a, "trainer_v2", False)
+    ]
     names = {crd["metadata"]["name"] for crd in _crds()}
     for key in list(kube.emulator.objects):
         resource = "/".join(filter(None, (key[0].group, key[0].version, key[0].plural)))
@@ -164,11 +171,30 @@ def serve_engines(kube: KubeService, *, v1: bool, v2: bool) -> None:
         uninstall(kube)
 
 
+@contextlib.contextmanager
+def cluster(kube: KubeService, root: Path, *, progress: bool = False) -> Iterator[TrainerV2]:
+    """kmock (reset) serving Trainer v2 and JobSet alone, their controllers played by a
+    TrainerV2 whose pods run under `root`; with progress=True the TrainJobStatus gate is
+    on (a tests/services/trainer_status.py server). Every container stopped after."""
+    kube.reset()
+    serve_engines(kube, v1=False, v2=True)
+    with contextlib.ExitStack() as stack:
+        server = None
+        if progress:
+            server = stack.enter_context(TrainerStatusServer(on_status=lambda *_: None))
+        trainer = TrainerV2(kube, root=root, status_server=server)
+        stack.callback(trainer.stop)
+        yield trainer
+
+
 class StatusServer(Protocol):
     """What the controller uses of a status server stand-in (tests/services/trainer_status.py):
-    the env the TrainJobStatus plugin injects, and a callback it calls with each status."""
+    the env the TrainJobStatus plugin injects, and the write it calls with each status
+    (set to TrainerV2.write_trainer_status)."""
 
-    def pod_env(self, namespace: str, trainjob: str) -> list[dict[str, Any]]: ...
+    on_status: Callable[[str, str, dict[str, Any]], object]
+
+    def pod_env(self, namespace: str, trainjob: str) -> list[dict[str, str]]: ...
 
 
 def runtime_ref(trainjob: dict[str, Any]) -> tuple[str, str, str]:
@@ -184,7 +210,7 @@ class TrainerV2:
         namespace: str = "default",
         root: Path | None = None,
         *,
-        status_server: Any | None = None,
+        status_server: StatusServer | None = None,
     ) -> None:
         # Nodes, claims, events and the kubelet are the cluster's, as for the v1 operator.
         self.cluster = TrainingOperator(kube, namespace, root)
@@ -271,6 +297,8 @@ class TrainerV2:
             for _ in range(3):  # TrainJob -> JobSet -> Jobs -> Pods
                 self.reconcile()
             pods = self.pods(name)
+            if not pods:  # suspended, or not schedulable
+                return []
             replicas = [p["spec"]["hostname"].removeprefix(f"{name}-") for p in pods]
             codes = dict(exit_codes or {})
             if outcome == "Failed" and not any(codes.values()):
@@ -303,8 +331,23 @@ class TrainerV2:
     def write_trainer_status(
         self, namespace: str, trainjob: str, trainer_status: dict[str, Any]
     ) -> None:
-        """The status server's write (pkg/statusserver/server.go): status.trainerStatus."""
-        self.api.patch_status(TRAINJOB, namespace, trainjob, {"trainerStatus": trainer_status})
+        """The status server's write (pkg/statusserver/server.go): status.trainerStatus
+        applied whole by one field manager, so a field the post leaves out is removed
+        (here: set to null in the merge patch). A missing TrainJob raises LookupError, a
+        refused write ValueError (what tests/services/trainer_status.py answers 404 / 422)."""
+        current = self.api.get(TRAINJOB, namespace, trainjob)
+        if current is None:
+            raise LookupError(f'trainjobs.{GROUP} "{trainjob}" not found')
+        old = (current.get("status") or {}).get("trainerStatus") or {}
+        patch = {**dict.fromkeys(old), **trainer_status}
+        try:
+            self.api.patch_status(TRAINJOB, namespace, trainjob, {"trainerStatus": patch})
+        except ApiException as exc:
+            if exc.status == 404:
+                raise LookupError(f'trainjobs.{GROUP} "{trainjob}" not found') from exc
+            if exc.status == 422:
+                raise ValueError(str(exc.body)) from exc
+            raise
 
     # the loop ------------------------------------------------------------------------------
 
@@ -534,6 +577,3 @@ class TrainRun:
                     return kind
             time.sleep(LOOK_S)
         return None
-
-
-OnStatus = Callable[[str, str, dict[str, Any]], None]
