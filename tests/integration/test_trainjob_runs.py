@@ -1,8 +1,8 @@
 """Issue 47's done-when, on the Kubeflow Trainer v2.3.0 / JobSet v0.12.0 stand-in
 (tests/services/trainer_v2.py) whose pods really run what the TrainJob renders: deploy
 with engine auto trains the demo job as a 2-pod TrainJob to succeeded and
-get_training_job shows its steps and loss from the trainerStatus rank 0 posted (no log
-read); a cancelled TrainJob and a failed one are
+get_training_job shows its steps and loss from the trainerStatus rank 0 posted (a list
+reads no log); a cancelled TrainJob and a failed one are
 reported as such; auto-retry resumes an OOM-killed TrainJob from its checkpoint. (Only
 v1 served and neither served: test_trainjob_target.py, test_kubernetes_target.py.)"""
 
@@ -71,13 +71,15 @@ def test_engine_auto_trains_the_demo_job_as_a_2_pod_trainjob_to_succeeded(cluste
     posted = cluster.trainjob("tiny")["status"]["trainerStatus"]
     metrics = {m["name"]: m["value"] for m in posted["metrics"]}
     assert posted["progressPercentage"] == 100 and metrics["step"] == "4"
-    target = KubernetesTarget(KubernetesSettings())
-    state = target.describe("tiny")
+    state = get_training_job(job_name="tiny", **K8S, wait_seconds=0)
     assert (state.status, state.engine, state.steps, state.max_steps) == (
         "succeeded", "trainjob", 4, 4)  # fmt: skip
     assert state.last_loss == float(metrics["loss"]) and len(state.pods or {}) == 2
+    # The list reads the same from the object, and no log.
+    target = KubernetesTarget(KubernetesSettings())
+    (listed,) = target.list_jobs().items
+    assert (listed.steps, listed.last_loss) == (4, float(metrics["loss"]))
     assert not [p for p in target.reader.paths if p.endswith("/log")], target.reader.paths
-    assert get_training_job(job_name="tiny", **K8S, wait_seconds=0).steps == 4
     log = get_training_job_logs(job_name="tiny", **K8S).text
     start = events(log)[0]
     assert start["event"] == "start" and start["world_size"] == 2

@@ -57,13 +57,13 @@ def is_system_path(path: str) -> bool:
 
 
 class KubernetesSettings(ClusterAccess, TargetSettings):
-    """a Kubeflow TrainJob or PyTorchJob"""
+    """a Kubeflow job"""
 
     target: Literal["kubernetes"] = "kubernetes"
 
 
 class KubernetesDeploySettings(KubernetesSettings):
-    """a Kubeflow TrainJob or PyTorchJob"""
+    """a Kubeflow job"""
 
     engine: Annotated[
         Literal["auto", "pytorchjob", "trainjob"],

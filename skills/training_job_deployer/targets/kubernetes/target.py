@@ -18,6 +18,7 @@ the local target."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -561,7 +562,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
     ) -> JobState:
         """Poll the job (job, pods, its events, rank-0 log: four requests a poll, and one
         more per pod still waiting, up to EVENT_PODS) until it ends or `wait_seconds`
-        pass; None (a person at the CLI) detaches after DETACH_S."""
+        pass; None (a person at the CLI) detaches after DETACH_S. Where the job object
+        holds the trainer's progress (a TrainJob's trainerStatus), a running job's polls
+        read it instead of the log, and the log is read once when the job has ended."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
         rank0_log = Rank0Log()
@@ -572,7 +575,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             final = status != "running"
             rank0 = pods[0] if pods else None
             on_object = self.engine.progress(job)
-            if on_object is not None and status != "failed":  # the log only says why it failed
+            if on_object is not None and not final:  # the object says how far: no log read
                 state = self._state(job_name, job, pods, events, on_object, "")
                 if progress is not None and on_object.steps != rank0_log.reported:
                     rank0_log.reported = on_object.steps
@@ -587,7 +590,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     lambda: redact(self.reader.log_end(name, LOG_POLL_LINES, LOG_POLL_BYTES)[0]),
                     kube_pods.restarts([rank0]), progress, final,
                 )  # fmt: skip
-            metrics = rank0_log.follower.metrics
+            # An ended job's log is read once, for the run's account (its error, resume and
+            # checkpoint); what the trainer posted on the object wins for how far it got.
+            metrics = posted_over(rank0_log.follower.metrics, on_object)
             state = self._state(job_name, job, pods, events, metrics, rank0_log.tail())
             state.findings = watchdog.findings(metrics, state.status == "running", time.time())
             return state
@@ -668,7 +673,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         elif status == "cancelled":
             message = "cancelled (suspended: pods removed, checkpoints kept)"
         elif status == "running":
-            message = self._waiting_reason(pods, events)
+            message = self._waiting_reason(pods, events, self.engine.controller)
         max_steps = metrics.max_steps or commanded_max_steps(self.engine, job)
         state = JobState(
             job_name=job_name,
@@ -704,8 +709,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
             )
         return state
 
+    @staticmethod
     def _waiting_reason(
-        self, pods: list[dict[str, Any]], events: list[dict[str, Any]]
+        pods: list[dict[str, Any]],
+        events: list[dict[str, Any]],
+        controller: str = PyTorchJobEngine.controller,
     ) -> str | None:
         """Why a running job is not training yet: what a pod waits for (skills.kube.pods),
         or the newest Warning event (FailedScheduling, ...)."""
@@ -717,7 +725,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             last = warnings[-1]
             return f"{last.get('reason')}: {last.get('message', '')}".strip()
         if not pods:
-            return f"waiting for {self.engine.controller} to create the pods"
+            return f"waiting for {controller} to create the pods"
         return None
 
     # logs -------------------------------------------------------------------------------
@@ -1053,6 +1061,20 @@ def _bounded(text: str) -> str:
 def _not_started(pod: dict[str, Any]) -> bool:
     """A pod that is not running yet (what its events would say why)."""
     return (pod.get("status") or {}).get("phase") in (None, "Pending", "Unknown")
+
+
+def posted_over(logged: RunMetrics, posted: RunMetrics | None) -> RunMetrics:
+    """The log's account of a run with what the trainer posted on the job object (steps,
+    loss, tokens/s, max_steps) in place of the log's, where it posted them."""
+    if posted is None:
+        return logged
+    found = {
+        "steps": posted.steps or logged.steps,
+        "last_loss": posted.last_loss if posted.last_loss is not None else logged.last_loss,
+        "tokens_per_s": posted.tokens_per_s or logged.tokens_per_s,
+        "max_steps": posted.max_steps or logged.max_steps,
+    }
+    return dataclasses.replace(logged, **found)
 
 
 def _name(job: dict[str, Any]) -> str:
