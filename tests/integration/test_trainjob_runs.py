@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from tests.services.trainer_v2 import Injected, TrainerV2, serve_engines
 pytestmark = pytest.mark.integration
 
 IMAGE = "localhost:9/fsdp:v1"
-K8S = {"target": "kubernetes"}
+K8S: dict[str, Any] = {"target": "kubernetes"}
 CLAIM = "fsx-claim"
 CUDA_OOM = (
     "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
@@ -112,9 +113,9 @@ def test_auto_retry_resumes_an_oom_killed_trainjob_from_its_checkpoint(cluster):
     cluster.start()
     result = deploy(auto_retry=True, train_batch_size=4, grad_accum_steps=1, wait_seconds=None)
     assert result.status == "succeeded", result
-    first, second = result.attempts
+    first, second = result.attempts or []
     assert (first.status, first.code, first.rank) == ("failed", "cuda_oom", 0)
-    assert first.remedy.startswith("cuda_oom/") and first.checkpoint_step == 2
+    assert (first.remedy or "").startswith("cuda_oom/") and first.checkpoint_step == 2
     assert second.resumed_from == 2
     log = get_training_job_logs(job_name="tiny", **K8S).text
     (start,) = [e for e in events(log) if e["event"] == "start"]
@@ -134,12 +135,12 @@ def test_a_gpu_fault_quarantines_its_node_and_the_resubmitted_trainjob_keeps_off
     cluster.start()
     result = deploy(auto_retry=True, max_retries=2, wait_seconds=None)
     assert result.status == "succeeded", result
-    first = result.attempts[0]
+    first = (result.attempts or [])[0]
     assert (first.code, first.rank) == ("gpu_hardware_fault", 0) and first.quarantined
     (bad,) = first.quarantined
     # The resubmitted TrainJob keeps off it through the suite's runtimePatches entry, and
     # the scheduler put its pods elsewhere.
-    (patch,) = cluster.trainjob("tiny")["spec"]["runtimePatches"]
+    (patch,) = (cluster.trainjob("tiny") or {})["spec"]["runtimePatches"]
     (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     term = node["template"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]  # fmt: skip

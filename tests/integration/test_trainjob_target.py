@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from commands.cancel_training_job import cancel_training_job
+from commands.delete_training_job import delete_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
 from commands.get_training_job_logs import get_training_job_logs
@@ -246,3 +247,20 @@ def test_a_cluster_serving_both_lists_both_kinds_each_saying_its_engine(kube_api
     assert listed == {"old": "pytorchjob", "new": "trainjob"}
     assert get_training_job(job_name="old", **K8S).engine == "pytorchjob"
     assert get_training_job(job_name="new", **K8S).engine == "trainjob"
+
+
+@pytest.mark.parametrize("kind", ["TrainJob", "PyTorchJob"])
+def test_a_job_the_suite_did_not_submit_is_neither_stopped_nor_deleted(kube_api, kind):
+    kube_api.reset()
+    install_trainer(kube_api)
+    resource = TRAINJOBS if kind == "TrainJob" else PYTORCHJOB
+    group = "trainer.kubeflow.org/v1alpha1" if kind == "TrainJob" else "kubeflow.org/v1"
+    theirs = {"apiVersion": group, "kind": kind,
+              "metadata": {"name": "theirs", "namespace": "default", "labels": {"team": "ml"}},
+              "spec": {}}  # fmt: skip
+    kube_api.emulator.objects[resource, "default", "theirs"] = theirs
+    for call in (cancel_training_job, delete_training_job):
+        with pytest.raises(ToolFailure) as refused:
+            call(job_name="theirs", confirm=True, **K8S)
+        assert refused.value.code == "not_ours" and kind in refused.value.message
+    assert kube_api.emulator.objects[resource, "default", "theirs"].raw["spec"] == {}

@@ -173,7 +173,9 @@ def test_progress_is_read_from_trainer_status_and_absent_without_it():
     assert metrics.max_steps == 6 and engine.eta_s(job) == 42
     # Without --max_steps in the command: from the step and the percentage.
     job["spec"]["trainer"]["command"] = ["torchrun", "-m", "trainer"]
-    assert engine.progress(job).max_steps == 6
+    derived = engine.progress(job)
+    assert derived is not None and derived.max_steps == 6
     bad = {**STATUS, "metrics": [{"name": "loss", "value": "nan"}, {"name": "step", "value": "x"}]}
     job["status"] = {"trainerStatus": bad}
-    assert (engine.progress(job).steps, engine.progress(job).last_loss) == (0, None)
+    unreadable = engine.progress(job)
+    assert unreadable is not None and (unreadable.steps, unreadable.last_loss) == (0, None)

@@ -796,6 +796,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         TrainJob's spec.suspend, as each upstream documents stopping): the controller
         deletes its pods (SIGTERM, the trainer checkpoints), the job and its checkpoints
         stay. A job that ended is left as it is."""
+        self._require_ours(job_name, "stop")
         state = self.describe(job_name)
         if state.status in TERMINAL:
             return state
@@ -805,11 +806,21 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def delete(self, job_name: str) -> JobState:
         """Delete the job and its pods (checkpoints on volumes stay); returns its last
         state."""
+        self._require_ours(job_name, "delete")
         state = self.describe(job_name)
         self.reader.delete_job(job_name)
         state.message = f"deleted (was {state.status})"
         state.next_step = state.hint = None
         return state
+
+    def _require_ours(self, job_name: str, what: str) -> None:
+        """Refuse (not_ours) a job of either kind this suite did not submit: only its own
+        are stopped or deleted, as replace deletes only its own."""
+        require_kube_ours(
+            self._require(job_name), self.engine.kind, self.place(job_name),
+            f"The suite does not {what} a job it did not submit; its owner can (kubectl).",
+            namespace=self.namespace,
+        )  # fmt: skip
 
     def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
         """The page of the suite's jobs in the namespace, newest first, of every engine
