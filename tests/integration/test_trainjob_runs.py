@@ -16,6 +16,7 @@ import pytest
 
 from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
+from commands.diagnose_training_job import diagnose_training_job
 from commands.get_training_job import get_training_job
 from commands.get_training_job_logs import get_training_job_logs
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
@@ -103,6 +104,10 @@ def test_a_cancelled_trainjob_and_a_failed_one_are_reported_as_such(cluster):
     failed = get_training_job(job_name="broken", **K8S, wait_seconds=0)
     assert failed.status == "failed" and failed.engine == "trainjob", failed
     assert failed.next_step is not None and failed.next_step.tool == "diagnose_training_job"
+    # The pod doctor reads the JobSet's pod: rank 0 by its completion index, named as such.
+    root = diagnose_training_job(job_name="broken", **K8S).root
+    assert root is not None and (root.rank, root.replica) == (0, "node-0"), root
+    assert (root.pod or "").startswith("broken-node-0-0-")
 
 
 def test_auto_retry_resumes_an_oom_killed_trainjob_from_its_checkpoint(cluster):
