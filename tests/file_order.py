@@ -26,6 +26,8 @@ ESTIMATED_SECONDS = {
     "tests/integration/test_benchmark_quick_modes.py": 106,
     "tests/integration/test_long_runs.py": 73,
     "tests/integration/test_job_hardening.py": 70,
+    # estimated: five real torchrun runs (one of 2 pods), as test_pods_run's scale
+    "tests/integration/test_trainer_v2_standin.py": 60,
     "tests/integration/test_slurm_target.py": 56,
     "tests/integration/test_fuzz_tools.py": 53,
     "tests/e2e/test_agent_session.py": 47,

@@ -251,13 +251,42 @@ def test_a_failing_command_fails_the_trainjob_after_the_backoff_limit(trainer_v2
     assert [(c["type"], c["reason"]) for c in job["status"]["conditions"]] == [
         ("Failed", "BackoffLimitExceeded")
     ]
+    seen = {(e["involvedObject"]["kind"], e["reason"], e["type"])
+            for e in trainer_v2.api.list("v1/events", NS)}  # fmt: skip
+    assert seen >= {("Pod", "Scheduled", "Normal"), ("Pod", "BackOff", "Warning"),
+                    ("Job", "BackoffLimitExceeded", "Warning"),
+                    ("JobSet", "FailedJobs", "Warning")}  # fmt: skip
+
+
+def test_a_runtime_deleted_under_a_trainjob_is_a_resources_creation_failed_event(trainer_v2):
+    runtime = torch_distributed()
+    runtime.update(kind="TrainingRuntime", metadata={"name": "gone", "namespace": NS})
+    resource = "trainer.kubeflow.org/v1alpha1/trainingruntimes"
+    trainer_v2.api.create(resource, NS, runtime)
+    ref = {"name": "gone", "kind": "TrainingRuntime"}
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("orphan", ["torchrun"], runtimeRef=ref))
+    trainer_v2.api.delete(resource, NS, "gone")
+    trainer_v2.reconcile()
+    trainer_v2.reconcile()
+    (event,) = [e for e in trainer_v2.api.list("v1/events", NS)
+                if e["reason"] == "TrainJobResourcesCreationFailed"]  # fmt: skip
+    assert event["involvedObject"]["name"] == "orphan" and event["type"] == "Warning"
+    assert event["message"] == (
+        "TrainJob resources reconciliation failed: TrainingRuntime specified in TrainJob is "
+        'not found: trainingruntimes.trainer.kubeflow.org "gone" not found'
+    )
+    assert trainer_v2.api.get(JOBSET, NS, "orphan") is None
 
 
 def test_suspend_stops_the_pods_resume_recreates_them_and_delete_cascades(trainer_v2):
     trainer_v2.add_nodes("g5.12xlarge", 2, gpus=4)
     api = trainer_v2.api
-    sleep = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"]
-    api.create(TRAINJOB, NS, trainjob("idle", sleep, nodes=2))
+    sleep = [sys.executable, "-c", "import os, time; print(os.environ['NODE_NAME'], "
+             "os.environ['PET_NODE_RANK'], flush=True); time.sleep(600)"]  # fmt: skip
+    job = trainjob("idle", sleep, nodes=2)
+    node_name = {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    job["spec"]["trainer"]["env"] = [{"name": "NODE_NAME", "valueFrom": node_name}]
+    api.create(TRAINJOB, NS, job)
     trainer_v2.train("idle")
 
     def running() -> list[str]:
@@ -266,6 +295,10 @@ def test_suspend_stops_the_pods_resume_recreates_them_and_delete_cascades(traine
         return up if len(up) == 2 else []
 
     first = until(running)
+    # The downward API as a kubelet resolves it: the node bound, the completion index.
+    logs = until(lambda: all(pod_log(api, p) for p in first) and [pod_log(api, p) for p in first])
+    nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in trainer_v2.pods("idle")}
+    assert [log.split() for log in logs] == [[nodes[p], str(i)] for i, p in enumerate(first)]
     api.patch(TRAINJOB, NS, "idle", {"spec": {"suspend": True}})
     until(lambda: not trainer_v2.pods("idle"))
     assert not trainer_v2.cluster.kubelet.running
@@ -480,3 +513,49 @@ def test_runtime_patches_change_only_while_suspended_and_reach_the_pods(trainer_
     assert len(pods) == 2 and all(p["spec"]["affinity"] == affinity for p in pods)
     container = pods[0]["spec"]["containers"][0]
     assert container["command"] == ["torchrun"] and container["image"].startswith("pytorch/")
+
+
+def test_pods_no_node_fits_stay_pending_with_a_failed_scheduling_event(trainer_v2):
+    trainer_v2.add_nodes("g5.xlarge", 2, gpus=1)
+    job = trainjob("big", ["torchrun"], nodes=2)
+    job["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": "4"}}
+    trainer_v2.api.create(TRAINJOB, NS, job)
+    trainer_v2.train("big")
+    pods = until(lambda: len(trainer_v2.pods("big")) == 2 and trainer_v2.pods("big"))
+    reasons = until(lambda: {e["involvedObject"]["name"]: e["message"]
+                             for e in trainer_v2.api.list("v1/events", NS)
+                             if e["reason"] == "FailedScheduling"})  # fmt: skip
+    assert "insufficient nvidia.com/gpu" in reasons[pods[0]["metadata"]["name"]]
+    assert [p["status"]["phase"] for p in trainer_v2.pods("big")] == ["Pending", "Pending"]
+    assert not trainer_v2.cluster.kubelet.running
+
+
+def test_past_its_active_deadline_a_trainjob_fails_and_its_pods_go(trainer_v2):
+    trainer_v2.add_nodes("g5.12xlarge", 1, gpus=4)
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    trainer_v2.api.create(TRAINJOB, NS, trainjob("late", sleep, activeDeadlineSeconds=2))
+    assert trainer_v2.train("late").wait(60) == "Failed"
+    (failed,) = [c for c in trainer_v2.trainjob("late")["status"]["conditions"]
+                 if c["type"] == "Failed"]  # fmt: skip
+    assert (failed["reason"], failed["message"]) == (
+        "DeadlineExceeded", "TrainJob exceeded its active deadline")  # fmt: skip
+    until(lambda: not trainer_v2.api.list(POD, NS) and not trainer_v2.cluster.kubelet.running)
+    assert trainer_v2.api.get(JOBSET, NS, "late") is None
+
+
+def test_the_pods_of_a_trainjob_not_played_stay_pending_and_start_plays_them(trainer_v2):
+    trainer_v2.add_nodes("g5.12xlarge", 2, gpus=4)
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    for name in ("played", "waiting"):
+        trainer_v2.api.create(TRAINJOB, NS, trainjob(name, sleep))
+    trainer_v2.train("played")
+
+    def phases(name: str) -> list[str]:
+        return [p["status"].get("phase", "") for p in trainer_v2.pods(name)]
+
+    until(lambda: phases("played") == ["Running"] and phases("waiting") == ["Pending"])
+    assert list(trainer_v2.cluster.kubelet.running) == [
+        trainer_v2.pods("played")[0]["metadata"]["name"]
+    ]
+    trainer_v2.start()
+    until(lambda: phases("waiting") == ["Running"])

@@ -86,9 +86,9 @@ def is_true(obj: dict[str, Any], kind: str) -> bool:
     return bool(found and found.get("status") == "True")
 
 
-def set_condition(obj: dict[str, Any], kind: str, status: bool, reason: str, message: str) -> None:
+def set_condition(obj: dict[str, Any], kind: str, status: bool, reason: str, message: str) -> bool:
     """meta.SetStatusCondition (apimachinery): replace the condition of that type, keeping
-    its lastTransitionTime while its status does not change."""
+    its lastTransitionTime while its status does not change. Whether it changed."""
     conditions = obj.setdefault("status", {}).setdefault("conditions", [])
     value = "True" if status else "False"
     new = {"type": kind, "status": value, "reason": reason, "message": message,
@@ -97,9 +97,12 @@ def set_condition(obj: dict[str, Any], kind: str, status: bool, reason: str, mes
         if old.get("type") == kind:
             if old.get("status") == value:
                 new["lastTransitionTime"] = old.get("lastTransitionTime", new["lastTransitionTime"])
+            changed = {k: old.get(k) for k in ("status", "reason", "message")} != {
+                k: new[k] for k in ("status", "reason", "message")}  # fmt: skip
             conditions[i] = new
-            return
+            return changed
     conditions.append(new)
+    return True
 
 
 def owner(obj: dict[str, Any]) -> dict[str, Any]:
@@ -237,14 +240,16 @@ class JobSetController:
         api: Api,
         kubelet: Callable[[], Kubelet],
         namespace: str,
-        add_event: Callable[[str, str, str], None],
     ) -> None:
         self.api, self._kubelet, self.namespace = api, kubelet, namespace
-        self.add_event = add_event
         self.injections: dict[str, Injected] = {}  # by JobSet name
         self.replayed: set[str] = set()  # JobSets whose pods a test moves (nothing runs)
+        # The JobSets whose pods the kubelets run (all when None): the others' pods stay
+        # Pending, unbound, until a test plays them.
+        self.playing: set[str] | None = set()
         self._fired: dict[str, Injected] = {}  # pod name -> the injection that killed it
         self._reported: set[str] = set()  # pods whose FailedScheduling was reported
+        self._events: set[tuple[str, str, str]] = set()  # (uid, reason, message) recorded
         self.restart_delay_s = 0.0  # kubelet's CrashLoopBackOff (10 s doubling), shortened
 
     @property
@@ -282,11 +287,13 @@ class JobSetController:
             first = min(failed, key=lambda j: (condition(j, "Failed") or {}).get(
                 "lastTransitionTime", ""))  # fmt: skip
             reason, message = FAILED_JOBS
-            set_condition(jobset, "Failed", True, reason,
-                          f"{message} (first failed job: {first['metadata']['name']})")  # fmt: skip
+            message = f"{message} (first failed job: {first['metadata']['name']})"
+            if set_condition(jobset, "Failed", True, reason, message):
+                self.event(jobset, reason, message, "Warning")
             status["terminalState"] = "Failed"
         elif len(succeeded) == _expected_jobs(jobset):
-            set_condition(jobset, "Completed", True, *ALL_JOBS_COMPLETED)
+            if set_condition(jobset, "Completed", True, *ALL_JOBS_COMPLETED):
+                self.event(jobset, *ALL_JOBS_COMPLETED)
             status["terminalState"] = "Completed"
         else:
             self._service(jobset)
@@ -301,9 +308,11 @@ class JobSetController:
                     self.api.patch(JOB, self.namespace, job["metadata"]["name"],
                                    {"spec": {"suspend": suspend}})  # fmt: skip
             if suspend:
-                set_condition(jobset, "Suspended", True, *JOBSET_SUSPENDED)
+                if set_condition(jobset, "Suspended", True, *JOBSET_SUSPENDED):
+                    self.event(jobset, *JOBSET_SUSPENDED)
             elif condition(jobset, "Suspended"):
-                set_condition(jobset, "Suspended", False, *JOBSET_RESUMED)
+                if set_condition(jobset, "Suspended", False, *JOBSET_RESUMED):
+                    self.event(jobset, *JOBSET_RESUMED)
         if json.dumps(status, sort_keys=True) != before:
             self.api.patch_status(JOBSET, self.namespace, name, status)
 
@@ -391,6 +400,7 @@ class JobSetController:
                 for pod in live:  # the Job controller deletes a failed Job's active pods
                     self.delete_pod(pod["metadata"]["name"])
                 set_condition(job, "Failed", True, *JOB_FAILED)
+                self.event(job, *JOB_FAILED, "Warning")
                 live = []
             elif len(done) >= completions:
                 set_condition(job, "Complete", True, *JOB_COMPLETE)
@@ -446,7 +456,7 @@ class JobSetController:
         one, publish a running one's log, end it (or restart its container) on exit.
         Returns the pod with the status it now has."""
         name, phase = pod["metadata"]["name"], pod["status"].get("phase")
-        if jobset in self.replayed:
+        if jobset in self.replayed or (self.playing is not None and jobset not in self.playing):
             return pod
         kubelet = self.kubelet
         running = kubelet.running.get(name)
@@ -457,9 +467,10 @@ class JobSetController:
             except Unschedulable as exc:
                 if name not in self._reported:
                     self._reported.add(name)
-                    self.add_event(name, "FailedScheduling", str(exc))
+                    self.event(pod, "FailedScheduling", str(exc), "Warning")
                 return pod
             self.api.patch(POD, self.namespace, name, {"spec": {"nodeName": node}})
+            self.event(pod, "Scheduled", f"Successfully assigned {self.namespace}/{name} to {node}")
             running = kubelet.start(pod, node, self._kill_on(jobset, pod))
             return self._set_pod(pod, "Running", restarts=0)
         if phase != "Running" or running is None:
@@ -483,6 +494,9 @@ class JobSetController:
         if code != 0 and policy == "OnFailure" and used[0] + 1 <= limit:
             used[0] += 1
             self.api_log(name, text, previous=True)  # the last run's log is `previous`
+            container = pod["spec"]["containers"][0]["name"]
+            message = f"Back-off restarting failed container {container} in pod {name}"
+            self.event(pod, "BackOff", message, "Warning")
             time.sleep(self.restart_delay_s)
             last = _terminated(code, reason)
             kubelet.running.pop(name, None)
@@ -522,6 +536,26 @@ class JobSetController:
                   "containerStatuses": [entry]}  # fmt: skip
         self.api.patch_status(POD, self.namespace, pod["metadata"]["name"], status)
         return {**pod, "status": {**pod["status"], **status}}
+
+    def event(self, obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+        """An Event about `obj`, as its controller (or the scheduler, or a kubelet) records
+        one: named `<object>.<random hex>` as client-go's recorder names them; a repeat
+        of the same event is not recorded again (the recorder counts it instead)."""
+        meta = obj["metadata"]
+        key = (meta.get("uid") or meta["name"], reason, message)
+        if key in self._events:
+            return
+        self._events.add(key)
+        self.api.create("v1/events", self.namespace, {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}",
+                         "namespace": self.namespace},
+            "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"),
+                               "kind": obj.get("kind", "Pod"), "name": meta["name"],
+                               "namespace": self.namespace, "uid": meta.get("uid", "")},
+            "reason": reason, "message": message, "type": type_,
+            "firstTimestamp": now(), "lastTimestamp": now(), "count": 1,
+            "source": {"component": "stand-in"}})  # fmt: skip
 
     def api_log(self, pod: str, text: str, previous: bool = False) -> None:
         self.kubelet.kube.set_pod_log(self.namespace, pod, text, previous=previous)

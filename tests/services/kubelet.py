@@ -269,6 +269,7 @@ class Kubelet:
     def start(self, pod: dict[str, Any], node: str, kill_on: str | None = None) -> RunningPod:
         """Run the pod's (single) container; the pod becomes Running."""
         name = pod["metadata"]["name"]
+        pod = {**pod, "spec": {**pod["spec"], "nodeName": node}}  # bound: the downward API's
         spec = pod["spec"]
         container = spec["containers"][0]
         home = self.root / "pods" / name
@@ -403,6 +404,9 @@ class Kubelet:
                 return str((pod["metadata"].get(keyed[1]) or {}).get(keyed[2], ""))
             return {"metadata.name": pod["metadata"]["name"],
                     "metadata.namespace": self.namespace,
+                    "spec.nodeName": pod["spec"].get("nodeName", ""),
+                    "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+                    "status.hostIP": "127.0.0.1",
                     "status.podIP": "127.0.0.1"}.get(path, "")  # fmt: skip
         return None
 

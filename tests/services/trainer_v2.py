@@ -14,8 +14,10 @@ controllers. Upstream files named below are kubeflow/trainer's at v2.3.0.
 `install`/`uninstall` decide what API discovery shows (the product picks its engine from
 it): Trainer v2 alone (`TrainingOperator(kube).uninstall()` too), v1 alone (no install),
 both, or neither. Once started (`train` or `start`), the controllers play every TrainJob
-of the namespace, as a cluster's would: a resubmitted job runs again, suspend stops its
-pods and resume recreates them, deleting it deletes what it owns (the garbage collector).
+of the namespace, as a cluster's would: suspend stops its pods and resume recreates
+them, deleting it deletes what it owns (the garbage collector). The kubelets run the
+pods of the TrainJobs `train` names (another's stay Pending, unbound), or after `start`
+of every one (a resubmitted job runs again: auto-retry).
 
 Replicas are named by their pod's hostname without `<trainjob>-`: "node-0-0",
 "node-0-1" (pods `<trainjob>-node-0-<index>-<random>`; rank = completion index).
@@ -27,6 +29,7 @@ Complete and Failed (pkg/apis/trainer/v1alpha1/trainjob_types.go)."""
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import copy
 import functools
@@ -216,9 +219,7 @@ class TrainerV2:
         self.cluster = TrainingOperator(kube, namespace, root)
         self.kube, self.namespace, self.root = kube, namespace, self.cluster.root
         self.api = Api(str(kube.kubeconfig))
-        self.jobsets = JobSetController(
-            self.api, lambda: self.cluster.kubelet, namespace, self.cluster.add_event
-        )
+        self.jobsets = JobSetController(self.api, lambda: self.cluster.kubelet, namespace)
         self.status_server = status_server
         if status_server is not None:  # it calls back with each status a trainer posts
             status_server.on_status = self.write_trainer_status
@@ -252,7 +253,12 @@ class TrainerV2:
     # playing -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """The controllers run (idempotent) until `stop`."""
+        """The controllers run (idempotent) until `stop`, and the kubelets run the pods of
+        every TrainJob, as a cluster's would (a resubmitted job too)."""
+        self.jobsets.playing = None
+        self._run_loop()
+
+    def _run_loop(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="trainer-v2", daemon=True)
@@ -266,13 +272,17 @@ class TrainerV2:
         self.cluster.stop()
 
     def train(self, name: str, *, inject: Injected | None = None) -> TrainRun:
-        """Play TrainJob `name` (as it is now) for real; returns at once."""
+        """Play TrainJob `name` (as it is now) for real: the controllers run and the
+        kubelets run its pods (another TrainJob's stay Pending until it is played too);
+        returns at once."""
         job = self.trainjob(name)
         assert job is not None, f"no TrainJob {name}"
         if inject is not None:
             self.jobsets.injections[name] = inject
         self.jobsets.replayed.discard(name)
-        self.start()
+        if self.jobsets.playing is not None:
+            self.jobsets.playing.add(name)
+        self._run_loop()
         return TrainRun(self, name, job["metadata"]["uid"])
 
     def inject(self, name: str, inject: Injected) -> None:
@@ -386,8 +396,8 @@ class TrainerV2:
         what they own in one pass; a pod's container is stopped. `found` keeps what is
         left."""
         live = {t["metadata"]["uid"] for t in trainjobs}
-        owners = set(live)
-        gone = self._owners - live
+        owners = live | {j["metadata"]["uid"] for j in found[JOBSET]}
+        gone = self._owners - owners  # then Services and ConfigMaps may be orphans too
         resources = (JOBSET, JOB, POD, SERVICE, CONFIGMAP) if gone else (JOBSET, JOB, POD)
         self._children = False
         for resource in resources:
@@ -410,12 +420,10 @@ class TrainerV2:
                 if refs:
                     self._children = True
                     live.add(obj["metadata"]["uid"])
-                    if resource == JOBSET:
-                        owners.add(obj["metadata"]["uid"])
                 kept.append(obj)
             if resource in found:
                 found[resource] = kept
-        self._owners = owners
+        self._owners = live & owners
 
     # the TrainJob controller -----------------------------------------------------------------
 
@@ -446,8 +454,9 @@ class TrainerV2:
                 built = self._reconcile_objects(trainjob, jobsets)
             except (LookupError, ApiException) as exc:
                 message = f"TrainJob resources reconciliation failed: {str(exc)[:950]}"
-                self.cluster.add_event(name, "TrainJobResourcesCreationFailed", message,
-                                       kind="TrainJob")  # fmt: skip
+                if len(str(exc)) > 950:
+                    message += " ..."
+                self.jobsets.event(trainjob, "TrainJobResourcesCreationFailed", message, "Warning")
         if spec.get("suspend"):
             set_condition(trainjob, "Suspended", True, *SUSPENDED)
         elif is_true(trainjob, "Suspended"):
@@ -552,7 +561,7 @@ class TrainerV2:
         suspended = condition(trainjob, "Suspended")
         if suspended and suspended.get("status") == "False":
             started = suspended["lastTransitionTime"]
-        begun = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        begun = calendar.timegm(time.strptime(started, "%Y-%m-%dT%H:%M:%SZ"))
         if time.time() > begun + int(seconds):
             set_condition(trainjob, "Failed", True, *DEADLINE)
             self.api.delete(JOBSET, self.namespace, trainjob["metadata"]["name"])
