@@ -44,7 +44,6 @@ from trainer.checkpoint import (
     Checkpointer,
     failure_summary,
     first_line,
-    staging_plan,
     staging_root,
 )
 from trainer.config import ConfigError, TrainConfig, device_problems
@@ -83,6 +82,7 @@ from trainer.parallel import (
     build_mesh,
     reshard_after_forward,
     resolve_strategy,
+    training_groups,
 )
 from trainer.rank_times import RankTimes
 from trainer.stream import Batches, StreamBatches
@@ -115,8 +115,8 @@ class NonFiniteLossError(RuntimeError):
 def train(
     cfg: TrainConfig, env: DistEnv, emit: Emit, stop: StopRequest | None = None
 ) -> dict[str, Any]:
-    device, backend = setup_device(env)
-    if backend == "nccl":  # before the process group exists, which reads them
+    device, backend = setup_device(env, cfg.parallel.cpu_offload)
+    if "nccl" in backend:  # before the process group exists, which reads them
         os.environ.update(devices.flight_recorder_env(trace_dir(cfg), dict(os.environ)))
     init_distributed(backend, device, env)
     try:
@@ -157,10 +157,10 @@ def _train(
 # --- setup ------------------------------------------------------------------------------
 
 
-def setup_device(env: DistEnv) -> tuple[torch.device, str]:
+def setup_device(env: DistEnv, cpu_offload: bool = False) -> tuple[torch.device, str]:
     """This rank's device and process-group backend; CPU threads shared among ranks."""
     cuda = torch.cuda.is_available()
-    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank)
+    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank, cpu_offload)
     try:
         device = devices.device_for(
             device_type, env.local_rank, torch.cuda.device_count() if cuda else None
@@ -290,7 +290,7 @@ def build_checkpointer(
     staging = staging_root(cfg.output_dir, cfg.checkpoint.checkpoint_dir, env.local_rank)
     checkpointer = Checkpointer(
         cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging,
-        staging_plan(device_type),
+        device_type=device_type, local_world_size=env.local_world_size,
     )  # fmt: skip
     resume_from = checkpointer.find_resumable()
     if resume_from is not None:
@@ -402,7 +402,7 @@ def build_optimizer(
         ],
         lr=cfg.optim.learning_rate,
         betas=(0.9, 0.95),
-        **devices.optimizer_flags(device_type),
+        **devices.optimizer_flags(device_type, cfg.parallel.cpu_offload),
     )
 
 
@@ -596,7 +596,7 @@ class TrainLoop:
         self.flops_per_token = perf.flops_per_token(
             perf.matmul_params(self.params, m.vocab_size, m.dim, m.tie_word_embeddings),
             m.n_layers,
-            m.dim,
+            m.attention_dim,
             cfg.data.seq_len,
         )
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
@@ -651,7 +651,7 @@ class TrainLoop:
             if step == p.first_step:
                 # Compile, the first all-gathers and HF reads are behind us: a collective
                 # that waits longer than this now is a hang (the flight recorder dumps).
-                shorten_timeout()
+                shorten_timeout(training_groups(self.model))
             self.after_step(step, agreed, p)
             self.finalize_checkpoint(agreed)
             if self.on_checkpoint(step, agreed, p):

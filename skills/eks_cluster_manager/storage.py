@@ -609,11 +609,13 @@ def csi_driver(kube: KubeJson) -> str | None:
     return None
 
 
-# The EKS add-on with its IAM role (action=create_config's eksctl config lists it already).
+# The EKS add-on with its IAM role for the controller's service account: the same policy
+# action=create_config's eksctl config attaches through its add-on entry (eksctl.ADDONS).
+CSI_POLICY = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
 CSI_INSTALL = (
     "`eksctl create iamserviceaccount --cluster {cluster} --region {region} --namespace "
     "kube-system --name fsx-csi-controller-sa --attach-policy-arn "
-    "arn:aws:iam::aws:policy/AmazonFSxFullAccess --role-name {role} --role-only --approve`, "
+    f"{CSI_POLICY} --role-name {{role}} --role-only --approve`, "
     "then `aws eks create-addon --cluster-name {cluster} --region {region} --addon-name "
     "aws-fsx-csi-driver --service-account-role-arn arn:aws:iam::{account}:role/{role}`"
 )

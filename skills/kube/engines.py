@@ -24,11 +24,6 @@ class ServedKind:
     version: str
     plural: str
 
-    @property
-    def path(self) -> str:
-        """The group/version's discovery path (its APIResourceList)."""
-        return f"/apis/{self.group}/{self.version}"
-
     def __str__(self) -> str:
         return f"{self.plural}.{self.group}/{self.version}"
 
@@ -45,16 +40,20 @@ NEEDS: dict[Engine, tuple[ServedKind, ...]] = {
 _SEEN: weakref.WeakKeyDictionary[KubeJson, frozenset[Engine]] = weakref.WeakKeyDictionary()
 
 
-def _served(kube: KubeJson, kind: ServedKind) -> bool:
-    """Whether the API server serves `kind` (its group/version lists the plural)."""
+def served_resources(kube: KubeJson, group: str, version: str) -> frozenset[str]:
+    """The resources (plurals; subresources as "plural/sub") the API server serves in a
+    group/version: one discovery read, empty when nothing serves it."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        found = kube.json("GET", kind.path, missing_ok=(404,))
+        found = kube.json("GET", f"/apis/{group}/{version}", missing_ok=(404,))
     except ApiException as exc:
         raise access_failure(exc, kube.host) or exc from None
-    resources = (found or {}).get("resources") or ()
-    return any(r.get("name") == kind.plural for r in resources)
+    return frozenset(str(r.get("name")) for r in (found or {}).get("resources") or ())
+
+
+def _served(kube: KubeJson, kind: ServedKind) -> bool:
+    return kind.plural in served_resources(kube, kind.group, kind.version)
 
 
 def served_engines(kube: KubeJson, *, fresh: bool = False) -> frozenset[Engine]:

@@ -44,6 +44,15 @@ KINDS: dict[str, tuple[str, str, bool]] = {
         "validatingwebhookconfigurations",
         False,
     ),
+    # Kubeflow Trainer v2's install (with JobSet's) and the checks of it.
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "MutatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "mutatingwebhookconfigurations",
+        False,
+    ),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
 }
 
 

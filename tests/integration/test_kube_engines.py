@@ -118,7 +118,7 @@ def test_a_crd_applied_through_the_api_is_served_and_deleted_is_not(kube):
 
 
 def test_a_forbidden_discovery_is_access_denied(kube):
-    kube.emulator["get /apis/kubeflow.org/v1"] << 403
+    _ = kube.emulator["get /apis/kubeflow.org/v1"] << 403
     with pytest.raises(ToolFailure) as failure:
         served_engines(_client())
     assert failure.value.code == "access_denied"

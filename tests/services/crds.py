@@ -19,8 +19,12 @@ ResourceInfo = dict[str, Any]
 
 
 def is_crd(request: Any) -> bool:
+    """Whether the request writes (creates, patches, deletes) a CRD."""
+    import kmock
+
     resource = request.resource
-    if resource is None:
+    writes = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
+    if resource is None or request.action not in writes:
         return False
     plural = "/".join(filter(None, (resource.group, resource.version, resource.plural)))
     return plural == CRDS and bool(request.name or isinstance(request.data, dict))

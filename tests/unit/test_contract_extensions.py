@@ -372,6 +372,7 @@ BAD_INPUT_CODES = {
     "unsupported_for_target", "not_enough_gpus", "not_found", "aws_profile_not_found",
     "kubeconfig_invalid", "not_a_directory", "is_a_directory", "name_too_long",
     "path_not_allowed", "snapshot_invalid", "slurm_rejected", "gpu_memory_exceeded",
+    "host_memory_exceeded",
     "model_invalid", "port_in_use", "not_ours",
 }  # fmt: skip
 

@@ -27,6 +27,7 @@ from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, hub_ids, launcher, trainer_argv
 from skills.training_job_deployer.kube_monitor import LABEL_JOB
+from skills.training_job_deployer.memory_estimate import staging_shm_gib
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
@@ -57,10 +58,15 @@ def replica_layout(num_nodes: int, elastic: bool) -> dict[str, int]:
     return {"Master": 1, "Worker": num_nodes - 1}
 
 
-def shm_size(gpu_per_node: int, gib: int | None = None) -> str:
+def shm_gib(spec: JobSpec, gib: int | None = None) -> int:
     """/dev/shm as a memory emptyDir: `gib`, else SHM_GIB_PER_PROCESS GiB per process
-    (Docker's 64 MiB default breaks NCCL and dataloader workers)."""
-    return f"{gib or SHM_GIB_PER_PROCESS * gpu_per_node}Gi"
+    (Docker's 64 MiB default breaks NCCL and dataloader workers) and what an async save
+    stages there (memory_estimate.staging_shm_gib: 90 GiB for Llama-3-8B under HSDP)."""
+    return gib or SHM_GIB_PER_PROCESS * spec.gpu_per_node + staging_shm_gib(spec)
+
+
+def shm_size(spec: JobSpec, gib: int | None = None) -> str:
+    return f"{shm_gib(spec, gib)}Gi"
 
 
 def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
@@ -248,8 +254,11 @@ def render(
     check_job_name(spec.job_name)
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
-    # Quantities as strings, as the API returns them (the Pod schema's int-or-string).
-    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type)}
+    # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
+    env = {**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env}
+    # Quantities as strings, as the API returns them (the Pod schema's int-or-string);
+    # hugepages only where that env lets libfabric use them (skills.kube.efa).
+    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type, env)}
     text = (
         yaml_templates(HERE / "templates")
         .get_template(TEMPLATE)
@@ -264,17 +273,16 @@ def render(
             ttl_seconds=TTL_SECONDS,
             replicas=replica_layout(spec.num_nodes, elastic is not None),
             node_selector=node_selector(settings.instance_type),
-            shm_size=shm_size(spec.gpu_per_node, settings.shm_size_gib),
+            shm_size=shm_size(spec, settings.shm_size_gib),
             checkpoint_host_path=host_path,
             checkpoint_claim=claim,
             checkpoint_mount=CHECKPOINT_MOUNT if host_path or claim else None,
             image=image,
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
-            # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-            env={**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env},
+            env=env,
             hf_secret=hf_secret,
-            requests={**limits, **efa_requests(settings.instance_type)},
+            requests={**limits, **efa_requests(settings.instance_type, env)},
             limits=limits,
             tolerations=list(GPU_TOLERATIONS),
             service_account=service_account(spec),

@@ -53,7 +53,11 @@ from skills.shared.waiting import poll_until
 from skills.training_job_deployer import cuda_gate, watchdog
 from skills.training_job_deployer.job_spec import JobSpec, hub_endpoint, hub_lines
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
-from skills.training_job_deployer.memory_estimate import check_fits
+from skills.training_job_deployer.memory_estimate import (
+    check_fits,
+    check_host_fits,
+    node_runtime,
+)
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
     EVERY_JOB,
@@ -75,6 +79,7 @@ from skills.training_job_deployer.targets.kubernetes.manifest import (
     hub_home,
     job_buckets,
     service_account,
+    shm_gib,
 )
 from skills.training_job_deployer.targets.kubernetes.pytorchjob import PyTorchJobEngine
 from skills.training_job_deployer.targets.kubernetes.settings import (
@@ -354,6 +359,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
             warnings.append("no instance_type: no node selector and no EFA devices requested")
         else:  # refuses a plan that cannot fit (GPU_MEMORY_EXCEEDED), dry run included
             memory = check_fits(spec, settings.instance_type)
+            # ... or whose nodes cannot hold its /dev/shm and offloaded states (HOST_...).
+            shm = shm_gib(spec, settings.shm_size_gib)
+            host = check_host_fits(spec, settings.instance_type, shm)
+            memory = {**memory, "host": host} if memory and host else memory
         has_token = any(os.environ.get(name) for name in HF_ENV)
         home = hub_home(spec, settings)
         hub = hub_lines(
@@ -367,6 +376,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 "no HF_TOKEN in this environment: a gated or private hub repo will be "
                 "refused in the job (export HF_TOKEN and plan again)"
             )
+        runtime = node_runtime(spec, True, shm_gib(spec, settings.shm_size_gib))
         return KubernetesPlan(
             engine=engine.name,
             namespace=settings.namespace,
@@ -384,6 +394,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
             skip_gate=settings.skip_gate,
             log_path=self._pod_path(engine.rank0_pod(manifest)),
             memory_estimate=memory,
+            async_save=runtime.async_save,
+            process_group=runtime.process_group,
             service_account=account,
             identity=identity,
             hub=hub,

@@ -141,7 +141,7 @@ def pod_patch(
     _, host_path, claim = checkpoint_placement(spec, settings)
     pod: dict[str, Any] = {} if runtime_name(settings) == RUNTIME else pod_defaults()
     volumes = [{"name": "shm", "emptyDir": {"medium": "Memory",
-               "sizeLimit": shm_size(spec.gpu_per_node, settings.shm_size_gib)}}]  # fmt: skip
+               "sizeLimit": shm_size(spec, settings.shm_size_gib)}}]  # fmt: skip
     mounts = [{"name": "shm", "mountPath": "/dev/shm"}]
     if host_path:
         volumes.append({"name": "checkpoints",
@@ -183,15 +183,17 @@ def command(spec: JobSpec, checkpoint_dir: str) -> list[str]:
     ]
 
 
-def env(
-    spec: JobSpec,
-    settings: KubernetesDeploySettings,
-    hf_secret: str | None,
-    hf_endpoint: str | None,
-) -> list[dict[str, Any]]:
-    """The trainer container's env, as the PyTorchJob's: the suite's defaults, the hub's,
-    the job's own last; the node's name; HF_TOKEN from the Secret (never its value)."""
-    values = {**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env}
+def env_values(
+    spec: JobSpec, settings: KubernetesDeploySettings, hf_endpoint: str | None
+) -> dict[str, str]:
+    """The trainer container's plain variables, as the PyTorchJob's: the suite's defaults,
+    the hub's, the job's own last (NCCL_DEBUG=INFO replaces the default WARN)."""
+    return {**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env}
+
+
+def env(values: dict[str, str], hf_secret: str | None) -> list[dict[str, Any]]:
+    """spec.trainer.env: `values`, the node's name, HF_TOKEN from the Secret (never its
+    value)."""
     found: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     found.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     if hf_secret:
@@ -200,11 +202,16 @@ def env(
     return found
 
 
-def resources(spec: JobSpec, settings: KubernetesDeploySettings) -> dict[str, Any]:
+def resources(
+    spec: JobSpec, settings: KubernetesDeploySettings, values: dict[str, str]
+) -> dict[str, Any]:
     """resourcesPerNode: every GPU the job asks of a node, and the instance's EFA
-    interfaces (with the hugepages and memory they need), as the PyTorchJob asks."""
-    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type)}
-    return {"limits": limits, "requests": {**limits, **efa_requests(settings.instance_type)}}
+    interfaces (with the hugepages and memory they need where the env lets libfabric
+    use hugepages: skills.kube.efa), as the PyTorchJob asks."""
+    efa = efa_limits(settings.instance_type, values)
+    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa}
+    return {"limits": limits,
+            "requests": {**limits, **efa_requests(settings.instance_type, values)}}  # fmt: skip
 
 
 def render(
@@ -225,6 +232,7 @@ def render(
             {"engine": "trainjob"},
         )
     checkpoint_dir, _, _ = checkpoint_placement(spec, settings)
+    values = env_values(spec, settings, hf_endpoint)
     job = {
         "apiVersion": api_version("TrainJob"),
         "kind": "TrainJob",
@@ -244,8 +252,8 @@ def render(
                 "command": command(spec, checkpoint_dir),
                 "numNodes": spec.num_nodes,
                 "numProcPerNode": spec.gpu_per_node,
-                "resourcesPerNode": resources(spec, settings),
-                "env": env(spec, settings, hf_secret, hf_endpoint),
+                "resourcesPerNode": resources(spec, settings, values),
+                "env": env(values, hf_secret),
             },
             "runtimePatches": [runtime_patch(pod_patch(spec, settings), labels(spec))],
         },
