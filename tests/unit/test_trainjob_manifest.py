@@ -12,7 +12,12 @@ from skills.kube.crd_validation import crd_validator
 from skills.kube.efa import GPU_TOLERATIONS
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.targets.kubernetes.manifest import HF_SECRET, QUEUE_LABEL
+from skills.training_job_deployer.targets.kubernetes.manifest import (
+    HF_SECRET,
+    QUEUE_LABEL,
+    shm_gib,
+    shm_size,
+)
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 from skills.training_job_deployer.targets.trainjob import manifest as tm
 from skills.training_job_deployer.targets.trainjob.engine import TrainJobEngine
@@ -71,7 +76,10 @@ def test_a_p5_job_asks_every_gpu_and_efa_interface_per_node_and_runs_torchrun_on
     pod = patch_pod(job)
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["shm"]["emptyDir"]["sizeLimit"] == "64Gi"
+    # The PyTorchJob's /dev/shm for the same job (8 GiB a process, and an async save's).
+    spec = JobSpec(job_name="llama", num_nodes=2, gpu_per_node=8)
+    assert volumes["shm"]["emptyDir"]["sizeLimit"] == shm_size(spec) == f"{shm_gib(spec)}Gi"
+    assert shm_gib(spec) >= 64
     assert volumes["checkpoints"]["hostPath"]["path"] == "/mnt/k8s-disks/0/checkpoints"
     assert "tolerations" not in pod  # the suite's runtime has them
     assert job["spec"]["runtimeRef"] == {
