@@ -35,6 +35,7 @@ class WatchFinding(BaseModel):
 class JobState(ToolResult):
     job_name: str
     target: str
+    engine: str | None = None  # kubernetes: the job's kind, pytorchjob or trainjob
     status: JobStatus
     steps: int = 0
     max_steps: int | None = None
@@ -49,6 +50,7 @@ class JobState(ToolResult):
     checkpoint_step: int | None = Field(
         default=None, description="Step of the last checkpoint this run saved."
     )
+    eta_s: int | None = None  # seconds left, where the job object estimates them
     checkpoint_path: str | None = Field(
         default=None, description="Where the last checkpoint this run saved is."
     )

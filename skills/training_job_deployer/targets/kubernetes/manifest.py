@@ -215,22 +215,18 @@ def container_command(
     ]
 
 
-def commanded_max_steps(job: dict[str, Any]) -> int | None:
-    """The --max_steps a PyTorchJob's trainer was given in its container command (None:
-    the trainer's default), read back from the job as the cluster holds it."""
-    for replica in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).values():
-        for container in ((replica.get("template") or {}).get("spec") or {}).get(
-            "containers"
-        ) or []:
-            command = [str(arg) for arg in container.get("command") or []]
-            if "--max_steps" in command[:-1]:
-                value = command[command.index("--max_steps") + 1]
-                return int(value) if value.isdigit() else None
-    return None
+# The label Kueue admits a job by (its LocalQueue), on PyTorchJobs and TrainJobs alike.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def labels(spec: JobSpec) -> dict[str, str]:
     return managed_labels(**{LABEL_JOB: spec.job_name})
+
+
+def job_labels(spec: JobSpec, settings: KubernetesDeploySettings) -> dict[str, str]:
+    """The job object's labels: the pods' (ownership, the job's name), and the Kueue
+    queue it is submitted to when the deploy names one."""
+    return {**labels(spec), **({QUEUE_LABEL: settings.queue} if settings.queue else {})}
 
 
 def check_job_name(job_name: str) -> None:
@@ -259,7 +255,7 @@ def render(
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
     # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-    env = {**container_env(settings), **_hub_env(spec, settings, hf_endpoint), **spec.env}
+    env = {**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env}
     # Quantities as strings, as the API returns them (the Pod schema's int-or-string);
     # hugepages only where that env lets libfabric use them (skills.kube.efa).
     limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type, env)}
@@ -270,6 +266,7 @@ def render(
             name=spec.job_name,
             namespace=settings.namespace,
             labels=labels(spec),
+            job_labels=job_labels(spec, settings),
             nproc_per_node=spec.gpu_per_node,
             elastic=elastic,
             backoff_limit=max(spec.max_restarts, 0),
@@ -296,7 +293,7 @@ def render(
     return manifest
 
 
-def _hub_env(
+def hub_env(
     spec: JobSpec, settings: KubernetesDeploySettings, endpoint: str | None
 ) -> dict[str, str]:
     home = hub_home(spec, settings)
