@@ -236,7 +236,8 @@ MIB = 2**20
 
 
 @pytest.mark.parametrize(
-    "size", [8 * MIB - 4 * KB, 8 * MIB + 4 * KB, 12 * MIB],
+    "size",
+    [8 * MIB - 4 * KB, 8 * MIB + 4 * KB, 12 * MIB],
     ids=["just-under-8-MiB", "just-over-8-MiB", "12-MiB"],
 )
 def test_the_targets_log_tail_is_the_logs_end_past_the_8_mib_read_chunk(tmp_path, size):

@@ -121,8 +121,7 @@ def test_a_result_within_the_cap_is_untouched(many_runs):
 def jsonl_tail(*, tail_lines: int = 100, progress: Progress | None = None) -> Tail:
     """The last `tail_lines` of a trainer's JSON-lines log (quotes: JSON escapes each)."""
     lines = [
-        '{"event": "step", "step": %d, "loss": 2.5, "step_s": 0.41, "tokens_per_s": 9876.5}'
-        % i
+        f'{{"event": "step", "step": {i}, "loss": 2.5, "step_s": 0.41, "tokens_per_s": 9876.5}}'
         for i in range(tail_lines)
     ]
     return Tail(status="running", text="\n".join(lines), logs={})
@@ -142,8 +141,8 @@ def test_a_json_lines_tail_is_cut_to_the_cap_as_sent(tail_lines):
     is short, and the cap cuts again until the result as sent fits."""
     result = _jsonl({"tail_lines": tail_lines})
     assert result_bytes(result) <= MAX_RESULT_BYTES
-    assert result.structured_content["text"].endswith('"step": %d, "loss": 2.5, "step_s": 0.41, '
-                                                      '"tokens_per_s": 9876.5}' % (tail_lines - 1))
+    last = f'"step": {tail_lines - 1}, "loss": 2.5, "step_s": 0.41, "tokens_per_s": 9876.5}}'
+    assert result.structured_content["text"].endswith(last)
 
 
 @pytest.mark.parametrize("over", [-1, 0, 1], ids=["just-under", "at", "just-over"])
@@ -157,8 +156,8 @@ def test_a_result_at_the_cap_is_whole_and_one_byte_over_is_cut(over):
     assert spec is not None
     whole = server.respond(spec, long_tail(tail_lines=300))
     size = result_bytes(whole)
-    capped = cap_result(whole, spec, {"tail_lines": 300}, server.spec, server.nest_step,
-                        max_bytes=size - over)  # fmt: skip
+    arguments = {"tail_lines": 300}
+    capped = cap_result(whole, spec, arguments, server.spec, server.nest_step, size - over)
     if over <= 0:
         assert capped is whole
     else:

@@ -385,8 +385,8 @@ def test_a_two_rank_stream_resumes_each_rank_at_its_own_next_batch(stopped_at):
     }
 
     def rank_stream(rank: int) -> StreamBatches:
-        return StreamBatches(lambda: iter(shares[rank]), ByteTokenizer(), seq_len=16,
-                             batch_size=3, world_size=2)  # fmt: skip
+        tokens = ByteTokenizer()
+        return StreamBatches(lambda: iter(shares[rank]), tokens, 16, 3, world_size=2)
 
     for rank in range(2):
         straight = rank_stream(rank)

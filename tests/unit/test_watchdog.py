@@ -149,12 +149,16 @@ def test_the_hung_limit_counts_the_steps_between_log_lines(after_s, hung):
     nothing."""
     follower = LogFollower()
     start = {**START, "log_freq": 10, "checkpoint_freq": 1000}
-    lines = [
-        {"event": "step", "step": s, "loss": 3.0, "step_s": 2.0, "tokens_per_s": 1000.0,
-         "elapsed_s": s * 2.0, "time": T0 + s * 2.0, "slowest_rank": 0,
-         "slowest_host": "ip-10-0-0-9", "rank_lag_s": 0.0}
-        for s in range(10, 70, 10)
-    ]  # fmt: skip
+    line = {
+        "event": "step",
+        "loss": 3.0,
+        "step_s": 2.0,
+        "tokens_per_s": 1000.0,
+        "slowest_rank": 0,
+        "slowest_host": "ip-10-0-0-9",
+        "rank_lag_s": 0.0,
+    }
+    lines = [{**line, "step": s, "time": T0 + s * 2.0} for s in range(10, 70, 10)]
     follower.feed("".join(json.dumps(e) + "\n" for e in [start, *lines]).encode(), final=True)
     last = lines[-1]["time"]
     assert codes(follower.metrics, now=last + after_s) == (["job_hung"] if hung else [])

@@ -34,29 +34,66 @@ class Row(NamedTuple):
 
 CATALOG = (
     Row(13, "ROBUST_CHANNEL_GR_EXCEPTION", "RESTART_APP", "general user application faults", "job"),
-    Row(31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "RESTART_APP",
-        "Typically these are application-level bugs", "job"),  # fmt: skip
-    Row(43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "IGNORE",
-        "a user application hits a software induced fault ... The GPU remains in a healthy "
-        "state", "job"),  # fmt: skip
-    Row(45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "WORKFLOW_XID_45",
+    Row(
+        31,
+        "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
+        "RESTART_APP",
+        "Typically these are application-level bugs",
+        "job",
+    ),
+    Row(
+        43,
+        "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
+        "IGNORE",
+        "a user application hits a software induced fault ... The GPU remains in a healthy state",
+        "job",
+    ),
+    Row(
+        45,
+        "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+        "WORKFLOW_XID_45",
         "the user application aborts and the kernel driver tears down the GPU application",
-        "job"),  # fmt: skip
-    Row(48, "ROBUST_CHANNEL_GPU_ECC_DBE", "WORKFLOW_XID_48",
-        "A GPU reset or node reboot is needed to clear this error", "node"),  # fmt: skip
+        "job",
+    ),
+    Row(
+        48,
+        "ROBUST_CHANNEL_GPU_ECC_DBE",
+        "WORKFLOW_XID_48",
+        "A GPU reset or node reboot is needed to clear this error",
+        "node",
+    ),
     Row(62, "PMU_HALT_ERROR", "RESET_GPU", "Internal micro-controller halt", "node"),
     Row(63, "INFOROM_DRAM_RETIREMENT_EVENT", "IGNORE", "GPU memory remapping event", "node"),
-    Row(64, "INFOROM_DRAM_RETIREMENT_FAILURE", "RESET_GPU", "GPU memory remapping failure",
-        "node"),  # fmt: skip
-    Row(74, "NVLINK_ERROR", "WORKFLOW_NVLINK_ERR",
-        "A GPU reset or node reboot is needed to clear this error", "node"),  # fmt: skip
-    Row(79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM",
-        "GPU has fallen off the bus", "node"),  # fmt: skip
+    Row(64, "INFOROM_DRAM_RETIREMENT_FAILURE", "RESET_GPU", "GPU memory remapping failure", "node"),
+    Row(
+        74,
+        "NVLINK_ERROR",
+        "WORKFLOW_NVLINK_ERR",
+        "A GPU reset or node reboot is needed to clear this error",
+        "node",
+    ),
+    Row(
+        79,
+        "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+        "RESTART_BM",
+        "GPU has fallen off the bus",
+        "node",
+    ),
     Row(92, "EXCESSIVE_SBE_INTERRUPTS", "IGNORE", "High single-bit ECC error rate", "node"),
-    Row(94, "ROBUST_CHANNEL_CONTAINED_ERROR", "RESTART_APP",
-        "It is recommended to reset the GPU when convenient", "node"),  # fmt: skip
-    Row(95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "RESET_GPU",
-        "the affected GPU must be reset before applications can restart", "node"),  # fmt: skip
+    Row(
+        94,
+        "ROBUST_CHANNEL_CONTAINED_ERROR",
+        "RESTART_APP",
+        "It is recommended to reset the GPU when convenient",
+        "node",
+    ),
+    Row(
+        95,
+        "ROBUST_CHANNEL_UNCONTAINED_ERROR",
+        "RESET_GPU",
+        "the affected GPU must be reset before applications can restart",
+        "node",
+    ),
     Row(119, "GSP_RPC_TIMEOUT", "RESET_GPU", "GSP RPC Timeout", "node"),
     Row(120, "GSP_ERROR", "RESET_GPU", "GSP Error", "node"),
     Row(140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "RESET_GPU", "ECC Unrecovered Error", "node"),
