@@ -229,3 +229,25 @@ def test_a_client_root_missing_on_the_server_is_passed_over_for_one_that_is_here
     assert error["code"] == "not_found"
     assert f"not directories on this server: {missing}" in error["message"]
     assert not missing.exists() and not any(places["elsewhere"].iterdir())
+
+
+@pytest.mark.parametrize(("answer_s", "rooted"), [(4.0, True), (6.0, False)])
+def test_a_client_slower_than_5_s_to_name_its_roots_leaves_the_servers_directory(
+    places, answer_s, rooted
+):
+    """roots/list is asked on the first call and waited for 5 s (ROOTS_TIMEOUT_S): a
+    client's first call is never held longer by it; an answer in time is used."""
+
+    async def list_roots(_context: Any) -> ListRootsResult:
+        await anyio.sleep(answer_s)
+        return ListRootsResult(roots=[Root.model_validate({"uri": places["project"].as_uri()})])
+
+    async def scenario() -> Any:
+        server = build_server(workspace=Workspace(root=places["elsewhere"], chosen=False))
+        async with Client(server, mode="legacy", list_roots_callback=list_roots) as client:
+            return await client.call_tool("deploy_training_job", {"job_name": "t", **JOB})
+
+    result = anyio.run(scenario)
+    assert not result.is_error, result.content[0].text
+    where = places["project"] if rooted else places["elsewhere"]
+    assert result.structured_content["plan"]["run_dir"] == str(where / "runs" / "t")
