@@ -26,8 +26,9 @@ def _in_another_process(code: str) -> subprocess.Popen[str]:
     claims until its stdin closes."""
     head = "import json, sys\nfrom tests.services import _common, slurm\n"
     script = f"{head}{code}\nsys.stdin.read()"
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
-    return subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True, **pipes)
+    argv = [sys.executable, "-c", script]
+    pipe = subprocess.PIPE
+    return subprocess.Popen(argv, cwd=ROOT, text=True, stdin=pipe, stdout=pipe)
 
 
 def test_reserved_ports_are_outside_the_ephemeral_range_and_free_now():
