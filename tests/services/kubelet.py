@@ -14,8 +14,9 @@ What a cluster gives a container, and how it is played here on one host:
   neither fails to start as on a node: exit 128, reason StartError.
 * the pod network: every pod name of the namespace (the operator's per-replica Service
   names), and a pod's `<hostname>.<subdomain>` names (a JobSet's headless Service),
-  resolve to 127.0.0.1, and each (pod, containerPort) to its own free loopback
-  port, so two pods that both declare 23456 do not collide. Names and ports are
+  resolve to 127.0.0.1, and each (pod, containerPort) to its own loopback port
+  (_common.reserved_port: one no other copy of the suite hands out, outside the
+  ephemeral range), so two pods that both declare 23456 do not collide. Names and ports are
   rewritten where the container's args and env spell them (`host:port`, a bare host,
   a *_PORT variable); a program that built an address from pieces would miss this.
 * volumes: no mount namespace here, so a mount is a directory of this host and a path
@@ -37,7 +38,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -45,6 +45,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ._common import reserved_port
 
 LOG_PUBLISH_S = 0.3
 SHM = "/dev/shm"  # noqa: S108 (a mountPath, not a file this code writes)
@@ -54,12 +56,6 @@ GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 
 class Unschedulable(Exception):
     """No node fits the pod, or a volume it needs does not exist (it stays Pending)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def container_argv(container: dict[str, Any]) -> list[str]:
@@ -74,7 +70,7 @@ def container_argv(container: dict[str, Any]) -> list[str]:
 @dataclass
 class Network:
     """Pod names (and the DNS names a headless Service gives a pod with a hostname and
-    subdomain) -> 127.0.0.1, (pod, containerPort) -> a free loopback port."""
+    subdomain) -> 127.0.0.1, (pod, containerPort) -> a reserved loopback port."""
 
     hosts: set[str] = field(default_factory=set)
     ports: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -88,13 +84,13 @@ class Network:
             self.aliases[alias] = name
         for container in pod["spec"].get("containers", []):
             for port in container.get("ports") or []:
-                self.ports.setdefault((name, int(port["containerPort"])), free_port())
+                self.ports.setdefault((name, int(port["containerPort"])), reserved_port())
 
     def address(self, host: str, port: int) -> str:
         host = self.aliases.get(host, host)
         mapped = self.ports.get((host, port))
         if mapped is None:  # a port no pod declares: nothing listens there on a cluster
-            mapped = self.ports.setdefault((host, port), free_port())
+            mapped = self.ports.setdefault((host, port), reserved_port())
         return f"127.0.0.1:{mapped}"
 
     def rewrite(self, value: str, own_pod: str) -> str:

@@ -379,3 +379,19 @@ def test_the_webhook_transcription_refuses_both_nproc_fields():
     assert webhook_problems(manifest) == [
         "elasticPolicy.nProcPerNode: must not be used with nprocPerNode"
     ]
+
+
+@pytest.mark.parametrize(
+    ("length", "refused"), [(50, False), (51, False), (52, True)], ids=["under", "at", "over"]
+)
+def test_the_job_name_limit_keeps_every_pod_name_a_dns_label(length, refused):
+    """A pod is <job>-worker-<i>, a DNS label of at most 63 characters; with up to 1024
+    workers (index 1023) the job name may have 63 - len("-worker-1023") = 51."""
+    name = "j" * length
+    if refused:
+        with pytest.raises(ToolFailure) as caught:
+            render(job_name=name, num_nodes=2)
+        assert caught.value.code == "invalid_input" and "at most 51" in caught.value.message
+        return
+    render(job_name=name, num_nodes=2)
+    assert len(f"{name}-worker-1023") <= 63

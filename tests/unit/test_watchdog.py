@@ -136,3 +136,29 @@ def test_a_new_attempt_starts_its_own_baseline_and_windows():
     for event in [START, *steps(6, lag=0.3, rank=3), START]:
         m.add(event)
     assert not m.recent_steps and not m.first_steps and codes(m) == []
+
+
+@pytest.mark.parametrize(
+    ("after_s", "hung"),
+    [(10.0, False), (99.0, False), (100.0, True), (101.0, True)],
+    ids=["the-5s-rule-without-log_freq", "just-under", "at", "just-over"],
+)
+def test_the_hung_limit_counts_the_steps_between_log_lines(after_s, hung):
+    """A healthy job logging every 10th step of 2 s (a line every 20 s) is hung only after
+    5 gaps between lines (100 s), not 5 steps (10 s): sizes where the 5 s floor hides
+    nothing."""
+    follower = LogFollower()
+    start = {**START, "log_freq": 10, "checkpoint_freq": 1000}
+    line = {
+        "event": "step",
+        "loss": 3.0,
+        "step_s": 2.0,
+        "tokens_per_s": 1000.0,
+        "slowest_rank": 0,
+        "slowest_host": "ip-10-0-0-9",
+        "rank_lag_s": 0.0,
+    }
+    lines = [{**line, "step": s, "time": T0 + s * 2.0} for s in range(10, 70, 10)]
+    follower.feed("".join(json.dumps(e) + "\n" for e in [start, *lines]).encode(), final=True)
+    last = lines[-1]["time"]
+    assert codes(follower.metrics, now=last + after_s) == (["job_hung"] if hung else [])
