@@ -25,7 +25,9 @@ def seed(kube, count: int, namespace: str = "default", label: str = "a") -> None
         }  # fmt: skip
 
 
-def api(kube) -> client.CoreV1Api:
+def api(kube) -> Any:
+    """The kubernetes client's core API on the stand-in (Any: its answers are read
+    loosely here, as dicts of what the API server sent)."""
     return client.CoreV1Api(config.new_client_from_config(str(kube.kubeconfig), "kmock"))
 
 

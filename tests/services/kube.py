@@ -154,7 +154,7 @@ def _start_after(params: Any) -> tuple[str, str] | None:
     return tuple(json.loads(base64.urlsafe_b64decode(token))["start"]) if token else None
 
 
-class KeyedObjects(dict):  # type: ignore[type-arg]
+class KeyedObjects(dict):
     """kmock's store of objects (key (resource, namespace, name) -> object), keeping
     per kind its keys sorted by (namespace, name), as etcd keeps them: a chunk of a LIST
     is a key range (`chunk`: a bisect and the chunk's objects, O(limit + log n)), not a
