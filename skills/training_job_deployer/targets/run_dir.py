@@ -122,14 +122,14 @@ def list_recorded_jobs(
     read for its place."""
     if not runs_dir.is_dir():
         return Page([], 0, None)
-    listed = None if runs is None else JobIndex(runs_dir, record_name, runs).listed(page.status)
-    if listed is None:
-        keyed = [(_submission_key(p), p, True) for p in runs_dir.glob(f"*/{record_name}")]
-        listed = sorted(keyed, key=lambda entry: entry[0])
-    anchor = start_after(page.cursor,
-                         lambda n: next((k for k, _, _ in listed if k[-1] == n), None),
-                         like=(0.0, ""))  # fmt: skip
-    rest = [(key, path) for key, path, may in listed if may and is_after(key, anchor)]
+    index = None if runs is None else JobIndex(runs_dir, record_name, runs)
+    found = None if index is None else index.listed(page.status, page.cursor)
+    if found is None:
+        keyed = sorted((_submission_key(p), p) for p in runs_dir.glob(f"*/{record_name}"))
+        found = keyed, {key[-1]: key for key, _ in keyed}
+    may_match, places = found
+    anchor = start_after(page.cursor, places.get, like=(0.0, ""))
+    rest = [(key, path) for key, path in may_match if is_after(key, anchor)]
     if page.status is None:
         shown = rest if page.limit is None else rest[: page.limit]
         return Page([_described(p, target, describe) for _, p in shown],
@@ -185,31 +185,39 @@ class JobIndex:
         """The job's record, just written (its lock held)."""
         self.index.note(job_name, record_path, row)
 
-    def listed(self, status: str | None) -> list[tuple[Key, Path, bool]] | None:
-        """Every job's (place, record, whether it may have `status`), in list order;
-        None without an index (the caller reads the records)."""
+    def listed(
+        self, status: str | None, cursor: str | None
+    ) -> tuple[list[tuple[Key, Path]], dict[str, Key]] | None:
+        """The jobs that may have `status` (None: every job), in list order, and (with a
+        cursor, which may name a job of any status) every job's place by name; None
+        without an index (the caller reads the records)."""
         root = str(self.runs_dir)
+        sql, wanted = "SELECT name, submitted_at FROM records", []
+        if status is not None and status != "unknown":  # unknown: any record may be
+            wanted = sorted({status} | {had for had, may in self.UNSETTLED.items()
+                                        if status in may})  # fmt: skip
+            sql += f" WHERE status IS NULL OR status IN ({', '.join('?' * len(wanted))})"
         try:
             with self.index.open() as conn:
                 if conn is None:
                     return None
-                records = {
-                    entry.name: os.path.join(root, entry.name, self.record_name)
+                records = {  # str paths (runs_dir is absolute): a join costs more than a stat
+                    entry.name: f"{root}/{entry.name}/{self.record_name}"
                     for entry in os.scandir(root)
                     if entry.is_dir(follow_symlinks=False)
                 }
                 self.index.sync(conn, records, self._read_row, missing_is_gone=True)
-                rows = conn.execute("SELECT name, submitted_at, status FROM records").fetchall()
+                rows = conn.execute(f"{sql} ORDER BY submitted_at DESC, name", wanted)
+                may = [((-when, name), Path(records[name])) for name, when in rows
+                       if name in records]  # fmt: skip
+                places = {} if cursor is None else {
+                    name: (-when, name)
+                    for name, when in conn.execute("SELECT name, submitted_at FROM records")
+                }  # fmt: skip
         except (sqlite3.Error, OSError) as exc:  # derived: the records answer instead
             logger.info("the jobs index of %s is not used: %s", root, exc)
             return None
-        listed = [
-            ((-float(when or 0.0), name), Path(records[name]),
-             status is None or had is None or status in self.UNSETTLED.get(had, {had}))
-            for name, when, had in rows
-            if name in records
-        ]  # fmt: skip
-        return sorted(listed, key=lambda entry: entry[0])
+        return may, places
 
     def _read_row(self, job_name: str) -> dict[str, Any]:
         """The row of a record the index does not have as it is, read now; one that
