@@ -149,10 +149,10 @@ def _count_reads() -> tuple[list[str], Any]:
         reads.append(str(self.path))
         return real(self)
 
-    RecordFile.read = counted  # type: ignore[method-assign]
+    RecordFile.read = counted
 
     def stop() -> None:
-        RecordFile.read = real  # type: ignore[method-assign]
+        RecordFile.read = real
 
     return reads, stop
 
