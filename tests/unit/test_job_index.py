@@ -180,3 +180,26 @@ def test_a_running_job_is_a_candidate_for_failed_and_cancelled_only(tmp_path, re
     assert names(target.list_jobs(JobPage(status="succeeded"))) == []
     assert reads == []
     assert names(target.list_jobs(JobPage(status="failed"))) == [name]
+
+
+def test_each_write_of_a_job_record_is_noted_as_the_job_moves_on(tmp_path, reads):
+    """Submit (running), the supervisor's end (ended, outcome not yet read: any status),
+    the first look's outcome: each write under the job's lock notes its row, so a list
+    that follows reads nothing to know what the index knows."""
+    runs = tmp_path / "runs"
+    run = RunDir(runs / "job-a")
+    run.path.mkdir(parents=True)
+    seen = []
+    run.record_file.write(JobRecord(job_name="job-a", attempt=1, argv=["t"], submitted_at=NOW))
+    seen.append(rows(runs)["job-a"])
+    run.record_file.update(lambda r: None if r is None else r.finished(0))
+    seen.append(rows(runs)["job-a"])
+    outcome = JobOutcome(status="succeeded")
+    run.record_file.update(
+        lambda r: None if r is None else r.model_copy(update={"outcome": outcome})
+    )
+    seen.append(rows(runs)["job-a"])
+    assert seen == ["running", None, "succeeded"]
+    reads.clear()
+    assert names(LocalTarget(runs).list_jobs(JobPage(status="failed"))) == []
+    assert reads == []
