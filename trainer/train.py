@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import families, hf, hub, progress_status
+from trainer import families, hf, hub, progress_status, tracking
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
@@ -891,13 +891,19 @@ def main(argv: list[str] | None = None) -> int:
             fields["nccl_flight_recorder"] = dumps
         if env.rank == 0:
             metrics.emit("error", **fields)
+            if tracker is not None:  # the tracked run ends FAILED
+                tracker.on_event("error", fields)
         else:  # stdout belongs to rank 0; other ranks still say what went wrong
             print(format_line("error", rank=env.rank, **fields), file=sys.stderr, flush=True)
         record_error(exc, dumps)
 
+    tracker: tracking.Tracking | None = None
     stop.install()
     try:
-        summary = train(load_config(argv), env, emit, stop)
+        cfg = load_config(argv)
+        # TensorBoard / MLflow (rank 0; never stops training: trainer/tracking.py).
+        tracker = tracking.from_environ(os.environ, env.rank, cfg.to_dict())
+        summary = train(cfg, env, tracker.observe(emit) if tracker else emit, stop)
     except ConfigError as exc:
         report(exc)
         return EXIT_CONFIG
@@ -909,6 +915,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         stop.uninstall()
+        if tracker is not None:
+            tracker.close()  # what is queued goes out (bounded wait)
         if progress is not None:
             progress.close()  # the final post goes out (bounded wait)
     return EXIT_PREEMPTED if summary["preempted"] else 0

@@ -64,6 +64,9 @@ class JobState(ToolResult):
         default=None, description="How a run that did not succeed ended, in one line."
     )
     log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
+    tracking: dict[str, str] | None = Field(
+        default=None, description="Where the run is tracked: TensorBoard dir, MLflow run URL."
+    )
     next_step: NextStep | None = Field(default=None, description="The call to make next.")
     hint: str | None = Field(default=None, description="What to do that is not one call.")
     pods: dict[str, str] | None = Field(default=None, description="Cluster targets: pod -> phase.")
@@ -119,6 +122,7 @@ class JobState(ToolResult):
             rows.append(("elapsed", f"{self.elapsed_s:.1f} s"))
         if self.run_dir:
             rows.append(("run dir", self.run_dir))
+        rows += [(f"tracked ({tool})", where) for tool, where in (self.tracking or {}).items()]
         if self.pods:
             rows.append(("pods", ", ".join(f"{k} {v}" for k, v in self.pods.items())))
         if self.restarts:

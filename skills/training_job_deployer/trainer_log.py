@@ -67,6 +67,7 @@ class RunMetrics:
     preempted: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    tracking: dict[str, str] | None = None  # the trainer's `tracking` line: where the run is
     last_event: dict[str, Any] | None = field(default=None, repr=False)
     # The current attempt's: its start line, first and latest step lines, longest save.
     start: dict[str, Any] | None = field(default=None, repr=False)
@@ -123,6 +124,8 @@ class RunMetrics:
                 self.checkpoint_path = event["checkpoint"]
         elif kind == "error":
             self.error = event
+        elif kind == "tracking":
+            self.tracking = {k: str(v) for k, v in event.items() if k != "event"}
 
     def state_fields(self) -> dict[str, Any]:
         """The JobState fields these events give, the same on every target; the error
@@ -146,6 +149,7 @@ class RunMetrics:
             "checkpoint_path": self.checkpoint_path,
             "elapsed_s": elapsed,
             "error": error,
+            "tracking": self.tracking,
         }
 
     def progress_message(self) -> str:

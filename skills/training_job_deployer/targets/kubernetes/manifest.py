@@ -10,6 +10,7 @@ the /dev/shm size, NCCL/EFA environment, and where checkpoints live."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,7 @@ def render(
     image: str,
     hf_secret: str | None,
     hf_endpoint: str | None = None,
+    tracking: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The PyTorchJob for this job, as the object the API receives; validated against
     the CRD schema (ToolFailure manifest_invalid otherwise). `hf_endpoint`: the hub
@@ -274,7 +276,12 @@ def render(
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
             # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-            env={**container_env(settings), **_hub_env(spec, settings, hf_endpoint), **spec.env},
+            env={
+                **container_env(settings),
+                **_hub_env(spec, settings, hf_endpoint),
+                **(tracking or {}),
+                **spec.env,
+            },  # tracking: tracking_env.py
             hf_secret=hf_secret,
             requests={**limits, **efa_requests(settings.instance_type)},
             limits=limits,

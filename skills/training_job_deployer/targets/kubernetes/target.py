@@ -73,6 +73,7 @@ from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
+from skills.training_job_deployer.tracking_env import tracking_env
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
     LogFollower,
@@ -270,7 +271,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
         endpoint = hub_endpoint(os.environ)
-        manifest = render(spec, settings, image, HF_SECRET, endpoint)
+        tracking = tracking_env(os.environ, image)  # MLflow: the user's own server only
+        manifest = render(spec, settings, image, HF_SECRET, endpoint, tracking)
         warnings = []
         account = service_account(spec)
         identity = _identity_text(settings.namespace, account, job_buckets(spec))
