@@ -450,11 +450,13 @@ def tensorboard_dir(output_dir: str | None, checkpoint_dir: str | None) -> Path 
 
 
 def run_name(environ: Mapping[str, str]) -> str:
-    """The job's name as the tools know it (the run's name in MLflow)."""
+    """The job's name as the tools know it (the run's name in MLflow): named outright,
+    else the local target's run directory, else torchrun's rendezvous id (the Kubernetes
+    target's is the job's name; the local target's is torchrun's default)."""
     return (
         environ.get(ENV_JOB_NAME)
+        or os.path.basename(environ.get("FSDP_EKS_RUN_DIR", "").rstrip("/"))
         or environ.get("TORCHELASTIC_RUN_ID")
-        or os.path.basename(environ.get("FSDP_EKS_RUN_DIR", ""))
         or "trainer"
     )
 

@@ -64,6 +64,7 @@ class JobState(ToolResult):
         default=None, description="How a run that did not succeed ended, in one line."
     )
     log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
+    loss_sparkline: str | None = Field(default=None, description="The loss so far, one line.")
     tracking: dict[str, str] | None = Field(
         default=None, description="Where the run is tracked: TensorBoard dir, MLflow run URL."
     )
@@ -108,7 +109,8 @@ class JobState(ToolResult):
         if self.max_steps:
             rows.append(("steps", f"{self.steps}/{self.max_steps}"))
         if self.first_loss is not None and self.last_loss is not None:
-            rows.append(("loss", f"{self.first_loss:.4f} -> {self.last_loss:.4f}"))
+            curve = f"  {self.loss_sparkline}" if self.loss_sparkline else ""
+            rows.append(("loss", f"{self.first_loss:.4f} -> {self.last_loss:.4f}{curve}"))
         if self.last_eval_loss is not None:
             rows.append(("eval loss", f"{self.last_eval_loss:.4f}"))
         if self.tokens_per_s:

@@ -10,6 +10,10 @@ from typing import Any
 
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
+from skills.training_job_deployer.loss_curve import Thinned, sparkline
+
+# Losses kept for the summary's sparkline (thinned uniformly over the whole run).
+SPARK_POINTS = 64
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
@@ -76,6 +80,7 @@ class RunMetrics:
         default_factory=lambda: deque(maxlen=RECENT_STEP_LINES), repr=False
     )
     longest_save_s: float = 0.0
+    losses: Thinned = field(default_factory=lambda: Thinned(SPARK_POINTS), repr=False)
 
     def add(self, event: dict[str, Any]) -> None:
         kind = event["event"]
@@ -94,6 +99,7 @@ class RunMetrics:
             if self.first_loss is None:
                 self.first_loss = float(event["loss"])
             self.last_loss = float(event["loss"])
+            self.losses.add(self.steps, self.last_loss)
             self.tokens_per_s = float(event.get("tokens_per_s") or 0.0)
             if len(self.first_steps) < FIRST_STEP_LINES:
                 self.first_steps.append(event)
@@ -150,6 +156,7 @@ class RunMetrics:
             "elapsed_s": elapsed,
             "error": error,
             "tracking": self.tracking,
+            "loss_sparkline": sparkline(self.losses.values) or None,
         }
 
     def progress_message(self) -> str:
