@@ -157,7 +157,13 @@ class RunMetrics:
             "error": error,
             "tracking": self.tracking,
             "loss_sparkline": sparkline(self.losses.values) or None,
+            "gpu": self._gpu(),
         }
+
+    def _gpu(self) -> dict[str, Any] | None:
+        """The last step line's gpu_* fields (trainer/gpu_telemetry.py), if it has any."""
+        last = self.recent_steps[-1] if self.recent_steps else {}
+        return {k: v for k, v in last.items() if k.startswith("gpu_")} or None
 
     def progress_message(self) -> str:
         if self.last_loss is None:
