@@ -161,8 +161,8 @@ def step_fields(rows: list[list[float]]) -> dict[str, Any]:
     """Rank 0's step-line fields from every rank's window (rows[rank] = FIELDS' floats):
     utilisation mean and the lowest rank's, the highest memory, power and temperature,
     the lowest SM clock, and which ranks were throttled (why) or saw XIDs."""
-    if not rows:
-        return {}
+    if not rows or any(len(r) != len(FIELDS) for r in rows):
+        return {}  # CPU ranks gather no GPU floats
     fields: dict[str, Any] = {}
     utils = [(r[0], rank) for rank, r in enumerate(rows) if _known(r[0])]
     if utils:

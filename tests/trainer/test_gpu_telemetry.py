@@ -142,6 +142,11 @@ def test_a_rank_without_nvml_sends_nans_and_the_others_are_still_summed():
     assert step_fields(rows)["gpu_util_min_rank"] == 0 and step_fields([rows[1]]) == {}
 
 
+@pytest.mark.parametrize("rows", [[], [[], []]], ids=["no ranks", "cpu ranks gather none"])
+def test_ranks_without_gpu_floats_give_no_gpu_fields(rows):
+    assert step_fields(rows) == {}
+
+
 def test_an_nvml_that_cannot_start_means_no_sampler_told_once():
     class NoDriver(RecordedNvml):
         def nvmlInit(self) -> None:
