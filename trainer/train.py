@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import families, hf, hub, progress_status
+from trainer import families, gpu_telemetry, hf, hub, progress_status, tracking
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
@@ -604,6 +604,7 @@ class TrainLoop:
         self.lr = math.nan  # of the last step, for its log line
         self.skip_on_device = bool(optimizer.defaults.get("fused"))
         self.rank_times: RankTimes | None = None  # several ranks: who holds the others back
+        self.gpu: gpu_telemetry.Sampler | None = None  # this rank's GPU through NVML (CUDA)
 
     def emit_start(self, backend: str, step: int) -> None:
         cfg = self.cfg
@@ -636,8 +637,11 @@ class TrainLoop:
         start = time.perf_counter()
         p = Progress(first_step=step + 1, start=start, now=start, interval_start=start)
         p.timed_start = start
+        self.gpu = gpu_telemetry.for_device(self.device)
         if self.world_size > 1:
-            self.rank_times = RankTimes(self.device, step)
+            cuda = self.device.type == "cuda"  # every rank adds the GPU's floats, or none does
+            extra = partial(gpu_telemetry.window_of, self.gpu) if cuda else None
+            self.rank_times = RankTimes(self.device, step, extra)
         late: Agreement | None = None  # a step's values, read one step later
         while step < self.cfg.max_steps:
             step += 1
@@ -660,6 +664,8 @@ class TrainLoop:
             self.checkpointer.close()
         if self.rank_times is not None:
             self.rank_times.close()
+        if self.gpu is not None:
+            self.gpu.close()
         return self.summary(step, p, resumed_from)
 
     def needs_values(self, step: int, p: Progress) -> bool:
@@ -735,6 +741,10 @@ class TrainLoop:
         per_device = tokens_per_s / self.world_size
         # Collective (every rank logs the same steps): one all_gather of a float.
         ranks = self.rank_times.window(step) if self.rank_times is not None else {}
+        gpus = gpu_telemetry.step_fields(
+            self.rank_times.extra_rows if self.rank_times is not None
+            else [self.gpu.window()] if self.gpu is not None else []
+        )  # fmt: skip
         self.emit(
             "step",
             step=step,
@@ -749,6 +759,7 @@ class TrainLoop:
             step_s=round(interval * self.tokens_per_step / max(p.interval_tokens, 1), 4),
             time=round(time.time(), 3),  # wall clock: a monitor tells a hang by its age
             **ranks,
+            **gpus,
             **memory_stats(self.device.type),
         )
         p.interval_start, p.interval_tokens = p.now, 0
@@ -891,13 +902,19 @@ def main(argv: list[str] | None = None) -> int:
             fields["nccl_flight_recorder"] = dumps
         if env.rank == 0:
             metrics.emit("error", **fields)
+            if tracker is not None:  # the tracked run ends FAILED
+                tracker.on_event("error", fields)
         else:  # stdout belongs to rank 0; other ranks still say what went wrong
             print(format_line("error", rank=env.rank, **fields), file=sys.stderr, flush=True)
         record_error(exc, dumps)
 
+    tracker: tracking.Tracking | None = None
     stop.install()
     try:
-        summary = train(load_config(argv), env, emit, stop)
+        cfg = load_config(argv)
+        # TensorBoard / MLflow (rank 0; never stops training: trainer/tracking.py).
+        tracker = tracking.from_environ(os.environ, env.rank, cfg.to_dict())
+        summary = train(cfg, env, tracker.observe(emit) if tracker else emit, stop)
     except ConfigError as exc:
         report(exc)
         return EXIT_CONFIG
@@ -909,6 +926,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         stop.uninstall()
+        if tracker is not None:
+            tracker.close()  # what is queued goes out (bounded wait)
         if progress is not None:
             progress.close()  # the final post goes out (bounded wait)
     return EXIT_PREEMPTED if summary["preempted"] else 0

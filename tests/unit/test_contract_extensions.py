@@ -101,7 +101,8 @@ def test_the_read_job_tools_take_only_the_settings_that_find_a_job():
     an agent pays for each byte of every tool's schema."""
     fields = set(spec_of(get_training_job).params.model_fields)
     access = {n for t in TARGETS.values() for n in t.settings_model.model_fields}
-    assert fields == {"job_name", "wait_seconds"} | access
+    # plot / compare: the job's own curves as a picture (issue 48), not deploy settings.
+    assert fields == {"job_name", "wait_seconds", "plot", "compare"} | access
     assert not {"partition", "account", "instance_type", "image_uri"} & fields
 
 

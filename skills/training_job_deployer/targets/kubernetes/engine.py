@@ -7,6 +7,7 @@ they share (pods, events, logs) are kube_monitor's, bound to the engine's JobKin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from skills.shared.errors import ToolFailure
@@ -36,6 +37,7 @@ class Engine(ABC):
         image: str,
         hf_secret: str | None,
         hf_endpoint: str | None = None,
+        tracking: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """The job object the API receives, validated (ToolFailure manifest_invalid)."""
 

@@ -240,12 +240,30 @@ def check_job_name(job_name: str) -> None:
         )
 
 
+def env_values(
+    spec: JobSpec,
+    settings: KubernetesDeploySettings,
+    hf_endpoint: str | None,
+    tracking: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The trainer container's plain variables (either engine): the suite's defaults, the
+    hub's, the user's own MLflow server (tracking_env.py), the job's own last
+    (NCCL_DEBUG=INFO replaces the default WARN)."""
+    return {
+        **container_env(settings),
+        **hub_env(spec, settings, hf_endpoint),
+        **(tracking or {}),
+        **spec.env,
+    }
+
+
 def render(
     spec: JobSpec,
     settings: KubernetesDeploySettings,
     image: str,
     hf_secret: str | None,
     hf_endpoint: str | None = None,
+    tracking: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The PyTorchJob for this job, as the object the API receives; validated against
     the CRD schema (ToolFailure manifest_invalid otherwise). `hf_endpoint`: the hub
@@ -255,7 +273,7 @@ def render(
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
     # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-    env = {**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env}
+    env = env_values(spec, settings, hf_endpoint, tracking)
     # Quantities as strings, as the API returns them (the Pod schema's int-or-string);
     # hugepages only where that env lets libfabric use them (skills.kube.efa).
     limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type, env)}

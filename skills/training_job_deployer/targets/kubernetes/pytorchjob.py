@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from skills.kube.gpu_nodes import pod_gpu_request
@@ -27,8 +28,9 @@ class PyTorchJobEngine(Engine):
         image: str,
         hf_secret: str | None,
         hf_endpoint: str | None = None,
+        tracking: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        return manifest.render(spec, settings, image, hf_secret, hf_endpoint)
+        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking)
 
     def rank0_pod(self, job: dict[str, Any]) -> str:
         """Master-0 beside Workers, else Worker-0 (the operator's pod names)."""

@@ -87,6 +87,7 @@ from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesSettings,
 )
 from skills.training_job_deployer.targets.trainjob.engine import TrainJobEngine
+from skills.training_job_deployer.tracking_env import tracking_env
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
     LogFollower,
@@ -337,8 +338,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
         endpoint = hub_endpoint(os.environ)
+        tracking = tracking_env(os.environ, image)  # MLflow: the user's own server only
         engine = self._bind(self._deploy_engine(settings))
-        manifest = engine.render(spec, settings, image, HF_SECRET, endpoint)
+        manifest = engine.render(spec, settings, image, HF_SECRET, endpoint, tracking)
         warnings, self._warnings = self._warnings, []
         account = service_account(spec)
         identity = _identity_text(settings.namespace, account, job_buckets(spec))

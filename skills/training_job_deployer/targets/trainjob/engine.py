@@ -10,6 +10,7 @@ get_training_job and list_training_jobs read before any log."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from skills.kube.gpu_nodes import GPU_RESOURCE
@@ -40,8 +41,9 @@ class TrainJobEngine(Engine):
         image: str,
         hf_secret: str | None,
         hf_endpoint: str | None = None,
+        tracking: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        return manifest.render(spec, settings, image, hf_secret, hf_endpoint)
+        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking)
 
     def companions(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The suite's ClusterTrainingRuntime, when the job runs on it."""

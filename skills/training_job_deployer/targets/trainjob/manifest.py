@@ -31,6 +31,7 @@ patch then carries the defaults too."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,8 @@ from skills.training_job_deployer.job_spec import JobSpec, launcher, trainer_arg
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     CHECKPOINT_MOUNT,
     checkpoint_placement,
-    container_env,
     elastic_range,
-    hub_env,
+    env_values,
     job_labels,
     labels,
     node_affinity,
@@ -183,14 +183,6 @@ def command(spec: JobSpec, checkpoint_dir: str) -> list[str]:
     ]
 
 
-def env_values(
-    spec: JobSpec, settings: KubernetesDeploySettings, hf_endpoint: str | None
-) -> dict[str, str]:
-    """The trainer container's plain variables, as the PyTorchJob's: the suite's defaults,
-    the hub's, the job's own last (NCCL_DEBUG=INFO replaces the default WARN)."""
-    return {**container_env(settings), **hub_env(spec, settings, hf_endpoint), **spec.env}
-
-
 def env(values: dict[str, str], hf_secret: str | None) -> list[dict[str, Any]]:
     """spec.trainer.env: `values`, the node's name, HF_TOKEN from the Secret (never its
     value)."""
@@ -220,6 +212,7 @@ def render(
     image: str,
     hf_secret: str | None,
     hf_endpoint: str | None = None,
+    tracking: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The TrainJob for this job, as the object the API receives; validated as the API
     server and Trainer's and JobSet's webhooks would (ToolFailure manifest_invalid)."""
@@ -232,7 +225,7 @@ def render(
             {"engine": "trainjob"},
         )
     checkpoint_dir, _, _ = checkpoint_placement(spec, settings)
-    values = env_values(spec, settings, hf_endpoint)
+    values = env_values(spec, settings, hf_endpoint, tracking)
     job = {
         "apiVersion": api_version("TrainJob"),
         "kind": "TrainJob",
