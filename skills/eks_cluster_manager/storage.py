@@ -615,7 +615,7 @@ CSI_POLICY = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
 CSI_INSTALL = (
     "`eksctl create iamserviceaccount --cluster {cluster} --region {region} --namespace "
     "kube-system --name fsx-csi-controller-sa --attach-policy-arn "
-    f"{CSI_POLICY} --role-name {{role}} --role-only --approve`, "
+    "{policy} --role-name {role} --role-only --approve`, "
     "then `aws eks create-addon --cluster-name {cluster} --region {region} --addon-name "
     "aws-fsx-csi-driver --service-account-role-arn arn:aws:iam::{account}:role/{role}`"
 )
@@ -623,7 +623,9 @@ CSI_INSTALL = (
 
 def csi_install_hint(cluster: str, region: str, account: str) -> str:
     role = f"fsdp-eks-fsx-csi-{cluster}"[:64]
-    return CSI_INSTALL.format(cluster=cluster, region=region, account=account, role=role)
+    return CSI_INSTALL.format(
+        cluster=cluster, region=region, account=account, role=role, policy=CSI_POLICY
+    )
 
 
 def storage_cost(spec: StorageSpec, region: str) -> dict[str, Any] | None:
