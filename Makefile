@@ -5,6 +5,11 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := podman docker-registry slurm-wlm munge mmdebstrap
+# The transformers the model server's vLLM release resolves to (VLLM_TRANSFORMERS in
+# skills/model_server/kubernetes/settings.py), kept apart from ours for the test that
+# it loads the trainer's export (tests/trainer/test_export_for_vllm.py).
+VLLM_TF := $(VENV)/vllm-transformers
+VLLM_TF_PINS := transformers==5.22.2 huggingface_hub>=2.0.0 jinja2  # jinja2: chat templates
 
 .PHONY: setup setup-dev system-deps demo test bench lint clean
 
@@ -16,8 +21,13 @@ $(VENV)/.trainer: pyproject.toml | $(PY)
 	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer]"
 	touch $@
 
-$(VENV)/.dev: pyproject.toml $(VENV)/.trainer
+$(VENV)/.dev: pyproject.toml $(VENV)/.trainer $(VLLM_TF)/.installed
 	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer,float8,dev]"
+	touch $@
+
+$(VLLM_TF)/.installed: Makefile | $(PY)
+	rm -rf $(VLLM_TF)
+	$(PY) -m pip install -q --target $(VLLM_TF) $(VLLM_TF_PINS)
 	touch $@
 
 setup: $(VENV)/.trainer

@@ -271,7 +271,7 @@ def run(
     flops = metrics.flops_per_token(
         metrics.matmul_params(num_params(model), m.vocab_size, m.dim, m.tie_word_embeddings),
         m.n_layers,
-        m.dim,
+        m.attention_dim,
         cfg.data.seq_len,
     )
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else None

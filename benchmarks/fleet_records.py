@@ -7,8 +7,15 @@ size; 1 is linear, 2 quadratic) and peak traced memory:
   The first list after the records were written without it migrates them (read once);
   `then` is every later list.
 - list_training_jobs (local) over 64 / 256 / 1,024 running jobs, each with a 5 MiB log:
-  a page of 20, and a status filter that matches none. The records carry the figures
-  their supervisors keep, so no log is read; `log reads` counts them.
+  a page of 20, and status filters that match none: `failed` (each running job's
+  processes are looked at: a job whose processes are gone is failed) and `succeeded`.
+  The records carry the figures their supervisors keep, so no log is read (`log
+  reads`), and the runs' index (SQLite beside the run directories) says which records
+  may match, so `succeeded` reads none (`record reads`).
+- list_training_jobs (Slurm) over 64 / 256 / 1,024 ended jobs: records written as the
+  target writes them (its run directory's record, the scheduler's end and the kept
+  outcome; no job submitted: 1,024 sbatch runs are not what is measured), a page of 20
+  and `failed` matching none, read from the index.
 
 `--quick` runs the two smallest sizes of each (the test suite runs it)."""
 
@@ -28,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._growth import growth_exponent, measured  # noqa: E402
 from benchmarks.fleet_history_and_logs import seed_operations  # noqa: E402
 from skills.operations import operations  # noqa: E402
+from skills.operations.record_store import RecordFile  # noqa: E402
 from skills.training_job_deployer.targets import run_dir  # noqa: E402
 from skills.training_job_deployer.targets.base import JobPage  # noqa: E402
 from skills.training_job_deployer.targets.local.record import (  # noqa: E402
@@ -38,6 +46,14 @@ from skills.training_job_deployer.targets.local.record import (  # noqa: E402
     RunDir,
 )
 from skills.training_job_deployer.targets.local.target import LocalTarget  # noqa: E402
+from skills.training_job_deployer.targets.run_dir import JobOutcome  # noqa: E402
+from skills.training_job_deployer.targets.slurm.record import (  # noqa: E402
+    SlurmEnd,
+    SlurmRecord,
+    SlurmRunDir,
+)
+from skills.training_job_deployer.targets.slurm.settings import SlurmSettings  # noqa: E402
+from skills.training_job_deployer.targets.slurm.target import SlurmTarget  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 OPERATIONS = [100, 200] if QUICK else [500, 2_000, 8_000]
@@ -46,6 +62,7 @@ LOG_MIB = 1 if QUICK else 5
 # Jobs whose supervisor one stand-in process is (its command line names each run dir as
 # the supervisor's does): a real process per job would be 1,024 processes.
 JOBS_PER_HOLDER = 16
+CALLS = 4  # measured() makes each call 4 times: reads are counted per call
 
 
 def _row(*cells: Any) -> None:
@@ -123,6 +140,23 @@ def _seed_running(runs: Path, start: int, count: int, log: Path,
             ))  # fmt: skip
 
 
+def _count_reads() -> tuple[list[str], Any]:
+    """Every record read (RecordFile.read) from now on, and how to stop counting."""
+    reads: list[str] = []
+    real = RecordFile.read
+
+    def counted(self: Any) -> Any:
+        reads.append(str(self.path))
+        return real(self)
+
+    RecordFile.read = counted
+
+    def stop() -> None:
+        RecordFile.read = real
+
+    return reads, stop
+
+
 def local_lists(root: Path) -> None:
     runs = root / "runs"
     runs.mkdir()
@@ -140,12 +174,14 @@ def local_lists(root: Path) -> None:
     run_dir.read_chunk = counted
     holders: list[subprocess.Popen[bytes]] = []
     print(f"\nlist_training_jobs (local), running jobs with {LOG_MIB} MiB logs")
-    _row("running", "page ms", "page MiB", "none ms", "none MiB", "log reads")
-    pages, nones, seeded = [], [], 0
+    _row("running", "page ms", "page MiB", "failed ms", "failed MiB", "succ. ms",
+         "succ. MiB", "succ. reads", "log reads")  # fmt: skip
+    pages, nones, unread, seeded = [], [], [], 0
     try:
         for count in RUNNING:
             _seed_running(runs, seeded, count, log, holders)
             seeded = count
+            target.list_jobs(JobPage(limit=1, status="succeeded"))  # the index made
             log_reads.clear()
             page, page_s, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
             statuses = {j.status for j in page.items}
@@ -154,25 +190,88 @@ def local_lists(root: Path) -> None:
                 lambda: target.list_jobs(JobPage(limit=20, status="failed"))
             )
             assert none.items == []
+            reads, stop = _count_reads()
+            try:
+                done, done_s, done_mib = measured(
+                    lambda: target.list_jobs(JobPage(limit=20, status="succeeded"))
+                )
+            finally:
+                stop()
+            assert done.items == []
             pages.append(page_s)
             nones.append(none_s)
+            unread.append(done_s)
             _row(count, f"{page_s * 1000:.0f}", f"{page_mib:.2f}", f"{none_s * 1000:.0f}",
-                 f"{none_mib:.2f}", len(log_reads))  # fmt: skip
+                 f"{none_mib:.2f}", f"{done_s * 1000:.1f}", f"{done_mib:.2f}",
+                 len(reads) // CALLS, len(log_reads))  # fmt: skip
     finally:
         run_dir.read_chunk = real
         for holder in holders:
             holder.kill()
             holder.wait()
     span = f"over {RUNNING[0]}..{RUNNING[-1]}"
-    k_page, k_none = growth_exponent(RUNNING, pages), growth_exponent(RUNNING, nones)
-    print(f"running local jobs, a page of 20: k {k_page:.2f} {span}")
-    print(f"running local jobs, status matching none: k {k_none:.2f} {span}")
+    print(f"running local jobs, a page of 20: k {growth_exponent(RUNNING, pages):.2f} {span}")
+    print(f"running local jobs, failed matching none: k {growth_exponent(RUNNING, nones):.2f} "
+          f"{span}")  # fmt: skip
+    print(f"running local jobs, succeeded matching none (no record read): "
+          f"k {growth_exponent(RUNNING, unread):.2f} {span}")  # fmt: skip
+
+
+# --- Slurm job records ------------------------------------------------------------------
+
+
+def _seed_slurm(runs: Path, start: int, count: int) -> None:
+    """Ended Slurm jobs as the target leaves them: the scheduler's end, then the outcome
+    the first look kept (each write through the run directory's record, noted)."""
+    now = time.time()
+    for i in range(start, count):
+        name = f"sjob-{i:05d}"
+        run = SlurmRunDir(runs / name, f"/cluster/runs/{name}")
+        run.path.mkdir(parents=True)
+        record = SlurmRecord(job_name=name, slurm_job_id=1000 + i, submitted_at=now - i)
+        run.record_file.write(record)
+        ended = record.model_copy(update={"end": SlurmEnd(state="COMPLETED", exit_code=0)})
+        run.record_file.write(ended)
+        outcome = JobOutcome(status="succeeded", figures={"steps": 1000, "last_loss": 2.5})
+        run.record_file.write(ended.model_copy(update={"outcome": outcome}))
+
+
+def slurm_lists(root: Path) -> None:
+    runs = root / "slurm-runs"
+    runs.mkdir()
+    target = SlurmTarget(SlurmSettings(target="slurm", runs_dir=str(runs)))
+    print("\nlist_training_jobs (Slurm), ended jobs (records as the target writes them)")
+    _row("jobs", "page ms", "page MiB", "page reads", "none ms", "none MiB", "none reads")
+    pages, nones, seeded = [], [], 0
+    for count in RUNNING:
+        _seed_slurm(runs, seeded, count)
+        seeded = count
+        reads, stop = _count_reads()
+        try:
+            page, page_s, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
+            page_reads = len(reads)
+            reads.clear()
+            none, none_s, none_mib = measured(
+                lambda: target.list_jobs(JobPage(limit=20, status="failed"))
+            )
+        finally:
+            stop()
+        assert len(page.items) == min(20, count) and none.items == []
+        page_reads, none_reads = page_reads // CALLS, len(reads) // CALLS
+        pages.append(page_s)
+        nones.append(none_s)
+        _row(count, f"{page_s * 1000:.1f}", f"{page_mib:.2f}", page_reads,
+             f"{none_s * 1000:.1f}", f"{none_mib:.2f}", none_reads)  # fmt: skip
+    span = f"over {RUNNING[0]}..{RUNNING[-1]}"
+    print(f"Slurm jobs, a page of 20: k {growth_exponent(RUNNING, pages):.2f} {span}")
+    print(f"Slurm jobs, failed matching none: k {growth_exponent(RUNNING, nones):.2f} {span}")
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         operation_lists(Path(tmp))
         local_lists(Path(tmp))
+        slurm_lists(Path(tmp))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ work: per call, the requests the server got, the whole objects it sent (metadata
 items apart), the wall time and the list's CPU time (medians of 3), the peak traced
 memory of the call (a fourth call, traced), then the growth exponent k of CPU time,
 wall time and memory against the suite's jobs (log ratio over log 16). The wall time
-includes kmock's: it filters every object of a kind for each LIST request (a chunked
-read is quadratic there), where an API server reads a chunk on from its continue key.
+includes kmock's, which reads a chunk by key range from its continue key as an API
+server does (tests/services/kube.py `KeyedObjects`; it filtered every object per chunk).
 
 `--quick` runs the smallest size once (the test suite runs it)."""
 

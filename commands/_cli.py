@@ -295,7 +295,19 @@ def run_cli(fn: Callable[..., ToolResult], argv: Sequence[str] | None = None) ->
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     _print_result(result, as_json)
+    _write_image(result, as_json)
     return result.cli_exit_status()
+
+
+def _write_image(result: ToolResult, as_json: bool) -> None:
+    """A result's picture (get_training_job --plot) as a file here; its path printed
+    (on stderr under --json, whose stdout is the result alone)."""
+    image = result.image()
+    if image is None:
+        return
+    path = Path.cwd() / image[0]
+    path.write_bytes(image[1])
+    print(f"plot: {path}", file=sys.stderr if as_json else sys.stdout)
 
 
 def _typed_paths_from_here(spec: ToolSpec, args: dict[str, Any], here: Path) -> dict[str, Any]:

@@ -44,8 +44,8 @@ def deploy_training_job(
     wait_seconds: WaitSeconds = None,
     progress: Progress | None = None,
 ) -> DeployResult:
-    """Start a PyTorch FSDP2 training job (local torchrun, Kubernetes PyTorchJob or
-    Slurm) and follow it; dry_run=true shows the plan first.
+    """Start a PyTorch FSDP2 training job (local torchrun, Kubernetes TrainJob or
+    PyTorchJob, or Slurm) and follow it; dry_run=true shows the plan first.
 
     kubernetes: the image is image_uri, else the newest in repository. A re-run
     resumes from its newest checkpoint. auto_retry runs as an operation: the

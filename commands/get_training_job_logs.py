@@ -31,7 +31,10 @@ def get_training_job_logs(
     tail_lines: Annotated[int, Field(ge=1, le=10_000, description="Lines from the end.")] = 100,
     replica: Annotated[
         str | None,
-        Field(pattern=r"^(master|worker)-\d{1,4}$", description="Cluster: e.g. worker-1."),
+        Field(
+            pattern=r"^(master|worker|node)-\d{1,4}$",
+            description="Cluster: e.g. worker-1 (TrainJob: node-1).",
+        ),
     ] = None,
     previous: Annotated[
         bool, Field(strict=True, description="Cluster: the restarted container's log.")

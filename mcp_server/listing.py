@@ -38,7 +38,8 @@ SELF_NAMED = frozenset({
     "seed", "cpu_offload", "async_save", "checkpoint_freq", "keep_last", "validation_freq",
     "num_nodes", "gpu_per_node", "region", "dry_run", "namespace", "include_plan", "tag",
     "scan_on_push", "immutable_tags", "limit", "analyze_only", "project_name", "compute_type",
-    "log_retention_days",
+    "log_retention_days", "max_restarts", "model_name_or_path", "dataset_config_name",
+    "tokenizer",
 })  # fmt: skip
 _DROPPED = ("title", "pattern", "minLength", "maxLength")
 _SUBSCHEMAS = ("items", "additionalProperties", "not")

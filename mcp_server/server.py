@@ -11,6 +11,7 @@ reaches the work through the progress reporter."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import logging
@@ -25,7 +26,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent, Tool
+from mcp_types import CallToolResult, ImageContent, TextContent, Tool
 
 from commands._old_names import redirect
 from mcp_server.frames import CheckedFrames
@@ -208,6 +209,15 @@ def _plain_excerpt(plain: str) -> str:
     )
 
 
+def image_content(result: Any) -> list[ImageContent]:
+    """The result's picture (a job's loss curves), as MCP image content."""
+    image = result.image() if hasattr(result, "image") else None
+    if image is None:
+        return []
+    data = base64.b64encode(image[1]).decode()
+    return [ImageContent(type="image", data=data, mime_type="image/png")]
+
+
 def structured(result: Any) -> dict[str, Any]:
     left_out = result.left_out_over_mcp() if hasattr(result, "left_out_over_mcp") else set()
     data = result.model_dump(mode="json", exclude=left_out)
@@ -380,7 +390,8 @@ class ToolServer(MCPServer):
             logger.exception("summary of %s failed", spec.name)
             text = json.dumps(data)
         return CallToolResult(
-            content=[TextContent(type="text", text=text)], structured_content=data
+            content=[TextContent(type="text", text=text), *image_content(result)],
+            structured_content=data,
         )
 
     def capped(

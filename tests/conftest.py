@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ from tests.services import slurm as slurm_service
 from tests.services._common import require as _require
 from tests.services.eks_extras import EksExtras
 from tests.services.eks_extras import eks_extras as eks_extras_server
+
+if TYPE_CHECKING:
+    from tests.services import trainer_v2 as trainer_v2_service
 
 # Under xdist (`make test` runs pytest -n auto --dist loadfile) each worker is its own
 # session and starts the services its files ask for: every service takes free ports and
@@ -125,6 +129,30 @@ def kube_api() -> Iterator[kube.KubeService]:
     """kmock Kubernetes API; KUBECONFIG (context "kmock") in the env."""
     with kube.kube_server() as cluster, _environment(cluster.env):
         yield cluster
+
+
+@pytest.fixture
+def trainer_v2(kube_api: kube.KubeService, tmp_path) -> Iterator[trainer_v2_service.TrainerV2]:
+    """kmock (reset) serving Kubeflow Trainer v2.3.0 and JobSet v0.12.0 (not the v1
+    PyTorchJob kind) with their controllers played by tests/services/trainer_v2.py, its
+    pods running under tmp_path/cluster; every container stopped after the test."""
+    from tests.services import trainer_v2 as service  # the kubernetes client: only when used
+
+    with service.cluster(kube_api, tmp_path / "cluster") as trainer:
+        yield trainer
+
+
+@pytest.fixture
+def trainer_v2_progress(
+    kube_api: kube.KubeService, tmp_path
+) -> Iterator[trainer_v2_service.TrainerV2]:
+    """As `trainer_v2`, with the TrainJobStatus feature gate on: the status server
+    stand-in (tests/services/trainer_status.py, `.status_server`) serves the pods, and
+    what the trainer posts lands in TrainJob.status.trainerStatus."""
+    from tests.services import trainer_v2 as service
+
+    with service.cluster(kube_api, tmp_path / "cluster", progress=True) as trainer:
+        yield trainer
 
 
 @pytest.fixture(scope="session")

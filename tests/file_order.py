@@ -26,6 +26,8 @@ ESTIMATED_SECONDS = {
     "tests/integration/test_benchmark_quick_modes.py": 106,
     "tests/integration/test_long_runs.py": 73,
     "tests/integration/test_job_hardening.py": 70,
+    # estimated: five real torchrun runs (one of 2 pods), as test_pods_run's scale
+    "tests/integration/test_trainer_v2_standin.py": 60,
     "tests/integration/test_slurm_target.py": 56,
     "tests/integration/test_fuzz_tools.py": 53,
     "tests/e2e/test_agent_session.py": 47,
@@ -33,6 +35,7 @@ ESTIMATED_SECONDS = {
     "tests/trainer/test_checkpoint_resume.py": 41,
     "tests/integration/test_pods_run.py": 34,
     "tests/integration/test_build_image.py": 28,
+    "tests/trainer/test_progress_status.py": 25,  # estimated: a 2-rank torchrun, 4 runs
     "tests/integration/test_model_server_local.py": 24,
     "tests/trainer/test_trainer_parallel.py": 23,
     "tests/integration/test_cuda_gate_loop.py": 20,

@@ -5,11 +5,14 @@ after every rank reported its writes, so when rank 0's save has returned the dat
 all on disk and rank 0 writes the COMPLETE marker (checkpoint_layout.py). A resumed
 run loads the newest complete checkpoint; DCP reshards it to the current world size.
 
-With async_save the state is copied to host memory (staged) and written while training
+With async_save (by default on GPUs where the node holds the copy: choose_staging, at
+the first save) the state is copied to host memory (staged) and written while training
 goes on (staging_plan): on a GPU into pinned, shared memory by a background copy that
-overlaps the next forward and backward (the loop waits for it only before the
-optimizer changes the weights: `wait_staged()`), and written by a writer process, which
-holds no GIL the loop needs; on CPU the copy is synchronous and a thread writes. With
+starts after the optimizer step queued before it (FencedStager) and overlaps the next
+forward and backward (the loop waits for it only before the optimizer changes the
+weights: `wait_staged()`), and written by a writer process, which holds no GIL the loop
+needs (pinned memory and a writer thread where /dev/shm is too small); on CPU the copy
+is synchronous and a thread writes. With
 an s3:// checkpoint_dir each rank's upload of what it wrote follows in the background
 too. Finalizing (marker, pruning) happens at a step where every rank agrees the write
 (and upload) is done; the loop asks `pending_done()` and reduces the answers with the
@@ -43,6 +46,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType, AsyncSaveResponse
+from torch.distributed.tensor import DTensor
+from torch.utils._pytree import tree_leaves
 
 from trainer import storage
 from trainer.checkpoint_layout import (
@@ -58,6 +63,7 @@ from trainer.checkpoint_layout import (
     verify_checkpoint,
 )
 from trainer.config import CheckpointConfig, ConfigError
+from trainer.node_memory import available_bytes, shm_free_bytes
 
 
 class CheckpointReadError(RuntimeError):
@@ -84,20 +90,107 @@ class StagingPlan:
     writer: AsyncCheckpointerType
 
 
-def staging_plan(device_type: str) -> StagingPlan:
-    """GPU: stage into pinned memory (fast, non-blocking device-to-host copies) that is
-    also shared memory (the writer process reads it without a copy), in the background;
-    a writer process serialises and writes. CPU: the state already is host memory; a
-    thread writes (pinned memory needs CUDA)."""
-    if device_type == "cuda":
+def current_stream() -> Any:
+    """The calling thread's stream on the accelerator (the loop's: where the optimizer
+    step was queued), or None without one."""
+    return torch.accelerator.current_stream() if torch.accelerator.is_available() else None
+
+
+def fence_staging(staging: Any, compute: Any) -> str:
+    """Order an async save's copies after the work queued on the `compute` stream so
+    far: the optimizer step that wrote the parameters and Adam moments being saved.
+    DCP's DefaultStager copies on a stream of its own that never waits for the compute
+    stream, so a copy could read them while the fused AdamW was still writing them.
+    Returns how the order is kept: "stream" (the staging stream waits on the compute
+    stream, on the device: the host goes on), "host" (no staging stream to order: the
+    host waits for the compute stream), "none" (no device: CPU tensors are written by
+    the time the optimizer's step returns)."""
+    if compute is None:
+        return "none"
+    if staging is None:
+        compute.synchronize()
+        return "host"
+    staging.wait_stream(compute)
+    return "stream"
+
+
+class FencedStager(DefaultStager):
+    """DCP's DefaultStager (pinned and shared buffers reused across saves, a background
+    copy) whose copies start only after what the caller's stream holds when `stage` is
+    called (fence_staging)."""
+
+    def __init__(self, options: StagingOptions, compute: Callable[[], Any] = current_stream):
+        super().__init__(options)
+        self.compute = compute
+
+    def stage(self, state_dict: Any, **kwargs: Any) -> Any:
+        # DefaultStager keeps its stream private; a torch without it gets the host wait.
+        fence_staging(getattr(self, "_staging_stream", None), self.compute())
+        return super().stage(state_dict, **kwargs)
+
+
+def staging_plan(mode: str) -> StagingPlan:
+    """The staging of a mode choose_staging picked. "shared": pinned memory (fast,
+    non-blocking device-to-host copies) that is also shared memory in /dev/shm (the
+    writer process reads it without a copy), copied in the background; a writer process
+    serialises and writes. "pinned": the same copy into pinned memory outside /dev/shm,
+    written by a thread (a process would need it shared). "host" (CPU): the state
+    already is host memory; a thread writes (pinned memory needs CUDA)."""
+    if mode in ("shared", "pinned"):
         options = StagingOptions(
             use_pinned_memory=True,
-            use_shared_memory=True,
+            use_shared_memory=mode == "shared",
             use_async_staging=True,
             use_non_blocking_copy=True,
         )
-        return StagingPlan(options, AsyncCheckpointerType.PROCESS)
+        writer = AsyncCheckpointerType.PROCESS if mode == "shared" else AsyncCheckpointerType.THREAD
+        return StagingPlan(options, writer)
     return StagingPlan(None, AsyncCheckpointerType.THREAD)
+
+
+# Least to most demanding of the node: ranks that chose differently take the first.
+STAGING_MODES = ("refused", "off", "host", "pinned", "shared")
+
+
+def choose_staging(
+    device_type: str, async_save: bool | None, need: int, shm_free: int, host_free: int
+) -> tuple[str, str]:
+    """(mode, why) for a run's async saves. `need`: the bytes one save stages on this
+    node (every local rank's parameters and Adam moments); `shm_free`, `host_free`: the
+    node's free /dev/shm and available memory. async_save None (the default) is on for
+    a GPU when the node holds the copy, off on CPU (its saves are quick). "refused": asked
+    for, and the node cannot hold it."""
+    if async_save is False:
+        return "off", "async_save false"
+    if device_type != "cuda":
+        if async_save:
+            return "host", "the state is host memory already"
+        return "off", "CPU: synchronous saves unless async_save is true"
+    sizes = f"{_gib(need)} GiB staged per node; /dev/shm has {_gib(shm_free)} GiB free"
+    if need <= shm_free:
+        return "shared", sizes
+    sizes += f", the host {_gib(host_free)} GiB available"
+    if need <= host_free:
+        return "pinned", f"{sizes}: pinned memory outside /dev/shm, a writer thread"
+    if async_save:
+        return "refused", sizes
+    return "off", f"{sizes}: synchronous saves"
+
+
+def _gib(size: int) -> float:
+    return round(size / 2**30, 1)
+
+
+def state_bytes(state: Any) -> int:
+    """Bytes of this rank's tensors in `state` (its shards of the sharded ones): what a
+    save stages."""
+    total = 0
+    for leaf in tree_leaves(state):
+        if isinstance(leaf, DTensor):
+            leaf = leaf.to_local()
+        if isinstance(leaf, torch.Tensor):
+            total += leaf.numel() * leaf.element_size()
+    return total
 
 
 class Checkpointer:
@@ -113,11 +206,16 @@ class Checkpointer:
         tokenizer_files: list[Path],
         staging_root: Path,
         plan: StagingPlan | None = None,
+        device_type: str = "cpu",
+        local_world_size: int = 1,
     ) -> None:
         self.cfg = cfg
-        self.plan = plan or staging_plan("cpu")
+        # None: chosen at the first save, when the state's size is known (choose_staging).
+        self.plan = plan
+        self.device_type, self.local_world_size = device_type, local_world_size
+        self.async_save = bool(cfg.async_save) if plan is not None else False
         # One stager for the run: its pinned buffers are reused by every save.
-        self.stager = DefaultStager(self.plan.options) if self.plan.options else None
+        self.stager: FencedStager | None = None
         # Uploads each rank's files of an async save after the write, off the loop.
         self.uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
         self.rank = rank
@@ -229,13 +327,16 @@ class Checkpointer:
             shutil.rmtree(path)  # a leftover of an interrupted attempt at this step
         self.damaged.discard(path)  # a damaged one it replaces
         dist.barrier(group=self.group)
-        use_async = self.cfg.async_save and not force_sync
+        plan = self.plan or self._choose_plan(state)
+        use_async = self.async_save and not force_sync
         if use_async:
+            if self.stager is None and plan.options is not None:
+                self.stager = FencedStager(plan.options)
             response = dcp.async_save(
                 state,
                 checkpoint_id=str(path),
                 process_group=self.group,
-                async_checkpointer_type=self.plan.writer,
+                async_checkpointer_type=plan.writer,
                 async_stager=self.stager,
             )
             staged = None
@@ -253,6 +354,26 @@ class Checkpointer:
         if not use_async:
             self.finalize(wait=True)
         return blocked
+
+    def _choose_plan(self, state: dict[str, Any]) -> StagingPlan:
+        """How async saves stage, decided at the first save (choose_staging) and the same
+        on every rank: the least demanding any rank chose (one collective)."""
+        need = state_bytes(state) * self.local_world_size
+        mode, why = choose_staging(
+            self.device_type, self.cfg.async_save, need, shm_free_bytes(), available_bytes()
+        )
+        chosen: list[tuple[str, str]] = [("", "")] * dist.get_world_size()  # all ranks
+        dist.all_gather_object(chosen, (mode, why), group=self.group)
+        mode, why = min(chosen, key=lambda c: STAGING_MODES.index(c[0]))
+        if mode == "refused":
+            raise ConfigError(
+                f"async_save needs host memory for its staged copy: {why}; set async_save "
+                "false, or give the node more /dev/shm (a pod's shm_size_gib) or memory"
+            )
+        self.emit("checkpoint_staging", mode=mode, why=why, staged_gib_per_node=_gib(need))
+        self.async_save = mode != "off"
+        self.plan = staging_plan(mode)
+        return self.plan
 
     def wait_staged(self) -> None:
         """Wait until an async save's state is copied off the weights: call before the

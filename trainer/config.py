@@ -106,6 +106,14 @@ class ModelConfig:
         return self.dim // self.n_heads
 
     @property
+    def attention_dim(self) -> int:
+        """The queries' width, n_heads x head_dim, which attention's score and value
+        matmuls scale with: not `dim` where a family sets its own head_dim (Qwen3's
+        0.6B: 16 x 128 = 2048 against dim 1024; Gemma 2's 2B: 8 x 256 against 2304)."""
+        head_dim = (self.hf_config or {}).get("head_dim") or self.head_dim
+        return self.n_heads * head_dim
+
+    @property
     def hidden_dim(self) -> int:
         if self.ffn_hidden_dim is not None:
             return self.ffn_hidden_dim
@@ -180,7 +188,10 @@ class CheckpointConfig:
     # The last step and SIGTERM always save.
     checkpoint_freq: int = setting(100, "save every N steps (0 = end only)", ge=0)
     keep_last: int = setting(2, "complete checkpoints to keep (0 = all)", ge=0)
-    async_save: bool = setting(False, "write checkpoints while training goes on")
+    # None: on for a GPU when the node holds the staged copy (checkpoint.choose_staging).
+    async_save: bool | None = setting(
+        None, "write checkpoints while training goes on (default: on GPUs when it fits)"
+    )
     resume: bool = setting(True, "resume from the newest complete checkpoint")
 
 
@@ -311,12 +322,11 @@ def _cross_field_problems(cfg: TrainConfig) -> list[str]:
 def device_problems(cfg: TrainConfig, has_gpu: bool) -> list[str]:
     """What the settings ask of a GPU a run without one cannot give (checked by the
     trainer at start, and by a plan that knows the host's GPUs)."""
-    problems = []
-    if cfg.parallel.cpu_offload and not has_gpu:
-        problems.append("cpu_offload moves GPU memory to the host; this run has no GPU")
+    # cpu_offload without a GPU runs: the same offload path (gloo for the CPU-side
+    # tensors, the CPU optimizer), a test of what a GPU run does, saving no memory.
     if cfg.parallel.float8 and not has_gpu:
-        problems.append("float8 needs a GPU with float8 tensor cores (SM 8.9+); this run has none")
-    return problems
+        return ["float8 needs a GPU with float8 tensor cores (SM 8.9+); this run has none"]
+    return []
 
 
 def missing_local(name: str, source: str | None) -> str | None:

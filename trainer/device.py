@@ -12,12 +12,17 @@ from pathlib import Path
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
+from trainer.backends import process_group_backend
 
-def choose_device_and_backend(cuda_available: bool, local_rank: int) -> tuple[str, str]:
-    """(device_type, process-group backend): NCCL on GPUs, gloo on CPU."""
+
+def choose_device_and_backend(
+    cuda_available: bool, local_rank: int, cpu_offload: bool = False
+) -> tuple[str, str]:
+    """(device_type, process-group backend string)."""
     if local_rank < 0:
         raise ValueError(f"local_rank must be >= 0, got {local_rank}")
-    return ("cuda", "nccl") if cuda_available else ("cpu", "gloo")
+    device_type = "cuda" if cuda_available else "cpu"
+    return device_type, process_group_backend(device_type, cpu_offload)
 
 
 def device_for(device_type: str, local_rank: int, visible_gpus: int | None = None) -> torch.device:
@@ -69,11 +74,13 @@ def mixed_precision_policy(
     return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
 
 
-def optimizer_flags(device_type: str) -> dict[str, bool]:
-    """AdamW's implementation: the fused kernel on CUDA (one launch for all parameters,
-    and it honours an on-device `found_inf`, so a non-finite step is skipped without a
-    host sync); foreach on CPU (what this project measures its CPU runs with)."""
-    if device_type == "cuda":
+def optimizer_flags(device_type: str, cpu_offload: bool = False) -> dict[str, bool]:
+    """AdamW's implementation: the fused kernel for parameters on a GPU (one launch for
+    all parameters, and it honours an on-device `found_inf`, so a non-finite step is
+    skipped without a host sync); foreach for parameters in host memory, on CPU or
+    offloaded from a GPU (the fused CPU kernel would read a GPU `found_inf` through a
+    non-blocking copy it never waits for)."""
+    if device_type == "cuda" and not cpu_offload:
         return {"fused": True}
     return {"foreach": True}
 

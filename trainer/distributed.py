@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -81,9 +82,14 @@ def init_distributed(backend: str, device: torch.device, env: DistEnv) -> None:
         dist.init_process_group(backend=backend, device_id=device_id, timeout=PROCESS_GROUP_TIMEOUT)
 
 
-def shorten_timeout(timeout: timedelta = TRAIN_TIMEOUT) -> None:
-    """The default process group's timeout from now on (called after the first step)."""
-    dist.distributed_c10d._set_pg_timeout(timeout)
+def shorten_timeout(
+    groups: Sequence[dist.ProcessGroup | None] = (None,), timeout: timedelta = TRAIN_TIMEOUT
+) -> None:
+    """`timeout` from now on for each of `groups` (None: the default group), called
+    after the first step with every group the step's collectives use (parallel.
+    training_groups): HSDP's replicate and shard groups have timeouts of their own."""
+    for group in groups:
+        dist.distributed_c10d._set_pg_timeout(timeout, group)
 
 
 class StopRequest:

@@ -67,8 +67,9 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """sum over valid targets of cross_entropy(hidden @ weight.T, target), with the
     gradients for hidden and weight computed chunk by chunk in forward.
 
-    Memory: one chunk of fp32 logits (and its softmax) at a time, plus the gradients
-    (the size of hidden and of weight) kept for backward, instead of the full fp32
+    Memory: one chunk of fp32 logits at a time, turned into their softmax and gradient
+    in place (a bf16 model adds the chunk's bf16 copy: 1.5x), plus the gradients (the
+    size of hidden, and of weight in fp32) kept for backward, instead of the full fp32
     logits, their softmax and their gradient. Compute: the same three matmuls as eager
     (logits, grad of hidden, grad of weight); nothing is recomputed.
     """
@@ -85,31 +86,36 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         need_grad = with_grads and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_grad else None
-        # The weight's gradient in the weight's own dtype, each chunk added by one addmm
-        # (fp32 inside the matmul, one rounding per chunk; under FSDP's bf16 compute the
-        # gradient is bf16 anyway). An fp32 accumulator took three more passes over a
-        # vocab x dim matrix: on an H100 the 128k-vocab head's loss took 37 ms, not 26,
-        # over 4096 tokens.
-        grad_weight = torch.zeros_like(weight) if need_grad else None
+        # The weight's gradient summed over chunks in fp32, cast to the weight's dtype
+        # once in backward: summed in bf16, each chunk's addition rounded the running sum
+        # again (4-10x the error of one rounding).
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_grad else None
         for start in range(0, hidden.shape[0], chunk):
             h = hidden[start : start + chunk]
             t = targets[start : start + chunk]
-            logits = (h @ weight.t()).float()
             valid = t.ne(IGNORE_INDEX)
             safe = torch.where(valid, t, 0)
-            lse = torch.logsumexp(logits, dim=-1)
-            picked = logits.gather(1, safe.unsqueeze(1)).squeeze(1)
+            # One chunk-sized fp32 tensor: the logits become their softmax in place.
+            probs = (h @ weight.t()).float()
+            picked = probs.gather(1, safe.unsqueeze(1)).squeeze(1)
+            peak = probs.amax(dim=1, keepdim=True)
+            sums = probs.sub_(peak).exp_().sum(dim=1, keepdim=True)
+            lse = (sums.log() + peak).squeeze(1)
             total += torch.where(valid, lse - picked, 0.0).sum()
-            if grad_hidden is None or grad_weight is None:
-                continue
-            # d(sum CE)/d logits = softmax - onehot(target), zero on ignored rows.
-            grad = torch.exp(logits.sub_(lse.unsqueeze(1)))
-            grad.scatter_add_(1, safe.unsqueeze(1), torch.full_like(picked, -1.0).unsqueeze(1))
-            grad.mul_(valid.unsqueeze(1))
-            grad_low = grad.to(hidden.dtype)
-            torch.mm(grad_low, weight, out=grad_hidden[start : start + chunk])
-            grad_weight.addmm_(grad_low.t(), h)
+            if grad_hidden is not None and grad_weight is not None:
+                # d(sum CE)/d logits = softmax - onehot(target), zero on ignored rows.
+                probs.div_(sums)
+                probs.scatter_add_(1, safe.unsqueeze(1), torch.full_like(picked, -1.0).unsqueeze(1))
+                probs.mul_(valid.unsqueeze(1))
+                grad = probs.to(hidden.dtype)  # the same tensor in fp32
+                torch.mm(grad, weight, out=grad_hidden[start : start + chunk])
+                add_weight_grad(grad_weight, grad, h, chunk * weight.shape[0] // 8)
+                del grad
+            # Freed before the next chunk's logits exist: holding them over the loop's
+            # next matmul made the peak about 4x one chunk.
+            del probs
         ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
         return total
 
     @staticmethod
@@ -117,11 +123,24 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         return (
             grad_hidden * grad_out.to(grad_hidden.dtype),
-            grad_weight * grad_out.to(grad_weight.dtype),
+            (grad_weight * grad_out.float()).to(ctx.weight_dtype),  # the one rounding
             None,
             None,
             None,
         )
+
+
+def add_weight_grad(total: torch.Tensor, grad: torch.Tensor, h: torch.Tensor, budget: int) -> None:
+    """total (fp32) += grad.T @ h. An fp32 grad goes straight into total; a bf16 one is
+    multiplied in bf16 (the tensor cores' dtype, fp32 inside the matmul) a block of
+    vocabulary rows at a time, each block's product at most `budget` elements, and
+    added in fp32."""
+    if grad.dtype == total.dtype:
+        total.addmm_(grad.t(), h)
+        return
+    rows = max(1, budget // max(1, h.shape[1]))
+    for first in range(0, total.shape[0], rows):
+        total[first : first + rows] += grad[:, first : first + rows].t() @ h
 
 
 def chunked_cross_entropy_sum(

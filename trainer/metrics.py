@@ -125,11 +125,12 @@ def matmul_params(n_params: int, vocab_size: int, dim: int, tied: bool) -> int:
     return n_params if tied else n_params - vocab_size * dim
 
 
-def flops_per_token(n_matmul_params: int, n_layers: int, dim: int, seq_len: int) -> float:
+def flops_per_token(n_matmul_params: int, n_layers: int, attention_dim: int, seq_len: int) -> float:
     """Training FLOPs per token: 6 per matmul weight (forward 2, backward 4), plus
-    attention's score and value matmuls, 12 * layers * dim * seq_len (the PaLM
-    appendix B formula, also torchtitan's)."""
-    return 6 * n_matmul_params + 12 * n_layers * dim * seq_len
+    attention's score and value matmuls, 12 * layers * attention_dim * seq_len (the PaLM
+    appendix B formula, also torchtitan's; attention_dim is n_heads x head_dim,
+    ModelConfig.attention_dim)."""
+    return 6 * n_matmul_params + 12 * n_layers * attention_dim * seq_len
 
 
 def mfu(tokens_per_s_per_device: float, flops_per_tok: float, peak: float | None) -> float | None:

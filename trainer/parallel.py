@@ -25,9 +25,11 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -166,10 +168,11 @@ def apply_compile(model: nn.Module) -> None:
         block.compile(fullgraph=isinstance(block, TransformerBlock))
 
 
-def offload_policy(cpu_offload: bool) -> CPUOffloadPolicy | None:
+def offload_policy(cpu_offload: bool, pin_memory: bool = True) -> CPUOffloadPolicy | None:
     # Sharded params, grads and optimizer state live in host memory and the optimizer
-    # step runs on CPU; FSDP copies each block's shard to the GPU just in time.
-    return CPUOffloadPolicy() if cpu_offload else None
+    # step runs on CPU; FSDP copies each block's shard to the GPU just in time. Pinned
+    # memory needs CUDA: a CPU run takes the same path without it.
+    return CPUOffloadPolicy(pin_memory=pin_memory) if cpu_offload else None
 
 
 def _ends(model: nn.Module) -> tuple[nn.Module, nn.Module | None, nn.Module]:
@@ -219,7 +222,8 @@ def apply_fsdp(
 ) -> nn.Module:
     """Shard `model` in place (embedding, per block, [norm, lm_head], then the root),
     with gradients summed over ranks, and return it."""
-    extra = {"offload_policy": offload_policy(cpu_offload)} if cpu_offload else {}
+    policy = offload_policy(cpu_offload, pin_memory=mesh.device_type == "cuda")
+    extra = {"offload_policy": policy} if cpu_offload else {}
     for modules, reshard in fsdp_units(model):
         fully_shard(
             modules if len(modules) > 1 else modules[0],
@@ -237,3 +241,19 @@ def apply_fsdp(
     )
     sum_gradients(model)
     return model
+
+
+def training_groups(model: nn.Module) -> list[dist.ProcessGroup]:
+    """Every process group a training step's collectives run on: the default group
+    (the agreement, the norm's full_tensor) and each dimension's group of the mesh the
+    model is sharded over (FSDP's all-gathers and reduce-scatters; under HSDP the
+    shard group of a node and the replicate group across nodes, groups of their own)."""
+    groups = [dist.group.WORLD]
+    sharded = next((p for p in model.parameters() if isinstance(p, DTensor)), None)
+    if sharded is not None:
+        groups += sharded.device_mesh.get_all_groups()
+    unique: list[dist.ProcessGroup] = []
+    for group in groups:
+        if group is not None and all(group is not seen for seen in unique):
+            unique.append(group)
+    return unique

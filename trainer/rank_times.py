@@ -133,8 +133,17 @@ class RankTimes:
     """Every rank's lost time per step, gathered on log steps (collective: every rank
     calls `window` at the same steps)."""
 
-    def __init__(self, device: torch.device, step: int) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        step: int,
+        extra: Callable[[], list[float]] | None = None,
+    ) -> None:
         self.device = device
+        # More floats per rank in the same gather (GPU telemetry: trainer/gpu_telemetry.py),
+        # the same count on every rank; each rank's are in `extra_rows` after a window.
+        self.extra = extra
+        self.extra_rows: list[list[float]] = []
         self.world_size = dist.get_world_size()
         hosts: list[str] = [""] * self.world_size
         dist.all_gather_object(hosts, host_name())
@@ -149,13 +158,18 @@ class RankTimes:
         stalled, now = self.clock.stalled_s, time.monotonic()
         steps = max(1, step - self.last_step)
         step_s = (now - self.last_time) / steps
-        mine = torch.tensor([(stalled - self.last_stalled) / steps, probe], dtype=torch.float32)
+        extra = self.extra() if self.extra is not None else []
+        values = [(stalled - self.last_stalled) / steps, probe, *extra]
+        mine = torch.tensor(values, dtype=torch.float32)
         self.last_step, self.last_stalled, self.last_time = step, stalled, now
         if self.device.type == "cuda":
             mine = mine.pin_memory().to(self.device, non_blocking=True)
-        gathered = torch.empty(2 * self.world_size, dtype=torch.float32, device=self.device)
+        width = len(values)
+        gathered = torch.empty(width * self.world_size, dtype=torch.float32, device=self.device)
         _all_gather_single(gathered, mine)
-        pairs = gathered.view(self.world_size, 2).tolist()
+        rows = gathered.view(self.world_size, width).tolist()
+        self.extra_rows = [row[2:] for row in rows]
+        pairs = [(row[0], row[1]) for row in rows]
         gpu = gpu_lag([p for _, p in pairs], step_s)
         return slowest([s + g for (s, _), g in zip(pairs, gpu, strict=True)], self.hosts)
 

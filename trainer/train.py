@@ -38,13 +38,12 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 from torch.distributed.tensor import DTensor
 
 from trainer import device as devices
-from trainer import families, float8, hf, hub
+from trainer import families, float8, gpu_telemetry, hf, hub, progress_status, tracking
 from trainer import metrics as perf
 from trainer.checkpoint import (
     Checkpointer,
     failure_summary,
     first_line,
-    staging_plan,
     staging_root,
 )
 from trainer.config import ConfigError, TrainConfig, device_problems
@@ -83,6 +82,7 @@ from trainer.parallel import (
     build_mesh,
     reshard_after_forward,
     resolve_strategy,
+    training_groups,
 )
 from trainer.rank_times import RankTimes
 from trainer.stream import Batches, StreamBatches
@@ -115,8 +115,8 @@ class NonFiniteLossError(RuntimeError):
 def train(
     cfg: TrainConfig, env: DistEnv, emit: Emit, stop: StopRequest | None = None
 ) -> dict[str, Any]:
-    device, backend = setup_device(env)
-    if backend == "nccl":  # before the process group exists, which reads them
+    device, backend = setup_device(env, cfg.parallel.cpu_offload)
+    if "nccl" in backend:  # before the process group exists, which reads them
         os.environ.update(devices.flight_recorder_env(trace_dir(cfg), dict(os.environ)))
     init_distributed(backend, device, env)
     try:
@@ -160,10 +160,10 @@ def _train(
 # --- setup ------------------------------------------------------------------------------
 
 
-def setup_device(env: DistEnv) -> tuple[torch.device, str]:
+def setup_device(env: DistEnv, cpu_offload: bool = False) -> tuple[torch.device, str]:
     """This rank's device and process-group backend; CPU threads shared among ranks."""
     cuda = torch.cuda.is_available()
-    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank)
+    device_type, backend = devices.choose_device_and_backend(cuda, env.local_rank, cpu_offload)
     try:
         device = devices.device_for(
             device_type, env.local_rank, torch.cuda.device_count() if cuda else None
@@ -302,7 +302,7 @@ def build_checkpointer(
     staging = staging_root(cfg.output_dir, cfg.checkpoint.checkpoint_dir, env.local_rank)
     checkpointer = Checkpointer(
         cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging,
-        staging_plan(device_type),
+        device_type=device_type, local_world_size=env.local_world_size,
     )  # fmt: skip
     resume_from = checkpointer.find_resumable()
     if resume_from is not None:
@@ -420,7 +420,7 @@ def build_optimizer(
         ],
         lr=cfg.optim.learning_rate,
         betas=(0.9, 0.95),
-        **devices.optimizer_flags(device_type),
+        **devices.optimizer_flags(device_type, cfg.parallel.cpu_offload),
     )
 
 
@@ -615,7 +615,7 @@ class TrainLoop:
         self.flops_per_token = perf.flops_per_token(
             perf.matmul_params(self.params, m.vocab_size, m.dim, m.tie_word_embeddings),
             m.n_layers,
-            m.dim,
+            m.attention_dim,
             cfg.data.seq_len,
         )
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
@@ -625,6 +625,7 @@ class TrainLoop:
         self.lr = math.nan  # of the last step, for its log line
         self.skip_on_device = bool(optimizer.defaults.get("fused"))
         self.rank_times: RankTimes | None = None  # several ranks: who holds the others back
+        self.gpu: gpu_telemetry.Sampler | None = None  # this rank's GPU through NVML (CUDA)
 
     def emit_start(self, backend: str, step: int) -> None:
         cfg = self.cfg
@@ -667,8 +668,11 @@ class TrainLoop:
         start = time.perf_counter()
         p = Progress(first_step=step + 1, start=start, now=start, interval_start=start)
         p.timed_start = start
+        self.gpu = gpu_telemetry.for_device(self.device)
         if self.world_size > 1:
-            self.rank_times = RankTimes(self.device, step)
+            cuda = self.device.type == "cuda"  # every rank adds the GPU's floats, or none does
+            extra = partial(gpu_telemetry.window_of, self.gpu) if cuda else None
+            self.rank_times = RankTimes(self.device, step, extra)
         late: Agreement | None = None  # a step's values, read one step later
         while step < self.cfg.max_steps:
             step += 1
@@ -682,7 +686,7 @@ class TrainLoop:
             if step == p.first_step:
                 # Compile, the first all-gathers and HF reads are behind us: a collective
                 # that waits longer than this now is a hang (the flight recorder dumps).
-                shorten_timeout()
+                shorten_timeout(training_groups(self.model))
             self.after_step(step, agreed, p)
             self.finalize_checkpoint(agreed)
             if self.on_checkpoint(step, agreed, p):
@@ -691,6 +695,8 @@ class TrainLoop:
             self.checkpointer.close()
         if self.rank_times is not None:
             self.rank_times.close()
+        if self.gpu is not None:
+            self.gpu.close()
         return self.summary(step, p, resumed_from)
 
     def needs_values(self, step: int, p: Progress) -> bool:
@@ -768,6 +774,10 @@ class TrainLoop:
         per_device = tokens_per_s / self.world_size
         # Collective (every rank logs the same steps): one all_gather of a float.
         ranks = self.rank_times.window(step) if self.rank_times is not None else {}
+        gpus = gpu_telemetry.step_fields(
+            self.rank_times.extra_rows if self.rank_times is not None
+            else [self.gpu.window()] if self.gpu is not None else []
+        )  # fmt: skip
         self.emit(
             "step",
             step=step,
@@ -783,6 +793,7 @@ class TrainLoop:
             step_s=round(interval * self.tokens_per_step / max(p.interval_tokens, 1), 4),
             time=round(time.time(), 3),  # wall clock: a monitor tells a hang by its age
             **ranks,
+            **gpus,
             **memory_stats(self.device.type),
         )
         p.interval_start, p.interval_tokens = p.now, 0
@@ -916,6 +927,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     env = DistEnv.from_environ()
     metrics = MetricsEmitter(env.rank)
+    # Kubeflow Trainer v2's status server, where its controller named one (rank 0 posts).
+    progress = progress_status.from_environ(os.environ, env.rank)
+    emit = progress.observe(metrics.emit) if progress is not None else metrics.emit
     stop = StopRequest()
 
     def report(exc: BaseException, *, reraised: bool = False) -> None:
@@ -929,13 +943,19 @@ def main(argv: list[str] | None = None) -> int:
             fields["nccl_flight_recorder"] = dumps
         if env.rank == 0:
             metrics.emit("error", **fields)
+            if tracker is not None:  # the tracked run ends FAILED
+                tracker.on_event("error", fields)
         else:  # stdout belongs to rank 0; other ranks still say what went wrong
             print(format_line("error", rank=env.rank, **fields), file=sys.stderr, flush=True)
         record_error(exc, dumps)
 
+    tracker: tracking.Tracking | None = None
     stop.install()
     try:
-        summary = train(load_config(argv), env, metrics.emit, stop)
+        cfg = load_config(argv)
+        # TensorBoard / MLflow (rank 0; never stops training: trainer/tracking.py).
+        tracker = tracking.from_environ(os.environ, env.rank, cfg.to_dict())
+        summary = train(cfg, env, tracker.observe(emit) if tracker else emit, stop)
     except ConfigError as exc:
         report(exc)
         return EXIT_CONFIG
@@ -947,4 +967,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         stop.uninstall()
+        if tracker is not None:
+            tracker.close()  # what is queued goes out (bounded wait)
+        if progress is not None:
+            progress.close()  # the final post goes out (bounded wait)
     return EXIT_PREEMPTED if summary["preempted"] else 0

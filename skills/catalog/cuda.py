@@ -1,8 +1,9 @@
 """CUDA / PyTorch / driver / GPU compatibility facts as data, and small pure lookups.
 
 Source: /work/shared/reference/CUDA-AND-FAILURES.md sections 1-4 (PyTorch release matrix,
-NVIDIA driver table, aws/deep-learning-containers, EC2 instance pages). One table per fact
-set; tests/unit/test_image_compat.py checks every row against an independent value.
+NVIDIA driver table, aws/deep-learning-containers, EC2 instance pages), and for the rows
+added or corrected on READ (issue 51) the source each row names. One table per fact set;
+tests/unit/test_image_compat.py checks every row against an independent value.
 Versions are strings ("2.5.1", "12.4"); compare them with `vtuple`.
 """
 
@@ -50,6 +51,14 @@ class OfficialImage(NamedTuple):
     torch: str
     cuda: str
     cudnn: int
+    python: str | None = None  # the image's interpreter; None: not read from a source
+
+
+READ = "2026-12-06"  # the date the sources named below were read (issue 51)
+REFERENCE = "CUDA-AND-FAILURES.md (shared reference)"
+# Docker Hub's pytorch/pytorch tag list as one user's log quotes it (cuda12.6 tags from
+# 2.6.0 to 2.13.0, 2.12.1 among them): read through the code index, id 60737442283.
+HUB_CU126_LIST = "hub.docker.com/r/pytorch/pytorch tags, as quoted in a public log"
 
 
 @dataclass(frozen=True)
@@ -59,12 +68,13 @@ class TorchRelease:
     python_max: str
     wheel_cudas: tuple[str, ...]
     images: tuple[OfficialImage, ...]
+    source: str = REFERENCE  # where this row's facts were read, and what was not verified
 
 
 def _images(
-    torch: tuple[str, ...], cudas: tuple[str, ...], cudnn: int
+    torch: tuple[str, ...], cudas: tuple[str, ...], cudnn: int, python: str | None = None
 ) -> tuple[OfficialImage, ...]:
-    return tuple(OfficialImage(t, c, cudnn) for t in torch for c in cudas)
+    return tuple(OfficialImage(t, c, cudnn, python) for t in torch for c in cudas)
 
 
 TORCH_RELEASES: tuple[TorchRelease, ...] = (
@@ -91,16 +101,53 @@ TORCH_RELEASES: tuple[TorchRelease, ...] = (
         "2.10", "3.10", "3.14", ("12.6", "12.8", "13.0"), _images(("2.10.0",), ("13.0",), 9)
     ),
     TorchRelease(
-        "2.11", "3.10", "3.14", ("12.6", "12.8", "13.0"), _images(("2.11.0",), ("12.8",), 9)
+        "2.11",
+        "3.10",
+        "3.14",
+        ("12.6", "12.8", "13.0"),
+        _images(("2.11.0",), ("12.6", "12.8", "13.0"), 9),
+        f"{REFERENCE} (12.8); {HUB_CU126_LIST} (12.6); 13.0 tags pinned by digest in public "
+        f"Dockerfiles (sha256:bfbb4a2b...); read {READ}",
     ),
     TorchRelease(
-        "2.12", "3.10", "3.14", ("12.6", "13.0", "13.2"), _images(("2.12.0",), ("13.0",), 9)
+        "2.12",
+        "3.10",
+        "3.14",
+        ("12.6", "13.0", "13.2"),
+        (*_images(("2.12.0",), ("12.6", "13.0", "13.2"), 9), *_images(("2.12.1",), ("12.6",), 9)),
+        f"{REFERENCE} (13.0); {HUB_CU126_LIST} (2.12.0 and 2.12.1 on 12.6); 13.2 runtime and "
+        f"devel tags in public Dockerfiles (2.12.1 on 13.0/13.2 not seen); read {READ}",
     ),
     TorchRelease(
-        "2.13", "3.10", "3.15", ("12.6", "13.0", "13.2"), _images(("2.13.0",), ("13.0", "13.2"), 9)
+        "2.13",
+        "3.10",
+        "3.15",
+        ("12.6", "13.0", "13.2"),
+        _images(("2.13.0",), ("12.6", "13.0", "13.2"), 9),
+        f"{REFERENCE} (13.0, 13.2); {HUB_CU126_LIST} (12.6); read {READ}",
     ),
-    # [unverified] in the source; no image listed yet.
-    TorchRelease("2.14", "3.10", "3.15", ("12.6", "13.0", "13.2"), ()),
+    TorchRelease(
+        "2.14",
+        "3.10",
+        "3.15",
+        ("12.6", "13.0", "13.2"),
+        _images(("2.14.0",), ("12.6", "13.0", "13.2"), 9, "3.12"),
+        "tags 2.14.0-cuda{12.6,13.0,13.2}-cudnn9-{runtime,devel} in public Dockerfiles, one "
+        "pinned by digest (sha256:9c99fafa...); 12.6-devel: Ubuntu 24.04, Python 3.12.3, "
+        "torch 2.14.0+cu126 (a public build log); wheels +cu126/+cu130/+cu132 seen installed; "
+        f"Python range [unverified: as 2.13's]; read {READ}",
+    ),
+    TorchRelease(
+        "2.15",
+        "3.10",
+        "3.15",
+        ("13.0", "13.2"),
+        _images(("2.15.0",), ("13.0", "13.2"), 9),
+        "wheels 2.15.0+cu130 and +cu132 seen installed in public reports (a +cu134 pin was "
+        "seen too; left out: no CUDA 13.4 driver row here); images [unverified: no "
+        "pytorch/pytorch:2.15 tag was found in the stored corpora; listed as the 2.12-2.14 "
+        f"pattern, one image per wheel CUDA]; Python range [unverified]; read {READ}",
+    ),
 )
 _RELEASES = {r.minor: r for r in TORCH_RELEASES}
 
@@ -157,6 +204,13 @@ def image_published(torch: str, cuda: str) -> bool:
     return any(img.cuda == cuda for img in official_images(torch))
 
 
+def official_python(torch: str, cuda: str) -> str | None:
+    """The Python of the pytorch/pytorch image of this torch and CUDA, where a source gave it."""
+    return next(
+        (i.python for i in official_images(torch) if i.cuda == cuda and i.torch == torch), None
+    )
+
+
 def official_tag(torch: str, cuda: str, cudnn: int, flavor: Flavor) -> str:
     """The pytorch/pytorch tag: "2.5.1-cuda12.4-cudnn9-runtime"."""
     return f"{torch}-cuda{cuda}-cudnn{cudnn}-{flavor}"
@@ -180,6 +234,7 @@ def latest_patch(torch: str) -> str:
 class DriverFloor(NamedTuple):
     cuda: str
     shipped_with: str  # the driver the toolkit ships with: the full feature set
+    source: str = REFERENCE
 
 
 DRIVER_FLOORS: tuple[DriverFloor, ...] = (
@@ -192,6 +247,14 @@ DRIVER_FLOORS: tuple[DriverFloor, ...] = (
     DriverFloor("13.0", "580.65.06"),
     DriverFloor("13.1", "590.44.01"),
     DriverFloor("13.2", "595.45.04"),
+    # The AWS DLC PyTorch 2.13 image's CUDA. 13.4 and later: no row (13.4 no longer bundles
+    # a Linux driver; its floor could not be read here).
+    DriverFloor(
+        "13.3",
+        "610.43.02",
+        "docs.nvidia.com/cuda/archive/13.3.0/cuda-toolkit-release-notes (CUDA 13.3 GA and "
+        f"Update 1: >= 610.43.02), as transcribed in several public repositories; read {READ}",
+    ),
 )
 _SHIPPED = {row.cuda: row.shipped_with for row in DRIVER_FLOORS}
 
@@ -243,8 +306,15 @@ class DlcImage(NamedTuple):
     tag: str  # the -ec2 variant; a -sagemaker one sits beside it
     torch: str
     cuda: str
-    python: str | None  # None: the AL2023 tags do not name it
+    python: str | None  # the tag's (Ubuntu tags name it); the AL2023 rows: the image's
     end_of_support: str | None
+    source: str = REFERENCE
+
+
+# aws/deep-learning-containers at e0ecedea (2026-08-21): docs/src/data/pytorch/<v>-cuda-ec2.yml
+# (tags, python, cuda, ga, eop). The newest PyTorch DLC there is 2.13; a 2.14 one is not in
+# that snapshot (one public mention of a 2.14-cu133-amzn2023-sagemaker tag: not listed).
+_DLC_DOCS = "github.com/aws/deep-learning-containers@e0ecedea docs/src/data/pytorch/{}-cuda-ec2.yml"
 
 
 _UBUNTU = DLC_TRAINING_REPOSITORY
@@ -269,9 +339,34 @@ DLC_IMAGES: tuple[DlcImage, ...] = (
     DlcImage(
         _UBUNTU, "2.10.0-gpu-py313-cu130-ubuntu22.04-ec2", "2.10.0", "13.0", "3.13", "2027-01-21"
     ),
-    DlcImage("pytorch", "2.11.0-cu130-amzn2023", "2.11.0", "13.0", None, "2027-04-30"),
-    DlcImage("pytorch", "2.12.1-cu130-amzn2023", "2.12.1", "13.0", None, "2027-07-02"),
-    DlcImage("pytorch", "2.13.0-cu133-amzn2023", "2.13.0", "13.3", None, "2027-07-20"),
+    DlcImage(
+        "pytorch",
+        "2.11.0-cu130-amzn2023",
+        "2.11.0",
+        "13.0",
+        "3.12",
+        "2027-04-30",
+        _DLC_DOCS.format("2.11") + f"; read {READ}",
+    ),
+    DlcImage(
+        "pytorch",
+        "2.12.1-cu130-amzn2023",
+        "2.12.1",
+        "13.0",
+        "3.12",
+        "2027-07-02",
+        _DLC_DOCS.format("2.12") + f"; read {READ}",
+    ),
+    DlcImage(
+        "pytorch",
+        "2.13.0-cu133-amzn2023",
+        "2.13.0",
+        "13.3",
+        "3.12",
+        "2027-07-20",
+        _DLC_DOCS.format("2.13") + f" and .github/config/image/pytorch/2.13-ec2-cuda.yml "
+        f"(cuda_version 13.3.0, python_version 3.12); read {READ}",
+    ),
 )
 
 
@@ -293,6 +388,18 @@ def parse_dlc_tag(tag: str) -> DlcTag | None:
         torch, cu, os_, sagemaker = m.groups()[:4]
         return DlcTag(torch, cuda_from_cu(cu), None, os_, "sagemaker" if sagemaker else "ec2")
     return None
+
+
+def dlc_python(torch: str, cuda: str) -> str | None:
+    """The Python of the DLC of this torch minor and CUDA (the AL2023 tags do not name it)."""
+    return next(
+        (
+            d.python
+            for d in DLC_IMAGES
+            if torch_minor(d.torch) == torch_minor(torch) and d.cuda == cuda
+        ),
+        None,
+    )
 
 
 def dlc_efa_image(torch: str | None) -> str | None:

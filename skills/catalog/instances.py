@@ -53,7 +53,11 @@ class InstanceSpec:
     # None: capacity blocks only
     usd_per_hour: float | None
     # EFA with RDMA read (GPUDirect RDMA): FI_EFA_USE_DEVICE_RDMA=1 is for these only;
-    # libfabric aborts when it is set on an EFA device without it (g5/g6/g6e, p3dn).
+    # libfabric aborts when it is set on an EFA device without it (g5, p3dn). g6/g6e have
+    # it: AWS's EFA guide (docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html, read
+    # 2026-12-06) says "RDMA read is supported on all instances with Nitro version 4 and
+    # later"; its per-type table (which issue 51's review read for g6/g6e) was not
+    # readable here.
     rdma: bool = False
 
 
@@ -92,15 +96,15 @@ INSTANCES: tuple[InstanceSpec, ...] = (
     _i("g6.xlarge", "L4", 1, 22, 0, "<=25 Gb", 0.805),
     _i("g6.2xlarge", "L4", 1, 22, 0, "<=25 Gb", 0.978),
     _i("g6.4xlarge", "L4", 1, 22, 0, "<=25 Gb", 1.323),
-    _i("g6.12xlarge", "L4", 4, 22, True, "40 Gb", 4.602),
-    _i("g6.24xlarge", "L4", 4, 22, True, "50 Gb", 6.675),
-    _i("g6.48xlarge", "L4", 8, 22, True, "100 Gb", 13.350),
+    _i("g6.12xlarge", "L4", 4, 22, True, "40 Gb", 4.602, rdma=True),
+    _i("g6.24xlarge", "L4", 4, 22, True, "50 Gb", 6.675, rdma=True),
+    _i("g6.48xlarge", "L4", 8, 22, True, "100 Gb", 13.350, rdma=True),
     _i("g6e.xlarge", "L40S", 1, 44, 0, "<=20 Gb", 1.861),
     _i("g6e.2xlarge", "L40S", 1, 44, 0, "<=20 Gb", 2.242),
     _i("g6e.4xlarge", "L40S", 1, 44, 0, "<=20 Gb", 3.004),
-    _i("g6e.12xlarge", "L40S", 4, 44, 1, "100 Gb", 10.493),
-    _i("g6e.24xlarge", "L40S", 4, 44, 2, "200 Gb", 15.066),
-    _i("g6e.48xlarge", "L40S", 8, 44, 4, "400 Gb", 30.131),
+    _i("g6e.12xlarge", "L40S", 4, 44, 1, "100 Gb", 10.493, rdma=True),
+    _i("g6e.24xlarge", "L40S", 4, 44, 2, "200 Gb", 15.066, rdma=True),
+    _i("g6e.48xlarge", "L40S", 8, 44, 4, "400 Gb", 30.131, rdma=True),
     # V100 (p3) is in the GPU table but not the instance table: counts and memory from the
     # EC2 instance page; no price recorded (None), so nothing is invented.
     _i("p3.2xlarge", "V100", 1, 16, 0, "<=10 Gb", None),
@@ -181,9 +185,9 @@ def host_resources(name: str) -> tuple[int, int]:
 # EFA installer in AWS's PyTorch DLCs ships) nothing is required; the rows keep:
 # - FI_PROVIDER=efa: required by aws-ofi-nccl<=1.5 on every EFA GPU instance and harmless
 #   after, so an image with an older plugin still uses EFA;
-# - FI_EFA_USE_DEVICE_RDMA=1 only where EFA has RDMA read (p4/p5/p6): required by
-#   aws-ofi-nccl 1.6.x there, "not harmful" after, and libfabric aborts with it on a device
-#   without RDMA read (g5/g6/g6e, p3dn);
+# - FI_EFA_USE_DEVICE_RDMA=1 only where EFA has RDMA read (p4/p5/p6, g6/g6e: InstanceSpec
+#   .rdma): required by aws-ofi-nccl 1.6.x there, "not harmful" after, and libfabric
+#   aborts with it on a device without RDMA read (g5, p3dn);
 # - FI_EFA_USE_HUGE_PAGE=0: the cheatsheet's fix for `os.fork()` failing with "Cannot
 #   allocate memory" under multi-process PyTorch data loaders (the trainer forks workers).
 # Left out on purpose: FI_EFA_FORK_SAFE ("not needed anymore": the plugin sets it),
@@ -199,8 +203,8 @@ EFA_ENV_BY_FAMILY: dict[str, dict[str, str]] = {
     "p5en": _EFA_RDMA,
     "p6-b200": _EFA_RDMA,
     "g5": _EFA_BASE,
-    "g6": _EFA_BASE,
-    "g6e": _EFA_BASE,
+    "g6": _EFA_RDMA,
+    "g6e": _EFA_RDMA,
     "p3dn": _EFA_BASE,
 }
 

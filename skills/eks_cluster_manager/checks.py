@@ -1,7 +1,13 @@
 """The cluster checklist. Reads are batched into one snapshot (one list per kind: nodes,
-pods, DaemonSets, Deployments; one get for the CRD, the PVC, the Services), then every
-check is a pure function of that snapshot: ok / warning / failed, with evidence and
-the fix (and the component auto_fix would apply)."""
+pods, DaemonSets, Deployments; one get for the CRD, the PVC, the Services; Trainer v2's
+discovery reads), then every check is a pure function of that snapshot: ok / warning /
+failed, with evidence and the fix (and the component auto_fix would apply).
+
+The training engine: the Training Operator v1 (PyTorchJob) is installed when its CRD or
+its Deployment is there; Kubeflow Trainer v2 (TrainJob) when its kind is served or its
+controller is there. Each installed engine's checks run (auto_fix repairs that one); on
+a cluster with neither, Trainer v2's checks fail with their components, so auto_fix
+installs Trainer v2 with JobSet and its runtimes: never a second engine beside one."""
 
 from __future__ import annotations
 
@@ -9,10 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skills.catalog.instances import InstanceSpec, instance_spec
+from skills.eks_cluster_manager import device_plugins
+from skills.eks_cluster_manager import engine_checks as trainer
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
+from skills.eks_cluster_manager.storage import csi_install_hint
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson, access_failure
+from skills.kube.engines import JOBSETS, TRAINJOBS, served_resources
 from skills.kube.gpu_nodes import (
     GPU_RESOURCE,
     NOT_ENDED_SELECTOR,
@@ -23,8 +33,6 @@ from skills.kube.gpu_nodes import (
 from skills.kube.objects import kind_path
 from skills.shared.errors import ToolFailure
 
-NVIDIA_PLUGIN_NAMES = ("nvidia-device-plugin",)
-EFA_PLUGIN_NAMES = ("efa-k8s-device-plugin", "aws-efa")
 FSX_NAMES = ("fsx-csi-node", "fsx-csi-controller")
 OPERATOR_NAME = "training-operator"
 
@@ -40,6 +48,11 @@ class Snapshot:
     pvc: dict[str, Any] | None = None
     services: list[dict[str, Any]] = field(default_factory=list)
     identity: str | None = None
+    # Trainer v2: "group/version" -> the resources served; EndpointSlices of its webhook
+    # Service; its torch-distributed ClusterTrainingRuntime (read where it is installed).
+    served: dict[str, frozenset[str]] = field(default_factory=dict)
+    endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
+    runtime: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,65 @@ def read_snapshot(kube: KubeJson, options: Options, identity: str | None = None)
         )
     if options.rdzv_backend == "etcd":
         snapshot.services = kube.items(kind_path("Service", options.namespace))
+    read_trainer(kube, snapshot)
     return snapshot
+
+
+def read_trainer(kube: KubeJson, snapshot: Snapshot) -> None:
+    """Trainer v2's reads: its group's discovery (one small read); where it is installed or
+    no engine is, JobSet's discovery, the webhook Service's EndpointSlices and the runtime."""
+    snapshot.served[trainer.TRAINER_GV] = served_resources(kube, TRAINJOBS.group, TRAINJOBS.version)
+    if not trainer_checked(snapshot):
+        return
+    snapshot.served[trainer.JOBSET_GV] = served_resources(kube, JOBSETS.group, JOBSETS.version)
+    if not trainer.trainjob_installed(snapshot):
+        return
+    selector = f"{trainer.SERVICE_NAME_LABEL}={trainer.TRAINER_CONTROLLER}"
+    snapshot.endpoint_slices = kube.items(kind_path("EndpointSlice"), [("labelSelector", selector)])
+    if "clustertrainingruntimes" in snapshot.served[trainer.TRAINER_GV]:
+        path = kind_path("ClusterTrainingRuntime", name=trainer.RUNTIME)
+        snapshot.runtime = kube.get_or_none(path)
+
+
+def pytorchjob_installed(s: Snapshot) -> bool:
+    """The Training Operator v1 is installed: its PyTorchJob CRD or its Deployment is there."""
+    return s.crd is not None or any(d["metadata"]["name"] == OPERATOR_NAME for d in s.deployments)
+
+
+def trainer_checked(s: Snapshot) -> bool:
+    """Trainer v2's checks run where it is installed, or where no engine is (then they say
+    what auto_fix installs)."""
+    return trainer.trainjob_installed(s) or not pytorchjob_installed(s)
+
+
+def check_engines(s: Snapshot, checks: list[Check]) -> Check:
+    """Which engines are installed, and whether their checks pass (the checks named)."""
+    status = {c.name: c.status for c in checks}
+    installed = {"pytorchjob": pytorchjob_installed(s), "trainjob": trainer.trainjob_installed(s)}
+    owned = {"pytorchjob": ("training_operator", "pytorchjob_crd"),
+             "trainjob": ("trainer_crds", "trainer_controller", "trainer_webhook", "jobset",
+                          "trainer_runtime")}  # fmt: skip
+    titles = {"pytorchjob": "PyTorchJob (Training Operator v1)",
+              "trainjob": "TrainJob (Kubeflow Trainer v2)"}  # fmt: skip
+    evidence = []
+    for engine, title in titles.items():
+        if not installed[engine]:
+            evidence.append(f"{title}: not installed")
+            continue
+        failed = [n for n in owned[engine] if status.get(n) == "failed"]
+        health = f"not healthy ({', '.join(failed)} failed)" if failed else "healthy"
+        evidence.append(f"{title}: installed, {health}")
+    if any(installed.values()):
+        return Check(name="training_engine", status="ok", evidence=evidence)
+    v2, jobset = BY_KEY["kubeflow_trainer"], BY_KEY["jobset"]
+    return Check(
+        name="training_engine",
+        status="failed",
+        evidence=evidence,
+        fix=f"Install {v2.title} {v2.version} with {jobset.title} {jobset.version} "
+        "and its runtimes (auto_fix), the engine upstream installs today; a cluster with "
+        "the Training Operator v1 keeps it.",
+    )
 
 
 def known_instance(name: str | None) -> InstanceSpec | None:
@@ -202,7 +273,7 @@ def check_nodes_ready(s: Snapshot) -> Check:
     )
 
 
-def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
+def check_gpu_allocatable(s: Snapshot, plugin_ok: bool, may_install: bool = True) -> Check:
     nodes = gpu_nodes(s)
     if not nodes:
         return Check(
@@ -229,7 +300,7 @@ def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
     bad = len(short)
     if not bad:
         return Check(name="gpu_allocatable", status="ok", evidence=evidence)
-    if not plugin_ok:
+    if not plugin_ok and may_install:
         fix = "Install the NVIDIA device plugin (auto_fix); it advertises the GPUs."
         return Check(
             name="gpu_allocatable",
@@ -245,44 +316,71 @@ def check_gpu_allocatable(s: Snapshot, plugin_ok: bool) -> Check:
     return Check(name="gpu_allocatable", status="failed", evidence=evidence, fix=fix)
 
 
-def _daemonset_check(
-    name: str, s: Snapshot, fragments: tuple[str, ...], component: str, node_count: int
-) -> Check:
-    sets = _named(s.daemonsets, fragments)
-    title = BY_KEY[component].title
-    if not sets:
-        return Check(
+def _daemonset_check(name: str, s: Snapshot, component: str, node_count: int) -> tuple[Check, bool]:
+    """The plugin's check, and whether auto_fix may apply ours (device_plugins.judge:
+    never over a newer one, never a second one beside another)."""
+    pinned = BY_KEY[component]
+    title = pinned.title
+    found = device_plugins.installed(component, s.daemonsets)
+    (ours,) = [o for o in pinned.manifests() if o["kind"] == "DaemonSet"]
+    verdict = device_plugins.judge(
+        component,
+        found,
+        pinned.version,
+        (ours["metadata"]["namespace"], ours["metadata"]["name"]),
+        title,
+    )
+    if not found:
+        check = Check(
             name=name,
             status="failed",
             evidence=[f"no {title} DaemonSet"],
-            fix=f"Install the {title} {BY_KEY[component].version} (auto_fix).",
+            fix=f"Install the {title} {pinned.version} (auto_fix).",
             component=component,
         )
+        return check, True
     evidence, status = [], "ok"
-    for ds in sets:
-        st = ds.get("status") or {}
+    by_where = {
+        f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}": d for d in s.daemonsets
+    }
+    for plugin in found:
+        st = by_where[plugin.where].get("status") or {}
         desired, ready = st.get("desiredNumberScheduled", 0), st.get("numberReady", 0)
-        evidence.append(f"{_where(ds)}: {ready}/{desired} ready")
+        evidence.append(f"{plugin.where}: {ready}/{desired} ready")
         if desired == 0 or ready < desired:
             status = "failed"
         elif desired < node_count and status == "ok":
             status = "warning"
             evidence.append(f"scheduled on {desired} of {node_count} nodes that need it")
+    evidence += verdict.notes
     fix = None
-    if status != "ok":
+    if verdict.problem:
+        status = "failed" if status == "failed" else "warning"
+        fix = verdict.problem
+    elif status != "ok":
         fix = (
-            f"`kubectl -n {sets[0]['metadata'].get('namespace')} describe ds "
-            f"{sets[0]['metadata']['name']}`: check its tolerations and node affinity match "
-            "the GPU nodes' taints and instance types, and its pods' logs."
+            f"`kubectl -n {found[0].namespace} describe ds {found[0].name}`: check its "
+            "tolerations and node affinity match the GPU nodes' taints and instance types, "
+            "and its pods' logs."
         )
-    return Check(name=name, status=status, evidence=evidence, fix=fix)
-
-
-def check_nvidia_plugin(s: Snapshot) -> Check:
-    count = len(gpu_nodes(s))
-    return _daemonset_check(
-        "nvidia_device_plugin", s, NVIDIA_PLUGIN_NAMES, "nvidia_device_plugin", count
+    # Re-applying the same version changes nothing: auto_fix acts only to upgrade.
+    may_fix = (
+        verdict.may_apply and status != "ok" and device_plugins.older(found[0], pinned.version)
     )
+    if may_fix:
+        fix = f"Upgrade it to {title} {pinned.version} in place (auto_fix). " + (fix or "")
+    return Check(
+        name=name,
+        status=status,
+        evidence=evidence,
+        fix=fix,
+        component=component if may_fix else None,
+    ), verdict.may_apply
+
+
+def check_nvidia_plugin(s: Snapshot) -> tuple[Check, bool]:
+    count = len(gpu_nodes(s))
+    return _daemonset_check("nvidia_device_plugin", s, "nvidia_device_plugin", count)
 
 
 def check_efa_plugin(s: Snapshot) -> Check:
@@ -291,9 +389,7 @@ def check_efa_plugin(s: Snapshot) -> Check:
         return Check(
             name="efa_device_plugin", status="ok", evidence=["no EFA-capable nodes: not needed"]
         )
-    check = _daemonset_check(
-        "efa_device_plugin", s, EFA_PLUGIN_NAMES, "efa_device_plugin", len(efa_nodes)
-    )
+    check, _ = _daemonset_check("efa_device_plugin", s, "efa_device_plugin", len(efa_nodes))
     no_efa = [f.name for f in efa_nodes if f.efa_allocatable == 0]
     if no_efa and check.status == "ok":
         check.status = "warning"
@@ -359,8 +455,8 @@ def check_fsx(s: Snapshot) -> Check:
             name="fsx_csi_driver",
             status="failed",
             evidence=["no fsx-csi-node DaemonSet or fsx-csi-controller Deployment"],
-            fix="Install the EKS add-on: `aws eks create-addon --cluster-name C "
-            "--addon-name aws-fsx-csi-driver` (and its IAM role).",
+            fix="Install the EKS add-on with its IAM role (create_config's eksctl config "
+            "does both): " + csi_install_hint("CLUSTER", "REGION", "ACCOUNT"),
         )
     return Check(name="fsx_csi_driver", status="ok", evidence=[_where(o) for o in found])
 
@@ -441,17 +537,19 @@ def check_etcd(s: Snapshot, options: Options) -> Check:
 
 
 def run_checks(s: Snapshot, options: Options) -> list[Check]:
-    plugin = check_nvidia_plugin(s)
+    plugin, may_install = check_nvidia_plugin(s)
     checks = [
         check_api(s),
         check_nodes_ready(s),
-        check_gpu_allocatable(s, plugin.status != "failed"),
+        check_gpu_allocatable(s, plugin.status != "failed", may_install),
         plugin,
         check_efa_plugin(s),
-        check_training_operator(s),
-        check_crd(s),
-        check_load_balancer_controller(s),
     ]
+    if pytorchjob_installed(s):
+        checks += [check_training_operator(s), check_crd(s)]
+    if trainer_checked(s):
+        checks += trainer.trainer_checks(s)
+    checks += [check_engines(s, checks), check_load_balancer_controller(s)]
     if options.checkpoint_pvc:
         checks += [check_fsx(s), check_pvc(s, options)]
     if options.rdzv_backend == "etcd":

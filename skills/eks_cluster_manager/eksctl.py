@@ -20,21 +20,29 @@ from skills.catalog.pricing import (
     estimate_instances,
     estimate_storage,
 )
+from skills.eks_cluster_manager.storage import CSI_POLICY
 from skills.shared.errors import ErrorCode, ToolFailure
 
 SYSTEM_INSTANCE = "m5.xlarge"
 # EKS standard support lasts 14 months from a version's EKS release, then extended
-# support (at a higher control-plane price) for 12 more. Sources: docs.aws.amazon.com/eks/
-# latest/userguide/kubernetes-versions.html (the 14 + 12 months) and endoflife.date/
-# amazon-eks (1.34: 6 Oct 2025 to 2 Dec 2026; 1.35: 28 Jan 2026 to 27 Mar 2027). In Nov
-# 2026, 1.35 is the newest version with those dates on record, in standard support.
-DEFAULT_KUBERNETES_VERSION = "1.35"
-STANDARD_SUPPORT_ENDS: dict[str, str] = {
-    "1.32": "2026-03-23",
-    "1.33": "2026-07-29",
-    "1.34": "2026-12-02",
-    "1.35": "2027-03-27",
+# support (at a higher control-plane price) for 12 more (docs.aws.amazon.com/eks/latest/
+# userguide/kubernetes-versions.html). version -> (end of standard support, source), each
+# read on 2026-12-06. No 1.37 row: no EKS release of 1.37 was on record that day.
+_EOL = "endoflife.date/amazon-eks"
+STANDARD_SUPPORT: dict[str, tuple[str, str]] = {
+    "1.32": ("2026-03-23", f"{_EOL} (released 2025-01-25), read 2026-12-06"),
+    "1.33": ("2026-07-29", f"{_EOL} (released 2025-05-28), read 2026-12-06"),
+    "1.34": ("2026-12-02", f"{_EOL} (released 2025-10-06), read 2026-12-06"),
+    "1.35": ("2027-03-27", f"{_EOL} (released 2026-01-28), read 2026-12-06"),
+    "1.36": (
+        "2027-08-02",
+        f"{_EOL} (released 2026-06-02; extended support to 2028-08-02) as three public "
+        "repositories transcribe it, read 2026-12-06",
+    ),
 }
+STANDARD_SUPPORT_ENDS: dict[str, str] = {v: end for v, (end, _src) in STANDARD_SUPPORT.items()}
+# The newest version in standard support on 2026-12-06.
+DEFAULT_KUBERNETES_VERSION = "1.36"
 ADDONS = (
     "vpc-cni",
     "coredns",
@@ -43,6 +51,9 @@ ADDONS = (
     "aws-ebs-csi-driver",
     "aws-fsx-csi-driver",
 )
+# The FSx CSI add-on with its controller's IAM role (IRSA: the config has withOIDC), as
+# storage.csi_install_hint installs it on a cluster made without it.
+ADDON_POLICIES: dict[str, list[str]] = {"aws-fsx-csi-driver": [CSI_POLICY]}
 
 
 @dataclass(frozen=True)
@@ -65,9 +76,12 @@ def support_note(version: str, today: str) -> str | None:
     when this table has no date for it."""
     ends = STANDARD_SUPPORT_ENDS.get(version)
     if ends is None:
+        # eksctl checks a version against EKS's own DescribeClusterVersions at create time
+        # (eksctl v0.230.0 pkg/eks/versions_manager.go), not a list built into it.
         return (
             f"Kubernetes {version}: no EKS support dates on record here (known: "
-            f"{', '.join(STANDARD_SUPPORT_ENDS)}); eksctl refuses one EKS does not offer"
+            f"{', '.join(STANDARD_SUPPORT_ENDS)}); eksctl accepts it only if EKS offers it "
+            "in the region (`aws eks describe-cluster-versions`)"
         )
     if today > ends:
         return (
@@ -113,7 +127,10 @@ def cluster_config(spec: ConfigSpec) -> dict[str, Any]:
         },
         **({"availabilityZones": list(spec.cluster_zones)} if spec.cluster_zones else {}),
         "iam": {"withOIDC": True},
-        "addons": [{"name": a} for a in ADDONS],
+        "addons": [
+            {"name": a, **({"attachPolicyARNs": ADDON_POLICIES[a]} if a in ADDON_POLICIES else {})}
+            for a in ADDONS
+        ],
         "managedNodeGroups": [
             {
                 "name": "system",

@@ -46,8 +46,8 @@ def manifests(
 ) -> list[dict[str, Any]]:
     spec = instance_spec(instance_type)
     # The same EFA environment and resources as the training job (skills.kube.efa).
-    limits = {"nvidia.com/gpu": str(spec.gpus), **efa_limits(instance_type)}
     env_vars = {"NCCL_DEBUG": "INFO", **efa_env_for(instance_type)}
+    limits = {"nvidia.com/gpu": str(spec.gpus), **efa_limits(instance_type, env_vars)}
     env = [{"name": name, "value": value} for name, value in env_vars.items()]
     # The suite's label too, so action=cleanup finds what a worker killed mid-run left.
     labels = managed_labels(**{LABEL: job_name})
@@ -56,7 +56,10 @@ def manifests(
         "image": image,
         "command": ["torchrun", "/bench/allreduce_bench.py"],
         "env": env,
-        "resources": {"limits": limits, "requests": {**limits, **efa_requests(instance_type)}},
+        "resources": {
+            "limits": limits,
+            "requests": {**limits, **efa_requests(instance_type, env_vars)},
+        },
         "volumeMounts": [
             {"name": "bench", "mountPath": "/bench"},
             {"name": "shm", "mountPath": "/dev/shm"},

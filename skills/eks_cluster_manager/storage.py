@@ -609,11 +609,13 @@ def csi_driver(kube: KubeJson) -> str | None:
     return None
 
 
-# The EKS add-on with its IAM role (action=create_config's eksctl config lists it already).
+# The EKS add-on with its IAM role for the controller's service account: the same policy
+# action=create_config's eksctl config attaches through its add-on entry (eksctl.ADDONS).
+CSI_POLICY = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
 CSI_INSTALL = (
     "`eksctl create iamserviceaccount --cluster {cluster} --region {region} --namespace "
     "kube-system --name fsx-csi-controller-sa --attach-policy-arn "
-    "arn:aws:iam::aws:policy/AmazonFSxFullAccess --role-name {role} --role-only --approve`, "
+    "{policy} --role-name {role} --role-only --approve`, "
     "then `aws eks create-addon --cluster-name {cluster} --region {region} --addon-name "
     "aws-fsx-csi-driver --service-account-role-arn arn:aws:iam::{account}:role/{role}`"
 )
@@ -621,7 +623,9 @@ CSI_INSTALL = (
 
 def csi_install_hint(cluster: str, region: str, account: str) -> str:
     role = f"fsdp-eks-fsx-csi-{cluster}"[:64]
-    return CSI_INSTALL.format(cluster=cluster, region=region, account=account, role=role)
+    return CSI_INSTALL.format(
+        cluster=cluster, region=region, account=account, role=role, policy=CSI_POLICY
+    )
 
 
 def storage_cost(spec: StorageSpec, region: str) -> dict[str, Any] | None:

@@ -7,14 +7,18 @@ rows of CHANGES for that component, nothing else: tests/unit/test_eks_upstream.p
 on any difference between what auto_fix applies and the vendored file that no row lists.
 
 Deliberate choices that are NOT changes (kept as upstream ships them):
-- NVIDIA plugin: no node affinity. Upstream's static manifest runs on every node with
-  FAIL_ON_INIT_ERROR=false, so it idles on a node without a GPU instead of failing; an
-  affinity on the catalogue's instance types would leave a GPU type the catalogue lacks
-  without a plugin.
+- NVIDIA plugin: no node affinity (it runs on every node, as upstream's static manifest
+  does); an affinity on the catalogue's instance types would leave a GPU type the
+  catalogue lacks without a plugin. FAIL_ON_INIT_ERROR=false (a listed change) makes it
+  idle on a node without a GPU.
 - Training Operator: the whole standalone overlay (six CRDs, every job kind's webhook),
   so the webhook configuration and the operator's schemes agree as upstream tests them.
 - etcd: upstream's bare Pod (not a Deployment). Rendezvous state is per job and lost on
   any restart either way; auto_fix recreates a lost Pod.
+- Kubeflow Trainer v2: the manager overlay whole (its namespace kubeflow-system, the
+  three CRDs, RBAC, webhooks) and all eight built-in runtimes of the runtimes overlay, as
+  upstream's install documents; JobSet as that overlay ships it (in kubeflow-system, image
+  from registry.k8s.io), a component of its own so an existing JobSet is not doubled.
 """
 
 from __future__ import annotations
@@ -32,18 +36,39 @@ from skills.kube.efa import GPU_TOLERATIONS
 
 UPSTREAM_DIR = Path(__file__).with_name("manifests") / "upstream"
 FILES = {
-    "nvidia_device_plugin": "nvidia-device-plugin.v0.17.1.yml",
-    "efa_device_plugin": "aws-efa-k8s-device-plugin.chart-v0.5.10.yaml",
-    "training_operator": "training-operator.v1.9.2.standalone.yaml.gz",
+    "nvidia_device_plugin": "nvidia-device-plugin.v0.20.0.yml",
+    "efa_device_plugin": "aws-efa-k8s-device-plugin.chart-v0.5.30.yaml",
+    "training_operator": "training-operator.v1.9.4.standalone.yaml.gz",
     "etcd": "etcd.pytorch-elastic.yaml",
+    "kubeflow_trainer": "kubeflow-trainer.v2.3.0.manager.yaml.gz",
+    "kubeflow_trainer_runtimes": "kubeflow-trainer.v2.3.0.runtimes.yaml",
 }
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+
+_NAME_LABEL = "app.kubernetes.io/name"
+
+
+def _from_jobset(obj: dict[str, Any]) -> bool:
+    """Whether an object of Trainer's manager overlay came from JobSet's release manifests
+    (every one of those carries JobSet's name label; none of Trainer's own does)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(_NAME_LABEL) == "jobset"
+
+
+# Components that are a part of one vendored file: key -> (file key, whether an object is
+# theirs). Trainer's install carries JobSet; where a JobSet controller runs already (as
+# the overlay's comment says), auto_fix applies Trainer's part alone.
+PARTS: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
+    "kubeflow_trainer": ("kubeflow_trainer", lambda o: not _from_jobset(o)),
+    "jobset": ("kubeflow_trainer", _from_jobset),
+}
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.33"  # newest 3.5 tag (etcd-io/etcd, 2026-07-23)
 _AFFINITY_VALUES = (
     "spec", "template", "spec", "affinity", "nodeAffinity",
     "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0,
     "matchExpressions", 0, "values",
 )  # fmt: skip
 _TOLERATIONS = ("spec", "template", "spec", "tolerations")
+_ENV = ("spec", "template", "spec", "containers", 0, "env")
+_IDLE_WITHOUT_GPU = [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}]
 # upstream value at the path, the namespace -> the value auto_fix applies
 Edit = Callable[[Any, str], Any]
 
@@ -82,6 +107,11 @@ CHANGES: tuple[Change, ...] = (
     Change(_NVIDIA, "DaemonSet", _NVIDIA_DS, _TOLERATIONS, _plus(_EFA_TAINT),
            "EFA node groups carry the aws.amazon.com/efa taint; upstream tolerates only "
            "nvidia.com/gpu, so p4d/p5 nodes of an EFA node group would get no GPU plugin."),
+    Change(_NVIDIA, "DaemonSet", _NVIDIA_DS, _ENV, _plus(_IDLE_WITHOUT_GPU),
+           "Upstream dropped FAIL_ON_INIT_ERROR=false from its static manifest in v0.18.0 "
+           "(b3d005434); the default (true) crash-loops the pod on every CPU node, which "
+           "the DaemonSet check reads as not ready. A GPU node whose NVML fails is still "
+           "caught: gpu_allocatable sees it advertise fewer GPUs."),
     Change(_EFA, "DaemonSet", _EFA_DS, ("metadata", "namespace"), lambda _o, _n: "kube-system",
            "`helm install -n kube-system` sets it; `helm template` leaves it out."),
     Change(_EFA, "DaemonSet", _EFA_DS, _TOLERATIONS, _plus(list(GPU_TOLERATIONS)),
@@ -116,9 +146,16 @@ def _load(key: str) -> tuple[dict[str, Any], ...]:
     return tuple(d for d in yaml.load_all(text, Loader=loader) if d)  # noqa: S506
 
 
+def file_objects(file_key: str) -> list[dict[str, Any]]:
+    """A vendored file's objects, unchanged and whole (a fresh copy)."""
+    return copy.deepcopy(list(_load(file_key)))
+
+
 def upstream_objects(key: str) -> list[dict[str, Any]]:
     """The component's vendored upstream objects, unchanged (a fresh copy)."""
-    return copy.deepcopy(list(_load(key)))
+    file_key, theirs = PARTS.get(key, (key, None))
+    objects = _load(file_key)
+    return copy.deepcopy([o for o in objects if theirs is None or theirs(o)])
 
 
 def render(key: str, namespace: str) -> list[dict[str, Any]]:

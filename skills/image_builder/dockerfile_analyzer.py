@@ -111,6 +111,7 @@ def parse_base(image: str) -> BaseImage:
         base = known(2, "official")
         if m := _OFFICIAL_TAG.match(tag):
             base.torch, base.cuda, base.cudnn = m[1], m[2], int(m[3])
+            base.python = cuda_tables.official_python(m[1], m[2])
             base.flavor = "devel" if m[4] == "devel" else "runtime"  # the tag's (runtime|devel)
             return base
     elif parts[-2:] == ["nvidia", "cuda"]:
@@ -126,7 +127,8 @@ def parse_base(image: str) -> BaseImage:
         if dlc := cuda_tables.parse_dlc_tag(tag):
             base = known(1, "dlc")
             # DLC training images carry the full CUDA toolkit (nvcc): devel-like.
-            base.torch, base.cuda, base.python = dlc.torch, dlc.cuda, dlc.python
+            base.torch, base.cuda = dlc.torch, dlc.cuda
+            base.python = dlc.python or cuda_tables.dlc_python(dlc.torch, dlc.cuda)
             base.flavor = "devel"
             base.cudnn = None
             return base
@@ -484,9 +486,7 @@ def torch_cuda(stage: Stage, base: BaseImage, context_dir: Path | None) -> str |
     return base.cuda
 
 
-def image_labels(
-    resolved: Resolved, cuda: str | None, efa: bool | None = None
-) -> dict[str, str]:
+def image_labels(resolved: Resolved, cuda: str | None, efa: bool | None = None) -> dict[str, str]:
     """The labels build_image sets: only what the analysis knows (no label, not a guess)."""
     known = {
         cuda_tables.TORCH_LABEL: resolved.torch,
@@ -691,9 +691,18 @@ def _fix_text(stage: Stage, base: BaseImage, ctx: Context, context_dir: Path | N
     image = render_base(base, target, flavor)
     wheel = f"torch=={target.torch}+{cuda_tables.cu_tag(target.cuda)}"
     index = f"{cuda_tables.PYTORCH_WHEEL_INDEX}/{cuda_tables.cu_tag(target.cuda)}"
+    # Never a wheel download.pytorch.org does not publish (a DLC's CUDA 13.3 has none).
+    has_wheel = cuda_tables.wheel_exists(target.torch, target.cuda)
     if image and image != base.image:
         return f"use base image {image}" + (
-            f" and install {wheel} from {index}" if _pins_torch(stage, context_dir) else ""
+            f" and install {wheel} from {index}"
+            if has_wheel and _pins_torch(stage, context_dir)
+            else ""
+        )
+    if not has_wheel:
+        floor = cuda_tables.driver_floor(target.cuda)
+        return f"keep {base.image}: no {wheel} wheel exists" + (
+            f"; a node driver >= {floor} gives CUDA {target.cuda} every feature" if floor else ""
         )
     return f"install {wheel} from --index-url {index}"
 

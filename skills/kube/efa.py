@@ -8,6 +8,8 @@ per instance family (catalog/instances.py EFA_ENV_BY_FAMILY, with its sources)."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from skills.catalog.instances import InstanceSpec, efa_env_generic, efa_env_of, instance_spec
 from skills.kube.gpu_nodes import EFA_RESOURCE
 from skills.shared.errors import ToolFailure
@@ -55,18 +57,35 @@ def efa_devices(instance_type: str | None) -> int:
     return 0 if spec is None else spec.efa_devices or 1
 
 
-def efa_limits(instance_type: str | None) -> dict[str, str]:
-    """Limits (= requests) an EFA pod adds: the devices and the huge pages; empty
-    without EFA."""
+# libfabric's boolean spellings (fi_param_get_bool); anything else leaves the default.
+_OFF = frozenset({"0", "false", "no", "off"})
+
+
+def uses_huge_pages(env: Mapping[str, str]) -> bool:
+    """Whether libfabric's EFA provider takes its buffers from huge pages with this
+    environment: FI_EFA_USE_HUGE_PAGE off (0/false/no/off) says no; unset (libfabric's
+    default: use them) or on says yes. The one place the pod's hugepages request and its
+    variables are decided together (the PyTorchJob, the TrainJob runtime, the NCCL test)."""
+    return env.get("FI_EFA_USE_HUGE_PAGE", "1").strip().lower() not in _OFF
+
+
+def efa_limits(instance_type: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Limits (= requests) an EFA pod adds: the devices, and the huge pages when the
+    environment the pod gets (`env`, the job's own variables included) lets libfabric use
+    them; empty without EFA."""
     devices = efa_devices(instance_type)
     if not devices:
         return {}
-    return {EFA_RESOURCE: str(devices), HUGEPAGES_RESOURCE: HUGEPAGES}
+    pages = {HUGEPAGES_RESOURCE: HUGEPAGES} if uses_huge_pages(env) else {}
+    return {EFA_RESOURCE: str(devices), **pages}
 
 
-def efa_requests(instance_type: str | None) -> dict[str, str]:
-    """Requests only (no limit) an EFA pod adds next to efa_limits: memory."""
-    return {"memory": MEMORY_REQUEST} if efa_devices(instance_type) else {}
+def efa_requests(instance_type: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Requests only (no limit) an EFA pod adds next to efa_limits: the memory request
+    the API wants beside hugepages; empty when it asks for none."""
+    return (
+        {"memory": MEMORY_REQUEST} if HUGEPAGES_RESOURCE in efa_limits(instance_type, env) else {}
+    )
 
 
 # GPU node groups carry nvidia.com/gpu, EFA node groups also aws.amazon.com/efa (EKS's

@@ -28,6 +28,14 @@ KINDS: dict[str, tuple[str, str, bool]] = {
         False,
     ),
     "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs", True),
+    # Kubeflow Trainer v2 (v2.3.0) and the JobSet its TrainJobs run as (v0.12.0).
+    "TrainJob": ("/apis/trainer.kubeflow.org/v1alpha1", "trainjobs", True),
+    "ClusterTrainingRuntime": (
+        "/apis/trainer.kubeflow.org/v1alpha1",
+        "clustertrainingruntimes",
+        False,
+    ),
+    "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", True),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "PersistentVolume": ("/api/v1", "persistentvolumes", False),
     "StorageClass": ("/apis/storage.k8s.io/v1", "storageclasses", False),
@@ -36,6 +44,15 @@ KINDS: dict[str, tuple[str, str, bool]] = {
         "validatingwebhookconfigurations",
         False,
     ),
+    # Kubeflow Trainer v2's install (with JobSet's) and the checks of it.
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "MutatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "mutatingwebhookconfigurations",
+        False,
+    ),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
 }
 
 

@@ -1,7 +1,9 @@
-"""The one reader of a PyTorchJob's JSON (job, pods, events) as the Kubernetes API
-returns it (camelCase dicts, never the client's models): the monitor and the job
-doctor both read through here. Every reader is defensive: a field that is missing or
-of the wrong type reads as None/""/[] (a saved snapshot may come from anywhere)."""
+"""The one reader of a training job's JSON (job, pods, events) as the Kubernetes API
+returns it (camelCase dicts, never the client's models), a PyTorchJob's (Training
+Operator v1) or a TrainJob's (Kubeflow Trainer v2: its pods are a JobSet's): the
+monitor and the job doctor both read through here. Every reader is defensive: a field
+that is missing or of the wrong type reads as None/""/[] (a saved snapshot may come from
+anywhere)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,14 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 CONTAINER = "pytorch"
+# A TrainJob's pods are its JobSet's (jobset v0.12.0 api/jobset/v1alpha2/jobset_types.go):
+# the JobSet is named as the TrainJob; each node is one pod of the Indexed Job of the
+# replicated job "node", and its node rank is the pod's completion index (Trainer v2.3.0
+# plugins/torch/torch.go sets PET_NODE_RANK from that annotation).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # a label and an annotation
+TRAINER_CONTAINER = "node"  # Trainer v2's trainer container (constants.Node)
 # A snapshot's log key for a pod's restarted (previous) container: "<pod>/previous".
 PREVIOUS = "/previous"
 
@@ -120,11 +130,25 @@ def why_pod_waits(pod: Any) -> str | None:
     return None
 
 
+def completion_index(pod: Any) -> int | None:
+    """A JobSet pod's completion index (its node rank), from the annotation the Job
+    controller always sets (the label only on Kubernetes 1.28+); None for other pods."""
+    if not text(get(pod, "metadata", "labels", JOBSET_NAME_LABEL)):
+        return None
+    for where in ("annotations", "labels"):
+        index = as_int(get(pod, "metadata", where, COMPLETION_INDEX))
+        if index is not None:
+            return index
+    return None
+
+
 def pod_order(pod: Any) -> tuple[int, int, str]:
-    """Master first, then by replica index."""
+    """Master first, then by replica index (a JobSet pod's: its completion index)."""
     labels = get(pod, "metadata", "labels")
     kind = 0 if text(get(labels, REPLICA_TYPE_LABEL)).lower() == "master" else 1
     index = as_int(get(labels, REPLICA_INDEX_LABEL))
+    if index is None:
+        index = completion_index(pod)
     return kind, 0 if index is None else index, pod_name(pod)
 
 
@@ -138,9 +162,9 @@ def restarts(pods: Iterable[Any]) -> int:
 
 
 def exit_code(pod: Any) -> int | None:
-    """The pytorch container's exit code once it terminated (None while it runs)."""
+    """The trainer container's exit code once it terminated (None while it runs)."""
     for status in items(get(pod, "status", "containerStatuses")):
-        if get(status, "name") != CONTAINER:
+        if get(status, "name") not in (CONTAINER, TRAINER_CONTAINER):
             continue
         terminated = get(status, "state", "terminated") or get(status, "lastState", "terminated")
         code = as_int(get(terminated, "exitCode"))
@@ -179,9 +203,16 @@ def _env_rank(pod: Any) -> int | None:
 
 def pod_info(pod: Any, master: bool) -> PodInfo:
     """Name, node rank and replica of a pod: from the operator's labels (Master-0 is node
-    rank 0, Worker-i is i+1 beside a Master, else i), else its env, else its name."""
+    rank 0, Worker-i is i+1 beside a Master, else i), else its env, else its name. A
+    JobSet pod's rank is its completion index, its replica "<replicated job>-<rank>"
+    ("node-1"): its name is generated, never read for a rank."""
     name = pod_name(pod)
     labels = get(pod, "metadata", "labels")
+    node = get(pod, "spec", "nodeName")
+    index = completion_index(pod)
+    if index is not None:
+        replica = f"{text(get(labels, REPLICATED_JOB_LABEL)) or TRAINER_CONTAINER}-{index}"
+        return PodInfo(name, index, replica, node if isinstance(node, str) else None)
     kind = text(get(labels, REPLICA_TYPE_LABEL)).lower()
     index = as_int(get(labels, REPLICA_INDEX_LABEL))
     if not kind or index is None:
@@ -196,7 +227,6 @@ def pod_info(pod: Any, master: bool) -> PodInfo:
     if rank is None:
         rank = _env_rank(pod)
     replica = f"{kind}-{index}" if kind and index is not None else None
-    node = get(pod, "spec", "nodeName")
     return PodInfo(name, rank, replica, node if isinstance(node, str) else None)
 
 
@@ -214,28 +244,40 @@ def true_conditions(job: Any) -> list[Any]:
     return [c for c in items(get(job, "status", "conditions")) if get(c, "status") == "True"]
 
 
+# A job's conditions that end it: a PyTorchJob's Succeeded/Failed, a TrainJob's
+# Complete/Failed (Trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go).
+SUCCEEDED = ("Succeeded", "Complete")
+
+
 def current_condition(job: Any) -> Condition | None:
     """The newest true condition of a PyTorchJob (Created, Running, Restarting,
-    Succeeded, Failed, Suspended); a terminal one wins."""
+    Succeeded, Failed, Suspended) or a TrainJob (Created, Suspended, Complete,
+    Failed); a terminal one wins."""
     conditions = true_conditions(job)
     if not conditions:
         return None
     last = conditions[-1]
-    for terminal in ("Failed", "Succeeded"):
+    for terminal in ("Failed", *SUCCEEDED):
         for c in conditions:
             if get(c, "type") == terminal:
                 last = c
     return Condition(str(get(last, "type")), get(last, "reason"), get(last, "message"))
 
 
+def suspended(job: Any) -> bool:
+    """Whether the job is asked to stop: a PyTorchJob's spec.runPolicy.suspend, a
+    TrainJob's spec.suspend."""
+    return bool(get(job, "spec", "runPolicy", "suspend") or get(job, "spec", "suspend") is True)
+
+
 def job_status(job: Any) -> str:
     """The job's status as the local target names them."""
     condition = current_condition(job)
     kind = condition.type if condition else None
-    if kind == "Succeeded":
+    if kind in SUCCEEDED:
         return "succeeded"
     if kind == "Failed":
         return "failed"
-    if get(job, "spec", "runPolicy", "suspend") or kind == "Suspended":
+    if suspended(job) or kind == "Suspended":
         return "cancelled"
     return "running"

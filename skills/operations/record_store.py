@@ -38,10 +38,18 @@ class RecordCorrupt(Exception):
 
 
 class RecordFile(Generic[M]):
-    def __init__(self, path: Path, model: type[M], lock_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        model: type[M],
+        lock_timeout_s: float = 30.0,
+        on_write: Callable[[M], None] | None = None,
+    ) -> None:
         self.path = path
         self.model = model
         self.lock_timeout_s = lock_timeout_s
+        # Told each record written, the lock still held (an index of records notes it).
+        self.on_write = on_write
         self._lock = FileLock(str(path.with_suffix(".lock")), timeout=lock_timeout_s)
 
     @contextmanager
@@ -104,6 +112,8 @@ class RecordFile(Generic[M]):
             if exc.errno != errno.ENOSPC or self.path.is_symlink() or not self.path.is_file():
                 raise
             self._overwrite_in_place(text)
+        if self.on_write is not None:
+            self.on_write(record)
 
     def _overwrite_in_place(self, text: str) -> None:
         data = text.encode()

@@ -37,6 +37,9 @@ class ErrorCode(str, Enum):
     NOT_ENOUGH_GPUS = ("not_enough_gpus", EXIT_BAD_INPUT)
     # The plan's per-GPU memory estimate exceeds the instance's GPU (dry run included).
     GPU_MEMORY_EXCEEDED = ("gpu_memory_exceeded", EXIT_BAD_INPUT)
+    # A node's memory cannot hold what the plan puts in it (an async save's staged copy,
+    # offloaded states).
+    HOST_MEMORY_EXCEEDED = ("host_memory_exceeded", EXIT_BAD_INPUT)
     NOT_FOUND = ("not_found", EXIT_BAD_INPUT)
     AWS_PROFILE_NOT_FOUND = ("aws_profile_not_found", EXIT_BAD_INPUT)
     KUBECONFIG_INVALID = ("kubeconfig_invalid", EXIT_BAD_INPUT)

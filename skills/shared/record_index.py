@@ -146,17 +146,23 @@ class RecordIndex:
         conn: sqlite3.Connection,
         records: Mapping[str, str | Path],
         describe: Callable[[str], Row],
+        missing_is_gone: bool = False,
     ) -> int:
         """The index brought to `records` (name -> record file): a stat each, a read
-        (`describe`) of those changed since their row, rows of the gone removed.
+        (`describe`) of those changed since their row, rows of the gone removed (with
+        `missing_is_gone`, a name whose record file is missing too: it is no record).
         Returns how many were read."""
         known = dict(conn.execute("SELECT name, fp FROM records"))
         changed = []
+        present = set()
         for name, path in records.items():
             fp = fingerprint(path)  # before the read: a write after it shows next time
+            if fp is None and missing_is_gone:
+                continue
+            present.add(name)
             if known.get(name) != fp or fp is None:
                 changed.append((name, fp, describe(name)))
-        gone = [(name,) for name in known.keys() - records.keys()]
+        gone = [(name,) for name in known.keys() - present]
         if changed:
             self._upsert(conn, changed)
         if gone:

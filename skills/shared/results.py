@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from skills.shared.errors import ToolFailure
 from skills.shared.next_step import NextStep
@@ -17,6 +17,15 @@ def without_unset(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 class ToolResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    # A picture beside the result (a PNG's file name and bytes; never in the data): MCP
+    # sends it as image content, the CLI writes the file and prints its path.
+    _image: tuple[str, bytes] | None = PrivateAttr(default=None)
+
+    def attach_image(self, name: str, png: bytes) -> None:
+        self._image = (name, png)
+
+    def image(self) -> tuple[str, bytes] | None:
+        return self._image
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.secrets import is_secret_name
+from skills.training_job_deployer.tracking_env import ENDPOINTS
 
 # Variables the launcher itself sets for each rank: refused rather than silently overridden.
 LAUNCHER_ENV = frozenset({
@@ -105,6 +106,11 @@ def env_problem(name: str, value: str, own_fields: Iterable[str]) -> str | None:
         return (
             f"{name} names a secret: export it where the job runs (HF_TOKEN goes through "
             "a Kubernetes Secret)"
+        )
+    if name in ENDPOINTS:
+        return (
+            f"{name} is an endpoint: set it in the environment the tools run in (a job "
+            "inherits it; the Kubernetes target copies it), never through env"
         )
     if name in LAUNCHER_ENV or name.startswith(LAUNCHER_ENV_PREFIXES):
         return f"{name} is set by the launcher for each rank"

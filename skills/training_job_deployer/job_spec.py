@@ -356,7 +356,7 @@ class JobSpec(BaseModel):
     async_save: Annotated[
         bool | None,
         Field(
-            description="Write checkpoints in the background (default off).",
+            description="Write checkpoints in the background (default: on GPUs, if it fits).",
         ),
         TrainerFlag(),
     ] = None

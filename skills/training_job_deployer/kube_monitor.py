@@ -1,4 +1,5 @@
-"""Reads of a PyTorchJob and what belongs to it, as the Kubernetes API returns them
+"""Reads of a training job (a PyTorchJob or a TrainJob: the reader's JobKind) and what
+belongs to it, as the Kubernetes API returns them
 (camelCase JSON dicts, never the client's models): one GET for the job, one LIST per
 kind (pods) filtered to the job, whatever its pod count, events filtered to the job's
 objects by the API server (fieldSelector), and one log read for rank 0. The monitor,
@@ -14,15 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from skills.kube.client import LIST_CHUNK, KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
-from skills.kube.objects import KINDS, kind_path
+from skills.kube.objects import kind_path, object_path
 from skills.kube.pods import (
     CONTAINER,
     JOB_NAME_LABEL,
     PREVIOUS,
+    TRAINER_CONTAINER,
     older_than,
     pod_name,
     pod_order,
@@ -36,10 +39,10 @@ from skills.shared.ownership import (
 )
 from skills.shared.secrets import redact
 
-# Whole PyTorchJobs a LIST request asks for at most: a list that must read each job's
+# Whole jobs a LIST request asks for at most: a list that must read each job's
 # status (a status filter) holds this many at a time.
 JOB_CHUNK = 100
-# The label the suite puts on a PyTorchJob (manifest.labels): its name, so a page's
+# The label the suite puts on a job (PyTorchJob or TrainJob): its name, so a page's
 # jobs are one LIST by it.
 LABEL_JOB = "fsdp-eks/job"
 # Names one labelSelector lists at most (`in (...)`: the request line stays a few KB).
@@ -60,6 +63,22 @@ NODE_EVENTS_NAMESPACE = "default"
 EVENT_LISTS = 32
 
 
+@dataclass(frozen=True)
+class JobKind:
+    """What the reads of a job need to know of its kind: its kind (skills.kube.objects
+    KINDS), the label its controller puts on the job's pods (the job's name), and the
+    trainer container of those pods."""
+
+    kind: str
+    pod_label: str
+    container: str
+
+
+PYTORCHJOB = JobKind("PyTorchJob", JOB_NAME_LABEL, CONTAINER)
+# The log of a pod's trainer container, whichever kind of job it belongs to.
+TRAINER = ""
+
+
 SECRET_HINT = (
     "Secret {namespace}/{name} holds someone else's value: deploy in another namespace, "
     "or have its owner remove it (kubectl -n {namespace} delete secret {name})."
@@ -68,54 +87,46 @@ SECRET_HINT = (
 
 class KubeReader(KubeJson):
     """The API reads and writes of the Kubernetes target in one namespace (raw JSON:
-    skills.kube.client). `calls` counts requests."""
+    skills.kube.client), of jobs of one kind (`kind`, which the target may set once it
+    knows it). `calls` counts requests."""
 
-    def __init__(self, api_client: Any, namespace: str) -> None:
+    def __init__(self, api_client: Any, namespace: str, kind: JobKind = PYTORCHJOB) -> None:
         super().__init__(api_client)
         self.namespace = namespace
+        self.kind = kind
 
-    def _jobs_path(self, name: str = "") -> str:
-        return kind_path("PyTorchJob", self.namespace, name or None)
+    def _jobs_path(self, name: str = "", kind: JobKind | None = None) -> str:
+        return kind_path((kind or self.kind).kind, self.namespace, name or None)
 
     # discovery and jobs -------------------------------------------------------
-
-    def require_crd(self) -> None:
-        """The cluster serves kubeflow.org/v1 pytorchjobs (the Training Operator's CRD)."""
-        group_version, plural, _ = KINDS["PyTorchJob"]
-        found = self.json("GET", group_version, missing_ok=(404,)) or {}
-        if not any(r.get("name") == plural for r in found.get("resources") or []):
-            raise ToolFailure(
-                ErrorCode.TRAINING_OPERATOR_MISSING,
-                "The cluster has no PyTorchJob resource (kubeflow.org/v1): the Kubeflow "
-                "Training Operator is not installed.",
-                "Install it (manage_eks_cluster, or kubectl apply -k "
-                '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone'
-                '?ref=v1.9.0"), then deploy again.',
-            )
 
     def job(self, name: str) -> dict[str, Any] | None:
         return self.json("GET", self._jobs_path(name), missing_ok=(404,))
 
-    def suite_jobs(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
+    def suite_jobs(
+        self, *, metadata_only: bool = False, kind: JobKind | None = None
+    ) -> Iterator[dict[str, Any]]:
         """The suite's PyTorchJobs in the namespace, one chunk of a LIST at a time: the
         API server selects them by the suite's label (other users' jobs are not sent).
         Whole jobs come JOB_CHUNK a request (a parsed job is ~25 KB); `metadata_only`,
         LIST_CHUNK of their metadata alone."""
         chunks = self.chunks(
-            self._jobs_path(), {"labelSelector": MANAGED_SELECTOR},
+            self._jobs_path(kind=kind), {"labelSelector": MANAGED_SELECTOR},
             size=LIST_CHUNK if metadata_only else JOB_CHUNK, metadata_only=metadata_only,
         )  # fmt: skip
         for chunk in chunks:
             yield from (job for job in chunk if labelled_ours(job))
             del chunk  # the next chunk is read without this one held
 
-    def suite_jobs_named(self, names: list[str]) -> dict[str, dict[str, Any]]:
+    def suite_jobs_named(
+        self, names: list[str], kind: JobKind | None = None
+    ) -> dict[str, dict[str, Any]]:
         """These of the suite's jobs, by name: one LIST whose labelSelector names them."""
         found = [
             job
             for selector in named(LABEL_JOB, names)
             for job in self.items(
-                self._jobs_path(), {"labelSelector": f"{MANAGED_SELECTOR},{selector}"}
+                self._jobs_path(kind=kind), {"labelSelector": f"{MANAGED_SELECTOR},{selector}"}
             )
         ]
         wanted = set(names)
@@ -124,6 +135,24 @@ class KubeReader(KubeJson):
             for job in found
             if labelled_ours(job) and (name := (job.get("metadata") or {}).get("name")) in wanted
         }
+
+    def ensure_owned(self, obj: dict[str, Any]) -> str:
+        """Create the suite's object (a TrainJob's ClusterTrainingRuntime), or update it
+        when it is the suite's and its spec or labels differ: 'created', 'updated' or
+        'unchanged' (nothing written: a resubmission is idempotent). One of that name
+        that is not the suite's is refused as not_ours, untouched."""
+        current = self.get_or_none(object_path(obj))
+        if current is not None and labelled_ours(current):
+            labels = (current.get("metadata") or {}).get("labels") or {}
+            wanted = obj["metadata"].get("labels") or {}
+            if current.get("spec") == obj.get("spec") and labels.items() >= wanted.items():
+                return "unchanged"
+        name = obj["metadata"]["name"]
+        hint = (
+            f"{obj['kind']} {name} is someone else's: have its owner rename or remove it "
+            "(the suite installs its own of that name)."
+        )
+        return self.apply_owned(obj, hint, current=current)
 
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
         return self.json("POST", self._jobs_path(), body=manifest)
@@ -142,39 +171,43 @@ class KubeReader(KubeJson):
     # what belongs to a job ------------------------------------------------------
 
     def pods(self, job_name: str) -> list[dict[str, Any]]:
-        """The job's pods, one LIST; ordered Master first, then by replica index."""
+        """The job's pods, one LIST; ordered Master first, then by replica index (node
+        rank 0 first)."""
+        label = self.kind.pod_label
         listed = self.json(
             "GET",
             kind_path("Pod", self.namespace),
-            query={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
+            query={"labelSelector": f"{label}={job_name}"},
         )
         pods = [
             p
             for p in listed.get("items") or []
-            if ((p.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL) == job_name
+            if ((p.get("metadata") or {}).get("labels") or {}).get(label) == job_name
         ]
         return sorted(pods, key=pod_order)
 
-    def pods_of(self, job_names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    def pods_of(
+        self, job_names: list[str], kind: JobKind | None = None
+    ) -> dict[str, list[dict[str, Any]]]:
         """The pods of these jobs by job name (each list ordered as pods() orders it):
         one LIST whose labelSelector names the jobs (`job-name in (a,b)`), so what is
         served follows the jobs asked about, not the namespace."""
-        wanted = set(job_names)
+        wanted, label = set(job_names), (kind or self.kind).pod_label
         by_job: dict[str, list[dict[str, Any]]] = {}
         pods = (
             pod
-            for selector in named(JOB_NAME_LABEL, job_names)
+            for selector in named(label, job_names)
             for pod in self.items(kind_path("Pod", self.namespace), {"labelSelector": selector})
         )
         for pod in pods:
-            job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+            job = ((pod.get("metadata") or {}).get("labels") or {}).get(label)
             if job in wanted:
                 by_job.setdefault(job, []).append(pod)
         return {job: sorted(pods, key=pod_order) for job, pods in by_job.items()}
 
     def events(self, job_name: str, pod_names: list[str]) -> list[dict[str, Any]]:
         """Events of the job and of these pods, oldest first (events_about)."""
-        objects = [("PyTorchJob", job_name), *(("Pod", name) for name in pod_names)]
+        objects = [(self.kind.kind, job_name), *(("Pod", name) for name in pod_names)]
         return sorted(self.events_about(objects), key=_event_order)
 
     def events_about(self, objects: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -215,11 +248,12 @@ class KubeReader(KubeJson):
         since_seconds: int | None = None,
         limit_bytes: int | None = None,
         timestamps: bool = False,
-        container: str | None = CONTAINER,
+        container: str | None = TRAINER,
     ) -> str:
-        """A pod's log ('' when it has none yet: a pending pod, no previous container)."""
+        """A pod's log ('' when it has none yet: a pending pod, no previous container);
+        by default its trainer container's."""
         query = {
-            "container": container,
+            "container": self.kind.container if container == TRAINER else container,
             "previous": "true" if previous else None,
             "timestamps": "true" if timestamps else None,
             "tailLines": tail_lines,
@@ -309,17 +343,18 @@ def read_snapshot(
     if job is None and not pods:
         raise ToolFailure(
             ErrorCode.JOB_NOT_FOUND,
-            f"No PyTorchJob {job_name!r} and no pods of it in namespace {namespace!r}.",
-            "Check the job name and --namespace (kubectl get pytorchjobs -A).",
+            f"No {reader.kind.kind} {job_name!r} and no pods of it in namespace {namespace!r}.",
+            "Check the job name and --namespace (list_training_jobs lists them).",
             {"job_name": job_name, "namespace": namespace},
         )
     names = {p["metadata"]["name"] for p in pods}
     nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
-    about = [("PyTorchJob", job_name), *(("Pod", n) for n in names), *(("Node", n) for n in nodes)]
+    kind = reader.kind.kind
+    about = [(kind, job_name), *(("Pod", n) for n in names), *(("Node", n) for n in nodes)]
     events = [
         e
         for e in reader.events_about(about)
-        if _about(e, job_name, names, nodes) and not older_than(e, job)
+        if _about(e, (kind, job_name), names, nodes) and not older_than(e, job)
     ]
     events.sort(key=_event_order)
     # The nodes the pods ran on: their conditions are the node agents' evidence (XIDs).
@@ -362,13 +397,14 @@ def _if_allowed(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]
         raise
 
 
-def _about(event: Mapping[str, Any], job: str, pods: set[str], nodes: set[str]) -> bool:
-    """Whether an event is about this job, one of its pods, or a node they run on."""
+def _about(event: Mapping[str, Any], job: tuple[str, str], pods: set[str], nodes: set[str]) -> bool:
+    """Whether an event is about this job ((kind, name)), one of its pods, or a node
+    they run on."""
     involved = event.get("involvedObject") or event.get("regarding") or {}
     kind, name = involved.get("kind"), involved.get("name")
     return (
         (kind == "Pod" and name in pods)
-        or (kind == "PyTorchJob" and name == job)
+        or (kind, name) == job
         or (kind == "Node" and name in nodes)
     )
 
@@ -429,6 +465,7 @@ def _trainer_container(pod: Mapping[str, Any]) -> tuple[str | None, bool]:
 def _container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """The trainer container's status ({} before the kubelet reports one)."""
     containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-    name = CONTAINER if CONTAINER in containers else next(iter(containers), None)
+    trainer = [c for c in (CONTAINER, TRAINER_CONTAINER) if c in containers]
+    name = trainer[0] if trainer else next(iter(containers), None)
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return next((s for s in statuses if s.get("name") == name), {"name": name})

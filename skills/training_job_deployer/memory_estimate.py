@@ -4,6 +4,8 @@
     estimate(shape, ...)         bytes per GPU, term by term (states, transient, activations)
     check_fits(spec, instance)   the estimate against the instance's GPU memory; a plan
                                  that cannot fit is refused naming the knobs that fix it
+    staging_bytes(spec, shape)   what an async save stages in each node's host memory
+                                 (check_host_fits: against the instance's memory)
 
 The trainer runs in the job's image and the tools do not import it, so the preset
 dimensions the estimate needs are a data table (model_names.py) pinned to
@@ -25,15 +27,17 @@ trainer/presets.py by a test. The terms follow the trainer (trainer/model.py, pa
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from skills.catalog.instances import instance_spec
+from skills.catalog.instances import host_resources, instance_spec
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.reading import load_json
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.model_names import PRESET_SHAPES, TOY_PRESETS, family_sizes
+from trainer.backends import process_group_backend
 
 GIB = 1024**3
 STATE_BYTES = 16  # fp32 param + fp32 grad + AdamW exp_avg + exp_avg_sq
@@ -297,4 +301,105 @@ def check_fits(spec: JobSpec, instance_type: str) -> dict[str, Any] | None:
         else "no single knob fits it: combine more nodes, activation_checkpointing='full', "
         "a smaller train_batch_size and cpu_offload, or pick a GPU with more memory",
         {"estimate": summary, "instance_type": instance_type, "fixes": knobs},
+    )
+
+
+# --- an async save's staged copy, in each node's host memory ---------------------------
+
+# What a checkpoint holds of a parameter: the fp32 weight and AdamW's two fp32 moments.
+STAGED_BYTES = 12
+# Of a node's memory, what the plan may fill (staged copy, /dev/shm, offloaded states):
+# the rest is the OS's, the processes' own and the page cache's.
+HOST_USABLE_SHARE = 0.8
+
+
+def async_save_on(spec: JobSpec, gpus: bool) -> bool:
+    """Whether the job's saves are async: as asked, else (unset) on GPUs (the trainer
+    turns them off at its first save where the node cannot hold the staged copy)."""
+    return spec.async_save if spec.async_save is not None else gpus
+
+
+def staging_bytes(spec: JobSpec, shape: ModelShape) -> int:
+    """What one async save stages in host memory on each node: its processes' shares of
+    the parameters and Adam moments (STAGED_BYTES a parameter) over the FSDP group, a
+    whole copy per node under hybrid sharding (each node holds a replica), a copy per
+    process under no_shard."""
+    return STAGED_BYTES * shape.params * spec.gpu_per_node // shard_group(spec)
+
+
+def staging_shm_gib(spec: JobSpec) -> int:
+    """GiB of /dev/shm a node needs for an async save's staged copy on GPUs (0: saves
+    are synchronous, or the model's size is read only when the job starts)."""
+    shape = model_shape(spec)
+    if shape is None or not async_save_on(spec, gpus=True):
+        return 0
+    return math.ceil(staging_bytes(spec, shape) / GIB)
+
+
+def staging_summary(spec: JobSpec, gpus: bool, shm_gib: float | None) -> str:
+    """The plan's line on async saves: whether they are on, what each node stages and
+    the /dev/shm that holds it (`shm_gib`: the node's, where the plan knows it)."""
+    shape = model_shape(spec)
+    if not async_save_on(spec, gpus):
+        why = "async_save false" if spec.async_save is False else "CPU: off unless asked"
+        return f"off ({why}): each save blocks training for its copy and write"
+    if shape is None:
+        return "on: its staging size is read when the job starts"
+    staged = round(staging_bytes(spec, shape) / GIB, 1)
+    if not gpus:
+        return f"on: {staged} GiB per node, copied in host memory"
+    line = f"on: {staged} GiB staged per node in /dev/shm (pinned shared memory)"
+    if shm_gib is None:
+        return line + f"; each node needs /dev/shm of {staged} GiB or more"
+    if shm_gib < staged:
+        return (
+            f"on: {staged} GiB staged per node; /dev/shm's {shm_gib:g} GiB cannot hold it, "
+            "so it goes to pinned memory outside it (a writer thread)"
+        )
+    return line + f" of {shm_gib:g} GiB"
+
+
+def check_host_fits(spec: JobSpec, instance_type: str, shm_gib: float) -> dict[str, Any] | None:
+    """What the plan puts in each node's memory: the /dev/shm it mounts (NCCL's share and
+    the staged copy) and, with cpu_offload, the states. None where the model's size or
+    the instance is unknown; raises HOST_MEMORY_EXCEEDED, with the numbers, where the
+    node cannot hold it."""
+    shape = model_shape(spec)
+    try:
+        _, host_gib = host_resources(instance_type)
+    except (ToolFailure, KeyError):
+        return None
+    if shape is None:
+        return None
+    offloaded = STATE_BYTES * shape.params * spec.gpu_per_node // shard_group(spec)
+    offloaded_gib = round(offloaded / GIB, 1) if spec.cpu_offload else 0.0
+    usable = round(host_gib * HOST_USABLE_SHARE, 1)
+    summary = {"host_gib": host_gib, "usable_gib": usable, "shm_gib": shm_gib,
+               "offloaded_states_gib": offloaded_gib}  # fmt: skip
+    if shm_gib + offloaded_gib <= usable:
+        return summary
+    raise ToolFailure(
+        ErrorCode.HOST_MEMORY_EXCEEDED,
+        f"{model_label(spec)} needs about {shm_gib + offloaded_gib:g} GiB of host memory per "
+        f"node (/dev/shm {shm_gib:g} GiB with the async save's staged copy"
+        + (f", offloaded states {offloaded_gib:g} GiB" if offloaded_gib else "")
+        + f"), more than the {usable:g} GiB usable of {instance_type}'s {host_gib} GiB",
+        "set async_save=false (each save then blocks training), shard the states over "
+        "more nodes, or pick an instance type with more memory",
+        {"host_memory": summary, "instance_type": instance_type},
+    )
+
+
+class NodeRuntime(NamedTuple):
+    async_save: str  # staging_summary
+    process_group: str  # the trainer's backend string (trainer.backends)
+
+
+def node_runtime(spec: JobSpec, gpus: bool, shm_gib: float | None) -> NodeRuntime:
+    """What every target's plan says of the nodes' runtime: async saves (staging_summary)
+    and the trainer's process-group backend(s), both named where cpu_offload adds gloo."""
+    device = "cuda" if gpus else "cpu"
+    return NodeRuntime(
+        staging_summary(spec, gpus, shm_gib),
+        process_group_backend(device, bool(spec.cpu_offload)),
     )

@@ -24,7 +24,9 @@ class WatchFinding(BaseModel):
     """What the watchdog (watchdog.py) sees in a job's step lines: the doctor's finding
     shape (code, what was seen, what to do)."""
 
-    code: str = Field(description="straggler, throughput_degraded or job_hung.")
+    code: str = Field(
+        description="straggler, throughput_degraded, gpus_idle, gpu_throttled or job_hung."
+    )
     message: str
     hint: str
     rank: int | None = None
@@ -35,6 +37,7 @@ class WatchFinding(BaseModel):
 class JobState(ToolResult):
     job_name: str
     target: str
+    engine: str | None = None  # kubernetes: the job's kind, pytorchjob or trainjob
     status: JobStatus
     steps: int = 0
     max_steps: int | None = None
@@ -49,6 +52,7 @@ class JobState(ToolResult):
     checkpoint_step: int | None = Field(
         default=None, description="Step of the last checkpoint this run saved."
     )
+    eta_s: int | None = None  # seconds left, where the job object estimates them
     checkpoint_path: str | None = Field(
         default=None, description="Where the last checkpoint this run saved is."
     )
@@ -64,6 +68,13 @@ class JobState(ToolResult):
         default=None, description="How a run that did not succeed ended, in one line."
     )
     log_tail: str | None = Field(default=None, description="Last log lines of a failed run.")
+    loss_sparkline: str | None = Field(default=None, description="The loss so far, one line.")
+    gpu: dict[str, Any] | None = Field(
+        default=None, description="The ranks' GPUs (NVML) in the last log window."
+    )
+    tracking: dict[str, str] | None = Field(
+        default=None, description="Where the run is tracked: TensorBoard dir, MLflow run URL."
+    )
     next_step: NextStep | None = Field(default=None, description="The call to make next.")
     hint: str | None = Field(default=None, description="What to do that is not one call.")
     pods: dict[str, str] | None = Field(default=None, description="Cluster targets: pod -> phase.")
@@ -105,7 +116,8 @@ class JobState(ToolResult):
         if self.max_steps:
             rows.append(("steps", f"{self.steps}/{self.max_steps}"))
         if self.first_loss is not None and self.last_loss is not None:
-            rows.append(("loss", f"{self.first_loss:.4f} -> {self.last_loss:.4f}"))
+            curve = f"  {self.loss_sparkline}" if self.loss_sparkline else ""
+            rows.append(("loss", f"{self.first_loss:.4f} -> {self.last_loss:.4f}{curve}"))
         if self.last_eval_loss is not None:
             rows.append(("eval loss", f"{self.last_eval_loss:.4f}"))
         if self.tokens_per_s:
@@ -119,6 +131,9 @@ class JobState(ToolResult):
             rows.append(("elapsed", f"{self.elapsed_s:.1f} s"))
         if self.run_dir:
             rows.append(("run dir", self.run_dir))
+        rows += [(f"tracked ({tool})", where) for tool, where in (self.tracking or {}).items()]
+        if self.gpu:
+            rows.append(("gpus", gpu_text(self.gpu)))
         if self.pods:
             rows.append(("pods", ", ".join(f"{k} {v}" for k, v in self.pods.items())))
         if self.restarts:
@@ -170,6 +185,26 @@ class JobState(ToolResult):
 
     def cli_exit_status(self) -> int:
         return 1 if self.status in ("failed", "preempted", "cancelled") else 0
+
+
+def gpu_text(gpu: dict[str, Any]) -> str:
+    """The last log window's GPU fields in one line."""
+    parts = []
+    if "gpu_util_mean" in gpu:
+        low = f", lowest {gpu.get('gpu_util_min')}% (rank {gpu.get('gpu_util_min_rank')})"
+        parts.append(f"util {gpu['gpu_util_mean']}%{low}")
+    if "gpu_mem_used_mb_max" in gpu:
+        parts.append(
+            f"mem {gpu['gpu_mem_used_mb_max']:.0f}/{gpu.get('gpu_mem_total_mb', 0):.0f} MiB"
+        )
+    for key, unit in (("gpu_power_w_max", "W"), ("gpu_temp_c_max", "C")):
+        if key in gpu:
+            parts.append(f"max {gpu[key]:.0f} {unit}")
+    if gpu.get("gpu_throttled"):
+        parts.append(f"throttled {gpu['gpu_throttled']}")
+    if gpu.get("gpu_xid"):
+        parts.append(f"XID {gpu['gpu_xid']}")
+    return ", ".join(parts)
 
 
 class RetryAttempt(BaseModel):

@@ -10,6 +10,10 @@ from typing import Any
 
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
+from skills.training_job_deployer.loss_curve import Thinned, sparkline
+
+# Losses kept for the summary's sparkline (thinned uniformly over the whole run).
+SPARK_POINTS = 64
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
@@ -67,6 +71,7 @@ class RunMetrics:
     preempted: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    tracking: dict[str, str] | None = None  # the trainer's `tracking` line: where the run is
     last_event: dict[str, Any] | None = field(default=None, repr=False)
     # The current attempt's: its start line, first and latest step lines, longest save.
     start: dict[str, Any] | None = field(default=None, repr=False)
@@ -75,6 +80,7 @@ class RunMetrics:
         default_factory=lambda: deque(maxlen=RECENT_STEP_LINES), repr=False
     )
     longest_save_s: float = 0.0
+    losses: Thinned = field(default_factory=lambda: Thinned(SPARK_POINTS), repr=False)
 
     def add(self, event: dict[str, Any]) -> None:
         kind = event["event"]
@@ -93,6 +99,7 @@ class RunMetrics:
             if self.first_loss is None:
                 self.first_loss = float(event["loss"])
             self.last_loss = float(event["loss"])
+            self.losses.add(self.steps, self.last_loss)
             self.tokens_per_s = float(event.get("tokens_per_s") or 0.0)
             if len(self.first_steps) < FIRST_STEP_LINES:
                 self.first_steps.append(event)
@@ -123,6 +130,8 @@ class RunMetrics:
                 self.checkpoint_path = event["checkpoint"]
         elif kind == "error":
             self.error = event
+        elif kind == "tracking":
+            self.tracking = {k: str(v) for k, v in event.items() if k != "event"}
 
     def state_fields(self) -> dict[str, Any]:
         """The JobState fields these events give, the same on every target; the error
@@ -146,7 +155,15 @@ class RunMetrics:
             "checkpoint_path": self.checkpoint_path,
             "elapsed_s": elapsed,
             "error": error,
+            "tracking": self.tracking,
+            "loss_sparkline": sparkline(self.losses.values) or None,
+            "gpu": self._gpu(),
         }
+
+    def _gpu(self) -> dict[str, Any] | None:
+        """The last step line's gpu_* fields (trainer/gpu_telemetry.py), if it has any."""
+        last = self.recent_steps[-1] if self.recent_steps else {}
+        return {k: v for k, v in last.items() if k.startswith("gpu_")} or None
 
     def progress_message(self) -> str:
         if self.last_loss is None:

@@ -8,6 +8,11 @@ target (local, Slurm, Kubernetes) gets the same ones:
 * `throughput_degraded`: tokens/s over the last RECENT_WINDOWS windows fell below
   DEGRADED_FRACTION of the job's own baseline (the median of BASELINE_WINDOWS windows
   after WARMUP_WINDOWS of warm-up, per attempt);
+* `gpus_idle`: the ranks' GPUs averaged under IDLE_UTIL_PCT utilisation (NVML, sampled by
+  each rank: trainer/gpu_telemetry.py) in RECENT_WINDOWS log windows in a row after
+  warm-up: the job waits on its input or on communication, not on compute;
+* `gpu_throttled`: the same rank's GPU clocks were held back (power cap, thermal or
+  hardware slowdown) in RECENT_WINDOWS log windows in a row;
 * `job_hung`: no step line for HUNG_STEPS times the gap between step lines (HUNG_FLOOR_S
   at least; while a checkpoint is saved, SAVE_FACTOR times the longest save seen, or
   FIRST_SAVE_S before any).
@@ -37,6 +42,7 @@ HUNG_STEPS = 5
 HUNG_FLOOR_S = 5.0
 SAVE_FACTOR = 3.0
 FIRST_SAVE_S = 120.0
+IDLE_UTIL_PCT = 50.0
 
 # code -> (root cause, fix, whether a resubmit can help): the doctor's CODES rows.
 CODES: dict[str, tuple[str, str, bool]] = {
@@ -54,6 +60,20 @@ CODES: dict[str, tuple[str, str, bool]] = {
         "resumes from the newest checkpoint",
         True,
     ),
+    "gpus_idle": (
+        "the GPUs sit mostly idle between steps: the job waits on its input (data loading, "
+        "tokenizing, host-to-device copies) or on communication, not on compute",
+        "make the GPUs' work larger per step (a bigger train_batch_size or seq_len), keep "
+        "data local and pre-tokenized, and check the network (EFA in use, NCCL_DEBUG=INFO)",
+        False,
+    ),
+    "gpu_throttled": (
+        "a GPU runs at reduced clocks (power cap, thermal or hardware slowdown) and every "
+        "rank waits for it at each collective",
+        "check the named GPU's cooling and power (nvidia-smi -q -d PERFORMANCE on its node); "
+        "cordon the node and resubmit if a hardware slowdown persists",
+        True,
+    ),
     "job_hung": (
         "no training step for several step times: a rank is stuck in a collective or in "
         "I/O, and the job holds its GPUs doing nothing until the collective timeout",
@@ -68,7 +88,8 @@ CODES: dict[str, tuple[str, str, bool]] = {
 def findings(metrics: RunMetrics, running: bool, now: float) -> list[WatchFinding]:
     """The watchdog's findings for the current attempt's step lines (`job_hung` only for a
     running job; `now`: this host's wall clock, against the step lines' `time`)."""
-    found = [straggler(metrics), throughput_degraded(metrics)]
+    found = [straggler(metrics), throughput_degraded(metrics), gpus_idle(metrics),
+             gpu_throttled(metrics)]  # fmt: skip
     if running:
         found.append(job_hung(metrics, now))
     return [f for f in found if f is not None]
@@ -134,6 +155,44 @@ def throughput_degraded(metrics: RunMetrics) -> WatchFinding | None:
     )
 
 
+def _steps_span(last: list[dict[str, Any]]) -> str:
+    return f"the last {len(last)} log windows, steps {last[0]['step']}-{last[-1]['step']}"
+
+
+def gpus_idle(metrics: RunMetrics) -> WatchFinding | None:
+    last = [e for e in _timed(metrics) if e.get("gpu_util_mean") is not None][-RECENT_WINDOWS:]
+    if len(last) < RECENT_WINDOWS or any(e["gpu_util_mean"] >= IDLE_UTIL_PCT for e in last):
+        return None
+    util = statistics.median(float(e["gpu_util_mean"]) for e in last)
+    low = last[-1].get("gpu_util_min_rank")
+    return _finding(
+        "gpus_idle",
+        f"the GPUs averaged {util:.0f}% utilisation in {_steps_span(last)} (under "
+        f"{IDLE_UTIL_PCT:.0f}%; lowest: rank {low}): the job waits on input or communication",
+        rank=low,
+        details={"gpu_util_mean": round(util, 1)},
+    )
+
+
+def gpu_throttled(metrics: RunMetrics) -> WatchFinding | None:
+    last = _timed(metrics)[-RECENT_WINDOWS:]
+    if len(last) < RECENT_WINDOWS:
+        return None
+    ranks = set.intersection(*(set(e.get("gpu_throttled") or {}) for e in last))
+    if not ranks:
+        return None
+    rank = min(ranks, key=int)
+    reasons = sorted({r for e in last for r in e["gpu_throttled"][rank]})
+    clock = last[-1].get("gpu_sm_clock_mhz_min")
+    at = f" (lowest SM clock {clock:.0f} MHz)" if clock else ""
+    return _finding(
+        "gpu_throttled",
+        f"rank {rank}'s GPU was throttled ({', '.join(reasons)}) in {_steps_span(last)}{at}",
+        rank=int(rank),
+        details={"reasons": reasons, "sm_clock_mhz_min": clock},
+    )
+
+
 def job_hung(metrics: RunMetrics, now: float) -> WatchFinding | None:
     timed = [e for e in metrics.recent_steps if e.get("time") and e.get("step_s")]
     if not timed or metrics.summary is not None or metrics.error is not None:
@@ -192,4 +251,7 @@ def _saving_after(metrics: RunMetrics, last: dict[str, Any]) -> bool:
     return step == metrics.max_steps or bool(freq and step % int(freq) == 0)
 
 
-__all__ = ["CODES", "findings", "job_hung", "straggler", "throughput_degraded"]
+__all__ = [
+    "CODES", "findings", "gpu_throttled", "gpus_idle", "job_hung", "straggler",
+    "throughput_degraded",
+]  # fmt: skip

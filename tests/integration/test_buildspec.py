@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -48,7 +49,7 @@ def test_buildspec_phases_test_build_push_and_write_image_detail(docker_api, reg
     spec = yaml.safe_load((ROOT / "buildspec.yml").read_text())
     assert spec["version"] == 0.2 and set(spec["phases"]) == set(PHASES)
     install = " ".join(spec["phases"]["install"]["commands"])
-    assert "torch==2.13.0" in install  # never an unpinned torch
+    assert "torch==2.13.0+cpu" in install  # never an unpinned torch, never a CUDA one
     assert spec["reports"]["pytest"]["file-format"] == "JUNITXML"
     assert "imageDetail.json" in spec["artifacts"]["files"]
 
@@ -69,7 +70,7 @@ def test_buildspec_phases_test_build_push_and_write_image_detail(docker_api, reg
         "FSDP_EKS_ECR_REGISTRY_HOST": registry.host,
         "FSDP_EKS_STATE_DIR": str(tmp_path / "state"),
     }
-    # install is `pip install torch==2.13.0 -e .[trainer,dev]`: this venv is that install.
+    # install is the CPU torch, then `pip install -e .[trainer,dev]`: this venv is that.
     for phase in PHASES[1:]:
         for line in spec["phases"][phase]["commands"]:
             done = subprocess.run(["bash", "-c", line], cwd=src, env=env, capture_output=True,
@@ -87,3 +88,29 @@ def test_buildspec_phases_test_build_push_and_write_image_detail(docker_api, reg
     assert int(suite.find("testsuite").get("tests")) > 0  # the pre_build tests reported
     repo = boto3.client("ecr").describe_repositories(repositoryNames=["ci/trainer"])
     assert repo["repositories"][0]["imageScanningConfiguration"]["scanOnPush"] is True
+
+
+def test_the_install_phase_downloads_no_cuda_wheel(tmp_path):
+    """Issue 51: PyPI's torch==2.13.0 pulled ~2.7 GB of CUDA wheels into every build. The
+    install phase takes the CPU wheel first, the Makefile's torch, from PyTorch's CPU
+    index; the project's install then finds torch satisfied: run here (this venv is what
+    the torch step leaves) with pip's --dry-run --report, it installs the project alone."""
+    spec = yaml.safe_load((ROOT / "buildspec.yml").read_text())
+    torch_step, project_step = spec["phases"]["install"]["commands"]
+    pin = re.search(r"^TORCH\s*\?=\s*torch==(\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert pin is not None
+    assert f"'torch=={pin[1]}+cpu' --index-url https://download.pytorch.org/whl/cpu" in torch_step
+    assert "torch" not in project_step
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        ["bash", "-c", f"{project_step} --dry-run --report {report}"],
+        cwd=ROOT,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    installs = [i["metadata"]["name"] for i in json.loads(report.read_text())["install"]]
+    assert installs == ["fsdp-eks"]

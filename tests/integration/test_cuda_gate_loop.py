@@ -28,7 +28,12 @@ from tests.services.training_operator import TrainingOperator
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-BASES = ("2.13.0-cuda13.0-cudnn9-runtime", "2.11.0-cuda12.8-cudnn9-runtime")
+BASES = (
+    "2.13.0-cuda13.0-cudnn9-runtime",
+    "2.11.0-cuda12.8-cudnn9-runtime",
+    "2.13.0-cuda12.6-cudnn9-runtime",  # the gate's remedy on a 550 driver (issue 51)
+    "2.11.0-cuda13.0-cudnn9-runtime",  # the fixer's move from an unpublished 2.11 tag
+)
 OLD_DRIVER = "550.127.08"  # p4d nodes of an older AMI: no CUDA 13
 
 
@@ -125,17 +130,18 @@ def test_a_fixed_build_is_labelled_as_fixed(mirror, registry, tmp_path, state_di
     auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     (tmp_path / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    # A base tag pytorch never published: the fixer moves it to 2.11.0/12.8's neighbour
-    # that the mirror holds; the labels follow the fixed text, not the first one.
+    # A base tag pytorch never published (2.11 has no CUDA 13.2 build): the fixer moves it
+    # to 2.11.0's newest published CUDA, which the mirror holds; the labels follow the
+    # fixed text, not the first one.
     dockerfile = tmp_path / "project" / "Dockerfile"
     dockerfile.parent.mkdir()
-    dockerfile.write_text("FROM pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime\n"
+    dockerfile.write_text("FROM pytorch/pytorch:2.11.0-cuda13.2-cudnn9-runtime\n"
                           'LABEL org.example.role="trainer"\n')  # fmt: skip
     result = build(dockerfile, mirror, "labels-fixed")
     assert result.status == "built", result.attempts
     assert [a.ok for a in result.attempts] == [False, True]
     got = image_labels(docker_api, "fsdp-eks-trainer:labels-fixed")
-    assert (got["fsdp-eks.torch"], got["fsdp-eks.cuda"]) == ("2.11.0", "12.8")
+    assert (got["fsdp-eks.torch"], got["fsdp-eks.cuda"]) == ("2.11.0", "13.0")
 
 
 def test_the_gate_loop_converges_build_push_deploy(

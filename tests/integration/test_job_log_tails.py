@@ -20,6 +20,7 @@ from commands.get_training_job_logs import LOG_TEXT_BYTES, get_training_job_logs
 from mcp_server import build_server
 from mcp_server.result_cap import MAX_RESULT_BYTES, result_bytes
 from skills.training_job_deployer.targets.local.record import JobRecord
+from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
 
 KB, MB, GB = 1_000, 1_000_000, 1_000_000_000
 
@@ -229,3 +230,22 @@ def test_through_ssh_a_slurm_log_tail_reads_its_end_in_blocks_on_the_login_node(
     found = last_lines(read_at, size, 10_000, LOG_TEXT_BYTES)
     assert found.lines == expected[-len(found.lines) :] and found.start is not None
     assert sum(read) <= 2 * LOG_TEXT_BYTES + BLOCK_BYTES
+
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    "size",
+    [8 * MIB - 4 * KB, 8 * MIB + 4 * KB, 12 * MIB],
+    ids=["just-under-8-MiB", "just-over-8-MiB", "12-MiB"],
+)
+def test_the_targets_log_tail_is_the_logs_end_past_the_8_mib_read_chunk(tmp_path, size):
+    """What the doctor and the cost check read (target.logs, tail_lines=3) is the log's
+    last lines whatever its size, not the end of the first chunk a read returns."""
+    line = b'{"event": "step", "step": %09d, "loss": 1.5}\n'
+    count = size // len(line % 0)
+    lines = _job(tmp_path, 0, [line % i for i in range(count)])
+    assert abs((tmp_path / "j" / "logs" / "attempt-1.log").stat().st_size - size) < len(line)
+    target = LocalTarget(LocalSettings(runs_dir=str(tmp_path)))
+    assert target.logs("j", tail_lines=3).split("\n") == lines[-3:]

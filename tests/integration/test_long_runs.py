@@ -275,10 +275,12 @@ def test_on_slurm_with_auto_retry_a_hung_job_is_cancelled_and_resumes(
 ):
     """The hang on a real one-node Slurm: the watchdog finds job_hung, auto_retry scancels
     the attempt and submits the next, which resumes from the checkpoint."""
-    mark = {"FSDP_EKS_TEST_MARK": tmp_path.name}
     # The mark rides in the submitting environment, which sbatch exports to the job (a
-    # job's env takes documented knobs only).
-    monkeypatch.setenv("FSDP_EKS_TEST_MARK", tmp_path.name)
+    # job's env takes documented knobs only). The whole tmp path, unique on the machine:
+    # its name alone is the same in a second copy of the suite, whose rank this test
+    # would then stop instead of its own.
+    mark = {"FSDP_EKS_TEST_MARK": str(tmp_path)}
+    monkeypatch.setenv("FSDP_EKS_TEST_MARK", str(tmp_path))
     rank0 = functools.partial(marked_process, {**mark, "RANK": "0"})
     try:
         with stopping_the_rank_after_a_checkpoint(rank0, tmp_path / "hang") as stopped:

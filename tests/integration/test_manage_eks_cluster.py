@@ -231,13 +231,15 @@ def test_create_config_reads_the_zones_from_ec2_never_a_guessed_a(moto_server):
 
 
 def test_auto_fix_plans_then_applies_then_revalidates(kube):
-    for key in (seed.NVIDIA_DS, seed.OPERATOR, seed.CRD):
+    # A cluster with the Training Operator (its CRD, no longer serving v1) keeps it.
+    for key in (seed.NVIDIA_DS, seed.OPERATOR):
         del kube.emulator.objects[key]
+    kube.emulator.objects[seed.CRD]["spec"]["versions"][0]["served"] = False
     kube.emulator.objects["v1/nodes", None, "gpu-1"] = seed.node("gpu-1", "p4d.24xlarge", gpus=0)
     common = {"kubeconfig": str(kube.kubeconfig)}
     planned = manage_eks_cluster(action="auto_fix", **common)
     objects = {(p.component, p.kind, p.name) for p in planned.plan}
-    # The Training Operator is upstream v1.9.2's standalone overlay whole: its six CRDs
+    # The Training Operator is upstream v1.9.4's standalone overlay whole: its six CRDs
     # (every job kind its webhook configuration names), not the PyTorchJob CRD alone.
     crds = {"pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"}
     assert objects == {
@@ -262,12 +264,12 @@ def test_auto_fix_plans_then_applies_then_revalidates(kube):
     applied = manage_eks_cluster(action="auto_fix", confirm=True, **common)
     assert {p.action for p in applied.plan} == {"applied"}
     ds = kube.emulator.objects[seed.NVIDIA_DS]
-    assert ds["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.17.1")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.20.0")
     crd = kube.emulator.objects[seed.CRD]
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
     assert (
         kube.emulator.objects[seed.OPERATOR]["spec"]["template"]["spec"]["containers"][0]["image"]
-        == "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8"  # upstream's pin
+        == "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"  # upstream's pin
     )
     # No controllers yet: the CRD is back, the rest waits on them.
     after = applied.changes["after"]
@@ -449,9 +451,7 @@ def test_nccl_test_runs_as_an_operation_on_the_cluster(kube, tmp_path, monkeypat
     assert worker["replicas"] == 1
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
     # skills.kube.efa's resources, as the training job's (quantities as strings)
-    assert limits == {
-        "nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi"
-    }  # fmt: skip
+    assert limits == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}  # no huge pages: off
     selector = worker["template"]["spec"]["nodeSelector"]
     assert selector == {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"}
     bench = kube.emulator.objects["v1/configmaps", namespace, name]["data"]["allreduce_bench.py"]

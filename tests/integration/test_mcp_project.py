@@ -5,6 +5,7 @@ named, never in the directory it happens to run in; what a client sees of the se
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +186,68 @@ def test_a_project_without_a_dockerfile_gets_the_packaged_trainer_image(places, 
     own = _analyze(server)
     assert own["packaged_trainer"] is False
     assert own["dockerfile"] == str(places["project"] / "Dockerfile")
+
+
+@pytest.mark.parametrize(
+    ("asked", "sent"),
+    [(44.9, 44.9), (45, 45), (45.1, 45.0), (300, 45.0), (449, 45.0), (451, 45.0)],
+)
+def test_the_wait_cap_is_45_s_at_under_and_over_it(tmp_path, asked, sent):
+    """Clients give up on a call after 60 s (opencode, the TypeScript SDK): a wait is cut
+    to 45 s, whatever the constant's name; 300 and 449 s are cut too, not only 600."""
+    server = build_server(workspace=Workspace(root=tmp_path))
+    spec = server.spec("get_training_job")
+    assert spec is not None
+    arguments = server._arguments(spec, {"job_name": "j", "wait_seconds": asked})
+    assert arguments["wait_seconds"] == sent
+
+
+def _first_call(roots: list[Path], workspace: Workspace) -> Any:
+    async def list_roots(_context: Any) -> ListRootsResult:
+        return ListRootsResult(roots=[Root.model_validate({"uri": r.as_uri()}) for r in roots])
+
+    async def scenario() -> Any:
+        server = build_server(workspace=workspace)
+        async with Client(server, mode="legacy", list_roots_callback=list_roots) as client:
+            return await client.call_tool("deploy_training_job", {"job_name": "r", **JOB})
+
+    return anyio.run(scenario)
+
+
+def test_a_client_root_missing_on_the_server_is_passed_over_for_one_that_is_here(places):
+    """A client on another machine names its own paths first: the first root that is a
+    directory here is the workspace; one that is not never is (it would fail every call
+    that writes under it)."""
+    missing = places["project"] / "not-on-this-machine"
+    unnamed = Workspace(root=places["elsewhere"], chosen=False)
+    result = _first_call([missing, places["project"]], unnamed)
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content["plan"]["run_dir"] == str(places["project"] / "runs" / "r")
+    only_missing = _first_call([missing], unnamed)
+    assert only_missing.is_error
+    error = json.loads(only_missing.content[0].text)["error"]
+    assert error["code"] == "not_found"
+    assert f"not directories on this server: {missing}" in error["message"]
+    assert not missing.exists() and not any(places["elsewhere"].iterdir())
+
+
+@pytest.mark.parametrize(("answer_s", "rooted"), [(4.0, True), (6.0, False)])
+def test_a_client_slower_than_5_s_to_name_its_roots_leaves_the_servers_directory(
+    places, answer_s, rooted
+):
+    """roots/list is asked on the first call and waited for 5 s (ROOTS_TIMEOUT_S): a
+    client's first call is never held longer by it; an answer in time is used."""
+
+    async def list_roots(_context: Any) -> ListRootsResult:
+        await anyio.sleep(answer_s)
+        return ListRootsResult(roots=[Root.model_validate({"uri": places["project"].as_uri()})])
+
+    async def scenario() -> Any:
+        server = build_server(workspace=Workspace(root=places["elsewhere"], chosen=False))
+        async with Client(server, mode="legacy", list_roots_callback=list_roots) as client:
+            return await client.call_tool("deploy_training_job", {"job_name": "t", **JOB})
+
+    result = anyio.run(scenario)
+    assert not result.is_error, result.content[0].text
+    where = places["project"] if rooted else places["elsewhere"]
+    assert result.structured_content["plan"]["run_dir"] == str(where / "runs" / "t")

@@ -386,3 +386,37 @@ def test_the_quarantine_lifecycle_whole(operator):
     assert released.changes["cordon"] == "kept: kubectl cordoned it after the quarantine"
     assert held(operator, bad) == (True, False, None)
     assert manage_eks_cluster(action="release_node").changes["quarantined"] == []
+
+
+def admin_cordons(operator: TrainingOperator, name: str) -> None:
+    """kubectl cordon: the admin takes the node out for maintenance of their own."""
+    as_admin(operator, name, {"unschedulable": True})
+
+
+@pytest.mark.parametrize(
+    ("admin_first", "after_release"),
+    [(False, (False, False, None)), (True, (True, False, None))],
+    ids=["schedulable-before", "admin-cordoned-before"],
+)
+def test_quarantined_twice_then_released_leaves_the_node_as_the_admin_had_it(
+    operator, admin_first, after_release
+):
+    """The lifecycle with an admin's cordon made before the quarantine, or none: fault ->
+    quarantine -> fault again (the node still held: the record stays the first one) ->
+    release. The cordon the quarantine made goes; an admin's cordon from before stays."""
+    bad, _ = operator.add_nodes("p5.48xlarge", 2, efa=32)
+    if admin_first:
+        admin_cordons(operator, bad)
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama", 1)
+    first = held(operator, bad)
+    assert first[:2] == (True, True) and first[2]["was_cordoned"] is admin_first
+
+    kube_target().quarantine([bad], "gpu_hardware_fault", "llama-2", 1)  # the next fault
+    assert held(operator, bad) == first  # held as recorded: the first record stays
+
+    released = manage_eks_cluster(action="release_node", node=bad, confirm=True)
+    assert released.changes["released"]["job"] == "llama"
+    kept = "kept: it was cordoned before the quarantine"
+    assert released.changes["cordon"] == (kept if admin_first else "uncordoned")
+    assert held(operator, bad) == after_release
+    assert manage_eks_cluster(action="release_node").changes["quarantined"] == []

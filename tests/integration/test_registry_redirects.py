@@ -231,3 +231,37 @@ def test_every_registry_request_goes_through_the_one_client():
         if any(call in path.read_text() for call in ("urlopen(", "build_opener("))
     }
     assert opened == {"cloud/registry_http.py"}
+
+
+# -- a slow registry is cut off at the client's deadline (issue 50) -----------------------
+
+
+def _drip(chunks: int, pause_s: float):
+    """A body of `chunks` 64 KB pieces, `pause_s` apart: each read of the client returns."""
+    for _ in range(chunks):
+        yield b" " * 65536
+        time.sleep(pause_s)
+
+
+@pytest.mark.parametrize(
+    ("pause_s", "cut"),
+    [(0.05, False), (0.5, True)],
+    ids=["well-within-the-deadline", "dripping-past-it"],
+)
+def test_a_slow_answer_is_cut_at_the_deadline_not_read_to_its_end(monkeypatch, pause_s, cut):
+    """12 pieces: 0.6 s in all is read whole; 6 s in all is cut at the 2 s deadline (the
+    piece being read then ends it), not read to its end."""
+    from skills.cloud import registry_http
+
+    monkeypatch.setattr(registry_http, "DEADLINE_S", 2.0)
+    with scripted_registry() as slow:
+        slow.route("/v2/repo/manifests/v1", body=_drip(12, pause_s))
+        started = time.monotonic()
+        if not cut:
+            answer = registry_http.request(slow.url("/v2/repo/manifests/v1"))
+            assert len(answer.body) == 12 * 65536
+            return
+        with pytest.raises(registry_http.AnswerTooLarge, match="took more than 2 s"):
+            registry_http.request(slow.url("/v2/repo/manifests/v1"))
+        took = time.monotonic() - started
+    assert 2.0 <= took < 2.0 + 2 * pause_s + 1.0, took

@@ -115,3 +115,50 @@ def test_a_result_within_the_cap_is_untouched(many_runs):
     (result,) = _calls(("list_training_jobs", args))
     assert "truncated" not in result.structured_content
     assert len(result.structured_content["jobs"]) == 3
+
+
+@tool(read_only=True)
+def jsonl_tail(*, tail_lines: int = 100, progress: Progress | None = None) -> Tail:
+    """The last `tail_lines` of a trainer's JSON-lines log (quotes: JSON escapes each)."""
+    lines = [
+        f'{{"event": "step", "step": {i}, "loss": 2.5, "step_s": 0.41, "tokens_per_s": 9876.5}}'
+        for i in range(tail_lines)
+    ]
+    return Tail(status="running", text="\n".join(lines), logs={})
+
+
+def _jsonl(args: dict):
+    async def scenario():
+        async with Client(build_server(specs=[spec_of(jsonl_tail)])) as client:
+            return await client.call_tool("jsonl_tail", args)
+
+    return anyio.run(scenario)
+
+
+@pytest.mark.parametrize("tail_lines", [300, 2_000, 20_000])
+def test_a_json_lines_tail_is_cut_to_the_cap_as_sent(tail_lines):
+    """Each quote of a JSON line costs a second byte as sent: the first cut's estimate
+    is short, and the cap cuts again until the result as sent fits."""
+    result = _jsonl({"tail_lines": tail_lines})
+    assert result_bytes(result) <= MAX_RESULT_BYTES
+    last = f'"step": {tail_lines - 1}, "loss": 2.5, "step_s": 0.41, "tokens_per_s": 9876.5}}'
+    assert result.structured_content["text"].endswith(last)
+
+
+@pytest.mark.parametrize("over", [-1, 0, 1], ids=["just-under", "at", "just-over"])
+def test_a_result_at_the_cap_is_whole_and_one_byte_over_is_cut(over):
+    """The cap's boundary: a result of exactly max_bytes as sent is untouched; one byte
+    more is cut to fit (the cut marked)."""
+    from mcp_server.result_cap import cap_result
+
+    server = build_server(specs=[spec_of(long_tail)])
+    spec = server.spec("long_tail")
+    assert spec is not None
+    whole = server.respond(spec, long_tail(tail_lines=300))
+    size = result_bytes(whole)
+    arguments = {"tail_lines": 300}
+    capped = cap_result(whole, spec, arguments, server.spec, server.nest_step, size - over)
+    if over <= 0:
+        assert capped is whole
+    else:
+        assert result_bytes(capped) <= size - over and "truncated" in capped.structured_content

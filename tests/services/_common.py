@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import secrets
 import shutil
 import socket
 import socketserver
 import subprocess
+import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,54 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+# Claims that every copy of the suite on this machine honours (flock: released when the
+# holder closes it or exits, so a killed session leaves none behind).
+CLAIMS = Path(tempfile.gettempdir()) / "fsdp-eks-test-claims"
+# Ports a stand-in hands to a process that binds them later (a pod's containerPort):
+# below the Slurm script's rendezvous ports (20000-29999) and Linux's ephemeral ports
+# (32768+), which other processes' connections and bind(0) take meanwhile.
+RESERVED_PORTS = range(10_000, 20_000)
+_HELD: deque[Any] = deque()
+_HELD_MAX = 512  # the oldest claims go first: their pods ended long ago
+
+
+def claim(kind: str, choices: range) -> int:
+    """One of `choices` that no other process on this machine holds a `kind` claim on,
+    claimed until this process exits (or _HELD_MAX later claims): a stand-in's port or
+    job-id block that two copies of the suite must not share."""
+    folder = CLAIMS / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(4 * len(choices)):
+        value = choices[secrets.randbelow(len(choices))]
+        handle = open(folder / f"{value}.lock", "a+b")  # noqa: SIM115 (held: the claim)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        _HELD.append(handle)
+        while len(_HELD) > _HELD_MAX:
+            _HELD.popleft().close()
+        return value
+    raise RuntimeError(f"every {kind} claim in {choices} is held by other processes")
+
+
+def reserved_port(host: str = "127.0.0.1") -> int:
+    """A port no other copy of the suite will hand out, outside the ephemeral range, and
+    free now: for a process that binds it later (free_port's bind(0) port may be taken
+    meanwhile by any process's outgoing connection)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(100):
+        port = claim("port", RESERVED_PORTS)
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:  # something outside the suite listens there
+                continue
+        return port
+    raise RuntimeError(f"no free port in {RESERVED_PORTS}")
 
 
 def start_listening(

@@ -4,7 +4,8 @@ PyTorchJob CRD, the FSx CSI driver, a Bound checkpoint PVC and an etcd Service. 
 break one piece at a time (`seed_healthy(kube); del kube.emulator.objects[...]`).
 
 Also plays the controllers after auto_fix: `play_controllers(kube)` marks what was
-applied ready, as the DaemonSet/Deployment controllers and the device plugins would."""
+applied ready, as the DaemonSet/Deployment controllers and the device plugins would, and
+gives the Services in front of ready Deployments their EndpointSlices."""
 
 from __future__ import annotations
 
@@ -62,6 +63,46 @@ def daemonset(name: str, namespace: str, desired: int, ready: int) -> dict[str, 
     }
 
 
+def plugin_daemonset(component: str, desired: int, ready: int) -> dict[str, Any]:
+    """The DaemonSet auto_fix applies for this device plugin, as its controller reports it."""
+    from skills.eks_cluster_manager.components import BY_KEY
+
+    (ds,) = [o for o in BY_KEY[component].manifests() if o["kind"] == "DaemonSet"]
+    return {**ds, "status": {"desiredNumberScheduled": desired, "numberReady": ready}}
+
+
+def eksctl_daemonset(component: str, desired: int, ready: int) -> dict[str, Any]:
+    """eksctl's own plugin DaemonSet (eksctl v0.230.0 pkg/addons/assets/, read
+    2026-12-06): same names as ours, its own selector label, image and tolerations."""
+    if component == "nvidia_device_plugin":
+        name, label = NVIDIA_DS[2], "nvidia-device-plugin-ds"
+        image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+        tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    else:
+        name = label = EFA_DS[2]
+        image = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.4"
+        tolerations = [
+            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+            {"key": "aws.amazon.com/efa", "operator": "Exists", "effect": "NoSchedule"},
+        ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"name": label}},
+            "template": {
+                "metadata": {"labels": {"name": label}},
+                "spec": {
+                    "tolerations": tolerations,
+                    "containers": [{"name": name, "image": image}],
+                },
+            },
+        },
+        "status": {"desiredNumberScheduled": desired, "numberReady": ready},
+    }
+
+
 def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4d.24xlarge"):
     objects = kube.emulator.objects
     for i in range(gpu_nodes):
@@ -77,8 +118,8 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
         },
         "status": {"phase": "Running"},
     }
-    objects[NVIDIA_DS] = daemonset(NVIDIA_DS[2], "kube-system", gpu_nodes, gpu_nodes)
-    objects[EFA_DS] = daemonset(EFA_DS[2], "kube-system", gpu_nodes, gpu_nodes)
+    objects[NVIDIA_DS] = plugin_daemonset("nvidia_device_plugin", gpu_nodes, gpu_nodes)
+    objects[EFA_DS] = plugin_daemonset("efa_device_plugin", gpu_nodes, gpu_nodes)
     objects[FSX_DS] = daemonset(FSX_DS[2], "kube-system", gpu_nodes + 1, gpu_nodes + 1)
     objects[OPERATOR] = {
         "apiVersion": "apps/v1",
@@ -91,7 +132,7 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
                     "containers": [
                         {
                             "name": "training-operator",
-                            "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8",
+                            "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489",
                         }
                     ]
                 }
@@ -167,3 +208,36 @@ def play_controllers(kube: KubeService) -> None:
         if not obj.deleted and obj.get("kind") == "DaemonSet":
             count = len(gpu_names)
             obj.patch({"status": {"desiredNumberScheduled": count, "numberReady": count}})
+    play_endpoints(kube)
+
+
+def play_endpoints(kube: KubeService) -> None:
+    """The EndpointSlice controller: each Service whose selector picks a ready Deployment's
+    pods gets a slice (labelled kubernetes.io/service-name) with one ready endpoint."""
+    objects = kube.emulator.objects
+    live = [objects[k] for k in list(objects) if not objects[k].deleted]
+    ready = [
+        (
+            d["metadata"]["namespace"],
+            d["spec"].get("template", {}).get("metadata", {}).get("labels", {}),
+        )
+        for d in live
+        if d.get("kind") == "Deployment"
+        and d.get("status", {}).get("readyReplicas", 0) >= d["spec"].get("replicas", 1)
+    ]
+    for service in (o for o in live if o.get("kind") == "Service"):
+        meta, selector = service["metadata"], service.get("spec", {}).get("selector")
+        if not selector or not any(
+            ns == meta.get("namespace") and selector.items() <= labels.items()
+            for ns, labels in ready
+        ):
+            continue
+        name = f"{meta['name']}-abcde"
+        objects["discovery.k8s.io/v1/endpointslices", meta["namespace"], name] = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": meta["namespace"],
+                         "labels": {"kubernetes.io/service-name": meta["name"]}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.10"], "conditions": {"ready": True}}],
+        }  # fmt: skip

@@ -19,14 +19,19 @@ statuses itself. Declared kinds list as empty (200) instead of 404. On top of km
 * `/api/v1/namespaces[/NAME]` works (kmock 0.8 misparses it; patched in process, once);
 * server-side apply (PATCH with application/apply-patch+yaml) of a missing object
   creates it (then merges, as kmock patches);
+* a CustomResourceDefinition written serves its versions' resources, deleted stops them
+  (tests/services/crds.py), as the API server's discovery does;
 * pods/log answers text/plain from `set_pod_log` ('' if unset, 404 for a missing pod)
   instead of the pod's JSON;
 * a LIST of events honours fieldSelector (involvedObject.name=..., type!=...), every
   LIST honours labelSelector (=, ==, !=, in, notin, exists, !exists) and `limit` /
-  `continue` as the API server does (`paged`: kmock alone ignores all three), and
+  `continue` as the API server does, a chunk read by key range (`KeyedObjects`: kmock
+  alone ignores all three and scans every object), and
   every LIST is counted: `emulator.lists` by resource, `emulator.listed_objects` served;
 * a LIST whose Accept asks `as=PartialObjectMetadataList` answers each object's metadata
   alone, as the API server does (counted in `emulator.listed_metadata` instead);
+* `emulator.admission` holds admission webhooks: called with each create/update before
+  the object is stored, one raising kmock.KubernetesError refuses the write;
 * a Node keeps metadata.managedFields as an API server does for Update operations: the
   field manager (`?fieldManager=`, else the User-Agent's product, as the API server
   derives it) of a patch owns the fields it changed, others lose them, and a removed
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import contextlib
 import contextvars
 import datetime
@@ -54,6 +60,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
+
+from tests.services import crds
 
 PYTORCHJOB = "kubeflow.org/v1/pytorchjobs"
 _VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
@@ -70,6 +78,7 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     PYTORCHJOB: ("PyTorchJob", True, ("status",)),
     "apps/v1/daemonsets": ("DaemonSet", True, ("status",)),
     "apps/v1/deployments": ("Deployment", True, ("status",)),
+    "batch/v1/jobs": ("Job", True, ("status",)),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, ()),
     "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True, ("status",)),
     "v1/persistentvolumes": ("PersistentVolume", False, ("status",)),
@@ -143,29 +152,110 @@ def _continue_token(key: tuple[str, str]) -> str:
     return base64.urlsafe_b64encode(json.dumps({"start": list(key)}).encode()).decode()
 
 
-def paged(items: list[dict[str, Any]], params: Any, selected: bool) -> dict[str, Any]:
-    """A LIST answer as the API server's chunking gives it (API Concepts, "Retrieving
-    large results sets in chunks"): items in key order (namespace, then name), at most
-    `limit` of them, `metadata.continue` when more follow (the next request passes it
-    back with the same selectors) and `remainingItemCount` then, unless a selector made
-    the count unknown."""
+def _start_after(params: Any) -> tuple[str, str] | None:
+    token = params.get("continue")
+    return tuple(json.loads(base64.urlsafe_b64decode(token))["start"]) if token else None
 
-    def key(o: dict[str, Any]) -> tuple[str, str]:
-        meta = o.get("metadata") or {}
-        return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
-    items = sorted(items, key=key)
-    if token := params.get("continue"):
-        start = tuple(json.loads(base64.urlsafe_b64decode(token))["start"])
-        items = [o for o in items if key(o) > start]
-    limit = int(params.get("limit") or 0)
-    metadata: dict[str, Any] = {"resourceVersion": "..."}
-    if 0 < limit < len(items):
-        metadata["continue"] = _continue_token(key(items[limit - 1]))
-        if not selected:
-            metadata["remainingItemCount"] = len(items) - limit
-        items = items[:limit]
-    return {"metadata": metadata, "items": items}
+class KeyedObjects(dict):
+    """kmock's store of objects (key (resource, namespace, name) -> object), keeping
+    per kind its keys sorted by (namespace, name), as etcd keeps them: a chunk of a LIST
+    is a key range (`chunk`: a bisect and the chunk's objects, O(limit + log n)), not a
+    sort and a scan of every object per request. Kept on every write of a key (kmock's
+    and a test's `emulator.objects[...] = ...` alike); an object's content is read live,
+    so a patch needs nothing here."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._sorted: dict[tuple[Any, ...], list[tuple[str, str, Any]]] = {}
+        for key in self:
+            self._add(key)
+        self.examined = 0  # objects chunks looked at (tests: a chunk's cost)
+
+    @staticmethod
+    def _kind(resource: Any) -> tuple[Any, ...]:
+        return (resource.group, resource.version, resource.plural)
+
+    def _add(self, key: tuple[Any, str | None, str]) -> None:
+        resource, namespace, name = key
+        bisect.insort(self._sorted.setdefault(self._kind(resource), []),
+                      (namespace or "", name, key), key=_where)  # fmt: skip
+
+    def _drop(self, key: tuple[Any, str | None, str]) -> None:
+        resource, namespace, name = key
+        keys = self._sorted.get(self._kind(resource), [])
+        at = bisect.bisect_left(keys, (namespace or "", name), key=_where)
+        while at < len(keys) and _where(keys[at]) == (namespace or "", name):
+            if keys[at][2] == key:
+                del keys[at]
+                return
+            at += 1
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key not in self:
+            self._add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._drop(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            self._drop(key)
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self._sorted.clear()
+
+    def chunk(
+        self,
+        resource: Any,
+        namespace: str | None,
+        params: Any,
+        keep: Callable[[dict[str, Any]], bool] | None,
+        count_rest: bool,
+    ) -> dict[str, Any]:
+        """A LIST answer as the API server's chunking gives it (API Concepts, "Retrieving
+        large results sets in chunks"): items in key order (namespace, then name), at
+        most `limit`, `metadata.continue` when more follow (the next request passes it
+        back with the same selectors) and `remainingItemCount` then, unless a selector
+        made the count unknown. Of the live objects of `resource` (in `namespace`;
+        None: every namespace) that `keep` selects (None: no selector), read from the
+        key after the `continue` token on: past the deleted and unselected ones, at most
+        `limit` + 1 objects are looked at. `remainingItemCount` (`count_rest`: a list
+        without selectors) counts the rest by their keys, a flag each for the deleted."""
+        keys = self._sorted.get(self._kind(resource), [])
+        at, end = 0, len(keys)
+        if namespace is not None:
+            at = bisect.bisect_left(keys, (namespace, ""), key=_where)
+            end = bisect.bisect_left(keys, (namespace + "\0", ""), at, key=_where)
+        if (start := _start_after(params)) is not None:
+            at = max(at, bisect.bisect_right(keys, start, at, end, key=_where))
+        limit = int(params.get("limit") or 0)
+        items: list[dict[str, Any]] = []
+        metadata: dict[str, Any] = {"resourceVersion": "..."}
+        last = at
+        for i in range(at, end):
+            obj = super().get(keys[i][2])
+            self.examined += 1
+            if obj is None or obj.deleted or (keep is not None and not keep(obj.raw)):
+                continue
+            if 0 < limit == len(items):  # one more: the chunk ends before it
+                metadata["continue"] = _continue_token(_where(keys[last]))
+                if count_rest:
+                    live = (not self[k].deleted for *_, k in keys[i + 1 : end])
+                    metadata["remainingItemCount"] = 1 + sum(live)
+                break
+            items.append(obj.raw)
+            last = i
+        return {"metadata": metadata, "items": items}
+
+
+def _where(entry: tuple[Any, ...]) -> tuple[str, str]:
+    """A key's place in a kind's keys: (namespace, name)."""
+    return entry[0], entry[1]
 
 
 # Namespaces a real cluster always has.
@@ -280,9 +370,25 @@ def emulator_class() -> type:
         lists: dict[str, int] = attrs.field(factory=dict, init=False)
         listed_objects: int = attrs.field(default=0, init=False)
         listed_metadata: int = attrs.field(default=0, init=False)  # metadata-only items
+        # Admission webhooks: each is called with a write request before the object is
+        # stored; raising kmock.KubernetesError refuses it (nothing stored).
+        admission: list[Callable[[Any], None]] = attrs.field(factory=list, init=False)
 
         async def _handle(self, request: Any) -> Any:
+            # A CRD written or deleted serves its resources, or stops (tests/services/crds.py).
+            if not crds.is_crd(request):
+                return await self._handle_one(request)
+            before = crds.declared_by(self, request)
+            try:
+                return await self._handle_one(request)
+            finally:
+                crds.redeclare(self, before, crds.declared_by(self, request))
+
+        async def _handle_one(self, request: Any) -> Any:
             data, action = request.data, request.action
+            if action in (kmock.action.CREATE, kmock.action.UPDATE) and isinstance(data, dict):
+                for admit in self.admission:
+                    admit(request)
             # Server-side apply (PATCH, application/apply-patch+yaml) creates a missing
             # object, as an API server does; kmock alone answers 404.
             apply = "apply-patch" in request.headers.get("Content-Type", "")
@@ -341,18 +447,35 @@ def emulator_class() -> type:
             else:
                 yield alone
 
+        def __attrs_post_init__(self) -> None:
+            super_init = getattr(super(), "__attrs_post_init__", None)
+            if super_init is not None:
+                super_init()
+            # The objects kept by key, sorted per kind: a LIST chunk is a key range
+            # (kmock's ObjectsArray is frozen: its dict is replaced as attrs itself sets it).
+            object.__setattr__(self._objects, "_objects", KeyedObjects(self._objects._objects))
+
         async def _serve_list(self, request: Any) -> Any:
-            # A real list has kind/apiVersion; kubernetes.dynamic needs them.
-            # kmock's list answer is a dict (its Payload type is the union of all answers).
-            result = cast("dict[str, Any]", await super()._serve_list(request))
+            # kmock's own LIST (a scan of every object, then ours sorted them again per
+            # chunk) is replaced by a key-range read of the kind's sorted keys.
+            if not any(known == request.resource for known in self._get_resources()):
+                return await super()._serve_list(request)  # kmock's 404
             resource = request.resource
             name = "/".join(filter(None, (resource.group, resource.version, resource.plural)))
             selector = request.params.get("fieldSelector")
-            if selector and name in FIELD_SELECTED:
-                result["items"] = [o for o in result["items"] if fields_match(o, selector)]
-            if labelled := request.params.get("labelSelector"):
-                result["items"] = [o for o in result["items"] if labels_match(o, labelled)]
-            result.update(paged(result["items"], request.params, bool(selector or labelled)))
+            labelled = request.params.get("labelSelector")
+            field_selected = bool(selector) and name in FIELD_SELECTED
+
+            def keep(obj: dict[str, Any]) -> bool:
+                return (not field_selected or fields_match(obj, selector)) and (
+                    not labelled or labels_match(obj, labelled)
+                )
+
+            async with self._lock:
+                store = cast("KeyedObjects", self._objects._objects)
+                result = store.chunk(resource, request.namespace, request.params,
+                                     keep if field_selected or labelled else None,
+                                     count_rest=not (selector or labelled))  # fmt: skip
             self.lists[name] = self.lists.get(name, 0) + 1
             if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
                 # The API server's metadata-only LIST (any kind, since 1.15): each item's
@@ -431,6 +554,7 @@ class KubeService:
         emulator.lists.clear()
         emulator.listed_objects = 0
         emulator.listed_metadata = 0
+        emulator.admission.clear()
         emulator.errors.clear()
         emulator.objects.clear()
         emulator.resources.clear()

@@ -13,8 +13,10 @@ What a cluster gives a container, and how it is played here on one host:
   build images here cannot RUN their install steps: TEST-STACK.md). A command found in
   neither fails to start as on a node: exit 128, reason StartError.
 * the pod network: every pod name of the namespace (the operator's per-replica Service
-  names) resolves to 127.0.0.1, and each (pod, containerPort) to its own free loopback
-  port, so two pods that both declare 23456 do not collide. Names and ports are
+  names), and a pod's `<hostname>.<subdomain>` names (a JobSet's headless Service),
+  resolve to 127.0.0.1, and each (pod, containerPort) to its own loopback port
+  (_common.reserved_port: one no other copy of the suite hands out, outside the
+  ephemeral range), so two pods that both declare 23456 do not collide. Names and ports are
   rewritten where the container's args and env spell them (`host:port`, a bare host,
   a *_PORT variable); a program that built an address from pieces would miss this.
 * volumes: no mount namespace here, so a mount is a directory of this host and a path
@@ -36,7 +38,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +45,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ._common import reserved_port
 
 LOG_PUBLISH_S = 0.3
 SHM = "/dev/shm"  # noqa: S108 (a mountPath, not a file this code writes)
@@ -53,12 +56,6 @@ GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 
 class Unschedulable(Exception):
     """No node fits the pod, or a volume it needs does not exist (it stays Pending)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def container_argv(container: dict[str, Any]) -> list[str]:
@@ -72,22 +69,28 @@ def container_argv(container: dict[str, Any]) -> list[str]:
 
 @dataclass
 class Network:
-    """Pod names -> 127.0.0.1, (pod, containerPort) -> a free loopback port."""
+    """Pod names (and the DNS names a headless Service gives a pod with a hostname and
+    subdomain) -> 127.0.0.1, (pod, containerPort) -> a reserved loopback port."""
 
     hosts: set[str] = field(default_factory=set)
     ports: dict[tuple[str, int], int] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # DNS name -> pod name
 
     def add_pod(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         self.hosts.add(name)
+        for alias in dns_names(pod):
+            self.hosts.add(alias)
+            self.aliases[alias] = name
         for container in pod["spec"].get("containers", []):
             for port in container.get("ports") or []:
-                self.ports.setdefault((name, int(port["containerPort"])), free_port())
+                self.ports.setdefault((name, int(port["containerPort"])), reserved_port())
 
     def address(self, host: str, port: int) -> str:
+        host = self.aliases.get(host, host)
         mapped = self.ports.get((host, port))
         if mapped is None:  # a port no pod declares: nothing listens there on a cluster
-            mapped = self.ports.setdefault((host, port), free_port())
+            mapped = self.ports.setdefault((host, port), reserved_port())
         return f"127.0.0.1:{mapped}"
 
     def rewrite(self, value: str, own_pod: str) -> str:
@@ -106,10 +109,25 @@ class Network:
     def port_env(self, name: str, value: str, master: str | None) -> str:
         """A *_PORT variable naming a declared port of the rendezvous host (MASTER_PORT,
         PET_MASTER_PORT) is that host's mapped port."""
+        master = self.aliases.get(master, master) if master else master
         if master and name.endswith("_PORT") and value.isdigit():
             if (master, int(value)) in self.ports:
                 return str(self.ports[master, int(value)])
         return value
+
+
+def dns_names(pod: dict[str, Any]) -> list[str]:
+    """The names a pod with spec.hostname and spec.subdomain has through the headless
+    Service of that subdomain (Kubernetes "DNS for Services and Pods"):
+    `<hostname>.<subdomain>[.<namespace>.svc[.cluster.local]]`."""
+    spec, meta = pod["spec"], pod["metadata"]
+    hostname, subdomain = spec.get("hostname"), spec.get("subdomain")
+    if not hostname or not subdomain:
+        return []
+    base = f"{hostname}.{subdomain}"
+    namespace = meta.get("namespace") or "default"
+    return [base, f"{base}.{namespace}", f"{base}.{namespace}.svc",
+            f"{base}.{namespace}.svc.cluster.local"]  # fmt: skip
 
 
 @dataclass
@@ -247,18 +265,20 @@ class Kubelet:
     def start(self, pod: dict[str, Any], node: str, kill_on: str | None = None) -> RunningPod:
         """Run the pod's (single) container; the pod becomes Running."""
         name = pod["metadata"]["name"]
+        pod = {**pod, "spec": {**pod["spec"], "nodeName": node}}  # bound: the downward API's
         spec = pod["spec"]
         container = spec["containers"][0]
         home = self.root / "pods" / name
         shutil.rmtree(home, ignore_errors=True)  # a recreated pod starts afresh
         (home / "work").mkdir(parents=True)
         mounts = self._mounts(spec, container, node, home)
-        master = _env_value(container, "MASTER_ADDR")
+        # The rendezvous host: the v1 operator's MASTER_ADDR, Trainer v2's PET_MASTER_ADDR.
+        master = _env_value(container, "MASTER_ADDR") or _env_value(container, "PET_MASTER_ADDR")
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(home / "work"),
             "LANG": "C.UTF-8",
-            "HOSTNAME": name,
+            "HOSTNAME": spec.get("hostname") or name,
             # Every node is this host: its cores are shared by all the pods. The
             # trainer's own split (all of a node's cores to its one rank) would run
             # each pod with every core, oversubscribed several times over (steps took
@@ -373,8 +393,16 @@ class Kubelet:
             return None  # optional or missing: a missing required one would block the pod
         if "fieldRef" in source:
             path = source["fieldRef"]["fieldPath"]
+            # The downward API's `metadata.labels['k']` / `metadata.annotations['k']`
+            # (Trainer v2 reads PET_NODE_RANK from the Job's completion-index annotation).
+            keyed = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+            if keyed:
+                return str((pod["metadata"].get(keyed[1]) or {}).get(keyed[2], ""))
             return {"metadata.name": pod["metadata"]["name"],
                     "metadata.namespace": self.namespace,
+                    "spec.nodeName": pod["spec"].get("nodeName", ""),
+                    "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+                    "status.hostIP": "127.0.0.1",
                     "status.podIP": "127.0.0.1"}.get(path, "")  # fmt: skip
         return None
 

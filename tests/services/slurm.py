@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from ._common import find_binary, free_port, log_tail, wait_until
+from ._common import claim, find_binary, free_port, log_tail, wait_until
 
 APT_PACKAGES = "slurm-wlm munge"
 PARTITION = "debug"
@@ -67,11 +67,15 @@ class SlurmCluster:
         return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
-# The batch script's rendezvous port is 20000 + job id % 20000, so two clusters on one host
+# The batch script's rendezvous port is 20000 + job id % 10000, so two clusters on one host
 # (parallel test sessions) that both numbered jobs from 1 would bind the same ports: each
-# cluster starts at a random job id (a session submits tens of jobs, far fewer than 19000).
+# cluster claims its own block of 500 job ids (a session submits tens of jobs), which
+# no other session on the machine holds while it runs.
+JOB_ID_BLOCK = 500
+
+
 def _first_job_id() -> int:
-    return 1 + secrets.randbelow(19_000)
+    return 1 + JOB_ID_BLOCK * claim("slurm-job-ids", range(10_000 // JOB_ID_BLOCK))
 
 
 def _slurm_conf(root: Path, ctld_port: int, slurmd_port: int, user: str) -> str:

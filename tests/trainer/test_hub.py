@@ -9,6 +9,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -250,6 +252,51 @@ def test_two_ranks_after_a_push_download_the_fix_once(stand_in, tmp_path):
     assert 2 <= len(api) <= 3, api
 
 
+def _local_dir_queued(rank: int, out: str) -> None:
+    Path(f"{out}.{rank}.queued").touch()  # then waits on the node's lock
+    _local_dir_in_rank(rank, out)
+
+
+def test_ranks_queued_on_the_node_lock_ask_the_hub_once_between_them(stand_in, tmp_path):
+    """Four ranks of one node ask for the model while the node's lock is held (as by a
+    rank still downloading): the first through checks the hub and downloads the fix;
+    the three behind it trust that check, and ask the hub nothing."""
+    hub.local_dir(MODEL)
+    push_a_fix(stand_in)
+    before = len(stand_in.requests)
+    hub.local_dir(MODEL)  # one process alone after a push: what it asks of the hub
+    single = [r for r in requests_since(stand_in, before) if r[1].startswith("/api/")]
+    files = stand_in.repos[MODEL].files  # the owner pushes again
+    fixed = json.dumps({**json.loads(files["config.json"]), "fixed_again": True}).encode()
+    files["config.json"] = fixed
+    (lock,) = (hub._cache_root() / ".locks").glob("*.lock")
+    before = len(stand_in.requests)
+    ranks, out = 4, str(tmp_path / "rank")
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            spawn(_local_dir_queued, (out,), ranks)
+        except BaseException as exc:  # noqa: BLE001 (asserted below)
+            failed.append(exc)
+
+    with hub._node_lock(lock):
+        ranks_run = threading.Thread(target=run)
+        ranks_run.start()
+        deadline = time.monotonic() + 120
+        while not all(Path(f"{out}.{r}.queued").exists() for r in range(ranks)):
+            assert time.monotonic() < deadline and ranks_run.is_alive(), failed
+            time.sleep(0.05)
+        time.sleep(1.0)  # each rank is past its `asked` and blocked on the lock
+    ranks_run.join(timeout=120)
+    assert not failed and not ranks_run.is_alive(), failed
+    got = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(ranks)]
+    assert all(g == got[0] for g in got) and got[0]["config"] == fixed.decode()
+    assert stand_in.file_gets(MODEL, "config.json") == 3  # each commit once for the node
+    api = [r for r in requests_since(stand_in, before) if r[1].startswith("/api/")]
+    assert len(api) == len(single), (api, single)  # as one rank alone: none per rank
+
+
 # --- the dataset, streamed --------------------------------------------------------------
 
 
@@ -325,6 +372,34 @@ def test_stream_resumes_where_the_job_was():
         StreamBatches(lambda: iter(docs), ByteTokenizer(), 8, 2, 1).load_state_dict(
             first.state_dict()
         )
+
+
+@pytest.mark.parametrize("stopped_at", [1, 3, 7])
+def test_a_two_rank_stream_resumes_each_rank_at_its_own_next_batch(stopped_at):
+    """Two ranks, each its own share of the documents: saved after `stopped_at` steps (the
+    position is the job's, 3 x 2 windows a step) and resumed, each rank gives
+    the batches it would have given had the job not stopped."""
+    shares = {
+        rank: [f"rank {rank} document {i}: " + "words " * (i % 5 + 2) for i in range(5)]
+        for rank in range(2)
+    }
+
+    def rank_stream(rank: int) -> StreamBatches:
+        tokens = ByteTokenizer()
+        return StreamBatches(lambda: iter(shares[rank]), tokens, 16, 3, world_size=2)
+
+    for rank in range(2):
+        straight = rank_stream(rank)
+        expected = [next(straight) for _ in range(stopped_at + 4)]
+        first = rank_stream(rank)
+        for _ in range(stopped_at):
+            next(first)
+        assert first.state_dict()["stream_windows"] == stopped_at * 3 * 2
+        resumed = rank_stream(rank)
+        resumed.load_state_dict(first.state_dict())
+        for step, want in enumerate(expected[stopped_at:], start=stopped_at):
+            got = next(resumed)
+            assert torch.equal(got[0], want[0]), (rank, step)
 
 
 def test_stream_masks_chat_turns_and_wraps_a_short_share():

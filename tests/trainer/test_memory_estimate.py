@@ -170,3 +170,64 @@ def test_auto_sharding_is_resolved_as_the_trainer_resolves_it(nodes, shape, gib,
     assert effective_strategy(spec, shape, gib) == strategy
     gpu_bytes = None if gib is None else gib * 2**30
     assert resolve_strategy("auto", nodes * 8, 8, shape.params, gpu_bytes) == strategy
+
+
+def test_an_async_save_stages_the_parameters_and_adam_moments_each_node_holds():
+    from skills.training_job_deployer.memory_estimate import staging_bytes, staging_shm_gib
+
+    spec = JobSpec(job_name="j", model_type="llama_v3_8b", num_nodes=2, gpu_per_node=8)
+    shape = ModelShape(*PRESET_SHAPES["llama_v3_8b"])
+    gib = 2**30
+    # auto on 2 nodes is HSDP: every node holds (and stages) a whole copy, 12 B a parameter.
+    assert staging_bytes(spec, shape) == 12 * shape.params
+    assert round(staging_bytes(spec, shape) / gib, 1) == 89.7
+    full = spec.model_copy(update={"sharding_strategy": "full"})
+    assert staging_bytes(full, shape) == 12 * shape.params // 2
+    replicated = spec.model_copy(update={"sharding_strategy": "no_shard"})
+    assert staging_bytes(replicated, shape) == 8 * 12 * shape.params
+    assert staging_shm_gib(spec) == 90
+    assert staging_shm_gib(spec.model_copy(update={"async_save": False})) == 0
+
+
+@pytest.mark.parametrize(
+    ("job", "gpus", "shm", "said"),
+    [
+        ({}, True, 154, "on: 89.7 GiB staged per node in /dev/shm (pinned shared memory) of 154"),
+        ({}, True, None, "each node needs /dev/shm of 89.7 GiB or more"),
+        ({}, True, 64, "/dev/shm's 64 GiB cannot hold it, so it goes to pinned memory"),
+        ({}, False, 64, "off (CPU: off unless asked)"),
+        ({"async_save": False}, True, 154, "off (async_save false)"),
+    ],
+)  # fmt: skip
+def test_every_plan_says_whether_saves_are_async_and_where_they_stage(job, gpus, shm, said):
+    from skills.training_job_deployer.memory_estimate import node_runtime
+
+    spec = JobSpec(job_name="j", model_type="llama_v3_8b", num_nodes=2, gpu_per_node=8, **job)
+    assert said in node_runtime(spec, gpus, shm).async_save
+
+
+@pytest.mark.parametrize(
+    ("gpus", "offload", "backend"),
+    [(True, False, "nccl"), (True, True, "cuda:nccl,cpu:gloo"), (False, True, "gloo")],
+)
+def test_a_gpu_plan_with_cpu_offload_names_both_backends(gpus, offload, backend):
+    from skills.training_job_deployer.memory_estimate import node_runtime
+
+    spec = JobSpec(job_name="j", cpu_offload=offload)
+    assert node_runtime(spec, gpus, None).process_group == backend
+
+
+def test_a_node_that_cannot_hold_the_staged_copy_is_refused_with_the_numbers():
+    from skills.training_job_deployer.memory_estimate import check_host_fits
+
+    spec = JobSpec(job_name="j", model_type="llama_v3_8b", num_nodes=2, gpu_per_node=8)
+    fits = check_host_fits(spec, "p5.48xlarge", 154)
+    assert fits == {"host_gib": 2048, "usable_gib": 1638.4, "shm_gib": 154,
+                    "offloaded_states_gib": 0.0}  # fmt: skip
+    one_gpu = JobSpec(job_name="j", model_type="llama_v3_8b", gpu_per_node=1)
+    with pytest.raises(ToolFailure) as refused:  # g5.2xlarge: 32 GiB of host memory
+        check_host_fits(one_gpu, "g5.2xlarge", 8 + 90)
+    assert refused.value.code == str(ErrorCode.HOST_MEMORY_EXCEEDED)
+    assert "needs about 98 GiB of host memory per node" in refused.value.message
+    assert "more than the 25.6 GiB usable of g5.2xlarge's 32 GiB" in refused.value.message
+    assert "async_save=false" in refused.value.hint

@@ -18,6 +18,36 @@ def test_no_cuda_uses_cpu_and_gloo():
     assert d.choose_device_and_backend(cuda_available=False, local_rank=0) == ("cpu", "gloo")
 
 
+@pytest.mark.parametrize(
+    ("cuda", "cpu_offload", "backend"),
+    [
+        (True, False, "nccl"),
+        # Offloaded: the gradient norm's all-reduce is of CPU tensors, which NCCL cannot
+        # run (the crash at step 1): gloo beside it, torchtitan's string.
+        (True, True, "cuda:nccl,cpu:gloo"),
+        (False, False, "gloo"),
+        (False, True, "gloo"),
+    ],
+)
+def test_the_backend_string_covers_every_device_a_runs_collectives_use(cuda, cpu_offload, backend):
+    assert d.choose_device_and_backend(cuda, 0, cpu_offload)[1] == backend
+
+
+@pytest.mark.parametrize(
+    ("device_type", "cpu_offload", "flags"),
+    [
+        ("cuda", False, {"fused": True}),
+        # Parameters in host memory: not the fused kernel (a GPU found_inf read without
+        # waiting for its copy), foreach as on CPU.
+        ("cuda", True, {"foreach": True}),
+        ("cpu", False, {"foreach": True}),
+        ("cpu", True, {"foreach": True}),
+    ],
+)
+def test_offloaded_parameters_get_the_cpu_optimizer(device_type, cpu_offload, flags):
+    assert d.optimizer_flags(device_type, cpu_offload) == flags
+
+
 def test_negative_local_rank_is_rejected():
     with pytest.raises(ValueError):
         d.choose_device_and_backend(cuda_available=True, local_rank=-1)

@@ -80,6 +80,10 @@ def test_compile_wraps_each_block_and_keeps_names():
 def test_cpu_offload_policy_is_chosen_only_when_asked():
     assert isinstance(offload_policy(True), CPUOffloadPolicy)
     assert offload_policy(False) is None
+    # Pinned host memory where a GPU copies from it; a CPU run cannot pin (no CUDA).
+    pinned, unpinned = offload_policy(True), offload_policy(True, pin_memory=False)
+    assert pinned is not None and pinned.pin_memory
+    assert unpinned is not None and not unpinned.pin_memory
 
 
 def test_llama3_rope_scaling_keeps_high_and_divides_low_frequencies():
@@ -113,11 +117,36 @@ def test_specific_names_win_and_unknown_devices_have_no_peak():
 
 
 def test_mfu_is_achieved_over_peak_flops():
-    per_token = metrics.flops_per_token(n_matmul_params=800, n_layers=2, dim=8, seq_len=16)
+    per_token = metrics.flops_per_token(800, n_layers=2, attention_dim=8, seq_len=16)
     assert per_token == 6 * 800 + 12 * 2 * 8 * 16
     assert metrics.mfu(tokens_per_s_per_device=1e6, flops_per_tok=per_token, peak=1e12) == (
         pytest.approx(1e6 * per_token / 1e12)
     )
+
+
+# Real shapes of each family's config.json, and the queries' width counted by hand.
+ATTENTION_WIDTHS = [
+    ({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}, 32 * 128),
+    ({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16,
+      "head_dim": 128}, 16 * 128),  # Qwen3-0.6B: not its hidden size 1024
+    ({"model_type": "qwen3", "hidden_size": 4096, "num_attention_heads": 32,
+      "head_dim": 128}, 32 * 128),  # Qwen3-8B
+    ({"model_type": "gemma2", "hidden_size": 2304, "num_attention_heads": 8,
+      "head_dim": 256}, 8 * 256),  # Gemma 2 2B: not 2304
+    ({"model_type": "gpt2", "n_embd": 768, "n_head": 12}, 12 * 64),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "width"), ATTENTION_WIDTHS)
+def test_attention_flops_count_the_queries_width_of_every_family(shape, width):
+    from trainer.hf_config import model_config_from_hf
+
+    hf = {**shape, "num_hidden_layers": 2, "intermediate_size": 64, "vocab_size": 97,
+          "num_key_value_heads": 2, "tie_word_embeddings": False}  # fmt: skip
+    cfg = model_config_from_hf(hf)
+    assert cfg.attention_dim == width
+    attention = metrics.flops_per_token(0, cfg.n_layers, cfg.attention_dim, seq_len=4096)
+    assert attention == 12 * 2 * width * 4096
 
 
 # Inductor, loaded in this process, uses torch.jit.script_method (torch's own, not ours).
@@ -206,3 +235,46 @@ def test_tied_embeddings_stay_with_the_root():
     units = fsdp_units(model)
     assert [modules for modules, _ in units] == [[block] for block in model.layers]
     assert [reshard for _, reshard in units] == [True, False]
+
+
+def _short_timeout_rank(rank: int, store_path: str, waited: str) -> None:
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from trainer.distributed import shorten_timeout
+    from trainer.parallel import apply_fsdp, build_mesh, training_groups
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 4), rank=rank, world_size=4)
+    try:
+        # HSDP, 2 nodes of 2: neither dimension spans the world (a group that did would
+        # be the default group itself).
+        mesh = build_mesh("cpu", "hybrid", 4, 2)
+        model = apply_fsdp(Transformer(CFG), mesh, MixedPrecisionPolicy(), True)
+        groups = training_groups(model)
+        replicate = mesh.get_group("dp_replicate")
+        assert dist.group.WORLD in groups and replicate in groups
+        assert mesh.get_group("dp_shard") in groups
+        shorten_timeout(groups, timedelta(seconds=1))
+        if rank != 0:  # rank 2, rank 0's replica peer, hangs: never joins its all-reduce
+            time.sleep(6)
+            return
+        start = time.monotonic()
+        with pytest.raises(RuntimeError):
+            dist.all_reduce(torch.ones(1), group=replicate)
+        with open(waited, "w") as f:
+            f.write(str(time.monotonic() - start))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_shortened_timeout_reaches_the_hsdp_groups(tmp_path):
+    """After the first step a hang must fail within TRAIN_TIMEOUT on every group a step
+    uses: HSDP's replicate group kept the first timeout (10 minutes) before."""
+    from tests.trainer.conftest import spawn
+
+    waited = tmp_path / "waited"
+    spawn(_short_timeout_rank, (str(tmp_path / "store"), str(waited)), 4)
+    assert float(waited.read_text()) < 5

@@ -113,6 +113,21 @@ def test_replicated_no_shard_matches_fully_sharded_training(two_process_run, run
     assert replicated[7] == pytest.approx(full[7], abs=1e-3)
 
 
+def test_cpu_offload_trains_on_cpu_ranks_like_the_run_without_it(two_process_run, run_trainer):
+    # The offload path a GPU run takes for its host-side tensors (FSDP2's offload policy,
+    # gloo collectives on CPU gradients, the foreach optimizer on CPU parameters), on
+    # CPU ranks: it trains, to the losses of the run that keeps them where they are.
+    events, *_ = two_process_run
+    full = {e["step"]: e["loss"] for e in events if e["event"] == "step"}
+    proc, other = run_trainer(
+        [*SMALL, "--max_steps", "7", "--log_freq", "7", "--cpu_offload", "true"], nproc=2
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    offloaded = {e["step"]: e["loss"] for e in other if e["event"] == "step"}
+    assert offloaded[1] == pytest.approx(full[1], abs=1e-5)
+    assert offloaded[7] == pytest.approx(full[7], abs=1e-4)
+
+
 def test_plain_python_runs_as_a_world_of_one(no_dist_env, capsys):
     assert train_mod.main(["--max_steps", "3", "--log_freq", "2"]) == 0
     start, *steps, summary = [e for e in lines(capsys.readouterr().out) if e["event"] != "eval"]

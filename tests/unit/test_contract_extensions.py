@@ -101,7 +101,8 @@ def test_the_read_job_tools_take_only_the_settings_that_find_a_job():
     an agent pays for each byte of every tool's schema."""
     fields = set(spec_of(get_training_job).params.model_fields)
     access = {n for t in TARGETS.values() for n in t.settings_model.model_fields}
-    assert fields == {"job_name", "wait_seconds"} | access
+    # plot / compare: the job's own curves as a picture (issue 48), not deploy settings.
+    assert fields == {"job_name", "wait_seconds", "plot", "compare"} | access
     assert not {"partition", "account", "instance_type", "image_uri"} & fields
 
 
@@ -372,6 +373,7 @@ BAD_INPUT_CODES = {
     "unsupported_for_target", "not_enough_gpus", "not_found", "aws_profile_not_found",
     "kubeconfig_invalid", "not_a_directory", "is_a_directory", "name_too_long",
     "path_not_allowed", "snapshot_invalid", "slurm_rejected", "gpu_memory_exceeded",
+    "host_memory_exceeded",
     "model_invalid", "port_in_use", "not_ours",
 }  # fmt: skip
 

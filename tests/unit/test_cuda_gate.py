@@ -44,11 +44,12 @@ def test_a_cu130_image_on_a_535_driver_is_refused_with_the_fix():
     problem = result.problems[0]
     assert (problem["max_cuda"], problem["max_cuda_full_features"]) == ("12.9", "12.1")
     # The fix is one build_image call: the official image nearest torch 2.13 on the newest
-    # CUDA driver 535 runs, plus the driver and instance type so the build checks them.
+    # CUDA driver 535 runs (2.13 has a CUDA 12.6 image, issue 51), plus the driver and
+    # instance type so the build checks them.
     step = result.next_step
     assert step is not None and step.tool == "build_image"
     assert step.arguments == {
-        "base_image": "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime",
+        "base_image": "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
         "driver_version": "535.104.05",
         "instance_type": "p5.48xlarge",
     }
@@ -71,15 +72,14 @@ def test_the_message_and_the_remedy_agree_on_what_the_driver_runs():
     assert "newest it runs: 12.9 through minor-version compatibility, 12.4 with every" in message
     step = result.next_step
     assert step is not None
-    assert step.arguments["base_image"] == "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"
-    assert "torch changes from 2.13.0 to 2.11.0" in step.why
-    assert "only on CUDA 13.0, 13.2" in step.why
-    # Its wheel on CUDA 12.6 runs there: the why says how to keep torch 2.13.0 instead.
-    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126" in (
+    # torch 2.13 has a CUDA 12.6 image (issue 51): the remedy keeps the torch.
+    assert step.arguments["base_image"] == "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime"
+    assert "torch changes" not in step.why
+    assert "CUDA 12.6: the newest CUDA driver 550.127.08 runs among torch 2.13's images" in (
         step.why
     )
     # The image the remedy builds passes this gate on these nodes.
-    rebuilt = cuda_gate.ImageCuda("2.11.0", "12.8")
+    rebuilt = cuda_gate.ImageCuda("2.13.0", "12.6")
     assert cuda_gate.check(rebuilt, [node("p4d.24xlarge", "550.127.08")]).problems == []
 
 

@@ -74,9 +74,10 @@ FINDINGS = [
         "ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.2-cudnn9-runtime\nFROM ${BASE_IMAGE}\n",
         {"driver_version": "570.86.10"},
         2,
-        "use base image pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime",
+        # torch 2.13 has a CUDA 12.6 image (issue 51): the user's torch is kept.
+        "use base image pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
         ["ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.2-cudnn9-runtime"],
-        ["ARG BASE_IMAGE=pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"],
+        ["ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime"],
     ),
     (
         "flash_attn_runtime_image",

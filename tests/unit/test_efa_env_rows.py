@@ -14,8 +14,9 @@ from skills.kube.efa import efa_env_for
 NEVER = ("FI_EFA_FORK_SAFE", "NCCL_PROTO", "NCCL_MIN_CHANNELS", "NCCL_BUFFSIZE",
          "RDMAV_FORK_SAFE", "FI_EFA_ENABLE_SHM_TRANSFER", "NCCL_SOCKET_NTHREADS",
          "NCCL_NSOCKS_PERTHREAD")  # fmt: skip
-# The families whose EFA has RDMA read, by the EC2 pages (p4, p5, p6); no others.
-RDMA_FAMILIES = {"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200"}
+# The families whose EFA has RDMA read, by the EC2 pages (p4, p5, p6) and AWS's EFA guide
+# (g6, g6e: Nitro v4, issue 51); no others.
+RDMA_FAMILIES = {"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "g6", "g6e"}
 
 
 @pytest.mark.parametrize(("name", "env"), sorted(EFA_ENV_BY_FAMILY.items()))

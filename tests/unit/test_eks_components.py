@@ -8,12 +8,16 @@ holds no credentials."""
 
 from __future__ import annotations
 
+import functools
+import re
+
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
 from commands.manage_eks_cluster import manage_eks_cluster
+from skills.eks_cluster_manager import storage
 from skills.eks_cluster_manager.components import COMPONENTS, CRD_NAME, pytorchjob_crd
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
 from skills.kube.objects import KINDS, object_path
@@ -22,8 +26,8 @@ from skills.shared.errors import ToolFailure
 from skills.shared.secrets import looks_like_secret
 
 # The oldest and the newest Kubernetes versions EKS supports in standard support as these
-# manifests were checked (kubernetes-validate ships 1.25-1.37).
-K8S_VERSIONS = ("1.30", "1.33")
+# manifests were checked (kubernetes-validate ships 1.25-1.37), and the default, 1.36.
+K8S_VERSIONS = ("1.30", "1.33", "1.36")
 
 
 @pytest.mark.parametrize("k8s", K8S_VERSIONS)
@@ -31,14 +35,27 @@ K8S_VERSIONS = ("1.30", "1.33")
 def test_every_component_manifest_is_valid_and_pinned(component, k8s):
     objects = component.manifests("jobs")
     assert objects
+    custom = _custom_schemas()
     for obj in objects:
         assert obj["kind"] in KINDS and object_path(obj).startswith(("/api/v1", "/apis/"))
+        if obj["kind"] in custom:  # a kind of a vendored CRD: that CRD's schema
+            jsonschema.validate(obj, custom[obj["kind"]])
+            continue
         kubernetes_validate.validate(obj, k8s, strict=True)
         for container in _containers(obj):
-            # The image upstream pins (the Training Operator's tag is v1-<sha>, not v1.9.2).
+            # The image upstream pins (the Training Operator's tag is v1-<sha>, not v1.9.4).
             assert container["image"] == component.image and ":latest" not in container["image"]
-    if component.namespace is None:  # etcd goes where the job runs
+    if component.key == "etcd":  # etcd goes where the job runs
         assert {o["metadata"]["namespace"] for o in objects} == {"jobs"}
+
+
+@functools.cache
+def _custom_schemas() -> dict:
+    """Kind -> the openAPIV3Schema of its CRD, for the CRDs the components install."""
+    crds = [o for c in COMPONENTS if c.key != "etcd" for o in c.manifests()
+            if o["kind"] == "CustomResourceDefinition"]  # fmt: skip
+    return {c["spec"]["names"]["kind"]: c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            for c in crds}  # fmt: skip
 
 
 def _containers(obj):
@@ -65,13 +82,10 @@ def test_the_nccl_job_fits_the_pytorchjob_schema():
     assert job["spec"]["nprocPerNode"] == "8"
     container = replicas["Worker"]["template"]["spec"]["containers"][0]
     limits = container["resources"]["limits"]
-    # skills.kube.efa: EFA devices and huge pages (aws-efa-eks), the p4d row's variables
-    assert limits == {
-        "nvidia.com/gpu": "8",
-        "vpc.amazonaws.com/efa": "4",
-        "hugepages-2Mi": "5120Mi",
-    }
-    assert container["resources"]["requests"] == {**limits, "memory": "8000Mi"}
+    # skills.kube.efa: EFA devices, the p4d row's variables, and no huge pages: with
+    # FI_EFA_USE_HUGE_PAGE=0 libfabric takes none (issue 51)
+    assert limits == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "4"}
+    assert container["resources"]["requests"] == limits
     assert {"name": "FI_EFA_USE_HUGE_PAGE", "value": "0"} in container["env"]
     (_, single) = nccl_manifests("nccl-test-abc123", "default", 1, "g5.xlarge", "img:1")
     assert "Worker" not in single["spec"]["pytorchReplicaSpecs"]
@@ -98,7 +112,7 @@ def test_the_nccl_jobs_objects_carry_the_suites_label_for_cleanup():
 
 
 def test_g5_nccl_job_sets_no_device_rdma():
-    # libfabric aborts with FI_EFA_USE_DEVICE_RDMA=1 on EFA without RDMA read (g5/g6/g6e).
+    # libfabric aborts with FI_EFA_USE_DEVICE_RDMA=1 on EFA without RDMA read (g5, p3dn).
     (_, job) = nccl_manifests("nccl-test-abc123", "default", 2, "g5.48xlarge", "img:1")
     env = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
     names = {e["name"] for e in env}
@@ -210,6 +224,7 @@ def test_create_config_yaml_follows_the_parameters(
     config = yaml.safe_load(out.read_text())
     assert config == yaml.safe_load(report.config_yaml)
     jsonschema.validate(config, EKSCTL_SCHEMA)
+    assert config["metadata"]["version"] == "1.36"  # no version given: the newest in support
     system, gpu = config["managedNodeGroups"]
     assert system["name"] == "system" and "taints" not in system
     assert gpu["instanceType"] == instance_type.removeprefix("ml.")
@@ -225,6 +240,10 @@ def test_create_config_yaml_follows_the_parameters(
         assert gpu["availabilityZones"][0] == config["availabilityZones"][0]
     assert "capacityReservation" not in gpu
     assert {"aws-fsx-csi-driver", "vpc-cni"} <= {a["name"] for a in config["addons"]}
+    # The FSx add-on gets the IAM policy the hint for a cluster without it attaches.
+    (fsx,) = [a for a in config["addons"] if a["name"] == "aws-fsx-csi-driver"]
+    hint = storage.csi_install_hint("train", "us-west-2", "123456789012")
+    assert fsx["attachPolicyARNs"] == re.findall(r"--attach-policy-arn (\S+)", hint)
     assert report.changes["command"] == ["eksctl", "create", "cluster", "-f", str(out)]
     for line in report.config_yaml.splitlines():  # no credentials, ever
         assert not looks_like_secret(line.split(":", 1)[-1].strip())

@@ -85,7 +85,8 @@ def _refused_naming(error: dict[str, Any], name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [("HF_ENDPOINT", "https://collector.invalid"), ("HTTPS_PROXY", "http://collector.invalid:3128"),
-     ("REQUESTS_CA_BUNDLE", "/tmp/collector-ca.pem")],
+     ("REQUESTS_CA_BUNDLE", "/tmp/collector-ca.pem"),
+     ("MLFLOW_TRACKING_URI", "https://collector.invalid")],
 )  # fmt: skip
 def test_over_mcp_env_cannot_send_the_hub_token_elsewhere(name, value, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", CANARY)
@@ -112,6 +113,24 @@ def test_the_users_own_hf_endpoint_goes_beside_the_secret_only_for_hub_jobs(monk
                                 dry_run=True)  # fmt: skip
     assert "HF_ENDPOINT" not in plan_env(plain.plan)
     assert CANARY not in json.dumps(hub.plan.model_dump(mode="json"))
+
+
+def test_the_users_own_mlflow_server_reaches_the_container_with_the_image_to_tag_runs(
+    monkeypatch,
+):
+    """Issue 48: MLFLOW_TRACKING_URI is the user's, as HF_ENDPOINT is; a job of an
+    environment without one gets no tracking variables at all."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team")
+    tracked = deploy_training_job(job_name="tracked", target="kubernetes", image_uri=IMAGE,
+                                  dry_run=True)  # fmt: skip
+    env = plan_env(tracked.plan)
+    assert env["MLFLOW_TRACKING_URI"] == "https://mlflow.example"
+    assert env["MLFLOW_EXPERIMENT_NAME"] == "team" and env["FSDP_EKS_IMAGE"] == IMAGE
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    plain = deploy_training_job(job_name="plain", target="kubernetes", image_uri=IMAGE,
+                                dry_run=True)  # fmt: skip
+    assert not {"MLFLOW_TRACKING_URI", "FSDP_EKS_IMAGE"} & set(plan_env(plain.plan))
 
 
 @pytest.mark.parametrize("target", ["local", "slurm"])

@@ -110,7 +110,7 @@ def test_every_row_has_a_sample_and_every_code_a_row():
     assert [code for code, _ in SAMPLES] == [row.code for row in SIGNATURES]
     assert {row.code for row in SIGNATURES} | set(WATCHED) == set(CODES)
     # Their cases: tests/unit/test_watchdog.py.
-    assert WATCHED == ("straggler", "throughput_degraded", "job_hung")
+    assert WATCHED == ("straggler", "throughput_degraded", "gpus_idle", "gpu_throttled", "job_hung")
 
 
 @pytest.mark.parametrize(

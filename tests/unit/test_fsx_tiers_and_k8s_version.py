@@ -62,12 +62,41 @@ def test_a_tier_the_type_lacks_is_refused_with_the_ones_it_has(deployment, tier)
 
 
 def test_the_default_kubernetes_version_is_in_standard_support_today_and_configurable():
-    assert eksctl.DEFAULT_KUBERNETES_VERSION == "1.35"
-    assert eksctl.support_note("1.35", "2026-11-25") is None
+    assert eksctl.DEFAULT_KUBERNETES_VERSION == "1.36"
+    assert eksctl.support_note("1.36", "2026-12-06") is None
     spec = eksctl.ConfigSpec(cluster_name="c", region="us-east-1",
                              instance_type="p5.48xlarge", nodes=1)  # fmt: skip
-    assert eksctl.cluster_config(spec)["metadata"]["version"] == "1.35"
+    assert eksctl.cluster_config(spec)["metadata"]["version"] == "1.36"
     older = eksctl.ConfigSpec(**{**spec.__dict__, "kubernetes_version": "1.33"})
     assert eksctl.cluster_config(older)["metadata"]["version"] == "1.33"
     assert "left EKS standard support on 2026-07-29" in eksctl.support_note("1.33", "2026-11-25")
     assert "no EKS support dates" in eksctl.support_note("1.40", "2026-11-25")
+
+
+# EKS's support calendar, written out from endoflife.date/amazon-eks (read 2026-12-06):
+# version -> end of standard support; on 2026-12-06 each is in or out of standard support.
+EKS_VERSIONS = [
+    ("1.32", "2026-03-23", False),
+    ("1.33", "2026-07-29", False),
+    ("1.34", "2026-12-02", False),
+    ("1.35", "2027-03-27", True),
+    ("1.36", "2027-08-02", True),
+]
+
+
+@pytest.mark.parametrize(("version", "ends", "supported"), EKS_VERSIONS, ids=lambda v: str(v))
+def test_each_eks_version_is_judged_by_its_support_date(version, ends, supported):
+    assert eksctl.STANDARD_SUPPORT_ENDS[version] == ends
+    assert "read 2026-12-06" in eksctl.STANDARD_SUPPORT[version][1]
+    note = eksctl.support_note(version, "2026-12-06")
+    assert (note is None) == supported
+    if not supported:
+        assert note is not None and f"left EKS standard support on {ends}" in note
+
+
+def test_a_version_without_dates_is_not_said_to_be_refused_by_eksctl():
+    # eksctl asks EKS (DescribeClusterVersions) which versions it offers.
+    note = eksctl.support_note("1.37", "2026-12-06")
+    assert note is not None and "no EKS support dates on record" in note
+    assert "refuses" not in note and "describe-cluster-versions" in note
+    assert list(eksctl.STANDARD_SUPPORT_ENDS) == [v[0] for v in EKS_VERSIONS]

@@ -24,7 +24,8 @@ WHEELS = [
     ("2.11.0", "3.10", "3.14", "cu126 cu128 cu130", "2.11.0-cuda12.8-cudnn9-runtime"),
     ("2.12.0", "3.10", "3.14", "cu126 cu130 cu132", "2.12.0-cuda13.0-cudnn9-runtime"),
     ("2.13.0", "3.10", "3.15", "cu126 cu130 cu132", "2.13.0-cuda13.2-cudnn9-devel"),
-    ("2.14.0", "3.10", "3.15", "cu126 cu130 cu132", None),
+    ("2.14.0", "3.10", "3.15", "cu126 cu130 cu132", "2.14.0-cuda12.6-cudnn9-runtime"),
+    ("2.15.0", "3.10", "3.15", "cu130 cu132", "2.15.0-cuda13.0-cudnn9-runtime"),
 ]
 
 
@@ -52,6 +53,56 @@ def test_table_covers_every_release_listed():
     assert [r.minor for r in cuda_tables.TORCH_RELEASES] == [w[0].rsplit(".", 1)[0] for w in WHEELS]
 
 
+# Every pytorch/pytorch image of torch 2.11-2.15, written out from the sources the table
+# cites (issue 51, read 2026-12-06): tag, CUDA, Python (None: not read), minimum driver
+# (the CUDA's own; a 13.x image also runs from 580 through minor-version compatibility).
+IMAGES_2_11_ON = [
+    ("2.11.0-cuda12.6-cudnn9", "12.6", None, "560.28.03"),
+    ("2.11.0-cuda12.8-cudnn9", "12.8", None, "570.26"),
+    ("2.11.0-cuda13.0-cudnn9", "13.0", None, "580.65.06"),
+    ("2.12.0-cuda12.6-cudnn9", "12.6", None, "560.28.03"),
+    ("2.12.0-cuda13.0-cudnn9", "13.0", None, "580.65.06"),
+    ("2.12.0-cuda13.2-cudnn9", "13.2", None, "595.45.04"),
+    ("2.12.1-cuda12.6-cudnn9", "12.6", None, "560.28.03"),
+    ("2.13.0-cuda12.6-cudnn9", "12.6", None, "560.28.03"),
+    ("2.13.0-cuda13.0-cudnn9", "13.0", None, "580.65.06"),
+    ("2.13.0-cuda13.2-cudnn9", "13.2", None, "595.45.04"),
+    ("2.14.0-cuda12.6-cudnn9", "12.6", "3.12", "560.28.03"),
+    ("2.14.0-cuda13.0-cudnn9", "13.0", "3.12", "580.65.06"),
+    ("2.14.0-cuda13.2-cudnn9", "13.2", "3.12", "595.45.04"),
+    ("2.15.0-cuda13.0-cudnn9", "13.0", None, "580.65.06"),
+    ("2.15.0-cuda13.2-cudnn9", "13.2", None, "595.45.04"),
+]
+
+
+@pytest.mark.parametrize(("tag", "cuda", "python", "driver"), IMAGES_2_11_ON, ids=lambda v: v)
+def test_every_image_of_torch_2_11_on(tag: str, cuda: str, python: str | None, driver: str):
+    torch = tag.split("-")[0]
+    assert cuda_tables.image_published(torch, cuda)
+    assert cuda_tables.official_python(torch, cuda) == python
+    assert cuda_tables.driver_floor(cuda) == driver
+    for flavor in ("runtime", "devel"):
+        assert cuda_tables.official_tag(torch, cuda, 9, flavor) == f"{tag}-{flavor}"
+
+
+def test_no_image_of_torch_2_11_on_beyond_the_list():
+    listed = {
+        f"{i.torch}-cuda{i.cuda}-cudnn{i.cudnn}"
+        for r in cuda_tables.TORCH_RELEASES
+        if cuda_tables.vtuple(r.minor) >= (2, 11)
+        for i in r.images
+    }
+    assert listed == {row[0] for row in IMAGES_2_11_ON}
+
+
+def test_every_row_added_for_issue_51_names_its_source_and_the_day_it_was_read():
+    rows = [r for r in cuda_tables.TORCH_RELEASES if cuda_tables.vtuple(r.minor) >= (2, 11)]
+    rows += [r for r in cuda_tables.DRIVER_FLOORS if r.cuda == "13.3"]
+    rows += [d for d in cuda_tables.DLC_IMAGES if d.repository == "pytorch"]
+    for row in rows:
+        assert cuda_tables.READ in row.source, row
+
+
 # Section 2: CUDA -> driver it ships with; the minor-version floors per major.
 DRIVERS = [
     ("11.8", "520.61.05", "450.80.02"),
@@ -63,6 +114,7 @@ DRIVERS = [
     ("13.0", "580.65.06", "580"),
     ("13.1", "590.44.01", "580"),
     ("13.2", "595.45.04", "580"),
+    ("13.3", "610.43.02", "580"),
 ]
 
 
@@ -94,9 +146,9 @@ DLCS = [
     ("2.8.0", "pytorch-training", "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2", "12.9", "3.12"),
     ("2.9.0", "pytorch-training", "2.9.0-gpu-py312-cu130-ubuntu22.04-ec2", "13.0", "3.12"),
     ("2.10.0", "pytorch-training", "2.10.0-gpu-py313-cu130-ubuntu22.04-ec2", "13.0", "3.13"),
-    ("2.11.0", "pytorch", "2.11.0-cu130-amzn2023", "13.0", None),
-    ("2.12.1", "pytorch", "2.12.1-cu130-amzn2023", "13.0", None),
-    ("2.13.0", "pytorch", "2.13.0-cu133-amzn2023", "13.3", None),
+    ("2.11.0", "pytorch", "2.11.0-cu130-amzn2023", "13.0", "3.12"),
+    ("2.12.1", "pytorch", "2.12.1-cu130-amzn2023", "13.0", "3.12"),
+    ("2.13.0", "pytorch", "2.13.0-cu133-amzn2023", "13.3", "3.12"),
 ]
 
 
@@ -106,8 +158,10 @@ def test_dlc_row(torch: str, repo: str, tag: str, cuda: str, python: str | None)
     assert (row.repository, row.tag) == (repo, tag)
     parsed = cuda_tables.parse_dlc_tag(tag)
     assert parsed is not None
-    assert (parsed.torch, parsed.cuda, parsed.python) == (torch, cuda, python)
-    assert row.cuda == cuda
+    assert (parsed.torch, parsed.cuda) == (torch, cuda)
+    assert parsed.python in (python, None)  # the AL2023 tags do not name it
+    assert (row.cuda, row.python) == (cuda, python)
+    assert cuda_tables.dlc_python(torch, cuda) == python
 
 
 @pytest.mark.parametrize(
@@ -254,10 +308,15 @@ NEAREST = [
         {"torch": "2.13.0", "source": "wheel", "driver_version": "535.104.05"},
         ("2.13.0", "12.6", None),
     ),
-    # No 12.x image of 2.12 or 2.13 is published: the nearest torch that has one.
+    # 2.13.0 has a CUDA 12.6 image: a 535 (12.x) driver keeps torch 2.13 (it used to be
+    # told to drop to 2.11).
     (
         {"torch": "2.13.0", "source": "official", "driver_version": "535.104.05"},
-        ("2.11.0", "12.8", "2.11.0-cuda12.8-cudnn9-runtime"),
+        ("2.13.0", "12.6", "2.13.0-cuda12.6-cudnn9-runtime"),
+    ),
+    (
+        {"torch": "2.14.0", "source": "official", "driver_version": "570.86.10"},
+        ("2.14.0", "12.6", "2.14.0-cuda12.6-cudnn9-runtime"),
     ),
 ]
 

@@ -9,7 +9,7 @@ import pytest
 
 from skills.catalog.instances import INSTANCES
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
-from skills.kube.efa import GPU_TOLERATIONS, efa_env_for
+from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, uses_huge_pages
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.targets.kubernetes import manifest as pm
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
@@ -49,3 +49,47 @@ def test_the_job_the_nccl_test_and_slurm_agree(spec):
     resources = [p["containers"][0]["resources"] for p in pods.values()]
     assert resources[0] == resources[1]  # GPUs, EFA devices, huge pages, memory request
     assert pods["job"]["tolerations"] == pods["nccl"]["tolerations"] == list(GPU_TOLERATIONS)
+
+
+# libfabric's FI_EFA_USE_HUGE_PAGE (a fi_param bool; unset: its default, use them).
+HUGE_PAGE_SETTINGS = [
+    ({}, True),
+    ({"FI_EFA_USE_HUGE_PAGE": "0"}, False),
+    ({"FI_EFA_USE_HUGE_PAGE": "false"}, False),
+    ({"FI_EFA_USE_HUGE_PAGE": "OFF"}, False),
+    ({"FI_EFA_USE_HUGE_PAGE": "no"}, False),
+    ({"FI_EFA_USE_HUGE_PAGE": "1"}, True),
+    ({"FI_EFA_USE_HUGE_PAGE": "on"}, True),
+]
+
+
+@pytest.mark.parametrize(("env", "uses"), HUGE_PAGE_SETTINGS, ids=lambda v: str(v))
+def test_libfabric_uses_huge_pages_unless_its_variable_says_off(env, uses):
+    assert uses_huge_pages(env) is uses
+
+
+# The job's own FI_EFA_USE_HUGE_PAGE -> (hugepages-2Mi, memory request) of its pods.
+JOB_HUGE_PAGES = [
+    (None, None, None),  # the catalogue's 0: libfabric takes none, the pod asks none
+    ("1", "5120Mi", "8000Mi"),  # turned on: the pages and the memory request beside them
+    ("0", None, None),
+]
+
+
+@pytest.mark.parametrize(("setting", "pages", "memory"), JOB_HUGE_PAGES, ids=str)
+def test_a_pod_requests_huge_pages_only_when_its_libfabric_uses_them(setting, pages, memory):
+    env = {} if setting is None else {"FI_EFA_USE_HUGE_PAGE": setting}
+    job = pm.render(
+        JobSpec(job_name="pages", num_nodes=2, gpu_per_node=8, env=env),
+        KubernetesDeploySettings(instance_type="p5.48xlarge"),
+        "img:1",
+        None,
+    )
+    container = _pod(job)["containers"][0]
+    variables = {e["name"]: e.get("value") for e in container["env"]}
+    assert uses_huge_pages(variables) is (pages is not None)
+    resources = container["resources"]
+    assert resources["limits"].get("hugepages-2Mi") == pages
+    assert resources["requests"].get("hugepages-2Mi") == pages
+    assert resources["requests"].get("memory") == memory
+    assert "memory" not in resources["limits"]  # a limit would cap the trainer

@@ -31,7 +31,7 @@ def render(settings: dict | None = None, **job) -> dict:
     return pm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, pm.HF_SECRET)
 
 
-def container(manifest: dict, kind: str = None) -> dict:
+def container(manifest: dict, kind: str | None = None) -> dict:
     replicas = manifest["spec"]["pytorchReplicaSpecs"]
     return replicas[kind or next(iter(replicas))]["template"]["spec"]["containers"][0]
 
@@ -92,6 +92,21 @@ def test_a_manifest_the_schema_rejects_is_a_typed_error():
     assert caught.value.details["problems"][0]["path"].endswith("replicas")
 
 
+def test_a_field_the_crd_does_not_declare_is_refused_not_silently_dropped():
+    # The API server would prune it (or refuse it under kubectl's strict field validation):
+    # a misspelt field the template writes must not vanish on the way to the cluster.
+    manifest = copy.deepcopy(render())
+    manifest["spec"]["runPolicy"]["backofLimit"] = 3
+    with pytest.raises(ToolFailure) as caught:
+        pm.validate(manifest)
+    assert caught.value.details["problems"] == [
+        {
+            "path": "spec.runPolicy.backofLimit",
+            "problem": 'unknown field "spec.runPolicy.backofLimit"',
+        }
+    ]
+
+
 @pytest.mark.parametrize(
     ("nodes", "elastic", "layout"),
     [
@@ -122,12 +137,10 @@ def test_efa_devices_follow_the_instance_table(instance_type, efa):
     assert efa_devices(instance_type) == efa
     manifest = render({"instance_type": instance_type} if instance_type else {}, num_nodes=2)
     resources = container(manifest)["resources"]
-    # EFA pods: huge pages as limit = request; memory as a request only (hugepages need a
-    # memory request, and a memory limit would cap the trainer)
-    requests = dict(resources["requests"])
-    assert requests.pop("memory", None) == ("8000Mi" if efa else None)
-    assert resources["limits"] == requests
-    assert resources["limits"].get("hugepages-2Mi") == ("5120Mi" if efa else None)
+    # EFA pods get FI_EFA_USE_HUGE_PAGE=0, so no huge pages and no memory request beside
+    # them (tests/unit/test_kube_efa.py: the other way round when the job turns them on)
+    assert resources["limits"] == resources["requests"]
+    assert "hugepages-2Mi" not in resources["limits"] and "memory" not in resources["requests"]
     assert int(resources["limits"].get("vpc.amazonaws.com/efa", 0)) == efa
     env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
     assert (env.get("FI_PROVIDER") == "efa") == bool(efa)
@@ -137,7 +150,7 @@ def test_efa_devices_follow_the_instance_table(instance_type, efa):
 @pytest.mark.parametrize(
     ("instance_type", "rdma"),
     [("p4d.24xlarge", True), ("p5.48xlarge", True), ("p6-b200.48xlarge", True),
-     ("g5.48xlarge", False), ("g6.48xlarge", False), ("g6e.48xlarge", False),
+     ("g5.48xlarge", False), ("g6.48xlarge", True), ("g6e.48xlarge", True),
      ("p3dn.24xlarge", False)],
 )  # fmt: skip
 def test_device_rdma_only_where_the_catalogue_says_rdma_read(instance_type, rdma):
@@ -155,7 +168,8 @@ def test_gpu_resources_shm_and_scheduling():
     assert container(manifest)["resources"]["limits"]["nvidia.com/gpu"] == "8"
     spec = pod_spec(manifest)
     shm = next(v for v in spec["volumes"] if v["name"] == "shm")
-    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+    # 8 GiB a process, and 1 GiB (rounded up) for the toy model's async-save staging.
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "65Gi"}
     assert {"name": "shm", "mountPath": "/dev/shm"} in container(manifest)["volumeMounts"]
     assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
     assert spec["tolerations"] == [  # EFA node groups carry the aws.amazon.com/efa taint
@@ -164,7 +178,26 @@ def test_gpu_resources_shm_and_scheduling():
     ]
     env = {e["name"]: e.get("value") for e in container(manifest)["env"]}
     assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"  # p-family: GPUDirect RDMA
-    assert pm.shm_size(1) == "8Gi"
+    assert pm.shm_size(JobSpec(job_name="j", gpu_per_node=1, async_save=False)) == "8Gi"
+
+
+@pytest.mark.parametrize(
+    ("job", "shm"),
+    [
+        # HSDP (auto, 2 nodes): each node stages a whole copy of the parameters and Adam
+        # moments, 12 B x 8.03B = 89.7 GiB, beside NCCL's 8 GiB a process.
+        ({"num_nodes": 2}, "154Gi"),
+        ({"num_nodes": 2, "sharding_strategy": "full"}, "109Gi"),  # half a copy a node
+        ({"num_nodes": 2, "async_save": False}, "64Gi"),
+        ({"num_nodes": 2, "shm_size_gib": 32}, "32Gi"),  # as asked (the trainer then pins)
+    ],
+)
+def test_dev_shm_holds_an_async_saves_staged_copy(job, shm):
+    gib = job.pop("shm_size_gib", None)
+    manifest = render({"instance_type": "p5.48xlarge", "shm_size_gib": gib},
+                      model_type="llama_v3_8b", gpu_per_node=8, **job)  # fmt: skip
+    volume = next(v for v in pod_spec(manifest)["volumes"] if v["name"] == "shm")
+    assert volume["emptyDir"]["sizeLimit"] == shm
 
 
 def test_hyperpod_nodes_are_selected_by_their_ml_name():
@@ -293,7 +326,7 @@ def test_long_job_names_are_refused_before_the_cluster_does():
 
 
 def webhook_problems(job: dict) -> list[str]:
-    """The Training Operator v1.9.2 admission webhook's rules, transcribed from
+    """The Training Operator v1.9.2 admission webhook's rules (unchanged at v1.9.4), from
     pkg/webhooks/pytorch/pytorchjob_webhook.go (validatePyTorchJob, validateSpec,
     validatePyTorchReplicaSpecs): what a real cluster refuses though the CRD allows it."""
     import re
@@ -346,3 +379,19 @@ def test_the_webhook_transcription_refuses_both_nproc_fields():
     assert webhook_problems(manifest) == [
         "elasticPolicy.nProcPerNode: must not be used with nprocPerNode"
     ]
+
+
+@pytest.mark.parametrize(
+    ("length", "refused"), [(50, False), (51, False), (52, True)], ids=["under", "at", "over"]
+)
+def test_the_job_name_limit_keeps_every_pod_name_a_dns_label(length, refused):
+    """A pod is <job>-worker-<i>, a DNS label of at most 63 characters; with up to 1024
+    workers (index 1023) the job name may have 63 - len("-worker-1023") = 51."""
+    name = "j" * length
+    if refused:
+        with pytest.raises(ToolFailure) as caught:
+            render(job_name=name, num_nodes=2)
+        assert caught.value.code == "invalid_input" and "at most 51" in caught.value.message
+        return
+    render(job_name=name, num_nodes=2)
+    assert len(f"{name}-worker-1023") <= 63

@@ -329,3 +329,22 @@ def test_a_submit_with_no_route_to_slurm_is_a_typed_failure_and_leaves_nothing(t
     assert failure.value.code == "endpoint_unreachable"
     assert "login.no-such-host.invalid" in failure.value.message and failure.value.hint
     assert not runs.exists()
+
+
+@pytest.mark.parametrize("job_id", [1, 4242, 9999, 10000, 12768, 19999, 123456789])
+def test_the_rendezvous_port_stays_below_the_ephemeral_ports(tmp_path, job_id):
+    """Every node computes the port from the job id; it must not be one Linux hands out
+    for outgoing connections and bind(0) (32768-60999 by default), which a busy node's
+    other processes may hold when torchrun binds it (the old 20000 + id % 20000 reached
+    39999: id 12768 gave 32768)."""
+    _, plan = _plan(CPU_PARTITION, tmp_path)
+    (line,) = [s for s in plan.script.splitlines() if s.startswith("rdzv_port=")]
+    done = subprocess.run(
+        ["bash", "-c", f'{line}; echo "$rdzv_port"'],
+        env={**os.environ, "SLURM_JOB_ID": str(job_id)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    port = int(done.stdout)
+    assert 20000 <= port < 30000 and port == 20000 + job_id % 10000

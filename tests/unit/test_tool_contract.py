@@ -148,8 +148,7 @@ def _gpu_host(tmp_path, monkeypatch, gpus: int) -> None:
 
 
 def test_cli_new_flags_reach_the_plan(tmp_path, capsys, monkeypatch):
-    # cpu_offload is planned only where the host has GPUs to offload from (without, the
-    # dry run refuses it as the trainer would: test_trainer_checks).
+    # A GPU host, where cpu_offload saves GPU memory (a CPU host runs it too).
     _gpu_host(tmp_path, monkeypatch, 2)
     code = run_cli(
         deploy_training_job,

@@ -43,6 +43,11 @@ def steps(
     return out
 
 
+def gpu(lines: list[dict], **fields) -> list[dict]:
+    """The step lines with the ranks' GPU fields (trainer/gpu_telemetry.py step_fields)."""
+    return [{**line, **fields} for line in lines]
+
+
 def metrics(*events: dict) -> RunMetrics:
     """The events as the monitor reads them: JSON lines through a LogFollower."""
     follower = LogFollower()
@@ -76,6 +81,28 @@ CASES = {
     "one_slow_window": (steps(12, rate=[900, 1000] + [1000] * 8 + [300, 1000]), []),
     # Not below half the baseline.
     "mild_slowdown": (steps(12, rate=[900, 1000] + [1000] * 7 + [600] * 3), []),
+    # NVML's utilisation of the ranks' GPUs, mean and lowest (issue 48).
+    "gpus_idle": (gpu(steps(6), gpu_util_mean=31.5, gpu_util_min_rank=2), ["gpus_idle"]),
+    "gpus_busy": (gpu(steps(6), gpu_util_mean=93.0, gpu_util_min_rank=2), []),
+    # One busy window among idle ones: not persistently idle.
+    "gpus_idle_not_yet": (
+        gpu(steps(4), gpu_util_mean=30.0)
+        + gpu(steps(1, first=10), gpu_util_mean=90.0)
+        + gpu(steps(1, first=12), gpu_util_mean=30.0),
+        [],
+    ),  # fmt: skip
+    "gpu_throttled": (
+        gpu(steps(6), gpu_throttled={"5": ["hw_slowdown"]}, gpu_sm_clock_mhz_min=1005.0),
+        ["gpu_throttled"],
+    ),
+    # Each window another GPU at its power cap: the fleet's power policy, not one GPU.
+    "throttle_moves": (
+        [
+            {**line, "gpu_throttled": {str(i % 3): ["sw_power_cap"]}}
+            for i, line in enumerate(steps(6))
+        ],
+        [],
+    ),  # fmt: skip
 }
 
 
@@ -88,7 +115,8 @@ def test_case(name):
 def test_every_watched_code_is_in_the_doctors_table_with_a_hint_and_a_case():
     assert set(WATCHED) == set(watchdog.CODES)
     for code in WATCHED:
-        assert CODES[code].retryable and CODES[code].remediation == watchdog.CODES[code][1]
+        assert CODES[code].retryable == watchdog.CODES[code][2]
+        assert CODES[code].remediation == watchdog.CODES[code][1]
     shown = {c for lines, expected in CASES.values() for c in expected} | {"job_hung"}
     assert shown == set(WATCHED)
 
@@ -136,3 +164,51 @@ def test_a_new_attempt_starts_its_own_baseline_and_windows():
     for event in [START, *steps(6, lag=0.3, rank=3), START]:
         m.add(event)
     assert not m.recent_steps and not m.first_steps and codes(m) == []
+
+
+@pytest.mark.parametrize(
+    ("after_s", "hung"),
+    [(10.0, False), (99.0, False), (100.0, True), (101.0, True)],
+    ids=["the-5s-rule-without-log_freq", "just-under", "at", "just-over"],
+)
+def test_the_hung_limit_counts_the_steps_between_log_lines(after_s, hung):
+    """A healthy job logging every 10th step of 2 s (a line every 20 s) is hung only after
+    5 gaps between lines (100 s), not 5 steps (10 s): sizes where the 5 s floor hides
+    nothing."""
+    follower = LogFollower()
+    start = {**START, "log_freq": 10, "checkpoint_freq": 1000}
+    line = {
+        "event": "step",
+        "loss": 3.0,
+        "step_s": 2.0,
+        "tokens_per_s": 1000.0,
+        "slowest_rank": 0,
+        "slowest_host": "ip-10-0-0-9",
+        "rank_lag_s": 0.0,
+    }
+    lines = [{**line, "step": s, "time": T0 + s * 2.0} for s in range(10, 70, 10)]
+    follower.feed("".join(json.dumps(e) + "\n" for e in [start, *lines]).encode(), final=True)
+    last = lines[-1]["time"]
+    assert codes(follower.metrics, now=last + after_s) == (["job_hung"] if hung else [])
+
+
+def test_the_gpu_findings_name_the_rank_and_what_nvml_said():
+    lines = gpu(steps(6), gpu_throttled={"5": ["hw_slowdown", "hw_thermal"]},
+                gpu_sm_clock_mhz_min=1005.0)  # fmt: skip
+    (found,) = watchdog.findings(metrics(*lines), False, T0)
+    assert (found.code, found.rank) == ("gpu_throttled", 5)
+    assert "hw_slowdown, hw_thermal" in found.message and "1005 MHz" in found.message
+    (idle,) = watchdog.findings(metrics(*gpu(steps(6), gpu_util_mean=20.0,
+                                             gpu_util_min_rank=1)), False, T0)  # fmt: skip
+    assert idle.rank == 1 and "20% utilisation" in idle.message
+    assert not CODES["gpus_idle"].retryable  # a resubmit waits on its input the same way
+
+
+def test_the_job_state_shows_the_last_windows_gpus_in_one_line():
+    m = metrics(*gpu(steps(3), gpu_util_mean=88.2, gpu_util_min=80.0, gpu_util_min_rank=3,
+                     gpu_mem_used_mb_max=61000.0, gpu_mem_total_mb=81559.0))  # fmt: skip
+    from skills.training_job_deployer.models import gpu_text
+
+    shown = m.state_fields()["gpu"]
+    assert shown["gpu_util_min_rank"] == 3
+    assert gpu_text(shown) == "util 88.2%, lowest 80.0% (rank 3), mem 61000/81559 MiB"

@@ -16,11 +16,16 @@ from skills.kube.fields import (
 from skills.model_server.base import ServerSettings
 from skills.shared.confirm import Confirm
 
-# vLLM's OpenAI-compatible server image, pinned to a tag a stored source shows published:
-# Docker Hub's page for vllm/vllm-openai:v0.12.0 (hub.docker.com/layers/vllm/vllm-openai/
-# v0.12.0/images/sha256-f2309d91...), linked from SemiAnalysisAI/InferenceX issue #303.
-# Newer tags are named in public manifests, but none this project could check.
-VLLM_IMAGE = "vllm/vllm-openai:v0.12.0"
+# vLLM's OpenAI-compatible server image: the newest vLLM release whose transformers loads
+# what trainer/export.py writes (tests/trainer/test_export_for_vllm.py, with that
+# transformers apart from ours). vLLM 0.34.0 on PyPI (Requires-Dist, read 2026-12-06 with
+# `pip install --dry-run --report`): transformers>=5.16.1,<5.23.0, huggingface_hub>=2.0.0,
+# torch==2.14.0; pip resolves it to transformers 5.22.2 (VLLM_TRANSFORMERS). vLLM pushes
+# vllm/vllm-openai:v<release> for each release (v0.30.0-v0.32.0 are named in public
+# manifests); the v0.34.0 tag itself was not seen in the stored corpora. v0.12.0 (Dec 2025)
+# needed transformers < 5.
+VLLM_IMAGE = "vllm/vllm-openai:v0.34.0"
+VLLM_TRANSFORMERS = "5.22.2"
 # The init container that copies an s3:// model into the pod (pinned aws CLI v2).
 S3_FETCH_IMAGE = "amazon/aws-cli:2.22.0"
 DEFAULT_PORT = 8000

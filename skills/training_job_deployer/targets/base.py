@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from skills.catalog.pricing import Billing
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -43,6 +43,13 @@ class TargetSettings(BaseModel):
 class Plan(BaseModel):
     """Exactly what submit will do, as data. Each target's subclass has a
     `target: Literal["<name>"]` field."""
+
+    async_save: str | None = Field(
+        default=None, description="Async saves: on or off, the copy each node stages, where."
+    )
+    process_group: str | None = Field(
+        default=None, description="The trainer's process-group backend(s) on the nodes."
+    )
 
     def billing(self) -> Billing | None:
         """The instances the job would hold, for a dry run's cost; None: nothing is

@@ -97,6 +97,8 @@ class DeployResult(JobState):
                 *([("model", self.model)] if self.model else []),
                 *[("warning", w) for w in self.warnings],
                 *cost_rows(self.cost),
+                *([("async save", self.plan.async_save)] if self.plan.async_save else []),
+                *([("backend", self.plan.process_group)] if self.plan.process_group else []),
                 *mask_data(self.plan.to_display()),
             ]
         rows = super().summary_rows()

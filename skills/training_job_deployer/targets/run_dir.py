@@ -11,8 +11,9 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
 import time
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
@@ -26,6 +27,7 @@ from skills.shared.paging import Key, Page, is_after, start_after
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.reading import ReadRefused, read_bytes, read_chunk
+from skills.shared.record_index import RecordIndex
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer import watchdog
@@ -109,18 +111,25 @@ def list_recorded_jobs(
     target: str,
     describe: Callable[[str], JobState],
     page: JobPage = EVERY_JOB,
+    runs: Callable[[str], RecordedRun[Any]] | None = None,
 ) -> Page[JobState]:
     """The page of jobs with a record named `record_name` under runs_dir, newest
     submission first, as `describe` tells it (one that cannot be described is listed as
     unknown, with why), and how many match past it. Only the page's jobs are described,
-    unless a status is asked for: then jobs are described in order until the page is
-    full, and the count is None unless every job was."""
+    unless a status is asked for: then jobs that may have it (the runs' index says which,
+    `JobIndex`) are described in order until the page is full, and the count is None
+    unless every one was. Without the index (a server closed to writes) every record is
+    read for its place."""
     if not runs_dir.is_dir():
         return Page([], 0, None)
-    keyed = sorted((_submission_key(p), p) for p in runs_dir.glob(f"*/{record_name}"))
-    anchor = start_after(page.cursor, lambda n: next((k for k, _ in keyed if k[-1] == n), None),
-                         like=(0.0, ""))  # fmt: skip
-    rest = [(key, path) for key, path in keyed if is_after(key, anchor)]
+    index = None if runs is None else JobIndex(runs_dir, record_name, runs)
+    found = None if index is None else index.listed(page.status, page.cursor)
+    if found is None:
+        keyed = sorted((_submission_key(p), p) for p in runs_dir.glob(f"*/{record_name}"))
+        found = keyed, {key[-1]: key for key, _ in keyed}
+    may_match, places = found
+    anchor = start_after(page.cursor, places.get, like=(0.0, ""))
+    rest = [(key, path) for key, path in may_match if is_after(key, anchor)]
     if page.status is None:
         shown = rest if page.limit is None else rest[: page.limit]
         return Page([_described(p, target, describe) for _, p in shown],
@@ -135,6 +144,87 @@ def list_recorded_jobs(
             return Page([m for m, _ in matched], more, matched[-1][1] if matched else None)
         matched.append((state, key))
     return Page([m for m, _ in matched], 0, matched[-1][1] if matched else None)
+
+
+class JobIndex:
+    """`<runs_dir>/.<record>-index.sqlite3` (skills.shared.record_index): per job, its
+    submission time (a list's order) and its status where the record settles it, so a
+    list reads only the records of its page and a status filter only those that may
+    match (issue 49). The record's writer notes it, holding the job's lock
+    (RecordedRun); a list syncs first (a stat per record, a read of those changed
+    behind the index), so records from before the index, and a lost or corrupt index,
+    are read once again.
+
+    A status is what the record settles: an ended job's kept outcome, or `running` for a
+    job its record says has not ended (a list sees it running, or failed or cancelled
+    once its processes are gone); none (NULL: any) where the log or the scheduler must
+    say (an ended job without its outcome yet, a Slurm job not ended)."""
+
+    # What a job the index calls running may be listed as (its processes gone).
+    UNSETTLED: ClassVar[dict[str, frozenset[str]]] = {
+        "running": frozenset({"running", "failed", "cancelled"})
+    }
+
+    def __init__(
+        self,
+        runs_dir: Path,
+        record_name: str,
+        runs: Callable[[str], RecordedRun[Any]] | None = None,
+    ) -> None:
+        self.runs_dir = runs_dir
+        self.record_name = record_name
+        self.runs = runs  # a job's run directory by its name (a list reads records)
+        stem = record_name.rsplit(".", 1)[0]
+        self.index = RecordIndex(
+            runs_dir / f".{stem}-index.sqlite3",
+            {"submitted_at": "REAL", "status": "TEXT"},
+            [("status",)],
+        )
+
+    def note(self, job_name: str, record_path: Path, row: dict[str, Any]) -> None:
+        """The job's record, just written (its lock held)."""
+        self.index.note(job_name, record_path, row)
+
+    def listed(
+        self, status: str | None, cursor: str | None
+    ) -> tuple[list[tuple[Key, Path]], dict[str, Key]] | None:
+        """The jobs that may have `status` (None: every job), in list order, and (with a
+        cursor, which may name a job of any status) every job's place by name; None
+        without an index (the caller reads the records)."""
+        root = str(self.runs_dir)
+        sql, wanted = "SELECT name, submitted_at FROM records", []
+        if status is not None and status != "unknown":  # unknown: any record may be
+            wanted = sorted({status} | {had for had, may in self.UNSETTLED.items()
+                                        if status in may})  # fmt: skip
+            sql += f" WHERE status IS NULL OR status IN ({', '.join('?' * len(wanted))})"
+        try:
+            with self.index.open() as conn:
+                if conn is None:
+                    return None
+                records = {  # str paths (runs_dir is absolute): a join costs more than a stat
+                    entry.name: f"{root}/{entry.name}/{self.record_name}"
+                    for entry in os.scandir(root)
+                    if entry.is_dir(follow_symlinks=False)
+                }
+                self.index.sync(conn, records, self._read_row, missing_is_gone=True)
+                rows = conn.execute(f"{sql} ORDER BY submitted_at DESC, name", wanted)
+                may = [((-when, name), Path(records[name])) for name, when in rows
+                       if name in records]  # fmt: skip
+                places = {} if cursor is None else {
+                    name: (-when, name)
+                    for name, when in conn.execute("SELECT name, submitted_at FROM records")
+                }  # fmt: skip
+        except (sqlite3.Error, OSError) as exc:  # derived: the records answer instead
+            logger.info("the jobs index of %s is not used: %s", root, exc)
+            return None
+        return may, places
+
+    def _read_row(self, job_name: str) -> dict[str, Any]:
+        """The row of a record the index does not have as it is, read now; one that
+        cannot be read is placed as _submission_key places it, with no status."""
+        found = None if self.runs is None else self.runs(job_name).read_row()
+        path = self.runs_dir / job_name / self.record_name
+        return found or {"submitted_at": -float(_submission_key(path)[0]), "status": None}
 
 
 def _submission_key(record: Path) -> Key:
@@ -205,13 +295,34 @@ def keep_outcome(run: RecordedRun[R], add: Callable[[R | None], R | None]) -> No
         logger.info("the outcome of %s was not kept", run.path, exc_info=True)
 
 
-class RecordedRun(Generic[R]):
-    """`<runs_dir>/<job_name>/` on this host, with the job's record (`record_name`)."""
+class RecordedRun(ABC, Generic[R]):
+    """`<runs_dir>/<job_name>/` on this host, with the job's record (`record_name`),
+    noted in the runs' index (JobIndex) by whoever writes it, under the job's lock."""
 
     def __init__(self, path: Path, record_name: str, model: type[R], kind: str) -> None:
         self.path = path
         self.kind = kind  # the job's kind in messages: "local", "Slurm"
-        self.record_file = RecordFile(path / record_name, model, lock_timeout_s=LOCK_TIMEOUT_S)
+        self.record_file = RecordFile(
+            path / record_name, model, lock_timeout_s=LOCK_TIMEOUT_S, on_write=self._note
+        )
+
+    @abstractmethod
+    def row(self, record: R) -> dict[str, Any]:
+        """What the runs' index keeps of the record: `submitted_at` and the `status` it
+        settles (None: the log or the scheduler must say), as JobIndex reads them."""
+
+    def read_row(self) -> dict[str, Any] | None:
+        """The index's row of the record as it is now (None: it cannot be read)."""
+        try:
+            record = self.record_file.read()
+        except RecordCorrupt:
+            return None
+        return None if record is None else self.row(record)
+
+    def _note(self, record: R) -> None:
+        JobIndex(self.path.parent, self.record_file.path.name).note(
+            self.job_name, self.record_file.path, self.row(record)
+        )
 
     @property
     def job_name(self) -> str:
@@ -431,7 +542,9 @@ class RunDirTarget(Target[PlanT]):
     def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
         """The page of jobs with a record under runs_dir, newest first; a record that
         cannot be read is listed with status unknown and why."""
-        return list_recorded_jobs(self.runs_dir, self.record_name, self.name, self.listed, page)
+        return list_recorded_jobs(
+            self.runs_dir, self.record_name, self.name, self.listed, page, self._run
+        )
 
     def listed(self, job_name: str) -> JobState:
         """The job as a list shows it: by default as describe tells it (a target whose

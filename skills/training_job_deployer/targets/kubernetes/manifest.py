@@ -10,12 +10,13 @@ the /dev/shm size, NCCL/EFA environment, and where checkpoints live."""
 from __future__ import annotations
 
 import copy
-from functools import cache
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from skills.kube.crd_validation import crd_validator, validate_against_crd
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, efa_limits, efa_requests
 from skills.kube.gpu_nodes import GPU_RESOURCE, INSTANCE_TYPE_LABELS
 from skills.kube.identity import S3_SERVICE_ACCOUNT, s3_buckets
@@ -26,6 +27,7 @@ from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, hub_ids, launcher, trainer_argv
 from skills.training_job_deployer.kube_monitor import LABEL_JOB
+from skills.training_job_deployer.memory_estimate import staging_shm_gib
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
@@ -56,10 +58,15 @@ def replica_layout(num_nodes: int, elastic: bool) -> dict[str, int]:
     return {"Master": 1, "Worker": num_nodes - 1}
 
 
-def shm_size(gpu_per_node: int, gib: int | None = None) -> str:
+def shm_gib(spec: JobSpec, gib: int | None = None) -> int:
     """/dev/shm as a memory emptyDir: `gib`, else SHM_GIB_PER_PROCESS GiB per process
-    (Docker's 64 MiB default breaks NCCL and dataloader workers)."""
-    return f"{gib or SHM_GIB_PER_PROCESS * gpu_per_node}Gi"
+    (Docker's 64 MiB default breaks NCCL and dataloader workers) and what an async save
+    stages there (memory_estimate.staging_shm_gib: 90 GiB for Llama-3-8B under HSDP)."""
+    return gib or SHM_GIB_PER_PROCESS * spec.gpu_per_node + staging_shm_gib(spec)
+
+
+def shm_size(spec: JobSpec, gib: int | None = None) -> str:
+    return f"{shm_gib(spec, gib)}Gi"
 
 
 def container_env(settings: KubernetesDeploySettings) -> dict[str, str]:
@@ -208,22 +215,18 @@ def container_command(
     ]
 
 
-def commanded_max_steps(job: dict[str, Any]) -> int | None:
-    """The --max_steps a PyTorchJob's trainer was given in its container command (None:
-    the trainer's default), read back from the job as the cluster holds it."""
-    for replica in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).values():
-        for container in ((replica.get("template") or {}).get("spec") or {}).get(
-            "containers"
-        ) or []:
-            command = [str(arg) for arg in container.get("command") or []]
-            if "--max_steps" in command[:-1]:
-                value = command[command.index("--max_steps") + 1]
-                return int(value) if value.isdigit() else None
-    return None
+# The label Kueue admits a job by (its LocalQueue), on PyTorchJobs and TrainJobs alike.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def labels(spec: JobSpec) -> dict[str, str]:
     return managed_labels(**{LABEL_JOB: spec.job_name})
+
+
+def job_labels(spec: JobSpec, settings: KubernetesDeploySettings) -> dict[str, str]:
+    """The job object's labels: the pods' (ownership, the job's name), and the Kueue
+    queue it is submitted to when the deploy names one."""
+    return {**labels(spec), **({QUEUE_LABEL: settings.queue} if settings.queue else {})}
 
 
 def check_job_name(job_name: str) -> None:
@@ -237,12 +240,30 @@ def check_job_name(job_name: str) -> None:
         )
 
 
+def env_values(
+    spec: JobSpec,
+    settings: KubernetesDeploySettings,
+    hf_endpoint: str | None,
+    tracking: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The trainer container's plain variables (either engine): the suite's defaults, the
+    hub's, the user's own MLflow server (tracking_env.py), the job's own last
+    (NCCL_DEBUG=INFO replaces the default WARN)."""
+    return {
+        **container_env(settings),
+        **hub_env(spec, settings, hf_endpoint),
+        **(tracking or {}),
+        **spec.env,
+    }
+
+
 def render(
     spec: JobSpec,
     settings: KubernetesDeploySettings,
     image: str,
     hf_secret: str | None,
     hf_endpoint: str | None = None,
+    tracking: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The PyTorchJob for this job, as the object the API receives; validated against
     the CRD schema (ToolFailure manifest_invalid otherwise). `hf_endpoint`: the hub
@@ -251,8 +272,11 @@ def render(
     check_job_name(spec.job_name)
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
-    # Quantities as strings, as the API returns them (the Pod schema's int-or-string).
-    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type)}
+    # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
+    env = env_values(spec, settings, hf_endpoint, tracking)
+    # Quantities as strings, as the API returns them (the Pod schema's int-or-string);
+    # hugepages only where that env lets libfabric use them (skills.kube.efa).
+    limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type, env)}
     text = (
         yaml_templates(HERE / "templates")
         .get_template(TEMPLATE)
@@ -260,23 +284,23 @@ def render(
             name=spec.job_name,
             namespace=settings.namespace,
             labels=labels(spec),
+            job_labels=job_labels(spec, settings),
             nproc_per_node=spec.gpu_per_node,
             elastic=elastic,
             backoff_limit=max(spec.max_restarts, 0),
             ttl_seconds=TTL_SECONDS,
             replicas=replica_layout(spec.num_nodes, elastic is not None),
             node_selector=node_selector(settings.instance_type),
-            shm_size=shm_size(spec.gpu_per_node, settings.shm_size_gib),
+            shm_size=shm_size(spec, settings.shm_size_gib),
             checkpoint_host_path=host_path,
             checkpoint_claim=claim,
             checkpoint_mount=CHECKPOINT_MOUNT if host_path or claim else None,
             image=image,
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
-            # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-            env={**container_env(settings), **_hub_env(spec, settings, hf_endpoint), **spec.env},
+            env=env,
             hf_secret=hf_secret,
-            requests={**limits, **efa_requests(settings.instance_type)},
+            requests={**limits, **efa_requests(settings.instance_type, env)},
             limits=limits,
             tolerations=list(GPU_TOLERATIONS),
             service_account=service_account(spec),
@@ -287,7 +311,7 @@ def render(
     return manifest
 
 
-def _hub_env(
+def hub_env(
     spec: JobSpec, settings: KubernetesDeploySettings, endpoint: str | None
 ) -> dict[str, str]:
     home = hub_home(spec, settings)
@@ -311,31 +335,18 @@ def _joined(value: Any) -> Any:
     return value
 
 
-@cache
-def crd_schema() -> dict[str, Any]:
+def crd_schema() -> Mapping[str, Any]:
     """spec.versions[v1].schema.openAPIV3Schema of the CRD shipped in this package."""
-    text = (HERE / "crds" / CRD_FILE).read_text()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
-    served = api_version("PyTorchJob").rpartition("/")[2]
-    (version,) = (v for v in crd["spec"]["versions"] if v["name"] == served)
-    return version["schema"]["openAPIV3Schema"]
+    return crd_validator(HERE / "crds" / CRD_FILE).schema(
+        api_version("PyTorchJob").rpartition("/")[2]
+    )
 
 
 def validate(manifest: dict[str, Any]) -> None:
-    """The manifest against the CRD schema (x-kubernetes-* keywords are ignored)."""
-    import jsonschema
-
-    validator = jsonschema.Draft7Validator(crd_schema())
-    errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))
-    if errors:
-        problems = [
-            {"path": "/".join(str(p) for p in e.absolute_path), "problem": e.message[:300]}
-            for e in errors[:10]
-        ]
-        raise ToolFailure(
-            ErrorCode.MANIFEST_INVALID,
-            f"The rendered PyTorchJob does not match the CRD schema: {problems[0]}",
-            "This is a bug in the manifest template; report it with the details.",
-            {"problems": problems},
-        )
+    """The manifest as the API server would check it on create: the CRD's schema (unknown
+    fields refused) and its CEL rules (skills.kube.crd_validation, the one home of that)."""
+    validate_against_crd(
+        manifest,
+        HERE / "crds" / CRD_FILE,
+        hint="This is a bug in the manifest template; report it with the details.",
+    )

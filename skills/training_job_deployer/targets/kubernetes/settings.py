@@ -15,6 +15,7 @@ from skills.kube.fields import (
 from skills.shared.confirm import Confirm
 from skills.training_job_deployer.targets.base import TargetSettings
 
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:\d{1,5}$"
 DEFAULT_HOST_PATH = "/mnt/k8s-disks/0/checkpoints"
 
@@ -56,13 +57,26 @@ def is_system_path(path: str) -> bool:
 
 
 class KubernetesSettings(ClusterAccess, TargetSettings):
-    """a Kubeflow PyTorchJob"""
+    """a Kubeflow job"""
 
     target: Literal["kubernetes"] = "kubernetes"
 
 
 class KubernetesDeploySettings(KubernetesSettings):
-    """a Kubeflow PyTorchJob"""
+    """a Kubeflow job"""
+
+    engine: Annotated[
+        Literal["auto", "pytorchjob", "trainjob"],
+        Field(description="Job kind; auto: TrainJob if served, else PyTorchJob."),
+    ] = "auto"
+    queue: Annotated[
+        str | None, Field(pattern=DNS_SUBDOMAIN, description="Kueue LocalQueue to submit to.")
+    ] = None
+    runtime: Annotated[
+        str | None,
+        Field(pattern=DNS_SUBDOMAIN, description="TrainJob's ClusterTrainingRuntime (default: "
+              "the suite's fsdp-eks-torch; torch-distributed: upstream's)."),
+    ] = None  # fmt: skip
 
     instance_type: Annotated[
         str | None,

@@ -1,11 +1,14 @@
-"""The Kubernetes target: a Kubeflow PyTorchJob (kubeflow.org/v1) from the same JobSpec.
-plan -> submit -> follow/describe -> logs -> cancel, plus list_jobs, delete and
-snapshot (the job doctor's input).
+"""The Kubernetes target: a Kubeflow training job from the same JobSpec, of the kind its
+engine names (engine.py): a PyTorchJob (Training Operator v1, kubernetes/pytorchjob.py)
+or a TrainJob (Kubeflow Trainer v2, targets/trainjob/). plan -> submit ->
+follow/describe -> logs -> cancel, plus list_jobs, delete and snapshot (the job
+doctor's input). Deploy picks the engine (`engine`, auto: what the cluster serves,
+Trainer v2 first); the other tools find a job whichever kind it is.
 
 plan renders and validates the manifest (a dry run needs no cluster: the one read it
 tries, the ServiceAccount of a job that names s3:// paths, warns when out of reach)
 and refuses more GPUs per node than the instance type has (NOT_ENOUGH_GPUS); submit
-checks the cluster serves PyTorchJobs, refuses an existing job of the name (or deletes
+checks the cluster serves the engine's kinds, refuses an existing job of the name (or deletes
 it with replace=true), runs the driver/CUDA gate, warns when fewer GPUs are free than
 asked (counted as describe counts them), refuses an s3:// job whose ServiceAccount
 is missing (its pods could not be created), puts HF_TOKEN into a Secret the manifest
@@ -15,6 +18,7 @@ the local target."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -32,10 +36,11 @@ from skills.cloud.clients import env_region
 from skills.cloud.registry_credentials import ECR_HOST_PATTERN
 from skills.kube import namespaces
 from skills.kube import pods as kube_pods
-from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts, pod_gpu_request
+from skills.kube.engines import served_engines
+from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
 from skills.kube.objects import kind_path
-from skills.kube.pods import pod_name, why_pod_waits
+from skills.kube.pods import has_master, pod_info, pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.log_tail import LastLines, last_lines
@@ -48,7 +53,11 @@ from skills.shared.waiting import poll_until
 from skills.training_job_deployer import cuda_gate, watchdog
 from skills.training_job_deployer.job_spec import JobSpec, hub_endpoint, hub_lines
 from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
-from skills.training_job_deployer.memory_estimate import check_fits
+from skills.training_job_deployer.memory_estimate import (
+    check_fits,
+    check_host_fits,
+    node_runtime,
+)
 from skills.training_job_deployer.models import TERMINAL, JobState
 from skills.training_job_deployer.targets.base import (
     EVERY_JOB,
@@ -60,19 +69,25 @@ from skills.training_job_deployer.targets.base import (
     Target,
     TargetSettings,
 )
+from skills.training_job_deployer.targets.kubernetes.engine import (
+    Engine,
+    commanded_max_steps,
+    flag_values,
+)
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
-    avoiding,
-    commanded_max_steps,
     hub_home,
     job_buckets,
-    render,
     service_account,
+    shm_gib,
 )
+from skills.training_job_deployer.targets.kubernetes.pytorchjob import PyTorchJobEngine
 from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
+from skills.training_job_deployer.targets.trainjob.engine import TrainJobEngine
+from skills.training_job_deployer.tracking_env import tracking_env
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
     LogFollower,
@@ -99,19 +114,28 @@ EVENT_PODS = 4
 REPLACE_TIMEOUT_S = 60.0
 HF_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 ECR_IMAGE = re.compile(rf"^{ECR_HOST_PATTERN}/(?P<repository>[^:@]+)")
+# The engines, in the order a job named by the other tools is looked for.
+ENGINES: dict[str, Engine] = {e.name: e for e in (PyTorchJobEngine(), TrainJobEngine())}
+# engine=auto: the first of these the cluster serves (Trainer v2 is upstream's current one).
+AUTO_ORDER = ("trainjob", "pytorchjob")
 
 
 class KubernetesPlan(Plan):
-    """Exactly what submit applies: the PyTorchJob manifest, and the Secret it fills."""
+    """Exactly what submit applies: the job (a PyTorchJob or a TrainJob: `engine`), the
+    objects it needs (companions: a TrainJob's runtime), and the Secret it fills."""
 
     target: Literal["kubernetes"] = "kubernetes"
+    engine: str = Field(default="pytorchjob", description="pytorchjob or trainjob.")
     namespace: str
     new_namespace: bool | None = Field(
         default=None, description="Submit creates the namespace (None: cluster not asked)."
     )
     image_uri: str
     image_source: str = Field(description="'image_uri', or the ECR repository it came from.")
-    manifest: dict[str, Any] = Field(description="The PyTorchJob, as created.")
+    manifest: dict[str, Any] = Field(description="The job (PyTorchJob/TrainJob), as created.")
+    companions: list[dict[str, Any]] = Field(
+        default_factory=list, description="The suite's objects the job needs, as applied."
+    )
     hf_token_secret: str | None = Field(
         default=None, description="Secret created/updated from HF_TOKEN (value never shown)."
     )
@@ -153,6 +177,7 @@ class KubernetesPlan(Plan):
             rows.append(("memory/GPU", f"~{m['total_gib']} GiB of {m['usable_gib']} usable"))
         rows += [("warning", w) for w in self.warnings]
         rows.append(("manifest", "\n" + yaml.safe_dump(self.manifest, sort_keys=False)))
+        rows += [("needs", "\n" + yaml.safe_dump(c, sort_keys=False)) for c in self.companions]
         return rows
 
 
@@ -216,15 +241,10 @@ def _identity_text(namespace: str, account: str | None, buckets: list[str]) -> s
     )
 
 
-def _manifest_s3_paths(manifest: dict[str, Any]) -> list[str]:
-    """The s3:// values of the trainer's path flags in the manifest's container command."""
+def _manifest_s3_paths(engine: Engine, manifest: dict[str, Any]) -> list[str]:
+    """The values of the trainer's path flags in the job's container commands."""
     flags = {"--model_name_or_path", "--dataset", "--tokenizer", "--checkpoint_dir"}
-    found = []
-    for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
-        for container in replica["template"]["spec"]["containers"]:
-            command = [str(a) for a in container.get("command") or []]
-            found += [v for f, v in zip(command, command[1:], strict=False) if f in flags]
-    return found
+    return flag_values(engine.commands(manifest), flags)
 
 
 class KubernetesTarget(Target[KubernetesPlan]):
@@ -240,12 +260,60 @@ class KubernetesTarget(Target[KubernetesPlan]):
         self.namespace = self.settings.namespace
         self._reader: KubeReader | None = None
         self._warnings: list[str] = []
+        self.engine: Engine = ENGINES["pytorchjob"]  # until a plan or a job says which
 
     @property
     def reader(self) -> KubeReader:
         if self._reader is None:
             self._reader = KubeReader(self.settings.api_client(), self.namespace)
+            self._reader.kind = self.engine.job_kind
         return self._reader
+
+    def _bind(self, engine: Engine) -> Engine:
+        """Read and write jobs of `engine`'s kind from now on."""
+        self.engine = engine
+        if self._reader is not None:
+            self._reader.kind = engine.job_kind
+        return engine
+
+    # engines ----------------------------------------------------------------------------
+
+    def _serves(self, engine: Engine) -> bool:
+        return engine.name in served_engines(self.reader)
+
+    def served_engines(self) -> list[Engine]:
+        """The engines the cluster serves (their CRDs: skills.kube.engines, asked once
+        per tool call), in ENGINES' order."""
+        served = served_engines(self.reader)
+        return [engine for engine in ENGINES.values() if engine.name in served]
+
+    def _deploy_engine(self, settings: KubernetesDeploySettings) -> Engine:
+        """The engine a deploy uses: the one `engine` names, else (auto) Trainer v2 when
+        the cluster serves it, else the Training Operator v1; neither is refused with
+        the call that installs one. A cluster out of reach (a dry run) plans a
+        PyTorchJob and says so."""
+        if settings.engine != "auto":
+            return ENGINES[settings.engine]
+        try:
+            served = self.served_engines()
+        except ToolFailure:
+            self._warnings.append(
+                "cluster not asked: engine=auto planned a PyTorchJob (a cluster serving "
+                "Kubeflow Trainer v2 gets a TrainJob; pass engine to choose)"
+            )
+            return ENGINES["pytorchjob"]
+        for name in AUTO_ORDER:
+            if any(e.name == name for e in served):
+                return ENGINES[name]
+        raise ToolFailure(
+            ErrorCode.TRAINING_OPERATOR_MISSING,
+            "The cluster serves no training job kind: neither Kubeflow Trainer v2 "
+            "(TrainJob, trainer.kubeflow.org/v1alpha1, with JobSet) nor the Training "
+            "Operator v1 (PyTorchJob, kubeflow.org/v1).",
+            "Run manage_eks_cluster action=auto_fix (it installs Kubeflow Trainer v2 and "
+            "JobSet), then deploy again.",
+            {"engines": list(ENGINES)},
+        )
 
     # plan -------------------------------------------------------------------------------
 
@@ -270,8 +338,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
         endpoint = hub_endpoint(os.environ)
-        manifest = render(spec, settings, image, HF_SECRET, endpoint)
-        warnings = []
+        tracking = tracking_env(os.environ, image)  # MLflow: the user's own server only
+        engine = self._bind(self._deploy_engine(settings))
+        manifest = engine.render(spec, settings, image, HF_SECRET, endpoint, tracking)
+        warnings, self._warnings = self._warnings, []
         account = service_account(spec)
         identity = _identity_text(settings.namespace, account, job_buckets(spec))
         if account:  # best effort, as the dry run's cost is: a cluster out of reach warns
@@ -291,6 +361,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
             warnings.append("no instance_type: no node selector and no EFA devices requested")
         else:  # refuses a plan that cannot fit (GPU_MEMORY_EXCEEDED), dry run included
             memory = check_fits(spec, settings.instance_type)
+            # ... or whose nodes cannot hold its /dev/shm and offloaded states (HOST_...).
+            shm = shm_gib(spec, settings.shm_size_gib)
+            host = check_host_fits(spec, settings.instance_type, shm)
+            memory = {**memory, "host": host} if memory and host else memory
         has_token = any(os.environ.get(name) for name in HF_ENV)
         home = hub_home(spec, settings)
         hub = hub_lines(
@@ -304,12 +378,15 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 "no HF_TOKEN in this environment: a gated or private hub repo will be "
                 "refused in the job (export HF_TOKEN and plan again)"
             )
+        runtime = node_runtime(spec, True, shm_gib(spec, settings.shm_size_gib))
         return KubernetesPlan(
+            engine=engine.name,
             namespace=settings.namespace,
             new_namespace=self._namespace_missing(),
             image_uri=image,
             image_source=source,
             manifest=manifest,
+            companions=engine.companions(manifest),
             hf_token_secret=HF_SECRET if has_token else None,
             instance_type=settings.instance_type,
             nodes=spec.num_nodes,
@@ -317,8 +394,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
             replace=settings.replace,
             confirm=settings.confirm,
             skip_gate=settings.skip_gate,
-            log_path=self._pod_path(self._rank0_name(manifest)),
+            log_path=self._pod_path(engine.rank0_pod(manifest)),
             memory_estimate=memory,
+            async_save=runtime.async_save,
+            process_group=runtime.process_group,
             service_account=account,
             identity=identity,
             hub=hub,
@@ -357,14 +436,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 f"{MAKE_IT}; then deploy again.",
                 {"namespace": self.namespace, "service_account": plan.service_account},
             )
-        buckets = s3_buckets(_manifest_s3_paths(plan.manifest))
+        buckets = s3_buckets(_manifest_s3_paths(self.engine, plan.manifest))
         self._warnings += reach_warnings(buckets, self.namespace, found, True)
-
-    @staticmethod
-    def _rank0_name(manifest: dict[str, Any]) -> str:
-        replicas = manifest["spec"]["pytorchReplicaSpecs"]
-        kind = "master" if "Master" in replicas else "worker"
-        return f"{manifest['metadata']['name']}-{kind}-0"
 
     def _pod_path(self, pod: str) -> str:
         return f"pod/{pod} -n {self.namespace}"
@@ -374,28 +447,30 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def submit(
         self, job_name: str, plan: KubernetesPlan, *, replace_corrupt_record: bool = False
     ) -> None:
+        engine = self._bind(ENGINES[plan.engine])
         reader = self.reader
-        reader.require_crd()
+        if not self._serves(engine):
+            raise engine.missing()
         existing = reader.job(job_name)
+        kind = engine.kind
         if existing is not None:
             if not plan.replace:
                 raise ToolFailure(
                     ErrorCode.JOB_EXISTS,
-                    f"A PyTorchJob named {job_name!r} already exists in namespace "
-                    f"{self.namespace!r}.",
+                    f"A {kind} named {job_name!r} already exists in namespace {self.namespace!r}.",
                     "Follow it with get_training_job, deploy with replace=true to start it "
                     "over (checkpoints stay), or delete_training_job it first.",
                     {"namespace": self.namespace},
                 )
             require_kube_ours(  # replace deletes it: only a job this suite submitted
-                existing, "PyTorchJob", f"{self.namespace}/{job_name}",
+                existing, kind, f"{self.namespace}/{job_name}",
                 "Deploy under another job_name; that job is not one this suite submitted.",
                 namespace=self.namespace,
             )  # fmt: skip
             if kube_pods.job_status(existing) == "running":  # an ended job is only a record
                 require_confirm(
                     plan.confirm,
-                    f"PyTorchJob {job_name!r} in namespace {self.namespace!r} is running; "
+                    f"{kind} {job_name!r} in namespace {self.namespace!r} is running; "
                     "replace=true would delete it (its pods stop) and start it over.",
                     "to delete the running job and start it over",
                     {"namespace": self.namespace, "job_name": job_name, "delete": True},
@@ -416,6 +491,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if plan.hf_token_secret:
             token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
             reader.put_secret(plan.hf_token_secret, {"token": token})
+        for companion in plan.companions:  # created, or updated when ours and different
+            reader.ensure_owned(companion)
         reader.create_job(plan.manifest)
 
     def _delete_and_wait(self, job_name: str) -> None:
@@ -424,7 +501,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if not gone:
             raise ToolFailure(
                 ErrorCode.CONFLICT,
-                f"The old PyTorchJob {job_name!r} is still being deleted.",
+                f"The old {self.engine.kind} {job_name!r} is still being deleted.",
                 "Wait a little and deploy again.",
             )
 
@@ -432,9 +509,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """The job's pods vs free GPUs on Ready nodes of the instance type (allocatable
         less what placed pods request), node by node, since a pod's GPUs are on one node:
         a warning only (the autoscaler may add nodes)."""
-        replicas = plan.manifest["spec"]["pytorchReplicaSpecs"].values()
-        pods = [pod_gpu_request(r["template"]["spec"]) for r in replicas
-                for _ in range(int(r["replicas"]))]  # fmt: skip
+        pods = self.engine.pod_gpus(plan.manifest)
         free_by_node = self._free_gpus(nodes, plan.instance_type)
         asked, free = sum(pods), sum(max(f, 0) for f in free_by_node.values())
         each = max(pods, default=0)
@@ -501,15 +576,27 @@ class KubernetesTarget(Target[KubernetesPlan]):
     ) -> JobState:
         """Poll the job (job, pods, its events, rank-0 log: four requests a poll, and one
         more per pod still waiting, up to EVENT_PODS) until it ends or `wait_seconds`
-        pass; None (a person at the CLI) detaches after DETACH_S."""
+        pass; None (a person at the CLI) detaches after DETACH_S. Where the job object
+        holds the trainer's progress (a TrainJob's trainerStatus), a running job's polls
+        read it instead of the log, and the log is read once when the job has ended."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
         rank0_log = Rank0Log()
 
         def look() -> JobState:
             job, pods, events = self.poll(job_name)
-            final = kube_pods.job_status(job) != "running"
+            status = kube_pods.job_status(job)
+            final = status != "running"
             rank0 = pods[0] if pods else None
+            on_object = self.engine.progress(job)
+            if on_object is not None and not final:  # the object says how far: no log read
+                state = self._state(job_name, job, pods, events, on_object, "")
+                if progress is not None and on_object.steps != rank0_log.reported:
+                    rank0_log.reported = on_object.steps
+                    progress.report(
+                        on_object.steps, on_object.max_steps, on_object.progress_message()
+                    )
+                return state
             if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
                 name = pod_name(rank0)
                 rank0_log.read(
@@ -517,7 +604,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     lambda: redact(self.reader.log_end(name, LOG_POLL_LINES, LOG_POLL_BYTES)[0]),
                     kube_pods.restarts([rank0]), progress, final,
                 )  # fmt: skip
-            metrics = rank0_log.follower.metrics
+            # An ended job's log is read once, for the run's account (its error, resume and
+            # checkpoint); what the trainer posted on the object wins for how far it got.
+            metrics = posted_over(rank0_log.follower.metrics, on_object)
             state = self._state(job_name, job, pods, events, metrics, rank0_log.tail())
             state.findings = watchdog.findings(metrics, state.status == "running", time.time())
             return state
@@ -548,12 +637,26 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def place(self, job_name: str) -> str:
         return f"{self.namespace}/{job_name}"
 
+    def _resolve(self, job_name: str) -> dict[str, Any] | None:
+        """The job of that name, whichever engine's kind it is (the reader is bound to
+        its engine from then on; the first engine tried is the one bound already, so a
+        follow's polls ask once); None when no kind has it."""
+        order = [self.engine, *(e for e in ENGINES.values() if e is not self.engine)]
+        for engine in order:
+            self._bind(engine)
+            job = self.reader.job(job_name)
+            if job is not None:
+                return job
+        self._bind(order[0])
+        return None
+
     def _require(self, job_name: str) -> dict[str, Any]:
-        job = self.reader.job(job_name)
+        job = self._resolve(job_name)
         if job is None:
+            kinds = " or ".join(e.kind for e in ENGINES.values())
             raise ToolFailure(
                 ErrorCode.JOB_NOT_FOUND,
-                f"No PyTorchJob named {job_name!r} in namespace {self.namespace!r}.",
+                f"No {kinds} named {job_name!r} in namespace {self.namespace!r}.",
                 "Check job_name and namespace (list_training_jobs lists them), or start it "
                 "with deploy_training_job.",
             )
@@ -584,12 +687,15 @@ class KubernetesTarget(Target[KubernetesPlan]):
         elif status == "cancelled":
             message = "cancelled (suspended: pods removed, checkpoints kept)"
         elif status == "running":
-            message = self._waiting_reason(pods, events)
+            message = self._waiting_reason(pods, events, self.engine.controller)
+        max_steps = metrics.max_steps or commanded_max_steps(self.engine, job)
         state = JobState(
             job_name=job_name,
             target=self.name,
+            engine=self.engine.name,
             status=status,  # type: ignore[arg-type]
-            **metrics.state_fields(),
+            **{**metrics.state_fields(), "max_steps": max_steps},
+            eta_s=self.engine.eta_s(job) if status == "running" else None,
             log_path=self._pod_path(pod_name(rank0)) if rank0 else None,
             exit_code=code,
             message=None if message is None else redact(message),
@@ -618,7 +724,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
         return state
 
     @staticmethod
-    def _waiting_reason(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str | None:
+    def _waiting_reason(
+        pods: list[dict[str, Any]],
+        events: list[dict[str, Any]],
+        controller: str = PyTorchJobEngine.controller,
+    ) -> str | None:
         """Why a running job is not training yet: what a pod waits for (skills.kube.pods),
         or the newest Warning event (FailedScheduling, ...)."""
         for pod in pods:
@@ -629,17 +739,17 @@ class KubernetesTarget(Target[KubernetesPlan]):
             last = warnings[-1]
             return f"{last.get('reason')}: {last.get('message', '')}".strip()
         if not pods:
-            return "waiting for the Training Operator to create the pods"
+            return f"waiting for {controller} to create the pods"
         return None
 
     # logs -------------------------------------------------------------------------------
 
     def log_path(self, job_name: str) -> str:
+        self._require(job_name)
         pods = self.reader.pods(job_name)
         if pods:
             return self._pod_path(pod_name(pods[0]))
-        self._require(job_name)
-        return f"pytorchjob/{job_name} -n {self.namespace} (no pods yet)"
+        return f"{self.engine.kind.lower()}/{job_name} -n {self.namespace} (no pods yet)"
 
     def read_logs(self, job_name: str, tail_lines: int | None, options: LogOptions) -> str:
         """Rank 0's log, or one replica's ('worker-1'), or the last lines of every pod;
@@ -696,61 +806,98 @@ class KubernetesTarget(Target[KubernetesPlan]):
     # cancel / delete / list -------------------------------------------------------------
 
     def cancel(self, job_name: str, grace_s: float = 30.0) -> JobState:
-        """Suspend the job (runPolicy.suspend): the operator deletes its pods (SIGTERM,
-        the trainer checkpoints), the job and its checkpoints stay. A job that ended is
-        left as it is."""
+        """Suspend the job (its engine's stop_patch: a PyTorchJob's runPolicy.suspend, a
+        TrainJob's spec.suspend, as each upstream documents stopping): the controller
+        deletes its pods (SIGTERM, the trainer checkpoints), the job and its checkpoints
+        stay. A job that ended is left as it is."""
+        self._require_ours(job_name, "stop")
         state = self.describe(job_name)
         if state.status in TERMINAL:
             return state
-        self.reader.patch_job(job_name, {"spec": {"runPolicy": {"suspend": True}}})
+        self.reader.patch_job(job_name, self.engine.stop_patch())
         return self.describe(job_name)
 
     def delete(self, job_name: str) -> JobState:
-        """Delete the PyTorchJob and its pods (checkpoints on volumes stay); returns its
-        last state."""
+        """Delete the job and its pods (checkpoints on volumes stay); returns its last
+        state."""
+        self._require_ours(job_name, "delete")
         state = self.describe(job_name)
         self.reader.delete_job(job_name)
         state.message = f"deleted (was {state.status})"
         state.next_step = state.hint = None
         return state
 
+    def _require_ours(self, job_name: str, what: str) -> None:
+        """Refuse (not_ours) a job of either kind this suite did not submit: only its own
+        are stopped or deleted, as replace deletes only its own."""
+        require_kube_ours(
+            self._require(job_name), self.engine.kind, self.place(job_name),
+            f"The suite does not {what} a job it did not submit; its owner can (kubectl).",
+            namespace=self.namespace,
+        )  # fmt: skip
+
     def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
-        """The page of PyTorchJobs in the namespace, newest first: status from the job
-        (so a status filter reads no log); steps from the end of rank 0's log (the
+        """The page of the suite's jobs in the namespace, newest first, of every engine
+        (each says its engine; a kind the cluster does not serve is one LIST that finds
+        nothing): status from the job (so a status
+        filter reads no log); steps from the job object where its engine keeps progress
+        there (a TrainJob's trainerStatus), else from the end of rank 0's log (the
         trainer's summary or its last step); max_steps from the trainer's start line
         there, else the job's command. Only the suite's jobs are sent (its label as the
         labelSelector). The API server has no order by creation time, so each job's key
         is read: their metadata alone in LIST chunks (whole jobs, JOB_CHUNK at a time,
         under a status filter), only the page kept; then the page's jobs and their pods
-        are one LIST each by name; then one bounded log read per job of the page whose
-        rank 0 started (concurrent). What a page holds and is sent of whole objects does
-        not grow with the namespace."""
+        are one LIST each by name, per kind; then one bounded log read per job of the
+        page whose progress is not on its object and whose rank 0 started (concurrent).
+        What a page holds and is sent of whole objects does not grow with the
+        namespace."""
         filtered = page.status is not None
-        jobs = self.reader.suite_jobs(metadata_only=not filtered)
-        if filtered:
-            jobs = (j for j in jobs if kube_pods.job_status(j) == page.status)
-        shown, more, last = keyset_stream(
-            jobs, _creation_key, page.limit, page.cursor, self._job_key
+        engines = list(ENGINES.values())  # a kind the cluster does not serve lists nothing
+        jobs = (
+            (engine, job)
+            for engine in engines
+            for job in self.reader.suite_jobs(metadata_only=not filtered, kind=engine.job_kind)
         )
-        names = [(job.get("metadata") or {}).get("name", "") for job in shown]
-        if not filtered:  # a job deleted since its key was read is left out
-            whole = self.reader.suite_jobs_named(names)
-            shown = [whole[name] for name in names if name in whole]
-            names = [name for name in names if name in whole]
-        pods = self.reader.pods_of(names)
+        if filtered:
+            jobs = ((e, j) for e, j in jobs if kube_pods.job_status(j) == page.status)
+        shown, more, last = keyset_stream(
+            jobs, lambda pair: _creation_key(pair[1]), page.limit, page.cursor, self._job_key
+        )
+        rows: list[tuple[Engine, dict[str, Any], list[dict[str, Any]]]] = []
+        for engine in engines:
+            mine = [job for e, job in shown if e is engine]
+            names = [(job.get("metadata") or {}).get("name", "") for job in mine]
+            if not mine:
+                continue
+            if not filtered:  # a job deleted since its key was read is left out
+                whole = self.reader.suite_jobs_named(names, engine.job_kind)
+                mine = [whole[name] for name in names if name in whole]
+            pods = self.reader.pods_of([_name(job) for job in mine], engine.job_kind)
+            rows += [(engine, job, pods.get(_name(job), [])) for job in mine]
+        rows.sort(key=lambda row: _creation_key(row[1]))
+
+        def metrics(row: tuple[Engine, dict[str, Any], list[dict[str, Any]]]) -> RunMetrics:
+            engine, job, pods = row
+            found = engine.progress(job)
+            return found if found is not None else self._log_end_metrics(engine, pods)
+
         # One bounded read per job of the page, LIST_READS at a time (each mostly waits).
         with ThreadPoolExecutor(max_workers=LIST_READS) as pool:
-            read = list(pool.map(lambda name: self._log_end_metrics(pods.get(name, [])), names))
+            read = list(pool.map(metrics, rows))
         states = []
-        for job, name, metrics in zip(shown, names, read, strict=True):
+        for (engine, job, _), found in zip(rows, read, strict=True):
             condition = kube_pods.current_condition(job)
+            status = kube_pods.job_status(job)
             states.append(
                 JobState(
-                    job_name=name,
+                    job_name=_name(job),
                     target=self.name,
-                    status=kube_pods.job_status(job),  # type: ignore[arg-type]
-                    steps=metrics.steps,
-                    max_steps=metrics.max_steps or commanded_max_steps(job),
+                    engine=engine.name,
+                    status=status,  # type: ignore[arg-type]
+                    steps=found.steps,
+                    max_steps=found.max_steps or commanded_max_steps(engine, job),
+                    last_loss=found.last_loss if engine.progress(job) else None,
+                    eta_s=engine.eta_s(job) if status == "running" else None,
                     message=None if condition is None else redact(condition.message or ""),
                 )
             )
@@ -758,15 +905,17 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     def _job_key(self, name: str) -> Key | None:
         """Where the suite's job `name` is in a list (None: no such job of the suite)."""
-        job = self.reader.job(name)
+        job = self._resolve(name)
         return _creation_key(job) if job is not None and labelled_ours(job) else None
 
-    def _log_end_metrics(self, pods: list[dict[str, Any]]) -> RunMetrics:
+    def _log_end_metrics(self, engine: Engine, pods: list[dict[str, Any]]) -> RunMetrics:
         """What the last LIST_LOG_LINES lines of rank 0's log say (nothing before it runs)."""
         follower = LogFollower()
         rank0 = pods[0] if pods else None
         if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
-            log = self.reader.log(pod_name(rank0), tail_lines=LIST_LOG_LINES)
+            log = self.reader.log(
+                pod_name(rank0), tail_lines=LIST_LOG_LINES, container=engine.job_kind.container
+            )
             follower.feed(log.encode(), final=True)
         return follower.metrics
 
@@ -814,8 +963,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     def avoiding(self, plan: KubernetesPlan, nodes: tuple[str, ...]) -> KubernetesPlan:
         """The plan with a nodeAffinity that keeps every pod off `nodes` (the taint does
-        it on a real cluster too; this makes the plan say so)."""
-        return plan.model_copy(update={"manifest": avoiding(plan.manifest, nodes)})
+        it on a real cluster too; this makes the plan say so), as its engine places pods."""
+        manifest = ENGINES[plan.engine].avoiding(plan.manifest, nodes)
+        return plan.model_copy(update={"manifest": manifest})
 
     def _nodegroup_sizes(self, cluster: str, group: str) -> tuple[int, int, int] | None:
         """(min, max, desired) of the EKS node group; None when EKS cannot be asked."""
@@ -835,6 +985,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """{"job", "pods", "events", "logs": {"<pod>": text, "<pod>/previous": text}}: the
         objects as the API returns them (camelCase), logs' secrets masked; the same reads
         as diagnose_training_job (kube_monitor.read_snapshot)."""
+        self._resolve(job_name)
         return read_snapshot(self.reader, job_name)
 
 
@@ -906,18 +1057,20 @@ class Rank0Log:
 
 
 def _replica(job_name: str, pods: list[dict[str, Any]], replica: str | None) -> dict[str, Any]:
-    """The pod of `replica` ('worker-1'), rank 0's by default; not_found names the rest."""
+    """The pod of `replica` ('worker-1' of a PyTorchJob, 'node-1' of a TrainJob: node
+    rank 1), rank 0's by default; not_found names the rest."""
     if replica is None:
         return pods[0]
-    wanted = f"{job_name}-{replica.lower()}"
-    matches = [p for p in pods if pod_name(p) == wanted]
-    if not matches:
+    master = has_master(None, pods)
+    named = {pod_info(p, master).replica: p for p in pods}
+    chosen = named.get(replica.lower())
+    if chosen is None:
         raise ToolFailure(
             ErrorCode.NOT_FOUND,
             f"Job {job_name!r} has no replica {replica!r}.",
-            "Pick one of: " + ", ".join(pod_name(p)[len(job_name) + 1 :] for p in pods),
+            "Pick one of: " + ", ".join(str(r) for r in named),
         )
-    return matches[0]
+    return chosen
 
 
 def _bounded(text: str) -> str:
@@ -935,8 +1088,26 @@ def _not_started(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in (None, "Pending", "Unknown")
 
 
+def posted_over(logged: RunMetrics, posted: RunMetrics | None) -> RunMetrics:
+    """The log's account of a run with what the trainer posted on the job object (steps,
+    loss, tokens/s, max_steps) in place of the log's, where it posted them."""
+    if posted is None:
+        return logged
+    found = {
+        "steps": posted.steps or logged.steps,
+        "last_loss": posted.last_loss if posted.last_loss is not None else logged.last_loss,
+        "tokens_per_s": posted.tokens_per_s or logged.tokens_per_s,
+        "max_steps": posted.max_steps or logged.max_steps,
+    }
+    return dataclasses.replace(logged, **found)
+
+
+def _name(job: dict[str, Any]) -> str:
+    return str((job.get("metadata") or {}).get("name", ""))
+
+
 def _creation_key(job: dict[str, Any]) -> Key:
-    """A PyTorchJob's place in a list: newest created first, then by name (a status
+    """A job's place in a list: newest created first, then by name (a status
     change leaves both alone)."""
     meta = job.get("metadata") or {}
     created = kube_pods.api_time(meta.get("creationTimestamp"))

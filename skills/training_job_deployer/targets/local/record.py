@@ -121,6 +121,15 @@ class RunDir(RecordedRun[JobRecord]):
     def __init__(self, path: Path) -> None:
         super().__init__(path, RECORD, JobRecord, "local")
 
+    def row(self, record: JobRecord) -> dict[str, Any]:
+        """An ended job's kept outcome; `running` while the record says it has not
+        ended (JobIndex.UNSETTLED: failed or cancelled once its processes are gone)."""
+        if record.ended:
+            status = None if record.outcome is None else record.outcome.status
+        else:
+            status = "running"
+        return {"submitted_at": record.submitted_at, "status": status}
+
     def log(self, attempt: int) -> Path:
         return self.path / "logs" / f"attempt-{attempt}.log"
 

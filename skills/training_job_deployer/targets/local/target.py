@@ -37,6 +37,7 @@ from skills.training_job_deployer.job_spec import (
     token_source,
     trainer_argv,
 )
+from skills.training_job_deployer.memory_estimate import GIB, node_runtime
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
@@ -62,6 +63,7 @@ from skills.training_job_deployer.trainer_log import (
     RunMetrics,
     tail_with_error,
 )
+from trainer.node_memory import shm_free_bytes
 from trainer.threads import choose_num_threads
 
 logger = logging.getLogger(__name__)
@@ -199,7 +201,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                 "Use num_nodes=1 locally (gpu_per_node sets the process count), or a cluster "
                 "target for several nodes.",
             )
-        check_gpu_fit(spec.gpu_per_node, self.host_gpus(), os.cpu_count())
+        gpus = self.host_gpus()
+        check_gpu_fit(spec.gpu_per_node, gpus, os.cpu_count())
         if spec.torchrun_path and shutil.which(spec.torchrun_path) is None:
             raise ToolFailure(
                 ErrorCode.INVALID_INPUT,
@@ -250,6 +253,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             "TMPDIR": str(run.scratch),
             **spec.env,  # the job's own variables (NCCL_DEBUG=INFO) last
         }
+        runtime = node_runtime(spec, gpus > 0, round(shm_free_bytes() / GIB, 1))
         return LocalPlan(
             argv=argv,
             env=env,
@@ -260,6 +264,8 @@ class LocalTarget(RunDirTarget[LocalPlan]):
             nproc_per_node=spec.gpu_per_node,
             checkpoint_dir=paths["checkpoint_dir"],
             adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
+            async_save=runtime.async_save,
+            process_group=runtime.process_group,
             hub=hub_lines(spec, hub_cache(os.environ), token_source(os.environ)),
         )
 

@@ -5,6 +5,7 @@ cluster holds the job's files."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,6 +61,11 @@ class SlurmRunDir(RecordedRun[SlurmRecord]):
     def __init__(self, record_dir: Path, cluster_dir: str) -> None:
         super().__init__(record_dir, SLURM_RECORD, SlurmRecord, "Slurm")
         self.cluster_dir = cluster_dir
+
+    def row(self, record: SlurmRecord) -> dict[str, Any]:
+        """An ended job's kept outcome; none before (the scheduler says)."""
+        status = None if record.end is None or record.outcome is None else record.outcome.status
+        return {"submitted_at": record.submitted_at, "status": status}
 
     def log(self, job_id: int | str) -> str:
         return f"{self.cluster_dir}/logs/slurm-{job_id}.log"  # the template's --output

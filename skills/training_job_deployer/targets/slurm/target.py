@@ -41,6 +41,7 @@ from skills.training_job_deployer.job_spec import (
     token_source,
     trainer_argv,
 )
+from skills.training_job_deployer.memory_estimate import node_runtime
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.run_dir import (
@@ -245,6 +246,8 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             code_dir=None if remote or settings.container_image else processes.PROJECT_ROOT,
             job_env=spec.env,
         )
+        # The nodes' /dev/shm is not read: the plan says what each needs.
+        runtime = node_runtime(spec, shape.gpus_per_node is not None, None)
         return SlurmPlan(
             script=script,
             sbatch=self.scheduler.argv(["sbatch", "--parsable"]),
@@ -258,6 +261,8 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
             log_path=run.log("%j"),
             checkpoint_dir=checkpoint_dir,
             adopt_checkpoint_dir=spec.adopt_checkpoint_dir,
+            async_save=runtime.async_save,
+            process_group=runtime.process_group,
             # sbatch exports the submitting environment (HF_TOKEN, HF_HOME) to the job.
             hub=hub_lines(spec, hub_cache(os.environ), token_source(os.environ)),
         )

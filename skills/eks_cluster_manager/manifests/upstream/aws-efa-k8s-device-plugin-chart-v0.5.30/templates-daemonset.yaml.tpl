@@ -8,8 +8,10 @@ spec:
   selector:
     matchLabels:
       name:  {{ include "aws-efa-k8s-device-plugin.fullname" . }}
+  {{- with .Values.updateStrategy }}
   updateStrategy:
-    type: RollingUpdate
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   template:
     metadata:
       {{- if .Values.additionalPodAnnotations }}
@@ -28,6 +30,7 @@ spec:
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+      automountServiceAccountToken: false
       tolerations:
         - key: CriticalAddonsOnly
           operator: Exists
@@ -73,6 +76,8 @@ spec:
               mountPath: /var/lib/kubelet/device-plugins
             - name: infiniband-volume
               mountPath: /dev/infiniband/
+            - name: neuron-tools
+              mountPath: /opt/aws/neuron/
       volumes:
         - name: device-plugin
           hostPath:
@@ -80,3 +85,7 @@ spec:
         - name: infiniband-volume
           hostPath:
             path: /dev/infiniband/
+        - name: neuron-tools
+          hostPath:
+            path: /opt/aws/neuron/
+            type: DirectoryOrCreate
