@@ -76,7 +76,7 @@ ROWS = {
                       (registry_service.check,)),
     # A page of 20 over 62 of the suite's jobs: 23 requests (keys, jobs, pods, 20 logs),
     # 60 whole objects (the page's jobs and pods), each job's metadata; the filter: 1.
-    # +1 request each since TrainJobs: the discovery read of which engines are served.
+    # +1 request each since TrainJobs: a LIST of the other engine's kind, which finds none.
     "kube_list_scale": Row((r"^\s+62 \|\s+434 \|\s+page \|\s+24 \|\s+60 \|\s+62 \|",
                             r"^\s+62 \|\s+434 \|\s+none \|\s+2 \|\s+62 \|\s+0 \|")),
     "mcp_cold_start": Row((rf"ours / bare MCP server\s*:\s*{NUMBER}x",
