@@ -26,8 +26,9 @@ def test_the_tools_names_are_the_trainers():
 
 
 def _settings(target: str, tmp_path: Any) -> dict[str, Any]:
-    if target == "kubernetes":
-        return {"target": target, "image_uri": "registry.example/trainer:1"}
+    if target == "kubernetes":  # the engine named: a dry run then asks no cluster (the
+        # session's kmock may serve either engine by the time this runs)
+        return {"target": target, "image_uri": "registry.example/trainer:1", "engine": "pytorchjob"}
     return {"target": target, "runs_dir": str(tmp_path / "runs")}
 
 

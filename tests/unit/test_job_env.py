@@ -30,15 +30,18 @@ def kube_env(result) -> dict[str, str]:
 
 
 def k8s_dry_run(**kwargs):
+    # The engine named: a dry run then asks no cluster (a session's kmock may serve either).
     return deploy_training_job(job_name="envy", target="kubernetes", image_uri=IMAGE,
-                               instance_type="p5.48xlarge", dry_run=True, **kwargs)  # fmt: skip
+                               instance_type="p5.48xlarge", engine="pytorchjob",
+                               dry_run=True, **kwargs)  # fmt: skip
 
 
 def test_the_cli_flag_repeats_and_replaces_the_default_nccl_debug():
     out, err = io.StringIO(), io.StringIO()
     argv = ["--target", "kubernetes", "--job_name", "envy", "--image_uri", IMAGE,
-            "--instance_type", "p5.48xlarge", "--env", "NCCL_DEBUG=INFO", "--env",
-            "NCCL_DEBUG_SUBSYS=INIT,NET", "--dry_run", "--json"]  # fmt: skip
+            "--instance_type", "p5.48xlarge", "--engine", "pytorchjob", "--env",
+            "NCCL_DEBUG=INFO", "--env", "NCCL_DEBUG_SUBSYS=INIT,NET", "--dry_run",
+            "--json"]  # fmt: skip
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         assert run_cli(deploy_training_job, argv) == 0, err.getvalue()
     plan = json.loads(out.getvalue())["plan"]
