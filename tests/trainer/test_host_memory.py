@@ -52,7 +52,9 @@ def child(mode: str, **env: str) -> dict:
 def test_freed_tensors_leave_the_process_once_tuned():
     default, tuned = child("default"), child("tuned")
     assert default["held"] > 80 and tuned["held"] > 80  # the 96 MiB were really there
-    assert default["left"] > 60, default  # glibc's heaps kept them
+    # glibc's heaps kept them: how many depends on the heap's state (48 of the 96 MiB seen
+    # in a full suite run, most of them alone), never the few a tuned process keeps.
+    assert default["left"] > 32, default
     assert tuned["tuned"] and tuned["left"] < 16, tuned  # unmapped on free
 
 
