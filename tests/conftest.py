@@ -131,6 +131,19 @@ def kube_api() -> Iterator[kube.KubeService]:
         yield cluster
 
 
+@pytest.fixture(autouse=True)
+def _no_cluster_unless_asked(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
+    """A test that asks for no cluster gets none: `kube_api` is session-scoped, so once a
+    test in this worker started kmock, KUBECONFIG would stay set for every later test, and
+    a dry run with engine=auto would ask it which engine it serves (whichever kind the last
+    test left it serving). Here KUBECONFIG names no file, as on a laptop with no cluster."""
+    if "kube_api" in request.fixturenames:
+        yield
+        return
+    with _environment({"KUBECONFIG": str(tmp_path_factory.getbasetemp() / "no-kubeconfig")}):
+        yield
+
+
 @pytest.fixture
 def trainer_v2(kube_api: kube.KubeService, tmp_path) -> Iterator[trainer_v2_service.TrainerV2]:
     """kmock (reset) serving Kubeflow Trainer v2.3.0 and JobSet v0.12.0 (not the v1
