@@ -185,8 +185,9 @@ def _may_have(names: list[str], status: str) -> list[str]:
             if conn is None:
                 return names
             root = str(operations_dir())  # str paths: pathlib costs more than the stat
-            _index().sync(conn, {n: os.path.join(root, n, RECORD) for n in names},
-                          _indexed_status)  # fmt: skip
+            listed = set(names)
+            _index().sync(conn, ((n, os.path.join(root, n, RECORD)) for n in names),
+                          _indexed_status, lambda n: n not in listed)  # fmt: skip
             wanted = {status, "running"} if status in ("failed", "cancelled") else {status}
             marks = ", ".join("?" * len(wanted))
             found = {n for (n,) in conn.execute(
