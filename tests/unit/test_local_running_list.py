@@ -197,6 +197,7 @@ def test_the_index_keeps_the_figures_the_supervisor_writes_as_the_job_goes(tmp_p
             ).fetchone()
 
     identity = run.record_file.read().supervisor  # type: ignore[union-attr]
+    assert identity is not None
     assert row() == ("running", 30, 6.0, None, identity.pid)
     plan = LocalPlan(argv=["torchrun"], env={}, cwd=str(tmp_path), run_dir=str(run.path),
                      attempt=1, log_path=str(run.log(1)), nproc_per_node=1,
