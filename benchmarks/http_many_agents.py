@@ -362,8 +362,8 @@ def _report(out: dict[str, dict[int, tuple[float, ...]]], loads: list[str]) -> N
     for clients in CLIENTS:
         ratio = out["ours"][clients][0] / out["bare"][clients][0]
         verdict = "within" if ratio <= GOAL else "over"
-        print(f"{clients} clients: ours / bare p50 {ratio:.2f}x, {verdict} {GOAL}x; server CPU "
-              f"a call ours {out['ours'][clients][3] * 1000:.2f} ms, bare "
+        print(f"at {clients} clients: ours / bare p50 {ratio:.2f}x, {verdict} {GOAL}x; server "
+              f"CPU a call ours {out['ours'][clients][3] * 1000:.2f} ms, bare "
               f"{out['bare'][clients][3] * 1000:.2f} ms")  # fmt: skip
     print(f"load average (1, 5, 15 min) {'; '.join(loads)}")
     first, last = CLIENTS[0], CLIENTS[-1]
