@@ -61,7 +61,7 @@ ROWS = {
     "family_bench": Row((rf"^\| \w+ \| [\d,]+ \| .* = {NUMBER}x \| .* = {NUMBER}x \|$",)),
     "fleet_records": Row((rf"operations, status matching none: k -?{NUMBER}",
                           rf"running local jobs, a page of 20: k -?{NUMBER}",
-                          rf"running local jobs, failed matching none: k -?{NUMBER}",
+                          rf"running local jobs, failed matching none .*: k -?{NUMBER}",
                           rf"running local jobs, succeeded matching none .*: k -?{NUMBER}",
                           rf"Slurm jobs, failed matching none: k -?{NUMBER}",
                           # 64 running local jobs: failed and succeeded read no record,
