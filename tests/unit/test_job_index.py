@@ -242,3 +242,24 @@ def test_a_small_record_is_read_into_a_buffer_of_its_size(tmp_path):
     file = RunDir(tmp_path / name).record_file
     assert _peak_mib(file.read) < 0.5
     assert file.read() is not None
+
+
+def test_a_filter_walks_the_index_past_its_batches_in_order(tmp_path):
+    """Rows are read 64 at a time from the cursor: matches far apart come all, in order,
+    page after page."""
+    runs = tmp_path / "runs"
+    every = [local_record(runs, i, "failed" if i % 10 == 9 else "succeeded", noted=True)
+             for i in range(150)]  # fmt: skip
+    failed = [n for i, n in enumerate(every) if i % 10 == 9]
+    target = LocalTarget(runs)
+    assert names(target.list_jobs(JobPage(status="failed"))) == failed
+    seen, page = [], target.list_jobs(JobPage(status="failed", limit=4))
+    while True:
+        seen += names(page)
+        if not page.more and page.more is not None:
+            break
+        assert page.last is not None
+        page = target.list_jobs(JobPage(status="failed", limit=4, cursor=cursor_after(page.last)))
+    assert seen == failed
+    whole = target.list_jobs(JobPage(limit=100))
+    assert names(whole) == every[:100] and whole.more == 50

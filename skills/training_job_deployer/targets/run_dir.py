@@ -57,6 +57,8 @@ LOG_HEAD_BYTES = 1 * 2**20
 LOCK_TIMEOUT_S = 15.0
 # Free space below which an ended job's outcome is not added to its record.
 KEEP_FREE_BYTES = 1 * 2**20
+# Index rows a list reads in one query (a page of 20 and its filter's misses, most often).
+ROWS_AT_ONCE = 64
 
 logger = logging.getLogger(__name__)
 
@@ -228,19 +230,34 @@ class JobIndex:
                                 missing_is_gone=True)  # fmt: skip
                 anchor = start_after(page.cursor, lambda name: self._key_of(conn, name),
                                      like=(0.0, ""))  # fmt: skip
-                where, args = self._after(anchor)
                 count = None
                 if page.status is None:
+                    where, args = self._after(anchor)
                     sql = f"SELECT COUNT(*) FROM records {where}"
                     (count,) = conn.execute(sql, args).fetchone()
-                else:
-                    where, args = self._may_have(page.status, where, args)
-                cols = ", ".join(self.COLUMNS)
-                rows = conn.execute(f"SELECT name, {cols} FROM records {where} {self.ORDER}", args)
+                rows = self._rows(conn, anchor, page.status)
                 return _paged(self._candidates(rows, page.status, described), page, count)
         except (sqlite3.Error, OSError) as exc:  # derived: the records answer instead
             logger.info("the jobs index of %s is not used: %s", self.runs_dir, exc)
             return None
+
+    def _rows(
+        self, conn: sqlite3.Connection, anchor: Key | None, status: str | None
+    ) -> Iterator[tuple[Any, ...]]:
+        """The rows after `anchor` that may have `status` (name, then COLUMNS), in list
+        order, ROWS_AT_ONCE a query: no statement is open while the caller describes a
+        job (which may write its record, and so the index)."""
+        cols = ", ".join(self.COLUMNS)
+        while True:
+            where, args = self._after(anchor)
+            if status is not None:
+                where, args = self._may_have(status, where, args)
+            sql = f"SELECT name, {cols} FROM records {where} {self.ORDER} LIMIT {ROWS_AT_ONCE}"
+            batch = conn.execute(sql, args).fetchall()
+            yield from batch
+            if len(batch) < ROWS_AT_ONCE:
+                return
+            anchor = (-batch[-1][1], batch[-1][0])
 
     def _candidates(
         self, rows: Iterable[Any], status: str | None, described: Callable[[str], JobState]
