@@ -259,9 +259,7 @@ def slurm_lists(root: Path) -> None:
         seeded = count
         reads, stop = _count_reads()
         try:
-            page, page_s, page_cpu, page_mib = measured(
-                lambda: target.list_jobs(JobPage(limit=20))
-            )
+            page, page_s, page_cpu, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
             page_reads = len(reads)
             reads.clear()
             none, none_s, none_cpu, none_mib = measured(
