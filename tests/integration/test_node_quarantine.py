@@ -214,7 +214,7 @@ def test_the_node_groups_scale_call_when_it_cannot_supply_another_node(operator,
     desired by the nodes missing."""
     from skills.kube.access import kube_api_client
     from skills.kube.quarantine import NODEGROUP_LABEL
-    from skills.training_job_deployer.kube_monitor import KubeReader
+    from skills.training_job_deployer.targets.kubernetes.kube_monitor import KubeReader
     from skills.training_job_deployer.targets.kubernetes.settings import (
         KubernetesDeploySettings,
     )

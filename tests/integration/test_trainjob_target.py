@@ -24,8 +24,8 @@ from commands.list_training_jobs import list_training_jobs
 from skills.kube.pods import COMPLETION_INDEX, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL
 from skills.shared.errors import ToolFailure
 from skills.shared.ownership import managed_labels
-from skills.training_job_deployer.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.targets.base import JobPage
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from skills.training_job_deployer.targets.trainjob import manifest as tm

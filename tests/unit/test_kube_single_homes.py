@@ -34,7 +34,10 @@ def test_the_suite_label_is_spelled_in_one_module():
 
 @pytest.mark.parametrize(
     "module",
-    ["skills/model_server/kubernetes/target.py", "skills/training_job_deployer/kube_monitor.py"],
+    [
+        "skills/model_server/kubernetes/target.py",
+        "skills/training_job_deployer/targets/kubernetes/kube_monitor.py",
+    ],
 )
 def test_the_targets_spell_no_rest_path(module):
     text = (ROOT / module).read_text()

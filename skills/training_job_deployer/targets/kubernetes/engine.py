@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kube_monitor import JobKind
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import JobKind
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 from skills.training_job_deployer.trainer_log import RunMetrics
 

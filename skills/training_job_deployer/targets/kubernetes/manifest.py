@@ -26,8 +26,8 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, hub_ids, launcher, trainer_argv
-from skills.training_job_deployer.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.memory_estimate import staging_shm_gib
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.

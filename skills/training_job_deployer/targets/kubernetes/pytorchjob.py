@@ -10,9 +10,9 @@ from skills.kube.gpu_nodes import pod_gpu_request
 from skills.kube.pods import get, items
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kube_monitor import PYTORCHJOB, JobKind
 from skills.training_job_deployer.targets.kubernetes import manifest
 from skills.training_job_deployer.targets.kubernetes.engine import Engine
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import PYTORCHJOB, JobKind
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 

@@ -50,9 +50,8 @@ from skills.shared.paging import Key, Page, keyset_stream
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
-from skills.training_job_deployer import cuda_gate, watchdog
+from skills.training_job_deployer import watchdog
 from skills.training_job_deployer.job_spec import JobSpec, hub_endpoint, hub_lines
-from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.memory_estimate import (
     check_fits,
     check_host_fits,
@@ -69,11 +68,13 @@ from skills.training_job_deployer.targets.base import (
     Target,
     TargetSettings,
 )
+from skills.training_job_deployer.targets.kubernetes import cuda_gate
 from skills.training_job_deployer.targets.kubernetes.engine import (
     Engine,
     commanded_max_steps,
     flag_values,
 )
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import KubeReader, read_snapshot
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
     hub_home,

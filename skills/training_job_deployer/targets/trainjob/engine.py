@@ -17,8 +17,8 @@ from skills.kube.gpu_nodes import GPU_RESOURCE
 from skills.kube.pods import JOBSET_NAME_LABEL, TRAINER_CONTAINER, as_int, get, items, text
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kube_monitor import JobKind
 from skills.training_job_deployer.targets.kubernetes.engine import Engine, commanded_max_steps
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import JobKind
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 from skills.training_job_deployer.targets.trainjob import manifest
 from skills.training_job_deployer.trainer_log import RunMetrics
