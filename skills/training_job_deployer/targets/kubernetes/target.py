@@ -74,7 +74,8 @@ from skills.training_job_deployer.targets.kubernetes.engine import (
     commanded_max_steps,
     flag_values,
 )
-from skills.training_job_deployer.targets.kubernetes.kube_monitor import KubeReader, read_snapshot
+from skills.training_job_deployer.targets.kubernetes.job_client import JobClient
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import read_snapshot
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
     hub_home,
@@ -259,33 +260,33 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def __init__(self, settings: KubernetesSettings | None = None) -> None:
         self.settings = settings or KubernetesSettings()
         self.namespace = self.settings.namespace
-        self._reader: KubeReader | None = None
+        self._client: JobClient | None = None
         self._warnings: list[str] = []
         self.engine: Engine = ENGINES["pytorchjob"]  # until a plan or a job says which
 
     @property
-    def reader(self) -> KubeReader:
-        if self._reader is None:
-            self._reader = KubeReader(self.settings.api_client(), self.namespace)
-            self._reader.kind = self.engine.job_kind
-        return self._reader
+    def client(self) -> JobClient:
+        if self._client is None:
+            self._client = JobClient(self.settings.api_client(), self.namespace)
+            self._client.kind = self.engine.job_kind
+        return self._client
 
     def _bind(self, engine: Engine) -> Engine:
         """Read and write jobs of `engine`'s kind from now on."""
         self.engine = engine
-        if self._reader is not None:
-            self._reader.kind = engine.job_kind
+        if self._client is not None:
+            self._client.kind = engine.job_kind
         return engine
 
     # engines ----------------------------------------------------------------------------
 
     def _serves(self, engine: Engine) -> bool:
-        return engine.name in served_engines(self.reader)
+        return engine.name in served_engines(self.client)
 
     def served_engines(self) -> list[Engine]:
         """The engines the cluster serves (their CRDs: skills.kube.engines, asked once
         per tool call), in ENGINES' order."""
-        served = served_engines(self.reader)
+        served = served_engines(self.client)
         return [engine for engine in ENGINES.values() if engine.name in served]
 
     def _deploy_engine(self, settings: KubernetesDeploySettings) -> Engine:
@@ -409,7 +410,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """(the ServiceAccount or None, whether the cluster answered)."""
         path = kind_path("ServiceAccount", self.namespace, name)
         try:
-            return self.reader.get_or_none(path), True
+            return self.client.get_or_none(path), True
         except ToolFailure:
             return None, False
 
@@ -418,7 +419,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if self.namespace in namespaces.ALWAYS_THERE:
             return False
         try:
-            return namespaces.missing(self.reader, self.namespace)
+            return namespaces.missing(self.client, self.namespace)
         except ToolFailure:
             return None
 
@@ -428,7 +429,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if not plan.service_account:
             return
         path = kind_path("ServiceAccount", self.namespace, plan.service_account)
-        found = self.reader.get_or_none(path)
+        found = self.client.get_or_none(path)
         if found is None:
             raise ToolFailure(
                 ErrorCode.NOT_FOUND,
@@ -449,10 +450,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
         self, job_name: str, plan: KubernetesPlan, *, replace_corrupt_record: bool = False
     ) -> None:
         engine = self._bind(ENGINES[plan.engine])
-        reader = self.reader
+        client = self.client
         if not self._serves(engine):
             raise engine.missing()
-        existing = reader.job(job_name)
+        existing = client.job(job_name)
         kind = engine.kind
         if existing is not None:
             if not plan.replace:
@@ -480,25 +481,25 @@ class KubernetesTarget(Target[KubernetesPlan]):
         # refused image must not leave the old job gone and nothing running.
         self._require_service_account(plan)
         if plan.hf_token_secret:  # someone else's Secret of that name: refused, not replaced
-            reader.require_secret_ours(plan.hf_token_secret)
-        nodes = [node_gpu_facts(n) for n in reader.nodes()]
+            client.require_secret_ours(plan.hf_token_secret)
+        nodes = [node_gpu_facts(n) for n in client.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
             self._warnings += gate.warnings
         if existing is not None:
             self._delete_and_wait(job_name)
         self._warnings += self._quota_warnings(plan, nodes)  # after: the old job's GPUs free
-        namespaces.ensure(reader, self.namespace)  # the first write: everything lives in it
+        namespaces.ensure(client, self.namespace)  # the first write: everything lives in it
         if plan.hf_token_secret:
             token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
-            reader.put_secret(plan.hf_token_secret, {"token": token})
+            client.put_secret(plan.hf_token_secret, {"token": token})
         for companion in plan.companions:  # created, or updated when ours and different
-            reader.ensure_owned(companion)
-        reader.create_job(plan.manifest)
+            client.ensure_owned(companion)
+        client.create_job(plan.manifest)
 
     def _delete_and_wait(self, job_name: str) -> None:
-        self.reader.delete_job(job_name)
-        gone = poll_until(lambda: self.reader.job(job_name) is None, bool, REPLACE_TIMEOUT_S, 1.0)
+        self.client.delete_job(job_name)
+        gone = poll_until(lambda: self.client.job(job_name) is None, bool, REPLACE_TIMEOUT_S, 1.0)
         if not gone:
             raise ToolFailure(
                 ErrorCode.CONFLICT,
@@ -540,7 +541,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         }
         if not matching:
             return {}
-        used = gpus_requested_by_node(self.reader.all_pods())
+        used = gpus_requested_by_node(self.client.all_pods())
         return {node: gpus - used.get(node, 0) for node, gpus in matching.items()}
 
     def retry_facts(self) -> dict[str, Any]:
@@ -550,7 +551,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         out."""
         settings = self.settings
         instance_type = getattr(settings, "instance_type", None)
-        nodes = [node_gpu_facts(n) for n in self.reader.nodes()]
+        nodes = [node_gpu_facts(n) for n in self.client.nodes()]
         facts: dict[str, Any] = {
             "free_gpus": tuple(max(0, f) for f in self._free_gpus(nodes, instance_type).values())
         }
@@ -601,8 +602,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
             if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
                 name = pod_name(rank0)
                 rank0_log.read(
-                    lambda: redact(self.reader.log(name, limit_bytes=LOG_HEAD_BYTES)),
-                    lambda: redact(self.reader.log_end(name, LOG_POLL_LINES, LOG_POLL_BYTES)[0]),
+                    lambda: redact(self.client.log(name, limit_bytes=LOG_HEAD_BYTES)),
+                    lambda: redact(self.client.log_end(name, LOG_POLL_LINES, LOG_POLL_BYTES)[0]),
                     kube_pods.restarts([rank0]), progress, final,
                 )  # fmt: skip
             # An ended job's log is read once, for the run's account (its error, resume and
@@ -628,10 +629,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """One poll: the job, its pods, the events of the job and of its first pods not
         yet running (what says why it waits; rank 0's log is Rank0Log's)."""
         job = self._require(job_name)
-        pods = self.reader.pods(job_name)
+        pods = self.client.pods(job_name)
         waiting = [pod_name(p) for p in pods if _not_started(p)][:EVENT_PODS]
         events = [
-            e for e in self.reader.events(job_name, waiting) if not kube_pods.older_than(e, job)
+            e for e in self.client.events(job_name, waiting) if not kube_pods.older_than(e, job)
         ]
         return job, pods, events
 
@@ -639,13 +640,13 @@ class KubernetesTarget(Target[KubernetesPlan]):
         return f"{self.namespace}/{job_name}"
 
     def _resolve(self, job_name: str) -> dict[str, Any] | None:
-        """The job of that name, whichever engine's kind it is (the reader is bound to
+        """The job of that name, whichever engine's kind it is (the client is bound to
         its engine from then on; the first engine tried is the one bound already, so a
         follow's polls ask once); None when no kind has it."""
         order = [self.engine, *(e for e in ENGINES.values() if e is not self.engine)]
         for engine in order:
             self._bind(engine)
-            job = self.reader.job(job_name)
+            job = self.client.job(job_name)
             if job is not None:
                 return job
         self._bind(order[0])
@@ -747,7 +748,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
 
     def log_path(self, job_name: str) -> str:
         self._require(job_name)
-        pods = self.reader.pods(job_name)
+        pods = self.client.pods(job_name)
         if pods:
             return self._pod_path(pod_name(pods[0]))
         return f"{self.engine.kind.lower()}/{job_name} -n {self.namespace} (no pods yet)"
@@ -756,7 +757,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """Rank 0's log, or one replica's ('worker-1'), or the last lines of every pod;
         at most MAX_LOG_CHARS, with a note of what was cut; secrets masked."""
         self._require(job_name)
-        pods = self.reader.pods(job_name)
+        pods = self.client.pods(job_name)
         if not pods:
             return ""
         replica = options.replica
@@ -765,11 +766,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
             each = max(5, (tail_lines or 100) // len(pods))
             parts = []
             for pod in pods:
-                text, _ = self.reader.log_end(pod_name(pod), each, MAX_LOG_CHARS, **read)
+                text, _ = self.client.log_end(pod_name(pod), each, MAX_LOG_CHARS, **read)
                 parts.append(f"==> {pod_name(pod)} <==\n{text.rstrip()}")
             return _bounded(redact("\n".join(parts)))
         chosen = _replica(job_name, pods, replica)
-        text, fewer = self.reader.log_end(
+        text, fewer = self.client.log_end(
             pod_name(chosen), tail_lines or LOG_POLL_LINES, MAX_LOG_CHARS * 2, **read
         )
         if fewer and len(text) <= MAX_LOG_CHARS:  # else _bounded says what it cut
@@ -792,12 +793,12 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if before is not None or options.all_ranks:
             return super().read_log_tail(job_name, tail_lines, max_bytes, before, options)
         self._require(job_name)
-        pods = self.reader.pods(job_name)
+        pods = self.client.pods(job_name)
         if not pods:
             return LastLines([], None, False, False, 0)
         chosen = _replica(job_name, pods, options.replica)
         read = {"previous": options.previous, "since_seconds": options.since_seconds}
-        text, fewer = self.reader.log_end(pod_name(chosen), tail_lines, max_bytes * 2, **read)
+        text, fewer = self.client.log_end(pod_name(chosen), tail_lines, max_bytes * 2, **read)
         data = redact(text).encode()
         found = last_lines(lambda at, n: data[at : at + n], len(data), tail_lines, max_bytes)
         found.earlier = found.earlier or fewer
@@ -815,7 +816,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         state = self.describe(job_name)
         if state.status in TERMINAL:
             return state
-        self.reader.patch_job(job_name, self.engine.stop_patch())
+        self.client.patch_job(job_name, self.engine.stop_patch())
         return self.describe(job_name)
 
     def delete(self, job_name: str) -> JobState:
@@ -823,7 +824,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         state."""
         self._require_ours(job_name, "delete")
         state = self.describe(job_name)
-        self.reader.delete_job(job_name)
+        self.client.delete_job(job_name)
         state.message = f"deleted (was {state.status})"
         state.next_step = state.hint = None
         return state
@@ -857,7 +858,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         jobs = (
             (engine, job)
             for engine in engines
-            for job in self.reader.suite_jobs(metadata_only=not filtered, kind=engine.job_kind)
+            for job in self.client.suite_jobs(metadata_only=not filtered, kind=engine.job_kind)
         )
         if filtered:
             jobs = ((e, j) for e, j in jobs if kube_pods.job_status(j) == page.status)
@@ -871,9 +872,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
             if not mine:
                 continue
             if not filtered:  # a job deleted since its key was read is left out
-                whole = self.reader.suite_jobs_named(names, engine.job_kind)
+                whole = self.client.suite_jobs_named(names, engine.job_kind)
                 mine = [whole[name] for name in names if name in whole]
-            pods = self.reader.pods_of([_name(job) for job in mine], engine.job_kind)
+            pods = self.client.pods_of([_name(job) for job in mine], engine.job_kind)
             rows += [(engine, job, pods.get(_name(job), [])) for job in mine]
         rows.sort(key=lambda row: _creation_key(row[1]))
 
@@ -914,7 +915,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         follower = LogFollower()
         rank0 = pods[0] if pods else None
         if rank0 is not None and (rank0.get("status") or {}).get("phase") != "Pending":
-            log = self.reader.log(
+            log = self.client.log(
                 pod_name(rank0), tail_lines=LIST_LOG_LINES, container=engine.job_kind.container
             )
             follower.feed(log.encode(), final=True)
@@ -931,9 +932,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
         few for `num_nodes` says so, with the node group's scale call where it is known."""
         from skills.kube import quarantine as kq
 
-        records = [kq.quarantine(self.reader, n, reason, job_name) for n in nodes]
+        records = [kq.quarantine(self.client, n, reason, job_name) for n in nodes]
         instance_type = getattr(self.settings, "instance_type", None)
-        left = sum(kq.schedulable(n, instance_type) for n in self.reader.nodes())
+        left = sum(kq.schedulable(n, instance_type) for n in self.client.nodes())
         if left >= num_nodes:
             return Quarantined(tuple(nodes))
         need = num_nodes - left
@@ -987,7 +988,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         objects as the API returns them (camelCase), logs' secrets masked; the same reads
         as diagnose_training_job (kube_monitor.read_snapshot)."""
         self._resolve(job_name)
-        return read_snapshot(self.reader, job_name)
+        return read_snapshot(self.client, job_name)
 
 
 class Rank0Log:
