@@ -198,7 +198,7 @@ def test_a_long_rank0_log_is_read_from_its_end_in_bounded_reads(operator, kube_a
     assert served < 2 * 2**20, served  # the head and the end, not the log
 
     # Growing across polls: only the end is read, only the new lines parsed.
-    from skills.training_job_deployer.targets.kubernetes.target import Rank0Log
+    from skills.training_job_deployer.targets.kubernetes.rank0_log import Rank0Log
 
     log = Rank0Log()
     text = start + "".join(body.splitlines(keepends=True)[:200])
