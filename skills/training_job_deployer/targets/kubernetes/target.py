@@ -89,6 +89,7 @@ from skills.training_job_deployer.targets.kubernetes.rank0_log import (
     LOG_POLL_LINES,
     Rank0Log,
 )
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
@@ -180,7 +181,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
         endpoint = hub_endpoint(os.environ)
         tracking = tracking_env(os.environ, image)  # MLflow: the user's own server only
         engine = self._bind(self._deploy_engine(settings))
-        manifest = engine.render(spec, settings, image, HF_SECRET, endpoint, tracking)
+        manifest = engine.render(RenderInputs(spec, settings, image, HF_SECRET, endpoint, tracking))
         warnings, self._warnings = self._warnings, []
         account = service_account(spec)
         identity = identity_text(settings.namespace, account, job_buckets(spec))
