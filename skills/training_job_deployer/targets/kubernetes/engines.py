@@ -3,7 +3,7 @@ cluster serves."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.training_job_deployer.targets.kubernetes.engine import Engine
@@ -32,3 +32,19 @@ def auto_engine(served: Iterable[str]) -> Engine:
         "JobSet), then deploy again.",
         {"engines": list(ENGINES)},
     )
+
+
+def deploy_engine(choice: str, served: Callable[[], Iterable[str]]) -> tuple[Engine, list[str]]:
+    """The engine a deploy uses: the one `choice` names, else (auto) auto_engine's of
+    those the cluster serves (`served`, asked only then); and the warnings of what was
+    assumed (a cluster out of reach, a dry run, plans a PyTorchJob and says so)."""
+    if choice != "auto":
+        return ENGINES[choice], []
+    try:
+        names = served()
+    except ToolFailure:
+        return ENGINES["pytorchjob"], [
+            "cluster not asked: engine=auto planned a PyTorchJob (a cluster serving "
+            "Kubeflow Trainer v2 gets a TrainJob; pass engine to choose)"
+        ]
+    return auto_engine(names), []

@@ -11,13 +11,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field
 
+from skills.catalog.gpu_capacity import idle_gpu_warning
 from skills.catalog.pricing import Billing
 from skills.cloud.ecr_repository import latest_image
 from skills.cloud.registry_credentials import ECR_HOST_PATTERN
 from skills.operations import remembered
 from skills.shared.errors import ErrorCode, ToolFailure
+from skills.training_job_deployer.job_spec import JobSpec, hub_lines
+from skills.training_job_deployer.memory_estimate import check_fits, check_host_fits
 from skills.training_job_deployer.targets.base import Plan
-from skills.training_job_deployer.targets.kubernetes.engine import Engine, flag_values
+from skills.training_job_deployer.targets.kubernetes.manifest import HF_SECRET, hub_home, shm_gib
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 ECR_IMAGE = re.compile(rf"^{ECR_HOST_PATTERN}/(?P<repository>[^:@]+)")
@@ -139,17 +142,50 @@ def resolve_image(settings: KubernetesDeploySettings) -> tuple[str, str]:
     return image, f"ecr:{repository}"
 
 
-def identity_text(namespace: str, account: str | None, buckets: list[str]) -> str:
-    if account is None:
-        return f"ServiceAccount {namespace}/default: no AWS role of its own (the node's)"
-    named = ", ".join(f"s3://{b}" for b in buckets)
-    return (
-        f"ServiceAccount {namespace}/{account}: the EKS Pod Identity role manage_eks_cluster "
-        f"action=storage binds to its bucket (the job names {named})"
+def fit_warnings(
+    spec: JobSpec, settings: KubernetesDeploySettings
+) -> tuple[list[str], dict[str, Any] | None]:
+    """What the job's shape warns of (per-node checkpoints of a multi-node job, idle GPUs,
+    no instance type), and its per-GPU memory estimate on the instance type (None when
+    unknown). A plan that cannot fit is refused (GPU_MEMORY_EXCEEDED, HOST_...), dry run
+    included."""
+    warnings: list[str] = []
+    if spec.num_nodes > 1 and not (spec.checkpoint_dir or "").startswith("s3://"):
+        if not settings.checkpoint_volume.startswith("pvc:"):
+            warnings.append(
+                "checkpoints on a hostPath are per node: resuming a multi-node job needs "
+                "checkpoint_volume=pvc:<claim> (FSx) or an s3:// checkpoint_dir"
+            )
+    idle = idle_gpu_warning(settings.instance_type, spec.gpu_per_node, spec.num_nodes)
+    if idle:
+        warnings.append(idle)
+    memory = None
+    if settings.instance_type is None:
+        warnings.append("no instance_type: no node selector and no EFA devices requested")
+    else:  # refuses a plan that cannot fit (GPU_MEMORY_EXCEEDED), dry run included
+        memory = check_fits(spec, settings.instance_type)
+        # ... or whose nodes cannot hold its /dev/shm and offloaded states (HOST_...).
+        shm = shm_gib(spec, settings.shm_size_gib)
+        host = check_host_fits(spec, settings.instance_type, shm)
+        memory = {**memory, "host": host} if memory and host else memory
+    return warnings, memory
+
+
+def hub_account(
+    spec: JobSpec, settings: KubernetesDeploySettings, endpoint: str | None, has_token: bool
+) -> tuple[list[str], list[str]]:
+    """(the hub ids the job downloads or streams and where, in words; the warnings)."""
+    warnings: list[str] = []
+    home = hub_home(spec, settings)
+    hub = hub_lines(
+        spec,
+        f"{home} (HF_HOME, on the checkpoint volume)" if home else "the pod's ~/.cache",
+        (f"HF_TOKEN from Secret {HF_SECRET}" if has_token else "no HF_TOKEN")
+        + (f", hub {endpoint} (HF_ENDPOINT)" if endpoint else ""),
     )
-
-
-def manifest_s3_paths(engine: Engine, manifest: dict[str, Any]) -> list[str]:
-    """The values of the trainer's path flags in the job's container commands."""
-    flags = {"--model_name_or_path", "--dataset", "--tokenizer", "--checkpoint_dir"}
-    return flag_values(engine.commands(manifest), flags)
+    if hub and not has_token:
+        warnings.append(
+            "no HF_TOKEN in this environment: a gated or private hub repo will be "
+            "refused in the job (export HF_TOKEN and plan again)"
+        )
+    return hub, warnings

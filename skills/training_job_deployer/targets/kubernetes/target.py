@@ -1,20 +1,18 @@
 """The Kubernetes target: a Kubeflow training job from the same JobSpec, of the kind its
-engine names (engine.py): a PyTorchJob (Training Operator v1, kubernetes/pytorchjob.py)
-or a TrainJob (Kubeflow Trainer v2, targets/trainjob/). plan -> submit ->
-follow/describe -> logs -> cancel, plus list_jobs, delete and snapshot (the job
-doctor's input). Deploy picks the engine (`engine`, auto: what the cluster serves,
-Trainer v2 first); the other tools find a job whichever kind it is.
+engine names (engine.py): a PyTorchJob (Training Operator v1, pytorchjob.py) or a
+TrainJob (Kubeflow Trainer v2, targets/trainjob/). plan -> submit -> follow/describe ->
+logs -> cancel, plus list_jobs, delete and snapshot (the job doctor's input). Deploy
+picks the engine (engines.py; auto: what the cluster serves, Trainer v2 first); the other
+tools find a job whichever kind it is.
 
-plan renders and validates the manifest (a dry run needs no cluster: the one read it
-tries, the ServiceAccount of a job that names s3:// paths, warns when out of reach)
-and refuses more GPUs per node than the instance type has (NOT_ENOUGH_GPUS); submit
-checks the cluster serves the engine's kinds, refuses an existing job of the name (or deletes
-it with replace=true), runs the driver/CUDA gate, warns when fewer GPUs are free than
-asked (counted as describe counts them), refuses an s3:// job whose ServiceAccount
-is missing (its pods could not be created), puts HF_TOKEN into a Secret the manifest
-references, then creates exactly the plan's manifest. The monitor reads the job, its
-pods, its events (one request per kind) and rank 0's log, parsed by the same reader as
-the local target."""
+This class composes the package's pieces: plan.py (the plan, the image, what a job's
+shape warns of), pod_identity.py (the pods' ServiceAccount), capacity.py (free GPUs),
+cuda_gate.py (driver/CUDA gate), job_client.py (writes) over kube_monitor.py (reads),
+job_state.py and rank0_log.py (a poll's state, rank 0's log), pod_logs.py, listing.py
+and node_quarantine.py. submit checks the cluster serves the engine's kinds, refuses an
+existing job of the name (or deletes it with replace=true), runs every check that can
+refuse before a replace deletes anything, puts HF_TOKEN into a Secret the manifest
+references, then creates exactly the plan's manifest."""
 
 from __future__ import annotations
 
@@ -22,13 +20,13 @@ import os
 import time
 from typing import Any, ClassVar
 
-from skills.catalog.gpu_capacity import idle_gpu_warning, instance_gpus, require_gpus_per_node
+from skills.catalog.gpu_capacity import instance_gpus, require_gpus_per_node
 from skills.cloud.clients import env_region
 from skills.kube import namespaces
 from skills.kube import pods as kube_pods
 from skills.kube.engines import served_engines
 from skills.kube.gpu_nodes import NodeGpuFacts, node_gpu_facts
-from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
+from skills.kube.identity import reach_warnings
 from skills.kube.objects import kind_path
 from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
@@ -41,10 +39,8 @@ from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.shared.waiting import poll_until
 from skills.training_job_deployer import watchdog
-from skills.training_job_deployer.job_spec import JobSpec, hub_endpoint, hub_lines
+from skills.training_job_deployer.job_spec import JobSpec, hub_endpoint
 from skills.training_job_deployer.memory_estimate import (
-    check_fits,
-    check_host_fits,
     node_runtime,
 )
 from skills.training_job_deployer.models import TERMINAL, JobState
@@ -60,7 +56,7 @@ from skills.training_job_deployer.targets.base import (
 )
 from skills.training_job_deployer.targets.kubernetes import capacity, cuda_gate, listing, pod_logs
 from skills.training_job_deployer.targets.kubernetes.engine import Engine
-from skills.training_job_deployer.targets.kubernetes.engines import ENGINES, auto_engine
+from skills.training_job_deployer.targets.kubernetes.engines import ENGINES, deploy_engine
 from skills.training_job_deployer.targets.kubernetes.job_client import JobClient
 from skills.training_job_deployer.targets.kubernetes.job_state import (
     job_state,
@@ -70,7 +66,6 @@ from skills.training_job_deployer.targets.kubernetes.job_state import (
 from skills.training_job_deployer.targets.kubernetes.kube_monitor import read_snapshot
 from skills.training_job_deployer.targets.kubernetes.manifest import (
     HF_SECRET,
-    hub_home,
     job_buckets,
     service_account,
     shm_gib,
@@ -78,9 +73,14 @@ from skills.training_job_deployer.targets.kubernetes.manifest import (
 from skills.training_job_deployer.targets.kubernetes.node_quarantine import quarantine_nodes
 from skills.training_job_deployer.targets.kubernetes.plan import (
     KubernetesPlan,
+    fit_warnings,
+    hub_account,
+    resolve_image,
+)
+from skills.training_job_deployer.targets.kubernetes.pod_identity import (
     identity_text,
     manifest_s3_paths,
-    resolve_image,
+    require_service_account,
 )
 from skills.training_job_deployer.targets.kubernetes.pod_logs import pod_path
 from skills.training_job_deployer.targets.kubernetes.rank0_log import (
@@ -140,22 +140,6 @@ class KubernetesTarget(Target[KubernetesPlan]):
     def _serves(self, engine: Engine) -> bool:
         return engine.name in served_engines(self.client)
 
-    def _deploy_engine(self, settings: KubernetesDeploySettings) -> Engine:
-        """The engine a deploy uses: the one `engine` names, else (auto) the first of
-        AUTO_ORDER the cluster serves (engines.auto_engine). A cluster out of reach (a
-        dry run) plans a PyTorchJob and says so."""
-        if settings.engine != "auto":
-            return ENGINES[settings.engine]
-        try:
-            served = served_engines(self.client)
-        except ToolFailure:
-            self._warnings.append(
-                "cluster not asked: engine=auto planned a PyTorchJob (a cluster serving "
-                "Kubeflow Trainer v2 gets a TrainJob; pass engine to choose)"
-            )
-            return ENGINES["pytorchjob"]
-        return auto_engine(served)
-
     # plan -------------------------------------------------------------------------------
 
     def _deploy_settings(self) -> KubernetesDeploySettings:
@@ -180,7 +164,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
         image, source = resolve_image(settings)
         endpoint = hub_endpoint(os.environ)
         tracking = tracking_env(os.environ, image)  # MLflow: the user's own server only
-        engine = self._bind(self._deploy_engine(settings))
+        engine, assumed = deploy_engine(settings.engine, lambda: served_engines(self.client))
+        self._bind(engine)
+        self._warnings += assumed
         manifest = engine.render(RenderInputs(spec, settings, image, HF_SECRET, endpoint, tracking))
         warnings, self._warnings = self._warnings, []
         account = service_account(spec)
@@ -188,37 +174,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if account:  # best effort, as the dry run's cost is: a cluster out of reach warns
             found, checked = self._service_account_or_none(account)
             warnings += reach_warnings(job_buckets(spec), settings.namespace, found, checked)
-        if spec.num_nodes > 1 and not (spec.checkpoint_dir or "").startswith("s3://"):
-            if not settings.checkpoint_volume.startswith("pvc:"):
-                warnings.append(
-                    "checkpoints on a hostPath are per node: resuming a multi-node job needs "
-                    "checkpoint_volume=pvc:<claim> (FSx) or an s3:// checkpoint_dir"
-                )
-        idle = idle_gpu_warning(settings.instance_type, spec.gpu_per_node, spec.num_nodes)
-        if idle:
-            warnings.append(idle)
-        memory = None
-        if settings.instance_type is None:
-            warnings.append("no instance_type: no node selector and no EFA devices requested")
-        else:  # refuses a plan that cannot fit (GPU_MEMORY_EXCEEDED), dry run included
-            memory = check_fits(spec, settings.instance_type)
-            # ... or whose nodes cannot hold its /dev/shm and offloaded states (HOST_...).
-            shm = shm_gib(spec, settings.shm_size_gib)
-            host = check_host_fits(spec, settings.instance_type, shm)
-            memory = {**memory, "host": host} if memory and host else memory
+        shape_warnings, memory = fit_warnings(spec, settings)  # refuses what cannot fit
+        warnings += shape_warnings
         has_token = any(os.environ.get(name) for name in HF_ENV)
-        home = hub_home(spec, settings)
-        hub = hub_lines(
-            spec,
-            f"{home} (HF_HOME, on the checkpoint volume)" if home else "the pod's ~/.cache",
-            (f"HF_TOKEN from Secret {HF_SECRET}" if has_token else "no HF_TOKEN")
-            + (f", hub {endpoint} (HF_ENDPOINT)" if endpoint else ""),
-        )
-        if hub and not has_token:
-            warnings.append(
-                "no HF_TOKEN in this environment: a gated or private hub repo will be "
-                "refused in the job (export HF_TOKEN and plan again)"
-            )
+        hub, hub_warnings = hub_account(spec, settings, endpoint, has_token)
+        warnings += hub_warnings
         runtime = node_runtime(spec, True, shm_gib(spec, settings.shm_size_gib))
         return KubernetesPlan(
             engine=engine.name,
@@ -246,7 +206,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         )
 
     def _service_account_or_none(self, name: str) -> tuple[dict[str, Any] | None, bool]:
-        """(the ServiceAccount or None, whether the cluster answered)."""
+        """(the ServiceAccount or None, whether the cluster answered: the client itself
+        may be out of reach, a dry run's)."""
         path = kind_path("ServiceAccount", self.namespace, name)
         try:
             return self.client.get_or_none(path), True
@@ -297,7 +258,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 )
         # Every check that can refuse runs before a replace deletes the running job: a
         # refused image must not leave the old job gone and nothing running.
-        self._require_service_account(plan)
+        s3_paths = manifest_s3_paths(engine, plan.manifest)
+        self._warnings += require_service_account(client, plan.service_account, s3_paths)
         if plan.hf_token_secret:  # someone else's Secret of that name: refused, not replaced
             client.require_secret_ours(plan.hf_token_secret)
         nodes = [node_gpu_facts(n) for n in client.nodes()]
@@ -324,24 +286,6 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 f"The old {self.engine.kind} {job_name!r} is still being deleted.",
                 "Wait a little and deploy again.",
             )
-
-    def _require_service_account(self, plan: KubernetesPlan) -> None:
-        """A pod naming a ServiceAccount that does not exist is never created (the API's
-        admission refuses it, and the job waits without pods): refused here instead."""
-        if not plan.service_account:
-            return
-        path = kind_path("ServiceAccount", self.namespace, plan.service_account)
-        found = self.client.get_or_none(path)
-        if found is None:
-            raise ToolFailure(
-                ErrorCode.NOT_FOUND,
-                f"The job names s3:// paths; its pods run as ServiceAccount "
-                f"{self.namespace}/{plan.service_account}, which does not exist.",
-                f"{MAKE_IT}; then deploy again.",
-                {"namespace": self.namespace, "service_account": plan.service_account},
-            )
-        buckets = s3_buckets(manifest_s3_paths(self.engine, plan.manifest))
-        self._warnings += reach_warnings(buckets, self.namespace, found, True)
 
     def _quota_warnings(self, plan: KubernetesPlan, nodes: list[NodeGpuFacts]) -> list[str]:
         pods = self.engine.pod_gpus(plan.manifest)
