@@ -11,7 +11,7 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.job_doctor.diagnose import MAX_PER_POD_FINDINGS
-from skills.job_doctor.diagnose_job import DiagnosisResult, diagnose_job
+from skills.job_orchestration.diagnose_job import DiagnosisResult, diagnose_job
 from skills.shared.paging import Cursor
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress

@@ -1,8 +1,8 @@
 """deploy_training_job's one call: the target's plan (fitted to the instance type), a
 dry run's plan and cost, or the submit followed to its end; with auto_retry, the
-doctor's loop (skills.job_doctor.auto_retry), in the foreground for the CLI and the
-operation's worker, as an operation for an agent (its state mapped back). It lives
-with the doctor because auto_retry is the doctor's; the targets know nothing of it."""
+doctor's loop (auto_retry.py), in the foreground for the CLI and the operation's
+worker, as an operation for an agent (its state mapped back). The targets know
+nothing of it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skills.job_doctor.auto_retry import require_support
-from skills.job_doctor.auto_retry import run as auto_retry_loop
+from skills.job_orchestration.auto_retry import require_support
+from skills.job_orchestration.auto_retry import run as auto_retry_loop
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
