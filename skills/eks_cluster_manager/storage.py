@@ -68,8 +68,8 @@ class StorageSpec(BaseModel):
 
     def placed(self, cluster: str, namespace: str, claim: str | None) -> ClusterStorage:
         """This spec on one cluster, its claim (checkpoint_pvc) in that namespace."""
-        where = {"cluster": cluster, "namespace": namespace, "claim": claim or DEFAULT_CLAIM}
-        return ClusterStorage(**dict(self), **where)
+        claim = claim or DEFAULT_CLAIM
+        return ClusterStorage(**dict(self), cluster=cluster, namespace=namespace, claim=claim)
 
 
 class ClusterStorage(StorageSpec):

@@ -1,9 +1,9 @@
 """manage_eks_cluster's action parameters are declared once, on each action's spec
-(issue 50): every spec field is a tool parameter with the spec's own description and
-rules in the MCP schema (its first clause) and the CLI (all of it), a value given to the tool reaches the action's
-spec unchanged, and a plan's confirm step calls back with every parameter it was
-planned with. A field two specs share is one parameter only when declared through one
-alias."""
+(issue 50): every spec field is a tool parameter with the spec's own description (its
+first clause in the MCP schema, all of it in the CLI) and rules, a value given to the
+tool reaches the action's spec unchanged, and a plan's confirm step calls back with
+every parameter it was planned with. A field two specs share is one parameter only
+when declared through one alias."""
 
 from __future__ import annotations
 
