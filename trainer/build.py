@@ -37,8 +37,8 @@ from trainer.parallel import (
     apply_fsdp,
     build_mesh,
     reshard_after_forward,
-    resolve_strategy,
 )
+from trainer.rules import resolve_strategy
 from trainer.stream import Batches
 from trainer.threads import choose_num_threads
 from trainer.tokenizer import Tokenizer

@@ -59,15 +59,10 @@ from trainer.distributed import (
 )
 from trainer.loop import TrainLoop
 from trainer.metrics import Emit, MetricsEmitter, format_line
+from trainer.rules import EXIT_CONFIG, EXIT_FAILURE, EXIT_PREEMPTED
 from trainer.step import NonFiniteLossError
 from trainer.tokenizer import load_tokenizer
 
-EXIT_CONFIG = 2
-EXIT_FAILURE = 1
-# SIGTERM handled: a checkpoint was saved. 128 + SIGTERM, the code Kubernetes and the
-# Kubeflow ExitCode restart policy treat as retryable; distinct from the -15 of a
-# process that was killed by the signal without saving.
-EXIT_PREEMPTED = 143
 # The error line's message: one line this long at most; the traceback goes to stderr.
 MESSAGE_LIMIT = 300
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from trainer import device as d
-from trainer.parallel import mesh_shape, reshard_after_forward, resolve_strategy
+from trainer.parallel import mesh_shape, reshard_after_forward
+from trainer.rules import resolve_strategy
 from trainer.threads import choose_num_threads
 
 
