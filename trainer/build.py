@@ -19,14 +19,9 @@ from torch import nn
 
 from trainer import device as devices
 from trainer import families, float8, hf, hub
-from trainer.checkpoint import (
-    Checkpointer,
-    staging_root,
-)
+from trainer.checkpoint import Checkpointer, staging_root
 from trainer.config import ConfigError, TrainConfig
-from trainer.distributed import (
-    DistEnv,
-)
+from trainer.distributed import DistEnv
 from trainer.host_memory import available_memory, memory_is_tight, return_large_frees
 from trainer.materialize import build_meta_model, init_random, materialize
 from trainer.metrics import Emit

@@ -25,9 +25,7 @@ from trainer.data import (
     tokenize_documents,
     tokenize_with_mask,
 )
-from trainer.distributed import (
-    DistEnv,
-)
+from trainer.distributed import DistEnv
 from trainer.stream import Batches, StreamBatches
 from trainer.token_cache import cached_tokens, open_mask, token_file, tokenizer_fingerprint
 from trainer.tokenizer import Tokenizer

@@ -18,22 +18,14 @@ from torch import nn
 
 from trainer import float8, gpu_telemetry
 from trainer import metrics as perf
-from trainer.checkpoint import (
-    Checkpointer,
-)
+from trainer.checkpoint import Checkpointer
 from trainer.config import TrainConfig
 from trainer.dataset import Data
 from trainer.device import flight_recorder_dumps
-from trainer.distributed import (
-    TRAIN_TIMEOUT,
-    StopRequest,
-    shorten_timeout,
-)
+from trainer.distributed import TRAIN_TIMEOUT, StopRequest, shorten_timeout
 from trainer.metrics import Emit, memory_stats
 from trainer.model import num_params
-from trainer.parallel import (
-    training_groups,
-)
+from trainer.parallel import training_groups
 from trainer.rank_times import RankTimes
 from trainer.step import (
     Agreed,
@@ -44,9 +36,7 @@ from trainer.step import (
     grad_norm_of,
     train_step,
 )
-from trainer.train_state import (
-    train_state,
-)
+from trainer.train_state import train_state
 
 # --- the loop, with its hooks ---------------------------------------------------------
 

@@ -12,16 +12,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from trainer.checkpoint import (
-    Checkpointer,
-)
-from trainer.data import (
-    IGNORE_INDEX,
-    Batch,
-)
-from trainer.distributed import (
-    StopRequest,
-)
+from trainer.checkpoint import Checkpointer
+from trainer.data import IGNORE_INDEX, Batch
+from trainer.distributed import StopRequest
 from trainer.loss import global_valid_count
 from trainer.stream import Batches
 

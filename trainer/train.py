@@ -44,19 +44,12 @@ from trainer.build import (
     tune_host_memory,
     write_run_config,
 )
-from trainer.checkpoint import (
-    failure_summary,
-    first_line,
-)
+from trainer.checkpoint import failure_summary, first_line
 from trainer.config import ConfigError, TrainConfig, device_problems
 from trainer.config_loader import load_config
 from trainer.dataset import build_data
 from trainer.device import flight_recorder_dumps
-from trainer.distributed import (
-    DistEnv,
-    StopRequest,
-    init_distributed,
-)
+from trainer.distributed import DistEnv, StopRequest, init_distributed
 from trainer.loop import TrainLoop
 from trainer.metrics import Emit, MetricsEmitter, format_line
 from trainer.rules import EXIT_CONFIG, EXIT_FAILURE, EXIT_PREEMPTED

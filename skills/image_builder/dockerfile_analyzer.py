@@ -24,12 +24,7 @@ from skills.image_builder.dockerfile_targets import (
     torch_cuda,
 )
 from skills.image_builder.image_labels import efa_stack, image_labels
-from skills.image_builder.pip_installs import (
-    FLASH_ATTN,
-    PipInstall,
-    pip_installs,
-    torch_pin,
-)
+from skills.image_builder.pip_installs import FLASH_ATTN, PipInstall, pip_installs, torch_pin
 
 # --- Checks ---------------------------------------------------------------------------------
 

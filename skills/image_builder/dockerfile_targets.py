@@ -11,11 +11,7 @@ from skills.catalog import cuda as cuda_tables
 from skills.catalog.cuda import Combo, Flavor
 from skills.image_builder.base_image import BaseImage
 from skills.image_builder.dockerfile_stages import Stage
-from skills.image_builder.pip_installs import (
-    FLASH_ATTN,
-    pip_installs,
-    torch_pin,
-)
+from skills.image_builder.pip_installs import FLASH_ATTN, pip_installs, torch_pin
 
 
 @dataclass
