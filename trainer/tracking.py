@@ -29,13 +29,14 @@ import http.client
 import json
 import math
 import os
-import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
+
+from trainer.warn_once import FirstFailures
 
 Emit = Callable[..., None]
 
@@ -100,24 +101,11 @@ def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return params
 
 
-class Warnings:
-    """Each sink's first failure told on stderr; later ones counted (a server that is
-    down fails every request)."""
+class Warnings(FirstFailures):
+    """Each sink's first failure told on stderr; later ones counted (warn_once.py)."""
 
-    def __init__(self, log: TextIO | None = None) -> None:
-        self.log = log
-        self.counts: dict[str, int] = {}
-
-    def failed(self, sink: str, what: str, exc: BaseException) -> None:
-        self.counts[sink] = self.counts.get(sink, 0) + 1
-        if self.counts[sink] == 1:
-            reason = f"{type(exc).__name__}: {exc}"[:300]
-            print(
-                f"tracking: {sink}: {what} failed ({reason}); training goes on, later "
-                "failures are counted, not logged",
-                file=self.log or sys.stderr,
-                flush=True,
-            )
+    def failed(self, source: str, what: str, exc: BaseException) -> None:
+        super().failed(f"tracking: {source}", what, exc)
 
 
 # --- TensorBoard ----------------------------------------------------------------------
