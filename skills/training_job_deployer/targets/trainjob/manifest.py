@@ -31,7 +31,6 @@ patch then carries the defaults too."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,7 @@ from skills.training_job_deployer.targets.kubernetes.manifest import (
     service_account,
     shm_size,
 )
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 HERE = Path(__file__).resolve().parent
@@ -206,16 +206,10 @@ def resources(
             "requests": {**limits, **efa_requests(settings.instance_type, values)}}  # fmt: skip
 
 
-def render(
-    spec: JobSpec,
-    settings: KubernetesDeploySettings,
-    image: str,
-    hf_secret: str | None,
-    hf_endpoint: str | None = None,
-    tracking: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+def render(inputs: RenderInputs) -> dict[str, Any]:
     """The TrainJob for this job, as the object the API receives; validated as the API
     server and Trainer's and JobSet's webhooks would (ToolFailure manifest_invalid)."""
+    spec, settings = inputs.spec, inputs.settings
     if elastic_range(spec, settings) is not None:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
@@ -225,7 +219,7 @@ def render(
             {"engine": "trainjob"},
         )
     checkpoint_dir, _, _ = checkpoint_placement(spec, settings)
-    values = env_values(spec, settings, hf_endpoint, tracking)
+    values = env_values(inputs)
     job = {
         "apiVersion": api_version("TrainJob"),
         "kind": "TrainJob",
@@ -241,12 +235,12 @@ def render(
                 "name": runtime_name(settings),
             },
             "trainer": {
-                "image": image,
+                "image": inputs.image,
                 "command": command(spec, checkpoint_dir),
                 "numNodes": spec.num_nodes,
                 "numProcPerNode": spec.gpu_per_node,
                 "resourcesPerNode": resources(spec, settings, values),
-                "env": env(values, hf_secret),
+                "env": env(values, inputs.hf_secret),
             },
             "runtimePatches": [runtime_patch(pod_patch(spec, settings), labels(spec))],
         },
