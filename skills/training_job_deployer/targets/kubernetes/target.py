@@ -40,6 +40,7 @@ from skills.kube.engines import served_engines
 from skills.kube.gpu_nodes import gpus_requested_by_node, node_gpu_facts
 from skills.kube.identity import MAKE_IT, reach_warnings, s3_buckets
 from skills.kube.objects import kind_path
+from skills.kube.pod_metrics import job_pod_usage
 from skills.kube.pods import has_master, pod_info, pod_name, why_pod_waits
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -87,7 +88,12 @@ from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesSettings,
 )
 from skills.training_job_deployer.targets.trainjob.engine import TrainJobEngine
-from skills.training_job_deployer.tracking_env import tracking_env
+from skills.training_job_deployer.tracking_env import (
+    TRACKING_SECRET,
+    secret_values,
+    tracking_env,
+    tracking_secrets,
+)
 from skills.training_job_deployer.trainer_log import (
     EXIT_PREEMPTED,
     LogFollower,
@@ -139,6 +145,10 @@ class KubernetesPlan(Plan):
     hf_token_secret: str | None = Field(
         default=None, description="Secret created/updated from HF_TOKEN (value never shown)."
     )
+    tracking_secrets: list[str] = Field(
+        default_factory=list,
+        description=f"Variables put into Secret {TRACKING_SECRET} (values never shown).",
+    )
     instance_type: str | None = None
     nodes: int = Field(default=1, description="Nodes the job asks for (num_nodes).")
     region: str | None = Field(default=None, description="AWS region, where known.")
@@ -169,6 +179,8 @@ class KubernetesPlan(Plan):
         ]
         if self.hf_token_secret:
             rows.append(("secret", f"{self.hf_token_secret} <- HF_TOKEN"))
+        if self.tracking_secrets:
+            rows.append(("secret", f"{TRACKING_SECRET} <- {', '.join(self.tracking_secrets)}"))
         rows += [("hub", line) for line in self.hub]
         if self.identity:
             rows.append(("identity", self.identity))
@@ -338,9 +350,11 @@ class KubernetesTarget(Target[KubernetesPlan]):
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
         endpoint = hub_endpoint(os.environ)
-        tracking = tracking_env(os.environ, image)  # MLflow: the user's own server only
+        tracking = tracking_env(os.environ, image)  # MLflow, W&B: the user's own only
+        secrets = tracking_secrets(os.environ)  # their credentials: Secret references
         engine = self._bind(self._deploy_engine(settings))
-        manifest = engine.render(spec, settings, image, HF_SECRET, endpoint, tracking)
+        manifest = engine.render(spec, settings, image, HF_SECRET, endpoint, tracking,
+                                 dict.fromkeys(secrets, TRACKING_SECRET))  # fmt: skip
         warnings, self._warnings = self._warnings, []
         account = service_account(spec)
         identity = _identity_text(settings.namespace, account, job_buckets(spec))
@@ -388,6 +402,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             manifest=manifest,
             companions=engine.companions(manifest),
             hf_token_secret=HF_SECRET if has_token else None,
+            tracking_secrets=secrets,
             instance_type=settings.instance_type,
             nodes=spec.num_nodes,
             region=settings.region or env_region(),
@@ -480,6 +495,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         self._require_service_account(plan)
         if plan.hf_token_secret:  # someone else's Secret of that name: refused, not replaced
             reader.require_secret_ours(plan.hf_token_secret)
+        if plan.tracking_secrets:
+            reader.require_secret_ours(TRACKING_SECRET)
         nodes = [node_gpu_facts(n) for n in reader.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
@@ -491,6 +508,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if plan.hf_token_secret:
             token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
             reader.put_secret(plan.hf_token_secret, {"token": token})
+        if values := secret_values(os.environ, plan.tracking_secrets):
+            reader.put_secret(TRACKING_SECRET, values)
         for companion in plan.companions:  # created, or updated when ours and different
             reader.ensure_owned(companion)
         reader.create_job(plan.manifest)
@@ -578,7 +597,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
         more per pod still waiting, up to EVENT_PODS) until it ends or `wait_seconds`
         pass; None (a person at the CLI) detaches after DETACH_S. Where the job object
         holds the trainer's progress (a TrainJob's trainerStatus), a running job's polls
-        read it instead of the log, and the log is read once when the job has ended."""
+        read it instead of the log, and the log is read once when the job has ended. A
+        running job's pods' CPU and memory are read once a call, at the end (the metrics
+        API: skills.kube.pod_metrics, a discovery read and one LIST where served)."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
         rank0_log = Rank0Log()
@@ -618,6 +639,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 arguments={"job_name": job_name, **self.call_args(), "wait_seconds": POLL_WAIT_S},
                 why=f"detached after {DETACH_S / 60:.0f} min (the job goes on); check on it",
             )
+        if state.status == "running" and "Running" in (state.pods or {}).values():
+            selector = self.reader.pod_selector(job_name)  # once a call, not per poll
+            state.pod_usage = job_pod_usage(self.reader, self.namespace, selector)
         state.warnings = [*self._warnings, *state.warnings]
         return state
 
