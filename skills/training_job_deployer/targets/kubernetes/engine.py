@@ -38,8 +38,10 @@ class Engine(ABC):
         hf_secret: str | None,
         hf_endpoint: str | None = None,
         tracking: Mapping[str, str] | None = None,
+        secret_env: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The job object the API receives, validated (ToolFailure manifest_invalid)."""
+        """The job object the API receives, validated (ToolFailure manifest_invalid).
+        `secret_env`: variable -> the Secret whose key of that name holds its value."""
 
     def companions(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """Objects of the suite's the job needs and submit creates or updates first (a

@@ -264,6 +264,7 @@ def render(
     hf_secret: str | None,
     hf_endpoint: str | None = None,
     tracking: Mapping[str, str] | None = None,
+    secret_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The PyTorchJob for this job, as the object the API receives; validated against
     the CRD schema (ToolFailure manifest_invalid otherwise). `hf_endpoint`: the hub
@@ -300,6 +301,7 @@ def render(
             master_port=MASTER_PORT,
             env=env,
             hf_secret=hf_secret,
+            secret_env=dict(secret_env or {}),
             requests={**limits, **efa_requests(settings.instance_type, env)},
             limits=limits,
             tolerations=list(GPU_TOLERATIONS),

@@ -29,8 +29,9 @@ class PyTorchJobEngine(Engine):
         hf_secret: str | None,
         hf_endpoint: str | None = None,
         tracking: Mapping[str, str] | None = None,
+        secret_env: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking)
+        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking, secret_env)
 
     def rank0_pod(self, job: dict[str, Any]) -> str:
         """Master-0 beside Workers, else Worker-0 (the operator's pod names)."""

@@ -42,8 +42,9 @@ class TrainJobEngine(Engine):
         hf_secret: str | None,
         hf_endpoint: str | None = None,
         tracking: Mapping[str, str] | None = None,
+        secret_env: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking)
+        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking, secret_env)
 
     def companions(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The suite's ClusterTrainingRuntime, when the job runs on it."""
