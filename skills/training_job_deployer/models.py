@@ -74,7 +74,7 @@ class JobState(ToolResult):
         default=None, description="The ranks' GPUs (NVML) in the last log window."
     )
     tracking: dict[str, str] | None = Field(
-        default=None, description="Where the run is tracked: TensorBoard dir, MLflow run URL."
+        default=None, description="Where the run is tracked: TensorBoard dir, MLflow and W&B runs."
     )
     next_step: NextStep | None = Field(default=None, description="The call to make next.")
     hint: str | None = Field(default=None, description="What to do that is not one call.")
