@@ -13,6 +13,8 @@ import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
+from skills.kube.client import LIST_CHUNK
+from skills.kube.pod_metrics import job_pod_usage
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from tests.integration.test_trainjob_target import deploy as deploy_trainjob
@@ -104,3 +106,32 @@ def test_a_trainjobs_pods_are_found_by_their_jobset_label(kube_api):
     assert state.pod_usage["cpu_cores"] == {"total": 2.0, "min": 0.25, "max": 1.75}
     assert [p["pod"] for p in state.pod_usage["top"]] == [rank1, rank0]
     assert METRICS_PODS in kube_api.emulator.resources
+
+
+def test_a_metrics_api_that_fails_is_a_note_and_the_jobs_state_still_comes(operator, kube_api):
+    pods = running_pytorchjob(operator, "llama")
+    kube_api.set_pod_usage("default", pods[0], {"pytorch": {"cpu": "1", "memory": "1Gi"}})
+    _ = kube_api.emulator[f"get {METRICS_LIST}"] << 503  # the metrics-server is down
+    state = get_training_job(job_name="llama", **K8S)
+    assert state.status == "running" and state.steps > 0
+    note = (state.pod_usage or {}).get("note", "")
+    assert note.startswith("pod CPU/memory: the metrics API did not answer (503"), note
+
+
+def test_many_pods_metrics_are_read_in_chunks_and_summed_up_in_the_same_few_lines(kube_api):
+    kube_api.reset()
+    selector = "training.kubeflow.org/job-name=big"
+    for i in range(LIST_CHUNK + 100):
+        name = f"big-worker-{i:04d}"
+        kube_api.emulator.objects["v1/pods", "default", name] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"training.kubeflow.org/job-name": "big"}},
+        }  # fmt: skip
+        kube_api.set_pod_usage("default", name, {"pytorch": {"cpu": "500m", "memory": f"{i}Mi"}})
+    reader = KubernetesTarget(KubernetesSettings()).reader
+    found = job_pod_usage(reader, "default", selector)
+    assert found["pods"] == LIST_CHUNK + 100 and found["cpu_cores"]["total"] == 300.0
+    assert [p["pod"] for p in found["top"]] == ["big-worker-0599", "big-worker-0598",
+                                                "big-worker-0597"]  # fmt: skip
+    assert kube_api.emulator.lists[METRICS_PODS] == 2  # limit/continue: two chunks
