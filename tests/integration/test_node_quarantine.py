@@ -14,7 +14,7 @@ import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.manage_eks_cluster import manage_eks_cluster
-from skills.job_doctor import auto_retry
+from skills.job_orchestration import auto_retry
 from skills.kube.quarantine import RECORD_ANNOTATION, TAINT_KEY
 from skills.operations import operations
 from skills.shared.errors import ToolFailure

@@ -13,7 +13,7 @@ import pytest
 from commands.deploy_training_job import deploy_training_job
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer import job_spec, model_names
-from skills.training_job_deployer.targets.registry import TARGETS
+from skills.training_job_deployer.targets.by_name import TARGETS
 from trainer import config, presets
 from trainer.config_loader import load_config
 
