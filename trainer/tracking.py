@@ -12,6 +12,8 @@
   trainer's config, flattened), the step lines' metrics at their steps, tags naming the
   job and its image, and at the end the last checkpoint (the model the run produced;
   `trainer.export` exports it) and the run's status.
+- Weights & Biases, when the user enables it (WANDB_API_KEY, or WANDB_MODE=offline):
+  the `wandb` SDK from its own extra, driven from a daemon thread (trainer/wandb_tracking.py).
 
 The URI comes only from the environment the job was deployed from (the tools never
 take it as an argument: the same rule as HF_ENDPOINT, so no call can send a run's data
@@ -36,6 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from trainer import wandb_tracking
 from trainer.warn_once import FirstFailures
 
 Emit = Callable[..., None]
@@ -456,7 +459,8 @@ def from_environ(
     log: TextIO | None = None,
 ) -> Tracking | None:
     """Rank 0's tracking, or None (another rank, or nowhere to track to): TensorBoard when
-    the run has a local directory, MLflow when MLFLOW_TRACKING_URI is set. A sink that
+    the run has a local directory, MLflow when MLFLOW_TRACKING_URI is set, W&B when the
+    user enabled it (wandb_tracking.enabled). A sink that
     cannot start (no tensorboardX in an older image, a URI that is not a server) is told
     once on stderr and left out."""
     if rank != 0:
@@ -478,6 +482,12 @@ def from_environ(
             sinks.append(MlflowSink(rest, experiment, name, warnings))
         except ValueError as exc:
             warnings.failed("mlflow", "starting", exc)
+    if wandb_tracking.enabled(environ):
+        where = logdir.parent if logdir is not None else None  # beside the event files
+        try:
+            sinks.append(wandb_tracking.WandbSink(environ, name, where, warnings))
+        except ImportError as exc:  # an image without the extra
+            warnings.failed("wandb", "starting (the image needs the `wandb` extra)", exc)
     if not sinks:
         return None
     tags = {"job_name": name, **({"image": environ[ENV_IMAGE]} if environ.get(ENV_IMAGE) else {})}

@@ -135,7 +135,7 @@ class KubeReader(KubeJson):
         listed = self.json(
             "GET",
             kind_path("Pod", self.namespace),
-            query={"labelSelector": f"{label}={job_name}"},
+            query={"labelSelector": self.pod_selector(job_name)},
         )
         pods = [
             p
@@ -143,6 +143,10 @@ class KubeReader(KubeJson):
             if ((p.get("metadata") or {}).get("labels") or {}).get(label) == job_name
         ]
         return sorted(pods, key=pod_order)
+
+    def pod_selector(self, job_name: str) -> str:
+        """The labelSelector of the job's pods (its controller's job-name label)."""
+        return f"{self.kind.pod_label}={job_name}"
 
     def pods_of(
         self, job_names: list[str], kind: JobKind | None = None

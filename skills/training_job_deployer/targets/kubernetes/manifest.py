@@ -289,6 +289,7 @@ def render(inputs: RenderInputs) -> dict[str, Any]:
             master_port=MASTER_PORT,
             env=env,
             hf_secret=inputs.hf_secret,
+            secret_env=dict(inputs.secret_env or {}),
             requests={**limits, **efa_requests(settings.instance_type, env)},
             limits=limits,
             tolerations=list(GPU_TOLERATIONS),

@@ -22,6 +22,7 @@ from skills.training_job_deployer.memory_estimate import check_fits, check_host_
 from skills.training_job_deployer.targets.base import Plan
 from skills.training_job_deployer.targets.kubernetes.manifest import HF_SECRET, hub_home, shm_gib
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
+from skills.training_job_deployer.tracking_env import TRACKING_SECRET
 
 ECR_IMAGE = re.compile(rf"^{ECR_HOST_PATTERN}/(?P<repository>[^:@]+)")
 
@@ -44,6 +45,10 @@ class KubernetesPlan(Plan):
     )
     hf_token_secret: str | None = Field(
         default=None, description="Secret created/updated from HF_TOKEN (value never shown)."
+    )
+    tracking_secrets: list[str] = Field(
+        default_factory=list,
+        description=f"Variables put into Secret {TRACKING_SECRET} (values never shown).",
     )
     instance_type: str | None = None
     nodes: int = Field(default=1, description="Nodes the job asks for (num_nodes).")
@@ -75,6 +80,8 @@ class KubernetesPlan(Plan):
         ]
         if self.hf_token_secret:
             rows.append(("secret", f"{self.hf_token_secret} <- HF_TOKEN"))
+        if self.tracking_secrets:
+            rows.append(("secret", f"{TRACKING_SECRET} <- {', '.join(self.tracking_secrets)}"))
         rows += [("hub", line) for line in self.hub]
         if self.identity:
             rows.append(("identity", self.identity))

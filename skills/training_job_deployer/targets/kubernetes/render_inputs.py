@@ -22,3 +22,5 @@ class RenderInputs:
     # HF_TOKEN goes to.
     hf_endpoint: str | None = None
     tracking: Mapping[str, str] | None = None  # the user's own MLflow server's variables
+    # variable -> the Secret whose key of that name holds its value (tracking credentials)
+    secret_env: Mapping[str, str] | None = None

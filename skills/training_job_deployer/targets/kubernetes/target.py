@@ -28,6 +28,7 @@ from skills.kube.engines import served_engines
 from skills.kube.gpu_nodes import NodeGpuFacts, node_gpu_facts
 from skills.kube.identity import reach_warnings
 from skills.kube.objects import kind_path
+from skills.kube.pod_metrics import job_pod_usage
 from skills.kube.pods import pod_name
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
@@ -94,7 +95,12 @@ from skills.training_job_deployer.targets.kubernetes.settings import (
     KubernetesDeploySettings,
     KubernetesSettings,
 )
-from skills.training_job_deployer.tracking_env import tracking_env
+from skills.training_job_deployer.tracking_env import (
+    TRACKING_SECRET,
+    secret_values,
+    tracking_env,
+    tracking_secrets,
+)
 from skills.training_job_deployer.trainer_log import RunMetrics
 
 POLL_S = 2.0
@@ -163,11 +169,14 @@ class KubernetesTarget(Target[KubernetesPlan]):
             require_gpus_per_node(settings.instance_type, spec.gpu_per_node)
         image, source = resolve_image(settings)
         endpoint = hub_endpoint(os.environ)
-        tracking = tracking_env(os.environ, image)  # MLflow: the user's own server only
+        tracking = tracking_env(os.environ, image)  # MLflow, W&B: the user's own only
+        secrets = tracking_secrets(os.environ)  # their credentials: Secret references
         engine, assumed = deploy_engine(settings.engine, lambda: served_engines(self.client))
         self._bind(engine)
         self._warnings += assumed
-        manifest = engine.render(RenderInputs(spec, settings, image, HF_SECRET, endpoint, tracking))
+        secret_env = dict.fromkeys(secrets, TRACKING_SECRET)
+        inputs = RenderInputs(spec, settings, image, HF_SECRET, endpoint, tracking, secret_env)
+        manifest = engine.render(inputs)
         warnings, self._warnings = self._warnings, []
         account = service_account(spec)
         identity = identity_text(settings.namespace, account, job_buckets(spec))
@@ -189,6 +198,7 @@ class KubernetesTarget(Target[KubernetesPlan]):
             manifest=manifest,
             companions=engine.companions(manifest),
             hf_token_secret=HF_SECRET if has_token else None,
+            tracking_secrets=secrets,
             instance_type=settings.instance_type,
             nodes=spec.num_nodes,
             region=settings.region or env_region(),
@@ -262,6 +272,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         self._warnings += require_service_account(client, plan.service_account, s3_paths)
         if plan.hf_token_secret:  # someone else's Secret of that name: refused, not replaced
             client.require_secret_ours(plan.hf_token_secret)
+        if plan.tracking_secrets:
+            client.require_secret_ours(TRACKING_SECRET)
         nodes = [node_gpu_facts(n) for n in client.nodes()]
         if not plan.skip_gate:
             gate = cuda_gate.gate(plan.image_uri, nodes, plan.instance_type)
@@ -273,6 +285,8 @@ class KubernetesTarget(Target[KubernetesPlan]):
         if plan.hf_token_secret:
             token = next(os.environ[n] for n in HF_ENV if os.environ.get(n))
             client.put_secret(plan.hf_token_secret, {"token": token})
+        if values := secret_values(os.environ, plan.tracking_secrets):
+            client.put_secret(TRACKING_SECRET, values)
         for companion in plan.companions:  # created, or updated when ours and different
             client.ensure_owned(companion)
         client.create_job(plan.manifest)
@@ -305,7 +319,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
         more per pod still waiting, up to EVENT_PODS) until it ends or `wait_seconds`
         pass; None (a person at the CLI) detaches after DETACH_S. Where the job object
         holds the trainer's progress (a TrainJob's trainerStatus), a running job's polls
-        read it instead of the log, and the log is read once when the job has ended."""
+        read it instead of the log, and the log is read once when the job has ended. A
+        running job's pods' CPU and memory are read once a call, at the end (the metrics
+        API: skills.kube.pod_metrics, a discovery read and one LIST where served)."""
         detach = wait_seconds is None
         limit = DETACH_S if wait_seconds is None else wait_seconds
         rank0_log = Rank0Log()
@@ -345,6 +361,9 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 arguments={"job_name": job_name, **self.call_args(), "wait_seconds": POLL_WAIT_S},
                 why=f"detached after {DETACH_S / 60:.0f} min (the job goes on); check on it",
             )
+        if state.status == "running" and "Running" in (state.pods or {}).values():
+            selector = self.client.pod_selector(job_name)  # once a call, not per poll
+            state.pod_usage = job_pod_usage(self.client, self.namespace, selector)
         state.warnings = [*self._warnings, *state.warnings]
         return state
 

@@ -31,6 +31,7 @@ patch then carries the defaults too."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -183,11 +184,16 @@ def command(spec: JobSpec, checkpoint_dir: str) -> list[str]:
     ]
 
 
-def env(values: dict[str, str], hf_secret: str | None) -> list[dict[str, Any]]:
-    """spec.trainer.env: `values`, the node's name, HF_TOKEN from the Secret (never its
-    value)."""
+def env(
+    values: dict[str, str], hf_secret: str | None, secret_env: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """spec.trainer.env: `values`, the node's name, the tracking credentials and HF_TOKEN
+    from their Secrets (never their values)."""
     found: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     found.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    for name, secret in (secret_env or {}).items():
+        ref = {"name": secret, "key": name, "optional": True}
+        found.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
     if hf_secret:
         ref = {"name": hf_secret, "key": "token", "optional": True}
         found.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
@@ -240,7 +246,7 @@ def render(inputs: RenderInputs) -> dict[str, Any]:
                 "numNodes": spec.num_nodes,
                 "numProcPerNode": spec.gpu_per_node,
                 "resourcesPerNode": resources(spec, settings, values),
-                "env": env(values, inputs.hf_secret),
+                "env": env(values, inputs.hf_secret, inputs.secret_env),
             },
             "runtimePatches": [runtime_patch(pod_patch(spec, settings), labels(spec))],
         },
