@@ -48,10 +48,12 @@ class KubeJson:
         content_type: str = "application/json",
         missing_ok: tuple[int, ...] = (),
         accept: str = "application/json",
+        timeout: tuple[float, float] = REQUEST_TIMEOUT,
     ) -> tuple[int, bytes]:
         """(status, body). A status in `missing_ok` is returned; any other error status
         raises the client's ApiException with the API server's own message (the tools'
-        error mapping types it); an unreachable server is ENDPOINT_UNREACHABLE."""
+        error mapping types it); an unreachable server (or a `timeout`: connect, read
+        seconds) is ENDPOINT_UNREACHABLE."""
         from kubernetes.client.exceptions import ApiException
 
         pairs = query.items() if isinstance(query, dict) else (query or [])
@@ -70,7 +72,7 @@ class KubeJson:
             self.paths.append(f"{method} {path}")
         try:
             response = self.api.rest_client.request(
-                method, url, headers=headers, body=body, _request_timeout=REQUEST_TIMEOUT
+                method, url, headers=headers, body=body, _request_timeout=timeout
             )
         except ApiException as exc:  # clients that raise on an error status
             status, data = exc.status or 0, exc.body or b""
