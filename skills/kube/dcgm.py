@@ -86,16 +86,17 @@ def readings(text: str) -> list[Reading]:
 
     found = []
     for family in text_string_to_metric_families(text):
+        # By the family's name: the parser names a counter's samples NAME_total.
+        metric = family.name
+        if metric not in (*_COUNTERS, *THROTTLE):
+            continue
         for sample in family.samples:
-            if sample.name not in (*_COUNTERS, *THROTTLE):
-                continue
             value = int(sample.value)
             labels = sample.labels
             host = labels.get("Hostname") or labels.get("hostname") or ""
-            reading = Reading(sample.name, labels.get("gpu", "?"), host, value)
             slowed = any(value & bit for bit in SLOWDOWNS)
-            if (sample.name in THROTTLE and slowed) or (sample.name in _COUNTERS and value):
-                found.append(reading)
+            if (metric in THROTTLE and slowed) or (metric in _COUNTERS and value):
+                found.append(Reading(metric, labels.get("gpu", "?"), host, value))
     return found
 
 

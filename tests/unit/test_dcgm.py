@@ -29,6 +29,11 @@ NODE = "ip-10-0-1-12.ec2.internal"
             id="a failed row remap is read",
         ),
         pytest.param(
+            with_values(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=2),
+            [dcgm.Reading("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "0", RECORDED_HOST, 2)],
+            id="uncorrectable ECC errors are read",
+        ),
+        pytest.param(
             with_values(DCGM_FI_DEV_CLOCKS_EVENT_REASONS=0x48),
             [dcgm.Reading("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "0", RECORDED_HOST, 0x48)],
             id="a throttle mask with slowdown bits is read",
@@ -94,6 +99,8 @@ def _lines(text: str) -> list[str]:
                      id="an XID 79 from the exporter names the node"),
         pytest.param(with_values(DCGM_FI_DEV_ROW_REMAP_FAILURE=1), "gpu_hardware_fault",
                      id="a failed row remap from the exporter names the node"),
+        pytest.param(with_values(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=2), "gpu_hardware_fault",
+                     id="uncorrectable ECC errors from the exporter name the node"),
         pytest.param(with_values(DCGM_FI_DEV_XID_ERRORS=31), None,
                      id="an application XID 31 from the exporter is not blamed on the node"),
         pytest.param(with_values(DCGM_FI_DEV_XID_ERRORS=43), None,
