@@ -112,18 +112,25 @@ def _running(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
 
-def exporter_pods(kube: KubeJson, nodes: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """The running exporter pod of each of `nodes` that has one (selectors re-applied:
-    a server that ignores them must not bring in other pods)."""
+_LABELS = [tuple(selector.split("=", 1)) for selector in SELECTORS]
+
+
+def exporters_on(pods: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> dict[str, Any]:
+    """The running exporter pod of each of `nodes` that has one, among `pods` (labels
+    checked here: a server that ignores selectors must not bring in other pods)."""
     wanted, found = set(nodes), {}
-    for selector in SELECTORS:
-        key, value = selector.split("=", 1)
-        for pod in kube.items(kind_path("Pod"), {"labelSelector": selector}):
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            node = (pod.get("spec") or {}).get("nodeName")
-            if labels.get(key) == value and node in wanted and _running(pod):
-                found.setdefault(node, pod)
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if any(labels.get(k) == v for k, v in _LABELS) and node in wanted and _running(pod):
+            found.setdefault(node, pod)
     return found
+
+
+def exporter_pods(kube: KubeJson, nodes: Iterable[str]) -> dict[str, Any]:
+    """exporters_on the pods of one LIST per selector."""
+    listed = [p for s in SELECTORS for p in kube.items(kind_path("Pod"), {"labelSelector": s})]
+    return exporters_on(listed, nodes)
 
 
 def _read(kube: KubeJson, pod: Mapping[str, Any]) -> str:
@@ -133,21 +140,24 @@ def _read(kube: KubeJson, pod: Mapping[str, Any]) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def node_evidence(kube: KubeJson, nodes: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
+def node_evidence(
+    kube: KubeJson, nodes: Iterable[str], pods: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, list[str]], list[str]]:
     """({node: evidence lines}, notes) for the nodes that run an exporter: the lines of
     every GPU in trouble (none: the node's GPUs look healthy to DCGM); a note per
-    exporter that could not be read, and where none could be listed."""
+    exporter that could not be read, and where none could be listed. `pods`: the
+    cluster's pods where the caller has listed them already (no LIST here then)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        pods = exporter_pods(kube, nodes)
+        found = exporters_on(pods, nodes) if pods is not None else exporter_pods(kube, nodes)
     except ApiException as exc:
         return {}, [f"dcgm-exporter pods not listed (HTTP {exc.status}): no GPU counters read"]
-    if not pods:
+    if not found:
         return {}, []
 
     def read(node: str) -> tuple[str, list[str] | str]:
-        pod = pods[node]
+        pod = found[node]
         name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         try:
             return node, [r.line(node) for r in readings(_read(kube, pod))]
@@ -160,8 +170,8 @@ def node_evidence(kube: KubeJson, nodes: Iterable[str]) -> tuple[dict[str, list[
         return node, f"dcgm-exporter {name} on node {node} did not answer: {why}"
 
     evidence, notes = {}, []
-    with ThreadPoolExecutor(max_workers=min(READS_AT_ONCE, len(pods))) as pool:
-        for node, got in pool.map(read, sorted(pods)):
+    with ThreadPoolExecutor(max_workers=min(READS_AT_ONCE, len(found))) as pool:
+        for node, got in pool.map(read, sorted(found)):
             if isinstance(got, str):
                 notes.append(got)
             else:
@@ -169,4 +179,4 @@ def node_evidence(kube: KubeJson, nodes: Iterable[str]) -> tuple[dict[str, list[
     return evidence, notes
 
 
-__all__ = ["Reading", "exporter_pods", "node_evidence", "readings"]
+__all__ = ["Reading", "exporter_pods", "exporters_on", "node_evidence", "readings"]

@@ -241,3 +241,20 @@ def test_an_exporter_that_does_not_answer_is_a_note(kube, tmp_path):
     assert len(snapshot["gpu_notes"]) == len(silent)
     for note, name in zip(snapshot["gpu_notes"], silent, strict=True):
         assert name in note and "did not answer: HTTP 503" in note
+
+
+def test_describe_shows_each_nodes_gpu_trouble_from_its_exporter(kube):
+    cluster_seed.seed_healthy(kube)  # gpu-0, gpu-1 (p4d) and system-0 (m5)
+    texts = {"gpu-0": RECORDED, "gpu-1": with_values(DCGM_FI_DEV_XID_ERRORS=79)}
+    with exporter_server(texts) as url:
+        _serve(kube, url, ["gpu-0", "gpu-1"], set(texts))
+        report = manage_eks_cluster(action="describe", kubeconfig=str(kube.kubeconfig))
+    health = {n.name: n.gpu_health for n in report.nodes}
+    assert health == {
+        "gpu-0": [],  # read: no trouble
+        "gpu-1": ["DCGM_FI_DEV_XID_ERRORS 79 on GPU 0 of node gpu-1 "
+                  "(Hostname lke529760-766837-0a634ab30000) (dcgm-exporter)"],
+        "system-0": None,  # no exporter there: not read
+    }  # fmt: skip
+    assert "DCGM exporter read on 2 node(s), 1 with GPUs in trouble: gpu-1" in report.summary
+    assert len(_proxy_reads(kube)) == 2
