@@ -206,14 +206,17 @@ def _proxy_reads(kube) -> list[str]:
         pytest.param(RECORDED, None, None, id="healthy exporters blame no node"),
     ],
 )  # fmt: skip
-def test_the_doctor_names_a_node_from_its_dcgm_exporter(kube, faulty_text, root, node):
+def test_the_doctor_names_a_node_from_its_dcgm_exporter(kube, tmp_path, faulty_text, root, node):
     fixture = _job_without_other_gpu_evidence(kube)
     job_nodes = sorted({p["spec"]["nodeName"] for p in fixture["pods"]})
     stranger = "ip-10-0-9-9.ec2.internal"  # runs an exporter, but none of the job's pods
     texts = {n: RECORDED for n in [*job_nodes, stranger]} | {FAULTY: faulty_text}
     with exporter_server(texts) as url:
         _serve(kube, url, [*job_nodes, stranger], set(texts))
-        result = diagnose_training_job(job_name="xid79", namespace=NS)
+        saved = tmp_path / "snapshot.json"
+        result = diagnose_training_job(job_name="xid79", namespace=NS, save_snapshot=str(saved))
+    # The saved snapshot keeps the exporter's lines: offline, the same diagnosis.
+    assert diagnose_training_job(snapshot=str(saved)).findings == result.findings
     # One read per exporter pod on the job's nodes; the stranger's is not read.
     reads = _proxy_reads(kube)
     assert len(reads) == len(job_nodes) and not [r for r in reads if "ip-10-0-9-9" in r]
