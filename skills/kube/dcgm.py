@@ -17,7 +17,8 @@ What counts as trouble (upstream's etc/default-counters.csv at 4.5.3-4.8.2 expor
 first three by default; ECC counters are commented out there, the GPU Operator's list
 has them):
 * DCGM_FI_DEV_XID_ERRORS: the last XID per GPU (0: none). Its meaning and whose fault it
-  is come from skills.job_doctor.node_faults (the one XID table).
+  is come from skills.job_doctor.node_faults (the one XID table). It stays until the
+  exporter restarts, even after the GPU recovers (NVIDIA/dcgm-exporter#500).
 * DCGM_FI_DEV_ECC_DBE_VOL_TOTAL: uncorrectable (double-bit) ECC errors since the driver
   loaded.
 * DCGM_FI_DEV_ROW_REMAP_FAILURE: 1 when remapping a failed memory row failed.
