@@ -137,7 +137,7 @@ def exporter_pods(kube: KubeJson, nodes: Iterable[str]) -> dict[str, Any]:
 def _read(kube: KubeJson, pod: Mapping[str, Any]) -> str:
     meta = pod["metadata"]
     path = f"{kind_path('Pod', meta['namespace'], meta['name'])}:{_port(pod)}/proxy/metrics"
-    _, data = kube.request("GET", path, accept="text/plain", timeout=READ_TIMEOUT)
+    _, data = kube.request("GET", path, accept="text/plain", timeout=READ_TIMEOUT, once=True)
     return data.decode("utf-8", errors="replace")
 
 
@@ -164,8 +164,8 @@ def node_evidence(
             return node, [r.line(node) for r in readings(_read(kube, pod))]
         except ApiException as exc:
             why = f"HTTP {exc.status} {exc.reason or ''}".strip()
-        except ToolFailure as exc:  # unreachable, or the read timed out
-            why = exc.message
+        except ToolFailure as exc:  # no answer within READ_TIMEOUT, or unreachable
+            why = f"no answer within {sum(READ_TIMEOUT)} s ({exc.details.get('error')})"
         except ValueError as exc:  # not Prometheus text
             why = f"unreadable metrics: {exc}"[:200]
         return node, f"dcgm-exporter {name} on node {node} did not answer: {why}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -261,3 +262,48 @@ def test_describe_shows_each_nodes_gpu_trouble_from_its_exporter(kube):
     }  # fmt: skip
     assert "DCGM exporter read on 2 node(s), 1 with GPUs in trouble: gpu-1" in report.summary
     assert len(_proxy_reads(kube)) == 2
+
+
+def test_exporters_are_read_a_few_at_a_time_and_a_slow_one_is_a_note(kube, monkeypatch):
+    """Six exporters, each answering in 0.3 s: READS_AT_ONCE in flight at most (more
+    than one); one that answers after the read timeout is a note after one read (not
+    retried), the others are read."""
+    from skills.kube.access import kube_api_client
+    from skills.kube.client import KubeJson
+
+    monkeypatch.setattr(dcgm, "READ_TIMEOUT", (2, 1))  # the bound, shortened for the test
+    state = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            with lock:
+                state["now"] += 1
+                state["peak"] = max(state["peak"], state["now"])
+            time.sleep(3 if self.path.startswith("/n5/") else 0.3)
+            with lock:
+                state["now"] -= 1
+            body = with_values(DCGM_FI_DEV_XID_ERRORS=79).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    nodes = [f"n{i}" for i in range(6)]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _serve(kube, f"http://127.0.0.1:{server.server_address[1]}", nodes, set(nodes))
+        with kube_api_client() as api:
+            evidence, notes = dcgm.node_evidence(KubeJson(api), nodes)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sorted(evidence) == nodes[:5]
+    assert all(len(lines) == 1 and "XID_ERRORS 79" in lines[0] for lines in evidence.values())
+    assert len(notes) == 1 and "on node n5 did not answer: no answer within 3 s" in notes[0]
+    assert len(_proxy_reads(kube)) == len(nodes)  # the slow one too: read once, not retried
+    assert 1 < state["peak"] <= dcgm.READS_AT_ONCE
