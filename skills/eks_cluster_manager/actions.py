@@ -6,6 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
 from skills.eks_cluster_manager.models import ClusterReport, NodeInfo, ResourceChange
@@ -22,7 +24,7 @@ from skills.shared.reading import read_text
 
 if TYPE_CHECKING:  # the modules themselves load with their action
     from skills.eks_cluster_manager.cleanup import CleanupSpec
-    from skills.eks_cluster_manager.storage import StorageSpec
+    from skills.eks_cluster_manager.storage import ClusterStorage
 
 
 def call_args(access: ClusterAccess, options: checklist.Options | None = None) -> dict[str, Any]:
@@ -188,19 +190,15 @@ def auto_fix(
     return report
 
 
-def scale(
-    access: ClusterAccess,
-    nodegroup: str | None,
-    sizes: tuple[int | None, int | None, int | None],
-    confirm: bool,
-) -> ClusterReport:
+def scale(access: ClusterAccess, spec: nodegroups.ScaleSpec, confirm: bool) -> ClusterReport:
     from skills.kube.access import describe_cluster
 
     cluster = access.need_cluster("scale")
-    nodegroup = needed(nodegroup, "scale", "nodegroup",
+    nodegroup = needed(spec.nodegroup, "scale", "nodegroup",
                        "Pass nodegroup (action=describe lists them).")  # fmt: skip
     session = access.session()
     info = describe_cluster(cluster, session)
+    sizes = (spec.min_size, spec.max_size, spec.desired_size)
     group, change = nodegroups.scale(session.client("eks"), info.name, nodegroup, *sizes, confirm)
     after = change["after"]
     summary = (
@@ -273,7 +271,7 @@ def _counts(rows: list[Any]) -> str:
 
 
 def storage(
-    access: ClusterAccess, spec: StorageSpec, apply: bool, progress: Progress
+    access: ClusterAccess, spec: ClusterStorage, apply: bool, progress: Progress
 ) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
@@ -283,7 +281,7 @@ def storage(
     from skills.kube.identity import S3_SERVICE_ACCOUNT
 
     cluster_name = access.need_cluster("storage")
-    fsx_storage.check_size(spec.deployment_type, spec.size_gib)
+    fsx_storage.check_size(spec.fsx_deployment_type, spec.fsx_size_gib)
     fsx_storage.throughput_of(spec)  # a tier the type lacks: refused before any call
     aws = Counted(access.session())
     region = aws.session.region_name
@@ -389,7 +387,7 @@ def cleanup(
     progress.report(3, 4, "bucket and cluster")
     account = aws("sts").get_caller_identity()["Account"]
     name = fsx_storage.bucket_name(
-        fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
+        fsx_storage.ClusterStorage(cluster=cluster_name, bucket=spec.bucket), account
     )
     rows += sweep.bucket_rows(aws("s3"), name, cluster_name, spec.delete_bucket, apply)
     if spec.delete_cluster:
@@ -422,37 +420,28 @@ def cleanup(
     return report
 
 
-def _storage_args(access: ClusterAccess, spec: StorageSpec) -> dict[str, Any]:
-    """This storage plan as manage_eks_cluster's arguments (the spec's defaults left out)."""
-    from skills.eks_cluster_manager.storage import StorageSpec
+def _storage_args(access: ClusterAccess, spec: ClusterStorage) -> dict[str, Any]:
+    """This storage plan as manage_eks_cluster's arguments: the spec's own parameters by
+    their names (defaults left out), the cluster and the claim."""
+    from skills.eks_cluster_manager.storage import DEFAULT_CLAIM, StorageSpec
 
-    default = StorageSpec(cluster=spec.cluster)
-    names = {"namespace": "namespace", "claim": "checkpoint_pvc", "size_gib": "fsx_size_gib",
-             "deployment_type": "fsx_deployment_type", "bucket": "bucket",
-             "nodegroup": "nodegroup"}  # fmt: skip
-    extra = {
-        arg: getattr(spec, field)
-        for field, arg in names.items()
-        if getattr(spec, field) != getattr(default, field)
-    }
+    extra = _given(spec, StorageSpec)
+    if spec.namespace != "default":
+        extra["namespace"] = spec.namespace
+    if spec.claim != DEFAULT_CLAIM:
+        extra["checkpoint_pvc"] = spec.claim
     return {"action": "storage", **call_args(access), **extra}
 
 
 def _cleanup_args(access: ClusterAccess, spec: CleanupSpec) -> dict[str, Any]:
     """This cleanup as manage_eks_cluster's arguments (the spec's defaults left out)."""
-    from skills.eks_cluster_manager.cleanup import CleanupSpec
+    return {"action": "cleanup", **call_args(access), **_given(spec, type(spec))}
 
-    default = CleanupSpec(cluster=spec.cluster)
-    names = {"parts": "only", "bucket": "bucket", "delete_bucket": "delete_bucket",
-             "delete_cluster": "delete_cluster"}  # fmt: skip
-    extra = {
-        arg: getattr(spec, field)
-        for field, arg in names.items()
-        if getattr(spec, field) != getattr(default, field)
-    }
-    if "only" in extra:
-        extra["only"] = list(spec.parts)
-    return {"action": "cleanup", **call_args(access), **extra}
+
+def _given(spec: BaseModel, params: type[BaseModel]) -> dict[str, Any]:
+    """An action spec's parameters that differ from their defaults, as tool arguments
+    (the spec's fields are the tool's parameters, by the same names)."""
+    return spec.model_dump(mode="json", include=set(params.model_fields), exclude_defaults=True)
 
 
 def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:

@@ -22,6 +22,7 @@ from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
 from skills.eks_cluster_manager.storage import csi_install_hint
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson, access_failure
+from skills.kube.deployments import deployment_ready
 from skills.kube.engines import JOBSETS, TRAINJOBS, served_resources
 from skills.kube.gpu_nodes import (
     GPU_RESOURCE,
@@ -444,13 +445,12 @@ def check_training_operator(s: Snapshot) -> Check:
             component="training_operator",
         )
     d = found[0]
-    st, want = d.get("status") or {}, (d.get("spec") or {}).get("replicas", 1)
-    ready = st.get("readyReplicas", 0)
+    ready, line = deployment_ready(d)
     image = ((d.get("spec") or {}).get("template", {}).get("spec", {}).get("containers") or [{}])[
         0
     ].get("image", "?")
-    evidence = [f"{_where(d)}: {ready}/{want} ready", f"image {image}"]
-    if ready >= max(want, 1):
+    evidence = [line, f"image {image}"]
+    if ready:
         return Check(name="training_operator", status="ok", evidence=evidence)
     return Check(
         name="training_operator",

@@ -4,14 +4,17 @@ for, its state mapped back onto the cluster report."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.eks_cluster_manager.params import NODES, InstanceType, NcclOutput, Nodes
 from skills.kube.objects import kind_path
 from skills.shared.errors import ErrorCode, ToolFailure, needed
 from skills.shared.paths import absolute
 from skills.shared.progress import Progress
+from skills.shared.validators import grammar
 
 if TYPE_CHECKING:
     from skills.eks_cluster_manager.nccl_job import NcclJobResult
@@ -19,14 +22,20 @@ if TYPE_CHECKING:
     from skills.operations.operation_state import OperationState
 
 
-@dataclass(frozen=True)
-class NcclRequest:
-    namespace: str
-    nodes: int
-    instance_type: str | None
-    image: str | None
-    nccl_output: str | None  # a saved run: judged, nothing runs
-    wait_seconds: float | None
+class NcclSpec(BaseModel):
+    """action=nccl_test's parameters, each declared here once: manage_eks_cluster flattens
+    this model into its inputs (schema, CLI flags, validation) and gathers them back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: Nodes = NODES
+    instance_type: InstanceType = None
+    image: Annotated[
+        str | None,
+        Field(description="nccl_test image (with torch)."),
+        grammar(r"[^\s]{1,255}", "an image"),
+    ] = None
+    nccl_output: NcclOutput = None  # a saved run: judged, nothing runs
 
 
 def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
@@ -56,7 +65,9 @@ def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
     return ready[0].instance_type or wanted.name
 
 
-def nccl_test(access: ClusterAccess, request: NcclRequest, progress: Progress) -> ClusterReport:
+def nccl_test(
+    access: ClusterAccess, request: NcclSpec, wait_seconds: float | None, progress: Progress
+) -> ClusterReport:
     from skills.eks_cluster_manager.actions import judge_nccl_output
 
     if request.nccl_output:
@@ -79,12 +90,12 @@ def nccl_test(access: ClusterAccess, request: NcclRequest, progress: Progress) -
         "nodes": request.nodes,
         "instance_type": instance,
         "image": image,
-        "namespace": request.namespace,
+        "namespace": access.namespace,
         "cluster_name": access.cluster_name,
         "region": access.region,
         "kubeconfig": str(absolute(access.kubeconfig)) if access.kubeconfig else None,
         "context": access.context,
-        "wait_seconds": request.wait_seconds,
+        "wait_seconds": wait_seconds,
     }
     arguments = {k: v for k, v in arguments.items() if v is not None or k == "wait_seconds"}
     return run_as_operation(

@@ -328,7 +328,7 @@ _LABEL_KEYS = (
 
 def _label_args(text: str, labels: dict[str, str], options: BuildOptions) -> dict[str, str]:
     """The caller's build args, and the version ARGs the Dockerfile's own LABELs read."""
-    from skills.image_builder.dockerfile_analyzer import label_build_args
+    from skills.image_builder.image_labels import label_build_args
 
     return {**label_build_args(text, labels, options.build_args), **options.build_args}
 

@@ -231,7 +231,10 @@ def test_the_doctor_names_a_node_from_its_dcgm_exporter(kube, tmp_path, faulty_t
 
 def test_an_exporter_that_does_not_answer_is_a_note(kube, tmp_path):
     from skills.kube.access import kube_api_client
-    from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
+    from skills.training_job_deployer.targets.kubernetes.kube_monitor import (
+        KubeReader,
+        read_snapshot,
+    )
 
     fixture = _job_without_other_gpu_evidence(kube)
     job_nodes = sorted({p["spec"]["nodeName"] for p in fixture["pods"]})

@@ -92,6 +92,13 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
         (),
     ),
 }
+# The metrics-server's API (`kubectl top`), served once a test records a pod's use
+# (`KubeService.set_pod_usage`), absent otherwise, as on a cluster without the add-on.
+# Its shape follows kubernetes-sigs/metrics-server v0.9.0: pkg/api/install.go serves
+# `pods` (kind PodMetrics, namespaced, get/list) in metrics.k8s.io/v1beta1; a LIST selects
+# the pods by labelSelector and each PodMetrics carries its pod's labels, a timestamp, a
+# window and per container usage {cpu, memory} (pkg/api/pod.go, pkg/storage/pod.go).
+METRICS_PODS = "metrics.k8s.io/v1beta1/pods"
 # Kinds whose writes keep metadata.managedFields here (see `managed_fields`).
 MANAGED_FIELDS = ("v1/nodes",)
 # Kinds whose LIST honours fieldSelector here as an API server does (equality `a.b=v`,
@@ -554,6 +561,36 @@ class KubeService:
         stands for the pod IP the API server would dial; a port not served answers 503,
         as an API server that cannot dial the pod does."""
         self._pod_ports[namespace, pod, port] = url.rstrip("/")
+
+    def set_pod_usage(
+        self,
+        namespace: str,
+        pod: str,
+        usage: dict[str, dict[str, str]],
+        *,
+        window: str = "15s",
+    ) -> None:
+        """Serve the metrics API (METRICS_PODS) and record a pod's use: `usage` is container
+        -> {"cpu": "250m", "memory": "1Gi"}, as the metrics-server reports it. The
+        PodMetrics carries the pod's labels (the pod must exist, as the metrics-server
+        only reports pods it lists). Replaces an earlier record of the pod."""
+        emulator = self.emulator
+        if METRICS_PODS not in emulator.resources:
+            emulator.resources[METRICS_PODS] = {
+                "kind": "PodMetrics", "namespaced": True, "singular": "",
+                "verbs": ("get", "list"), "subresources": (),
+            }  # fmt: skip
+        labels = emulator.objects["v1/pods", namespace, pod].raw["metadata"].get("labels") or {}
+        emulator.objects[METRICS_PODS, namespace, pod] = {
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "kind": "PodMetrics",
+            "metadata": {"name": pod, "namespace": namespace, "labels": labels},
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+            "window": window,
+            "containers": [{"name": name, "usage": use} for name, use in usage.items()],
+        }
 
     def reset(self) -> None:
         """Forget objects, requests, scripted logs and reactions added since start."""

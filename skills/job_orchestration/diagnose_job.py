@@ -14,7 +14,7 @@ from skills.shared.errors import bad_fields
 from skills.shared.progress import NullProgress, Progress
 from skills.shared.results import ToolResult
 from skills.training_job_deployer.targets.base import Capability
-from skills.training_job_deployer.targets.registry import DoctorSettings, get_target
+from skills.training_job_deployer.targets.by_name import DoctorSettings, get_target
 
 
 class DiagnosisResult(Diagnosis, ToolResult):

@@ -70,7 +70,7 @@ def run(
 ) -> dict[str, Any]:
     """The loop. Returns the DeployResult fields of the last attempt plus `attempts` and
     `stop_reason` (None when the job succeeded)."""
-    from skills.training_job_deployer.targets.registry import get_target
+    from skills.training_job_deployer.targets.by_name import get_target
 
     progress = progress or NullProgress()
     attempts: list[RetryAttempt] = []
