@@ -124,6 +124,9 @@ class Diagnosis(BaseModel):
         default_factory=list, description="Logs longer than the scan bound (head+tail read)."
     )
     findings_cut: int = Field(default=0, description="per_pod: findings past this page.")
+    gpu_notes: list[str] = Field(
+        default_factory=list, description="DCGM exporters on the job's nodes not read."
+    )
     next_cursor: str | None = Field(default=None, description="per_pod: the next page's cursor.")
 
     @property
@@ -446,6 +449,7 @@ def diagnose(
         logs_cut=cut_logs,
         findings_cut=cut,
         next_cursor=next_cursor,
+        gpu_notes=snap.gpu_notes,
     )
 
 

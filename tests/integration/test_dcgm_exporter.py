@@ -18,6 +18,7 @@ import pytest
 from commands.diagnose_training_job import diagnose_training_job
 from commands.manage_eks_cluster import manage_eks_cluster
 from skills.eks_cluster_manager.components import BY_KEY
+from skills.job_doctor.diagnose import diagnose
 from skills.kube import dcgm
 from tests.fixtures.dcgm.recorded import RECORDED, with_values
 from tests.integration.test_diagnose_training_job import FIXTURES, NS, seed
@@ -248,6 +249,10 @@ def test_an_exporter_that_does_not_answer_is_a_note(kube, tmp_path):
     assert len(snapshot["gpu_notes"]) == len(silent)
     for note, name in zip(snapshot["gpu_notes"], silent, strict=True):
         assert name in note and "did not answer: HTTP 503" in note
+    # The diagnosis says so, and still names the node the exporter that answered blames.
+    diagnosis = diagnose(snapshot)
+    assert diagnosis.gpu_notes == snapshot["gpu_notes"]
+    assert (diagnosis.root.code, diagnosis.root.node) == ("gpu_hardware_fault", FAULTY)
 
 
 def test_describe_shows_each_nodes_gpu_trouble_from_its_exporter(kube):
