@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import fix, nodegroups
-from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
+from skills.eks_cluster_manager.models import ClusterReport, NodeInfo, ResourceChange
+from skills.kube import dcgm
 from skills.kube.client import KubeJson
 from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
@@ -85,16 +86,35 @@ def describe(access: ClusterAccess, progress: Progress) -> ClusterReport:
         total = sum(n.gpus_allocatable for n in rows)
         used = sum(n.gpus_in_use for n in rows)
         report.gpus = {"allocatable": total, "in_use": used, "free": max(total - used, 0)}
-        report.api_calls = kube.calls
         ready = sum(n.ready for n in rows)
         notes.append(f"{ready}/{len(rows)} nodes Ready, GPUs {used}/{total} in use")
         if report.node_counts is not None:
             notes.append(f"nodes listed: the {len(report.nodes)} not Ready or short of GPUs")
+        notes += _gpu_health(kube, report.nodes, pods)
+        report.api_calls = kube.calls
     if report.nodegroups is not None:
         notes.insert(0, f"{len(report.nodegroups)} node group(s)")
     report.summary = "; ".join(notes)
     progress.report(3, 3, "described")
     return report
+
+
+def _gpu_health(kube: KubeJson, rows: list[NodeInfo], pods: list[dict[str, Any]]) -> list[str]:
+    """The DCGM exporter's trouble lines on each listed node that runs one (at most
+    NODES_LISTED reads, from the pods describe listed already), and a summary note."""
+    evidence, silent = dcgm.node_evidence(kube, [r.name for r in rows], pods)
+    for row in rows:
+        row.gpu_health = evidence.get(row.name)
+    troubled = sorted(n for n, lines in evidence.items() if lines)
+    notes = []
+    if evidence:
+        where = f": {checklist.named(troubled)}" if troubled else ""
+        notes.append(f"DCGM exporter read on {len(evidence)} node(s), "
+                     f"{len(troubled)} with GPUs in trouble{where}")  # fmt: skip
+    if silent:  # one line, however many did not answer
+        more = f" (and {len(silent) - 1} more)" if len(silent) > 1 else ""
+        notes.append(silent[0] + more)
+    return notes
 
 
 def _statuses(checks: list[Any]) -> dict[str, str]:

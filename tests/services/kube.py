@@ -70,7 +70,7 @@ _VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "v1/namespaces": ("Namespace", False, ("status",)),
     "v1/nodes": ("Node", False, ("status",)),
-    "v1/pods": ("Pod", True, ("status", "log")),
+    "v1/pods": ("Pod", True, ("status", "log", "proxy")),
     "v1/events": ("Event", True, ()),
     "v1/services": ("Service", True, ("status",)),
     "v1/configmaps": ("ConfigMap", True, ()),
@@ -522,6 +522,8 @@ class KubeService:
     log_latency: float = 0.0
     logs_in_flight: int = 0
     logs_in_flight_peak: int = 0
+    # The pod proxy's dial targets: (namespace, pod, port) -> a real HTTP server's URL.
+    _pod_ports: dict[tuple[str, str, int], str] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -552,6 +554,13 @@ class KubeService:
         """What `read_namespaced_pod_log` returns for this pod (and container, if given;
         `previous=True` for `previous=True` reads). Replaces earlier text."""
         self._logs[namespace, pod, container, previous] = text
+
+    def serve_pod_port(self, namespace: str, pod: str, port: int, url: str) -> None:
+        """Where the API server's pod proxy (GET pods/NAME:PORT/proxy/PATH) reaches this
+        pod's port: a real HTTP server the test runs. kmock runs no pods, so this URL
+        stands for the pod IP the API server would dial; a port not served answers 503,
+        as an API server that cannot dial the pod does."""
+        self._pod_ports[namespace, pod, port] = url.rstrip("/")
 
     def set_pod_usage(
         self,
@@ -596,6 +605,7 @@ class KubeService:
         emulator.objects.clear()
         emulator.resources.clear()
         self._logs.clear()
+        self._pod_ports.clear()
         self.log_latency, self.logs_in_flight, self.logs_in_flight_peak = 0.0, 0, 0
         _declare(emulator)
 
@@ -608,6 +618,25 @@ class KubeService:
             return self._pod_log_now(request)
         finally:
             self.logs_in_flight -= 1
+
+    async def _pod_proxy(self, request: Any) -> bytes:
+        import aiohttp
+        import kmock
+
+        pod, _, port = (request.name or "").rpartition(":")
+        key = (request.resource, request.namespace, pod)
+        if key not in self.emulator.objects or self.emulator.objects[key].deleted:
+            raise kmock.KubernetesObjectNotFoundError()
+        target = self._pod_ports.get((request.namespace, pod, int(port or 0)))
+        if target is None:
+            raise kmock.KubernetesError(
+                status=503, reason="ServiceUnavailable",
+                message=f"error trying to reach service: dial tcp {pod}:{port}: connect: "
+                "connection refused",
+            )  # fmt: skip
+        path = request.subresource.removeprefix("proxy")
+        async with aiohttp.ClientSession() as session, session.get(target + path) as answer:
+            return await answer.read()
 
     def _pod_log_now(self, request: Any) -> bytes:
         import kmock
@@ -716,6 +745,9 @@ def kube_server(*, context: str = "kmock", timeout: float = 10.0) -> Iterator[Ku
             defaults[kmock.action.CREATE] << 201 << (lambda request: request.data)
             pod_log = defaults["get", kmock.resource("v1/pods"), kmock.subresource("log")]
             pod_log << {"Content-Type": "text/plain"} << service._pod_log
+            # The pod proxy of a port's /metrics (what the DCGM exporter serves).
+            proxy = defaults["get", kmock.resource("v1/pods"), kmock.subresource("proxy/metrics")]
+            proxy << {"Content-Type": "text/plain"} << service._pod_proxy
             # kmock serves /api, /apis and /version; the generated clients ask with a slash,
             # and client 37 rejects an APIVersions without serverAddressByClientCIDRs.
             api_versions = {

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from skills.kube import dcgm
 from skills.kube.client import LIST_CHUNK, KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
 from skills.kube.objects import kind_path
@@ -316,7 +317,14 @@ def read_snapshot(
         for (name, _, previous), text in zip(reads, texts, strict=True)
         if text
     }
-    return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
+    snapshot = {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
+    # The DCGM exporter's GPU counters on those nodes, where it runs (skills/kube/dcgm.py).
+    gpu_metrics, gpu_notes = dcgm.node_evidence(reader, sorted(nodes)) if nodes else ({}, [])
+    if gpu_metrics:
+        snapshot["gpu_metrics"] = gpu_metrics
+    if gpu_notes:
+        snapshot["gpu_notes"] = gpu_notes
+    return snapshot
 
 
 def _if_allowed(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
