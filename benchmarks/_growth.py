@@ -1,5 +1,5 @@
 """What the fleet benchmarks share: the growth exponent of a cost against size, and a
-call's best-of-3 time with the peak memory of one more (traced) call."""
+call's best-of-3 wall and CPU time with the peak memory of one more (traced) call."""
 
 from __future__ import annotations
 
@@ -21,16 +21,18 @@ def growth_exponent(sizes: Sequence[float], values: Sequence[float]) -> float:
     )
 
 
-def measured(call: Callable[[], Any]) -> tuple[Any, float, float]:
-    """(what call() returned, seconds (best of 3: a shared machine's noise), peak traced
-    MiB of a fourth call: tracing slows what it traces)."""
-    best, out = math.inf, None
+def measured(call: Callable[[], Any]) -> tuple[Any, float, float, float]:
+    """(what call() returned, seconds of wall and of this process's CPU (each the best of
+    3: a shared machine's noise; CPU, user and system, is what the load distorts least),
+    peak traced MiB of a fourth call: tracing slows what it traces)."""
+    best, best_cpu, out = math.inf, math.inf, None
     for _ in range(3):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = call()
+        best_cpu = min(best_cpu, time.process_time() - cpu)
         best = min(best, time.perf_counter() - start)
     tracemalloc.start()
     call()
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
-    return out, best, peak
+    return out, best, best_cpu, peak

@@ -134,6 +134,7 @@ def log_tails(sizes: list[int] = LOG_TAIL_MIB) -> list[tuple[int, int, float, in
 
     print("get_training_job_logs on an ended local job: bytes read and seconds per call")
     rows: list[tuple[int, int, float, int]] = []
+    cpus: dict[tuple[int, int], float] = {}  # this process's CPU a call, by (MiB, tail_lines)
     real = RunDirTarget._read_from
     read: list[int] = []
 
@@ -157,20 +158,23 @@ def log_tails(sizes: list[int] = LOG_TAIL_MIB) -> list[tuple[int, int, float, in
                     job_name="tail", attempt=1, argv=["t"], submitted_at=1.0, ended_at=2.0,
                     exit_code=0).model_dump_json())  # fmt: skip
                 for asked in TAIL_ASKED:
-                    seconds, got = math.inf, None
+                    seconds, cpu, got = math.inf, math.inf, None
                     for _ in range(3):  # the best of 3: a loaded machine's noise is not growth
                         read.clear()
-                        start = time.perf_counter()
+                        start, cpu_start = time.perf_counter(), time.process_time()
                         got = get_training_job_logs(job_name="tail", runs_dir=runs,
                                                     tail_lines=asked)  # fmt: skip
+                        cpu = min(cpu, time.process_time() - cpu_start)
                         seconds = min(seconds, time.perf_counter() - start)
                     assert got is not None
                     expected = lines.decode().splitlines()[-got.lines :]
                     assert got.text.splitlines() == expected and got.lines >= min(asked, 500)
                     rows.append((mib, asked, seconds, sum(read)))
+                    cpus[mib, asked] = cpu
                     print(
                         f"  {mib:>5} MiB log, tail_lines {asked:>6}: {got.lines:>5} lines, "
-                        f"{sum(read) / 1024:6.1f} KiB read, {seconds * 1000:6.1f} ms"
+                        f"{sum(read) / 1024:6.1f} KiB read, {seconds * 1000:6.1f} ms "
+                        f"(CPU {cpu * 1000:.1f} ms)"
                     )
     finally:
         RunDirTarget._read_from = real
@@ -179,12 +183,14 @@ def log_tails(sizes: list[int] = LOG_TAIL_MIB) -> list[tuple[int, int, float, in
         size = [r[0] for r in mine]
         k_time = growth_exponent(size, [r[2] for r in mine])
         k_read = growth_exponent(size, [r[3] for r in mine])
-        print(f"  tail_lines {asked}: growth exponent k, time {k_time:.2f}, "
+        k_cpu = growth_exponent(size, [cpus[r[0], asked] for r in mine])
+        print(f"  tail_lines {asked}: growth exponent k, time {k_time:.2f}, CPU {k_cpu:.2f}, "
               f"bytes read {k_read:.2f} (size x{sizes[-1] // sizes[0]})")  # fmt: skip
     return rows
 
 
 if __name__ == "__main__":
+    print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     history()
     long_logs()
     log_tails()

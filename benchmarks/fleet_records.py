@@ -8,10 +8,14 @@ size; 1 is linear, 2 quadratic) and peak traced memory:
   `then` is every later list.
 - list_training_jobs (local) over 64 / 256 / 1,024 running jobs, each with a 5 MiB log:
   a page of 20, and status filters that match none: `failed` (each running job's
-  processes are looked at: a job whose processes are gone is failed) and `succeeded`.
-  The records carry the figures their supervisors keep, so no log is read (`log
-  reads`), and the runs' index (SQLite beside the run directories) says which records
-  may match, so `succeeded` reads none (`record reads`).
+  processes, as its index row names them, are looked at: a job whose processes are gone
+  is failed) and `succeeded`. The records carry the figures their supervisors keep, so
+  no log is read (`log reads`), and the runs' index (SQLite beside the run directories)
+  says which records may match, so neither filter reads a record (`reads`).
+
+Times are wall and this process's CPU (user + system, best of 3: the load of a shared
+machine distorts wall time most), each with its k; the load average is printed with
+each section.
 - list_training_jobs (Slurm) over 64 / 256 / 1,024 ended jobs: records written as the
   target writes them (its run directory's record, the scheduler's end and the kept
   outcome; no job submitted: 1,024 sbatch runs are not what is measured), a page of 20
@@ -75,8 +79,8 @@ def _row(*cells: Any) -> None:
 def operation_lists(root: Path) -> None:
     os.environ[operations.STATE_DIR_ENV] = str(root / "state")
     print("\nlist_operations, status=failed (none failed): the index answers")
-    _row("records", "migrate ms", "then ms", "reads", "peak MiB")
-    now, seeded, times = time.time(), 0, []
+    _row("records", "migrate ms", "then ms", "then CPU ms", "reads", "peak MiB")
+    now, seeded, times, cpus = time.time(), 0, [], []
     for count in OPERATIONS:
         seed_operations(count, start=seeded, now=now)  # written without the index
         seeded = count
@@ -92,15 +96,18 @@ def operation_lists(root: Path) -> None:
 
         operations.RecordFile.read = counted
         try:
-            page, elapsed, peak = measured(
+            page, elapsed, cpu, peak = measured(
                 lambda: operations.page_records(None, "failed", 20, None)
             )
         finally:
             operations.RecordFile.read = real
         assert page.items == [] and page.more == 0
         times.append(elapsed)
-        _row(count, f"{migrate * 1000:.0f}", f"{elapsed * 1000:.1f}", len(reads), f"{peak:.2f}")
+        cpus.append(cpu)
+        _row(count, f"{migrate * 1000:.0f}", f"{elapsed * 1000:.1f}", f"{cpu * 1000:.1f}",
+             len(reads), f"{peak:.2f}")  # fmt: skip
     print(f"operations, status matching none: k {growth_exponent(OPERATIONS, times):.2f} "
+          f"(CPU k {growth_exponent(OPERATIONS, cpus):.2f}) "
           f"over {OPERATIONS[0]}..{OPERATIONS[-1]}")  # fmt: skip
 
 
@@ -173,48 +180,51 @@ def local_lists(root: Path) -> None:
 
     run_dir.read_chunk = counted
     holders: list[subprocess.Popen[bytes]] = []
-    print(f"\nlist_training_jobs (local), running jobs with {LOG_MIB} MiB logs")
+    print(f"\nlist_training_jobs (local), running jobs with {LOG_MIB} MiB logs (ms: wall / CPU)")
     _row("running", "page ms", "page MiB", "failed ms", "failed MiB", "succ. ms",
-         "succ. MiB", "succ. reads", "log reads")  # fmt: skip
-    pages, nones, unread, seeded = [], [], [], 0
+         "succ. MiB", "fail reads", "succ reads", "log reads")  # fmt: skip
+    walls: dict[str, list[float]] = {"page": [], "failed": [], "succeeded": []}
+    cpus: dict[str, list[float]] = {"page": [], "failed": [], "succeeded": []}
+    seeded = 0
     try:
         for count in RUNNING:
             _seed_running(runs, seeded, count, log, holders)
             seeded = count
             target.list_jobs(JobPage(limit=1, status="succeeded"))  # the index made
             log_reads.clear()
-            page, page_s, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
-            statuses = {j.status for j in page.items}
-            assert len(page.items) == min(20, count) and statuses == {"running"}, statuses
-            none, none_s, none_mib = measured(
-                lambda: target.list_jobs(JobPage(limit=20, status="failed"))
-            )
-            assert none.items == []
-            reads, stop = _count_reads()
-            try:
-                done, done_s, done_mib = measured(
-                    lambda: target.list_jobs(JobPage(limit=20, status="succeeded"))
-                )
-            finally:
-                stop()
-            assert done.items == []
-            pages.append(page_s)
-            nones.append(none_s)
-            unread.append(done_s)
-            _row(count, f"{page_s * 1000:.0f}", f"{page_mib:.2f}", f"{none_s * 1000:.0f}",
-                 f"{none_mib:.2f}", f"{done_s * 1000:.1f}", f"{done_mib:.2f}",
-                 len(reads) // CALLS, len(log_reads))  # fmt: skip
+            cells, reads_of = [], {}
+            for what, status in (("page", None), ("failed", "failed"), ("succeeded", "succeeded")):
+                reads, stop = _count_reads()
+                try:
+                    page, wall, cpu, mib = measured(
+                        lambda status=status: target.list_jobs(JobPage(limit=20, status=status))
+                    )
+                finally:
+                    stop()
+                if status is None:
+                    statuses = {j.status for j in page.items}
+                    assert len(page.items) == min(20, count) and statuses == {"running"}, statuses
+                else:
+                    assert page.items == [], status
+                reads_of[what] = len(reads) // CALLS
+                walls[what].append(wall)
+                cpus[what].append(cpu)
+                cells += [f"{wall * 1000:.0f}/{cpu * 1000:.0f}", f"{mib:.2f}"]
+            _row(count, *cells, reads_of["failed"], reads_of["succeeded"], len(log_reads))
     finally:
         run_dir.read_chunk = real
         for holder in holders:
             holder.kill()
             holder.wait()
     span = f"over {RUNNING[0]}..{RUNNING[-1]}"
-    print(f"running local jobs, a page of 20: k {growth_exponent(RUNNING, pages):.2f} {span}")
-    print(f"running local jobs, failed matching none: k {growth_exponent(RUNNING, nones):.2f} "
-          f"{span}")  # fmt: skip
-    print(f"running local jobs, succeeded matching none (no record read): "
-          f"k {growth_exponent(RUNNING, unread):.2f} {span}")  # fmt: skip
+
+    def k(what: str) -> str:
+        return (f"k {growth_exponent(RUNNING, walls[what]):.2f} "
+                f"(CPU k {growth_exponent(RUNNING, cpus[what]):.2f}) {span}")  # fmt: skip
+
+    print(f"running local jobs, a page of 20: {k('page')}")
+    print(f"running local jobs, failed matching none (no record read): {k('failed')}")
+    print(f"running local jobs, succeeded matching none (no record read): {k('succeeded')}")
 
 
 # --- Slurm job records ------------------------------------------------------------------
@@ -241,17 +251,18 @@ def slurm_lists(root: Path) -> None:
     runs.mkdir()
     target = SlurmTarget(SlurmSettings(target="slurm", runs_dir=str(runs)))
     print("\nlist_training_jobs (Slurm), ended jobs (records as the target writes them)")
-    _row("jobs", "page ms", "page MiB", "page reads", "none ms", "none MiB", "none reads")
-    pages, nones, seeded = [], [], 0
+    _row("jobs", "page ms", "page CPU", "page MiB", "page reads", "none ms", "none CPU",
+         "none MiB", "none reads")  # fmt: skip
+    pages, nones, page_cpus, none_cpus, seeded = [], [], [], [], 0
     for count in RUNNING:
         _seed_slurm(runs, seeded, count)
         seeded = count
         reads, stop = _count_reads()
         try:
-            page, page_s, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
+            page, page_s, page_cpu, page_mib = measured(lambda: target.list_jobs(JobPage(limit=20)))
             page_reads = len(reads)
             reads.clear()
-            none, none_s, none_mib = measured(
+            none, none_s, none_cpu, none_mib = measured(
                 lambda: target.list_jobs(JobPage(limit=20, status="failed"))
             )
         finally:
@@ -260,18 +271,28 @@ def slurm_lists(root: Path) -> None:
         page_reads, none_reads = page_reads // CALLS, len(reads) // CALLS
         pages.append(page_s)
         nones.append(none_s)
-        _row(count, f"{page_s * 1000:.1f}", f"{page_mib:.2f}", page_reads,
-             f"{none_s * 1000:.1f}", f"{none_mib:.2f}", none_reads)  # fmt: skip
+        page_cpus.append(page_cpu)
+        none_cpus.append(none_cpu)
+        _row(count, f"{page_s * 1000:.1f}", f"{page_cpu * 1000:.1f}", f"{page_mib:.2f}",
+             page_reads, f"{none_s * 1000:.1f}", f"{none_cpu * 1000:.1f}", f"{none_mib:.2f}",
+             none_reads)  # fmt: skip
     span = f"over {RUNNING[0]}..{RUNNING[-1]}"
-    print(f"Slurm jobs, a page of 20: k {growth_exponent(RUNNING, pages):.2f} {span}")
-    print(f"Slurm jobs, failed matching none: k {growth_exponent(RUNNING, nones):.2f} {span}")
+    print(f"Slurm jobs, a page of 20: k {growth_exponent(RUNNING, pages):.2f} "
+          f"(CPU k {growth_exponent(RUNNING, page_cpus):.2f}) {span}")  # fmt: skip
+    print(f"Slurm jobs, failed matching none: k {growth_exponent(RUNNING, nones):.2f} "
+          f"(CPU k {growth_exponent(RUNNING, none_cpus):.2f}) {span}")  # fmt: skip
+
+
+def _load() -> None:
+    print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        operation_lists(Path(tmp))
-        local_lists(Path(tmp))
-        slurm_lists(Path(tmp))
+        for section in (operation_lists, local_lists, slurm_lists):
+            _load()
+            section(Path(tmp))
+        _load()
 
 
 if __name__ == "__main__":

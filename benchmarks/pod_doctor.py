@@ -180,10 +180,10 @@ def at_fleet_size() -> None:
     print(f"\nthe doctor at fleet size: one OOM, a timeout on every other rank, "
           f"{FLEET_LOG_CHARS // 1024} KB logs")  # fmt: skip
     print(
-        "  pods | file MiB | snapshot s | peak MiB (x file) | per_pod page s, findings, KB "
-        "| live s | requests (logs) | in flight"
+        "  pods | file MiB | snapshot s (CPU) | peak MiB (x file) | per_pod page s, findings, "
+        "KB | live s (CPU, kmock's too) | requests (logs) | in flight"
     )
-    offline, live = [], []
+    offline, live, offline_cpu, live_cpu = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp, kube_server() as kube:
         os.environ["KUBECONFIG"] = str(kube.kubeconfig)
         _seed(kube, fleet(4))  # warm: the first live call imports the Kubernetes client
@@ -193,7 +193,9 @@ def at_fleet_size() -> None:
             path = Path(tmp) / f"fleet-{pods}.json"
             path.write_text(snapshot_text(snap))
             size = path.stat().st_size / 2**20
-            result, seconds, peak = measured(lambda p=path: diagnose_training_job(snapshot=str(p)))
+            result, seconds, cpu, peak = measured(
+                lambda p=path: diagnose_training_job(snapshot=str(p))
+            )
             assert result.root.code == "cuda_oom", result.summary  # type: ignore[attr-defined]
             start = time.perf_counter()
             page = diagnose_training_job(snapshot=str(path), per_pod=True)
@@ -202,19 +204,22 @@ def at_fleet_size() -> None:
             _seed(kube, snap)
             del snap
             kube.log_latency = 0.002
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             found = diagnose_training_job(job_name="fleet", namespace=fx.NS)
             live_s = time.perf_counter() - start
+            live_cpu.append(time.process_time() - cpu_start)
             assert found.root.code == "cuda_oom", found.summary
             paths = [str(r.url.path) for r in kube.emulator._requests]  # kmock 0.8: no public list
             logs = sum(p.endswith("/log") for p in paths)
             offline.append(seconds)
+            offline_cpu.append(cpu)
             live.append(live_s)
             ratio = f"{peak:8.1f} ({peak / size:.2f}x)"
             shown = f"{page_s:.2f}, {len(page.findings)}, {len(page.model_dump_json()) / 1000:.1f}"
             asked = f"{len(paths):,} ({logs:,})"
-            print(f"  {pods:>5,} | {size:8.1f} | {seconds:10.2f} | {ratio} | {shown} "
-                  f"| {live_s:6.2f} | {asked} | {kube.logs_in_flight_peak}")  # fmt: skip
+            print(f"  {pods:>5,} | {size:8.1f} | {seconds:6.2f} ({cpu:.2f}) | {ratio} | {shown} "
+                  f"| {live_s:6.2f} ({live_cpu[-1]:.2f}) | {asked} "
+                  f"| {kube.logs_in_flight_peak}")  # fmt: skip
         # A hang: the OOM's pod failed, the others run, ready: rank 0's log and its only.
         kube.reset()
         _seed(kube, fleet(FLEET[-1], cascade=False))
@@ -227,8 +232,11 @@ def at_fleet_size() -> None:
               f"({logs} log reads); root {hung.root.code}")  # fmt: skip
     print(
         f"  growth exponent k over {FLEET[-1] // FLEET[0]}x pods: snapshot "
-        f"{growth_exponent(FLEET, offline):.2f}, live {growth_exponent(FLEET, live):.2f} (1 linear)"
+        f"{growth_exponent(FLEET, offline):.2f}, live {growth_exponent(FLEET, live):.2f} "
+        f"(1 linear); CPU: snapshot {growth_exponent(FLEET, offline_cpu):.2f}, "
+        f"live {growth_exponent(FLEET, live_cpu):.2f}"
     )
+    print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -175,26 +175,33 @@ def _indexed_status(name: str) -> dict[str, Any]:
     return {"status": None if record is None else record.status}
 
 
-def _may_have(names: list[str], status: str) -> list[str]:
-    """Of `names` (in their order), those whose record may have `status`: the index's
-    (synced: a stat per record, a read of the changed only), with the running ones (a
-    running operation whose worker died is failed or cancelled when looked at). Without
-    an index (a read-only server, an index that cannot be opened) all of them."""
+def _removed(name: str) -> bool:
+    """An indexed operation whose folder is gone (pruned)."""
+    return not os.path.isdir(os.path.join(operations_dir(), name))
+
+
+def _may_have(tool: str | None, status: str) -> list[str] | None:
+    """The operations (of `tool`) whose record may have `status`, newest first: the
+    index's (synced from the listing, a stat per record, a read of the changed only),
+    with the running ones (a running operation whose worker died is failed or cancelled
+    when looked at). Only those are held, not every folder's name. None without an index
+    (a read-only server, an index that cannot be opened): the caller lists the folders."""
     try:
         with _index().open() as conn:
             if conn is None:
-                return names
+                return None
             root = str(operations_dir())  # str paths: pathlib costs more than the stat
-            _index().sync(conn, {n: os.path.join(root, n, RECORD) for n in names},
-                          _indexed_status)  # fmt: skip
+            records = ((n, os.path.join(root, n, RECORD)) for n in _folders())
+            _index().sync(conn, records, _indexed_status, _removed)
             wanted = {status, "running"} if status in ("failed", "cancelled") else {status}
             marks = ", ".join("?" * len(wanted))
-            found = {n for (n,) in conn.execute(
-                f"SELECT name FROM records WHERE status IN ({marks})", sorted(wanted))}  # fmt: skip
+            rows = conn.execute(f"SELECT name FROM records WHERE status IN ({marks})",
+                                sorted(wanted))  # fmt: skip
+            found = [n for (n,) in rows if _of_tool(n, tool)]
     except sqlite3.Error as exc:  # derived: the records answer instead
         logging.getLogger(__name__).info("operations index not used: %s", exc)
-        return names
-    return [n for n in names if n in found]
+        return None
+    return sorted(found, key=_stamp, reverse=True)
 
 
 def _masked(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -354,16 +361,32 @@ def _stamp(name: str) -> str:
     return name[-22:-7]
 
 
+def _of_tool(name: str, tool: str | None) -> bool:
+    """An operation id, of `tool` (None: of any)."""
+    return re.fullmatch(OPERATION_ID, name) is not None and (
+        tool is None or name[: -len("-YYYYMMDD-HHMMSS-abcdef")] == tool
+    )
+
+
+def _folders(tool: str | None = None) -> Iterator[str]:
+    """Operation folders (of `tool`) in the listing's order, one at a time: no reads."""
+    root = operations_dir()
+    if not root.is_dir():
+        return
+    with os.scandir(root) as entries:
+        yield from (entry.name for entry in entries if _of_tool(entry.name, tool))
+
+
 def _folders_newest_first(tool: str | None = None) -> list[str]:
     """Operation folders by the time in their names, newest first: a listing, no reads."""
-    root = operations_dir()
-    names = [
-        entry.name
-        for entry in (os.scandir(root) if root.is_dir() else ())
-        if re.fullmatch(OPERATION_ID, entry.name)
-        and (tool is None or entry.name[: -len("-YYYYMMDD-HHMMSS-abcdef")] == tool)
-    ]
-    return sorted(names, key=_stamp, reverse=True)
+    return sorted(_folders(tool), key=_stamp, reverse=True)
+
+
+def _listed(tool: str | None, status: str | None) -> list[str]:
+    """The operations a list walks, newest first: every folder (of `tool`), or with a
+    status those that may have it."""
+    found = None if status is None else _may_have(tool, status)
+    return _folders_newest_first(tool) if found is None else found
 
 
 def list_records(
@@ -372,9 +395,7 @@ def list_records(
     """Newest first, reading records only until `limit` are found; records that cannot
     be read are left out. Ids of one second are ordered by their records' times."""
     found: list[OperationRecord] = []
-    names = _folders_newest_first(tool)
-    if status is not None:
-        names = _may_have(names, status)
+    names = _listed(tool, status)
     # One pass: the names are sorted by second, so each second is a run of them.
     for _, one_second in itertools.groupby(names, key=_stamp):
         if limit is not None and len(found) >= limit:
@@ -402,11 +423,10 @@ def page_records(
     only its own seconds' records: a second wholly before the cursor is passed by name.
     Without a status what is past the page is counted by name (every folder, one that
     cannot be read too); with one, records are read until one more matches."""
-    names = _folders_newest_first(tool)
-    anchor = start_after(cursor, lambda name: _key(name, _readable(name)) if name in names
+    names = _listed(tool, status)  # with a status, only those that may match are read
+    anchor = start_after(cursor, lambda name: _key(name, _readable(name))
+                         if _of_tool(name, tool) and (operations_dir() / name).is_dir()
                          else None, like=(0, 0.0, ""))  # fmt: skip
-    if status is not None:  # only those that may match are read
-        names = _may_have(names, status)
     found: list[tuple[Key, OperationRecord]] = []
     for entries, end in _seconds_after(names, anchor):
         for i, (key, record) in enumerate(entries):

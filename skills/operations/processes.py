@@ -77,11 +77,11 @@ class Identity(Enum):
 
 
 def identify(pid: int | None, started: float | None, expected: Expected) -> Identity:
-    if not is_alive(pid, started):
+    process = _running(pid, started)
+    if process is None:
         return Identity.GONE
-    assert pid is not None
     try:
-        ours = expected.matches(psutil.Process(pid))
+        ours = expected.matches(process)
     except psutil.NoSuchProcess:
         return Identity.GONE
     except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
@@ -99,16 +99,24 @@ def start_time(pid: int) -> float | None:
 
 def is_alive(pid: int | None, started: float | None) -> bool:
     """True while that very process (pid and start time) runs and is not a zombie."""
+    return _running(pid, started) is not None
+
+
+def _running(pid: int | None, started: float | None) -> psutil.Process | None:
+    """That very process while it runs and is not a zombie (one read of its stat: a
+    list looks at every running job's processes)."""
     if pid is None or started is None:
-        return False
+        return None
     try:
         process = psutil.Process(pid)
-        return (
-            same_start(started, process.create_time())
-            and process.status() != psutil.STATUS_ZOMBIE
-        )
+        with process.oneshot():
+            running = (
+                same_start(started, process.create_time())
+                and process.status() != psutil.STATUS_ZOMBIE
+            )
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return False
+        return None
+    return process if running else None
 
 
 def signal_group(

@@ -10,6 +10,7 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -50,7 +51,11 @@ class RecordFile(Generic[M]):
         self.lock_timeout_s = lock_timeout_s
         # Told each record written, the lock still held (an index of records notes it).
         self.on_write = on_write
-        self._lock = FileLock(str(path.with_suffix(".lock")), timeout=lock_timeout_s)
+
+    @cached_property
+    def _lock(self) -> FileLock:
+        # Made when first taken: a list that only reads or looks at many jobs pays for none.
+        return FileLock(str(self.path.with_suffix(".lock")), timeout=self.lock_timeout_s)
 
     @contextmanager
     def lock(self) -> Iterator[None]:

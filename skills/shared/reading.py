@@ -113,7 +113,11 @@ def read_bytes(
     with handle:
         if info.st_size > max_bytes:
             raise _too_big(what, path, max_bytes)
-        data = handle.read(max_bytes + 1)  # the size may grow between fstat and read
+        # A buffer of the file's size, not of max_bytes (16 MiB a record read, else);
+        # the size may grow between fstat and read: the rest then, up to the limit.
+        data = handle.read(info.st_size + 1)
+        if len(data) > info.st_size:
+            data += handle.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
         raise _too_big(what, path, max_bytes)
     return data

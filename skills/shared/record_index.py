@@ -29,6 +29,8 @@ from skills.shared.write_gate import writes_closed
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 10_000
+# Rows a sync writes in one transaction (a migration of thousands holds no more at once).
+SYNC_BATCH = 500
 Row = Mapping[str, Any]
 
 
@@ -144,32 +146,42 @@ class RecordIndex:
     def sync(
         self,
         conn: sqlite3.Connection,
-        records: Mapping[str, str | Path],
+        records: Iterable[tuple[str, str | Path]],
         describe: Callable[[str], Row],
+        gone: Callable[[str], bool],
         missing_is_gone: bool = False,
     ) -> int:
-        """The index brought to `records` (name -> record file): a stat each, a read
-        (`describe`) of those changed since their row, rows of the gone removed (with
-        `missing_is_gone`, a name whose record file is missing too: it is no record).
-        Returns how many were read."""
-        known = dict(conn.execute("SELECT name, fp FROM records"))
-        changed = []
-        present = set()
-        for name, path in records.items():
+        """The index brought to `records` (name -> record file, each name once): a stat
+        each, a read (`describe`) of those changed since their row, rows of the gone
+        removed (`gone`: a row's name no longer listed; with `missing_is_gone`, a listed
+        name whose record file is missing is no record either). Returns how many were
+        read. One row at a time (a lookup by name), so its memory does not grow with
+        the records: only the rows a count shows to be gone are looked for."""
+        changed: list[tuple[str, str | None, Row]] = []
+        read = present = 0
+        for name, path in records:
             fp = fingerprint(path)  # before the read: a write after it shows next time
             if fp is None and missing_is_gone:
                 continue
-            present.add(name)
-            if known.get(name) != fp or fp is None:
+            present += 1
+            row = conn.execute("SELECT fp FROM records WHERE name = ?", (name,)).fetchone()
+            if row is None or row[0] != fp or fp is None:
                 changed.append((name, fp, describe(name)))
-        gone = [(name,) for name in known.keys() - present]
+            if len(changed) >= SYNC_BATCH:  # a migration's rows in bounded batches
+                read += len(changed)
+                self._upsert(conn, changed)
+                changed.clear()
         if changed:
+            read += len(changed)
             self._upsert(conn, changed)
-        if gone:
+        # Every listed name has its row now: rows past their count are of the gone.
+        (rows,) = conn.execute("SELECT COUNT(*) FROM records").fetchone()
+        if rows > present:
+            stale = [(n,) for (n,) in conn.execute("SELECT name FROM records") if gone(n)]
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("DELETE FROM records WHERE name = ?", gone)
+            conn.executemany("DELETE FROM records WHERE name = ?", stale)
             conn.execute("COMMIT")
-        return len(changed)
+        return read
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:

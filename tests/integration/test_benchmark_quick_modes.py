@@ -61,13 +61,13 @@ ROWS = {
     "family_bench": Row((rf"^\| \w+ \| [\d,]+ \| .* = {NUMBER}x \| .* = {NUMBER}x \|$",)),
     "fleet_records": Row((rf"operations, status matching none: k -?{NUMBER}",
                           rf"running local jobs, a page of 20: k -?{NUMBER}",
-                          rf"running local jobs, failed matching none: k -?{NUMBER}",
+                          rf"running local jobs, failed matching none .*: k -?{NUMBER}",
                           rf"running local jobs, succeeded matching none .*: k -?{NUMBER}",
                           rf"Slurm jobs, failed matching none: k -?{NUMBER}",
-                          # 64 running local jobs: succeeded read no record, no log; 64
-                          # ended Slurm jobs: failed read no record
-                          r"^\s+64 \|(\s+\S+ \|){6}\s+0 \|\s+0$",
-                          r"^\s+64 \|(\s+\S+ \|){5}\s+0$")),
+                          # 64 running local jobs: failed and succeeded read no record,
+                          # no log; 64 ended Slurm jobs: failed read no record
+                          r"^\s+64 \|(\s+\S+ \|){6}\s+0 \|\s+0 \|\s+0$",
+                          r"^\s+64 \|(\s+\S+ \|){7}\s+0$")),
     "gpu_mfu": Row((rf"trainer / bare tokens/s: {NUMBER}x",)),
     "gpu_sampling_cost": Row((rf"cost per step {NUMBER}x of the bare step \(goal <= 1.01\)",)),
     "image_rebuild": Row((rf"rebuild / clean: {NUMBER}",), REGISTRY_AND_PODMAN, *ON_THE_SESSIONS),

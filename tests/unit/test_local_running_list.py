@@ -5,6 +5,9 @@ right, from its log."""
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +17,7 @@ import pytest
 from skills.training_job_deployer.targets import run_dir
 from skills.training_job_deployer.targets.base import JobPage
 from skills.training_job_deployer.targets.local.record import (
+    RECORD,
     SUPERVISOR_MODULE,
     JobProgress,
     JobRecord,
@@ -22,6 +26,7 @@ from skills.training_job_deployer.targets.local.record import (
 )
 from skills.training_job_deployer.targets.local.supervisor import Supervisor
 from skills.training_job_deployer.targets.local.target import LocalPlan, LocalTarget
+from skills.training_job_deployer.targets.run_dir import JobIndex
 
 STEP = '{"event": "step", "step": %d, "loss": %.1f, "tokens_per_s": 100.0}\n'
 
@@ -42,10 +47,11 @@ def supervisors():
             identity = ProcessIdentity.of(holder.pid)
         return identity
 
+    start.started = started  # type: ignore[attr-defined]
     yield start
     for holder in started:
         holder.kill()
-        holder.wait()
+        holder.wait()  # a second wait (a test killed it) returns at once
 
 
 def _running(runs: Path, count: int, supervisors, progress: bool = True) -> list[str]:
@@ -129,3 +135,77 @@ def test_the_supervisor_keeps_the_trainers_figures_in_the_record(tmp_path):
     supervisor._watch(STEP % (4, 1.0))
     supervisor.record_progress()  # an ended record stays as it is
     assert run.record_file.read() == ended
+
+
+def _edit_unseen(record: Path, old: str, new: str) -> None:
+    """The record changed in place as no writer changes it, its size and time kept, so
+    only a read of the record (not its stat, not the index) can see the change."""
+    assert len(old) == len(new)
+    st = record.stat()
+    text = record.read_text()
+    assert text.count(old) == 1
+    with record.open("r+") as f:  # the same inode
+        f.write(text.replace(old, new))
+    os.utime(record, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_failed_filter_over_running_jobs_reads_their_rows_not_their_records(
+    tmp_path, supervisors
+):
+    """A running job's row names its supervisor, so the processes are looked at without
+    the record. Each record here is edited unseen to name a supervisor that started 10 s
+    later (no such process: read, the job is failed); the rows still name the live one,
+    so a filter that reads no record finds none failed (on main: all 30, each read)."""
+    names = _running(tmp_path, 30, supervisors)
+    target = LocalTarget(tmp_path)
+    assert target.list_jobs(JobPage(limit=20, status="succeeded")).items == []  # synced
+    for name in names:
+        record = RunDir(tmp_path / name).record_file.path
+        started = json.loads(record.read_text())["supervisor"]["started"]
+        text = json.dumps(started)
+        tens = len(text.split(".")[0]) - 2  # the tens of seconds
+        moved = text[:tens] + str((int(text[tens]) + 1) % 10) + text[tens + 1 :]
+        _edit_unseen(record, f'"started": {text}', f'"started": {moved}')
+    page = target.list_jobs(JobPage(limit=20, status="failed"))
+    assert (page.items, page.more) == ([], 0)
+
+
+def test_a_running_job_whose_processes_are_gone_is_listed_failed_from_its_record(
+    tmp_path, supervisors
+):
+    names = _running(tmp_path, 3, supervisors)
+    target = LocalTarget(tmp_path)
+    assert target.list_jobs(JobPage(status="failed")).items == []
+    for holder in supervisors.started:
+        holder.kill()
+        holder.wait()
+    page = target.list_jobs(JobPage(status="failed"))
+    listed = [(j.job_name, j.status, j.steps) for j in page.items]
+    assert listed == [(n, "failed", 30) for n in names]
+    assert "stopped without recording" in (page.items[0].message or "")
+
+
+def test_the_index_keeps_the_figures_the_supervisor_writes_as_the_job_goes(tmp_path, supervisors):
+    (name,) = _running(tmp_path, 1, supervisors)
+    run = RunDir(tmp_path / name)
+    index = JobIndex(tmp_path, RECORD).index.path
+
+    def row() -> tuple:
+        with sqlite3.connect(index) as conn:
+            return conn.execute(
+                "SELECT status, step, loss, ended_at, supervisor_pid FROM records"
+            ).fetchone()
+
+    identity = run.record_file.read().supervisor  # type: ignore[union-attr]
+    assert identity is not None
+    assert row() == ("running", 30, 6.0, None, identity.pid)
+    plan = LocalPlan(argv=["torchrun"], env={}, cwd=str(tmp_path), run_dir=str(run.path),
+                     attempt=1, log_path=str(run.log(1)), nproc_per_node=1,
+                     checkpoint_dir=str(tmp_path / "ckpt"))  # fmt: skip
+    supervisor = Supervisor(run, plan)
+    supervisor._watch(STEP % (31, 5.5))
+    supervisor.record_progress()
+    assert row() == ("running", 31, 5.5, None, identity.pid)
+    ended = run.record_file.read().finished(0)  # type: ignore[union-attr]
+    run.record_file.write(ended)
+    assert row()[:4] == (None, None, None, ended.ended_at)  # ended, its outcome not read yet

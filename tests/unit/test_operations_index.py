@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import tracemalloc
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -177,3 +178,21 @@ def test_two_processes_updating_records_keep_the_index_whole_and_true(state_dir)
     assert _rows(state_dir) == dict.fromkeys(ids, "failed")
     found = operations.page_records(None, "failed", 20, None).items
     assert [r.operation_id for r in found] == ids
+
+
+def test_a_status_matching_none_takes_the_same_memory_at_16x_the_operations():
+    """The listing is synced one folder at a time and only the operations that may match
+    are held (on main: every folder's name, sorted, and a set of them: 0.2 MiB more at
+    1,024 operations than at 64)."""
+    peaks = []
+    for count in (64, 1024):
+        _seed(count)  # 64, then 1,024 more
+        operations.page_records(None, "failed", 20, None)  # migrated: each read once
+        tracemalloc.start()
+        try:
+            page = operations.page_records(None, "failed", 20, None)
+            peaks.append(tracemalloc.get_traced_memory()[1] / 2**20)
+        finally:
+            tracemalloc.stop()
+        assert (page.items, page.more) == ([], 0)
+    assert peaks[1] < peaks[0] + 0.06, peaks

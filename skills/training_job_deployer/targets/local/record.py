@@ -14,7 +14,7 @@ from skills.operations import processes
 from skills.shared.errors import ErrorCode
 from skills.shared.secrets import mask_data
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun
+from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun, figures_row
 
 OURS = processes.Identity.OURS
 RECORD = "job.json"
@@ -123,12 +123,31 @@ class RunDir(RecordedRun[JobRecord]):
 
     def row(self, record: JobRecord) -> dict[str, Any]:
         """An ended job's kept outcome; `running` while the record says it has not
-        ended (JobIndex.UNSETTLED: failed or cancelled once its processes are gone)."""
+        ended (JobIndex.UNSETTLED: failed or cancelled once its processes are gone),
+        with the processes that keep it running and the figures its supervisor keeps."""
         if record.ended:
             status = None if record.outcome is None else record.outcome.status
+            figures = {} if record.outcome is None else record.outcome.figures
         else:
             status = "running"
-        return {"submitted_at": record.submitted_at, "status": status}
+            figures = {} if record.progress is None else record.progress.figures
+        row: dict[str, Any] = {"submitted_at": record.submitted_at, "status": status,
+                               "ended_at": record.ended_at, **figures_row(figures)}  # fmt: skip
+        for role, identity in (("supervisor", record.supervisor), ("trainer", record.trainer)):
+            if identity is not None:
+                row[f"{role}_pid"], row[f"{role}_started"] = identity.pid, identity.started
+        return row
+
+    def runs_now(self, row: dict[str, Any]) -> bool:
+        """The row's supervisor or trainer runs, and is this job's (as JobRecord.active
+        asks of the record)."""
+        return any(
+            processes.identify(row.get(f"{role}_pid"), row.get(f"{role}_started"), expected) is OURS
+            for role, expected in (
+                ("supervisor", self.supervisor_process),
+                ("trainer", self.trainer_process),
+            )
+        )
 
     def log(self, attempt: int) -> Path:
         return self.path / "logs" / f"attempt-{attempt}.log"

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun
+from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun, figures_row
 from skills.training_job_deployer.targets.slurm.settings import SSH_HOST
 
 SLURM_RECORD = "slurm.json"
@@ -65,7 +65,8 @@ class SlurmRunDir(RecordedRun[SlurmRecord]):
     def row(self, record: SlurmRecord) -> dict[str, Any]:
         """An ended job's kept outcome; none before (the scheduler says)."""
         status = None if record.end is None or record.outcome is None else record.outcome.status
-        return {"submitted_at": record.submitted_at, "status": status}
+        figures = {} if record.outcome is None else record.outcome.figures
+        return {"submitted_at": record.submitted_at, "status": status, **figures_row(figures)}
 
     def log(self, job_id: int | str) -> str:
         return f"{self.cluster_dir}/logs/slurm-{job_id}.log"  # the template's --output
