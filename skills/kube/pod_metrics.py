@@ -29,8 +29,8 @@ TOP = 3
 MIB = 2**20
 NOT_SERVED = (
     "pod CPU/memory: the cluster serves no metrics API (metrics.k8s.io); install the "
-    "metrics-server (EKS add-on `metrics-server`: aws eks create-addon --addon-name "
-    "metrics-server --cluster-name <cluster>) to see each pod's use here"
+    "metrics-server (the EKS add-on: `aws eks create-addon --addon-name metrics-server "
+    "--cluster-name <cluster>`) to see each pod's use here"
 )
 
 
