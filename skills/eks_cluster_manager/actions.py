@@ -275,7 +275,7 @@ def storage(
 ) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
-    from skills.eks_cluster_manager import pod_identity
+    from skills.eks_cluster_manager import pod_identity, storage_kube
     from skills.eks_cluster_manager import storage as fsx_storage
     from skills.eks_cluster_manager.cleanup import Counted
     from skills.kube.identity import S3_SERVICE_ACCOUNT
@@ -291,8 +291,8 @@ def storage(
     bucket = fsx_storage.bucket_name(spec, account)
     net = fsx_storage.network(aws("eks"), aws("ec2"), cluster, spec.nodegroup)
     kube = _kube(access)
-    driver = fsx_storage.csi_driver(kube)  # first: an unreachable API fails before any write
-    current = fsx_storage.current_objects(kube, spec)  # and someone else's claim refuses
+    driver = storage_kube.csi_driver(kube)  # first: an unreachable API fails before any write
+    current = storage_kube.current_objects(kube, spec)  # and someone else's claim refuses
     progress.report(1, 4, "security group and file system")
     group_row, group_id = fsx_storage.ensure_group(aws("ec2"), spec, net, apply)
     fs_row, fs = fsx_storage.ensure_file_system(aws("fsx"), spec, net, group_id, apply)
@@ -308,7 +308,7 @@ def storage(
     progress.report(3, 4, "Kubernetes objects")
     rows = [
         group_row, fs_row, bucket_row, role_row, agent_row, association_row,
-        *fsx_storage.ensure_objects(kube, spec, fs, apply, current),
+        *storage_kube.ensure_objects(kube, spec, fs, apply, current),
         pod_identity.ensure_service_account(kube, spec.namespace, bucket, role_arn, apply),
     ]  # fmt: skip
     progress.report(4, 4, "done")
@@ -338,7 +338,7 @@ def storage(
         if rows[1].action in ("created", "unchanged") and fs is not None:
             report.summary += f"; mount it with checkpoint_volume=pvc:{spec.claim}"
     if driver is None:
-        hint = fsx_storage.csi_install_hint(cluster_name, region, account)
+        hint = storage_kube.csi_install_hint(cluster_name, region, account)
         changes["csi_driver"] = f"missing: the claim mounts once it runs; {hint}"
         # Installing the driver is not a call of this suite: a hint beside the plan's step.
         report.hint = f"Install the FSx CSI driver: {hint}"

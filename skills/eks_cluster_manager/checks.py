@@ -19,7 +19,7 @@ from skills.eks_cluster_manager import device_plugins
 from skills.eks_cluster_manager import engine_checks as trainer
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
-from skills.eks_cluster_manager.storage import csi_install_hint
+from skills.eks_cluster_manager.storage_kube import csi_install_hint
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson, access_failure
 from skills.kube.deployments import deployment_ready

@@ -20,7 +20,7 @@ from skills.catalog.pricing import (
     estimate_instances,
     estimate_storage,
 )
-from skills.eks_cluster_manager.storage import CSI_POLICY
+from skills.eks_cluster_manager.storage_kube import CSI_POLICY
 from skills.shared.errors import ErrorCode, ToolFailure
 
 SYSTEM_INSTANCE = "m5.xlarge"
@@ -52,7 +52,7 @@ ADDONS = (
     "aws-fsx-csi-driver",
 )
 # The FSx CSI add-on with its controller's IAM role (IRSA: the config has withOIDC), as
-# storage.csi_install_hint installs it on a cluster made without it.
+# storage_kube.csi_install_hint installs it on a cluster made without it.
 ADDON_POLICIES: dict[str, list[str]] = {"aws-fsx-csi-driver": [CSI_POLICY]}
 
 

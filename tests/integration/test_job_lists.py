@@ -13,7 +13,7 @@ import pytest
 
 from commands.list_training_jobs import list_training_jobs
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer.targets import run_dir
+from skills.training_job_deployer.targets import job_index
 from tests.run_copies import EndedJob, copy_of
 
 
@@ -29,9 +29,9 @@ def test_a_local_list_pages_describe_only_the_page(tmp_path, monkeypatch, ended_
         submitted(runs / name, 1e9 - age)  # newest first: this order
 
     described: list[str] = []
-    real = run_dir._described
+    real = job_index._described
     monkeypatch.setattr(
-        run_dir, "_described", lambda p, t, d: (described.append(p.parent.name), real(p, t, d))[1]
+        job_index, "_described", lambda p, t, d: (described.append(p.parent.name), real(p, t, d))[1]
     )
     page = list_training_jobs(runs_dir=str(runs), limit=2)
     assert [j.job_name for j in page.jobs] == ["broken", "job-4"]

@@ -158,7 +158,7 @@ def test_a_cleanup_of_the_node_groups_alone_leaves_namespaces_be(kube):
 
 
 def test_the_storage_claim_in_a_missing_namespace_creates_it(kube):
-    from skills.eks_cluster_manager import storage
+    from skills.eks_cluster_manager import storage_kube as storage
 
     rows = storage.namespace_row(kube, NS, apply=False)
     assert [(r.kind, r.name, r.action) for r in rows] == [("Namespace", NS, "create")]

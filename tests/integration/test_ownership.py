@@ -248,11 +248,11 @@ FSX = {"FileSystemId": "fs-0123456789abcdef0", "DNSName": "fs.fsx.example", "Sto
 
 
 def _storage_write(kube_json, spec):
-    from skills.eks_cluster_manager import storage as fsx_storage
+    from skills.eks_cluster_manager import storage_kube
 
     # The objects were read missing (current_objects, before the AWS writes); the claim
     # was made by someone else since: the write must not take it over.
-    return fsx_storage.ensure_objects(kube_json, spec, FSX, True, [None, None, None])
+    return storage_kube.ensure_objects(kube_json, spec, FSX, True, [None, None, None])
 
 
 def _service_account_write(kube_json, spec):

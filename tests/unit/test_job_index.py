@@ -18,9 +18,10 @@ from skills.operations.record_store import RecordFile
 from skills.shared.paging import cursor_after
 from skills.shared.write_gate import closed_to_writes
 from skills.training_job_deployer.targets.base import JobPage
+from skills.training_job_deployer.targets.job_index import JobIndex
 from skills.training_job_deployer.targets.local.record import RECORD, JobRecord, RunDir
 from skills.training_job_deployer.targets.local.target import LocalTarget
-from skills.training_job_deployer.targets.run_dir import JobIndex, JobOutcome
+from skills.training_job_deployer.targets.run_dir import JobOutcome
 from skills.training_job_deployer.targets.slurm.record import (
     SLURM_RECORD,
     SlurmEnd,

@@ -16,6 +16,7 @@ import pytest
 
 from skills.training_job_deployer.targets import run_dir
 from skills.training_job_deployer.targets.base import JobPage
+from skills.training_job_deployer.targets.job_index import JobIndex
 from skills.training_job_deployer.targets.local.record import (
     RECORD,
     SUPERVISOR_MODULE,
@@ -26,7 +27,6 @@ from skills.training_job_deployer.targets.local.record import (
 )
 from skills.training_job_deployer.targets.local.supervisor import Supervisor
 from skills.training_job_deployer.targets.local.target import LocalPlan, LocalTarget
-from skills.training_job_deployer.targets.run_dir import JobIndex
 
 STEP = '{"event": "step", "step": %d, "loss": %.1f, "tokens_per_s": 100.0}\n'
 

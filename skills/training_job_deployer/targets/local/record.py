@@ -14,7 +14,8 @@ from skills.operations import processes
 from skills.shared.errors import ErrorCode
 from skills.shared.secrets import mask_data
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun, figures_row
+from skills.training_job_deployer.targets.job_index import figures_row
+from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun
 
 OURS = processes.Identity.OURS
 RECORD = "job.json"

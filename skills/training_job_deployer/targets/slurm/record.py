@@ -10,7 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun, figures_row
+from skills.training_job_deployer.targets.job_index import figures_row
+from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun
 from skills.training_job_deployer.targets.slurm.settings import SSH_HOST
 
 SLURM_RECORD = "slurm.json"
