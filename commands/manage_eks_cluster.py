@@ -13,13 +13,14 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from commands import _eks_params as p
-from commands._cli import run_cli
+from commands._cli import parse_flags, run_cli
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.cleanup import BucketPolicy, CleanupSpec, Part
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.manage import ClusterCall, manage
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.eks_cluster_manager.storage import DeploymentType, StorageSpec
+from skills.kube.access import default_kubeconfig
 from skills.kube.fields import EksClusterWriteAccess
 from skills.shared.confirm import Confirm
 from skills.shared.errors import ToolFailure
@@ -139,8 +140,6 @@ def cli(argv: Sequence[str]) -> int:
     if creates and not any(a.startswith("--output") for a in argv):
         argv += ["--output", f"{_flag_value(argv, 'cluster_name') or 'cluster'}-eksctl.yaml"]
     if _is_action(argv, "kubeconfig") and not any(a.startswith("--kubeconfig") for a in argv):
-        from skills.kube.access import default_kubeconfig
-
         argv += ["--kubeconfig", str(default_kubeconfig())]
     if seed and _AUTO_FIX_FLAGS & set(argv) and "--confirm" not in argv:
         try:
@@ -172,8 +171,6 @@ def _flag_value(argv: list[str], name: str) -> str | None:
 
 
 def _plan_arguments(argv: list[str]) -> dict:
-    from commands._cli import parse_flags
-
     raw, _ = parse_flags(spec_of(manage_eks_cluster), argv)
     return raw
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from skills.catalog.instances import instance_spec
+from skills.eks_cluster_manager import eksctl, zones
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.shared.errors import needed
@@ -30,9 +32,6 @@ class ConfigRequest:
 
 
 def create_config(access: ClusterAccess, request: ConfigRequest, create: bool) -> ClusterReport:
-    from skills.catalog.instances import instance_spec
-    from skills.eks_cluster_manager import eksctl, zones
-
     cluster = access.need_cluster("create_config")
     instance = needed(request.instance_type, "create_config", "instance_type",
                       "Name the GPU instance type, e.g. p5.48xlarge.")  # fmt: skip

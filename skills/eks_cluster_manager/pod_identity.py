@@ -34,6 +34,7 @@ from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
 from skills.kube.client import KubeJson
 from skills.kube.identity import BUCKET_ANNOTATION, ROLE_ANNOTATION, S3_SERVICE_ACCOUNT
 from skills.kube.objects import object_path
+from skills.shared.errors import ErrorCode, ToolFailure
 
 AGENT_ADDON = "eks-pod-identity-agent"
 POLICY_NAME = "fsdp-eks-s3-bucket"
@@ -135,8 +136,6 @@ def ensure_role(
     if role is not None:
         tags = iam.list_role_tags(RoleName=name).get("Tags", [])
         if not ownership.ours(tags, cluster):
-            from skills.shared.errors import ErrorCode, ToolFailure
-
             raise ToolFailure(
                 ErrorCode.CONFLICT,
                 f"IAM role {name} exists and was not made by fsdp-eks for cluster {cluster}.",
