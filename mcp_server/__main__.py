@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Any, NoReturn
 
+import anyio
+
 from mcp_server.http_guard import (
     TOKEN_ENV,
     Guard,
@@ -162,8 +164,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.http:
         _serve_http(server, args, token, made)
     else:
-        import anyio
-
         anyio.run(serve_stdio, server)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pkgutil
 import re
 from collections.abc import Iterable, Mapping
 from importlib import metadata
@@ -316,8 +317,6 @@ def _digest(entries: Any) -> str:
 def _tool_modules() -> set[str]:
     """The tools' names as the commands package's public modules say, without importing
     one (commands.tool_names imports them all, which the cache exists to avoid)."""
-    import pkgutil
-
     return {m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")}
 
 

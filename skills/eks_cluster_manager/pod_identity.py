@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+from urllib.parse import unquote
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import ownership
@@ -112,8 +113,6 @@ def _document(value: Any) -> dict[str, Any]:
     """A policy document as IAM returns it (a dict from boto3, or URL-encoded JSON)."""
     if isinstance(value, dict):
         return value
-    from urllib.parse import unquote
-
     return json.loads(unquote(str(value)))
 
 

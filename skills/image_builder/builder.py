@@ -13,6 +13,7 @@ unless write=True.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import tempfile
@@ -400,8 +401,6 @@ def _build(
     labels: dict[str, str],
     build_args: dict[str, str],
 ) -> _Outcome:
-    import http.client
-
     import docker.errors
     import requests
     import urllib3.exceptions
