@@ -41,13 +41,14 @@ SPLIT_IN_PROGRESS: dict[str, str] = {
     "trainer/train.py": SPLIT,
     "trainer/tracking.py": SPLIT,
     "trainer/progress_status.py": SPLIT,
-    **{
-        f"skills/eks_cluster_manager/{name}.py": SPLIT
-        for name in (
-            *("manage", "storage", "cleanup", "models"),
-            *("checks", "fix", "device_plugins", "engine_checks"),
-        )
-    },
+    "skills/eks_cluster_manager/manage.py": SPLIT,
+    "skills/eks_cluster_manager/storage.py": SPLIT,
+    "skills/eks_cluster_manager/cleanup.py": SPLIT,
+    "skills/eks_cluster_manager/models.py": SPLIT,
+    "skills/eks_cluster_manager/checks.py": SPLIT,
+    "skills/eks_cluster_manager/fix.py": SPLIT,
+    "skills/eks_cluster_manager/device_plugins.py": SPLIT,
+    "skills/eks_cluster_manager/engine_checks.py": SPLIT,
 }
 
 # (file, imported module) -> why it stays in the function body.
