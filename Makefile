@@ -22,7 +22,7 @@ $(VENV)/.trainer: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.dev: pyproject.toml $(VENV)/.trainer $(VLLM_TF)/.installed
-	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer,float8,dev]"
+	$(PY) -m pip install -q "$(TORCH)" -e ".[trainer,float8,wandb,dev]"
 	touch $@
 
 $(VLLM_TF)/.installed: Makefile | $(PY)

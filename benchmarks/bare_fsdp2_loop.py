@@ -20,9 +20,9 @@ name the slowest rank (trainer/rank_times.py: its clock thread, and one all_gath
 a float every N steps), for benchmarks/rank_times_cost.py; several, comma-separated,
 run one after the other (as several --impl do). `--adds` does the same for each thing
 the trainer adds to this loop, with the trainer's own functions (benchmarks/trainer_bench.py
-prints the cost of each): `norm` the gradient norm and clip (trainer.train.grad_norm_of),
+prints the cost of each): `norm` the gradient norm and clip (trainer.step.grad_norm_of),
 `head` the chunked cross-entropy head (the model's own loss, trainer/loss.py), `agree`
-the one all-reduce of loss and flags and its read one step late (trainer.train.agree),
+the one all-reduce of loss and flags and its read one step late (trainer.step.agree),
 `ranks` the per-rank clock and its all_gather on every 10th step (trainer/rank_times.py),
 `+`-joined for several at once; several variants comma-separated, one after the other.
 """
@@ -41,14 +41,15 @@ from torch.distributed.fsdp import fully_shard
 
 from trainer import device as devices
 from trainer import metrics
+from trainer.build import build_optimizer
 from trainer.config_loader import load_config
 from trainer.distributed import DistEnv, StopRequest
 from trainer.hf import hf_config_from_model
 from trainer.model import Transformer, num_params
 from trainer.parallel import apply_fsdp, build_mesh
 from trainer.rank_times import RankTimes
+from trainer.step import Agreement, agree, grad_norm_of
 from trainer.threads import choose_num_threads
-from trainer.train import Agreement, agree, build_optimizer, grad_norm_of
 
 # What --adds may name (see the docstring); `none`: the bare loop itself.
 ADDS = ("norm", "head", "agree", "ranks")

@@ -416,6 +416,7 @@ def child(out_json: str, argv: list[str]) -> int:
 
     from trainer import loss
     from trainer import train as t
+    from trainer.loop import Progress
 
     state: dict[str, Any] = {
         "ce_calls": 0,
@@ -448,7 +449,7 @@ def child(out_json: str, argv: list[str]) -> int:
 
     t.build_optimizer = build_optimizer
     step = t.TrainLoop.step
-    progress = t.Progress(first_step=1, start=0.0)  # what needs_values reads: a fresh run
+    progress = Progress(first_step=1, start=0.0)  # what needs_values reads: a fresh run
 
     def step_with_modes(loop: Any, n: int) -> Any:
         if torch.cuda.is_available() and n >= 3:  # after warm-up: lazy init, first gathers

@@ -118,7 +118,7 @@ def main() -> None:
             manifest["metadata"] = {**manifest["metadata"], "name": name}
             worker = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]
             manifest["spec"]["pytorchReplicaSpecs"]["Worker"] = {**worker, "replicas": nodes - 1}
-            target.reader.create_job(manifest)
+            target.client.create_job(manifest)
             operator.run(name, outcome="Running")
             before = len(kube.emulator._requests)
             start = time.perf_counter()

@@ -43,6 +43,7 @@ def _job(name: str, second: int, labels: dict[str, str]) -> dict[str, Any]:
     """A PyTorchJob as the suite renders one (its command, env, volumes), ended."""
     from skills.training_job_deployer.job_spec import JobSpec
     from skills.training_job_deployer.targets.kubernetes.manifest import render
+    from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
     from skills.training_job_deployer.targets.kubernetes.settings import (
         KubernetesDeploySettings,
     )
@@ -50,8 +51,8 @@ def _job(name: str, second: int, labels: dict[str, str]) -> dict[str, Any]:
     global _TEMPLATE
     if _TEMPLATE is None:
         spec = JobSpec(job_name="template", num_nodes=2, gpu_per_node=8, max_steps=6)
-        _TEMPLATE = render(spec, KubernetesDeploySettings(instance_type="p5.48xlarge"),
-                           "localhost:9/fsdp:v1", None)  # fmt: skip
+        settings = KubernetesDeploySettings(instance_type="p5.48xlarge")
+        _TEMPLATE = render(RenderInputs(spec, settings, "localhost:9/fsdp:v1", None))
     job = json.loads(json.dumps(_TEMPLATE).replace("template", name))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_700_000_000 + second))
     job["metadata"].update(namespace="default", labels=labels, creationTimestamp=stamp)

@@ -15,7 +15,7 @@ from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobState
-from skills.training_job_deployer.targets.registry import TargetSettings, get_target
+from skills.training_job_deployer.targets.by_name import TargetSettings, get_target
 
 
 @tool(read_only=False, destructive=True, idempotent=True)

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.model_server.base import ServerName, ServerState
-from skills.model_server.registry import ServerTargetAccess, get_server_target
+from skills.model_server.targets_by_name import ServerTargetAccess, get_server_target
 from skills.shared.confirm import Confirm, require_confirm
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool

@@ -11,8 +11,8 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.model_server.base import ModelSource, ServerName, ServerState
-from skills.model_server.registry import ServerTargetSettings
 from skills.model_server.serve import deploy
+from skills.model_server.targets_by_name import ServerTargetSettings
 from skills.shared.progress import Progress
 from skills.shared.tooling import WaitSeconds, spec_of, tool
 

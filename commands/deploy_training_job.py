@@ -10,11 +10,11 @@ from typing import Annotated
 from pydantic import Field
 
 from commands._cli import main_for
-from skills.job_doctor.deploy import DeployCall, deploy
+from skills.job_orchestration.deploy import DeployCall, deploy
 from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, WaitSeconds, spec_of, tool
 from skills.training_job_deployer.job_spec import DryRun, JobSpec
-from skills.training_job_deployer.targets.registry import DeployResult, DeploySettings
+from skills.training_job_deployer.targets.by_name import DeployResult, DeploySettings
 
 
 # destructive: replace=true deletes a job of the same name (a running one only with confirm).

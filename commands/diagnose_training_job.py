@@ -11,13 +11,13 @@ from pydantic import Field
 
 from commands._cli import main_for
 from skills.job_doctor.diagnose import MAX_PER_POD_FINDINGS
-from skills.job_doctor.diagnose_job import DiagnosisResult, diagnose_job
+from skills.job_orchestration.diagnose_job import DiagnosisResult, diagnose_job
 from skills.shared.paging import Cursor
 from skills.shared.paths import LocalPath
 from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
-from skills.training_job_deployer.targets.registry import DoctorSettings
+from skills.training_job_deployer.targets.by_name import DoctorSettings
 
 _PATH = Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")
 

@@ -17,7 +17,7 @@ from skills.training_job_deployer.loss_curve import curves_of
 from skills.training_job_deployer.models import JobState
 from skills.training_job_deployer.plot import plot_png
 from skills.training_job_deployer.targets.base import Target
-from skills.training_job_deployer.targets.registry import TargetSettings, get_target
+from skills.training_job_deployer.targets.by_name import TargetSettings, get_target
 from skills.training_job_deployer.trainer_log import parse_events
 
 # The log lines a chart reads per job at most (its step lines are in there; a longer

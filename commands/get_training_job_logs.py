@@ -16,7 +16,7 @@ from skills.shared.progress import Progress
 from skills.shared.tooling import tool
 from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.models import JobLogs
-from skills.training_job_deployer.targets.registry import TargetSettings, get_target
+from skills.training_job_deployer.targets.by_name import TargetSettings, get_target
 
 # The log's text a call returns at most (JSON-escaped, UTF-8): under the 40 KB result cap
 # with the rest of the result, and under the MCP text's own excerpt size.

@@ -16,7 +16,7 @@ from skills.shared.results import without_unset
 from skills.shared.tooling import tool
 from skills.training_job_deployer.models import JobState, JobStatus
 from skills.training_job_deployer.targets.base import JobPage
-from skills.training_job_deployer.targets.registry import TargetSettings, get_target
+from skills.training_job_deployer.targets.by_name import TargetSettings, get_target
 
 # What a listed job leaves out over MCP (a failed job's log tail, its pods, next step).
 LISTED_JOB_DETAIL = {"log_tail", "pods", "conditions", "error", "next_step", "hint", "warnings"}

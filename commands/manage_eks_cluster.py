@@ -15,11 +15,13 @@ from pydantic import Field
 from commands import _eks_params as p
 from commands._cli import parse_flags, run_cli
 from skills.eks_cluster_manager.checks import Options
-from skills.eks_cluster_manager.cleanup import BucketPolicy, CleanupSpec, Part
-from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
+from skills.eks_cluster_manager.cleanup import CleanupSpec
+from skills.eks_cluster_manager.create_config import ConfigSpec
 from skills.eks_cluster_manager.manage import ClusterCall, manage
 from skills.eks_cluster_manager.models import ClusterReport
-from skills.eks_cluster_manager.storage import DeploymentType, StorageSpec
+from skills.eks_cluster_manager.nccl_gate import NcclSpec
+from skills.eks_cluster_manager.nodegroups import ScaleSpec
+from skills.eks_cluster_manager.storage import StorageSpec
 from skills.kube.access import default_kubeconfig
 from skills.kube.fields import EksClusterWriteAccess
 from skills.shared.confirm import Confirm
@@ -45,39 +47,12 @@ def manage_eks_cluster(
     ] = False,
     checkpoint_pvc: p.CheckpointPvc = None,
     rdzv_backend: p.RdzvBackend = "c10d",
-    nodegroup: p.Nodegroup = None,
-    min_size: p.MinSize = None,
-    max_size: p.MaxSize = None,
-    desired_size: p.DesiredSize = None,
-    nodes: Annotated[int, Field(description="GPU nodes."), p.within(1, 256)] = 2,
-    instance_type: p.InstanceType = None,
-    image: p.Image = None,
-    nccl_output: p.NcclOutput = None,
-    volume_size: Annotated[int, Field(description="GPU node GiB."), p.within(20, 16384)] = 500,
-    capacity_reservation_id: p.CapacityReservationId = None,
-    output: p.EksctlOutput = None,
-    fsx_size_gib: Annotated[
-        int, Field(description="storage: FSx GiB (1200, 2400, n*2400)."), p.within(1200, 460800)
-    ] = StorageSpec.size_gib,
-    fsx_deployment_type: Annotated[
-        DeploymentType, Field(description="storage: FSx type.")
-    ] = StorageSpec.deployment_type,
-    fsx_throughput: Annotated[
-        int | None, Field(description="storage: persistent FSx MB/s/TiB (P1 200, P2 250).")
-    ] = None,
-    kubernetes_version: Annotated[
-        str, Field(pattern=r"^1\.\d{2}$", description="create_config: EKS version.")
-    ] = DEFAULT_KUBERNETES_VERSION,
-    bucket: Annotated[
-        str | None, Field(description="storage/cleanup: S3 bucket (fsdp-eks-<cluster>-<account>).")
-    ] = StorageSpec.bucket,
-    delete_bucket: Annotated[
-        BucketPolicy, Field(description="cleanup: the bucket.")
-    ] = CleanupSpec.delete_bucket,
-    delete_cluster: Annotated[
-        bool, Field(description="cleanup: the cluster (eksctl).")
-    ] = CleanupSpec.delete_cluster,
-    only: Annotated[list[Part] | None, Field(description="cleanup: only these parts.")] = None,
+    # Each action's own parameters, declared once on its spec and flattened here.
+    scale: Annotated[ScaleSpec, Flatten()],
+    nccl: Annotated[NcclSpec, Flatten()],
+    config: Annotated[ConfigSpec, Flatten()],
+    storage: Annotated[StorageSpec, Flatten()],
+    cleanup: Annotated[CleanupSpec, Flatten()],
     node: Annotated[
         str | None,
         Field(pattern=r"^[a-z0-9][-a-z0-9.]{0,252}$", description="release_node."),
@@ -93,35 +68,22 @@ def manage_eks_cluster(
     nccl_test runs the NCCL job as an operation, or judges a saved nccl_output.
     kubeconfig writes the named file without the aws CLI. release_node needs confirm;
     without a node it lists the quarantined ones."""
-    return manage(
-        ClusterCall(
-            action=action,
-            access=access,
-            options=Options(access.namespace, checkpoint_pvc, rdzv_backend),
-            auto_fix=auto_fix,
-            confirm=confirm,
-            nodegroup=nodegroup,
-            sizes=(min_size, max_size, desired_size),
-            nodes=nodes,
-            instance_type=instance_type,
-            image=image,
-            nccl_output=nccl_output,
-            volume_size=volume_size,
-            capacity_reservation_id=capacity_reservation_id,
-            output=output,
-            fsx_size_gib=fsx_size_gib,
-            fsx_deployment_type=fsx_deployment_type,
-            fsx_throughput=fsx_throughput,
-            kubernetes_version=kubernetes_version,
-            bucket=bucket,
-            delete_bucket=delete_bucket,
-            delete_cluster=delete_cluster,
-            only=only,
-            wait_seconds=wait_seconds,
-            node=node,
-        ),
-        progress,
+    options = Options(access.namespace, checkpoint_pvc, rdzv_backend)
+    call = ClusterCall(
+        action=action,
+        access=access,
+        options=options,
+        auto_fix=auto_fix,
+        confirm=confirm,
+        scale=scale,
+        nccl=nccl,
+        config=config,
+        storage=storage,
+        cleanup=cleanup,
+        wait_seconds=wait_seconds,
+        node=node,
     )
+    return manage(call, progress)
 
 
 _SEED_FLAGS = {"--validate_components", "--validate-components"}

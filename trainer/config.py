@@ -19,11 +19,8 @@ from functools import cache
 from typing import Any
 
 from trainer.presets import ALIASES, PRESETS
+from trainer.rules import SHARDING_STRATEGIES
 
-SHARDING_STRATEGIES = ("auto", "full", "shard_grad_op", "hybrid", "no_shard")
-# Other documents' spellings (the FSDP-on-EKS document's `shard`; FSDP1's
-# ShardingStrategy names, upper case) -> ours. Read case-insensitively.
-SHARDING_SPELLINGS = {"shard": "full", "full_shard": "full", "hybrid_shard": "hybrid"}
 AC_MODES = ("none", "selective", "full")
 REDUCE_DTYPES = ("float32", "bfloat16")
 TRAIN_ON = ("all", "assistant")

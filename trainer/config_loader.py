@@ -22,7 +22,6 @@ from typing import Any, NoReturn
 from trainer import hf_config
 from trainer.config import (
     SECTIONS,
-    SHARDING_SPELLINGS,
     ConfigError,
     ModelConfig,
     RopeScaling,
@@ -33,6 +32,7 @@ from trainer.config import (
     validate,
 )
 from trainer.presets import PRESETS, preset_name, unknown_model_type
+from trainer.rules import sharding_spelling
 
 ENV_PREFIX = "TRAINER_"
 
@@ -191,8 +191,7 @@ def load_config(
     """Flags + YAML + environment -> validated TrainConfig. Raises ConfigError."""
     settings = _layered_settings(argv, os.environ if environ is None else environ)
     if isinstance(strategy := settings.get("sharding_strategy"), str):
-        key = strategy.strip().lower()
-        settings["sharding_strategy"] = SHARDING_SPELLINGS.get(key, key)
+        settings["sharding_strategy"] = sharding_spelling(strategy)
     table = flag_table()
     cfg = TrainConfig()
     rope_scaling = settings.pop("rope_scaling", "unset")

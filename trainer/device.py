@@ -8,6 +8,7 @@ GPU code paths unit-testable on a CPU-only machine.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -114,3 +115,14 @@ def flight_recorder_env(dump_dir: str, environ: dict[str, str]) -> dict[str, str
 
 def flight_recorder_prefix(dump_dir: str) -> str:
     return str(Path(dump_dir) / "nccl_trace_rank_")
+
+
+def flight_recorder_dumps(environ: Any) -> str | None:
+    """Where NCCL's flight recorder dumps on a timeout (one file per rank: the prefix
+    and the rank), when this run has it on (trainer.device.flight_recorder_env)."""
+    if environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT") != "1":
+        return None
+    prefix = environ.get("TORCH_FR_DUMP_TEMP_FILE") or environ.get(
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+    )
+    return f"{prefix}<rank>" if prefix else None

@@ -27,6 +27,8 @@ import ctypes.util
 from collections.abc import Mapping
 from pathlib import Path
 
+from trainer.rules import STATE_BYTES_PER_PARAM
+
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
 # Measured (58M Llama, 2 CPU ranks, same run): glibc's default 1204 MiB at the first step,
 # 8 MiB 1000 MiB at the same speed, 1 MiB 988 MiB but ~25% slower steps (every freed
@@ -49,9 +51,9 @@ def return_large_frees(environ: Mapping[str, str]) -> bool:
 
 
 # A CPU rank's first-step need per parameter, conservatively unsharded: fp32 weights,
-# gradients and both Adam moments (16 bytes), plus the process's own ~0.5 GiB (torch,
-# the data): the 58M Llama's first step peaked at 1.0-1.2 GiB a rank (README).
-BYTES_PER_PARAM = 16
+# gradients and both Adam moments (STATE_BYTES_PER_PARAM), plus the process's own
+# ~0.5 GiB (torch, the data): the 58M Llama's first step peaked at 1.0-1.2 GiB a rank
+# (README).
 BASE_BYTES = 512 << 20
 
 
@@ -60,7 +62,7 @@ def memory_is_tight(n_params: int, ranks_on_host: int, available_bytes: int | No
     unknown amount counts as tight): then freed large blocks should leave the process."""
     if available_bytes is None:
         return True
-    need = ranks_on_host * (BYTES_PER_PARAM * n_params + BASE_BYTES)
+    need = ranks_on_host * (STATE_BYTES_PER_PARAM * n_params + BASE_BYTES)
     return need > available_bytes // 2
 
 

@@ -11,9 +11,14 @@ import json
 import math
 import resource
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import torch
+
+# What the trainer reports through: emit("step", loss=..., ...) (MetricsEmitter.emit,
+# wrapped by the trackers that watch the events).
+Emit = Callable[..., None]
 
 
 def _clean(value: Any) -> Any:

@@ -37,6 +37,7 @@ from torch.utils.checkpoint import (
 )
 
 from trainer.model import Transformer, TransformerBlock
+from trainer.rules import resolve_strategy
 
 aten = torch.ops.aten
 # Selective activation checkpointing keeps the outputs of the expensive ops (matmuls,
@@ -50,32 +51,6 @@ SAVED_OPS = {
     aten._scaled_dot_product_cudnn_attention.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
 }
-
-
-# fp32 weights, gradients and AdamW's two moments.
-STATE_BYTES_PER_PARAM = 16
-
-
-def resolve_strategy(
-    strategy: str,
-    world_size: int,
-    local_world_size: int,
-    n_params: int = 0,
-    gpu_bytes: int | None = None,
-) -> str:
-    """`auto`: hybrid when the job spans more than one node (flat FSDP across nodes
-    sends every all-gather and reduce-scatter over the network), else full. Hybrid
-    shards the state over one node's GPUs only; where that would take more than half of
-    a GPU's memory (`gpu_bytes`, when known), the state is sharded over every GPU."""
-    if strategy != "auto":
-        return strategy
-    multi_node = world_size > local_world_size and world_size % local_world_size == 0
-    if not multi_node:
-        return "full"
-    per_gpu = n_params * STATE_BYTES_PER_PARAM / local_world_size
-    if gpu_bytes is not None and per_gpu > gpu_bytes / 2:
-        return "full"
-    return "hybrid"
 
 
 def mesh_shape(strategy: str, world_size: int, local_world_size: int) -> tuple[int, ...]:

@@ -24,13 +24,14 @@ import http.client
 import json
 import math
 import ssl
-import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+from trainer.warn_once import FirstFailures
 
 ENV_URL = "KUBEFLOW_TRAINER_SERVER_URL"
 ENV_CA_CERT = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -39,6 +40,8 @@ ENV_TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
 # SDK throttles the same way): at most one update every 5 s.
 MIN_INTERVAL_S = 5.0
 POST_TIMEOUT_S = 2.0
+# Who a failed post's one stderr line names (warn_once.py).
+WARN_SOURCE = "trainer status"
 # At the end: how long the process waits for the final post to go out.
 FINAL_WAIT_S = POST_TIMEOUT_S + 1.0
 # The step line's fields posted as metrics, under the same names.
@@ -115,9 +118,8 @@ class StatusPoster:
         log: TextIO | None = None,
     ) -> None:
         self.endpoint, self.clock, self.interval, self.timeout = endpoint, clock, interval, timeout
-        self.log = log
         self.sent = 0  # posts the server accepted
-        self.failures = 0
+        self.warnings = FirstFailures(log)
         self._last_offer: float | None = None
         self._pending: dict[str, Any] | None = None
         self._busy = False
@@ -201,16 +203,12 @@ class StatusPoster:
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {_status_message(answer)}")
 
+    @property
+    def failures(self) -> int:
+        return self.warnings.counts.get(WARN_SOURCE, 0)
+
     def _failed(self, exc: BaseException) -> None:
-        self.failures += 1
-        if self.failures == 1:  # once: a server that is down fails every post
-            reason = f"{type(exc).__name__}: {exc}"[:300]
-            print(
-                f"trainer status: posting progress to {self.endpoint.url} failed ({reason}); "
-                "training goes on, later failures are counted, not logged",
-                file=self.log or sys.stderr,
-                flush=True,
-            )
+        self.warnings.failed(WARN_SOURCE, f"posting progress to {self.endpoint.url}", exc)
 
 
 def _status_message(answer: bytes) -> str:

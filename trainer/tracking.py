@@ -12,6 +12,8 @@
   trainer's config, flattened), the step lines' metrics at their steps, tags naming the
   job and its image, and at the end the last checkpoint (the model the run produced;
   `trainer.export` exports it) and the run's status.
+- Weights & Biases, when the user enables it (WANDB_API_KEY, or WANDB_MODE=offline):
+  the `wandb` SDK from its own extra, driven from a daemon thread (trainer/wandb_tracking.py).
 
 The URI comes only from the environment the job was deployed from (the tools never
 take it as an argument: the same rule as HF_ENDPOINT, so no call can send a run's data
@@ -29,13 +31,15 @@ import http.client
 import json
 import math
 import os
-import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
+
+from trainer import wandb_tracking
+from trainer.warn_once import FirstFailures
 
 Emit = Callable[..., None]
 
@@ -100,24 +104,11 @@ def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return params
 
 
-class Warnings:
-    """Each sink's first failure told on stderr; later ones counted (a server that is
-    down fails every request)."""
+class Warnings(FirstFailures):
+    """Each sink's first failure told on stderr; later ones counted (warn_once.py)."""
 
-    def __init__(self, log: TextIO | None = None) -> None:
-        self.log = log
-        self.counts: dict[str, int] = {}
-
-    def failed(self, sink: str, what: str, exc: BaseException) -> None:
-        self.counts[sink] = self.counts.get(sink, 0) + 1
-        if self.counts[sink] == 1:
-            reason = f"{type(exc).__name__}: {exc}"[:300]
-            print(
-                f"tracking: {sink}: {what} failed ({reason}); training goes on, later "
-                "failures are counted, not logged",
-                file=self.log or sys.stderr,
-                flush=True,
-            )
+    def failed(self, source: str, what: str, exc: BaseException) -> None:
+        super().failed(f"tracking: {source}", what, exc)
 
 
 # --- TensorBoard ----------------------------------------------------------------------
@@ -468,7 +459,8 @@ def from_environ(
     log: TextIO | None = None,
 ) -> Tracking | None:
     """Rank 0's tracking, or None (another rank, or nowhere to track to): TensorBoard when
-    the run has a local directory, MLflow when MLFLOW_TRACKING_URI is set. A sink that
+    the run has a local directory, MLflow when MLFLOW_TRACKING_URI is set, W&B when the
+    user enabled it (wandb_tracking.enabled). A sink that
     cannot start (no tensorboardX in an older image, a URI that is not a server) is told
     once on stderr and left out."""
     if rank != 0:
@@ -490,6 +482,12 @@ def from_environ(
             sinks.append(MlflowSink(rest, experiment, name, warnings))
         except ValueError as exc:
             warnings.failed("mlflow", "starting", exc)
+    if wandb_tracking.enabled(environ):
+        where = logdir.parent if logdir is not None else None  # beside the event files
+        try:
+            sinks.append(wandb_tracking.WandbSink(environ, name, where, warnings))
+        except ImportError as exc:  # an image without the extra
+            warnings.failed("wandb", "starting (the image needs the `wandb` extra)", exc)
     if not sinks:
         return None
     tags = {"job_name": name, **({"image": environ[ENV_IMAGE]} if environ.get(ENV_IMAGE) else {})}

@@ -6,15 +6,18 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from skills.catalog.instances import instance_spec
 from skills.eks_cluster_manager import checks as checklist
 from skills.eks_cluster_manager import cleanup as sweep
 from skills.eks_cluster_manager import fix, nodegroups, pod_identity
 from skills.eks_cluster_manager import storage as fsx_storage
 from skills.eks_cluster_manager.cleanup import CleanupSpec, Counted
-from skills.eks_cluster_manager.models import ClusterReport, ResourceChange
+from skills.eks_cluster_manager.models import ClusterReport, NodeInfo, ResourceChange
 from skills.eks_cluster_manager.nccl import parse
-from skills.eks_cluster_manager.storage import StorageSpec
+from skills.eks_cluster_manager.storage import DEFAULT_CLAIM, ClusterStorage, StorageSpec
+from skills.kube import dcgm
 from skills.kube import quarantine as kq
 from skills.kube.access import describe_cluster, write_kubeconfig
 from skills.kube.client import KubeJson
@@ -86,16 +89,35 @@ def describe(access: ClusterAccess, progress: Progress) -> ClusterReport:
         total = sum(n.gpus_allocatable for n in rows)
         used = sum(n.gpus_in_use for n in rows)
         report.gpus = {"allocatable": total, "in_use": used, "free": max(total - used, 0)}
-        report.api_calls = kube.calls
         ready = sum(n.ready for n in rows)
         notes.append(f"{ready}/{len(rows)} nodes Ready, GPUs {used}/{total} in use")
         if report.node_counts is not None:
             notes.append(f"nodes listed: the {len(report.nodes)} not Ready or short of GPUs")
+        notes += _gpu_health(kube, report.nodes, pods)
+        report.api_calls = kube.calls
     if report.nodegroups is not None:
         notes.insert(0, f"{len(report.nodegroups)} node group(s)")
     report.summary = "; ".join(notes)
     progress.report(3, 3, "described")
     return report
+
+
+def _gpu_health(kube: KubeJson, rows: list[NodeInfo], pods: list[dict[str, Any]]) -> list[str]:
+    """The DCGM exporter's trouble lines on each listed node that runs one (at most
+    NODES_LISTED reads, from the pods describe listed already), and a summary note."""
+    evidence, silent = dcgm.node_evidence(kube, [r.name for r in rows], pods)
+    for row in rows:
+        row.gpu_health = evidence.get(row.name)
+    troubled = sorted(n for n, lines in evidence.items() if lines)
+    notes = []
+    if evidence:
+        where = f": {checklist.named(troubled)}" if troubled else ""
+        notes.append(f"DCGM exporter read on {len(evidence)} node(s), "
+                     f"{len(troubled)} with GPUs in trouble{where}")  # fmt: skip
+    if silent:  # one line, however many did not answer
+        more = f" (and {len(silent) - 1} more)" if len(silent) > 1 else ""
+        notes.append(silent[0] + more)
+    return notes
 
 
 def _statuses(checks: list[Any]) -> dict[str, str]:
@@ -171,17 +193,13 @@ def auto_fix(
     return report
 
 
-def scale(
-    access: ClusterAccess,
-    nodegroup: str | None,
-    sizes: tuple[int | None, int | None, int | None],
-    confirm: bool,
-) -> ClusterReport:
+def scale(access: ClusterAccess, spec: nodegroups.ScaleSpec, confirm: bool) -> ClusterReport:
     cluster = access.need_cluster("scale")
-    nodegroup = needed(nodegroup, "scale", "nodegroup",
+    nodegroup = needed(spec.nodegroup, "scale", "nodegroup",
                        "Pass nodegroup (action=describe lists them).")  # fmt: skip
     session = access.session()
     info = describe_cluster(cluster, session)
+    sizes = (spec.min_size, spec.max_size, spec.desired_size)
     group, change = nodegroups.scale(session.client("eks"), info.name, nodegroup, *sizes, confirm)
     after = change["after"]
     summary = (
@@ -249,12 +267,12 @@ def _counts(rows: list[Any]) -> str:
 
 
 def storage(
-    access: ClusterAccess, spec: StorageSpec, apply: bool, progress: Progress
+    access: ClusterAccess, spec: ClusterStorage, apply: bool, progress: Progress
 ) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
     cluster_name = access.need_cluster("storage")
-    fsx_storage.check_size(spec.deployment_type, spec.size_gib)
+    fsx_storage.check_size(spec.fsx_deployment_type, spec.fsx_size_gib)
     fsx_storage.throughput_of(spec)  # a tier the type lacks: refused before any call
     aws = Counted(access.session())
     region = aws.session.region_name
@@ -355,7 +373,7 @@ def cleanup(
     progress.report(3, 4, "bucket and cluster")
     account = aws("sts").get_caller_identity()["Account"]
     name = fsx_storage.bucket_name(
-        fsx_storage.StorageSpec(cluster=cluster_name, bucket=spec.bucket), account
+        fsx_storage.ClusterStorage(cluster=cluster_name, bucket=spec.bucket), account
     )
     rows += sweep.bucket_rows(aws("s3"), name, cluster_name, spec.delete_bucket, apply)
     if spec.delete_cluster:
@@ -388,33 +406,26 @@ def cleanup(
     return report
 
 
-def _storage_args(access: ClusterAccess, spec: StorageSpec) -> dict[str, Any]:
-    """This storage plan as manage_eks_cluster's arguments (the spec's defaults left out)."""
-    default = StorageSpec(cluster=spec.cluster)
-    names = {"namespace": "namespace", "claim": "checkpoint_pvc", "size_gib": "fsx_size_gib",
-             "deployment_type": "fsx_deployment_type", "bucket": "bucket",
-             "nodegroup": "nodegroup"}  # fmt: skip
-    extra = {
-        arg: getattr(spec, field)
-        for field, arg in names.items()
-        if getattr(spec, field) != getattr(default, field)
-    }
+def _storage_args(access: ClusterAccess, spec: ClusterStorage) -> dict[str, Any]:
+    """This storage plan as manage_eks_cluster's arguments: the spec's own parameters by
+    their names (defaults left out), the cluster and the claim."""
+    extra = _given(spec, StorageSpec)
+    if spec.namespace != "default":
+        extra["namespace"] = spec.namespace
+    if spec.claim != DEFAULT_CLAIM:
+        extra["checkpoint_pvc"] = spec.claim
     return {"action": "storage", **call_args(access), **extra}
 
 
 def _cleanup_args(access: ClusterAccess, spec: CleanupSpec) -> dict[str, Any]:
     """This cleanup as manage_eks_cluster's arguments (the spec's defaults left out)."""
-    default = CleanupSpec(cluster=spec.cluster)
-    names = {"parts": "only", "bucket": "bucket", "delete_bucket": "delete_bucket",
-             "delete_cluster": "delete_cluster"}  # fmt: skip
-    extra = {
-        arg: getattr(spec, field)
-        for field, arg in names.items()
-        if getattr(spec, field) != getattr(default, field)
-    }
-    if "only" in extra:
-        extra["only"] = list(spec.parts)
-    return {"action": "cleanup", **call_args(access), **extra}
+    return {"action": "cleanup", **call_args(access), **_given(spec, type(spec))}
+
+
+def _given(spec: BaseModel, params: type[BaseModel]) -> dict[str, Any]:
+    """An action spec's parameters that differ from their defaults, as tool arguments
+    (the spec's fields are the tool's parameters, by the same names)."""
+    return spec.model_dump(mode="json", include=set(params.model_fields), exclude_defaults=True)
 
 
 def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:

@@ -22,6 +22,7 @@ from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
 from skills.eks_cluster_manager.storage import csi_install_hint
 from skills.kube import load_balancer
 from skills.kube.client import KubeJson, access_failure
+from skills.kube.deployments import deployment_ready
 from skills.kube.engines import JOBSETS, TRAINJOBS, served_resources
 from skills.kube.gpu_nodes import (
     GPU_RESOURCE,
@@ -398,6 +399,40 @@ def check_efa_plugin(s: Snapshot) -> Check:
     return check
 
 
+def check_dcgm_exporter(s: Snapshot) -> Check:
+    """A warning, not a failure: training runs without GPU metrics. Where the exporter
+    runs, the pod doctor reads its XID, ECC and row-remap counters as node evidence."""
+    name, pinned = "dcgm_exporter", BY_KEY["dcgm_exporter"]
+    if not gpu_nodes(s):
+        return Check(name=name, status="ok", evidence=["no GPU nodes: not needed"])
+    found = device_plugins.installed(name, s.daemonsets)
+    if not found:
+        return Check(
+            name=name,
+            status="warning",
+            evidence=[f"no {pinned.title} DaemonSet: the pod doctor reads no GPU health "
+                      "counters (XID, ECC, row remaps)"],
+            fix=f"Install the {pinned.title} {pinned.version} (auto_fix).",
+            component=name,
+        )  # fmt: skip
+    evidence, ready_somewhere = [], False
+    by_where = {_where(d): d for d in s.daemonsets}
+    for exporter in found:
+        st = by_where[exporter.where].get("status") or {}
+        desired, ready = st.get("desiredNumberScheduled", 0), st.get("numberReady", 0)
+        evidence.append(f"{exporter.where}: {ready}/{desired} ready, image {exporter.image}")
+        ready_somewhere = ready_somewhere or ready > 0
+    if ready_somewhere:
+        return Check(name=name, status="ok", evidence=evidence)
+    return Check(
+        name=name,
+        status="warning",
+        evidence=evidence,
+        fix=f"`kubectl -n {found[0].namespace} describe ds {found[0].name}`: no exporter pod "
+        "is ready (tolerations of the GPU nodes' taints, its pods' logs).",
+    )
+
+
 def check_training_operator(s: Snapshot) -> Check:
     found = [d for d in s.deployments if d["metadata"]["name"] == OPERATOR_NAME]
     component = BY_KEY["training_operator"]
@@ -410,13 +445,12 @@ def check_training_operator(s: Snapshot) -> Check:
             component="training_operator",
         )
     d = found[0]
-    st, want = d.get("status") or {}, (d.get("spec") or {}).get("replicas", 1)
-    ready = st.get("readyReplicas", 0)
+    ready, line = deployment_ready(d)
     image = ((d.get("spec") or {}).get("template", {}).get("spec", {}).get("containers") or [{}])[
         0
     ].get("image", "?")
-    evidence = [f"{_where(d)}: {ready}/{want} ready", f"image {image}"]
-    if ready >= max(want, 1):
+    evidence = [line, f"image {image}"]
+    if ready:
         return Check(name="training_operator", status="ok", evidence=evidence)
     return Check(
         name="training_operator",
@@ -544,6 +578,7 @@ def run_checks(s: Snapshot, options: Options) -> list[Check]:
         check_gpu_allocatable(s, plugin.status != "failed", may_install),
         plugin,
         check_efa_plugin(s),
+        check_dcgm_exporter(s),
     ]
     if pytorchjob_installed(s):
         checks += [check_training_operator(s), check_crd(s)]

@@ -21,13 +21,16 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import storage
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.eks_cluster_manager.params import Bucket
 from skills.kube import namespaces
 from skills.kube.client import KubeJson
 from skills.kube.objects import kind_path, object_path
@@ -57,13 +60,21 @@ KUBE_STEPS: tuple[tuple[Part, str, str | None], ...] = (
 _OTHER_LABELS = (ownership.MODEL_SERVER_LABEL, ownership.STORAGE_LABEL)
 
 
-@dataclass(frozen=True)
-class CleanupSpec:
-    cluster: str
-    parts: tuple[Part, ...] = PARTS
-    bucket: str | None = None  # None: the storage action's default name
-    delete_bucket: BucketPolicy = "keep"
-    delete_cluster: bool = False
+class CleanupSpec(BaseModel):
+    """action=cleanup's parameters, each declared here once: manage_eks_cluster flattens
+    this model into its inputs (schema, CLI flags, validation) and gathers them back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    only: Annotated[list[Part] | None, Field(description="cleanup: only these parts.")] = None
+    bucket: Bucket = None  # None: the storage action's default name
+    delete_bucket: Annotated[BucketPolicy, Field(description="cleanup: the bucket.")] = "keep"
+    delete_cluster: Annotated[bool, Field(description="cleanup: the cluster (eksctl).")] = False
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The parts to sweep, in deletion order (all of them unless `only` names some)."""
+        return needs_parts(self.only)
 
 
 @dataclass
@@ -356,7 +367,7 @@ def cluster_row(
     return _row("EKS cluster", cluster, "deleted", command)
 
 
-def needs_parts(parts: list[str] | None) -> tuple[Part, ...]:
+def needs_parts(parts: Sequence[str] | None) -> tuple[Part, ...]:
     if not parts:
         return PARTS
     unknown = [p for p in parts if p not in PARTS]

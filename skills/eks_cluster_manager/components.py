@@ -28,6 +28,9 @@ class Component:
     version: str
     image: str  # as the vendored upstream manifest pins it (or a listed change does)
     namespace: str | None  # None: the namespace the caller names (etcd), or cluster-scoped
+    # Training runs without it (monitoring): its absence is a warning, which auto_fix
+    # still fixes by installing it.
+    optional: bool = False
 
     def manifests(self, namespace: str = "default") -> list[dict[str, Any]]:
         return upstream.render(self.key, self.namespace or namespace)
@@ -84,6 +87,16 @@ COMPONENTS: tuple[Component, ...] = (
         "v2.3.0",
         "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",  # torch-distributed's, the one we use
         None,  # cluster-scoped
+    ),
+    # GPU health counters (XIDs, ECC, row remaps, throttling) the pod doctor reads through
+    # the API server (skills/kube/dcgm.py); upstream's static manifest (NVIDIA/dcgm-exporter).
+    Component(
+        "dcgm_exporter",
+        "NVIDIA DCGM exporter",
+        "4.5.3-4.8.2",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
+        "kube-system",
+        optional=True,
     ),
 )
 BY_KEY = {c.key: c for c in COMPONENTS}

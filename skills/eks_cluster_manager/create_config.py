@@ -5,33 +5,50 @@ names and, with confirm, `eksctl create cluster` run over it."""
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from skills.catalog.instances import instance_spec
 from skills.eks_cluster_manager import eksctl, zones
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.eks_cluster_manager.params import NODES, PATH, InstanceType, Nodes, within
 from skills.shared.errors import needed
 from skills.shared.files import write_new_or_owned
-from skills.shared.paths import absolute
+from skills.shared.paths import LocalPath, absolute
+from skills.shared.validators import grammar
 
 if TYPE_CHECKING:
     from skills.kube.fields import ClusterAccess
 
 
-@dataclass(frozen=True)
-class ConfigRequest:
-    instance_type: str | None
-    nodes: int
-    volume_size: int
-    capacity_reservation_id: str | None
-    output: str | None  # None: shown, not written
-    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+class ConfigSpec(BaseModel):
+    """action=create_config's parameters, each declared here once: manage_eks_cluster
+    flattens this model into its inputs (schema, CLI flags, validation)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance_type: InstanceType = None
+    nodes: Nodes = NODES
+    volume_size: Annotated[int, Field(description="GPU node GiB."), within(20, 16384)] = 500
+    capacity_reservation_id: Annotated[
+        str | None, Field(description="cr-..."), grammar(r"cr-[0-9a-f]{8,17}", "cr-<hex>")
+    ] = None
+    # None: shown, not written. LocalPath: a file the tool writes (the workspace checks).
+    output: Annotated[
+        str | None,
+        Field(description="eksctl config file to write."),
+        grammar(PATH, "a path"),
+        LocalPath(writable=True),
+    ] = None
+    kubernetes_version: Annotated[
+        str, Field(pattern=r"^1\.\d{2}$", description="create_config: EKS version.")
+    ] = DEFAULT_KUBERNETES_VERSION
 
 
-def create_config(access: ClusterAccess, request: ConfigRequest, create: bool) -> ClusterReport:
+def create_config(access: ClusterAccess, request: ConfigSpec, create: bool) -> ClusterReport:
     cluster = access.need_cluster("create_config")
     instance = needed(request.instance_type, "create_config", "instance_type",
                       "Name the GPU instance type, e.g. p5.48xlarge.")  # fmt: skip

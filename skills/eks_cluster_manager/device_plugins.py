@@ -34,6 +34,12 @@ MARKS: dict[str, tuple[dict[str, str], str]] = {
         },
         "/aws-efa-k8s-device-plugin",
     ),
+    # Not a device plugin, recognised the same way: upstream's static manifest and helm
+    # chart label it app.kubernetes.io/name, the GPU Operator app=nvidia-dcgm-exporter.
+    "dcgm_exporter": (
+        {"app.kubernetes.io/name": "dcgm-exporter", "app": "nvidia-dcgm-exporter"},
+        "/dcgm-exporter",
+    ),
 }
 _TAG = re.compile(r":(v?\d+(?:\.\d+)+)(?:[-@].*)?$")
 

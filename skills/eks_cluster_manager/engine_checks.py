@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from skills.eks_cluster_manager.components import BY_KEY, TRAINER_NAMESPACE
 from skills.eks_cluster_manager.models import Check
+from skills.kube.deployments import deployment_ready
 from skills.kube.engines import JOBSETS, TRAINJOBS
 
 if TYPE_CHECKING:
@@ -55,14 +56,6 @@ def trainjob_installed(s: Snapshot) -> bool:
     return "trainjobs" in s.served.get(TRAINER_GV, ()) or bool(trainer_controllers(s.deployments))
 
 
-def _ready(d: dict[str, Any]) -> tuple[bool, str]:
-    """Whether a Deployment's replicas are all ready, and the evidence line saying so."""
-    want = (d.get("spec") or {}).get("replicas", 1)
-    ready = (d.get("status") or {}).get("readyReplicas", 0)
-    line = f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}: {ready}/{want} ready"
-    return ready >= max(want, 1), line
-
-
 def check_trainer_crds(s: Snapshot) -> Check:
     served = s.served.get(TRAINER_GV, frozenset())
     missing = [k for k in TRAINER_KINDS if k not in served]
@@ -89,7 +82,7 @@ def check_trainer_controller(s: Snapshot) -> Check:
             component="kubeflow_trainer",
         )
     d = found[0]
-    ok, line = _ready(d)
+    ok, line = deployment_ready(d)
     containers = ((d.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
     evidence = [line, f"image {(containers or [{}])[0].get('image', '?')}"]
     if ok:
@@ -165,7 +158,7 @@ def check_jobset(s: Snapshot) -> Check:
         )
     ok = served and bool(found)
     for d in found:
-        ready, line = _ready(d)
+        ready, line = deployment_ready(d)
         evidence.append(line)
         ok = ok and ready
     if ok:

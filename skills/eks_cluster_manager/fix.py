@@ -10,7 +10,14 @@ from skills.shared.progress import Progress
 
 
 def components_for(checks: list[Check]) -> list[str]:
-    wanted = {c.component for c in checks if c.status == "failed" and c.component}
+    """The components of failed checks, and of warnings about an optional one (missing
+    monitoring: training runs without it, auto_fix still installs it)."""
+    wanted = {
+        c.component
+        for c in checks
+        if c.component
+        and (c.status == "failed" or (c.status == "warning" and BY_KEY[c.component].optional))
+    }
     return [key for key in BY_KEY if key in wanted]
 
 

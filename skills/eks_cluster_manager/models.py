@@ -41,6 +41,9 @@ class NodeInfo(BaseModel):
     gpus_in_use: int = 0
     efa_allocatable: int = 0
     driver_version: str | None = None
+    # The DCGM exporter's lines about its GPUs in trouble (XID, ECC, row remaps,
+    # throttling): [] where it answered with none, None where no exporter was read.
+    gpu_health: list[str] | None = None
 
 
 class NodeCount(BaseModel):

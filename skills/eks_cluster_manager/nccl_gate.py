@@ -4,14 +4,16 @@ for, its state mapped back onto the cluster report."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from skills.catalog.instances import instance_spec
 from skills.eks_cluster_manager.actions import judge_nccl_output
 from skills.eks_cluster_manager.checks import known_instance
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.eks_cluster_manager.nccl_job import NcclJobResult, run_nccl_test
+from skills.eks_cluster_manager.params import NODES, InstanceType, NcclOutput, Nodes
 from skills.kube.client import KubeJson
 from skills.kube.gpu_nodes import node_gpu_facts
 from skills.kube.objects import kind_path
@@ -21,19 +23,26 @@ from skills.shared.errors import ErrorCode, ToolFailure, needed
 from skills.shared.paths import absolute
 from skills.shared.progress import Progress
 from skills.shared.tooling import spec_of
+from skills.shared.validators import grammar
 
 if TYPE_CHECKING:
     from skills.kube.fields import ClusterAccess
 
 
-@dataclass(frozen=True)
-class NcclRequest:
-    namespace: str
-    nodes: int
-    instance_type: str | None
-    image: str | None
-    nccl_output: str | None  # a saved run: judged, nothing runs
-    wait_seconds: float | None
+class NcclSpec(BaseModel):
+    """action=nccl_test's parameters, each declared here once: manage_eks_cluster flattens
+    this model into its inputs (schema, CLI flags, validation) and gathers them back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: Nodes = NODES
+    instance_type: InstanceType = None
+    image: Annotated[
+        str | None,
+        Field(description="nccl_test image (with torch)."),
+        grammar(r"[^\s]{1,255}", "an image"),
+    ] = None
+    nccl_output: NcclOutput = None  # a saved run: judged, nothing runs
 
 
 def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
@@ -58,7 +67,9 @@ def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
     return ready[0].instance_type or wanted.name
 
 
-def nccl_test(access: ClusterAccess, request: NcclRequest, progress: Progress) -> ClusterReport:
+def nccl_test(
+    access: ClusterAccess, request: NcclSpec, wait_seconds: float | None, progress: Progress
+) -> ClusterReport:
     if request.nccl_output:
         return judge_nccl_output(request.nccl_output, request.instance_type)
     instance = needed(request.instance_type, "nccl_test", "instance_type",
@@ -76,12 +87,12 @@ def nccl_test(access: ClusterAccess, request: NcclRequest, progress: Progress) -
         "nodes": request.nodes,
         "instance_type": instance,
         "image": image,
-        "namespace": request.namespace,
+        "namespace": access.namespace,
         "cluster_name": access.cluster_name,
         "region": access.region,
         "kubeconfig": str(absolute(access.kubeconfig)) if access.kubeconfig else None,
         "context": access.context,
-        "wait_seconds": request.wait_seconds,
+        "wait_seconds": wait_seconds,
     }
     arguments = {k: v for k, v in arguments.items() if v is not None or k == "wait_seconds"}
     return run_as_operation(

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager.models import NodeGroupInfo
+from skills.eks_cluster_manager.params import Nodegroup, within
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure
+
+
+class ScaleSpec(BaseModel):
+    """action=scale's parameters, each declared here once: manage_eks_cluster flattens
+    this model into its inputs (schema, CLI flags, validation) and gathers them back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodegroup: Nodegroup = None
+    min_size: Annotated[int | None, Field(description="Node group min."), within(0, 1000)] = None
+    max_size: Annotated[int | None, Field(description="Max."), within(0, 1000)] = None
+    desired_size: Annotated[int | None, Field(description="Desired."), within(0, 1000)] = None
 
 
 def _info(group: dict[str, Any]) -> NodeGroupInfo:

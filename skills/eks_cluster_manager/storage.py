@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
+from skills.eks_cluster_manager.params import Bucket, Nodegroup, within
 from skills.kube import namespaces
 from skills.kube.client import KubeJson
 from skills.kube.objects import kind_path, object_path
@@ -44,16 +47,38 @@ _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DONE: dict[str, ResourceAction] = {"create": "created", "update": "updated"}
 
 
-@dataclass(frozen=True)
-class StorageSpec:
+class StorageSpec(BaseModel):
+    """action=storage's parameters, each declared here once: manage_eks_cluster flattens
+    this model into its inputs (schema, CLI flags, validation) and gathers them back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fsx_size_gib: Annotated[
+        int, Field(description="storage: FSx GiB (1200, 2400, n*2400)."), within(1200, 460800)
+    ] = 1200
+    fsx_deployment_type: Annotated[DeploymentType, Field(description="storage: FSx type.")] = (
+        "SCRATCH_2"
+    )
+    # MB/s/TiB, persistent only (None: THROUGHPUT's)
+    fsx_throughput: Annotated[
+        int | None, Field(description="storage: persistent FSx MB/s/TiB (P1 200, P2 250).")
+    ] = None
+    bucket: Bucket = None  # None: fsdp-eks-<cluster>-<account>
+    nodegroup: Nodegroup = None  # its first subnet holds the file system
+
+    def placed(self, cluster: str, namespace: str, claim: str | None) -> ClusterStorage:
+        """This spec on one cluster, its claim (checkpoint_pvc) in that namespace."""
+        claim = claim or DEFAULT_CLAIM
+        return ClusterStorage(**dict(self), cluster=cluster, namespace=namespace, claim=claim)
+
+
+class ClusterStorage(StorageSpec):
+    """The storage spec placed: the cluster it is made for and the claim's namespace and
+    name (from the tool's cluster access and checkpoint_pvc)."""
+
     cluster: str
     namespace: str = "default"
     claim: str = DEFAULT_CLAIM
-    size_gib: int = 1200
-    deployment_type: DeploymentType = "SCRATCH_2"
-    bucket: str | None = None  # None: fsdp-eks-<cluster>-<account>
-    nodegroup: str | None = None  # its first subnet holds the file system
-    throughput: int | None = None  # MB/s/TiB, persistent only (None: THROUGHPUT's)
 
 
 def throughput_of(spec: StorageSpec) -> int | None:
@@ -61,21 +86,21 @@ def throughput_of(spec: StorageSpec) -> int | None:
     tier the deployment type does not have is the caller's input error."""
     from skills.catalog.pricing import fsx_tiers
 
-    tiers = fsx_tiers(spec.deployment_type)
+    tiers = fsx_tiers(spec.fsx_deployment_type)
     if not tiers:
-        if spec.throughput is not None:
+        if spec.fsx_throughput is not None:
             raise ToolFailure(
                 ErrorCode.INVALID_INPUT,
-                f"{spec.deployment_type} has no throughput tier to choose.",
+                f"{spec.fsx_deployment_type} has no throughput tier to choose.",
                 "Leave fsx_throughput unset, or use PERSISTENT_1 or PERSISTENT_2.",
                 {"problems": [{"field": "fsx_throughput", "problem": "scratch has no tier"}]},
             )
         return None
-    tier = spec.throughput or THROUGHPUT[spec.deployment_type]
+    tier = spec.fsx_throughput or THROUGHPUT[spec.fsx_deployment_type]
     if tier not in tiers:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
-            f"{spec.deployment_type} has no {tier} MB/s/TiB tier.",
+            f"{spec.fsx_deployment_type} has no {tier} MB/s/TiB tier.",
             f"Use one of {', '.join(map(str, tiers))} MB/s/TiB.",
             {"problems": [{"field": "fsx_throughput", "problem": f"one of {list(tiers)}"}]},
         )
@@ -98,7 +123,7 @@ def check_size(deployment_type: str, size_gib: int) -> None:
         )
 
 
-def bucket_name(spec: StorageSpec, account: str) -> str:
+def bucket_name(spec: ClusterStorage, account: str) -> str:
     name = spec.bucket or f"fsdp-eks-{spec.cluster.lower()}-{account}"[:63].rstrip(".-")
     if not _BUCKET_NAME.match(name) or ".." in name:
         raise ToolFailure(
@@ -207,7 +232,7 @@ def _rules_text(rules: list[dict[str, Any]]) -> str:
 
 
 def ensure_group(
-    ec2: Any, spec: StorageSpec, net: Network, apply: bool
+    ec2: Any, spec: ClusterStorage, net: Network, apply: bool
 ) -> tuple[ResourceChange, str | None]:
     group = find_group(ec2, net.vpc_id, spec.cluster)
     rules = _missing_rules(group, net.cidr)
@@ -257,10 +282,10 @@ def _fs_text(size: int, deployment: str, tier: int | None = None) -> str:
 
 
 def ensure_file_system(
-    fsx: Any, spec: StorageSpec, net: Network, group_id: str | None, apply: bool
+    fsx: Any, spec: ClusterStorage, net: Network, group_id: str | None, apply: bool
 ) -> tuple[ResourceChange, dict[str, Any] | None]:
     fs = find_file_system(fsx, spec.cluster)
-    wanted = _fs_text(spec.size_gib, spec.deployment_type, throughput_of(spec))
+    wanted = _fs_text(spec.fsx_size_gib, spec.fsx_deployment_type, throughput_of(spec))
     if fs is not None:
         lustre = fs.get("LustreConfiguration") or {}
         have = _fs_text(
@@ -280,14 +305,14 @@ def ensure_file_system(
         return ResourceChange(
             kind="FSx file system", name=f"fsdp-eks-{spec.cluster}", action="create", detail=detail
         ), None
-    lustre: dict[str, Any] = {"DeploymentType": spec.deployment_type}
+    lustre: dict[str, Any] = {"DeploymentType": spec.fsx_deployment_type}
     tier = throughput_of(spec)
     if tier is not None:
         lustre["PerUnitStorageThroughput"] = tier
     fs = fsx.create_file_system(
         FileSystemType="LUSTRE",
         FileSystemTypeVersion=LUSTRE_VERSION,
-        StorageCapacity=spec.size_gib,
+        StorageCapacity=spec.fsx_size_gib,
         StorageType="SSD",
         SubnetIds=[net.subnet_id],
         SecurityGroupIds=[group_id] if group_id else [],
@@ -370,7 +395,7 @@ _PUBLIC_BLOCK = (
 
 
 def ensure_bucket(
-    s3: Any, spec: StorageSpec, name: str, region: str, apply: bool
+    s3: Any, spec: ClusterStorage, name: str, region: str, apply: bool
 ) -> ResourceChange:
     state = bucket_state(s3, name, spec.cluster)
     todo = [
@@ -428,11 +453,11 @@ def ensure_bucket(
 # -- the Kubernetes objects -----------------------------------------------------------
 
 
-def kube_objects(spec: StorageSpec, fs: dict[str, Any]) -> list[dict[str, Any]]:
+def kube_objects(spec: ClusterStorage, fs: dict[str, Any]) -> list[dict[str, Any]]:
     """StorageClass, PV, PVC for the file system (static provisioning: the PV names the
     file system; the claim binds that PV by name)."""
     labels = ownership.managed_labels(**{ownership.STORAGE_LABEL: "fsx"})
-    size = f"{fs.get('StorageCapacity', spec.size_gib)}Gi"
+    size = f"{fs.get('StorageCapacity', spec.fsx_size_gib)}Gi"
     lustre = fs.get("LustreConfiguration") or {}
     return [
         {
@@ -479,7 +504,7 @@ def kube_objects(spec: StorageSpec, fs: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _kube_names(spec: StorageSpec) -> list[tuple[str, str]]:
+def _kube_names(spec: ClusterStorage) -> list[tuple[str, str]]:
     return [
         ("StorageClass", STORAGE_CLASS),
         ("PersistentVolume", PERSISTENT_VOLUME),
@@ -501,7 +526,7 @@ def _differs(actual: Any, wanted: Any, path: str = "") -> str | None:
     return None if actual == wanted else (path or ".")
 
 
-def _kube_refs(spec: StorageSpec) -> list[dict[str, Any]]:
+def _kube_refs(spec: ClusterStorage) -> list[dict[str, Any]]:
     """The StorageClass, PV and claim as references (kind, name, namespace): what
     kube_objects renders, known before the file system is."""
     return [
@@ -519,7 +544,7 @@ _NOT_OURS_HINT = (
 )
 
 
-def current_objects(kube: KubeJson, spec: StorageSpec) -> list[dict[str, Any] | None]:
+def current_objects(kube: KubeJson, spec: ClusterStorage) -> list[dict[str, Any] | None]:
     """The StorageClass, PV and claim as the cluster has them (None: missing), each one
     this suite's: one of the same name that is not is refused as `not_ours` before
     anything (AWS included) is written, in the plan as in the apply."""
@@ -541,7 +566,7 @@ def current_objects(kube: KubeJson, spec: StorageSpec) -> list[dict[str, Any] | 
 
 def ensure_objects(
     kube: KubeJson,
-    spec: StorageSpec,
+    spec: ClusterStorage,
     fs: dict[str, Any] | None,
     apply: bool,
     current: list[dict[str, Any] | None],
@@ -635,9 +660,9 @@ def storage_cost(spec: StorageSpec, region: str) -> dict[str, Any] | None:
 
     estimate = estimate_storage(
         "fsx_lustre",
-        spec.size_gib,
+        spec.fsx_size_gib,
         region,
-        deployment_type=spec.deployment_type,
+        deployment_type=spec.fsx_deployment_type,
         throughput_mbps_per_tib=throughput_of(spec),
     )
     return estimate.model_dump(mode="json")

@@ -42,6 +42,7 @@ FILES = {
     "etcd": "etcd.pytorch-elastic.yaml",
     "kubeflow_trainer": "kubeflow-trainer.v2.3.0.manager.yaml.gz",
     "kubeflow_trainer_runtimes": "kubeflow-trainer.v2.3.0.runtimes.yaml",
+    "dcgm_exporter": "dcgm-exporter.4.5.3-4.8.2.yaml",
 }
 
 _NAME_LABEL = "app.kubernetes.io/name"
@@ -99,9 +100,24 @@ def _advertise(old: str, ns: str) -> str:
     return f"http://etcd.{ns}:2379"
 
 
+def _gpu_types(_old: Any, _ns: str) -> dict[str, Any]:
+    """Required node affinity on the catalogue's GPU instance types and their ml. names."""
+    ours = [i.name for i in INSTANCES if i.gpus]
+    values = [*ours, *(SAGEMAKER_PREFIX + n for n in ours)]
+    term = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": values}
+    terms = [{"matchExpressions": [term]}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}  # fmt: skip
+
+
 _EFA_TAINT = [t for t in GPU_TOLERATIONS if t["key"] == "aws.amazon.com/efa"]
 _NVIDIA, _EFA, _ETCD = "nvidia_device_plugin", "efa_device_plugin", "etcd"
 _NVIDIA_DS, _EFA_DS = "nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin"
+_DCGM, _DCGM_DS = "dcgm_exporter", "dcgm-exporter"
+_DCGM_NS = (
+    "`kubectl create -f` puts it in the context's namespace (upstream names none); "
+    "kube-system, beside the device plugins, is one every cluster has."
+)
 
 CHANGES: tuple[Change, ...] = (
     Change(_NVIDIA, "DaemonSet", _NVIDIA_DS, _TOLERATIONS, _plus(_EFA_TAINT),
@@ -132,6 +148,16 @@ CHANGES: tuple[Change, ...] = (
            "and torchrun's etcd backend speaks v2; 3.6 removed it."),
     Change(_ETCD, "Pod", "etcd", ("spec", "containers", 0, "command", 7), _advertise,
            "Advertise the Service's name: 0.0.0.0 is not an address a client can reach."),
+    Change(_DCGM, "DaemonSet", _DCGM_DS, ("metadata", "namespace"), lambda _o, _n: "kube-system",
+           _DCGM_NS),
+    Change(_DCGM, "Service", _DCGM_DS, ("metadata", "namespace"), lambda _o, _n: "kube-system",
+           _DCGM_NS),
+    Change(_DCGM, "DaemonSet", _DCGM_DS, _TOLERATIONS, _plus(list(GPU_TOLERATIONS)),
+           "Our GPU node groups carry nvidia.com/gpu and EFA ones aws.amazon.com/efa; "
+           "upstream tolerates none, so it would run on no GPU node of ours."),
+    Change(_DCGM, "DaemonSet", _DCGM_DS, ("spec", "template", "spec", "affinity"), _gpu_types,
+           "DCGM finds no GPU on a CPU node and the exporter exits there (a pod never ready); "
+           "upstream runs it on every node: the catalogue's GPU types (and ml. names) only."),
 )  # fmt: skip
 
 

@@ -28,8 +28,9 @@ from skills.cloud.clients import docker_client
 from skills.cloud.registry_images import check_image
 from skills.image_builder import dockerfile_reader
 from skills.image_builder.build_errors import BuildError, classify
-from skills.image_builder.dockerfile_analyzer import analyze, label_build_args
+from skills.image_builder.dockerfile_analyzer import analyze
 from skills.image_builder.dockerfile_fixer import fix, write_fixed
+from skills.image_builder.image_labels import label_build_args
 from skills.image_builder.models import Attempt, BuildResult, Versions
 from skills.image_builder.registry_check import mirror_setting, rewrite_from
 from skills.image_builder.tags import TagStrategy, build_inputs, choose_tag, concrete_strategy

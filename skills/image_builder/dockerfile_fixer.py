@@ -14,18 +14,11 @@ from pydantic import BaseModel
 
 from skills.catalog import cuda as cuda_tables
 from skills.catalog.cuda import Combo
-from skills.image_builder.dockerfile_analyzer import (
-    FLASH_ATTN,
-    Analysis,
-    Context,
-    Instruction,
-    Stage,
-    parse,
-    parse_base,
-    render_base,
-    stage_flavor,
-    target_for,
-)
+from skills.image_builder.base_image import parse_base, render_base
+from skills.image_builder.dockerfile_findings import Analysis
+from skills.image_builder.dockerfile_stages import Instruction, Stage, parse
+from skills.image_builder.dockerfile_targets import Context, stage_flavor, target_for
+from skills.image_builder.pip_installs import FLASH_ATTN
 from skills.shared.files import write_new_or_owned
 
 # Findings fixed by aligning a stage's base and pip pins to one torch/CUDA combination.

@@ -124,6 +124,9 @@ class Diagnosis(BaseModel):
         default_factory=list, description="Logs longer than the scan bound (head+tail read)."
     )
     findings_cut: int = Field(default=0, description="per_pod: findings past this page.")
+    gpu_notes: list[str] = Field(
+        default_factory=list, description="DCGM exporters on the job's nodes not read."
+    )
     next_cursor: str | None = Field(default=None, description="per_pod: the next page's cursor.")
 
     @property
@@ -147,6 +150,12 @@ class Snapshot(BaseModel):
     logs: dict[str, str] = Field(default_factory=dict)
     nodes: list[dict[str, Any]] = Field(
         default_factory=list, description="The nodes the pods ran on (their conditions)."
+    )
+    gpu_metrics: dict[str, list[str]] = Field(
+        default_factory=dict, description="The DCGM exporter's trouble lines per node."
+    )
+    gpu_notes: list[str] = Field(
+        default_factory=list, description="DCGM exporters that could not be read."
     )
 
 
@@ -219,6 +228,18 @@ def _node_signals(node: Any, pods: list[str]) -> Iterable[Signal]:
         when = _time(_get(condition, "lastTransitionTime"))
         for pod in pods:
             yield Signal(pod, "event", reason, text, f"node {name} condition {kind}", time=when)
+
+
+def _gpu_metric_signals(node: str, lines: list[str], pods: list[str]) -> Iterable[Signal]:
+    """The DCGM exporter's lines about a node (skills/kube/dcgm.py), as signals of the
+    job's pods on it. A job-fault XID there is left out: the exporter keeps a GPU's last
+    XID, naming no process, so it may be an earlier job's, and it is never the node's."""
+    for line in lines:
+        xid = node_faults.xid_of([line])
+        if xid is not None and xid.fault == "job":
+            continue
+        for pod in pods:
+            yield Signal(pod, "event", "DCGM", line, f"node {node} dcgm-exporter")
 
 
 def _pod_signals(pod: Any, info: PodInfo) -> Iterable[Signal]:
@@ -428,6 +449,7 @@ def diagnose(
         logs_cut=cut_logs,
         findings_cut=cut,
         next_cursor=next_cursor,
+        gpu_notes=snap.gpu_notes,
     )
 
 
@@ -517,6 +539,8 @@ def _signals(
     signals: list[Signal] = list(_event_signals(snap.events, pods, by_node))
     for node in snap.nodes:
         signals += _node_signals(node, by_node.get(_str(_get(node, "metadata", "name")), []))
+    for node, lines in snap.gpu_metrics.items():
+        signals += _gpu_metric_signals(node, lines, by_node.get(node, []))
     for name, pod in raw.items():
         signals += _pod_signals(pod, pods[name])
     scan, cut_logs = LogScan(), []

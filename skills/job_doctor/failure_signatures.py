@@ -34,6 +34,7 @@ from typing import Literal
 from skills.job_doctor import node_faults
 from skills.job_doctor.node_faults import Fault
 from skills.training_job_deployer import watchdog
+from trainer.rules import EXIT_PREEMPTED
 
 Source = Literal["event", "container", "log"]
 Role = Literal["cause", "symptom", "fallback", "warning"]
@@ -356,9 +357,9 @@ SIGNATURES: tuple[Signature, ...] = (
         reasons=("Evicted",),
     ),
     Signature("preempted", ("event",), reasons=DISRUPTION),
-    # 143: SIGTERM (the trainer saves a checkpoint and exits 143); 137 without OOMKilled:
-    # SIGKILL after the grace period.
-    Signature("preempted", ("container",), exit_codes=(137, 143), role="fallback"),
+    # 143: SIGTERM (the trainer saves a checkpoint and exits EXIT_PREEMPTED, 128 + SIGTERM);
+    # 137 without OOMKilled: SIGKILL after the grace period.
+    Signature("preempted", ("container",), exit_codes=(137, EXIT_PREEMPTED), role="fallback"),
     # --- the node's GPUs and network: XIDs, ECC, EFA (node_faults.py) --------------------
     # Pod logs, and the node's conditions and events (their text is "<reason>: <message>").
     # The job's XIDs first: an application fault never costs the node.

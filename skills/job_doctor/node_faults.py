@@ -16,7 +16,11 @@ Where an XID shows up:
   ``NetworkingReady`` (aws/eks-node-monitoring-agent, pkg/reasons/reasons.yaml);
 * NVIDIA NVSentinel (syslog and GPU health monitors): node conditions
   ``SysLogsXIDError`` / ``SysLogsGPUFallenOff`` set True, their message naming
-  ``ErrorCode:<n>``.
+  ``ErrorCode:<n>``;
+* the NVIDIA DCGM exporter's counters, read through the API server
+  (skills/kube/dcgm.py): ``DCGM_FI_DEV_XID_ERRORS 79 on GPU 1 of node ...`` (the last
+  XID of that GPU), and ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` / ``DCGM_FI_DEV_ROW_REMAP_FAILURE``
+  above zero (uncorrectable memory errors, a failed row remap).
 
 Hardware XIDs are the node's fault: the same job runs on another node. Application
 XIDs (13, 31, 43) are the job's: an illegal memory access or instruction in a kernel
@@ -67,6 +71,7 @@ XID_FORMS = (
     r"\bNvidiaXID({n})(?:Error|Warning)\b",  # EKS node monitoring agent reasons
     r"\bXID-({n})\b",  # ... and its messages
     r"\bErrorCode:\s*({n})\b",  # NVSentinel's condition messages
+    r"\bDCGM_FI_DEV_XID_ERRORS ({n})\b",  # the DCGM exporter's, as skills/kube/dcgm.py says it
 )
 XID_NUMBER = re.compile("|".join(form.format(n=r"\d+") for form in XID_FORMS))
 
@@ -81,6 +86,7 @@ HARDWARE_FORMS = (
     r"\bNvidiaFabricError\b",
     r"\bDCGMDiagnosticFailure\b",
     r"\bSysLogsGPUFallenOff\b",
+    r"\bDCGM_FI_DEV_(?:ECC_DBE_VOL_TOTAL|ROW_REMAP_FAILURE) [1-9]",  # skills/kube/dcgm.py
 )
 # What aws-ofi-nccl and libfabric's EFA provider say when the network device fails, and
 # the node agent's EFA metric.

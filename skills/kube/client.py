@@ -48,10 +48,14 @@ class KubeJson:
         content_type: str = "application/json",
         missing_ok: tuple[int, ...] = (),
         accept: str = "application/json",
+        timeout: tuple[float, float] = REQUEST_TIMEOUT,
+        once: bool = False,
     ) -> tuple[int, bytes]:
         """(status, body). A status in `missing_ok` is returned; any other error status
         raises the client's ApiException with the API server's own message (the tools'
-        error mapping types it); an unreachable server is ENDPOINT_UNREACHABLE."""
+        error mapping types it); an unreachable server (or a `timeout`: connect, read
+        seconds) is ENDPOINT_UNREACHABLE. `once`: not retried (urllib3 retries a GET that
+        timed out 3 times), so `timeout` bounds the wait (a read through a pod proxy)."""
         from kubernetes.client.exceptions import ApiException
 
         pairs = query.items() if isinstance(query, dict) else (query or [])
@@ -69,9 +73,18 @@ class KubeJson:
             self.calls += 1
             self.paths.append(f"{method} {path}")
         try:
-            response = self.api.rest_client.request(
-                method, url, headers=headers, body=body, _request_timeout=REQUEST_TIMEOUT
-            )
+            if once:
+                import urllib3
+
+                response = self.api.rest_client.pool_manager.request(
+                    method, url, headers=headers, body=body, retries=False,
+                    timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+                    preload_content=False,  # read below, as the rest client's
+                )  # fmt: skip
+            else:
+                response = self.api.rest_client.request(
+                    method, url, headers=headers, body=body, _request_timeout=timeout
+                )
         except ApiException as exc:  # clients that raise on an error status
             status, data = exc.status or 0, exc.body or b""
         except ToolFailure:  # the token refresh (no credentials)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from skills.kube.deployments import deployment_ready
+
 CONTROLLER = "aws-load-balancer-controller"  # the chart's Deployment and service account
 
 
@@ -34,5 +36,4 @@ def controllers(deployments: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def ready(deployment: dict[str, Any]) -> bool:
-    wanted = int((deployment.get("spec") or {}).get("replicas", 1))
-    return int((deployment.get("status") or {}).get("readyReplicas") or 0) >= max(wanted, 1)
+    return deployment_ready(deployment)[0]

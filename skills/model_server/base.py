@@ -1,7 +1,7 @@
 """The interface every model-server target implements (local `transformers serve`,
 vLLM on Kubernetes), in the shape of the job targets: plan -> deploy (exactly the
 plan) -> get/list -> scale -> delete. A target is one module with a settings model
-(`target: Literal["<name>"]`) and a `ServerTarget` subclass, added in registry.py."""
+(`target: Literal["<name>"]`) and a `ServerTarget` subclass, added in targets_by_name.py."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from skills.catalog.pricing import estimate_billing
 from skills.model_server.base import ServerSettings, ServerState, ServerTarget
-from skills.model_server.registry import get_server_target
+from skills.model_server.targets_by_name import get_server_target
 from skills.operations.operations import run_as_operation
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep

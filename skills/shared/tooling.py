@@ -11,8 +11,10 @@ The keyword parameters (with pydantic `Field` descriptions and rules) become the
 tool's input model. A parameter marked `Flatten` is a model whose fields become the
 tool's own inputs (one CLI flag, one MCP property each) and are gathered back into
 that model for the call: a new JobSpec field is a new flag and schema property with
-no other edit. A union of models marked `Flatten(discriminator)` is told apart by
-that field (each target's settings). `progress` is injected by the caller.
+no other edit. Two flattened models may share a field declared through one alias (one
+input feeding both: manage_eks_cluster's `bucket`, storage's and cleanup's). A union of
+models marked `Flatten(discriminator)` is told apart by that field (each target's
+settings). `progress` is injected by the caller.
 Every call, from Python, the CLI or MCP, is validated by the one input model, and an
 SDK or OS exception the user can act on comes out as a typed ToolFailure.
 """
@@ -293,6 +295,17 @@ def _flatten(
     return group, fields
 
 
+def _one_input(field: tuple[Any, Any], other: tuple[Any, Any]) -> bool:
+    """Two flattened models' fields of one name are one input feeding both when declared
+    through one alias: the same type, default, description and validators (fields that
+    differ are refused: two declarations would drift)."""
+    (kind, info), (other_kind, other_info) = field, other
+    if not (isinstance(info, FieldInfo) and isinstance(other_info, FieldInfo)):
+        return False  # a function's own parameter is never also a flattened field
+    declared = (kind, info.default, info.description, info.metadata)
+    return declared == (other_kind, other_info.default, other_info.description, other_info.metadata)
+
+
 def _params_model(
     name: str, fn: Callable[..., Any], operation: bool
 ) -> tuple[type[BaseModel], tuple[FlatGroup, ...], frozenset[str]]:
@@ -313,7 +326,8 @@ def _params_model(
         )
         if marker is not None:
             group, flat = _flatten(name, param.name, typing.get_args(param.annotation)[0], marker)
-            if clash := set(flat) & set(fields):
+            clash = {n for n in set(flat) & set(fields) if not _one_input(flat[n], fields[n])}
+            if clash:
                 raise TypeError(f"tool {name}: {sorted(clash)} named twice")
             groups.append(group)
             fields.update(flat)

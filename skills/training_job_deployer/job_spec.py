@@ -29,6 +29,7 @@ from skills.shared.paths import LocalPath
 from skills.shared.validators import grammar
 from skills.training_job_deployer.job_env import checked_env
 from skills.training_job_deployer.model_names import preset_name
+from trainer.rules import ShardingStrategy, sharding_spelling
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
@@ -127,20 +128,9 @@ Location = Annotated[
 ]
 
 
-# Other documents' spellings of a sharding strategy (the FSDP-on-EKS document's `shard`,
-# FSDP1's ShardingStrategy names) -> the trainer's. Case does not matter.
-SHARDING_SPELLINGS = {
-    "shard": "full",
-    "full_shard": "full",
-    "hybrid_shard": "hybrid",
-}
-
-
 def _sharding_strategy(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    key = value.strip().lower()
-    return SHARDING_SPELLINGS.get(key, key)
+    """Other documents' spellings of a strategy (`FULL_SHARD`) as the trainer's."""
+    return sharding_spelling(value) if isinstance(value, str) else value
 
 
 def _env_pairs(value: object) -> object:
@@ -298,7 +288,7 @@ class JobSpec(BaseModel):
         TrainerFlag(),
     ] = None
     sharding_strategy: Annotated[
-        Literal["auto", "full", "shard_grad_op", "hybrid", "no_shard"],
+        ShardingStrategy,
         BeforeValidator(_sharding_strategy),
         Field(
             description="FSDP sharding; auto = hybrid across nodes if a node holds it, else full."

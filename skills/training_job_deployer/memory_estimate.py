@@ -7,13 +7,14 @@
     staging_bytes(spec, shape)   what an async save stages in each node's host memory
                                  (check_host_fits: against the instance's memory)
 
-The trainer runs in the job's image and the tools do not import it, so the preset
-dimensions the estimate needs are a data table (model_names.py) pinned to
-trainer/presets.py by a test. The terms follow the trainer (trainer/model.py, parallel.py):
+The preset dimensions the estimate needs are a data table (model_names.py) pinned to
+trainer/presets.py by a test; the state bytes a parameter and the strategy `auto` runs
+are the trainer's own rules (trainer/rules.py, torch-free). The terms follow the
+trainer (trainer/model.py, parallel.py):
 
-- states: fp32 master parameters, fp32 gradients and AdamW's two fp32 moments, 16 bytes
-  a parameter, sharded over the FSDP group (the world; a node under `hybrid`; not at all
-  under `no_shard`); on the host instead under cpu_offload.
+- states: fp32 master parameters, fp32 gradients and AdamW's two fp32 moments,
+  STATE_BYTES_PER_PARAM (16) a parameter, sharded over the FSDP group (the world; a node
+  under `hybrid`; not at all under `no_shard`); on the host instead under cpu_offload.
 - transient: FSDP2 all-gathers a block's parameters in the compute dtype before using it
   and holds its unsharded gradient before the reduce-scatter; with prefetch two blocks
   are in flight, plus the root group (embeddings, final norm, lm_head) for the whole step.
@@ -38,9 +39,9 @@ from skills.shared.reading import load_json
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.model_names import PRESET_SHAPES, TOY_PRESETS, family_sizes
 from trainer.backends import process_group_backend
+from trainer.rules import STATE_BYTES_PER_PARAM, resolve_strategy
 
 GIB = 1024**3
-STATE_BYTES = 16  # fp32 param + fp32 grad + AdamW exp_avg + exp_avg_sq
 # What a GPU cannot give the tensors: CUDA context, NCCL buffers, allocator fragmentation.
 RESERVED_FIXED = 2 * GIB
 RESERVED_SHARE = 0.08
@@ -125,7 +126,7 @@ def estimate(
 ) -> Estimate:
     """Per-GPU bytes for one micro-batch of `batch` x `seq_len` with the states sharded
     over `shard_over` ranks. compute_bytes: 2 (bf16, the trainer on GPUs) or 4 (fp32)."""
-    states = 0 if cpu_offload else STATE_BYTES * shape.params // shard_over
+    states = 0 if cpu_offload else STATE_BYTES_PER_PARAM * shape.params // shard_over
     gathered = shape.root_params + 2 * shape.block_params
     # Unsharded parameters and their gradients; none when nothing is sharded and the
     # compute dtype is the master's (the parameters are used in place).
@@ -203,17 +204,13 @@ def _count(params: int) -> str:
 
 
 def effective_strategy(spec: JobSpec, shape: ModelShape | None, gib: int | None) -> str:
-    """The strategy the trainer runs (trainer.parallel.resolve_strategy, which the
-    trainer's image cannot import from here): `auto` is hybrid across nodes when one
-    node's GPUs hold the states in half their memory, else full."""
-    if spec.sharding_strategy != "auto":
-        return spec.sharding_strategy
-    if spec.num_nodes == 1:
-        return "full"
-    if shape is not None and gib is not None:
-        if STATE_BYTES * shape.params / spec.gpu_per_node > gib * 2**30 / 2:
-            return "full"
-    return "hybrid"
+    """The strategy the trainer runs (its own rule, trainer.rules.resolve_strategy):
+    `auto` is hybrid across nodes when one node's GPUs hold the states in half their
+    memory, else full."""
+    world = spec.num_nodes * spec.gpu_per_node
+    params = shape.params if shape is not None else 0
+    gpu_bytes = gib * 2**30 if gib is not None else None
+    return resolve_strategy(spec.sharding_strategy, world, spec.gpu_per_node, params, gpu_bytes)
 
 
 def shard_group(spec: JobSpec) -> int:
@@ -371,7 +368,7 @@ def check_host_fits(spec: JobSpec, instance_type: str, shm_gib: float) -> dict[s
         return None
     if shape is None:
         return None
-    offloaded = STATE_BYTES * shape.params * spec.gpu_per_node // shard_group(spec)
+    offloaded = STATE_BYTES_PER_PARAM * shape.params * spec.gpu_per_node // shard_group(spec)
     offloaded_gib = round(offloaded / GIB, 1) if spec.cpu_offload else 0.0
     usable = round(host_gib * HOST_USABLE_SHARE, 1)
     summary = {"host_gib": host_gib, "usable_gib": usable, "shm_gib": shm_gib,

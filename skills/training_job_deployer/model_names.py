@@ -1,13 +1,15 @@
 """The model names a job may ask for (`model_type`), as data the tools can read.
 
-The trainer runs in the job's image and the tools do not import it, so its preset
-names, their shapes and the aliases other documents use are copied here; a test
-(tests/trainer/test_model_names.py) pins every row to trainer/presets.py. A name
-outside these is refused when the job is planned, with the valid ones, instead of
-in every pod at start.
+The names, the aliases other documents use and the advice for names that are no
+preset are the trainer's own (trainer/presets.py, torch-free); the shapes the memory
+estimate needs are a table here, pinned to the presets by
+tests/trainer/test_memory_estimate.py. A name outside these is refused when the job is
+planned, with the valid ones, instead of in every pod at start.
 """
 
 from __future__ import annotations
+
+from trainer import presets
 
 # trainer/presets.py, the numbers the memory estimate needs: dim, n_layers, n_heads,
 # n_kv_heads, vocab, ffn width, tied embeddings.
@@ -21,19 +23,6 @@ PRESET_SHAPES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
     # GPT-2's MLP is two 768x3072 matrices: 2048 counts them in this table's 3-matrix
     # (SwiGLU) block (124M parameters, as the trainer's start line says).
     "gpt2": (768, 12, 12, 12, 50257, 2048, True),
-}
-# trainer/presets.py ALIASES: another document's name -> the preset it means.
-ALIASES: dict[str, str] = {
-    "llama_v2": "llama_v2_7b",
-    "llama_v3": "llama_v3_8b",
-    "llama2": "llama_v2_7b",
-    "llama3": "llama_v3_8b",
-}
-# trainer/presets.py NOT_PRESETS: names of such documents that are no preset here.
-NOT_PRESETS: dict[str, str] = {
-    "gpt_neox": "GPT-NeoX has no preset; pass --model_name_or_path of an HF checkpoint",
-    "mistral": "Mistral has no preset; pass --model_name_or_path of an HF Mistral checkpoint",
-    "mixtral": "Mixtral (mixture of experts) is not supported by this trainer",
 }
 # The presets that exist so a CPU box runs a real job in a minute: not for a cluster.
 TOY_PRESETS = ("debug", "debug_large")
@@ -54,14 +43,8 @@ def family_sizes(preset: str) -> list[str]:
 
 def preset_name(model_type: str) -> str:
     """The preset `model_type` names (itself, or through an alias). Raises ValueError,
-    naming the valid names, for any other."""
-    name = ALIASES.get(model_type, model_type)
-    if name in PRESET_SHAPES:
-        return name
-    advice = NOT_PRESETS.get(model_type)
-    valid = ", ".join([*PRESET_SHAPES, *ALIASES])
-    raise ValueError(
-        f"unknown model_type {model_type!r}"
-        + (f" ({advice})" if advice else "")
-        + f"; choose one of {valid}"
-    )
+    naming the valid names (the trainer's words), for any other."""
+    name = presets.preset_name(model_type)
+    if name is None:
+        raise ValueError(presets.unknown_model_type(model_type))
+    return name

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from skills.kube.pod_metrics import usage_text
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.results import ToolResult
@@ -73,11 +74,14 @@ class JobState(ToolResult):
         default=None, description="The ranks' GPUs (NVML) in the last log window."
     )
     tracking: dict[str, str] | None = Field(
-        default=None, description="Where the run is tracked: TensorBoard dir, MLflow run URL."
+        default=None, description="Where the run is tracked: TensorBoard dir, MLflow and W&B runs."
     )
     next_step: NextStep | None = Field(default=None, description="The call to make next.")
     hint: str | None = Field(default=None, description="What to do that is not one call.")
     pods: dict[str, str] | None = Field(default=None, description="Cluster targets: pod -> phase.")
+    pod_usage: dict[str, Any] | None = Field(
+        default=None, description="Kubernetes: the pods' CPU and memory (metrics API), summed up."
+    )
     conditions: list[str] | None = Field(
         default=None, description="Cluster targets: the job's true conditions, in order."
     )
@@ -136,6 +140,8 @@ class JobState(ToolResult):
             rows.append(("gpus", gpu_text(self.gpu)))
         if self.pods:
             rows.append(("pods", ", ".join(f"{k} {v}" for k, v in self.pods.items())))
+        if self.pod_usage:
+            rows.append(("pod use", usage_text(self.pod_usage)))
         if self.restarts:
             rows.append(("restarts", self.restarts))
         rows += [("warning", w) for w in self.warnings]

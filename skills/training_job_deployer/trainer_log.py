@@ -11,6 +11,7 @@ from typing import Any
 from skills.shared.progress import Progress
 from skills.shared.secrets import redact
 from skills.training_job_deployer.loss_curve import Thinned, sparkline
+from trainer.rules import EXIT_PREEMPTED
 
 # Losses kept for the summary's sparkline (thinned uniformly over the whole run).
 SPARK_POINTS = 64
@@ -43,8 +44,6 @@ def tail_with_error(tail: str | None, error: dict[str, Any] | None) -> str | Non
     return f"{line}\n[...]\n{tail}"
 
 
-# The trainer's exit code after SIGTERM when it saved a checkpoint (128 + SIGTERM).
-EXIT_PREEMPTED = 143
 # Step lines of an attempt kept for the watchdog (watchdog.py): its first ones (warm-up,
 # then the job's own baseline) and its most recent ones.
 FIRST_STEP_LINES = 8

@@ -16,7 +16,7 @@ import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.get_operation import get_operation
-from skills.job_doctor import auto_retry
+from skills.job_orchestration import auto_retry
 from skills.operations import operations
 from skills.shared.errors import ToolFailure
 from skills.shared.progress import CollectingProgress

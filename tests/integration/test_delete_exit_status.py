@@ -28,7 +28,7 @@ def _cli(*argv: str) -> tuple[int, dict]:
 
 
 def _exists(name: str) -> bool:
-    return KubernetesTarget(KubernetesSettings()).reader.job(name) is not None
+    return KubernetesTarget(KubernetesSettings()).client.job(name) is not None
 
 
 @pytest.mark.parametrize("condition", ["Failed", "Succeeded", None])

@@ -14,7 +14,7 @@ from skills.job_doctor.diagnose import diagnose
 from skills.kube.access import kube_api_client
 from skills.kube.pods import PREVIOUS
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer.kube_monitor import KubeReader, read_snapshot
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import KubeReader, read_snapshot
 from tests.fixtures.pod_doctor import snapshots as builder
 from tests.services.kube import PYTORCHJOB
 
@@ -147,7 +147,10 @@ def test_log_reads_are_concurrent_bounded_and_only_for_the_pods_that_need_one(cl
     end of the log within its byte share."""
     from urllib.parse import parse_qs
 
-    from skills.training_job_deployer.kube_monitor import SNAPSHOT_LOG_READS, log_share
+    from skills.training_job_deployer.targets.kubernetes.kube_monitor import (
+        SNAPSHOT_LOG_READS,
+        log_share,
+    )
 
     failed, not_ready, pending = set(range(0, 40, 2)), {1, 3, 5, 7}, {9, 11, 13, 15}
     seed(cluster, _fleet(failed, not_ready, pending, workers=48))

@@ -297,7 +297,8 @@ def test_a_malformed_kubeconfig_is_a_typed_error_to_read_and_to_write(content, t
 
 
 def test_requirements_outside_the_context_are_not_followed(tmp_path):
-    from skills.image_builder.dockerfile_analyzer import parse, pip_installs
+    from skills.image_builder.dockerfile_stages import parse
+    from skills.image_builder.pip_installs import pip_installs
 
     (tmp_path / "outside.txt").write_text("torch==2.1.0+cu118\n")
     context = tmp_path / "a" / "b"

@@ -194,7 +194,7 @@ def test_the_kubernetes_target_reaches_an_eks_cluster_by_name(moto_server):
 
     make_cluster("by-name")
     settings = KubernetesSettings(cluster_name="by-name", region=REGION)
-    api = KubernetesTarget(settings).reader.api
+    api = KubernetesTarget(settings).client.api
     endpoint = boto3.client("eks", region_name=REGION).describe_cluster(name="by-name")
     assert api.configuration.host == endpoint["cluster"]["endpoint"]
     assert api.configuration.auth_settings()["BearerToken"]["value"].startswith(

@@ -37,6 +37,7 @@ def test_a_healthy_cluster_passes_every_check(kube):
         "gpu_allocatable",
         "nvidia_device_plugin",
         "efa_device_plugin",
+        "dcgm_exporter",
         "training_operator",
         "pytorchjob_crd",
         "training_engine",

@@ -196,7 +196,7 @@ def test_storage_plans_applies_and_is_unchanged_the_second_time(aws, kube):
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "fsdp-eks"
     # What was applied is valid Kubernetes (the OpenAPI schema, offline).
     fs_now = file_systems("st-a")[0]
-    for obj in storage.kube_objects(storage.StorageSpec(cluster="st-a"), fs_now):
+    for obj in storage.kube_objects(storage.ClusterStorage(cluster="st-a"), fs_now):
         kubernetes_validate.validate(obj, "1.31", strict=True)
 
     for confirm in (False, True):

@@ -72,7 +72,7 @@ def test_a_poll_and_a_snapshot_cost_the_same_whatever_the_namespaces_events(oper
 
 
 def test_a_large_job_asks_per_kind_not_per_pod(operator, kube_api):
-    from skills.training_job_deployer.kube_monitor import EVENT_LISTS
+    from skills.training_job_deployer.targets.kubernetes.kube_monitor import EVENT_LISTS
 
     deploy_training_job(job_name="big", num_nodes=EVENT_LISTS + 8, gpu_per_node=8,
                         image_uri="localhost:9/f:1", instance_type="p5.48xlarge",

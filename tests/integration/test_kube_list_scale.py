@@ -17,7 +17,7 @@ from skills.kube.client import LIST_CHUNK
 from skills.kube.pods import JOB_NAME_LABEL
 from skills.model_server.kubernetes.manifest import labels as server_labels
 from skills.shared.ownership import managed_labels
-from skills.training_job_deployer.kube_monitor import JOB_CHUNK
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import JOB_CHUNK
 from skills.training_job_deployer.targets.kubernetes.manifest import LABEL_JOB
 from tests.services.kube import PYTORCHJOB
 

@@ -27,7 +27,7 @@ import pytest
 from commands.cancel_training_job import cancel_training_job
 from commands.deploy_training_job import deploy_training_job
 from commands.get_training_job import get_training_job
-from skills.job_doctor import auto_retry
+from skills.job_orchestration import auto_retry
 from skills.training_job_deployer import watchdog
 from skills.training_job_deployer.targets.local.record import RunDir
 from skills.training_job_deployer.targets.local.target import LocalTarget

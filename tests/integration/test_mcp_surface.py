@@ -29,8 +29,8 @@ from skills.shared.results import ToolResult
 from skills.shared.tooling import spec_of, tool
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.targets.by_name import DeployResult
 from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
-from skills.training_job_deployer.targets.registry import DeployResult
 
 pytestmark = pytest.mark.integration
 

@@ -280,12 +280,12 @@ def _setup(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
 def _cluster(_tmp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     yield from CLUSTER_STEPS
     access = EksClusterAccess(cluster_name="c1", region="us-east-1")
-    storage = StorageSpec(cluster="c1", size_gib=2400, nodegroup="gpu", bucket="team-data")
+    storage = StorageSpec(fsx_size_gib=2400, nodegroup="gpu", bucket="team-data")
+    cleanup = CleanupSpec(only=["fsx"], delete_bucket="if_empty")
     for source, arguments in (
-        ("storage plan", actions._storage_args(access, storage)),
-        ("cleanup plan", actions._cleanup_args(access, CleanupSpec(cluster="c1", parts=("fsx",),
-                                                                   delete_bucket="if_empty"))),
-    ):  # fmt: skip
+        ("storage plan", actions._storage_args(access, storage.placed("c1", "default", None))),
+        ("cleanup plan", actions._cleanup_args(access, cleanup)),
+    ):
         yield (
             source,
             _nested(NextStep(tool="manage_eks_cluster", arguments={**arguments, "confirm": True})),

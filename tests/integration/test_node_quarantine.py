@@ -14,7 +14,7 @@ import pytest
 
 from commands.deploy_training_job import deploy_training_job
 from commands.manage_eks_cluster import manage_eks_cluster
-from skills.job_doctor import auto_retry
+from skills.job_orchestration import auto_retry
 from skills.kube.quarantine import RECORD_ANNOTATION, TAINT_KEY
 from skills.operations import operations
 from skills.shared.errors import ToolFailure
@@ -214,7 +214,7 @@ def test_the_node_groups_scale_call_when_it_cannot_supply_another_node(operator,
     desired by the nodes missing."""
     from skills.kube.access import kube_api_client
     from skills.kube.quarantine import NODEGROUP_LABEL
-    from skills.training_job_deployer.kube_monitor import KubeReader
+    from skills.training_job_deployer.targets.kubernetes.job_client import JobClient
     from skills.training_job_deployer.targets.kubernetes.settings import (
         KubernetesDeploySettings,
     )
@@ -231,7 +231,7 @@ def test_the_node_groups_scale_call_when_it_cannot_supply_another_node(operator,
     )
     target = KubernetesTarget(settings)
     with kube_api_client() as api:
-        target._reader = KubeReader(api, "default")  # the stand-in's API, the EKS of moto
+        target._client = JobClient(api, "default")  # the stand-in's API, the EKS of moto
         done = target.quarantine([names[0]], "gpu_hardware_fault", "llama", 2)
     assert done.nodes == (names[0],) and "1 schedulable p5.48xlarge node(s) left" in done.short
     assert done.next_step == {

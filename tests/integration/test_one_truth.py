@@ -18,8 +18,8 @@ from skills.operations import operations
 from skills.operations.operation_state import outcome
 from skills.shared.tooling import spec_of
 from skills.training_job_deployer.job_spec import JobSpec
+from skills.training_job_deployer.targets.by_name import DeployResult
 from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
-from skills.training_job_deployer.targets.registry import DeployResult
 from tests.integration.test_build_image import _project, hub  # noqa: F401 - a fixture
 from tests.integration.test_push_to_ecr import image  # noqa: F401 - a fixture
 from tests.sample_tools import judge

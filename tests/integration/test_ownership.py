@@ -286,7 +286,7 @@ def test_an_object_made_by_someone_else_after_the_check_is_not_applied_over(
     """Each write checks ownership at the write itself: an object that was missing when
     the caller read it, and that someone else has made since, is refused (the create is
     a 409, then it is read and checked), never applied over."""
-    from skills.eks_cluster_manager.storage import StorageSpec
+    from skills.eks_cluster_manager.storage import ClusterStorage
     from skills.kube.access import kube_api_client
     from skills.kube.client import KubeJson
 
@@ -294,7 +294,7 @@ def test_an_object_made_by_someone_else_after_the_check_is_not_applied_over(
     theirs = {"apiVersion": "v1", "kind": kind, "metadata": meta}
     kube.emulator.objects[resource, "default", name] = theirs
     with kube_api_client(kube.kubeconfig) as api, pytest.raises(ToolFailure) as caught:
-        write(KubeJson(api), StorageSpec(cluster="own-d"))
+        write(KubeJson(api), ClusterStorage(cluster="own-d"))
     assert_not_ours(caught, kind)
     assert stored(kube, resource, "default", name)["metadata"]["labels"] == {"team": "x"}
 

@@ -19,7 +19,7 @@ from skills.cloud.registry_credentials import RegistryLogin
 from skills.ecr_publisher.push import manifest_digest
 from skills.kube.gpu_nodes import NodeGpuFacts
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer import cuda_gate
+from skills.training_job_deployer.targets.kubernetes import cuda_gate
 from tests.services.scripted_registry import ScriptedRegistry, scripted_registry
 
 pytestmark = pytest.mark.integration

@@ -30,7 +30,7 @@ import pytest
 
 from commands.build_image import build_image
 from skills.image_builder import dockerfile_reader
-from skills.image_builder.dockerfile_analyzer import label_build_args
+from skills.image_builder.image_labels import label_build_args
 from tests.services.container import mounted_container
 from tests.services.podman import podman_cli
 from tests.unit.test_trainer_deps import OPTIONAL, run_time_imports

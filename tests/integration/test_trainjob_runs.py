@@ -81,7 +81,7 @@ def test_engine_auto_trains_the_demo_job_as_a_2_pod_trainjob_to_succeeded(cluste
     target = KubernetesTarget(KubernetesSettings())
     (listed,) = target.list_jobs().items
     assert (listed.steps, listed.last_loss) == (4, float(metrics["loss"]))
-    assert not [p for p in target.reader.paths if p.endswith("/log")], target.reader.paths
+    assert not [p for p in target.client.paths if p.endswith("/log")], target.client.paths
     log = get_training_job_logs(job_name="tiny", **K8S).text
     start = events(log)[0]
     assert start["event"] == "start" and start["world_size"] == 2

@@ -24,8 +24,8 @@ from commands.list_training_jobs import list_training_jobs
 from skills.kube.pods import COMPLETION_INDEX, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL
 from skills.shared.errors import ToolFailure
 from skills.shared.ownership import managed_labels
-from skills.training_job_deployer.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.targets.base import JobPage
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesSettings
 from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
 from skills.training_job_deployer.targets.trainjob import manifest as tm
@@ -169,7 +169,7 @@ def test_get_reads_step_and_loss_from_trainer_status_without_reading_a_log(v2):
                                                                         3, 6)  # fmt: skip
     assert (state.last_loss, state.tokens_per_s, state.eta_s) == (5.25, 900.0, 30)
     assert state.log_path == f"pod/{rank0} -n default"
-    assert not [p for p in target.reader.paths if p.endswith("/log")], target.reader.paths
+    assert not [p for p in target.client.paths if p.endswith("/log")], target.client.paths
     # No trainerStatus (the feature gate off): rank 0's log, found by its completion index.
     set_status(v2, "llama", trainerStatus=None)
     fallback = KubernetesTarget(KubernetesSettings()).describe("llama")
@@ -220,9 +220,9 @@ def page_cost(count: int, kube) -> tuple[int, int, list[str]]:
         seed_trainjob(kube, f"tj-{i:03d}", i)
     target = KubernetesTarget(KubernetesSettings())
     page = target.list_jobs(JobPage(limit=5))
-    logs = [p for p in target.reader.paths if p.endswith("/log")]
+    logs = [p for p in target.client.paths if p.endswith("/log")]
     assert all(j.engine == "trainjob" and (j.steps, j.last_loss) == (3, 5.25) for j in page.items)
-    return target.reader.calls, len(logs), [j.job_name for j in page.items]
+    return target.client.calls, len(logs), [j.job_name for j in page.items]
 
 
 def test_a_page_over_200_trainjobs_is_as_many_requests_as_over_2_and_reads_no_log(v2):

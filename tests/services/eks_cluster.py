@@ -1,7 +1,7 @@
 """A GPU training cluster seeded into kmock, healthy by default, for the cluster checks:
-p4d GPU nodes with the NVIDIA and EFA device plugins, the Training Operator and its
-PyTorchJob CRD, the FSx CSI driver, a Bound checkpoint PVC and an etcd Service. Tests
-break one piece at a time (`seed_healthy(kube); del kube.emulator.objects[...]`).
+p4d GPU nodes with the NVIDIA and EFA device plugins and the DCGM exporter, the Training
+Operator and its PyTorchJob CRD, the FSx CSI driver, a Bound checkpoint PVC and an etcd
+Service. Tests break one piece at a time (`seed_healthy(kube); del kube.emulator.objects[...]`).
 
 Also plays the controllers after auto_fix: `play_controllers(kube)` marks what was
 applied ready, as the DaemonSet/Deployment controllers and the device plugins would, and
@@ -16,6 +16,7 @@ from tests.services.kube import KubeService
 
 NVIDIA_DS = ("apps/v1/daemonsets", "kube-system", "nvidia-device-plugin-daemonset")
 EFA_DS = ("apps/v1/daemonsets", "kube-system", "aws-efa-k8s-device-plugin")  # the chart's name
+DCGM_DS = ("apps/v1/daemonsets", "kube-system", "dcgm-exporter")
 FSX_DS = ("apps/v1/daemonsets", "kube-system", "fsx-csi-node")
 OPERATOR = ("apps/v1/deployments", "kubeflow", "training-operator")
 LB_CONTROLLER = ("apps/v1/deployments", "kube-system", "aws-load-balancer-controller")
@@ -64,7 +65,8 @@ def daemonset(name: str, namespace: str, desired: int, ready: int) -> dict[str, 
 
 
 def plugin_daemonset(component: str, desired: int, ready: int) -> dict[str, Any]:
-    """The DaemonSet auto_fix applies for this device plugin, as its controller reports it."""
+    """The DaemonSet auto_fix applies for this device plugin (or the DCGM exporter), as its
+    controller reports it."""
     from skills.eks_cluster_manager.components import BY_KEY
 
     (ds,) = [o for o in BY_KEY[component].manifests() if o["kind"] == "DaemonSet"]
@@ -120,6 +122,7 @@ def seed_healthy(kube: KubeService, gpu_nodes: int = 2, instance_type: str = "p4
     }
     objects[NVIDIA_DS] = plugin_daemonset("nvidia_device_plugin", gpu_nodes, gpu_nodes)
     objects[EFA_DS] = plugin_daemonset("efa_device_plugin", gpu_nodes, gpu_nodes)
+    objects[DCGM_DS] = plugin_daemonset("dcgm_exporter", gpu_nodes, gpu_nodes)
     objects[FSX_DS] = daemonset(FSX_DS[2], "kube-system", gpu_nodes + 1, gpu_nodes + 1)
     objects[OPERATOR] = {
         "apiVersion": "apps/v1",

@@ -70,7 +70,7 @@ _VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "v1/namespaces": ("Namespace", False, ("status",)),
     "v1/nodes": ("Node", False, ("status",)),
-    "v1/pods": ("Pod", True, ("status", "log")),
+    "v1/pods": ("Pod", True, ("status", "log", "proxy")),
     "v1/events": ("Event", True, ()),
     "v1/services": ("Service", True, ("status",)),
     "v1/configmaps": ("ConfigMap", True, ()),
@@ -92,6 +92,13 @@ DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
         (),
     ),
 }
+# The metrics-server's API (`kubectl top`), served once a test records a pod's use
+# (`KubeService.set_pod_usage`), absent otherwise, as on a cluster without the add-on.
+# Its shape follows kubernetes-sigs/metrics-server v0.9.0: pkg/api/install.go serves
+# `pods` (kind PodMetrics, namespaced, get/list) in metrics.k8s.io/v1beta1; a LIST selects
+# the pods by labelSelector and each PodMetrics carries its pod's labels, a timestamp, a
+# window and per container usage {cpu, memory} (pkg/api/pod.go, pkg/storage/pod.go).
+METRICS_PODS = "metrics.k8s.io/v1beta1/pods"
 # Kinds whose writes keep metadata.managedFields here (see `managed_fields`).
 MANAGED_FIELDS = ("v1/nodes",)
 # Kinds whose LIST honours fieldSelector here as an API server does (equality `a.b=v`,
@@ -515,6 +522,8 @@ class KubeService:
     log_latency: float = 0.0
     logs_in_flight: int = 0
     logs_in_flight_peak: int = 0
+    # The pod proxy's dial targets: (namespace, pod, port) -> a real HTTP server's URL.
+    _pod_ports: dict[tuple[str, str, int], str] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -546,6 +555,43 @@ class KubeService:
         `previous=True` for `previous=True` reads). Replaces earlier text."""
         self._logs[namespace, pod, container, previous] = text
 
+    def serve_pod_port(self, namespace: str, pod: str, port: int, url: str) -> None:
+        """Where the API server's pod proxy (GET pods/NAME:PORT/proxy/PATH) reaches this
+        pod's port: a real HTTP server the test runs. kmock runs no pods, so this URL
+        stands for the pod IP the API server would dial; a port not served answers 503,
+        as an API server that cannot dial the pod does."""
+        self._pod_ports[namespace, pod, port] = url.rstrip("/")
+
+    def set_pod_usage(
+        self,
+        namespace: str,
+        pod: str,
+        usage: dict[str, dict[str, str]],
+        *,
+        window: str = "15s",
+    ) -> None:
+        """Serve the metrics API (METRICS_PODS) and record a pod's use: `usage` is container
+        -> {"cpu": "250m", "memory": "1Gi"}, as the metrics-server reports it. The
+        PodMetrics carries the pod's labels (the pod must exist, as the metrics-server
+        only reports pods it lists). Replaces an earlier record of the pod."""
+        emulator = self.emulator
+        if METRICS_PODS not in emulator.resources:
+            emulator.resources[METRICS_PODS] = {
+                "kind": "PodMetrics", "namespaced": True, "singular": "",
+                "verbs": ("get", "list"), "subresources": (),
+            }  # fmt: skip
+        labels = emulator.objects["v1/pods", namespace, pod].raw["metadata"].get("labels") or {}
+        emulator.objects[METRICS_PODS, namespace, pod] = {
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "kind": "PodMetrics",
+            "metadata": {"name": pod, "namespace": namespace, "labels": labels},
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+            "window": window,
+            "containers": [{"name": name, "usage": use} for name, use in usage.items()],
+        }
+
     def reset(self) -> None:
         """Forget objects, requests, scripted logs and reactions added since start."""
         emulator = self.emulator
@@ -559,6 +605,7 @@ class KubeService:
         emulator.objects.clear()
         emulator.resources.clear()
         self._logs.clear()
+        self._pod_ports.clear()
         self.log_latency, self.logs_in_flight, self.logs_in_flight_peak = 0.0, 0, 0
         _declare(emulator)
 
@@ -571,6 +618,25 @@ class KubeService:
             return self._pod_log_now(request)
         finally:
             self.logs_in_flight -= 1
+
+    async def _pod_proxy(self, request: Any) -> bytes:
+        import aiohttp
+        import kmock
+
+        pod, _, port = (request.name or "").rpartition(":")
+        key = (request.resource, request.namespace, pod)
+        if key not in self.emulator.objects or self.emulator.objects[key].deleted:
+            raise kmock.KubernetesObjectNotFoundError()
+        target = self._pod_ports.get((request.namespace, pod, int(port or 0)))
+        if target is None:
+            raise kmock.KubernetesError(
+                status=503, reason="ServiceUnavailable",
+                message=f"error trying to reach service: dial tcp {pod}:{port}: connect: "
+                "connection refused",
+            )  # fmt: skip
+        path = request.subresource.removeprefix("proxy")
+        async with aiohttp.ClientSession() as session, session.get(target + path) as answer:
+            return await answer.read()
 
     def _pod_log_now(self, request: Any) -> bytes:
         import kmock
@@ -679,6 +745,9 @@ def kube_server(*, context: str = "kmock", timeout: float = 10.0) -> Iterator[Ku
             defaults[kmock.action.CREATE] << 201 << (lambda request: request.data)
             pod_log = defaults["get", kmock.resource("v1/pods"), kmock.subresource("log")]
             pod_log << {"Content-Type": "text/plain"} << service._pod_log
+            # The pod proxy of a port's /metrics (what the DCGM exporter serves).
+            proxy = defaults["get", kmock.resource("v1/pods"), kmock.subresource("proxy/metrics")]
+            proxy << {"Content-Type": "text/plain"} << service._pod_proxy
             # kmock serves /api, /apis and /version; the generated clients ask with a slash,
             # and client 37 rejects an APIVersions without serverAddressByClientCIDRs.
             api_versions = {

@@ -65,7 +65,8 @@ def _steps(
 ) -> dict:
     """STEPS optimizer steps; (loss, grad norm) of each and each micro-batch's count of
     trained-on targets per rank."""
-    from trainer import train as t
+    from trainer import build
+    from trainer import step as one_step
 
     flags = ["--seq_len", "16", "--train_batch_size", str(batch), "--grad_accum_steps",
              str(accum), "--tokenizer", tok_dir, "--warmup_steps", "0",
@@ -76,11 +77,11 @@ def _steps(
     ids, mask = tokenize_with_mask(docs, tok)
     batches = PackedBatches(ids, 16, batch, rank, world, seed=1, mask=mask if masked else None)
     env = DistEnv(rank, world, rank, world, launched=True)
-    model = t.build_model(cfg)
+    model = build.build_model(cfg)
     device = torch.device("cpu")
-    t.parallelize(model, cfg, device, env)
-    t.init_weights(model, cfg, device, resuming=False)
-    optimizer = t.build_optimizer(model, cfg, "cpu")
+    build.parallelize(model, cfg, device, env)
+    build.init_weights(model, cfg, device, resuming=False)
+    optimizer = build.build_optimizer(model, cfg, "cpu")
     # Gradients are summed over ranks as plain SUM collectives (the loss carries 1/N).
     states = {id(s): s for m in model.modules() if isinstance(m, FSDPModule)
               for s in [m._get_fsdp_state()]}  # fmt: skip
@@ -95,9 +96,9 @@ def _steps(
         counts.append([int(y.ne(IGNORE_INDEX).sum()) for _, y in
                        (next(batches) for _ in range(accum))])  # fmt: skip
         batches.load_state_dict(state)  # the step below reads the same micro-batches
-        loss = t.train_step(model, batches, accum, device, tokens)
-        norm = t.grad_norm_of(model, 1.0)
-        agreement, _ = t.agree(step, loss, norm, StopRequest(), None)
+        loss = one_step.train_step(model, batches, accum, device, tokens)
+        norm = one_step.grad_norm_of(model, 1.0)
+        agreement, _ = one_step.agree(step, loss, norm, StopRequest(), None)
         agreed = agreement.resolve()
         results.append((agreed.loss, agreed.grad_norm))
         optimizer.step()

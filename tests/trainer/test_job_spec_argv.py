@@ -95,7 +95,7 @@ def test_trainer_argv_parses_in_the_trainers_parser_to_the_same_values(tmp_path,
 def test_min_lr_ratio_reaches_the_lr_schedule(tmp_path):
     import torch
 
-    from trainer.train import build_lr_scheduler
+    from trainer.build import build_lr_scheduler
 
     spec = JobSpec(job_name="floor", min_lr_ratio=0.0, max_steps=40)
     cfg = load_config(trainer_argv(spec), environ={})

@@ -163,7 +163,7 @@ LLAMA_70B = ModelShape(8192, 80, 64, 8, 128256, 28672)
 )
 def test_auto_sharding_is_resolved_as_the_trainer_resolves_it(nodes, shape, gib, strategy):
     from skills.training_job_deployer.memory_estimate import effective_strategy
-    from trainer.parallel import resolve_strategy
+    from trainer.rules import resolve_strategy
 
     spec = JobSpec(job_name="j", num_nodes=nodes, gpu_per_node=8)
     assert spec.sharding_strategy == "auto"  # the default

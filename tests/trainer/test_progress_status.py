@@ -30,7 +30,7 @@ from trainer.progress_status import (
 
 NS, JOB = "team-a", "llama"
 NOW = datetime.datetime(2026, 12, 6, 9, 0, 0, 500000, tzinfo=datetime.timezone.utc)
-# Step lines as the trainer prints them (trainer/train.py on_log), less the fields not posted.
+# Step lines as the trainer prints them (trainer/loop.py on_log), less the fields not posted.
 LINE = {"loss": 6.1, "lr": 1e-4, "tokens_per_s": 1234.5, "mfu": 0.41, "step_s": 0.5}
 
 

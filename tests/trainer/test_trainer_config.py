@@ -8,12 +8,12 @@ import math
 
 import pytest
 
+from trainer.build import lr_factor
 from trainer.config import ConfigError, TrainConfig
 from trainer.config_loader import parse_args
 from trainer.distributed import DistEnv
 from trainer.metrics import MetricsEmitter, format_line
 from trainer.presets import PRESETS
-from trainer.train import lr_factor
 
 
 def test_defaults_fill_the_whole_tree_from_the_preset():

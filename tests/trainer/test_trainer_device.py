@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from trainer import device as d
-from trainer.parallel import mesh_shape, reshard_after_forward, resolve_strategy
+from trainer.parallel import mesh_shape, reshard_after_forward
+from trainer.rules import resolve_strategy
 from trainer.threads import choose_num_threads
 
 
@@ -138,8 +139,8 @@ def test_fused_adamw_on_cuda_and_foreach_on_cpu():
 
 
 def test_the_optimizer_is_built_with_the_devices_flags():
+    from trainer.build import build_optimizer
     from trainer.config import TrainConfig
-    from trainer.train import build_optimizer
 
     model = torch.nn.Linear(4, 4)
     assert build_optimizer(model, TrainConfig(), "cuda").defaults["fused"] is True
@@ -197,7 +198,8 @@ def test_auto_maps_to_the_mesh_of_what_it_resolves_to():
 def test_the_error_file_names_where_the_flight_recorder_dumped(tmp_path, monkeypatch):
     import json
 
-    from trainer.train import flight_recorder_dumps, record_error
+    from trainer.device import flight_recorder_dumps
+    from trainer.train import record_error
 
     env = d.flight_recorder_env(str(tmp_path / "traces"), {})
     dumps = flight_recorder_dumps(env)
@@ -243,7 +245,7 @@ def test_fused_adamw_clips_in_its_step_as_torchs_clip_does(max_norm):
     too, so the same kernel family is checked here)."""
     import math
 
-    from trainer.train import grad_norm_of
+    from trainer.step import grad_norm_of
 
     def run(fused: bool, norm: float) -> torch.Tensor:
         torch.manual_seed(0)

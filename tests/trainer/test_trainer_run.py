@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from trainer import dataset
 from trainer import train as train_mod
 
 STEP_KEYS = set(
@@ -154,7 +155,7 @@ def test_unexpected_exception_gets_an_error_line_and_propagates(no_dist_env, cap
     def broken(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(train_mod, "load_documents", broken)
+    monkeypatch.setattr(dataset, "load_documents", broken)
     with pytest.raises(RuntimeError, match="disk on fire"):
         train_mod.main(["--max_steps", "2"])
     (error,) = lines(capsys.readouterr().out)

@@ -30,8 +30,8 @@ from skills.shared.results import ToolResult
 from skills.shared.tooling import Flatten, spec_of, tool
 from skills.training_job_deployer.job_spec import JobSpec, TrainerFlag, trainer_argv
 from skills.training_job_deployer.targets.base import TargetSettings
+from skills.training_job_deployer.targets.by_name import TARGETS
 from skills.training_job_deployer.targets.local.target import LocalSettings, LocalTarget
-from skills.training_job_deployer.targets.registry import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 

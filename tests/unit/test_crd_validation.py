@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from skills.kube import crd_validation as cv
+from skills.kube.crd_cel import to_cel
 from skills.shared.errors import ToolFailure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -435,7 +436,7 @@ def test_every_vendored_rule_compiles_and_evaluates_on_a_sample(crd):
         value = sample(schema)
         if "metadata" in (schema.get("properties") or {}):
             value["metadata"] = {"name": "sample"}
-        activation = {"self": cv._to_cel(value, schema, root=True)}
+        activation = {"self": to_cel(value, schema, root=True)}
         for rule in rules:
             if rule.transition:
                 activation = {**activation, "oldSelf": activation["self"]}

@@ -7,7 +7,7 @@ import pytest
 
 from skills.kube.gpu_nodes import node_gpu_facts
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer import cuda_gate
+from skills.training_job_deployer.targets.kubernetes import cuda_gate
 
 
 def node(instance_type: str, driver: str | None, gpus: int = 8, sm: tuple[int, int] | None = None):

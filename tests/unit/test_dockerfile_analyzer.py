@@ -332,7 +332,7 @@ def test_labels_follow_pip_pins_and_index_urls():
 
 
 def test_label_build_args_only_where_a_label_alone_reads_them():
-    from skills.image_builder.dockerfile_analyzer import label_build_args
+    from skills.image_builder.image_labels import label_build_args
 
     labels = _labels("2.11.0", "12.8")
     assert label_build_args(PROJECT, labels) == {"TORCH_VERSION": "2.11.0", "CUDA_VERSION": "12.8"}

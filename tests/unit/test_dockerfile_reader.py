@@ -3,7 +3,7 @@ ARG substitution, multi-stage aliases, `FROM --platform`, continuations."""
 
 from __future__ import annotations
 
-from skills.image_builder import dockerfile_analyzer, dockerfile_reader
+from skills.image_builder import dockerfile_reader, dockerfile_stages
 from skills.image_builder.registry_check import rewrite_from
 
 MULTI = """\
@@ -49,7 +49,7 @@ def test_build_args_override_only_declared_global_args() -> None:
 
 
 def test_analyzer_and_registry_check_read_the_same_stages() -> None:
-    parsed = dockerfile_analyzer.parse(MULTI)
+    parsed = dockerfile_stages.parse(MULTI)
     reading = dockerfile_reader.read(MULTI)
     assert [s.image for s in parsed.stages] == [f.image for f in reading.froms]
     assert [s.name for s in parsed.stages] == [f.name for f in reading.froms]

@@ -20,6 +20,7 @@ from skills.eks_cluster_manager.components import BY_KEY, COMPONENTS, CRD_FILE, 
 TRAINJOB_CRDS = Path("skills/training_job_deployer/targets/trainjob/crds")  # byte-identical
 MIRRORS = {"trainer": Path("/work/.mirror/kubeflow+trainer/repo"),
            "jobset": Path("/work/.mirror/kubernetes-sigs+jobset/repo")}  # fmt: skip
+DCGM_MIRROR = Path("/work/.mirror/NVIDIA+dcgm-exporter/repo")
 JOBSET_ASSET = "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
 
 
@@ -270,3 +271,32 @@ def test_each_rendered_file_is_upstreams_render_at_its_tag_byte_for_byte(key, tm
     if path.suffix == ".gz":
         vendored = gzip.decompress(vendored)
     assert _render(key, tmp_path) == vendored
+
+
+@pytest.mark.skipif(not DCGM_MIRROR.is_dir(), reason="needs the NVIDIA/dcgm-exporter mirror")
+def test_the_dcgm_exporter_file_is_upstreams_static_manifest_at_its_tag_byte_for_byte():
+    source = yaml.safe_load((upstream.UPSTREAM_DIR / "SOURCES.yaml").read_text())["dcgm_exporter"]
+    theirs = subprocess.run(
+        ["git", "-C", str(DCGM_MIRROR), "show", f"{source['tag']}:{source['path']}"],
+        check=True, capture_output=True,
+    ).stdout  # fmt: skip
+    commit = subprocess.run(["git", "-C", str(DCGM_MIRROR), "rev-parse", f"{source['tag']}^{{}}"],
+                            check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert (upstream.UPSTREAM_DIR / upstream.FILES["dcgm_exporter"]).read_bytes() == theirs
+    assert commit == source["commit"]
+
+
+def test_the_dcgm_exporter_runs_on_our_tainted_gpu_nodes_only_in_kube_system():
+    """Upstream's static manifest names no namespace, tolerates no taint and runs on every
+    node: as applied, it lands in kube-system, on our GPU node groups' tainted nodes, and
+    not on CPU nodes (where it could never be ready)."""
+    ds, service = BY_KEY["dcgm_exporter"].manifests("jobs")
+    assert (ds["kind"], service["kind"]) == ("DaemonSet", "Service")
+    assert {ds["metadata"]["namespace"], service["metadata"]["namespace"]} == {"kube-system"}
+    pod = ds["spec"]["template"]["spec"]
+    assert {t["key"] for t in pod["tolerations"]} == {"nvidia.com/gpu", "aws.amazon.com/efa"}
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (expression,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"p4d.24xlarge", "p5.48xlarge", "ml.p5.48xlarge"} <= set(expression["values"])
+    assert "m5.xlarge" not in expression["values"]
+    assert pod["containers"][0]["image"] == BY_KEY["dcgm_exporter"].image

@@ -24,8 +24,9 @@ TIERS = [
 
 @pytest.mark.parametrize(("deployment", "tier", "rate"), TIERS)
 def test_each_persistent_tier_is_made_and_priced_at_that_tier(deployment, tier, rate):
-    spec = storage.StorageSpec(cluster="c", size_gib=2400, deployment_type=deployment,
-                               throughput=tier)  # fmt: skip
+    spec = storage.StorageSpec(
+        fsx_size_gib=2400, fsx_deployment_type=deployment, fsx_throughput=tier
+    )
     assert storage.throughput_of(spec) == tier
     cost = storage.storage_cost(spec, "us-east-1")
     assert cost["usd_per_month"] == pytest.approx(2400 * rate)
@@ -39,13 +40,13 @@ def test_every_priced_persistent_row_is_a_tier_the_storage_action_accepts():
 
 
 def test_the_issues_2400_gib_persistent_2_at_the_default_tier_is_504_a_month():
-    spec = storage.StorageSpec(cluster="c", size_gib=2400, deployment_type="PERSISTENT_2")
+    spec = storage.StorageSpec(fsx_size_gib=2400, fsx_deployment_type="PERSISTENT_2")
     assert storage.throughput_of(spec) == storage.THROUGHPUT["PERSISTENT_2"] == 250
     assert storage.storage_cost(spec, "us-east-1")["usd_per_month"] == 504.0
     # PERSISTENT_1 (default 200 MB/s/TiB) now has a price too: 1200 x 0.290.
-    p1 = storage.StorageSpec(cluster="c", deployment_type="PERSISTENT_1")
+    p1 = storage.StorageSpec(fsx_deployment_type="PERSISTENT_1")
     assert storage.storage_cost(p1, "us-east-1")["usd_per_month"] == pytest.approx(348.0)
-    scratch = storage.storage_cost(storage.StorageSpec(cluster="c"), "us-east-1")
+    scratch = storage.storage_cost(storage.StorageSpec(), "us-east-1")
     assert scratch["usd_per_month"] == 168.0
     assert estimate_storage("fsx_lustre", 1200, "us-east-1").usd_per_month == 174.0
 
@@ -54,7 +55,7 @@ def test_the_issues_2400_gib_persistent_2_at_the_default_tier_is_504_a_month():
     ("deployment", "tier"), [("PERSISTENT_2", 200), ("PERSISTENT_1", 125), ("SCRATCH_2", 200)]
 )
 def test_a_tier_the_type_lacks_is_refused_with_the_ones_it_has(deployment, tier):
-    spec = storage.StorageSpec(cluster="c", deployment_type=deployment, throughput=tier)
+    spec = storage.StorageSpec(fsx_deployment_type=deployment, fsx_throughput=tier)
     with pytest.raises(ToolFailure) as caught:
         storage.throughput_of(spec)
     assert caught.value.code == "invalid_input" and caught.value.hint

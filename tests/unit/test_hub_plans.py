@@ -10,6 +10,7 @@ import yaml
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec, hub_cache, hub_ids, token_source
 from skills.training_job_deployer.targets.kubernetes import manifest as pm
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/fsdp:v1"
@@ -37,7 +38,8 @@ def test_an_existing_relative_dir_is_a_path_not_a_hub_id(tmp_path, monkeypatch):
 
 def render(settings: dict | None = None, **job) -> dict:
     spec = JobSpec(**{"job_name": "llama", **job})
-    return pm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, pm.HF_SECRET)
+    settings_ = KubernetesDeploySettings(**(settings or {}))
+    return pm.render(RenderInputs(spec, settings_, IMAGE, pm.HF_SECRET))
 
 
 def env_of(manifest: dict) -> dict:
@@ -81,9 +83,11 @@ def test_a_jobs_env_cannot_move_the_hub_cache():
 def test_the_hub_endpoint_goes_in_only_for_a_job_that_names_a_hub_id():
     spec = JobSpec(job_name="llama", model_name_or_path="org/model")
     mirror = "https://mirror.example"
-    on = pm.render(spec, KubernetesDeploySettings(), IMAGE, pm.HF_SECRET, mirror)
+    on = pm.render(RenderInputs(spec, KubernetesDeploySettings(), IMAGE, pm.HF_SECRET, mirror))
     off = pm.render(
-        JobSpec(job_name="llama"), KubernetesDeploySettings(), IMAGE, pm.HF_SECRET, mirror
+        RenderInputs(
+            JobSpec(job_name="llama"), KubernetesDeploySettings(), IMAGE, pm.HF_SECRET, mirror
+        )
     )
     assert env_of(on)["HF_ENDPOINT"]["value"] == mirror and "HF_ENDPOINT" not in env_of(off)
 

@@ -7,12 +7,17 @@ import pytest
 from tests import import_placement as placement
 
 ALLOWED = {("skills/a.py", "skills.b"): "a cycle, said why"}
-ALLOWED_FILE = ("skills/a.py", "def f():\n    from skills.b import c\n")  # the entry's import
+SPLIT = ("skills/moving/", "trainer/one.py")
+# The imports the entries above excuse (an entry that excuses nothing is reported).
+EXCUSED = [
+    ("skills/a.py", "def f():\n    from skills.b import c\n"),
+    ("skills/moving/y.py", "def f():\n    import skills.c\n"),
+    ("trainer/one.py", "def f():\n    import trainer.c\n"),
+]
 
 
 def _problems(path: str, source: str) -> list[str]:
-    files = [ALLOWED_FILE, (path, source)]
-    return placement.problems(files, ALLOWED, split=("skills/moving/", "trainer/one.py"))
+    return placement.problems([*EXCUSED, (path, source)], ALLOWED, SPLIT)
 
 
 CASES = {
@@ -74,6 +79,14 @@ def test_an_allowed_entry_that_matches_no_import_is_reported_stale() -> None:
     files = [("skills/a.py", "from skills.b import c\n")]
     assert placement.problems(files, ALLOWED, split=()) == [
         "skills/a.py: ALLOWED lists skills.b, which it no longer imports in a function: "
+        "remove the entry"
+    ]
+
+
+def test_a_split_entry_that_excuses_nothing_is_reported_stale() -> None:
+    files = [("skills/moving/y.py", "import skills.c\n")]
+    assert placement.problems(files, {}, split=("skills/moving/",)) == [
+        "skills/moving/: SPLIT_IN_PROGRESS lists it, and it imports nothing in a function: "
         "remove the entry"
     ]
 

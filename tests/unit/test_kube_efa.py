@@ -12,6 +12,7 @@ from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
 from skills.kube.efa import GPU_TOLERATIONS, efa_env_for, uses_huge_pages
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.targets.kubernetes import manifest as pm
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 from skills.training_job_deployer.targets.slurm.script import PartitionInfo, batch_env
 
@@ -29,10 +30,12 @@ def _efa_part(env: dict[str, str]) -> dict[str, str]:
 @pytest.mark.parametrize("spec", INSTANCES, ids=lambda s: s.name)
 def test_the_job_the_nccl_test_and_slurm_agree(spec):
     job = pm.render(
-        JobSpec(job_name="agree", num_nodes=2, gpu_per_node=spec.gpus),
-        KubernetesDeploySettings(instance_type=spec.name),
-        "img:1",
-        None,
+        RenderInputs(
+            JobSpec(job_name="agree", num_nodes=2, gpu_per_node=spec.gpus),
+            KubernetesDeploySettings(instance_type=spec.name),
+            "img:1",
+            None,
+        )
     )
     _, nccl = nccl_manifests("nccl-test-abc123", "default", 2, spec.name, "img:1")
     pods = {"job": _pod(job), "nccl": _pod(nccl)}
@@ -80,10 +83,12 @@ JOB_HUGE_PAGES = [
 def test_a_pod_requests_huge_pages_only_when_its_libfabric_uses_them(setting, pages, memory):
     env = {} if setting is None else {"FI_EFA_USE_HUGE_PAGE": setting}
     job = pm.render(
-        JobSpec(job_name="pages", num_nodes=2, gpu_per_node=8, env=env),
-        KubernetesDeploySettings(instance_type="p5.48xlarge"),
-        "img:1",
-        None,
+        RenderInputs(
+            JobSpec(job_name="pages", num_nodes=2, gpu_per_node=8, env=env),
+            KubernetesDeploySettings(instance_type="p5.48xlarge"),
+            "img:1",
+            None,
+        )
     )
     container = _pod(job)["containers"][0]
     variables = {e["name"]: e.get("value") for e in container["env"]}

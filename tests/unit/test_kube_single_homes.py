@@ -12,7 +12,9 @@ from skills.kube.objects import api_version, kind_path, object_path
 from skills.kube.pods import why_pod_waits
 from skills.model_server.kubernetes.target import waiting_reason
 from skills.shared.ownership import MANAGED_BY_LABEL, MODEL_SERVER_LABEL
-from skills.training_job_deployer.targets.kubernetes.target import KubernetesTarget
+from skills.training_job_deployer.targets.kubernetes.job_state import (
+    waiting_reason as job_waiting_reason,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +36,10 @@ def test_the_suite_label_is_spelled_in_one_module():
 
 @pytest.mark.parametrize(
     "module",
-    ["skills/model_server/kubernetes/target.py", "skills/training_job_deployer/kube_monitor.py"],
+    [
+        "skills/model_server/kubernetes/target.py",
+        "skills/training_job_deployer/targets/kubernetes/kube_monitor.py",
+    ],
 )
 def test_the_targets_spell_no_rest_path(module):
     text = (ROOT / module).read_text()
@@ -99,5 +104,5 @@ def test_why_a_pod_waits(pod, says):
 @pytest.mark.parametrize(("pod", "says"), WAITS)
 def test_every_target_reads_a_waiting_pod_the_same(pod, says):
     assert waiting_reason([pod], "web") == says
-    job = KubernetesTarget._waiting_reason([pod], [])
+    job = job_waiting_reason([pod], [])
     assert job == says

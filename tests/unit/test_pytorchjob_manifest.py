@@ -17,6 +17,7 @@ from skills.kube.efa import efa_devices
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.targets.kubernetes import manifest as pm
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import (
     DEFAULT_HOST_PATH,
     KubernetesDeploySettings,
@@ -28,7 +29,8 @@ CRD = "/work/shared/reference/kubeflow.org_pytorchjobs.v1.9.yaml"
 
 def render(settings: dict | None = None, **job) -> dict:
     spec = JobSpec(job_name=job.pop("job_name", "llama"), **job)
-    return pm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, pm.HF_SECRET)
+    settings_ = KubernetesDeploySettings(**(settings or {}))
+    return pm.render(RenderInputs(spec, settings_, IMAGE, pm.HF_SECRET))
 
 
 def container(manifest: dict, kind: str | None = None) -> dict:

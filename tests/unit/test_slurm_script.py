@@ -247,7 +247,7 @@ def test_a_partition_of_a_known_instance_type_is_priced_per_hour(tmp_path, monke
     assert cost["usd_per_hour"] == pytest.approx(4 * 55.04 * 1.1)
     assert cost["total_usd"] is None and any("per hour only" in n for n in cost["notes"])
     # The CLI prints the script as sbatch gets it, then the cost as shell comments.
-    from skills.training_job_deployer.targets.registry import DeployResult
+    from skills.training_job_deployer.targets.by_name import DeployResult
 
     shown = DeployResult(job_name=spec.job_name, target="slurm", status="planned",
                          dry_run=True, plan=plan, cost=cost).plain_text()  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from skills.training_job_deployer.kube_monitor import (
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import (
     SNAPSHOT_LOG_BUDGET,
     SNAPSHOT_LOG_BYTES,
     log_reads,

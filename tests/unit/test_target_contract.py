@@ -20,7 +20,7 @@ from commands.list_training_jobs import list_training_jobs
 from skills.shared.errors import ToolFailure
 from skills.shared.tooling import spec_of
 from skills.training_job_deployer.targets.base import Capability, LogOptions, Target
-from skills.training_job_deployer.targets.registry import TARGETS
+from skills.training_job_deployer.targets.by_name import TARGETS
 
 JOB_TOOLS = (
     get_training_job,

@@ -15,7 +15,7 @@ import pytest
 from commands.deploy_training_job import deploy_training_job
 from skills.shared.errors import ToolFailure
 from skills.shared.paths import WORKING_DIR
-from skills.training_job_deployer.targets.registry import TARGETS
+from skills.training_job_deployer.targets.by_name import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,7 @@ def _name(requirement: str) -> str:
 
 # Modules behind one flag, from an extra of their own (the flag is refused at start
 # without them): module -> extra.
-OPTIONAL = {"torchao": "float8"}
+OPTIONAL = {"torchao": "float8", "wandb": "wandb"}
 
 
 def trainer_extra(module: str = "") -> set[str]:

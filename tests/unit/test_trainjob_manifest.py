@@ -18,6 +18,7 @@ from skills.training_job_deployer.targets.kubernetes.manifest import (
     shm_gib,
     shm_size,
 )
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 from skills.training_job_deployer.targets.trainjob import manifest as tm
 from skills.training_job_deployer.targets.trainjob.engine import TrainJobEngine
@@ -27,7 +28,8 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/fsdp:v1"
 
 def render(settings: dict | None = None, **job) -> dict:
     spec = JobSpec(job_name=job.pop("job_name", "llama"), **job)
-    return tm.render(spec, KubernetesDeploySettings(**(settings or {})), IMAGE, HF_SECRET)
+    settings_ = KubernetesDeploySettings(**(settings or {}))
+    return tm.render(RenderInputs(spec, settings_, IMAGE, HF_SECRET))
 
 
 def patch_pod(job: dict) -> dict:
@@ -118,7 +120,7 @@ def test_a_64_character_name_is_refused_with_the_crds_own_rule_message():
     # server would, in the CEL rule's words.
     spec = JobSpec.model_construct(**{**JobSpec(job_name="x").model_dump(), "job_name": "a" * 64})
     with pytest.raises(ToolFailure) as caught:
-        tm.render(spec, KubernetesDeploySettings(), IMAGE, None)
+        tm.render(RenderInputs(spec, KubernetesDeploySettings(), IMAGE, None))
     assert caught.value.code == "manifest_invalid"
     assert "metadata.name must be no more than 63 characters" in caught.value.message
 

@@ -1,1 +1,2 @@
-"""Where a job runs: the abstract Target, the run-directory core, each target, the registry."""
+"""Where a job runs: the abstract Target, the run-directory core, each target, and the
+table of them by name (by_name.py)."""

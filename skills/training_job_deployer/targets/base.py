@@ -2,7 +2,7 @@
 shape of torchx's schedulers: plan -> submit -> describe/follow -> logs -> cancel,
 plus list. `submit` runs exactly the plan that `plan` returned, so a dry run cannot
 lie. A target is one subpackage with a settings model, a plan model and a subclass of
-`Target`; it is added with one line in registry.py and no tool changes.
+`Target`; it is added with one line in by_name.py and no tool changes.
 
 Every method a tool calls is defined here. What a target cannot do is said by its
 `capabilities`, never found by probing for a method: the defaults of the optional

@@ -7,13 +7,11 @@ they share (pods, events, logs) are kube_monitor's, bound to the engine's JobKin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from skills.shared.errors import ToolFailure
-from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kube_monitor import JobKind
-from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import JobKind
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.trainer_log import RunMetrics
 
 
@@ -30,15 +28,7 @@ class Engine(ABC):
         return self.job_kind.kind
 
     @abstractmethod
-    def render(
-        self,
-        spec: JobSpec,
-        settings: KubernetesDeploySettings,
-        image: str,
-        hf_secret: str | None,
-        hf_endpoint: str | None = None,
-        tracking: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
+    def render(self, inputs: RenderInputs) -> dict[str, Any]:
         """The job object the API receives, validated (ToolFailure manifest_invalid)."""
 
     def companions(self, job: dict[str, Any]) -> list[dict[str, Any]]:

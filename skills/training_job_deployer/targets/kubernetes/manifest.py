@@ -26,8 +26,9 @@ from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.ownership import managed_labels
 from skills.shared.templates import yaml_templates
 from skills.training_job_deployer.job_spec import JobSpec, hub_ids, launcher, trainer_argv
-from skills.training_job_deployer.kube_monitor import LABEL_JOB
 from skills.training_job_deployer.memory_estimate import staging_shm_gib
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import LABEL_JOB
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 # Resolved at import: a later chdir (an MCP server's, a test's) must not move them.
@@ -240,40 +241,28 @@ def check_job_name(job_name: str) -> None:
         )
 
 
-def env_values(
-    spec: JobSpec,
-    settings: KubernetesDeploySettings,
-    hf_endpoint: str | None,
-    tracking: Mapping[str, str] | None = None,
-) -> dict[str, str]:
+def env_values(inputs: RenderInputs) -> dict[str, str]:
     """The trainer container's plain variables (either engine): the suite's defaults, the
     hub's, the user's own MLflow server (tracking_env.py), the job's own last
     (NCCL_DEBUG=INFO replaces the default WARN)."""
+    spec, settings = inputs.spec, inputs.settings
     return {
         **container_env(settings),
-        **hub_env(spec, settings, hf_endpoint),
-        **(tracking or {}),
+        **hub_env(spec, settings, inputs.hf_endpoint),
+        **(inputs.tracking or {}),
         **spec.env,
     }
 
 
-def render(
-    spec: JobSpec,
-    settings: KubernetesDeploySettings,
-    image: str,
-    hf_secret: str | None,
-    hf_endpoint: str | None = None,
-    tracking: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+def render(inputs: RenderInputs) -> dict[str, Any]:
     """The PyTorchJob for this job, as the object the API receives; validated against
-    the CRD schema (ToolFailure manifest_invalid otherwise). `hf_endpoint`: the hub
-    mirror of the deploying environment (job_spec.hub_endpoint), the only one HF_TOKEN
-    goes to."""
+    the CRD schema (ToolFailure manifest_invalid otherwise)."""
+    spec, settings = inputs.spec, inputs.settings
     check_job_name(spec.job_name)
     checkpoint_dir, host_path, claim = checkpoint_placement(spec, settings)
     _, elastic = rendezvous(spec.job_name, spec, settings)
     # The job's own variables last: NCCL_DEBUG=INFO replaces the default WARN.
-    env = env_values(spec, settings, hf_endpoint, tracking)
+    env = env_values(inputs)
     # Quantities as strings, as the API returns them (the Pod schema's int-or-string);
     # hugepages only where that env lets libfabric use them (skills.kube.efa).
     limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa_limits(settings.instance_type, env)}
@@ -295,11 +284,12 @@ def render(
             checkpoint_host_path=host_path,
             checkpoint_claim=claim,
             checkpoint_mount=CHECKPOINT_MOUNT if host_path or claim else None,
-            image=image,
+            image=inputs.image,
             command=container_command(spec, settings, checkpoint_dir),
             master_port=MASTER_PORT,
             env=env,
-            hf_secret=hf_secret,
+            hf_secret=inputs.hf_secret,
+            secret_env=dict(inputs.secret_env or {}),
             requests={**limits, **efa_requests(settings.instance_type, env)},
             limits=limits,
             tolerations=list(GPU_TOLERATIONS),

@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from skills.kube.gpu_nodes import pod_gpu_request
 from skills.kube.pods import get, items
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kube_monitor import PYTORCHJOB, JobKind
 from skills.training_job_deployer.targets.kubernetes import manifest
 from skills.training_job_deployer.targets.kubernetes.engine import Engine
-from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import PYTORCHJOB, JobKind
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 
 
 class PyTorchJobEngine(Engine):
@@ -21,16 +19,8 @@ class PyTorchJobEngine(Engine):
     job_kind: ClassVar[JobKind] = PYTORCHJOB
     controller: ClassVar[str] = "the Training Operator"
 
-    def render(
-        self,
-        spec: JobSpec,
-        settings: KubernetesDeploySettings,
-        image: str,
-        hf_secret: str | None,
-        hf_endpoint: str | None = None,
-        tracking: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking)
+    def render(self, inputs: RenderInputs) -> dict[str, Any]:
+        return manifest.render(inputs)
 
     def rank0_pod(self, job: dict[str, Any]) -> str:
         """Master-0 beside Workers, else Worker-0 (the operator's pod names)."""

@@ -10,16 +10,14 @@ get_training_job and list_training_jobs read before any log."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from skills.kube.gpu_nodes import GPU_RESOURCE
 from skills.kube.pods import JOBSET_NAME_LABEL, TRAINER_CONTAINER, as_int, get, items, text
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.training_job_deployer.job_spec import JobSpec
-from skills.training_job_deployer.kube_monitor import JobKind
 from skills.training_job_deployer.targets.kubernetes.engine import Engine, commanded_max_steps
-from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
+from skills.training_job_deployer.targets.kubernetes.kube_monitor import JobKind
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.trainjob import manifest
 from skills.training_job_deployer.trainer_log import RunMetrics
 
@@ -34,16 +32,8 @@ class TrainJobEngine(Engine):
     job_kind: ClassVar[JobKind] = TRAINJOB
     controller: ClassVar[str] = "Kubeflow Trainer (its JobSet)"
 
-    def render(
-        self,
-        spec: JobSpec,
-        settings: KubernetesDeploySettings,
-        image: str,
-        hf_secret: str | None,
-        hf_endpoint: str | None = None,
-        tracking: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        return manifest.render(spec, settings, image, hf_secret, hf_endpoint, tracking)
+    def render(self, inputs: RenderInputs) -> dict[str, Any]:
+        return manifest.render(inputs)
 
     def companions(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The suite's ClusterTrainingRuntime, when the job runs on it."""

@@ -55,6 +55,7 @@ from skills.training_job_deployer.targets.kubernetes.manifest import (
     service_account,
     shm_size,
 )
+from skills.training_job_deployer.targets.kubernetes.render_inputs import RenderInputs
 from skills.training_job_deployer.targets.kubernetes.settings import KubernetesDeploySettings
 
 HERE = Path(__file__).resolve().parent
@@ -183,11 +184,16 @@ def command(spec: JobSpec, checkpoint_dir: str) -> list[str]:
     ]
 
 
-def env(values: dict[str, str], hf_secret: str | None) -> list[dict[str, Any]]:
-    """spec.trainer.env: `values`, the node's name, HF_TOKEN from the Secret (never its
-    value)."""
+def env(
+    values: dict[str, str], hf_secret: str | None, secret_env: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """spec.trainer.env: `values`, the node's name, the tracking credentials and HF_TOKEN
+    from their Secrets (never their values)."""
     found: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     found.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    for name, secret in (secret_env or {}).items():
+        ref = {"name": secret, "key": name, "optional": True}
+        found.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
     if hf_secret:
         ref = {"name": hf_secret, "key": "token", "optional": True}
         found.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
@@ -206,16 +212,10 @@ def resources(
             "requests": {**limits, **efa_requests(settings.instance_type, values)}}  # fmt: skip
 
 
-def render(
-    spec: JobSpec,
-    settings: KubernetesDeploySettings,
-    image: str,
-    hf_secret: str | None,
-    hf_endpoint: str | None = None,
-    tracking: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+def render(inputs: RenderInputs) -> dict[str, Any]:
     """The TrainJob for this job, as the object the API receives; validated as the API
     server and Trainer's and JobSet's webhooks would (ToolFailure manifest_invalid)."""
+    spec, settings = inputs.spec, inputs.settings
     if elastic_range(spec, settings) is not None:
         raise ToolFailure(
             ErrorCode.INVALID_INPUT,
@@ -225,7 +225,7 @@ def render(
             {"engine": "trainjob"},
         )
     checkpoint_dir, _, _ = checkpoint_placement(spec, settings)
-    values = env_values(spec, settings, hf_endpoint, tracking)
+    values = env_values(inputs)
     job = {
         "apiVersion": api_version("TrainJob"),
         "kind": "TrainJob",
@@ -241,12 +241,12 @@ def render(
                 "name": runtime_name(settings),
             },
             "trainer": {
-                "image": image,
+                "image": inputs.image,
                 "command": command(spec, checkpoint_dir),
                 "numNodes": spec.num_nodes,
                 "numProcPerNode": spec.gpu_per_node,
                 "resourcesPerNode": resources(spec, settings, values),
-                "env": env(values, hf_secret),
+                "env": env(values, inputs.hf_secret, inputs.secret_env),
             },
             "runtimePatches": [runtime_patch(pod_patch(spec, settings), labels(spec))],
         },

@@ -1,8 +1,8 @@
 """deploy_training_job's one call: the target's plan (fitted to the instance type), a
 dry run's plan and cost, or the submit followed to its end; with auto_retry, the
-doctor's loop (skills.job_doctor.auto_retry), in the foreground for the CLI and the
-operation's worker, as an operation for an agent (its state mapped back). It lives
-with the doctor because auto_retry is the doctor's; the targets know nothing of it."""
+doctor's loop (auto_retry.py), in the foreground for the CLI and the operation's
+worker, as an operation for an agent (its state mapped back). The targets know
+nothing of it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skills.job_doctor.auto_retry import require_support
-from skills.job_doctor.auto_retry import run as auto_retry_loop
+from skills.job_orchestration.auto_retry import require_support
+from skills.job_orchestration.auto_retry import run as auto_retry_loop
+from skills.operations.operations import run_as_operation
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
@@ -24,7 +25,7 @@ from skills.training_job_deployer.memory_estimate import (
     toy_model_warning,
 )
 from skills.training_job_deployer.targets.base import Plan, Target
-from skills.training_job_deployer.targets.registry import DeployResult, get_target
+from skills.training_job_deployer.targets.by_name import DeployResult, get_target
 from skills.training_job_deployer.trainer_checks import check_trainer_config
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class DeployCall:
     """deploy_training_job's arguments (the command's signature gives each its default)."""
 
     job: JobSpec
-    target: Any  # one target's deploy settings (registry.DeploySettings)
+    target: Any  # one target's deploy settings (by_name.DeploySettings)
     dry_run: bool
     replace_corrupt_record: bool
     auto_retry: bool
@@ -47,18 +48,15 @@ class DeployCall:
 
 def deploy(tool: ToolSpec, call: DeployCall, progress: Progress | None) -> DeployResult:
     """`tool` is deploy_training_job's own spec: an auto_retry operation runs it again."""
-    job, target, dry_run = call.job, call.target, call.dry_run
-    replace_corrupt_record, wait_seconds = call.replace_corrupt_record, call.wait_seconds
-    auto_retry, max_retries, include_plan = call.auto_retry, call.max_retries, call.include_plan
-    runner = get_target(target)
-    job = runner.fitted(job)  # e.g. gpu_per_node from the instance type, for every attempt
+    runner = get_target(call.target)
+    job = runner.fitted(call.job)  # e.g. gpu_per_node from the instance type, for every attempt
     # What the trainer refuses at start, refused before anything is planned.
-    check_trainer_config(job, target.job_runs_here, runner.host_gpus())
-    if auto_retry:
+    check_trainer_config(job, call.target.job_runs_here, runner.host_gpus())
+    if call.auto_retry:
         require_support(runner)
-    plan = _plan(runner, job, target, _retry_args(auto_retry, max_retries))
+    plan = _plan(runner, job, call.target, _retry_args(call))
     named = {"model": model_label(job), "warnings": _model_warnings(job, runner)}
-    if dry_run:
+    if call.dry_run:
         return DeployResult(
             job_name=job.job_name,
             target=runner.name,
@@ -71,29 +69,31 @@ def deploy(tool: ToolSpec, call: DeployCall, progress: Progress | None) -> Deplo
             log_path=getattr(plan, "log_path", None),
             next_step=NextStep(
                 tool="deploy_training_job",
-                arguments={**_call_args(job, target), **_retry_args(auto_retry, max_retries)},
+                arguments={**_call_args(job, call.target), **_retry_args(call)},
                 why="submit this plan",
             ),
             cost=dry_run_cost(job, plan, runner),
         )
-    if auto_retry and wait_seconds is not None:  # an agent: never hold one call
-        result = _as_operation(tool, job, target, max_retries, replace_corrupt_record,
-                               wait_seconds, plan, progress)  # fmt: skip
-        return _with_plan(result, include_plan)
-    if auto_retry:  # the CLI (or the operation's worker): in the foreground
+    if call.auto_retry and call.wait_seconds is not None:  # an agent: never hold one call
+        result = _as_operation(tool, call, job, plan, progress)
+        return _with_plan(result, call.include_plan)
+    if call.auto_retry:  # the CLI (or the operation's worker): in the foreground
         try:
             fields = auto_retry_loop(
-                job, target, max_retries=max_retries, progress=progress,
-                replace_corrupt_record=replace_corrupt_record,
-            )  # fmt: skip
+                job,
+                call.target,
+                max_retries=call.max_retries,
+                progress=progress,
+                replace_corrupt_record=call.replace_corrupt_record,
+            )
         except KeyboardInterrupt:  # a person's Ctrl-C: stop the job too, as below
             with contextlib.suppress(ToolFailure):  # between attempts there may be none
-                get_target(target).cancel(job.job_name, grace_s=10)
+                get_target(call.target).cancel(job.job_name, grace_s=10)
             raise
-        return _with_plan(DeployResult(**fields), include_plan)
-    runner.submit(job.job_name, plan, replace_corrupt_record=replace_corrupt_record)
+        return _with_plan(DeployResult(**fields), call.include_plan)
+    runner.submit(job.job_name, plan, replace_corrupt_record=call.replace_corrupt_record)
     try:
-        state = runner.follow(job.job_name, progress, wait_seconds)
+        state = runner.follow(job.job_name, progress, call.wait_seconds)
     except KeyboardInterrupt:
         # The job runs in its own session; a person's Ctrl-C means stop it too. (An MCP
         # client's cancel only stops following: the job goes on, as after wait_seconds.)
@@ -102,7 +102,7 @@ def deploy(tool: ToolSpec, call: DeployCall, progress: Progress | None) -> Deplo
     fields = state.model_dump()
     fields["warnings"] = [*named["warnings"], *fields["warnings"]]
     result = DeployResult(**{**fields, "model": named["model"]}, plan=plan)
-    return _with_plan(result, include_plan)
+    return _with_plan(result, call.include_plan)
 
 
 def _model_warnings(job: JobSpec, runner: Target[Any]) -> list[str]:
@@ -138,8 +138,8 @@ def _call_args(job: JobSpec, target: Any) -> dict[str, Any]:
     }
 
 
-def _retry_args(auto_retry: bool, max_retries: int) -> dict[str, Any]:
-    return {"auto_retry": True, "max_retries": max_retries} if auto_retry else {}
+def _retry_args(call: DeployCall) -> dict[str, Any]:
+    return {"auto_retry": True, "max_retries": call.max_retries} if call.auto_retry else {}
 
 
 def _with_plan(result: DeployResult, include_plan: bool) -> DeployResult:
@@ -148,25 +148,18 @@ def _with_plan(result: DeployResult, include_plan: bool) -> DeployResult:
 
 
 def _as_operation(
-    tool: ToolSpec,
-    job: JobSpec,
-    target: Any,
-    max_retries: int,
-    replace_corrupt_record: bool,
-    wait_seconds: float,
-    plan: Any,
-    progress: Progress | None,
+    tool: ToolSpec, call: DeployCall, job: JobSpec, plan: Any, progress: Progress | None
 ) -> DeployResult:
     """This same call, detached as an operation (its worker runs the loop to the end); the
-    result once it ended within wait_seconds, else how to follow it."""
-    from skills.operations.operations import run_as_operation
-
+    result once it ended within wait_seconds, else how to follow it. `job` is the call's,
+    fitted to the target."""
+    target = call.target
     arguments = {
         **_call_args(job, target),
         "auto_retry": True,
-        "max_retries": max_retries,
-        "replace_corrupt_record": replace_corrupt_record,
-        "wait_seconds": wait_seconds,
+        "max_retries": call.max_retries,
+        "replace_corrupt_record": call.replace_corrupt_record,
+        "wait_seconds": call.wait_seconds,
     }
 
     def running(state: OperationState) -> DeployResult:

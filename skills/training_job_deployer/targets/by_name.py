@@ -1,4 +1,4 @@
-"""The registry of targets: one line per target. Tools take `target` and its settings
+"""The targets by name: one line per target. Tools take `target` and its settings
 through `TargetSettings` (flattened into their inputs) and never branch on a name."""
 
 from __future__ import annotations

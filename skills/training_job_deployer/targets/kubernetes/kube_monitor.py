@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from skills.kube import dcgm
 from skills.kube.client import LIST_CHUNK, KubeJson
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
-from skills.kube.objects import kind_path, object_path
+from skills.kube.objects import kind_path
 from skills.kube.pods import (
     CONTAINER,
     JOB_NAME_LABEL,
@@ -31,12 +32,7 @@ from skills.kube.pods import (
     pod_order,
 )
 from skills.shared.errors import ErrorCode, ToolFailure
-from skills.shared.ownership import (
-    MANAGED_SELECTOR,
-    labelled_ours,
-    managed_labels,
-    require_kube_ours,
-)
+from skills.shared.ownership import MANAGED_SELECTOR, labelled_ours
 from skills.shared.secrets import redact
 
 # Whole jobs a LIST request asks for at most: a list that must read each job's
@@ -79,16 +75,11 @@ PYTORCHJOB = JobKind("PyTorchJob", JOB_NAME_LABEL, CONTAINER)
 TRAINER = ""
 
 
-SECRET_HINT = (
-    "Secret {namespace}/{name} holds someone else's value: deploy in another namespace, "
-    "or have its owner remove it (kubectl -n {namespace} delete secret {name})."
-)
-
-
 class KubeReader(KubeJson):
-    """The API reads and writes of the Kubernetes target in one namespace (raw JSON:
+    """The API reads of the Kubernetes target in one namespace (raw JSON:
     skills.kube.client), of jobs of one kind (`kind`, which the target may set once it
-    knows it). `calls` counts requests."""
+    knows it): what the monitor and the doctor's snapshot need (the target's writes:
+    job_client.JobClient). `calls` counts requests."""
 
     def __init__(self, api_client: Any, namespace: str, kind: JobKind = PYTORCHJOB) -> None:
         super().__init__(api_client)
@@ -136,38 +127,6 @@ class KubeReader(KubeJson):
             if labelled_ours(job) and (name := (job.get("metadata") or {}).get("name")) in wanted
         }
 
-    def ensure_owned(self, obj: dict[str, Any]) -> str:
-        """Create the suite's object (a TrainJob's ClusterTrainingRuntime), or update it
-        when it is the suite's and its spec or labels differ: 'created', 'updated' or
-        'unchanged' (nothing written: a resubmission is idempotent). One of that name
-        that is not the suite's is refused as not_ours, untouched."""
-        current = self.get_or_none(object_path(obj))
-        if current is not None and labelled_ours(current):
-            labels = (current.get("metadata") or {}).get("labels") or {}
-            wanted = obj["metadata"].get("labels") or {}
-            if current.get("spec") == obj.get("spec") and labels.items() >= wanted.items():
-                return "unchanged"
-        name = obj["metadata"]["name"]
-        hint = (
-            f"{obj['kind']} {name} is someone else's: have its owner rename or remove it "
-            "(the suite installs its own of that name)."
-        )
-        return self.apply_owned(obj, hint, current=current)
-
-    def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        return self.json("POST", self._jobs_path(), body=manifest)
-
-    def patch_job(self, name: str, patch: dict[str, Any]) -> None:
-        self.request(
-            "PATCH", self._jobs_path(name), body=patch, content_type="application/merge-patch+json"
-        )
-
-    def delete_job(self, name: str) -> bool:
-        """Delete the job and (foreground) its pods; False when there was none."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}
-        status, _ = self.request("DELETE", self._jobs_path(name), body=body, missing_ok=(404,))
-        return status != 404
-
     # what belongs to a job ------------------------------------------------------
 
     def pods(self, job_name: str) -> list[dict[str, Any]]:
@@ -177,7 +136,7 @@ class KubeReader(KubeJson):
         listed = self.json(
             "GET",
             kind_path("Pod", self.namespace),
-            query={"labelSelector": f"{label}={job_name}"},
+            query={"labelSelector": self.pod_selector(job_name)},
         )
         pods = [
             p
@@ -185,6 +144,10 @@ class KubeReader(KubeJson):
             if ((p.get("metadata") or {}).get("labels") or {}).get(label) == job_name
         ]
         return sorted(pods, key=pod_order)
+
+    def pod_selector(self, job_name: str) -> str:
+        """The labelSelector of the job's pods (its controller's job-name label)."""
+        return f"{self.kind.pod_label}={job_name}"
 
     def pods_of(
         self, job_names: list[str], kind: JobKind | None = None
@@ -288,33 +251,6 @@ class KubeReader(KubeJson):
         listed = self.json("GET", kind_path("Pod"), query={"fieldSelector": NOT_ENDED_SELECTOR})
         return list((listed or {}).get("items") or [])
 
-    # secrets ------------------------------------------------------------------------
-
-    def put_secret(self, name: str, data: dict[str, str]) -> str:
-        """Create the Secret, or update it if it is this suite's: 'created' or 'updated'.
-        One of that name that is not (another user's, unlabelled) is refused as not_ours
-        and keeps its value. Its value never comes back from here."""
-        import base64
-
-        encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
-        body = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": managed_labels()},
-            "type": "Opaque",
-            "data": encoded,
-        }
-        return self.apply_owned(body, SECRET_HINT.format(name=name, namespace=self.namespace))
-
-    def require_secret_ours(self, name: str) -> None:
-        """Refuse (not_ours) before anything is written when a Secret `name` exists and is
-        not this suite's: put_secret would refuse it later, after a replace's delete."""
-        require_kube_ours(
-            self.get_or_none(kind_path("Secret", self.namespace, name)), "Secret",
-            f"{self.namespace}/{name}",
-            SECRET_HINT.format(name=name, namespace=self.namespace), namespace=self.namespace,
-        )  # fmt: skip
-
 
 def named(label: str, names: list[str]) -> Iterator[str]:
     """labelSelectors for the objects whose `label` is one of `names`: `label in (a,b)`,
@@ -381,7 +317,14 @@ def read_snapshot(
         for (name, _, previous), text in zip(reads, texts, strict=True)
         if text
     }
-    return {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
+    snapshot = {"job": job, "pods": pods, "events": events, "logs": logs, "nodes": node_objects}
+    # The DCGM exporter's GPU counters on those nodes, where it runs (skills/kube/dcgm.py).
+    gpu_metrics, gpu_notes = dcgm.node_evidence(reader, sorted(nodes)) if nodes else ({}, [])
+    if gpu_metrics:
+        snapshot["gpu_metrics"] = gpu_metrics
+    if gpu_notes:
+        snapshot["gpu_notes"] = gpu_notes
+    return snapshot
 
 
 def _if_allowed(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
