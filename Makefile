@@ -72,6 +72,7 @@ bench: system-deps setup-dev
 
 lint: setup-dev
 	$(PY) -m ruff check .
+	$(PY) -m tests.import_placement
 	$(VENV)/bin/lint-imports
 	$(PY) -m basedpyright --pythonpath $(PY)
 

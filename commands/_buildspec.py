@@ -26,6 +26,13 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from skills.cloud.clients import docker_client
+from skills.cloud.ecr_repository import ecr_client, image_tags, latest_image
+from skills.cloud.registry_credentials import credentials_for, normalize_host
+from skills.ecr_publisher.push import REGISTRY_HOST_ENV, ecr_login
+from skills.image_builder.tags import next_semantic
+from skills.shared.errors import ToolFailure
+
 LEVELS = {
     "none": [],
     "quick": ["tests/unit"],
@@ -73,10 +80,6 @@ def tag_flag() -> str:
 def _semantic_flag() -> str:
     """`--tag vX.Y.Z` continuing the ECR repository's versions; nothing (build_image
     counts local images) when ECR cannot be read, said on stderr."""
-    from skills.cloud.ecr_repository import image_tags
-    from skills.image_builder.tags import next_semantic
-    from skills.shared.errors import ToolFailure
-
     try:
         tags = image_tags(os.environ["ECR_REPOSITORY"], os.environ["AWS_REGION"])
     except KeyError as missing:
@@ -93,11 +96,6 @@ def _semantic_flag() -> str:
 def pull_cache() -> int:
     """Pull the repository's newest image so its layers are local (best effort: a cache
     miss only makes the build slower, never fails it)."""
-    from skills.cloud.clients import docker_client
-    from skills.cloud.ecr_repository import ecr_client, latest_image
-    from skills.cloud.registry_credentials import credentials_for, normalize_host
-    from skills.ecr_publisher.push import REGISTRY_HOST_ENV, ecr_login
-
     try:
         repository, region = os.environ["ECR_REPOSITORY"], os.environ["AWS_REGION"]
         newest = latest_image(repository, region)

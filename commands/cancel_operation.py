@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from commands._cli import main_for
+from skills.operations import operations
 from skills.operations.operation_state import OperationId, OperationState
 from skills.shared.confirm import Confirm, require_confirm
 from skills.shared.progress import Progress
@@ -31,7 +32,6 @@ def cancel_operation(
     reported as it is.
     """
     require_confirm(confirm, f"Cancelling {operation_id!r} stops its work part-way.")
-    from skills.operations import operations  # the store loads on first use
 
     return operations.typed_state(operations.cancel(operation_id))
 

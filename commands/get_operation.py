@@ -6,6 +6,7 @@ if __name__ == "__main__":  # run as a script: make the checkout importable
     import _bootstrap  # noqa: F401
 
 from commands._cli import main_for
+from skills.operations import operations
 from skills.operations.operation_state import OperationId, OperationState
 from skills.shared.progress import Progress
 from skills.shared.tooling import WaitSeconds, tool
@@ -23,8 +24,6 @@ def get_operation(
 
     wait_seconds > 0 follows it (streaming progress) until it ends or the time passes.
     """
-    from skills.operations import operations  # the store loads on first use
-
     return operations.typed_state(operations.wait(operation_id, wait_seconds, progress))
 
 

@@ -15,6 +15,7 @@ from skills.shared.tooling import WaitSeconds, tool
 from skills.training_job_deployer.job_spec import DNS1123_LABEL, JobName
 from skills.training_job_deployer.loss_curve import curves_of
 from skills.training_job_deployer.models import JobState
+from skills.training_job_deployer.plot import plot_png
 from skills.training_job_deployer.targets.base import Target
 from skills.training_job_deployer.targets.by_name import TargetSettings, get_target
 from skills.training_job_deployer.trainer_log import parse_events
@@ -53,8 +54,6 @@ def get_training_job(
 
 def loss_chart(runner: Target, job_names: list[str]) -> bytes:
     """One PNG of the jobs' curves, from their logs' step lines (plot.py)."""
-    from skills.training_job_deployer.plot import plot_png  # matplotlib: on first plot only
-
     curves = [
         curves_of(name, parse_events(runner.logs(name, PLOT_LOG_LINES)))
         for name in dict.fromkeys(job_names)

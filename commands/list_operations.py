@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from commands._cli import main_for
+from skills.operations import operations
 from skills.operations.operation_state import OperationState, OperationStatus
 from skills.shared.paging import Cursor, Paged
 from skills.shared.progress import Progress
@@ -46,8 +47,6 @@ def list_operations(
     """List long operations recorded here, newest first: id, status, progress.
 
     Builds, pushes, test runs; get_operation gives one in full."""
-    from skills.operations import operations  # the store loads on first use
-
     page = operations.page_records(tool_name, status, limit, cursor)
     listed = [OperationState.of(record) for record in page.items]
     return OperationList.page(page.last, page.more, operations=listed)

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from commands import _eks_params as p
-from commands._cli import run_cli
+from commands._cli import parse_flags, run_cli
 from skills.eks_cluster_manager.checks import Options
 from skills.eks_cluster_manager.cleanup import CleanupSpec
 from skills.eks_cluster_manager.create_config import ConfigSpec
@@ -22,6 +22,7 @@ from skills.eks_cluster_manager.models import ClusterReport
 from skills.eks_cluster_manager.nccl_gate import NcclSpec
 from skills.eks_cluster_manager.nodegroups import ScaleSpec
 from skills.eks_cluster_manager.storage import StorageSpec
+from skills.kube.access import default_kubeconfig
 from skills.kube.fields import EksClusterWriteAccess
 from skills.shared.confirm import Confirm
 from skills.shared.errors import ToolFailure
@@ -101,8 +102,6 @@ def cli(argv: Sequence[str]) -> int:
     if creates and not any(a.startswith("--output") for a in argv):
         argv += ["--output", f"{_flag_value(argv, 'cluster_name') or 'cluster'}-eksctl.yaml"]
     if _is_action(argv, "kubeconfig") and not any(a.startswith("--kubeconfig") for a in argv):
-        from skills.kube.access import default_kubeconfig
-
         argv += ["--kubeconfig", str(default_kubeconfig())]
     if seed and _AUTO_FIX_FLAGS & set(argv) and "--confirm" not in argv:
         try:
@@ -134,8 +133,6 @@ def _flag_value(argv: list[str], name: str) -> str | None:
 
 
 def _plan_arguments(argv: list[str]) -> dict:
-    from commands._cli import parse_flags
-
     raw, _ = parse_flags(spec_of(manage_eks_cluster), argv)
     return raw
 

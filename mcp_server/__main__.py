@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Any, NoReturn
 
+import anyio
+
 from mcp_server.http_guard import (
     TOKEN_ENV,
     Guard,
@@ -29,6 +31,7 @@ from mcp_server.http_guard import (
     server_token,
 )
 from mcp_server.server import build_server
+from mcp_server.stdio import serve_stdio
 from mcp_server.workspace import ALLOW_PATHS_ENV, DEFAULT_WORKSPACE, WORKSPACE_ENV, Workspace
 from skills.shared.distribution import collision_warning
 
@@ -143,7 +146,7 @@ def _warn_of_collisions() -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["install"], ["uninstall"]):
-        from mcp_server.install import main as install_main
+        from mcp_server.install import main as install_main  # YAML, client configs: off the start
 
         sys.exit(install_main(argv))
     args = _parser().parse_args(argv)
@@ -161,10 +164,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.http:
         _serve_http(server, args, token, made)
     else:
-        import anyio
-
-        from mcp_server.stdio import serve_stdio
-
         anyio.run(serve_stdio, server)
 
 

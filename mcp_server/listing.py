@@ -15,14 +15,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pkgutil
 import re
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from skills.shared.errors import bad_fields
+import commands
+from commands import all_tools
+from skills.operations.operation_state import OperationState
+from skills.shared.errors import ToolFailure, bad_fields
+from skills.shared.files import atomic_write_text
 from skills.shared.paths import path_fields
+from skills.shared.reading import load_json
 from skills.shared.tooling import ToolSpec
 
 # The sources a tool's schema comes from; their hash names the cache file.
@@ -238,8 +244,6 @@ def output_schema(spec: ToolSpec) -> dict[str, Any]:
     Other fields are open: the result's model says them and the text summarises them."""
     shapes = [spec.result.model_json_schema()]
     if spec.operation:
-        from skills.operations.operation_state import OperationState
-
         shapes.append(OperationState.model_json_schema())
     for name in KEY_FIELDS:
         kinds = {_json_type(shape, name) for shape in shapes}
@@ -313,10 +317,6 @@ def _digest(entries: Any) -> str:
 def _tool_modules() -> set[str]:
     """The tools' names as the commands package's public modules say, without importing
     one (commands.tool_names imports them all, which the cache exists to avoid)."""
-    import pkgutil
-
-    import commands
-
     return {m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")}
 
 
@@ -324,9 +324,6 @@ def _read_cache(path: Path) -> list[dict[str, Any]] | None:
     """The entries in the cache file, or None when there is none we can trust: read by
     the bounded no-link reader (a link, FIFO or device in its place is no cache), then
     its hash, every entry's shape and the set of tool names checked."""
-    from skills.shared.errors import ToolFailure
-    from skills.shared.reading import load_json
-
     try:
         document = load_json(path, what="listing cache", max_bytes=_CACHE_MAX_BYTES,
                              follow_links=False)  # fmt: skip
@@ -356,13 +353,9 @@ def cached_entries(write: bool = True) -> list[dict[str, Any]]:
     cached = _read_cache(path)
     if cached is not None:
         return cached
-    from commands import all_tools
 
     entries = entries_of(all_tools())
     if write:
-        from skills.shared.errors import ToolFailure
-        from skills.shared.files import atomic_write_text
-
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, cache_document(entries))

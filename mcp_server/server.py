@@ -28,6 +28,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ImageContent, TextContent, Tool
 
+from commands import tool_spec
 from commands._old_names import redirect
 from mcp_server.frames import CheckedFrames
 from mcp_server.lean import bounded_tail, lean_data
@@ -136,7 +137,7 @@ def _run(
     OPERATION_SCOPE.set(scope)
     WORKING_DIR.set(None if scope is None else Path(scope))
     if spec.operation:
-        from skills.operations import operations
+        from skills.operations import operations  # sqlite3, psutil, filelock: off the start
 
         return operations.call(spec, arguments, progress)
     return spec.invoke(arguments, progress)
@@ -534,8 +535,6 @@ def build_server(
     one); without it, paths are unconfined, as for an in-process caller. Without
     `specs`, the listing comes from the cache and no tool module is imported yet."""
     if specs is None:
-        from commands import tool_spec
-
         entries, load = cached_entries(write=not read_only), tool_spec  # read-only: no writes
     else:
         given = {spec.name: spec for spec in specs}

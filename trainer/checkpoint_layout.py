@@ -19,6 +19,8 @@ from pathlib import Path
 
 from torch.distributed.checkpoint import FileSystemReader
 
+from trainer import storage
+
 MARKER = "COMPLETE"
 CONFIG_FILE = "train_config.json"
 TOKENIZER_DIR = "tokenizer"
@@ -81,8 +83,6 @@ def s3_steps(uri: str) -> dict[int, bool]:
     """The step-<N> prefixes under an s3:// checkpoint root, each with whether it is
     complete (its COMPLETE marker directly inside it), from one listing: the one reading
     of an S3 root, for resume and export alike."""
-    from trainer import storage
-
     root = uri.rstrip("/") + "/"
     _, prefix = storage.split_s3(root)
     steps: dict[int, bool] = {}

@@ -28,6 +28,7 @@ import torch
 
 from trainer import storage
 from trainer.config import ConfigError
+from trainer.hub import TOKEN_HINT
 from trainer.safe_files import open_regular, read_regular
 from trainer.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
@@ -247,8 +248,6 @@ def hub_documents(
     try:
         stream = datasets.load_dataset(name, config_name, split=HUB_SPLIT, streaming=True)
     except Exception as exc:  # unknown name, missing config, gated, no network: all land here
-        from trainer.hub import TOKEN_HINT
-
         raise ConfigError(
             f"could not open hub dataset {name!r} (config {config_name!r}): {exc}; "
             f"for a gated or private dataset {TOKEN_HINT}; a host without internet needs "

@@ -21,6 +21,7 @@ from trainer import hub, storage
 from trainer.config import ConfigError, ModelConfig
 from trainer.hf_config import HF_KEYS
 from trainer.materialize import copy_shard, local_rows
+from trainer.tokenizer import load_tokenizer
 
 
 def hf_config_from_model(cfg: ModelConfig, dtype: str = "float32") -> dict[str, Any]:
@@ -222,8 +223,6 @@ def _special_token_ids(tokenizer_dir: Path | None) -> dict[str, int | None]:
     rather than transformers' default ids 1 and 2, which may be ordinary tokens here."""
     ids: dict[str, int | None] = {"bos_token_id": None, "eos_token_id": None}
     if tokenizer_dir is not None and (tokenizer_dir / "tokenizer.json").is_file():
-        from trainer.tokenizer import load_tokenizer
-
         tok = load_tokenizer(str(tokenizer_dir))
         ids = {"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id}
     return ids

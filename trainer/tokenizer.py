@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer import storage
+from trainer import hub, storage
 from trainer.config import ConfigError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -292,8 +292,6 @@ def _from_files(files: list[Path], spec: str) -> HFTokenizer:
 def _from_hub(name: str) -> HFTokenizer:
     """A hub repo's tokenizer.json (and sidecars), downloaded once per node like a hub
     model's files (trainer/hub.py), so checkpoints and exports ship it as any other."""
-    from trainer import hub
-
     if not hub.is_hub_id(name):
         raise ConfigError(f"tokenizer {name!r} is not a local path, an s3:// URI or a hub id")
     try:

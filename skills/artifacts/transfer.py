@@ -11,6 +11,8 @@ from skills.artifacts import claim, hub
 from skills.artifacts.local_files import Entry, existing, write
 from skills.artifacts.models import SHOWN, Action, TransferResult
 from skills.artifacts.sources import Source, local_entries, parse, s3_entries
+from skills.cloud.clients import aws_session
+from skills.kube.client import KubeJson
 from skills.kube.fields import ClusterAccess
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
@@ -78,12 +80,8 @@ def _fetch(
 
 def _entries(where: Source, access: ClusterAccess, progress: Progress | None) -> list[Entry]:
     if where.kind == "s3":
-        from skills.cloud.clients import aws_session
-
         return s3_entries(aws_session(None, access.region).client("s3"), where)
     if where.kind == "claim":
-        from skills.kube.client import KubeJson
-
         return claim.fetch(KubeJson(access.api_client()), where, access.namespace, progress)
     return local_entries(where)
 

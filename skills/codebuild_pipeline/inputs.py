@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -13,8 +14,6 @@ _REGION_SHAPE = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
 
 
 def _known_region(value: str) -> str:
-    import re
-
     if not re.fullmatch(_REGION_SHAPE, value):
         raise ValueError("not an AWS region name like us-east-1")
     return value

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skills.cloud import registry_http
 from skills.cloud.clients import docker_client, service_regions
 from skills.cloud.ecr_repository import ecr_client, ensure_repository
 from skills.cloud.registry_credentials import (
@@ -70,8 +71,6 @@ def manifest_digest(
 ) -> str | None:
     """The registry's Docker-Content-Digest of <repository>:<tag> (None: no such tag),
     through the one registry client: the login stays with `host` across redirects."""
-    from skills.cloud import registry_http
-
     url = f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}"
     try:
         answer = registry_http.request(

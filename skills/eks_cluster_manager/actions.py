@@ -4,27 +4,32 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
+from skills.catalog.instances import instance_spec
 from skills.eks_cluster_manager import checks as checklist
-from skills.eks_cluster_manager import fix, nodegroups
+from skills.eks_cluster_manager import cleanup as sweep
+from skills.eks_cluster_manager import fix, nodegroups, pod_identity, storage_kube
+from skills.eks_cluster_manager import storage as fsx_storage
+from skills.eks_cluster_manager.cleanup import CleanupSpec, Counted
 from skills.eks_cluster_manager.models import ClusterReport, NodeInfo, ResourceChange
+from skills.eks_cluster_manager.nccl import parse
+from skills.eks_cluster_manager.storage import DEFAULT_CLAIM, ClusterStorage, StorageSpec
 from skills.kube import dcgm
+from skills.kube import quarantine as kq
+from skills.kube.access import describe_cluster, write_kubeconfig
 from skills.kube.client import KubeJson
 from skills.kube.fields import ClusterAccess
 from skills.kube.gpu_nodes import NOT_ENDED_SELECTOR
+from skills.kube.identity import S3_SERVICE_ACCOUNT
 from skills.kube.objects import kind_path
 from skills.shared.confirm import require_confirm
 from skills.shared.errors import ErrorCode, ToolFailure, needed, needs_field
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
 from skills.shared.reading import read_text
-
-if TYPE_CHECKING:  # the modules themselves load with their action
-    from skills.eks_cluster_manager.cleanup import CleanupSpec
-    from skills.eks_cluster_manager.storage import ClusterStorage
 
 
 def call_args(access: ClusterAccess, options: checklist.Options | None = None) -> dict[str, Any]:
@@ -56,8 +61,6 @@ def describe(access: ClusterAccess, progress: Progress) -> ClusterReport:
     report = ClusterReport(action="describe")
     notes = []
     if access.cluster_name:
-        from skills.kube.access import describe_cluster
-
         session = access.session()
         info = describe_cluster(access.cluster_name, session)
         report.cluster = _cluster_summary(info)
@@ -191,8 +194,6 @@ def auto_fix(
 
 
 def scale(access: ClusterAccess, spec: nodegroups.ScaleSpec, confirm: bool) -> ClusterReport:
-    from skills.kube.access import describe_cluster
-
     cluster = access.need_cluster("scale")
     nodegroup = needed(spec.nodegroup, "scale", "nodegroup",
                        "Pass nodegroup (action=describe lists them).")  # fmt: skip
@@ -222,8 +223,6 @@ KUBECONFIG_HINT = (
 def kubeconfig(access: ClusterAccess, confirm: bool = False) -> ClusterReport:
     """Write the cluster's entries into the kubeconfig the caller named (the tool never
     picks the server's own file); `confirm` lets an existing context be re-pointed."""
-    from skills.kube.access import describe_cluster, write_kubeconfig
-
     if not access.kubeconfig:  # asked first: the file is the caller's to name
         raise needs_field("kubeconfig", "kubeconfig", KUBECONFIG_HINT, what=", the file to write")
     cluster = access.need_cluster("kubeconfig")
@@ -252,9 +251,6 @@ NCCL_OUTPUT_MAX_BYTES = 8 * 2**20
 
 def judge_nccl_output(nccl_output: str, instance_type: str | None) -> ClusterReport:
     """The busbw verdict on a saved all_reduce_perf output (reads one file, runs nothing)."""
-    from skills.catalog.instances import instance_spec
-    from skills.eks_cluster_manager.nccl import parse
-
     spec = instance_spec(instance_type) if instance_type else None
     path = Path(nccl_output).expanduser()
     text = read_text(path, what="nccl_output", max_bytes=NCCL_OUTPUT_MAX_BYTES, errors="replace")
@@ -275,11 +271,6 @@ def storage(
 ) -> ClusterReport:
     """FSx for Lustre + security group, the S3 bucket, StorageClass/PV/PVC: the plan, or
     (apply) each missing or differing piece made, in that order."""
-    from skills.eks_cluster_manager import pod_identity, storage_kube
-    from skills.eks_cluster_manager import storage as fsx_storage
-    from skills.eks_cluster_manager.cleanup import Counted
-    from skills.kube.identity import S3_SERVICE_ACCOUNT
-
     cluster_name = access.need_cluster("storage")
     fsx_storage.check_size(spec.fsx_deployment_type, spec.fsx_size_gib)
     fsx_storage.throughput_of(spec)  # a tier the type lacks: refused before any call
@@ -350,9 +341,6 @@ def cleanup(
 ) -> ClusterReport:
     """What this suite created for the cluster, deleted in dependency order (a plan
     unless `apply`); what stays is reported with why."""
-    from skills.eks_cluster_manager import cleanup as sweep
-    from skills.eks_cluster_manager import storage as fsx_storage
-
     cluster_name = access.need_cluster("cleanup")
     aws = sweep.Counted(access.session())
     region = aws.session.region_name
@@ -381,8 +369,6 @@ def cleanup(
     progress.report(2, 4, "file system and security group")
     if "fsx" in spec.parts:
         rows += sweep.fsx_rows(aws("fsx"), aws("ec2"), cluster_name, apply)
-        from skills.eks_cluster_manager import pod_identity
-
         rows += pod_identity.cleanup_rows(aws("eks"), aws("iam"), cluster_name, apply)
     progress.report(3, 4, "bucket and cluster")
     account = aws("sts").get_caller_identity()["Account"]
@@ -423,8 +409,6 @@ def cleanup(
 def _storage_args(access: ClusterAccess, spec: ClusterStorage) -> dict[str, Any]:
     """This storage plan as manage_eks_cluster's arguments: the spec's own parameters by
     their names (defaults left out), the cluster and the claim."""
-    from skills.eks_cluster_manager.storage import DEFAULT_CLAIM, StorageSpec
-
     extra = _given(spec, StorageSpec)
     if spec.namespace != "default":
         extra["namespace"] = spec.namespace
@@ -452,8 +436,6 @@ def _confirmed(arguments: dict[str, Any], why: str) -> NextStep:
 def release_node(access: ClusterAccess, node: str | None, confirm: bool) -> ClusterReport:
     """Undo auto_retry's quarantine of a node (skills.kube.quarantine): without `node`, the
     quarantined nodes (a read); with it, a plan until `confirm` releases it."""
-    from skills.kube import quarantine as kq
-
     kube = _kube(access)
     if node is None:
         records = kq.quarantined(kube.items(kind_path("Node")))

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from skills.cloud.clients import aws_error_code
-from skills.eks_cluster_manager import storage
+from skills.eks_cluster_manager import nodegroups, storage
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
 from skills.eks_cluster_manager.params import Bucket
 from skills.kube import namespaces
@@ -201,10 +201,8 @@ def namespace_rows(
 
 
 def nodegroup_rows(eks: Any, cluster: str, apply: bool) -> list[ResourceChange]:
-    from skills.eks_cluster_manager.nodegroups import names
-
     rows = []
-    for name in names(eks, cluster):
+    for name in nodegroups.names(eks, cluster):
         group = eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
         if not ownership.made_by_suite(group.get("tags")):
             rows.append(_row("node group", name, "keep", "not created by fsdp-eks"))

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skills.catalog.instances import instance_spec
+from skills.eks_cluster_manager import eksctl, zones
 from skills.eks_cluster_manager.eksctl import DEFAULT_KUBERNETES_VERSION
 from skills.eks_cluster_manager.models import ClusterReport
 from skills.eks_cluster_manager.params import NODES, PATH, InstanceType, Nodes, within
@@ -47,9 +49,6 @@ class ConfigSpec(BaseModel):
 
 
 def create_config(access: ClusterAccess, request: ConfigSpec, create: bool) -> ClusterReport:
-    from skills.catalog.instances import instance_spec
-    from skills.eks_cluster_manager import eksctl, zones
-
     cluster = access.need_cluster("create_config")
     instance = needed(request.instance_type, "create_config", "instance_type",
                       "Name the GPU instance type, e.g. p5.48xlarge.")  # fmt: skip

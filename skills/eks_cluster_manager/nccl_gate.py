@@ -8,18 +8,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skills.catalog.instances import instance_spec
+from skills.eks_cluster_manager.actions import judge_nccl_output
+from skills.eks_cluster_manager.checks import known_instance
 from skills.eks_cluster_manager.models import ClusterReport
+from skills.eks_cluster_manager.nccl_job import NcclJobResult, run_nccl_test
 from skills.eks_cluster_manager.params import NODES, InstanceType, NcclOutput, Nodes
+from skills.kube.client import KubeJson
+from skills.kube.gpu_nodes import node_gpu_facts
 from skills.kube.objects import kind_path
+from skills.operations.operation_state import OperationState
+from skills.operations.operations import run_as_operation
 from skills.shared.errors import ErrorCode, ToolFailure, needed
 from skills.shared.paths import absolute
 from skills.shared.progress import Progress
+from skills.shared.tooling import spec_of
 from skills.shared.validators import grammar
 
 if TYPE_CHECKING:
-    from skills.eks_cluster_manager.nccl_job import NcclJobResult
     from skills.kube.fields import ClusterAccess
-    from skills.operations.operation_state import OperationState
 
 
 class NcclSpec(BaseModel):
@@ -41,11 +48,6 @@ class NcclSpec(BaseModel):
 def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
     """Enough Ready nodes of that instance type (one list of nodes) before a job waits
     for them; returns the type as the nodes' label spells it (HyperPod: `ml.`)."""
-    from skills.catalog.instances import instance_spec
-    from skills.eks_cluster_manager.checks import known_instance
-    from skills.kube.client import KubeJson
-    from skills.kube.gpu_nodes import node_gpu_facts
-
     wanted = instance_spec(instance_type)
     facts = [node_gpu_facts(n) for n in KubeJson(access.api_client()).items(kind_path("Node"))]
     ready = [
@@ -68,8 +70,6 @@ def gpu_nodes_for(access: ClusterAccess, instance_type: str, nodes: int) -> str:
 def nccl_test(
     access: ClusterAccess, request: NcclSpec, wait_seconds: float | None, progress: Progress
 ) -> ClusterReport:
-    from skills.eks_cluster_manager.actions import judge_nccl_output
-
     if request.nccl_output:
         return judge_nccl_output(request.nccl_output, request.instance_type)
     instance = needed(request.instance_type, "nccl_test", "instance_type",
@@ -82,9 +82,6 @@ def nccl_test(
         "nccl_output to analyze a saved run.",
     )
     instance = gpu_nodes_for(access, instance, request.nodes)
-    from skills.eks_cluster_manager.nccl_job import NcclJobResult, run_nccl_test
-    from skills.operations.operations import run_as_operation
-    from skills.shared.tooling import spec_of
 
     arguments = {
         "nodes": request.nodes,
@@ -110,8 +107,6 @@ def nccl_test(
 
 
 def _report(state: OperationState) -> ClusterReport:
-    from skills.operations.operation_state import OperationState
-
     operation: dict[str, Any] = OperationState.model_validate(state.model_dump()).model_dump(
         mode="json", exclude={"result"}
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+from urllib.parse import unquote
 
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager import ownership
@@ -34,6 +35,7 @@ from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
 from skills.kube.client import KubeJson
 from skills.kube.identity import BUCKET_ANNOTATION, ROLE_ANNOTATION, S3_SERVICE_ACCOUNT
 from skills.kube.objects import object_path
+from skills.shared.errors import ErrorCode, ToolFailure
 
 AGENT_ADDON = "eks-pod-identity-agent"
 POLICY_NAME = "fsdp-eks-s3-bucket"
@@ -111,8 +113,6 @@ def _document(value: Any) -> dict[str, Any]:
     """A policy document as IAM returns it (a dict from boto3, or URL-encoded JSON)."""
     if isinstance(value, dict):
         return value
-    from urllib.parse import unquote
-
     return json.loads(unquote(str(value)))
 
 
@@ -135,8 +135,6 @@ def ensure_role(
     if role is not None:
         tags = iam.list_role_tags(RoleName=name).get("Tags", [])
         if not ownership.ours(tags, cluster):
-            from skills.shared.errors import ErrorCode, ToolFailure
-
             raise ToolFailure(
                 ErrorCode.CONFLICT,
                 f"IAM role {name} exists and was not made by fsdp-eks for cluster {cluster}.",

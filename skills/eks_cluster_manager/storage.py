@@ -21,9 +21,11 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skills.catalog.pricing import estimate_storage, fsx_tiers
 from skills.cloud.clients import aws_error_code
 from skills.eks_cluster_manager.models import ResourceAction, ResourceChange
 from skills.eks_cluster_manager.params import Bucket, Nodegroup, within
+from skills.kube.access import cluster_not_found, region_of
 from skills.shared import ownership
 from skills.shared.errors import ErrorCode, ToolFailure
 
@@ -81,8 +83,6 @@ class ClusterStorage(StorageSpec):
 def throughput_of(spec: StorageSpec) -> int | None:
     """The throughput tier the file system is made (and priced) at; None for scratch. A
     tier the deployment type does not have is the caller's input error."""
-    from skills.catalog.pricing import fsx_tiers
-
     tiers = fsx_tiers(spec.fsx_deployment_type)
     if not tiers:
         if spec.fsx_throughput is not None:
@@ -153,8 +153,6 @@ def describe_cluster_raw(session: Any, eks: Any, cluster: str) -> dict[str, Any]
     except botocore.exceptions.ClientError as exc:
         if aws_error_code(exc) != "ResourceNotFoundException":
             raise
-        from skills.kube.access import cluster_not_found, region_of
-
         raise cluster_not_found(eks, cluster, region_of(session)) from None
 
 
@@ -450,8 +448,6 @@ def ensure_bucket(
 def storage_cost(spec: StorageSpec, region: str) -> dict[str, Any] | None:
     """The month's price of the file system at the tier it is made with, for the dry run
     (the bucket is billed by what is put in it: nothing up front)."""
-    from skills.catalog.pricing import estimate_storage
-
     estimate = estimate_storage(
         "fsx_lustre",
         spec.fsx_size_gib,

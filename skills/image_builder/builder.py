@@ -13,6 +13,7 @@ unless write=True.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import tempfile
@@ -23,9 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from skills.catalog import cuda as cuda_tables
+from skills.cloud.clients import docker_client
 from skills.cloud.registry_images import check_image
 from skills.image_builder import dockerfile_reader
 from skills.image_builder.build_errors import BuildError, classify
+from skills.image_builder.dockerfile_analyzer import analyze
+from skills.image_builder.dockerfile_fixer import fix, write_fixed
+from skills.image_builder.image_labels import label_build_args
 from skills.image_builder.models import Attempt, BuildResult, Versions
 from skills.image_builder.registry_check import mirror_setting, rewrite_from
 from skills.image_builder.tags import TagStrategy, build_inputs, choose_tag, concrete_strategy
@@ -133,8 +138,6 @@ def _inputs(options: BuildOptions) -> tuple[str, Path]:
 
 
 def _analyze(text: str, options: BuildOptions, context: Path) -> Any:
-    from skills.image_builder.dockerfile_analyzer import analyze
-
     return analyze(
         text,
         base_image=None,  # already in the text (see _working_text)
@@ -162,7 +165,6 @@ def _client_and_tag(options: BuildOptions, context: Path) -> tuple[Any, str, str
     """The Docker client and the image's tag with where it came from. A tag that needs no
     daemon (explicit, latest, git-sha) is chosen before one is reached: a context outside
     git is the caller's to fix, whatever the daemon."""
-    from skills.cloud.clients import docker_client
 
     def tag_with(client: Any) -> tuple[str, str]:
         return choose_tag(
@@ -328,8 +330,6 @@ _LABEL_KEYS = (
 
 def _label_args(text: str, labels: dict[str, str], options: BuildOptions) -> dict[str, str]:
     """The caller's build args, and the version ARGs the Dockerfile's own LABELs read."""
-    from skills.image_builder.image_labels import label_build_args
-
     return {**label_build_args(text, labels, options.build_args), **options.build_args}
 
 
@@ -349,8 +349,6 @@ def _why_stop(error: BuildError | None, options: BuildOptions, number: int) -> s
 def _fix(
     working: str, options: BuildOptions, context: Path, avoid: set[str], attempt: Attempt
 ) -> tuple[str, Any] | None:
-    from skills.image_builder.dockerfile_fixer import fix, write_fixed
-
     analysis = _analyze(working, options, context)
     result = fix(
         working, analysis, path_label=options.dockerfile.name, avoid_images=frozenset(avoid)
@@ -404,8 +402,6 @@ def _build(
     labels: dict[str, str],
     build_args: dict[str, str],
 ) -> _Outcome:
-    import http.client
-
     import docker.errors
     import requests
     import urllib3.exceptions

@@ -15,6 +15,8 @@ from typing import Any
 
 from dockerfile_parse import DockerfileParser
 
+from skills.shared.errors import ErrorCode, ToolFailure
+
 # Real Dockerfiles are a few KiB with instructions of tens of lines.
 MAX_DOCKERFILE_CHARS = 1024 * 1024
 MAX_CONTINUATION_LINES = 2000
@@ -85,8 +87,6 @@ def check_size(text: str) -> None:
     """ToolFailure(INVALID_INPUT) for a Dockerfile over the caps: the parser joins a
     continued instruction by repeated concatenation (quadratic in its lines), so both the
     whole text and the longest instruction are bounded before it runs. One linear pass."""
-    from skills.shared.errors import ErrorCode, ToolFailure
-
     problem = None
     if len(text) > MAX_DOCKERFILE_CHARS:
         problem = f"is larger than {MAX_DOCKERFILE_CHARS // 1024} KiB"

@@ -12,6 +12,8 @@ from skills.cloud.clients import default_region
 from skills.image_builder import last_build
 from skills.image_builder.builder import BuildOptions, build
 from skills.image_builder.models import BuildResult
+from skills.image_builder.packaged import trainer_context
+from skills.operations.operations import state_dir
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.paths import absolute, working_dir
@@ -34,8 +36,6 @@ def project_dockerfile(
     here = working_dir() / "Dockerfile"
     if context_path is not None or here.exists() or here.is_symlink():  # the project's wins
         return here, context_path, False
-    from skills.image_builder.packaged import trainer_context
-    from skills.operations.operations import state_dir
 
     packaged = trainer_context(state_dir() / "trainer_image")
     return packaged / "Dockerfile", packaged, True

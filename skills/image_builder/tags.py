@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from skills.cloud.registry_images import list_tags, parse_image
 from skills.shared.errors import ErrorCode, ToolFailure
 
 TagStrategy = Literal["auto", "semantic", "git-sha", "latest"]
@@ -159,8 +160,6 @@ def local_tags(client: Any, repository: str) -> list[str]:
 
 def registry_tags(repository: str) -> list[str]:
     """Tags in the repository's registry, when it names a registry host."""
-    from skills.cloud.registry_images import list_tags, parse_image
-
     if parse_image(repository + ":x").on_docker_hub:
         return []  # a bare name is a local image here; Docker Hub is not where builds go
     return list_tags(repository)

@@ -25,8 +25,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from skills.catalog.instances import instance_spec
 from skills.job_doctor.diagnose import Finding, Snapshot, validate_snapshot
 from skills.job_doctor.failure_signatures import CODES
+from skills.shared.errors import ToolFailure
 from skills.shared.next_step import command_name
 from skills.training_job_deployer.job_spec import JobSpec
 
@@ -177,8 +179,6 @@ def _insufficient_gpu(spec: JobSpec, facts: Facts, done: set[str]) -> Remedy | N
 def _insufficient_efa(spec: JobSpec, facts: Facts, done: set[str]) -> Remedy | None:
     if not facts.instance_type or "insufficient_efa/instance_count" in done:
         return None
-    from skills.catalog.instances import instance_spec
-    from skills.shared.errors import ToolFailure
 
     try:
         instance = instance_spec(facts.instance_type)

@@ -35,6 +35,7 @@ from skills.shared.progress import NullProgress, Progress
 from skills.training_job_deployer.job_spec import JobSpec
 from skills.training_job_deployer.models import TERMINAL, JobState, RetryAttempt, WatchFinding
 from skills.training_job_deployer.targets.base import Capability, Target, TargetSettings
+from skills.training_job_deployer.targets.by_name import get_target
 
 FOLLOW_CHUNK_S = 4.0  # follow this long, then look at a job that is not training yet
 # A hung job is stopped with this grace: a rank stuck in a collective cannot save.
@@ -70,8 +71,6 @@ def run(
 ) -> dict[str, Any]:
     """The loop. Returns the DeployResult fields of the last attempt plus `attempts` and
     `stop_reason` (None when the job succeeded)."""
-    from skills.training_job_deployer.targets.by_name import get_target
-
     progress = progress or NullProgress()
     attempts: list[RetryAttempt] = []
     history: list[Attempt] = []

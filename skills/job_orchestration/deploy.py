@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from skills.job_orchestration.auto_retry import require_support
 from skills.job_orchestration.auto_retry import run as auto_retry_loop
+from skills.operations.operations import run_as_operation
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 from skills.shared.progress import Progress
@@ -152,8 +153,6 @@ def _as_operation(
     """This same call, detached as an operation (its worker runs the loop to the end); the
     result once it ended within wait_seconds, else how to follow it. `job` is the call's,
     fitted to the target."""
-    from skills.operations.operations import run_as_operation
-
     target = call.target
     arguments = {
         **_call_args(job, target),

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field
 
 from skills.job_doctor.diagnose import MAX_PER_POD_FINDINGS, Diagnosis, diagnose
+from skills.job_doctor.snapshot import redacted
 from skills.job_doctor.snapshot_file import read_snapshot, write_snapshot
 from skills.shared.errors import bad_fields
 from skills.shared.progress import NullProgress, Progress
@@ -77,8 +78,6 @@ def diagnose_job(
             [{"field": "job_name", "problem": "give job_name (live) or snapshot (a file)"}],
             "diagnose_training_job",
         )
-
-    from skills.job_doctor.snapshot import redacted
 
     runner = get_target(cluster)
     runner.require(Capability.SNAPSHOT, field="job_name")

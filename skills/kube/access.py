@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from skills.cloud.clients import aws_error_code, aws_session
+from skills.operations.processes import SAFE_PATH_FLAGS, suite_env
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.files import atomic_write_text
+from skills.shared.reading import ReadRefused, load_yaml
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -259,8 +261,6 @@ def _upsert(entries: list[dict[str, Any]], name: str, key: str, value: dict[str,
 
 def exec_user(cluster_name: str, region: str, profile: str | None) -> dict[str, Any]:
     """The kubeconfig user: this module as an exec credential plugin (no aws CLI)."""
-    from skills.operations.processes import SAFE_PATH_FLAGS, suite_env
-
     args = [
         *SAFE_PATH_FLAGS,
         "-m",
@@ -303,8 +303,6 @@ def read_kubeconfig(path: Path) -> dict[str, Any]:
     """The kubeconfig at `path` through the bounded reader, its clusters/users/contexts
     entries all mappings; anything else is KUBECONFIG_INVALID (never an AttributeError or
     UnicodeDecodeError from deep inside a loader)."""
-    from skills.shared.reading import ReadRefused, load_yaml
-
     try:
         config = load_yaml(path, what="kubeconfig", max_bytes=KUBECONFIG_MAX_BYTES) or {}
     except ReadRefused as refused:

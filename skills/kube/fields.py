@@ -9,6 +9,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from skills.cloud.clients import aws_session
+from skills.kube.access import cluster_api_client
 from skills.shared.errors import needs_field
 from skills.shared.paths import LocalPath
 from skills.shared.validators import grammar
@@ -94,15 +96,11 @@ class ClusterAccess(BaseModel):
 
     def api_client(self) -> Any:
         """Its Kubernetes API client (kubeconfig/context when given, else EKS by name)."""
-        from skills.kube.access import cluster_api_client
-
         return cluster_api_client(
             self.cluster_name, self.region, None, self.kubeconfig, self.context
         )
 
     def session(self) -> Any:
-        from skills.cloud.clients import aws_session
-
         return aws_session(None, self.region)
 
     def need_cluster(self, action: str) -> str:

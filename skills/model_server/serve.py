@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from skills.catalog.pricing import estimate_billing
 from skills.model_server.base import ServerSettings, ServerState, ServerTarget
 from skills.model_server.targets_by_name import get_server_target
+from skills.operations.operations import run_as_operation
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import POLL_WAIT_S, NextStep
 from skills.shared.progress import Progress
@@ -99,8 +100,6 @@ def _as_operation(
 ) -> ServerState:
     """This call, detached as an operation whose worker starts the server and follows
     it to ready; its result once that happened within wait_seconds, else how to follow."""
-    from skills.operations.operations import run_as_operation
-
     arguments = {
         **target.model_dump(mode="json", exclude_defaults=True),
         "target": target.target,

@@ -32,6 +32,7 @@ from skills.catalog.cuda import (
     wheel_cudas,
 )
 from skills.catalog.instances import GPUS, gpu_for_instance, instance_spec
+from skills.cloud.clients import aws_session
 from skills.cloud.registry_credentials import (
     ECR_HOST,
     ECR_REGISTRY_HOST_ENV,
@@ -40,7 +41,9 @@ from skills.cloud.registry_credentials import (
     normalize_host,
 )
 from skills.cloud.registry_http import AnswerTooLarge
+from skills.cloud.registry_images import parse_image, registry_get_as
 from skills.kube.gpu_nodes import NodeGpuFacts
+from skills.shared.error_mapping import failure_from_exception
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 
@@ -311,8 +314,6 @@ class LabelRead:
 def ecr_token(region: str) -> EcrToken:
     """The account's ECR login in `region` (get_authorization_token). The password only
     goes where skills.cloud.registry_credentials allows."""
-    from skills.cloud.clients import aws_session
-    from skills.shared.error_mapping import failure_from_exception
 
     try:
         return ecr_login(aws_session(region=region).client("ecr"))
@@ -339,7 +340,6 @@ def _where(registry: str) -> tuple[str, EcrToken | None]:
 def read_image_labels(image_uri: str) -> LabelRead:
     """The image's labels from its registry (manifest, then config blob) with the
     credentials the one policy gives that host (the ECR token for the account's ECR)."""
-    from skills.cloud.registry_images import parse_image, registry_get_as
 
     host = ""
     try:
