@@ -6,9 +6,11 @@ server) and noted by each record's writer."""
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import time
 import tracemalloc
+import weakref
 from functools import partial
 from pathlib import Path
 
@@ -264,3 +266,18 @@ def test_a_filter_walks_the_index_past_its_batches_in_order(tmp_path):
     assert seen == failed
     whole = target.list_jobs(JobPage(limit=100))
     assert names(whole) == every[:100] and whole.more == 50
+
+
+@pytest.mark.parametrize("run_dir", [RunDir, partial(SlurmRunDir, cluster_dir="/c")])
+def test_a_jobs_run_is_freed_when_dropped_without_the_garbage_collector(tmp_path, run_dir):
+    """A list makes a run per job it looks at; one that is a reference cycle (its record
+    file holding a bound method of it) lives until a collection, so a list's peak memory
+    grew with the jobs (each write is still noted: the test above)."""
+    gc.disable()
+    try:
+        run = run_dir(tmp_path / "runs" / "job-a")
+        gone = weakref.ref(run)
+        del run
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -13,6 +13,7 @@ import shutil
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
@@ -141,6 +142,15 @@ def keep_outcome(run: RecordedRun[R], add: Callable[[R | None], R | None]) -> No
         logger.info("the outcome of %s was not kept", run.path, exc_info=True)
 
 
+def _note_in_index(record_path: Path, row: Callable[[Any], dict[str, Any]], record: Any) -> None:
+    """A record's on_write: its row into the runs' index. A function of the path, not a
+    method: a bound method held by the run's own RecordFile made every RecordedRun a
+    reference cycle, freed only by the garbage collector (a list of 1,024 running jobs
+    held up to ~1 MiB of them at its peak)."""
+    job_dir = record_path.parent
+    JobIndex(job_dir.parent, record_path.name).note(job_dir.name, record_path, row(record))
+
+
 class RecordedRun(ABC, Generic[R]):
     """`<runs_dir>/<job_name>/` on this host, with the job's record (`record_name`),
     noted in the runs' index (JobIndex) by whoever writes it, under the job's lock."""
@@ -149,11 +159,15 @@ class RecordedRun(ABC, Generic[R]):
         self.path = path
         self.kind = kind  # the job's kind in messages: "local", "Slurm"
         self.record_file = RecordFile(
-            path / record_name, model, lock_timeout_s=LOCK_TIMEOUT_S, on_write=self._note
+            path / record_name,
+            model,
+            lock_timeout_s=LOCK_TIMEOUT_S,
+            on_write=partial(_note_in_index, path / record_name, type(self).row),
         )
 
+    @staticmethod
     @abstractmethod
-    def row(self, record: R) -> dict[str, Any]:
+    def row(record: Any) -> dict[str, Any]:
         """What the runs' index keeps of the record: `submitted_at` and the `status` it
         settles (None: the log or the scheduler must say), as JobIndex reads them."""
 
@@ -170,11 +184,6 @@ class RecordedRun(ABC, Generic[R]):
         except RecordCorrupt:
             return None
         return None if record is None else self.row(record)
-
-    def _note(self, record: R) -> None:
-        JobIndex(self.path.parent, self.record_file.path.name).note(
-            self.job_name, self.record_file.path, self.row(record)
-        )
 
     @property
     def job_name(self) -> str:

@@ -122,7 +122,8 @@ class RunDir(RecordedRun[JobRecord]):
     def __init__(self, path: Path) -> None:
         super().__init__(path, RECORD, JobRecord, "local")
 
-    def row(self, record: JobRecord) -> dict[str, Any]:
+    @staticmethod
+    def row(record: JobRecord) -> dict[str, Any]:
         """An ended job's kept outcome; `running` while the record says it has not
         ended (JobIndex.UNSETTLED: failed or cancelled once its processes are gone),
         with the processes that keep it running and the figures its supervisor keeps."""

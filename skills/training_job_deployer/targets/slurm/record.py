@@ -63,7 +63,8 @@ class SlurmRunDir(RecordedRun[SlurmRecord]):
         super().__init__(record_dir, SLURM_RECORD, SlurmRecord, "Slurm")
         self.cluster_dir = cluster_dir
 
-    def row(self, record: SlurmRecord) -> dict[str, Any]:
+    @staticmethod
+    def row(record: SlurmRecord) -> dict[str, Any]:
         """An ended job's kept outcome; none before (the scheduler says)."""
         status = None if record.end is None or record.outcome is None else record.outcome.status
         figures = {} if record.outcome is None else record.outcome.figures
