@@ -68,8 +68,15 @@ def tag_flag() -> str:
     a fresh build host has no local image to count from."""
     strategy = os.environ.get("TAG_STRATEGY", "auto")
     sha = os.environ.get("CODEBUILD_RESOLVED_SOURCE_VERSION", "")
-    in_repo = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], capture_output=True,
-                             text=True, check=False).stdout.strip() == "true"  # fmt: skip
+    in_repo = (
+        subprocess.run(
+            ["git", "rev-parse", "--is-inside-work-tree"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        == "true"
+    )
     if strategy in ("git-sha", "auto") and not in_repo and len(sha) >= SHORT_SHA:
         return f"--tag {sha[:SHORT_SHA].lower()}"
     if strategy == "semantic" or (strategy == "auto" and not in_repo):
@@ -83,12 +90,16 @@ def _semantic_flag() -> str:
     try:
         tags = image_tags(os.environ["ECR_REPOSITORY"], os.environ["AWS_REGION"])
     except KeyError as missing:
-        print(f"tag-flag: {missing.args[0]} is not set; semantic counts local images",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"tag-flag: {missing.args[0]} is not set; semantic counts local images", file=sys.stderr
+        )
         return ""
     except (ToolFailure, BotoCoreError, ClientError) as exc:
-        print(f"tag-flag: the ECR repository's tags could not be read ({exc}); semantic "
-              "counts local images", file=sys.stderr)  # fmt: skip
+        print(
+            f"tag-flag: the ECR repository's tags could not be read ({exc}); semantic "
+            "counts local images",
+            file=sys.stderr,
+        )
         return ""
     return f"--tag {next_semantic(tags)}"
 
@@ -107,8 +118,7 @@ def pull_cache() -> int:
         # The ECR token only where the credential policy allows it; else anonymously.
         login = credentials_for(normalize_host(ref), ecr_login(ecr_client(region)))
         name, tag = ref.rsplit(":", 1) if "@" not in ref else (ref, None)
-        docker_client().api.pull(name, tag=tag,
-                                 auth_config=login.auth_config() if login else None)  # fmt: skip
+        docker_client().api.pull(name, tag=tag, auth_config=login.auth_config() if login else None)
         print(f"cache: pulled {ref}")
         Path(CACHE_FILE).write_text(ref)
     except Exception as exc:  # noqa: BLE001 - a cache is an optimization
@@ -137,8 +147,10 @@ def _step_result(path: str, step: str) -> dict:
         raise SystemExit(f"{path}: not the {step} step's JSON result")
     error = result.get("error")
     if isinstance(error, dict):
-        raise SystemExit(f"{path}: the {step} step failed: {error.get('code')}: "
-                         f"{error.get('message')} Hint: {error.get('hint')}")  # fmt: skip
+        raise SystemExit(
+            f"{path}: the {step} step failed: {error.get('code')}: "
+            f"{error.get('message')} Hint: {error.get('hint')}"
+        )
     return result
 
 

@@ -28,25 +28,37 @@ RENAMED: dict[str, Renamed] = {
     "build_docker_image": Renamed(
         "build_image",
         {
-            "dockerfile": "dockerfile", "dockerfile_path": "dockerfile",
-            "context": "context", "build_context": "context", "context_path": "context",
-            "tag": "tag", "image_tag": "tag",
-            "repository": "repository", "image_name": "repository",
+            "dockerfile": "dockerfile",
+            "dockerfile_path": "dockerfile",
+            "context": "context",
+            "build_context": "context",
+            "context_path": "context",
+            "tag": "tag",
+            "image_tag": "tag",
+            "repository": "repository",
+            "image_name": "repository",
             "repository_name": "repository",
-            "build_args": "build_args", "base_image": "base_image",
+            "build_args": "build_args",
+            "base_image": "base_image",
         },
     ),
     "push_image": Renamed(
         "push_to_ecr",
         {
-            "image": "image", "local_image": "image", "image_uri": "image",
-            "repository": "repository", "ecr_repository": "repository",
-            "repository_name": "repository", "repo_name": "repository",
-            "region": "region", "aws_region": "region",
-            "tag": "tag", "image_tag": "tag",
+            "image": "image",
+            "local_image": "image",
+            "image_uri": "image",
+            "repository": "repository",
+            "ecr_repository": "repository",
+            "repository_name": "repository",
+            "repo_name": "repository",
+            "region": "region",
+            "aws_region": "region",
+            "tag": "tag",
+            "image_tag": "tag",
         },
     ),
-}  # fmt: skip
+}
 # What each new tool cannot be called without (a next step is complete or not given).
 _REQUIRED = {"push_to_ecr": ("repository",)}
 

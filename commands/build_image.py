@@ -94,8 +94,13 @@ def build_image(
     context given and no Dockerfile in the project, it builds the trainer image this
     package ships, and says so."""
     # The rest of the call, for the next step of a Dockerfile that is not there.
-    rest = {"tag": tag, "repository": repository, "analyze_only": analyze_only,
-            "instance_type": instance_type, "base_image": base_image}  # fmt: skip
+    rest = {
+        "tag": tag,
+        "repository": repository,
+        "analyze_only": analyze_only,
+        "instance_type": instance_type,
+        "base_image": base_image,
+    }
     defaults = {"repository": "fsdp-eks-trainer", "analyze_only": False}
     call = {k: v for k, v in rest.items() if v is not None and defaults.get(k) != v}
     path, context_path, packaged = project_dockerfile(dockerfile, context, call)

@@ -32,13 +32,13 @@ def diagnose_training_job(
         _PATH,
         Field(description="Diagnose this saved snapshot offline."),
         LocalPath(writable=False),
-    ] = None,  # fmt: skip
+    ] = None,
     save_snapshot: Annotated[
         str | None,
         _PATH,
         Field(description="Also write the live snapshot (secrets masked)."),
         LocalPath(writable=True),
-    ] = None,  # fmt: skip
+    ] = None,
     per_pod: Annotated[bool, Field(description="Each pod's findings, not grouped.")] = False,
     limit: Annotated[
         int, Field(ge=1, le=MAX_PER_POD_FINDINGS, description="per_pod: at most this many.")

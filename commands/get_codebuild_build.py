@@ -26,7 +26,7 @@ def get_codebuild_build(
             pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{1,149}:[0-9a-fA-F-]{1,64}$",
             description="Build id PROJECT:UUID.",
         ),
-    ],  # fmt: skip
+    ],
     region: Region,
     log_lines: Annotated[int, Field(ge=0, le=500, description="Log lines to return.")] = 50,
     progress: Progress | None = None,

@@ -58,8 +58,12 @@ def get_training_job_logs(
     masked as ***.
     """
     runner = get_target(target)
-    chosen = {"replica": replica, "previous": previous, "since_seconds": since_seconds,
-              "all_ranks": all_ranks}  # fmt: skip
+    chosen = {
+        "replica": replica,
+        "previous": previous,
+        "since_seconds": since_seconds,
+        "all_ranks": all_ranks,
+    }
     options = {k: v for k, v in chosen.items() if v not in (None, False)}
     found = runner.log_tail(job_name, tail_lines, LOG_TEXT_BYTES, before=before, **options)
     shown = len(found.lines)

@@ -30,9 +30,17 @@ from skills.shared.progress import Progress
 from skills.shared.tooling import Flatten, spec_of, tool
 
 Action = Literal[
-    "describe", "validate", "auto_fix", "nccl_test", "scale", "kubeconfig", "create_config",
-    "storage", "cleanup", "release_node",
-]  # fmt: skip
+    "describe",
+    "validate",
+    "auto_fix",
+    "nccl_test",
+    "scale",
+    "kubeconfig",
+    "create_config",
+    "storage",
+    "cleanup",
+    "release_node",
+]
 
 
 @tool(read_only=False, destructive=True, long=True)

@@ -126,8 +126,11 @@ def _serve_http(server: Any, args: argparse.Namespace, token: str, made: bool) -
     app = server.streamable_http_app(
         host=args.host, streamable_http_path=MCP_PATH, transport_security=security
     )
-    print(f"{PROG}: serving MCP on {http_url(args.host, port)}; clients send "
-          "'Authorization: Bearer <token>'", file=sys.stderr)  # fmt: skip
+    print(
+        f"{PROG}: serving MCP on {http_url(args.host, port)}; clients send "
+        "'Authorization: Bearer <token>'",
+        file=sys.stderr,
+    )
     if made:  # shown once, here only: the owner passes it to the clients
         print(f"{PROG}: token (shown once): {token}", file=sys.stderr)
     sys.stderr.flush()

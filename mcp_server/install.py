@@ -118,8 +118,9 @@ def _config_change(target: ClientTarget, install: bool, made_it: bool) -> Change
 def _refuse_second_scope(target: ClientTarget, project: Path) -> None:
     """One install per client: the other scope's entry too would start two servers and
     load two copies of every skill (the clients warn of both)."""
-    other = client_target(target.client, "user" if target.scope == "project" else "project",
-                          project)  # fmt: skip
+    other = client_target(
+        target.client, "user" if target.scope == "project" else "project", project
+    )
     try:
         data, _ = read_json_object(other.config)
         section = _section(other, data or {})
@@ -151,8 +152,9 @@ def _read_manifest(target: ClientTarget) -> tuple[dict[str, Any], bytes | None]:
     if data is None:
         return {"files": {}, "created": {}}, None
     try:
-        manifest = parse_json(data.decode("utf-8"), what="installer manifest", source=path,
-                              max_depth=CONFIG_MAX_DEPTH)  # fmt: skip
+        manifest = parse_json(
+            data.decode("utf-8"), what="installer manifest", source=path, max_depth=CONFIG_MAX_DEPTH
+        )
     except (UnicodeDecodeError, ReadRefused):
         manifest = None
     files = manifest.get("files") if isinstance(manifest, dict) else None
@@ -203,8 +205,10 @@ def _skill_changes(
             if current is not None and current == skill.text.encode():
                 action = "unchanged"
             changes.append(Change(path, action, what, skill.text, current))
-            files[key] = {"sha256": _digest(skill.text),
-                          "clients": sorted(clients | {target.client})}  # fmt: skip
+            files[key] = {
+                "sha256": _digest(skill.text),
+                "clients": sorted(clients | {target.client}),
+            }
             if action == "update" and current is not None:
                 files[key]["was"] = _digest(current)
             continue
@@ -276,8 +280,9 @@ def _gitignore_change(
     lines.remove(IGNORED_LINE)
     left = "".join(f"{line}\n" for line in lines)
     if record.get("file") and not left.strip():
-        return Change(path, "remove", f"{IGNORED_LINE} ignored (the file it made)", None,
-                      current), None  # fmt: skip
+        return Change(
+            path, "remove", f"{IGNORED_LINE} ignored (the file it made)", None, current
+        ), None
     return Change(path, "remove", f"{IGNORED_LINE} ignored", left, current), None
 
 
@@ -365,8 +370,13 @@ def plan(
     intent_text = _manifest_text(files, created, intent=True)
     if manifest_change.action == "unchanged" or intent_text == manifest_change.text:
         return [manifest_change, *skill_changes, *extra, config]
-    intent = Change(manifest_path, manifest_change.action, "installer manifest (intent)",
-                    intent_text, manifest_before)  # fmt: skip
+    intent = Change(
+        manifest_path,
+        manifest_change.action,
+        "installer manifest (intent)",
+        intent_text,
+        manifest_before,
+    )
     return [intent, *skill_changes, *extra, manifest_change, config]
 
 

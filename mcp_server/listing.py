@@ -39,14 +39,39 @@ CACHE_DIR_ENV = "FSDP_EKS_CACHE_DIR"
 _SANITY_CEILING = 1_000
 # Inputs named by the standard term for what they are: their name is their doc in the
 # listing (the CLI's --help keeps the full text).
-SELF_NAMED = frozenset({
-    "max_steps", "train_batch_size", "seq_len", "learning_rate", "grad_accum_steps",
-    "seed", "cpu_offload", "async_save", "checkpoint_freq", "keep_last", "validation_freq",
-    "num_nodes", "gpu_per_node", "region", "dry_run", "namespace", "include_plan", "tag",
-    "scan_on_push", "immutable_tags", "limit", "analyze_only", "project_name", "compute_type",
-    "log_retention_days", "max_restarts", "model_name_or_path", "dataset_config_name",
-    "tokenizer",
-})  # fmt: skip
+SELF_NAMED = frozenset(
+    {
+        "max_steps",
+        "train_batch_size",
+        "seq_len",
+        "learning_rate",
+        "grad_accum_steps",
+        "seed",
+        "cpu_offload",
+        "async_save",
+        "checkpoint_freq",
+        "keep_last",
+        "validation_freq",
+        "num_nodes",
+        "gpu_per_node",
+        "region",
+        "dry_run",
+        "namespace",
+        "include_plan",
+        "tag",
+        "scan_on_push",
+        "immutable_tags",
+        "limit",
+        "analyze_only",
+        "project_name",
+        "compute_type",
+        "log_retention_days",
+        "max_restarts",
+        "model_name_or_path",
+        "dataset_config_name",
+        "tokenizer",
+    }
+)
 _DROPPED = ("title", "pattern", "minLength", "maxLength")
 _SUBSCHEMAS = ("items", "additionalProperties", "not")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -206,8 +231,9 @@ def nest(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
         flat = [name for name in out if name in group.fields and name != group.discriminator]
         key = out.get(group.discriminator)
         if key is None:  # implied by the settings: the first member that has them all
-            key = next((k for k, m in group.members.items() if set(flat) <= set(m.model_fields)),
-                       None)  # fmt: skip
+            key = next(
+                (k for k, m in group.members.items() if set(flat) <= set(m.model_fields)), None
+            )
         if not flat or not isinstance(key, str) or key not in group.members:
             continue
         model = group.members[key]
@@ -299,8 +325,13 @@ def _cache_dir() -> Path:
 
 # The listing is ~25 KB; a file far bigger in the cache's place is not one we wrote.
 _CACHE_MAX_BYTES = 1 << 20
-_ENTRY_FIELDS = {"name": str, "description": str, "inputSchema": dict, "annotations": dict,
-                 WRITES_KEY: list}  # fmt: skip
+_ENTRY_FIELDS = {
+    "name": str,
+    "description": str,
+    "inputSchema": dict,
+    "annotations": dict,
+    WRITES_KEY: list,
+}
 
 
 def cache_document(entries: list[dict[str, Any]]) -> str:
@@ -325,8 +356,9 @@ def _read_cache(path: Path) -> list[dict[str, Any]] | None:
     the bounded no-link reader (a link, FIFO or device in its place is no cache), then
     its hash, every entry's shape and the set of tool names checked."""
     try:
-        document = load_json(path, what="listing cache", max_bytes=_CACHE_MAX_BYTES,
-                             follow_links=False)  # fmt: skip
+        document = load_json(
+            path, what="listing cache", max_bytes=_CACHE_MAX_BYTES, follow_links=False
+        )
     except ToolFailure:
         return None
     if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
@@ -335,10 +367,11 @@ def _read_cache(path: Path) -> list[dict[str, Any]] | None:
     if document.get("sha256") != _digest(entries):
         return None  # edited, or not a cache this server wrote
     shaped = all(
-        isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY_FIELDS.items())
+        isinstance(e, dict)
+        and all(isinstance(e.get(k), t) for k, t in _ENTRY_FIELDS.items())
         and isinstance(e["annotations"].get("readOnlyHint"), bool)
         for e in entries
-    )  # fmt: skip
+    )
     if not shaped or sorted(e["name"] for e in entries) != sorted(_tool_modules()):
         return None
     return entries

@@ -62,8 +62,13 @@ MCP_MAX_WAIT_S = 45.0
 # How long the server waits for a client's answer to roots/list.
 ROOTS_TIMEOUT_S = 5.0
 # Request handlers the SDK registers that this server has nothing behind: not advertised.
-_UNSERVED = ("prompts/list", "prompts/get", "resources/list", "resources/read",
-             "resources/templates/list")  # fmt: skip
+_UNSERVED = (
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+)
 
 # A result's text content is a summary, at most this long.
 MAX_TEXT_CHARS = 8_000
@@ -332,9 +337,14 @@ class ToolServer(MCPServer):
             nonlocal given
             given = self._arguments(spec, sent, workspace)  # ToolFailure: shared, not kept
             result = await anyio.to_thread.run_sync(
-                _run_safely, spec, given, progress, scope, self.read_only,
+                _run_safely,
+                spec,
+                given,
+                progress,
+                scope,
+                self.read_only,
                 abandon_on_cancel=True,
-            )  # fmt: skip
+            )
             return self.capped(spec, given, self.respond(spec, result))
 
         try:

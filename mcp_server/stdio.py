@@ -66,9 +66,7 @@ async def lines(fd: int) -> AsyncIterator[bytes | None]:
         yield None if skipping else bytes(held)
 
 
-async def _read_wire(
-    fd: int, messages: ObjectSendStream[SessionMessage], replies: Any
-) -> None:  # fmt: skip
+async def _read_wire(fd: int, messages: ObjectSendStream[SessionMessage], replies: Any) -> None:
     """Every frame of the wire: a message to the server, anything else an error reply."""
     async with messages:
         async for line in lines(fd):

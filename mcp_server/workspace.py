@@ -182,10 +182,14 @@ class Workspace:
         """What the field does take: a path under the workspace, and an s3:// URI or a
         hub name only where the field takes one."""
         others = [
-            text for text, takes in (("an s3:// URI", marker.s3), ("a hub name", marker.hub_name),
-                                     ("pvc:<claim>/<path>", marker.claim))
+            text
+            for text, takes in (
+                ("an s3:// URI", marker.s3),
+                ("a hub name", marker.hub_name),
+                ("pvc:<claim>/<path>", marker.claim),
+            )
             if takes
-        ]  # fmt: skip
+        ]
         if marker.may_write:
             alternatives = f", or {' or '.join(others)}" if others else ""
             return (

@@ -96,9 +96,15 @@ def build_checkpointer(
         return None, None
     staging = staging_root(cfg.output_dir, cfg.checkpoint.checkpoint_dir, env.local_rank)
     checkpointer = Checkpointer(
-        cfg.checkpoint, dist.get_rank(), emit, cfg.to_dict(), tokenizer.files, staging,
-        device_type=device_type, local_world_size=env.local_world_size,
-    )  # fmt: skip
+        cfg.checkpoint,
+        dist.get_rank(),
+        emit,
+        cfg.to_dict(),
+        tokenizer.files,
+        staging,
+        device_type=device_type,
+        local_world_size=env.local_world_size,
+    )
     resume_from = checkpointer.find_resumable()
     if resume_from is not None:
         check_same_model(resume_from, cfg)

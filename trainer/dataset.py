@@ -61,9 +61,14 @@ def load_tokens(
         data.dataset, data.dataset_config_name, tokenizer, data.tokenizer, train_on=data.train_on
     )
     tokens = cached_tokens(
-        path, read_documents, tokenizer, env.local_rank, env.local_world_size, dist.barrier,
+        path,
+        read_documents,
+        tokenizer,
+        env.local_rank,
+        env.local_world_size,
+        dist.barrier,
         masked,
-    )  # fmt: skip
+    )
     return tokens, open_mask(path) if masked else None
 
 
@@ -85,9 +90,14 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
     )
     try:
         batches = PackedBatches(
-            train_tokens, cfg.data.seq_len, cfg.train_batch_size, rank, world_size, cfg.seed,
+            train_tokens,
+            cfg.data.seq_len,
+            cfg.train_batch_size,
+            rank,
+            world_size,
+            cfg.seed,
             train_mask,
-        )  # fmt: skip
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     # A small held-out split may not fill a training-sized batch on every rank;
@@ -95,9 +105,14 @@ def build_data(cfg: TrainConfig, tokenizer: Tokenizer, env: DistEnv) -> Data:
     val_windows = max(0, len(val_tokens) - 1) // (cfg.data.seq_len + 1)
     eval_batch = max(1, min(cfg.train_batch_size, val_windows // world_size))
     held_out = eval_batches(
-        val_tokens, cfg.data.seq_len, eval_batch, rank, world_size,
-        cfg.metrics.validation_batches, val_mask,
-    )  # fmt: skip
+        val_tokens,
+        cfg.data.seq_len,
+        eval_batch,
+        rank,
+        world_size,
+        cfg.metrics.validation_batches,
+        val_mask,
+    )
     return Data(batches, held_out)
 
 
@@ -113,10 +128,19 @@ def stream_data(cfg: TrainConfig, tokenizer: Tokenizer, rank: int, world_size: i
         return hub_documents(data.dataset or "", data.dataset_config_name, render, rank, world_size)
 
     # What the checkpointed position counts windows of: a checkpoint of another is refused.
-    identity = {"dataset": data.dataset, "config": data.dataset_config_name, "split": HUB_SPLIT,
-                "tokenizer": tokenizer_fingerprint(tokenizer, data.tokenizer)}  # fmt: skip
+    identity = {
+        "dataset": data.dataset,
+        "config": data.dataset_config_name,
+        "split": HUB_SPLIT,
+        "tokenizer": tokenizer_fingerprint(tokenizer, data.tokenizer),
+    }
     batches = StreamBatches(
-        documents, tokenizer, data.seq_len, cfg.train_batch_size, world_size,
-        masked=data.train_on == "assistant", identity=identity,
-    )  # fmt: skip
+        documents,
+        tokenizer,
+        data.seq_len,
+        cfg.train_batch_size,
+        world_size,
+        masked=data.train_on == "assistant",
+        identity=identity,
+    )
     return Data(batches, [])

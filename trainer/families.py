@@ -107,9 +107,11 @@ def _forward(
     if targets is None:
         return logits
     return F.cross_entropy(
-        logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
+        logits.float().flatten(0, 1),
+        targets.flatten(),
+        ignore_index=IGNORE_INDEX,
         reduction="sum",
-    )  # fmt: skip
+    )
 
 
 @torch.no_grad()

@@ -24,9 +24,16 @@ from typing import Any, TextIO
 SAMPLE_S = 1.0
 # The window's summary, one float each, in this order (NaN: not known).
 FIELDS = (
-    "util_mean", "mem_used_mb", "mem_total_mb", "power_w", "temp_c", "sm_clock_mhz",
-    "throttle", "xids", "last_xid",
-)  # fmt: skip
+    "util_mean",
+    "mem_used_mb",
+    "mem_total_mb",
+    "power_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "throttle",
+    "xids",
+    "last_xid",
+)
 NAN = float("nan")
 # NVML's clocks-event (throttle) reasons that say the GPU is held back (nvml.h,
 # nvmlClocksEventReason*). GpuIdle, ApplicationsClocksSetting, SyncBoost and
@@ -129,9 +136,17 @@ class Sampler:
         """The summary since the last call, as FIELDS' floats; a new window begins."""
         with self._lock:
             util = statistics.fmean(self.utils) if self.utils else NAN
-            row = [util, self.mem_used, self.mem_total, self.power, self.temp,
-                   self.sm_clock, float(self.throttle), float(len(self.xids)),
-                   float(self.xids[-1]) if self.xids else NAN]  # fmt: skip
+            row = [
+                util,
+                self.mem_used,
+                self.mem_total,
+                self.power,
+                self.temp,
+                self.sm_clock,
+                float(self.throttle),
+                float(len(self.xids)),
+                float(self.xids[-1]) if self.xids else NAN,
+            ]
             self._reset()
         return row
 
@@ -169,9 +184,13 @@ def step_fields(rows: list[list[float]]) -> dict[str, Any]:
         fields["gpu_util_mean"] = round(statistics.fmean(u for u, _ in utils), 1)
         low, low_rank = min(utils)
         fields["gpu_util_min"], fields["gpu_util_min_rank"] = round(low, 1), low_rank
-    for index, name, pick in ((1, "gpu_mem_used_mb_max", max), (2, "gpu_mem_total_mb", max),
-                              (3, "gpu_power_w_max", max), (4, "gpu_temp_c_max", max),
-                              (5, "gpu_sm_clock_mhz_min", min)):  # fmt: skip
+    for index, name, pick in (
+        (1, "gpu_mem_used_mb_max", max),
+        (2, "gpu_mem_total_mb", max),
+        (3, "gpu_power_w_max", max),
+        (4, "gpu_temp_c_max", max),
+        (5, "gpu_sm_clock_mhz_min", min),
+    ):
         known = [r[index] for r in rows if _known(r[index])]
         if known:
             fields[name] = round(pick(known), 1)

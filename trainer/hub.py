@@ -113,11 +113,18 @@ def local_dir(
                 return str(record["path"])
         path = _download(source, patterns, what, revision)
         snapshot = Path(path)
-        _write_marker(marker, {
-            "revision": revision, "commit": snapshot.name, "path": path, "checked": time.time(),
-            "files": sorted(str(f.relative_to(snapshot)) for f in snapshot.rglob("*")
-                            if f.is_file()),
-        })  # fmt: skip
+        _write_marker(
+            marker,
+            {
+                "revision": revision,
+                "commit": snapshot.name,
+                "path": path,
+                "checked": time.time(),
+                "files": sorted(
+                    str(f.relative_to(snapshot)) for f in snapshot.rglob("*") if f.is_file()
+                ),
+            },
+        )
         return path
 
 

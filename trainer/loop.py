@@ -246,9 +246,12 @@ class TrainLoop:
         # Collective (every rank logs the same steps): one all_gather of a float.
         ranks = self.rank_times.window(step) if self.rank_times is not None else {}
         gpus = gpu_telemetry.step_fields(
-            self.rank_times.extra_rows if self.rank_times is not None
-            else [self.gpu.window()] if self.gpu is not None else []
-        )  # fmt: skip
+            self.rank_times.extra_rows
+            if self.rank_times is not None
+            else [self.gpu.window()]
+            if self.gpu is not None
+            else []
+        )
         self.emit(
             "step",
             step=step,

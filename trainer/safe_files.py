@@ -42,8 +42,13 @@ def open_regular(path: Path, what: str, *, follow_links: bool = True) -> BinaryI
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else (
-            "a device")  # fmt: skip
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else ("a device")
+        )
         raise NotRegularFile(
             f"{what} {path} is {kind}, not a regular file; give a .txt or .jsonl file"
         )

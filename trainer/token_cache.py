@@ -75,8 +75,14 @@ def tokenizer_fingerprint(tokenizer: Tokenizer, spec: str | None) -> object:
     digest = hashlib.sha256()
     for file in sorted(tokenizer.files):
         digest.update(read_regular(Path(file), "tokenizer file"))
-    return [spec, type(tokenizer).__name__, tokenizer.n_vocab, tokenizer.bos_id, tokenizer.eos_id,
-            digest.hexdigest()]  # fmt: skip
+    return [
+        spec,
+        type(tokenizer).__name__,
+        tokenizer.n_vocab,
+        tokenizer.bos_id,
+        tokenizer.eos_id,
+        digest.hexdigest(),
+    ]
 
 
 def token_file(

@@ -79,8 +79,10 @@ class ByteTokenizer:
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", self.bos_id)]
         )
         assert [core.token_to_id(t) for t in specials.values()] == [
-            self.bos_id, self.eos_id, self.pad_id
-        ]  # fmt: skip
+            self.bos_id,
+            self.eos_id,
+            self.pad_id,
+        ]
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         core.save(str(directory / TOKENIZER_FILE))
@@ -111,8 +113,11 @@ BYTE_CHAT_TEMPLATE = (
 def _gpt2_byte_chars() -> dict[int, str]:
     """GPT-2's byte -> printable character table, which the ByteLevel pre-tokenizer
     maps bytes through (printable ASCII and Latin-1 stand for themselves)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
-            *range(ord("\xae"), ord("\xff") + 1)]  # fmt: skip
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\xa1"), ord("\xac") + 1),
+        *range(ord("\xae"), ord("\xff") + 1),
+    ]
     chars = {b: chr(b) for b in keep}
     extra = 0
     for b in range(256):
@@ -165,9 +170,12 @@ class HFTokenizer:
 
         def render(messages: Any, tools: Any = None) -> str:
             return template.render(
-                messages=messages, tools=tools, bos_token="", eos_token=eos,
+                messages=messages,
+                tools=tools,
+                bos_token="",
+                eos_token=eos,
                 add_generation_prompt=False,
-            )  # fmt: skip
+            )
 
         return render
 

@@ -69,10 +69,23 @@ PARAM_VALUE_MAX = 6000
 # The step line's numbers tracked, under the same names (an eval line's loss becomes
 # eval_loss). Per-rank fields (slowest_rank, ...) and wall clocks are left out.
 STEP_METRICS = (
-    "loss", "lr", "grad_norm", "tokens_per_s", "tokens_per_s_per_device", "mfu", "step_s",
-    "mem_mb", "mem_reserved_mb", "alloc_retries", "rank_lag_s", "gpu_util_mean",
-    "gpu_util_min", "gpu_mem_used_mb_max", "gpu_power_w_max", "gpu_temp_c_max",
-)  # fmt: skip
+    "loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "mfu",
+    "step_s",
+    "mem_mb",
+    "mem_reserved_mb",
+    "alloc_retries",
+    "rank_lag_s",
+    "gpu_util_mean",
+    "gpu_util_min",
+    "gpu_mem_used_mb_max",
+    "gpu_power_w_max",
+    "gpu_temp_c_max",
+)
 
 
 def step_metrics(event: str, fields: Mapping[str, Any]) -> dict[str, float]:
@@ -335,9 +348,12 @@ class MlflowSink:
             run = rest.call(
                 "POST",
                 "runs/create",
-                {"experiment_id": self.experiment_id, "run_name": self.run_name,
-                 "start_time": _now_ms()},
-            )  # fmt: skip
+                {
+                    "experiment_id": self.experiment_id,
+                    "run_name": self.run_name,
+                    "start_time": _now_ms(),
+                },
+            )
             self.run_id = str(run["run"]["info"]["run_id"])
         with self._cond:
             params, self._params = self._params[:BATCH_PARAMS], self._params[BATCH_PARAMS:]

@@ -98,9 +98,7 @@ def _train(
     scheduler = build_lr_scheduler(optimizer, cfg)
     step = restore(checkpointer, resume_from, model, optimizer, scheduler, data.batches)
     write_run_config(cfg)
-    loop = TrainLoop(
-        cfg, model, optimizer, scheduler, data, checkpointer, device, emit, stop, fp8
-    )  # fmt: skip
+    loop = TrainLoop(cfg, model, optimizer, scheduler, data, checkpointer, device, emit, stop, fp8)
     loop.emit_start(backend, step)
     return loop.run(step, resume_from)
 

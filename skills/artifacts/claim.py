@@ -85,12 +85,14 @@ def pod(source: Source, namespace: str, name: str | None = None) -> dict[str, An
                 }
             ],
             "volumes": [
-                {"name": "claim",
-                 "persistentVolumeClaim": {"claimName": source.claim, "readOnly": True}},
+                {
+                    "name": "claim",
+                    "persistentVolumeClaim": {"claimName": source.claim, "readOnly": True},
+                },
                 {"name": "scratch", "emptyDir": {"sizeLimit": "16Mi"}},
             ],
         },
-    }  # fmt: skip
+    }
 
 
 def fetch(

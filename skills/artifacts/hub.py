@@ -79,9 +79,11 @@ def push(
         if progress is not None:
             progress.report(0, None, f"uploading {folder} to {repo_id}")
         commit = api.upload_folder(
-            folder_path=str(folder), repo_id=repo_id, token=secret,
+            folder_path=str(folder),
+            repo_id=repo_id,
+            token=secret,
             commit_message="Upload export with fsdp-eks transfer_job_artifacts",
-        )  # fmt: skip
+        )
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         code = ErrorCode.ACCESS_DENIED if status in (401, 403) else ErrorCode.SERVICE_ERROR

@@ -70,8 +70,13 @@ def s3_entries(s3: Any, source: Source) -> list[Entry]:
         head = _head_or_none(s3, source.bucket, source.key)
         if head is not None:
             name = posixpath.basename(source.key)
-            entries.append(Entry(name, int(head.get("ContentLength") or 0),
-                                 _s3_reader(s3, source.bucket, source.key)))  # fmt: skip
+            entries.append(
+                Entry(
+                    name,
+                    int(head.get("ContentLength") or 0),
+                    _s3_reader(s3, source.bucket, source.key),
+                )
+            )
     if not entries:
         raise ToolFailure(
             ErrorCode.NOT_FOUND,

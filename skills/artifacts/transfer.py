@@ -54,28 +54,43 @@ def _fetch(
     folder = Path(dest).expanduser()
     if where.kind == "claim" and dry_run:  # the pod is the plan: nothing is listed yet
         return TransferResult(
-            action="fetch", status="planned", source=source, dest=str(folder),
+            action="fetch",
+            status="planned",
+            source=source,
+            dest=str(folder),
             plan=claim.pod(where, access.namespace, "fsdp-eks-fetch-<random>"),
             message=f"a pod mounts claim {where.claim} read-only in namespace "
             f"{access.namespace}, packs {where.key or '/'} (at most "
             f"{claim.LIMIT_BYTES >> 20} MiB packed) into its log, and is deleted",
-        )  # fmt: skip
+        )
     entries = _entries(where, access, progress)
     total = sum(e.size for e in entries)
     if dry_run:
         replaced = existing(folder, entries)
         return TransferResult(
-            action="fetch", status="planned", source=source, dest=str(folder),
-            files=len(entries), bytes=total, overwritten=replaced[:SHOWN],
-            overwritten_total=len(replaced), message="dry run: nothing was written"
+            action="fetch",
+            status="planned",
+            source=source,
+            dest=str(folder),
+            files=len(entries),
+            bytes=total,
+            overwritten=replaced[:SHOWN],
+            overwritten_total=len(replaced),
+            message="dry run: nothing was written"
             + (" (the files listed exist: confirm=true overwrites them)" if replaced else ""),
-        )  # fmt: skip
+        )
     replaced = write(folder, entries, confirm, progress)
     return TransferResult(
-        action="fetch", status="done", source=source, dest=str(folder),
-        files=len(entries), bytes=total, overwritten=replaced[:SHOWN],
-        overwritten_total=len(replaced), message=f"{len(entries)} file(s) written under {folder}",
-    )  # fmt: skip
+        action="fetch",
+        status="done",
+        source=source,
+        dest=str(folder),
+        files=len(entries),
+        bytes=total,
+        overwritten=replaced[:SHOWN],
+        overwritten_total=len(replaced),
+        message=f"{len(entries)} file(s) written under {folder}",
+    )
 
 
 def _entries(where: Source, access: ClusterAccess, progress: Progress | None) -> list[Entry]:
@@ -97,10 +112,12 @@ def _push(
             f"push_to_hub uploads a local folder, not {source!r}.",
             "Fetch it first (action=fetch with dest), then push that folder.",
             {"problems": [{"field": "source", "problem": "a local folder"}]},
-            NextStep(tool="transfer_job_artifacts",
-                     arguments={"action": "fetch", "source": source, "dest": "runs/export"},
-                     why="copy it here first"),
-        )  # fmt: skip
+            NextStep(
+                tool="transfer_job_artifacts",
+                arguments={"action": "fetch", "source": source, "dest": "runs/export"},
+                why="copy it here first",
+            ),
+        )
     folder = Path(source).expanduser()
     if not folder.is_dir():
         raise ToolFailure(
@@ -119,13 +136,26 @@ def _push(
         if not (folder / "config.json").exists():
             warnings.append("no config.json: the Hub will not load it as a model")
         return TransferResult(
-            action="push_to_hub", status="planned", source=source, dest=url,
-            files=len(entries), bytes=total, private=not public, warnings=warnings,
+            action="push_to_hub",
+            status="planned",
+            source=source,
+            dest=url,
+            files=len(entries),
+            bytes=total,
+            private=not public,
+            warnings=warnings,
             message="dry run: nothing was uploaded",
-        )  # fmt: skip
+        )
     url, commit, private, warnings = hub.push(folder, repo, public, progress)
     return TransferResult(
-        action="push_to_hub", status="done", source=source, dest=url, files=len(entries),
-        bytes=total, private=private, commit=commit, warnings=warnings,
+        action="push_to_hub",
+        status="done",
+        source=source,
+        dest=url,
+        files=len(entries),
+        bytes=total,
+        private=private,
+        commit=commit,
+        warnings=warnings,
         message=f"pushed {len(entries)} file(s) to {url}" + (" (private)" if private else ""),
-    )  # fmt: skip
+    )

@@ -77,9 +77,9 @@ FSX_DEFAULT = ("PERSISTENT_2", 125)
 def fsx_tiers(deployment_type: str) -> tuple[int, ...]:
     """The throughput tiers (MB/s/TiB) the price table has for a persistent type; ()
     for scratch, which has none to choose."""
-    return tuple(
-        sorted(t for d, t in FSX_LUSTRE_USD_PER_GIB_MONTH if d == deployment_type and t)
-    )
+    return tuple(sorted(t for d, t in FSX_LUSTRE_USD_PER_GIB_MONTH if d == deployment_type and t))
+
+
 S3_STANDARD_USD_PER_GIB_MONTH = 0.023  # the first 50 TB a month
 EBS_GP3_USD_PER_GIB_MONTH = 0.08  # 3,000 IOPS and 125 MB/s included
 # Storage prices per region: where a kind costs what it does in us-east-1, and the

@@ -25,7 +25,7 @@ def lifecycle_policy(keep_last: int) -> str:
                 "countType": "sinceImagePushed",
                 "countUnit": "days",
                 "countNumber": 1,
-            },  # fmt: skip
+            },
             "action": {"type": "expire"},
         },
         {
@@ -35,7 +35,7 @@ def lifecycle_policy(keep_last: int) -> str:
                 "tagStatus": "any",
                 "countType": "imageCountMoreThan",
                 "countNumber": keep_last,
-            },  # fmt: skip
+            },
             "action": {"type": "expire"},
         },
     ]
@@ -119,12 +119,23 @@ def ensure_repository(
                 raise
             return _align(ecr, found, scan_on_push, immutable_tags, keep_last, write)
         keep = keep_last or DEFAULT_KEEP_LAST
-        write("put_lifecycle_policy", ecr.put_lifecycle_policy,
-              repositoryName=name, lifecyclePolicyText=lifecycle_policy(keep))  # fmt: skip
+        write(
+            "put_lifecycle_policy",
+            ecr.put_lifecycle_policy,
+            repositoryName=name,
+            lifecyclePolicyText=lifecycle_policy(keep),
+        )
         made = created["repository"] if created else {}  # a dry run made nothing
-        return Repository(name, made.get("repositoryUri", ""), scan, immutable, keep, "created",
-                          ["created", f"scan_on_push={scan}", f"immutable_tags={immutable}",
-                           f"keep_last={keep}"], made.get("repositoryArn"))  # fmt: skip
+        return Repository(
+            name,
+            made.get("repositoryUri", ""),
+            scan,
+            immutable,
+            keep,
+            "created",
+            ["created", f"scan_on_push={scan}", f"immutable_tags={immutable}", f"keep_last={keep}"],
+            made.get("repositoryArn"),
+        )
     return _align(ecr, found, scan_on_push, immutable_tags, keep_last, write)
 
 
@@ -145,9 +156,12 @@ def _align(
         changes.append(f"scan_on_push={scan}")
     immutable = found.get("imageTagMutability", "MUTABLE").startswith("IMMUTABLE")
     if immutable_tags is not None and immutable_tags != immutable:
-        write("put_image_tag_mutability", ecr.put_image_tag_mutability,
-              repositoryName=name,
-              imageTagMutability="IMMUTABLE" if immutable_tags else "MUTABLE")  # fmt: skip
+        write(
+            "put_image_tag_mutability",
+            ecr.put_image_tag_mutability,
+            repositoryName=name,
+            imageTagMutability="IMMUTABLE" if immutable_tags else "MUTABLE",
+        )
         immutable = immutable_tags
         changes.append(f"immutable_tags={immutable}")
     try:
@@ -157,13 +171,24 @@ def _align(
     current = _keep_last_of(text)
     wanted = keep_last if keep_last is not None else (DEFAULT_KEEP_LAST if text is None else None)
     if wanted is not None and (current != wanted or text is None):
-        write("put_lifecycle_policy", ecr.put_lifecycle_policy,
-              repositoryName=name, lifecyclePolicyText=lifecycle_policy(wanted))  # fmt: skip
+        write(
+            "put_lifecycle_policy",
+            ecr.put_lifecycle_policy,
+            repositoryName=name,
+            lifecyclePolicyText=lifecycle_policy(wanted),
+        )
         current = wanted
         changes.append(f"keep_last={wanted}")
-    return Repository(name, found["repositoryUri"], scan, immutable, current,
-                      "updated" if changes else "unchanged", changes,
-                      found.get("repositoryArn"))  # fmt: skip
+    return Repository(
+        name,
+        found["repositoryUri"],
+        scan,
+        immutable,
+        current,
+        "updated" if changes else "unchanged",
+        changes,
+        found.get("repositoryArn"),
+    )
 
 
 def latest_image(repository: str, region: str) -> str | None:

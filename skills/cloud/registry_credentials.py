@@ -123,8 +123,9 @@ def _docker_config(host: str) -> RegistryLogin | None:
         for name in names:
             found = config.resolve_authconfig(name)
             if found and found.get("username") and found.get("password"):
-                return RegistryLogin(str(found["username"]), str(found["password"]),
-                                     "docker_config")  # fmt: skip
+                return RegistryLogin(
+                    str(found["username"]), str(found["password"]), "docker_config"
+                )
     except Exception:  # noqa: BLE001 - an unreadable config or a failing helper: anonymous
         return None
     return None

@@ -54,8 +54,10 @@ def _answer_as_absent(client: Any, unread: list[str]) -> None:
         status, body = ABSENT[model.name]
         unread.append(f"{model.service_model.service_name}.{model.name}")
         if status >= 300:
-            body = {"Error": {"Code": body, "Message": "not read: no AWS credentials"},
-                    "ResponseMetadata": {"HTTPStatusCode": status}}  # fmt: skip
+            body = {
+                "Error": {"Code": body, "Message": "not read: no AWS credentials"},
+                "ResponseMetadata": {"HTTPStatusCode": status},
+            }
         return AWSResponse(None, status, {}, None), body
 
     client.meta.events.register("before-call.*.*", answer)
@@ -104,14 +106,23 @@ class Applier:
         """push_to_ecr's ensure_repository: scan on push, a lifecycle policy, tag
         mutability left as found; a concurrent create is aligned, not an error."""
         repo = ensure_repository(
-            self.ecr, self.s.ecr_repository, scan_on_push=True, immutable_tags=None,
-            keep_last=None, write=lambda op, fn, **params: self.write("ecr", op, fn, **params),
-        )  # fmt: skip
+            self.ecr,
+            self.s.ecr_repository,
+            scan_on_push=True,
+            immutable_tags=None,
+            keep_last=None,
+            write=lambda op, fn, **params: self.write("ecr", op, fn, **params),
+        )
         created = repo.action == "created"
         if not self.dry_run:  # its builds push there: deploys default to it
             remembered.remember(repo.name, self.s.region, "setup_codebuild")
-        self.record("ecr_repository", repo.name, repo.arn or arn, not created,
-                    [] if created else repo.changes)  # fmt: skip
+        self.record(
+            "ecr_repository",
+            repo.name,
+            repo.arn or arn,
+            not created,
+            [] if created else repo.changes,
+        )
 
     def role(self, account: str) -> None:
         name = plan.role_name(self.s.project_name)
@@ -122,10 +133,22 @@ class Applier:
             role = self.iam.get_role(RoleName=name)["Role"]
         except self.iam.exceptions.NoSuchEntityException:
             about = f"CodeBuild role of {self.s.project_name} (fsdp-eks)"
-            self.write("iam", "create_role", self.iam.create_role, RoleName=name,
-                       AssumeRolePolicyDocument=trust, Description=about)  # fmt: skip
-            self.write("iam", "put_role_policy", self.iam.put_role_policy, RoleName=name,
-                       PolicyName=plan.POLICY_NAME, PolicyDocument=json.dumps(policy))  # fmt: skip
+            self.write(
+                "iam",
+                "create_role",
+                self.iam.create_role,
+                RoleName=name,
+                AssumeRolePolicyDocument=trust,
+                Description=about,
+            )
+            self.write(
+                "iam",
+                "put_role_policy",
+                self.iam.put_role_policy,
+                RoleName=name,
+                PolicyName=plan.POLICY_NAME,
+                PolicyDocument=json.dumps(policy),
+            )
             self.role_created = True
             return self.record("iam_role", name, arn, False, [])
         changes = []
@@ -133,8 +156,13 @@ class Applier:
             plan.TRUST_POLICY
         ):
             changes.append("AssumeRolePolicyDocument")
-            self.write("iam", "update_assume_role_policy", self.iam.update_assume_role_policy,
-                       RoleName=name, PolicyDocument=trust)  # fmt: skip
+            self.write(
+                "iam",
+                "update_assume_role_policy",
+                self.iam.update_assume_role_policy,
+                RoleName=name,
+                PolicyDocument=trust,
+            )
         try:
             current = self.iam.get_role_policy(RoleName=name, PolicyName=plan.POLICY_NAME)
             same = plan.normalized_policy(current["PolicyDocument"]) == plan.normalized_policy(
@@ -144,8 +172,14 @@ class Applier:
             same = False
         if not same:
             changes.append(f"inline policy {plan.POLICY_NAME}")
-            self.write("iam", "put_role_policy", self.iam.put_role_policy, RoleName=name,
-                       PolicyName=plan.POLICY_NAME, PolicyDocument=json.dumps(policy))  # fmt: skip
+            self.write(
+                "iam",
+                "put_role_policy",
+                self.iam.put_role_policy,
+                RoleName=name,
+                PolicyName=plan.POLICY_NAME,
+                PolicyDocument=json.dumps(policy),
+            )
         self.record("iam_role", name, role["Arn"], True, changes)
 
     def log_group(self, arn: str) -> None:
@@ -156,8 +190,13 @@ class Applier:
         if group is None:
             self.write("logs", "create_log_group", self.logs.create_log_group, logGroupName=name)
         if group is None or group.get("retentionInDays") != days:
-            self.write("logs", "put_retention_policy", self.logs.put_retention_policy,
-                       logGroupName=name, retentionInDays=days)  # fmt: skip
+            self.write(
+                "logs",
+                "put_retention_policy",
+                self.logs.put_retention_policy,
+                logGroupName=name,
+                retentionInDays=days,
+            )
         changes = (
             [] if group is None or group.get("retentionInDays") == days else ["retentionInDays"]
         )

@@ -43,9 +43,29 @@ TestLevel = Literal["quick", "standard", "full"]
 TagStrategy = Literal["auto", "semantic", "git-sha", "latest"]
 # The retention values CloudWatch Logs accepts.
 LogRetention = Literal[
-    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
-    2922, 3288, 3653,
-]  # fmt: skip
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+]
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,10 @@ def setup(
                 )
                 raise
             settings = dataclasses.replace(settings, source_url=SOURCE_PLACEHOLDER)
-            notes.append(f"source_url: {SOURCE_PLACEHOLDER} stands in: {no_remote.message} "
-                         "Pass source_url (or add the remote) to apply")  # fmt: skip
+            notes.append(
+                f"source_url: {SOURCE_PLACEHOLDER} stands in: {no_remote.message} "
+                "Pass source_url (or add the remote) to apply"
+            )
     source = plan.parse_source(settings.source_url)
     if settings.webhook and source.type != "GITHUB":
         raise ToolFailure(
@@ -80,8 +82,11 @@ def git_remote_url(project: Path | None = None) -> str:
     try:
         done = subprocess.run(
             ["git", "-C", str(project), "remote", "get-url", "origin"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         done = None
     if done is None or done.returncode != 0 or not done.stdout.strip():

@@ -74,24 +74,29 @@ def manifest_digest(
     url = f"{registry_scheme(host)}://{host}/v2/{repository}/manifests/{tag}"
     try:
         answer = registry_http.request(
-            url, method="HEAD", headers={"Accept": MANIFEST_TYPES},
+            url,
+            method="HEAD",
+            headers={"Accept": MANIFEST_TYPES},
             authorization=login.basic() if login is not None else None,
-        )  # fmt: skip
+        )
     except OSError as exc:
         raise ToolFailure(
-            ErrorCode.ENDPOINT_UNREACHABLE, f"Cannot reach the registry {host}: {exc}.",
+            ErrorCode.ENDPOINT_UNREACHABLE,
+            f"Cannot reach the registry {host}: {exc}.",
             f"Check the network, or unset {REGISTRY_HOST_ENV} / registry_host.",
             {"registry": host},
-        ) from None  # fmt: skip
+        ) from None
     if answer.status == 404:
         return None
     if answer.status in (401, 403):
         raise _refused(host, f"HTTP {answer.status}", login)
     if answer.status >= 300:
         raise ToolFailure(
-            ErrorCode.SERVICE_ERROR, f"The registry {host} answered HTTP {answer.status}.",
-            "Retry; if it persists, check the registry's health.", {"registry": host},
-        )  # fmt: skip
+            ErrorCode.SERVICE_ERROR,
+            f"The registry {host} answered HTTP {answer.status}.",
+            "Retry; if it persists, check the registry's health.",
+            {"registry": host},
+        )
     return answer.headers.get("Docker-Content-Digest")
 
 
@@ -154,8 +159,10 @@ class _Layers:
 def image_layers(client: Any, image: str) -> list[tuple[str, int]]:
     """(id, bytes) of each non-empty layer, base first."""
     history = client.api.history(image) or []
-    found = [(str(h.get("Id") or f"layer-{i}"), int(h.get("Size") or 0))
-             for i, h in enumerate(reversed(history))]  # fmt: skip
+    found = [
+        (str(h.get("Id") or f"layer-{i}"), int(h.get("Size") or 0))
+        for i, h in enumerate(reversed(history))
+    ]
     return [(layer, size) for layer, size in found if size > 0]
 
 
@@ -173,13 +180,13 @@ def _push(
     digest = None
     # auth_config None: the SDK sends the docker config's entry for this host, if any.
     auth_config = login.auth_config() if login else None
-    stream = client.api.push(ref, tag=tag, stream=True, decode=True,
-                             auth_config=auth_config)  # fmt: skip
+    stream = client.api.push(ref, tag=tag, stream=True, decode=True, auth_config=auth_config)
     secret = [login.password] if login else []
     for entry in stream:
         if "error" in entry or "errorDetail" in entry:
-            text = redact(str(entry.get("error") or entry["errorDetail"].get("message", "")),
-                          secret)  # fmt: skip
+            text = redact(
+                str(entry.get("error") or entry["errorDetail"].get("message", "")), secret
+            )
             lowered = text.lower()
             if any(
                 w in lowered for w in ("unauthorized", "authentication", "denied", "401", "403")
@@ -192,12 +199,13 @@ def _push(
                     "Check the credentials' ECR push permissions (ecr:InitiateLayerUpload, "
                     "ecr:PutImage...) and that registry_host names the right registry.",
                     {"pushed_to": f"{ref}:{tag}"},
-                )  # fmt: skip
+                )
             raise ToolFailure(
-                ErrorCode.SERVICE_ERROR, f"The push of {ref}:{tag} failed: {text}",
+                ErrorCode.SERVICE_ERROR,
+                f"The push of {ref}:{tag} failed: {text}",
                 "Check that the Docker engine can reach the registry (and trusts it), then retry.",
                 {"pushed_to": f"{ref}:{tag}"},
-            )  # fmt: skip
+            )
         aux = entry.get("aux") or {}
         found = _DIGEST.search(str(entry.get("status", "")))  # podman: "TAG: digest: ..."
         digest = aux.get("Digest") or (found[1] if found else None) or digest
@@ -255,10 +263,11 @@ def publish(options: PushOptions, progress: Progress | None = None) -> PushResul
         client.api.inspect_image(options.image)
     except docker.errors.ImageNotFound:
         raise ToolFailure(
-            ErrorCode.NOT_FOUND, f"No local image {options.image!r}.",
+            ErrorCode.NOT_FOUND,
+            f"No local image {options.image!r}.",
             "Build it first (build_image) or pass the name `docker images` shows.",
             {"problems": [{"field": "image", "problem": "no such local image"}]},
-        ) from None  # fmt: skip
+        ) from None
     tag = options.tag or image_tag(options.image)
     progress.report(0, None, f"repository {options.repository}")
     ecr = ecr_client(options.region)

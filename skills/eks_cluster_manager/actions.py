@@ -112,8 +112,10 @@ def _gpu_health(kube: KubeJson, rows: list[NodeInfo], pods: list[dict[str, Any]]
     notes = []
     if evidence:
         where = f": {checklist.named(troubled)}" if troubled else ""
-        notes.append(f"DCGM exporter read on {len(evidence)} node(s), "
-                     f"{len(troubled)} with GPUs in trouble{where}")  # fmt: skip
+        notes.append(
+            f"DCGM exporter read on {len(evidence)} node(s), "
+            f"{len(troubled)} with GPUs in trouble{where}"
+        )
     if silent:  # one line, however many did not answer
         more = f" (and {len(silent) - 1} more)" if len(silent) > 1 else ""
         notes.append(silent[0] + more)
@@ -195,8 +197,9 @@ def auto_fix(
 
 def scale(access: ClusterAccess, spec: nodegroups.ScaleSpec, confirm: bool) -> ClusterReport:
     cluster = access.need_cluster("scale")
-    nodegroup = needed(spec.nodegroup, "scale", "nodegroup",
-                       "Pass nodegroup (action=describe lists them).")  # fmt: skip
+    nodegroup = needed(
+        spec.nodegroup, "scale", "nodegroup", "Pass nodegroup (action=describe lists them)."
+    )
     session = access.session()
     info = describe_cluster(cluster, session)
     sizes = (spec.min_size, spec.max_size, spec.desired_size)
@@ -298,10 +301,15 @@ def storage(
     )
     progress.report(3, 4, "Kubernetes objects")
     rows = [
-        group_row, fs_row, bucket_row, role_row, agent_row, association_row,
+        group_row,
+        fs_row,
+        bucket_row,
+        role_row,
+        agent_row,
+        association_row,
         *storage_kube.ensure_objects(kube, spec, fs, apply, current),
         pod_identity.ensure_service_account(kube, spec.namespace, bucket, role_arn, apply),
-    ]  # fmt: skip
+    ]
     progress.report(4, 4, "done")
     changes: dict[str, Any] = {
         "csi_driver": driver or "missing",

@@ -123,11 +123,20 @@ def check_engines(s: Snapshot, checks: list[Check]) -> Check:
     """Which engines are installed, and whether their checks pass (the checks named)."""
     status = {c.name: c.status for c in checks}
     installed = {"pytorchjob": pytorchjob_installed(s), "trainjob": trainer.trainjob_installed(s)}
-    owned = {"pytorchjob": ("training_operator", "pytorchjob_crd"),
-             "trainjob": ("trainer_crds", "trainer_controller", "trainer_webhook", "jobset",
-                          "trainer_runtime")}  # fmt: skip
-    titles = {"pytorchjob": "PyTorchJob (Training Operator v1)",
-              "trainjob": "TrainJob (Kubeflow Trainer v2)"}  # fmt: skip
+    owned = {
+        "pytorchjob": ("training_operator", "pytorchjob_crd"),
+        "trainjob": (
+            "trainer_crds",
+            "trainer_controller",
+            "trainer_webhook",
+            "jobset",
+            "trainer_runtime",
+        ),
+    }
+    titles = {
+        "pytorchjob": "PyTorchJob (Training Operator v1)",
+        "trainjob": "TrainJob (Kubeflow Trainer v2)",
+    }
     evidence = []
     for engine, title in titles.items():
         if not installed[engine]:
@@ -203,10 +212,12 @@ def fleet_view(rows: list[NodeInfo]) -> tuple[list[NodeInfo], list[NodeCount] | 
         kind = kinds.get(key)
         if kind is None:
             kind = kinds[key] = NodeCount(
-                instance_type=row.instance_type, ready=row.ready,
-                gpus_allocatable=row.gpus_allocatable, driver_version=row.driver_version,
+                instance_type=row.instance_type,
+                ready=row.ready,
+                gpus_allocatable=row.gpus_allocatable,
+                driver_version=row.driver_version,
                 count=0,
-            )  # fmt: skip
+            )
         kind.count += 1
         kind.gpus_in_use += row.gpus_in_use
     odd = [r for r in rows if not r.ready or short_of_gpus(r)]
@@ -410,11 +421,13 @@ def check_dcgm_exporter(s: Snapshot) -> Check:
         return Check(
             name=name,
             status="warning",
-            evidence=[f"no {pinned.title} DaemonSet: the pod doctor reads no GPU health "
-                      "counters (XID, ECC, row remaps)"],
+            evidence=[
+                f"no {pinned.title} DaemonSet: the pod doctor reads no GPU health "
+                "counters (XID, ECC, row remaps)"
+            ],
             fix=f"Install the {pinned.title} {pinned.version} (auto_fix).",
             component=name,
-        )  # fmt: skip
+        )
     evidence, ready_somewhere = [], False
     by_where = {_where(d): d for d in s.daemonsets}
     for exporter in found:
@@ -533,13 +546,16 @@ def check_load_balancer_controller(s: Snapshot) -> Check:
         return Check(
             name=name,
             status="warning",
-            evidence=[f"no Deployment {load_balancer.CONTROLLER}",
-                      "a LoadBalancer Service (model server) would get no address"],
+            evidence=[
+                f"no Deployment {load_balancer.CONTROLLER}",
+                "a LoadBalancer Service (model server) would get no address",
+            ],
             fix=load_balancer.install_hint(None),
-        )  # fmt: skip
+        )
     status = "ok" if any(load_balancer.ready(d) for d in found) else "warning"
-    evidence = [f"{_where(d)}: {(d.get('status') or {}).get('readyReplicas', 0)} ready"
-                for d in found]  # fmt: skip
+    evidence = [
+        f"{_where(d)}: {(d.get('status') or {}).get('readyReplicas', 0)} ready" for d in found
+    ]
     fix = (
         None
         if status == "ok"

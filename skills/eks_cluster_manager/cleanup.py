@@ -183,8 +183,14 @@ def namespace_rows(
         if held:
             shown = ", ".join(f"{c.kind} {c.name}" for c in held[:5])
             more = f" and {len(held) - 5} more" if len(held) > 5 else ""
-            rows.append(_row("Namespace", name, "keep",
-                             f"holds {shown}{more}, which this run does not delete"))  # fmt: skip
+            rows.append(
+                _row(
+                    "Namespace",
+                    name,
+                    "keep",
+                    f"holds {shown}{more}, which this run does not delete",
+                )
+            )
             continue
         if not apply:
             rows.append(_row("Namespace", name, "delete"))

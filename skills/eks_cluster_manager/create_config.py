@@ -50,13 +50,25 @@ class ConfigSpec(BaseModel):
 
 def create_config(access: ClusterAccess, request: ConfigSpec, create: bool) -> ClusterReport:
     cluster = access.need_cluster("create_config")
-    instance = needed(request.instance_type, "create_config", "instance_type",
-                      "Name the GPU instance type, e.g. p5.48xlarge.")  # fmt: skip
-    region = needed(access.region or access.session().region_name, "create_config", "region",
-                    "Pass region or set AWS_REGION.")  # fmt: skip
+    instance = needed(
+        request.instance_type,
+        "create_config",
+        "instance_type",
+        "Name the GPU instance type, e.g. p5.48xlarge.",
+    )
+    region = needed(
+        access.region or access.session().region_name,
+        "create_config",
+        "region",
+        "Pass region or set AWS_REGION.",
+    )
     if create and not request.output:  # the CLI names <cluster>-eksctl.yaml; MCP names it
-        needed(request.output, "create_config with confirm", "output",
-               "Name the eksctl config file to write (under the workspace over MCP).")  # fmt: skip
+        needed(
+            request.output,
+            "create_config with confirm",
+            "output",
+            "Name the eksctl config file to write (under the workspace over MCP).",
+        )
     gpu = instance_spec(instance)  # an unknown type fails here, before EC2 is asked
     placement = zones.read_placement(
         access.session().client("ec2", region_name=region),

@@ -60,8 +60,11 @@ def check_trainer_crds(s: Snapshot) -> Check:
     served = s.served.get(TRAINER_GV, frozenset())
     missing = [k for k in TRAINER_KINDS if k not in served]
     if not missing:
-        return Check(name="trainer_crds", status="ok",
-                     evidence=[f"{TRAINER_GV} serves {', '.join(TRAINER_KINDS)}"])  # fmt: skip
+        return Check(
+            name="trainer_crds",
+            status="ok",
+            evidence=[f"{TRAINER_GV} serves {', '.join(TRAINER_KINDS)}"],
+        )
     return Check(
         name="trainer_crds",
         status="failed",
@@ -164,22 +167,29 @@ def check_jobset(s: Snapshot) -> Check:
     if ok:
         return Check(name="jobset", status="ok", evidence=evidence)
     if not found:
-        fix = ("JobSet's CRD is served but no JobSet controller runs: install JobSet's "
-               "controller (its release manifests) or remove the stale CRD.")  # fmt: skip
+        fix = (
+            "JobSet's CRD is served but no JobSet controller runs: install JobSet's "
+            "controller (its release manifests) or remove the stale CRD."
+        )
     elif not served:
-        fix = ("A JobSet controller runs but jobset.x-k8s.io/v1alpha2 is not served: apply "
-               "the JobSet CRD of that controller's release.")  # fmt: skip
+        fix = (
+            "A JobSet controller runs but jobset.x-k8s.io/v1alpha2 is not served: apply "
+            "the JobSet CRD of that controller's release."
+        )
     else:
         d = found[0]["metadata"]
-        fix = (f"`kubectl -n {d.get('namespace')} logs deploy/{d['name']}`: check the image "
-               "pull and its webhook certificate.")  # fmt: skip
+        fix = (
+            f"`kubectl -n {d.get('namespace')} logs deploy/{d['name']}`: check the image "
+            "pull and its webhook certificate."
+        )
     return Check(name="jobset", status="failed", evidence=evidence, fix=fix)
 
 
 def check_trainer_runtime(s: Snapshot) -> Check:
     if s.runtime is not None:
-        return Check(name="trainer_runtime", status="ok",
-                     evidence=[f"ClusterTrainingRuntime {RUNTIME}"])  # fmt: skip
+        return Check(
+            name="trainer_runtime", status="ok", evidence=[f"ClusterTrainingRuntime {RUNTIME}"]
+        )
     runtimes = BY_KEY["kubeflow_trainer_runtimes"]
     return Check(
         name="trainer_runtime",
@@ -191,5 +201,10 @@ def check_trainer_runtime(s: Snapshot) -> Check:
 
 
 def trainer_checks(s: Snapshot) -> list[Check]:
-    return [check_trainer_crds(s), check_trainer_controller(s), check_trainer_webhook(s),
-            check_jobset(s), check_trainer_runtime(s)]  # fmt: skip
+    return [
+        check_trainer_crds(s),
+        check_trainer_controller(s),
+        check_trainer_webhook(s),
+        check_jobset(s),
+        check_trainer_runtime(s),
+    ]

@@ -81,8 +81,10 @@ def inspect(
         return actions.describe(access, progress)
     if action == "validate":
         return actions.validate(access, options, progress)
-    hint = ("Pass nccl_output (a saved all_reduce_perf output), or run the test on the "
-            "cluster with manage_eks_cluster(action=nccl_test).")  # fmt: skip
+    hint = (
+        "Pass nccl_output (a saved all_reduce_perf output), or run the test on the "
+        "cluster with manage_eks_cluster(action=nccl_test)."
+    )
     return actions.judge_nccl_output(
         needed(nccl_output, "nccl_test", "nccl_output", hint), instance_type
     )

@@ -69,9 +69,17 @@ class PlannedObject(BaseModel):
 
 # plan: create/update/unchanged/delete/keep; done: created/updated/deleted/left/failed.
 ResourceAction = Literal[
-    "create", "update", "unchanged", "delete", "keep", "created", "updated", "deleted",
-    "left", "failed",
-]  # fmt: skip
+    "create",
+    "update",
+    "unchanged",
+    "delete",
+    "keep",
+    "created",
+    "updated",
+    "deleted",
+    "left",
+    "failed",
+]
 
 
 class ResourceChange(BaseModel):
@@ -210,8 +218,9 @@ class ClusterReport(ToolResult):
         if self.action == "auto_fix":  # checks before -> after, only those that moved
             before, after = changes.pop("before", {}), changes.pop("after", None)
             if after is not None:
-                moved = [f"{k}: {before.get(k)} -> {v}" for k, v in after.items()
-                         if before.get(k) != v]  # fmt: skip
+                moved = [
+                    f"{k}: {before.get(k)} -> {v}" for k, v in after.items() if before.get(k) != v
+                ]
                 rows.append(("before -> after", "; ".join(moved) or "no check changed"))
         for key, value in changes.items():
             rows.append((key, " ".join(value) if isinstance(value, list) else value))

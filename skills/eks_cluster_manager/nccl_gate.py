@@ -72,8 +72,12 @@ def nccl_test(
 ) -> ClusterReport:
     if request.nccl_output:
         return judge_nccl_output(request.nccl_output, request.instance_type)
-    instance = needed(request.instance_type, "nccl_test", "instance_type",
-                      "Name the GPU nodes' instance type (action=describe shows it).")  # fmt: skip
+    instance = needed(
+        request.instance_type,
+        "nccl_test",
+        "instance_type",
+        "Name the GPU nodes' instance type (action=describe shows it).",
+    )
     image = needed(
         request.image,
         "nccl_test",

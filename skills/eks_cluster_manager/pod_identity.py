@@ -336,8 +336,14 @@ def cleanup_rows(eks: Any, iam: Any, cluster: str, apply: bool) -> list[Resource
         )
     ours, theirs = _suite_roles(iam, cluster, [r for r in named if r])
     for name in theirs:
-        rows.append(ResourceChange(kind="IAM role", name=name, action="keep",
-                                   detail="not created by fsdp-eks for this cluster"))  # fmt: skip
+        rows.append(
+            ResourceChange(
+                kind="IAM role",
+                name=name,
+                action="keep",
+                detail="not created by fsdp-eks for this cluster",
+            )
+        )
     for name in ours:
         if apply:
             for policy in iam.list_role_policies(RoleName=name).get("PolicyNames", []):

@@ -126,9 +126,13 @@ def current_objects(kube: KubeJson, spec: ClusterStorage) -> list[dict[str, Any]
             else f"The suite's {kind} is always named {name}: move that one out of the way"
         )
         ownership.require_kube_ours(
-            current, kind, name, f"{instead}; {_NOT_OURS_HINT}",
-            label=ownership.STORAGE_LABEL, namespace=ref["metadata"].get("namespace"),
-        )  # fmt: skip
+            current,
+            kind,
+            name,
+            f"{instead}; {_NOT_OURS_HINT}",
+            label=ownership.STORAGE_LABEL,
+            namespace=ref["metadata"].get("namespace"),
+        )
         found.append(current)
     return found
 
@@ -154,11 +158,13 @@ def ensure_objects(
         later: ResourceAction = "create" if fs is None or not apply else "left"
         return [
             ResourceChange(
-                kind=kind, name=name, action=later,
+                kind=kind,
+                name=name,
+                action=later,
                 detail=pending if kind == "PersistentVolume" or fs is not None else "",
             )
             for kind, name in _kube_names(spec)
-        ]  # fmt: skip
+        ]
     rows = namespace_row(kube, spec.namespace, apply)
     for obj, (kind, name), have in zip(
         kube_objects(spec, fs), _kube_names(spec), current, strict=True
@@ -172,8 +178,7 @@ def ensure_objects(
             detail = (detail + f"; {CSI_DRIVER} {fs['FileSystemId']}").lstrip("; ")
         if apply and action != "unchanged":
             try:  # checked again at the write: one made or replaced since is refused
-                kube.apply_owned(obj, _NOT_OURS_HINT, label=ownership.STORAGE_LABEL,
-                                 current=have)  # fmt: skip
+                kube.apply_owned(obj, _NOT_OURS_HINT, label=ownership.STORAGE_LABEL, current=have)
                 action = DONE[action]
             except ApiException as exc:  # a PV's source is immutable: say so, go on
                 action = "failed"

@@ -63,10 +63,18 @@ PARTS: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
 }
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.33"  # newest 3.5 tag (etcd-io/etcd, 2026-07-23)
 _AFFINITY_VALUES = (
-    "spec", "template", "spec", "affinity", "nodeAffinity",
-    "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0,
-    "matchExpressions", 0, "values",
-)  # fmt: skip
+    "spec",
+    "template",
+    "spec",
+    "affinity",
+    "nodeAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "nodeSelectorTerms",
+    0,
+    "matchExpressions",
+    0,
+    "values",
+)
 _TOLERATIONS = ("spec", "template", "spec", "tolerations")
 _ENV = ("spec", "template", "spec", "containers", 0, "env")
 _IDLE_WITHOUT_GPU = [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}]
@@ -106,8 +114,11 @@ def _gpu_types(_old: Any, _ns: str) -> dict[str, Any]:
     values = [*ours, *(SAGEMAKER_PREFIX + n for n in ours)]
     term = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": values}
     terms = [{"matchExpressions": [term]}]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": terms}}}  # fmt: skip
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
 
 
 _EFA_TAINT = [t for t in GPU_TOLERATIONS if t["key"] == "aws.amazon.com/efa"]
@@ -120,45 +131,129 @@ _DCGM_NS = (
 )
 
 CHANGES: tuple[Change, ...] = (
-    Change(_NVIDIA, "DaemonSet", _NVIDIA_DS, _TOLERATIONS, _plus(_EFA_TAINT),
-           "EFA node groups carry the aws.amazon.com/efa taint; upstream tolerates only "
-           "nvidia.com/gpu, so p4d/p5 nodes of an EFA node group would get no GPU plugin."),
-    Change(_NVIDIA, "DaemonSet", _NVIDIA_DS, _ENV, _plus(_IDLE_WITHOUT_GPU),
-           "Upstream dropped FAIL_ON_INIT_ERROR=false from its static manifest in v0.18.0 "
-           "(b3d005434); the default (true) crash-loops the pod on every CPU node, which "
-           "the DaemonSet check reads as not ready. A GPU node whose NVML fails is still "
-           "caught: gpu_allocatable sees it advertise fewer GPUs."),
-    Change(_EFA, "DaemonSet", _EFA_DS, ("metadata", "namespace"), lambda _o, _n: "kube-system",
-           "`helm install -n kube-system` sets it; `helm template` leaves it out."),
-    Change(_EFA, "DaemonSet", _EFA_DS, _TOLERATIONS, _plus(list(GPU_TOLERATIONS)),
-           "GPU node groups carry nvidia.com/gpu and EFA ones aws.amazon.com/efa (the "
-           "chart's values.yaml suggests the latter; its default is none)."),
-    Change(_EFA, "DaemonSet", _EFA_DS, _AFFINITY_VALUES, _efa_types,
-           "Also the catalogue's EFA types the chart lacks, and every EFA type's ml. name "
-           "(SageMaker HyperPod labels nodes ml.<type>); upstream's list is kept whole."),
-    Change(_ETCD, "Service", "etcd-service", ("metadata", "name"), lambda _o, _n: "etcd",
-           "The endpoint the jobs and the etcd_service check use: etcd.<namespace>:2379."),
-    Change(_ETCD, "Service", "etcd-service", ("metadata", "namespace"), lambda _o, ns: ns,
-           "etcd runs in the namespace of the jobs (upstream: elastic-job)."),
-    Change(_ETCD, "Pod", "etcd", ("metadata", "namespace"), lambda _o, ns: ns,
-           "etcd runs in the namespace of the jobs (upstream: elastic-job)."),
-    Change(_ETCD, "Pod", "etcd", ("spec", "containers", 0, "image"), lambda _o, _n: ETCD_IMAGE,
-           "Pinned instead of :latest; 3.5 still serves the v2 API when enabled (upstream's "
-           "command enables it), "
-           "and torchrun's etcd backend speaks v2; 3.6 removed it."),
-    Change(_ETCD, "Pod", "etcd", ("spec", "containers", 0, "command", 7), _advertise,
-           "Advertise the Service's name: 0.0.0.0 is not an address a client can reach."),
-    Change(_DCGM, "DaemonSet", _DCGM_DS, ("metadata", "namespace"), lambda _o, _n: "kube-system",
-           _DCGM_NS),
-    Change(_DCGM, "Service", _DCGM_DS, ("metadata", "namespace"), lambda _o, _n: "kube-system",
-           _DCGM_NS),
-    Change(_DCGM, "DaemonSet", _DCGM_DS, _TOLERATIONS, _plus(list(GPU_TOLERATIONS)),
-           "Our GPU node groups carry nvidia.com/gpu and EFA ones aws.amazon.com/efa; "
-           "upstream tolerates none, so it would run on no GPU node of ours."),
-    Change(_DCGM, "DaemonSet", _DCGM_DS, ("spec", "template", "spec", "affinity"), _gpu_types,
-           "DCGM finds no GPU on a CPU node and the exporter exits there (a pod never ready); "
-           "upstream runs it on every node: the catalogue's GPU types (and ml. names) only."),
-)  # fmt: skip
+    Change(
+        _NVIDIA,
+        "DaemonSet",
+        _NVIDIA_DS,
+        _TOLERATIONS,
+        _plus(_EFA_TAINT),
+        "EFA node groups carry the aws.amazon.com/efa taint; upstream tolerates only "
+        "nvidia.com/gpu, so p4d/p5 nodes of an EFA node group would get no GPU plugin.",
+    ),
+    Change(
+        _NVIDIA,
+        "DaemonSet",
+        _NVIDIA_DS,
+        _ENV,
+        _plus(_IDLE_WITHOUT_GPU),
+        "Upstream dropped FAIL_ON_INIT_ERROR=false from its static manifest in v0.18.0 "
+        "(b3d005434); the default (true) crash-loops the pod on every CPU node, which "
+        "the DaemonSet check reads as not ready. A GPU node whose NVML fails is still "
+        "caught: gpu_allocatable sees it advertise fewer GPUs.",
+    ),
+    Change(
+        _EFA,
+        "DaemonSet",
+        _EFA_DS,
+        ("metadata", "namespace"),
+        lambda _o, _n: "kube-system",
+        "`helm install -n kube-system` sets it; `helm template` leaves it out.",
+    ),
+    Change(
+        _EFA,
+        "DaemonSet",
+        _EFA_DS,
+        _TOLERATIONS,
+        _plus(list(GPU_TOLERATIONS)),
+        "GPU node groups carry nvidia.com/gpu and EFA ones aws.amazon.com/efa (the "
+        "chart's values.yaml suggests the latter; its default is none).",
+    ),
+    Change(
+        _EFA,
+        "DaemonSet",
+        _EFA_DS,
+        _AFFINITY_VALUES,
+        _efa_types,
+        "Also the catalogue's EFA types the chart lacks, and every EFA type's ml. name "
+        "(SageMaker HyperPod labels nodes ml.<type>); upstream's list is kept whole.",
+    ),
+    Change(
+        _ETCD,
+        "Service",
+        "etcd-service",
+        ("metadata", "name"),
+        lambda _o, _n: "etcd",
+        "The endpoint the jobs and the etcd_service check use: etcd.<namespace>:2379.",
+    ),
+    Change(
+        _ETCD,
+        "Service",
+        "etcd-service",
+        ("metadata", "namespace"),
+        lambda _o, ns: ns,
+        "etcd runs in the namespace of the jobs (upstream: elastic-job).",
+    ),
+    Change(
+        _ETCD,
+        "Pod",
+        "etcd",
+        ("metadata", "namespace"),
+        lambda _o, ns: ns,
+        "etcd runs in the namespace of the jobs (upstream: elastic-job).",
+    ),
+    Change(
+        _ETCD,
+        "Pod",
+        "etcd",
+        ("spec", "containers", 0, "image"),
+        lambda _o, _n: ETCD_IMAGE,
+        "Pinned instead of :latest; 3.5 still serves the v2 API when enabled (upstream's "
+        "command enables it), "
+        "and torchrun's etcd backend speaks v2; 3.6 removed it.",
+    ),
+    Change(
+        _ETCD,
+        "Pod",
+        "etcd",
+        ("spec", "containers", 0, "command", 7),
+        _advertise,
+        "Advertise the Service's name: 0.0.0.0 is not an address a client can reach.",
+    ),
+    Change(
+        _DCGM,
+        "DaemonSet",
+        _DCGM_DS,
+        ("metadata", "namespace"),
+        lambda _o, _n: "kube-system",
+        _DCGM_NS,
+    ),
+    Change(
+        _DCGM,
+        "Service",
+        _DCGM_DS,
+        ("metadata", "namespace"),
+        lambda _o, _n: "kube-system",
+        _DCGM_NS,
+    ),
+    Change(
+        _DCGM,
+        "DaemonSet",
+        _DCGM_DS,
+        _TOLERATIONS,
+        _plus(list(GPU_TOLERATIONS)),
+        "Our GPU node groups carry nvidia.com/gpu and EFA ones aws.amazon.com/efa; "
+        "upstream tolerates none, so it would run on no GPU node of ours.",
+    ),
+    Change(
+        _DCGM,
+        "DaemonSet",
+        _DCGM_DS,
+        ("spec", "template", "spec", "affinity"),
+        _gpu_types,
+        "DCGM finds no GPU on a CPU node and the exporter exits there (a pod never ready); "
+        "upstream runs it on every node: the catalogue's GPU types (and ml. names) only.",
+    ),
+)
 
 
 @cache

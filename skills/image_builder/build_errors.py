@@ -160,7 +160,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "too many parallel nvcc jobs for the builder's memory",
         "set MAX_JOBS=4 (ENV MAX_JOBS=4 before the pip install)",
         True,
-    ),  # fmt: skip
+    ),
     # --- the build context ----------------------------------------------------------------
     Signature(
         "copy_source_missing",

@@ -201,8 +201,16 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
             findings=[f.model_dump() for f in analysis.findings],
         )
     client, tag, source = _client_and_tag(options, context)
-    run = _Run(options, context, mirror, client, f"{options.repository}:{tag}", source,
-               [f.model_dump() for f in analysis.findings], progress)  # fmt: skip
+    run = _Run(
+        options,
+        context,
+        mirror,
+        client,
+        f"{options.repository}:{tag}",
+        source,
+        [f.model_dump() for f in analysis.findings],
+        progress,
+    )
     for number in range(1, options.max_attempts + 1):
         attempt, outcome, labels = _attempt(run, working, analysis, number)
         if outcome.ok:
@@ -443,8 +451,13 @@ def _build(
                     image_id = aux.get("ID") or image_id
         except docker.errors.APIError as exc:  # refused before streaming (a bad Dockerfile)
             error = str(exc.explanation or exc)
-        except (OSError, requests.RequestException, docker.errors.DockerException,
-                urllib3.exceptions.HTTPError, http.client.HTTPException) as exc:  # fmt: skip
+        except (
+            OSError,
+            requests.RequestException,
+            docker.errors.DockerException,
+            urllib3.exceptions.HTTPError,
+            http.client.HTTPException,
+        ) as exc:
             # The daemon went away mid-build (a socket error, a cut stream): its own class.
             error = f"lost the Docker Engine API mid-build: {type(exc).__name__}: {exc}"[:500]
     if error:

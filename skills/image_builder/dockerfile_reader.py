@@ -119,10 +119,18 @@ def read(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
             flags, written, name = _from_parts(item["value"])
             image = substitute(written, read_.global_args)
             parent = next((f.index for f in read_.froms if f.name == image.lower()), None)
-            read_.froms.append(FromInstruction(
-                len(read_.froms), line, item["endline"] + 1, written, image,
-                name.lower() if name else None, flags, parent,
-            ))  # fmt: skip
+            read_.froms.append(
+                FromInstruction(
+                    len(read_.froms),
+                    line,
+                    item["endline"] + 1,
+                    written,
+                    image,
+                    name.lower() if name else None,
+                    flags,
+                    parent,
+                )
+            )
             read_.stage_items.append([])
         elif read_.froms:
             read_.stage_items[-1].append(item)

@@ -54,8 +54,9 @@ def recall(project: Path | None = None) -> LastBuild | None:
     """The project's last built image, or None (never built here, unreadable, invalid)."""
     project = (project or working_dir()).resolve()
     try:
-        text = read_text(_path(project), what="build record", max_bytes=MAX_RECORD_BYTES,
-                         follow_links=False)  # fmt: skip
+        text = read_text(
+            _path(project), what="build record", max_bytes=MAX_RECORD_BYTES, follow_links=False
+        )
         record = LastBuild.model_validate_json(text)
     except (ToolFailure, ValidationError):
         return None

@@ -125,8 +125,9 @@ def working_tree_changes(context: Path) -> str | None:
 
 
 def _git_output(where: Path | str, *args: str, stdin: bytes | None = None) -> bytes:
-    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, input=stdin,
-                          timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(where), *args], capture_output=True, input=stdin, timeout=300, check=False
+    )
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip()[:300]
         raise ToolFailure(

@@ -41,6 +41,7 @@ from skills.job_doctor.failure_signatures import (
     Source,
     rows_for,
 )
+from skills.job_doctor.log_lines import MAX_SCAN, candidate_lines, match_log
 from skills.kube.pods import PREVIOUS, PodInfo, event_time, has_master, pod_info
 from skills.kube.pods import api_time as _time
 from skills.kube.pods import as_int as _int
@@ -55,21 +56,16 @@ from skills.shared.secrets import redact, secret_values
 MAX_LINE = 2000  # characters of a line a regex sees
 MAX_EVIDENCE = 4  # lines per finding
 EVIDENCE_CHARS = 400  # characters per evidence line
-HITS_PER_KEYWORD = 64  # occurrences of one keyword looked at per log, newest first
-HEAD_BYTES = 256 * 1024  # a long log's head is scanned too (NCCL/EFA init lines)
 # Past the root cause, findings of one code and role on this many pods or more are one
 # finding that counts them (63 ranks timing out after one OOM say one thing, once).
 GROUP_AT = 3
 ALIKE_PODS_SHOWN = 8
 MAX_PER_POD_FINDINGS = 100  # per_pod: a page's findings at most (`cursor` the rest)
 PER_POD_PAGE_BYTES = 30_000  # per_pod: a page's findings' JSON at most, under the 40 KB cap
-MAX_SCAN = 8 * 1024 * 1024  # characters of one log scanned: its head and its tail
 MAX_CONSEQUENCES = 16  # what followed a node fault, listed under it
 
 ROLE_ORDER: dict[str, int] = {"cause": 0, "fallback": 1, "symptom": 2, "warning": 3}
 _ROW_INDEX = {id(row): i for i, row in enumerate(SIGNATURES)}
-_LOG_ROWS = rows_for("log")
-_KEYWORDS = tuple(dict.fromkeys(k for row in _LOG_ROWS for k in row.keywords))
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ")
 _PROCESS_RANK = re.compile(r"\[rank(\d+)\]|\"rank\": (\d+)|^\s*rank\s*:\s*(\d+)")
 
@@ -305,39 +301,11 @@ class LogScan:
     cut: bool = False
 
 
-def _candidate_lines(text: str) -> tuple[list[tuple[int, str]], bool]:
-    """(offset, line) of every line that holds a keyword: per keyword at most
-    HITS_PER_KEYWORD, newest first; of a log over MAX_SCAN, its head and tail only."""
-    cut = len(text) > MAX_SCAN
-    windows = [(0, len(text))]
-    if cut:
-        windows = [(0, HEAD_BYTES), (len(text) - (MAX_SCAN - HEAD_BYTES), len(text))]
-    starts: dict[int, str] = {}
-    for low, high in windows:
-        for keyword in _KEYWORDS:
-            end, hits = high, 0
-            while hits < HITS_PER_KEYWORD:
-                at = text.rfind(keyword, low, end)
-                if at < 0:
-                    break
-                start = text.rfind("\n", low, at) + 1 or low
-                if start < low:
-                    start = low
-                hits += start not in starts
-                if start not in starts:
-                    stop = text.find("\n", at, high)
-                    starts[start] = text[start : high if stop < 0 else stop]
-                end = start  # the line before this one
-                if end <= low:
-                    break
-    return sorted(starts.items()), cut
-
-
 def _log_signals(pod: str, key: str, text: str, end: datetime | None) -> tuple[list[Signal], bool]:
     previous = key.endswith(PREVIOUS)
     where = "log (previous)" if previous else "log"
     signals = []
-    lines, cut = _candidate_lines(text)
+    lines, cut = candidate_lines(text)
     for _, line in lines:
         line = line[:MAX_LINE].rstrip("\r")
         stamp = _TIMESTAMP.match(line)
@@ -345,7 +313,7 @@ def _log_signals(pod: str, key: str, text: str, end: datetime | None) -> tuple[l
         if stamp:
             when = _time(stamp[1]) or end
             line = line[stamp.end() :]
-        row = _match_log(line)
+        row = match_log(line)
         if row is None:
             continue
         ranks = _PROCESS_RANK.search(line)
@@ -356,16 +324,9 @@ def _log_signals(pod: str, key: str, text: str, end: datetime | None) -> tuple[l
     return signals, cut
 
 
-def _match_log(line: str) -> Signature | None:
-    for row in _LOG_ROWS:
-        if any(k in line for k in row.keywords) and row.regex and row.regex.search(line):
-            return row
-    return None
-
-
 def _match(signal: Signal) -> Signature | None:
     if signal.source == "log":
-        return _match_log(signal.text)
+        return match_log(signal.text)
     for row in rows_for(signal.source):
         if row.reasons and signal.reason not in row.reasons:
             continue
@@ -489,8 +450,11 @@ def grouped(findings: list[Finding]) -> list[Finding]:
             out.append(finding)
         elif group[0] is finding:
             others = [f.pod for f in group[1:] if f.pod]
-            out.append(finding.model_copy(update={
-                "alike": len(group) - 1, "alike_pods": others[:ALIKE_PODS_SHOWN]}))  # fmt: skip
+            out.append(
+                finding.model_copy(
+                    update={"alike": len(group) - 1, "alike_pods": others[:ALIKE_PODS_SHOWN]}
+                )
+            )
     return out
 
 

@@ -393,7 +393,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "driver on your system is too old",
             "unsatisfied condition: cuda",
         ),
-    ),  # fmt: skip
+    ),
     Signature(
         "cuda_arch_unsupported",
         ("log",),
@@ -446,7 +446,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "collective operation timeout",
         ),
         role="symptom",
-    ),  # fmt: skip
+    ),
     Signature(
         "rendezvous_closed",
         ("log",),
@@ -484,7 +484,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "Invalid user token",
             "Invalid credentials",
         ),
-    ),  # fmt: skip
+    ),
     Signature(
         "nan_loss",
         ("log",),
@@ -496,7 +496,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "oss is inf",
             "oss is NaN",
         ),
-    ),  # fmt: skip
+    ),
     Signature(
         "segfault",
         ("log",),

@@ -404,8 +404,16 @@ def facts_from_snapshot(snapshot: Mapping[str, Any] | Snapshot, **known: Any) ->
     return Facts(**{**found, **known})
 
 
-_UNITS = {"Ki": 2**-20, "Mi": 2**-10, "Gi": 1, "Ti": 2**10, "K": 1e3 / 2**30, "M": 1e6 / 2**30,
-          "G": 1e9 / 2**30, "T": 1e12 / 2**30}  # fmt: skip
+_UNITS = {
+    "Ki": 2**-20,
+    "Mi": 2**-10,
+    "Gi": 1,
+    "Ti": 2**10,
+    "K": 1e3 / 2**30,
+    "M": 1e6 / 2**30,
+    "G": 1e9 / 2**30,
+    "T": 1e12 / 2**30,
+}
 
 
 def _gib(quantity: Any) -> float | None:

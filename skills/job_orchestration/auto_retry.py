@@ -107,9 +107,13 @@ def run(
         facts = facts_from_snapshot(snapshot, **known)
         decision = decide(finding, spec, history, facts)
         history.append(
-            Attempt(number=number, finding=finding, remedy=decision.remedy,
-                    resumed_from=state.resumed_from)
-        )  # fmt: skip
+            Attempt(
+                number=number,
+                finding=finding,
+                remedy=decision.remedy,
+                resumed_from=state.resumed_from,
+            )
+        )
         short = _quarantine(runner, attempt, finding, snapshot, spec)
         avoid += [n for n in attempt.quarantined if n not in avoid]
         if short is not None:

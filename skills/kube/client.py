@@ -77,10 +77,14 @@ class KubeJson:
                 import urllib3
 
                 response = self.api.rest_client.pool_manager.request(
-                    method, url, headers=headers, body=body, retries=False,
+                    method,
+                    url,
+                    headers=headers,
+                    body=body,
+                    retries=False,
                     timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
                     preload_content=False,  # read below, as the rest client's
-                )  # fmt: skip
+                )
             else:
                 response = self.api.rest_client.request(
                     method, url, headers=headers, body=body, _request_timeout=timeout
@@ -183,8 +187,9 @@ class KubeJson:
         for _ in range(2):
             if current is UNREAD:
                 current = self.get_or_none(path)
-            require_kube_ours(current, kind, name, hint, label=label, value=value,
-                              namespace=meta.get("namespace"))  # fmt: skip
+            require_kube_ours(
+                current, kind, name, hint, label=label, value=value, namespace=meta.get("namespace")
+            )
             if current is not None:
                 version = (current.get("metadata") or {}).get("resourceVersion")
                 body = {**obj, "metadata": {**meta, "resourceVersion": version}}

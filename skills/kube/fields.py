@@ -105,8 +105,12 @@ class ClusterAccess(BaseModel):
 
     def need_cluster(self, action: str) -> str:
         if not self.cluster_name:
-            raise needs_field(action, "cluster_name", "Pass cluster_name (and region, or set "
-                              "AWS_REGION).", what=" (an EKS cluster)")  # fmt: skip
+            raise needs_field(
+                action,
+                "cluster_name",
+                "Pass cluster_name (and region, or set AWS_REGION).",
+                what=" (an EKS cluster)",
+            )
         return self.cluster_name
 
     def identity(self) -> str | None:

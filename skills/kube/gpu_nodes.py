@@ -18,10 +18,13 @@ INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/
 # gpu-feature-discovery: the current driver label first, then the deprecated parts.
 DRIVER_FULL_LABEL = "nvidia.com/cuda.driver-version.full"
 DRIVER_PART_LABELS = (
-    ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver-version.minor",
-     "nvidia.com/cuda.driver-version.revision"),
+    (
+        "nvidia.com/cuda.driver-version.major",
+        "nvidia.com/cuda.driver-version.minor",
+        "nvidia.com/cuda.driver-version.revision",
+    ),
     ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev"),
-)  # fmt: skip
+)
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COMPUTE_LABELS = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
 # Pods that ended free what they requested; every other phase (Pending on a node,

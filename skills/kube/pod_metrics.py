@@ -90,8 +90,11 @@ def summary(pods: Iterable[Mapping[str, Any]], top: int = TOP) -> dict[str, Any]
 
 
 def _stats(total: float, low_high: list[float], digits: int) -> dict[str, float]:
-    return {"total": round(total, digits), "min": round(low_high[0], digits),
-            "max": round(low_high[1], digits)}  # fmt: skip
+    return {
+        "total": round(total, digits),
+        "min": round(low_high[0], digits),
+        "max": round(low_high[1], digits),
+    }
 
 
 def job_pod_usage(kube: KubeJson, namespace: str, selector: str) -> dict[str, Any]:
@@ -112,8 +115,10 @@ def job_pod_usage(kube: KubeJson, namespace: str, selector: str) -> dict[str, An
     except ValueError as exc:  # a quantity that is not one
         return {"note": f"pod CPU/memory: the metrics API sent an unreadable value ({exc})"[:300]}
     if found is None:
-        return {"note": "pod CPU/memory: no pod of the job measured yet (the metrics-server "
-                        "reports a pod after its first scrapes, about a minute)"}  # fmt: skip
+        return {
+            "note": "pod CPU/memory: no pod of the job measured yet (the metrics-server "
+            "reports a pod after its first scrapes, about a minute)"
+        }
     return found
 
 

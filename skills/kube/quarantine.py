@@ -88,8 +88,9 @@ def bound_record(node: dict[str, Any]) -> Quarantine | None:
 
 
 def _our_taint(node: dict[str, Any]) -> dict[str, Any] | None:
-    return next((t for t in (node.get("spec") or {}).get("taints") or []
-                 if t.get("key") == TAINT_KEY), None)  # fmt: skip
+    return next(
+        (t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") == TAINT_KEY), None
+    )
 
 
 def cordon_owner(node: dict[str, Any], record: Quarantine | None) -> str | None:
@@ -150,9 +151,12 @@ def _patch(kube: KubeJson, node: dict[str, Any], patch: dict[str, Any]) -> None:
     if version:
         patch.setdefault("metadata", {})["resourceVersion"] = version
     kube.request(
-        "PATCH", _path(node["metadata"]["name"]), body=patch, content_type=MERGE,
+        "PATCH",
+        _path(node["metadata"]["name"]),
+        body=patch,
+        content_type=MERGE,
         query={"fieldManager": FIELD_MANAGER},  # whose the cordon is: cordon_owner
-    )  # fmt: skip
+    )
 
 
 def quarantine(kube: KubeJson, node: str, reason: str, job: str | None) -> Quarantine:
@@ -178,10 +182,14 @@ def quarantine(kube: KubeJson, node: str, reason: str, job: str | None) -> Quara
     )
     taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
     taints.append({"key": TAINT_KEY, "value": _taint_value(reason), "effect": "NoSchedule"})
-    _patch(kube, current, {
-        "metadata": {"annotations": {RECORD_ANNOTATION: record.model_dump_json()}},
-        "spec": {"unschedulable": True, "taints": taints},
-    })  # fmt: skip
+    _patch(
+        kube,
+        current,
+        {
+            "metadata": {"annotations": {RECORD_ANNOTATION: record.model_dump_json()}},
+            "spec": {"unschedulable": True, "taints": taints},
+        },
+    )
     return record
 
 
@@ -202,12 +210,12 @@ def release_plan(node: dict[str, Any]) -> tuple[Quarantine, str]:
         raise ToolFailure(
             ErrorCode.NOT_OURS,
             f"Node {name!r} carries no fsdp-eks quarantine of its own (annotation "
-            f"{RECORD_ANNOTATION}" + (": the record there names another node or uid)."
-                                      if copied else ")."),
+            f"{RECORD_ANNOTATION}"
+            + (": the record there names another node or uid)." if copied else ")."),
             "Only nodes this suite quarantined are released here; list them with "
             "action=release_node and no node. Others: kubectl uncordon / kubectl taint.",
             {"node": name, "copied_record": copied},
-        )  # fmt: skip
+        )
     owner = cordon_owner(node, record)
     if owner is None:
         return record, "not cordoned (someone uncordoned it already)"
@@ -224,8 +232,9 @@ def release(kube: KubeJson, node: str) -> Released:
     own is refused (not_ours)."""
     current = _read(kube, node)
     record, cordon = release_plan(current)
-    taints = [t for t in (current.get("spec") or {}).get("taints") or [] if
-              t.get("key") != TAINT_KEY]  # fmt: skip
+    taints = [
+        t for t in (current.get("spec") or {}).get("taints") or [] if t.get("key") != TAINT_KEY
+    ]
     patch: dict[str, Any] = {
         "metadata": {"annotations": {RECORD_ANNOTATION: None}},
         "spec": {"taints": taints or None},

@@ -131,8 +131,11 @@ class OperationState(ToolResult):
             # state_model types `result` as the tool's own model; the record holds a dict.
             result = self.result
             result = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
-            rows += [(f"result.{k}", v) for k, v in result.items() if v is not None
-                     and not isinstance(v, (dict, list))]  # fmt: skip
+            rows += [
+                (f"result.{k}", v)
+                for k, v in result.items()
+                if v is not None and not isinstance(v, (dict, list))
+            ]
         return rows
 
     def left_out_over_mcp(self) -> set[str] | dict[str, Any]:

@@ -162,8 +162,7 @@ def _index() -> RecordIndex:
 
 
 def _note(record: OperationRecord) -> None:
-    _index().note(record.operation_id, _file(record.operation_id).path,
-                  {"status": record.status})  # fmt: skip
+    _index().note(record.operation_id, _file(record.operation_id).path, {"status": record.status})
 
 
 def _indexed_status(name: str) -> dict[str, Any]:
@@ -195,8 +194,9 @@ def _may_have(tool: str | None, status: str) -> list[str] | None:
             _index().sync(conn, records, _indexed_status, _removed)
             wanted = {status, "running"} if status in ("failed", "cancelled") else {status}
             marks = ", ".join("?" * len(wanted))
-            rows = conn.execute(f"SELECT name FROM records WHERE status IN ({marks})",
-                                sorted(wanted))  # fmt: skip
+            rows = conn.execute(
+                f"SELECT name FROM records WHERE status IN ({marks})", sorted(wanted)
+            )
             found = [n for (n,) in rows if _of_tool(n, tool)]
     except sqlite3.Error as exc:  # derived: the records answer instead
         logging.getLogger(__name__).info("operations index not used: %s", exc)
@@ -239,9 +239,11 @@ def _launch(spec: ToolSpec, args: BaseModel) -> OperationRecord:
         _file(operation_id).write(record)
         _note(record)
     pid = processes.spawn_module(
-        WORKER_MODULE, operation_id, log=folder / "worker.log",
+        WORKER_MODULE,
+        operation_id,
+        log=folder / "worker.log",
         stdin=json.dumps(arguments).encode(),  # unmasked: only the worker reads them
-    )  # fmt: skip
+    )
     return _update(operation_id, pid=pid, pid_started=processes.start_time(pid))
 
 
@@ -322,17 +324,23 @@ def cancel(operation_id: str, grace_s: float = CANCEL_GRACE_S) -> OperationRecor
         return record.status != "running" and not processes.is_alive(record.pid, record.pid_started)
 
     processes.stop_group(
-        record.pid, record.pid_started, worker, grace_s,
-        stopped=lambda: stopped(get(operation_id)), interval_s=POLL_S,
-    )  # fmt: skip
+        record.pid,
+        record.pid_started,
+        worker,
+        grace_s,
+        stopped=lambda: stopped(get(operation_id)),
+        interval_s=POLL_S,
+    )
     record = get(operation_id)
     if stopped(record):
         return record
     # SIGKILL is not refused; allow the kernel a moment
     poll_until(
-        lambda: processes.is_alive(record.pid, record.pid_started), lambda alive: not alive,
-        5, POLL_S / 4,
-    )  # fmt: skip
+        lambda: processes.is_alive(record.pid, record.pid_started),
+        lambda alive: not alive,
+        5,
+        POLL_S / 4,
+    )
     return _update(operation_id, status="cancelled", ended_at=time.time())
 
 
@@ -424,9 +432,15 @@ def page_records(
     Without a status what is past the page is counted by name (every folder, one that
     cannot be read too); with one, records are read until one more matches."""
     names = _listed(tool, status)  # with a status, only those that may match are read
-    anchor = start_after(cursor, lambda name: _key(name, _readable(name))
-                         if _of_tool(name, tool) and (operations_dir() / name).is_dir()
-                         else None, like=(0, 0.0, ""))  # fmt: skip
+    anchor = start_after(
+        cursor,
+        lambda name: (
+            _key(name, _readable(name))
+            if _of_tool(name, tool) and (operations_dir() / name).is_dir()
+            else None
+        ),
+        like=(0, 0.0, ""),
+    )
     found: list[tuple[Key, OperationRecord]] = []
     for entries, end in _seconds_after(names, anchor):
         for i, (key, record) in enumerate(entries):
@@ -472,8 +486,10 @@ def _seconds_after(
         second = -int(_stamp(names[start]).replace("-", ""))
         alone = anchor is not None and names[start:end] == [anchor[-1]]  # all it holds: passed
         if (anchor is None or (second,) >= anchor[:1]) and not alone:
-            entries = sorted(((_key(n, r := _readable(n)), r) for n in names[start:end]),
-                             key=lambda entry: entry[0])  # fmt: skip
+            entries = sorted(
+                ((_key(n, r := _readable(n)), r) for n in names[start:end]),
+                key=lambda entry: entry[0],
+            )
             yield [(k, r) for k, r in entries if is_after(k, anchor)], end
         start = end
 
@@ -615,8 +631,13 @@ def run_worker(operation_id: str, arguments: Mapping[str, Any] | None = None) ->
             ).to_dict()["error"],
         }
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the end is being written: let it land
-    _update(operation_id, progress=progress.latest, log_tail=progress.tail,
-            ended_at=time.time(), **mask_data(outcome))  # fmt: skip
+    _update(
+        operation_id,
+        progress=progress.latest,
+        log_tail=progress.tail,
+        ended_at=time.time(),
+        **mask_data(outcome),
+    )
     return 0 if outcome["status"] == "succeeded" else 1
 
 

@@ -58,8 +58,7 @@ def recall() -> RememberedRepository | None:
     by the bounded reader: a link, a FIFO, a device or a deep document in its place is
     not a record (no hang, no MemoryError, no RecursionError)."""
     try:
-        data = load_json(_path(), what="repository record", max_bytes=64 * 1024,
-                         follow_links=False)  # fmt: skip
+        data = load_json(_path(), what="repository record", max_bytes=64 * 1024, follow_links=False)
         record = RememberedRepository.model_validate(data)
     except (ToolFailure, ValidationError):
         return None

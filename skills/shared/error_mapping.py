@@ -31,15 +31,33 @@ def failure_from_exception(exc: BaseException) -> ToolFailure | None:
 
 # --- AWS (botocore) -------------------------------------------------------------
 
-_AWS_DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation",
-               "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken",
-               "ExpiredTokenException", "SignatureDoesNotMatch")  # fmt: skip
-_AWS_THROTTLED = ("Throttling", "ThrottlingException", "TooManyRequestsException",
-                  "RequestLimitExceeded", "SlowDown",
-                  "ProvisionedThroughputExceededException")  # fmt: skip
-_AWS_CONFLICT = ("ResourceInUseException", "ResourceAlreadyExistsException",
-                 "RepositoryAlreadyExistsException", "EntityAlreadyExists", "ConflictException",
-                 "BucketAlreadyOwnedByYou", "ImageAlreadyExistsException")  # fmt: skip
+_AWS_DENIED = (
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "SignatureDoesNotMatch",
+)
+_AWS_THROTTLED = (
+    "Throttling",
+    "ThrottlingException",
+    "TooManyRequestsException",
+    "RequestLimitExceeded",
+    "SlowDown",
+    "ProvisionedThroughputExceededException",
+)
+_AWS_CONFLICT = (
+    "ResourceInUseException",
+    "ResourceAlreadyExistsException",
+    "RepositoryAlreadyExistsException",
+    "EntityAlreadyExists",
+    "ConflictException",
+    "BucketAlreadyOwnedByYou",
+    "ImageAlreadyExistsException",
+)
 
 
 def _from_botocore(exc: BaseException) -> ToolFailure | None:
@@ -114,8 +132,13 @@ def _from_kubernetes(exc: BaseException) -> ToolFailure | None:
         status = getattr(exc, "status", None)
         reason = redact(str(getattr(exc, "reason", "") or ""))
         details = {"status": status, "reason": reason}
-        return _from_http_status(status, f"Kubernetes API: {status} {reason}", "Kubernetes",
-                                 details, "kubectl auth can-i")  # fmt: skip
+        return _from_http_status(
+            status,
+            f"Kubernetes API: {status} {reason}",
+            "Kubernetes",
+            details,
+            "kubectl auth can-i",
+        )
     if _is(exc, "urllib3", "MaxRetryError", "NewConnectionError", "ProtocolError"):
         return ToolFailure(
             ErrorCode.ENDPOINT_UNREACHABLE,
@@ -142,8 +165,9 @@ def _from_docker(exc: BaseException) -> ToolFailure | None:
     if _is(exc, "docker", "APIError", "NotFound", "ImageNotFound"):
         status = getattr(exc, "status_code", None)
         explanation = redact(str(getattr(exc, "explanation", "") or exc))
-        return _from_http_status(status, f"Docker Engine: {explanation}", "Docker",
-                                 {"status": status}, "docker info")  # fmt: skip
+        return _from_http_status(
+            status, f"Docker Engine: {explanation}", "Docker", {"status": status}, "docker info"
+        )
     if _is(exc, "docker", "DockerException") or _is(exc, "requests", "ConnectionError"):
         return ToolFailure(
             ErrorCode.DOCKER_UNAVAILABLE,

@@ -79,8 +79,9 @@ class RecordIndex:
     def _connect(self) -> sqlite3.Connection | None:
         for attempt in range(2):
             try:
-                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
-                                       isolation_level=None)  # fmt: skip
+                conn = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+                )
                 try:
                     self._prepare(conn)
                 except BaseException:
@@ -133,8 +134,10 @@ class RecordIndex:
 
     def _upsert(self, conn: sqlite3.Connection, rows: list[tuple[str, str | None, Row]]) -> None:
         names = ["name", "fp", *self.columns]
-        sql = (f"INSERT OR REPLACE INTO records ({', '.join(names)}) "
-               f"VALUES ({', '.join('?' * len(names))})")  # fmt: skip
+        sql = (
+            f"INSERT OR REPLACE INTO records ({', '.join(names)}) "
+            f"VALUES ({', '.join('?' * len(names))})"
+        )
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(sql, [(n, fp, *(v.get(c) for c in self.columns)) for n, fp, v in rows])

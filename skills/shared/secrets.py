@@ -39,9 +39,16 @@ _TOKEN_STARTS = ("hf_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", 
 # Names whose value is a secret wherever it is written (`WANDB_API_KEY=...` in a log,
 # `aws_secret_access_key = ...` in a credentials file, `"password": "..."` in JSON).
 _SECRET_NAMES = (
-    "aws_secret_access_key", "aws_session_token", "wandb_api_key", "github_token",
-    "hf_token", "hugging_face_hub_token", "registry_password", "docker_password", "password",
-)  # fmt: skip
+    "aws_secret_access_key",
+    "aws_session_token",
+    "wandb_api_key",
+    "github_token",
+    "hf_token",
+    "hugging_face_hub_token",
+    "registry_password",
+    "docker_password",
+    "password",
+)
 _NAMED = re.compile(
     rf"""(?ix)
     ( (?: {"|".join(_SECRET_NAMES)} ) ["']? \s* [=:] \s* ["']?

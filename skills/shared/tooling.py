@@ -207,10 +207,11 @@ def token_argument(name: str, params: type[BaseModel]) -> ToolFailure | None:
         ErrorCode.INVALID_INPUT,
         f"{name} is not an argument: tokens never ride in tool calls (they would land "
         "in plans, records and logs).",
-        TOKEN_HOMES.get(variable, f"export {variable} in the environment you call from; "
-                        "the job inherits it"),
+        TOKEN_HOMES.get(
+            variable, f"export {variable} in the environment you call from; the job inherits it"
+        ),
         {"problems": [{"field": name, "problem": f"a token: set {variable} instead"}]},
-    )  # fmt: skip
+    )
 
 
 def _strings(value: Any) -> typing.Iterator[tuple[str, str]]:

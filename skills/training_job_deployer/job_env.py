@@ -31,10 +31,20 @@ from skills.shared.secrets import is_secret_name
 from skills.training_job_deployer.tracking_env import ENDPOINTS
 
 # Variables the launcher itself sets for each rank: refused rather than silently overridden.
-LAUNCHER_ENV = frozenset({
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "CUDA_VISIBLE_DEVICES",
-})  # fmt: skip
+LAUNCHER_ENV = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RUN_ID",
+        "CUDA_VISIBLE_DEVICES",
+    }
+)
 LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_", "SLURM_")
 # Checked here, not by schema patterns: the same rule without bytes in every tools/list.
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -48,25 +58,46 @@ FAMILIES = {
     "TORCH_NCCL_": "torch's NCCL process group",
     "TRAINER_": "the trainer's flags (TRAINER_<FLAG>: python -m trainer --help)",
 }
-KNOBS = frozenset({
-    # torch: distributed debugging, C++ logs, log artifacts, the CUDA caching allocator
-    "TORCH_DISTRIBUTED_DEBUG", "TORCH_CPP_LOG_LEVEL", "TORCH_SHOW_CPP_STACKTRACES",
-    "TORCH_LOGS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
-    "PYTORCH_NO_CUDA_MEMORY_CACHING",
-    # OpenMP and the CUDA runtime
-    "OMP_NUM_THREADS", "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS",
-    "CUDA_MODULE_LOADING",
-    # the hub client's switches (never its endpoint, token or cache)
-    "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_HUB_DISABLE_TELEMETRY",
-    "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT",
-})  # fmt: skip
+KNOBS = frozenset(
+    {
+        # torch: distributed debugging, C++ logs, log artifacts, the CUDA caching allocator
+        "TORCH_DISTRIBUTED_DEBUG",
+        "TORCH_CPP_LOG_LEVEL",
+        "TORCH_SHOW_CPP_STACKTRACES",
+        "TORCH_LOGS",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING",
+        # OpenMP and the CUDA runtime
+        "OMP_NUM_THREADS",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "CUDA_MODULE_LOADING",
+        # the hub client's switches (never its endpoint, token or cache)
+        "HF_HUB_OFFLINE",
+        "HF_HUB_DISABLE_XET",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "HF_HUB_DOWNLOAD_TIMEOUT",
+        "HF_HUB_ETAG_TIMEOUT",
+    }
+)
 # How a knob that takes a path, or names code to load, is spelled (NCCL_TOPO_FILE,
 # TORCH_NCCL_DEBUG_INFO_TEMP_FILE, FI_PROVIDER_PATH, NCCL_TUNER_PLUGIN,
 # OFI_NCCL_TOPO_FILE_TEMPLATE, ...).
 NAME_SHAPES = (
-    "_FILE", "_DIR", "_PATH", "_HOME", "_CACHE", "_PLUGIN", "_LIB", "_LIBRARY",
-    "_LIBRARIES", "_BUNDLE", "_TEMPLATE",
-)  # fmt: skip
+    "_FILE",
+    "_DIR",
+    "_PATH",
+    "_HOME",
+    "_CACHE",
+    "_PLUGIN",
+    "_LIB",
+    "_LIBRARY",
+    "_LIBRARIES",
+    "_BUNDLE",
+    "_TEMPLATE",
+)
 # Trainer flags that load code whatever their value.
 CODE_FLAGS = frozenset({"TRAINER_TRUST_REMOTE_CODE"})
 KNOBS_DOC = "docs/skills/training_job_deployer.md, 'A job's env'"

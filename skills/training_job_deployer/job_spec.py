@@ -75,11 +75,14 @@ def hub_lines(spec: JobSpec, where: str, token: str) -> list[str]:
     job, `where` to, with `token` (where HF_TOKEN comes from; never its value)."""
     return [
         f"{name} {value}: "
-        + ("streamed in the job, never downloaded whole" if name == "dataset"
-           else f"fetched once per node at job start into {where}")
+        + (
+            "streamed in the job, never downloaded whole"
+            if name == "dataset"
+            else f"fetched once per node at job start into {where}"
+        )
         + f"; {token}"
         for name, value in hub_ids(spec).items()
-    ]  # fmt: skip
+    ]
 
 
 def hub_cache(environ: Mapping[str, str]) -> str:

@@ -150,10 +150,14 @@ def model_shape(spec: JobSpec) -> ModelShape | None:
         try:
             hf = load_json(config, what="model config", max_bytes=1 << 20)  # bounded
             return ModelShape(
-                hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"],
-                hf.get("num_key_value_heads", hf["num_attention_heads"]), hf["vocab_size"],
-                hf["intermediate_size"], bool(hf.get("tie_word_embeddings", False)),
-            )  # fmt: skip
+                hf["hidden_size"],
+                hf["num_hidden_layers"],
+                hf["num_attention_heads"],
+                hf.get("num_key_value_heads", hf["num_attention_heads"]),
+                hf["vocab_size"],
+                hf["intermediate_size"],
+                bool(hf.get("tie_word_embeddings", False)),
+            )
         except (ToolFailure, KeyError, TypeError):
             return None
     row = PRESET_SHAPES.get(spec.model_type)
@@ -371,8 +375,12 @@ def check_host_fits(spec: JobSpec, instance_type: str, shm_gib: float) -> dict[s
     offloaded = STATE_BYTES_PER_PARAM * shape.params * spec.gpu_per_node // shard_group(spec)
     offloaded_gib = round(offloaded / GIB, 1) if spec.cpu_offload else 0.0
     usable = round(host_gib * HOST_USABLE_SHARE, 1)
-    summary = {"host_gib": host_gib, "usable_gib": usable, "shm_gib": shm_gib,
-               "offloaded_states_gib": offloaded_gib}  # fmt: skip
+    summary = {
+        "host_gib": host_gib,
+        "usable_gib": usable,
+        "shm_gib": shm_gib,
+        "offloaded_states_gib": offloaded_gib,
+    }
     if shm_gib + offloaded_gib <= usable:
         return summary
     raise ToolFailure(

@@ -41,8 +41,14 @@ def plot_png(jobs: Sequence[Curves]) -> bytes:
     for job, color in zip(jobs, colors, strict=True):
         ax_loss.plot(*_xy(job.loss), color=color, linewidth=1.5, label=job.job_name)
         if job.eval_loss.points:
-            ax_loss.plot(*_xy(job.eval_loss), "o--", color=color, markersize=3, linewidth=0.8,
-                         label=f"{job.job_name} (eval)")  # fmt: skip
+            ax_loss.plot(
+                *_xy(job.eval_loss),
+                "o--",
+                color=color,
+                markersize=3,
+                linewidth=0.8,
+                label=f"{job.job_name} (eval)",
+            )
     ax_loss.set_title("loss")
     ax_loss.set_xlabel("step")
     ax_loss.grid(alpha=0.3)

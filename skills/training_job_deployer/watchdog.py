@@ -88,8 +88,12 @@ CODES: dict[str, tuple[str, str, bool]] = {
 def findings(metrics: RunMetrics, running: bool, now: float) -> list[WatchFinding]:
     """The watchdog's findings for the current attempt's step lines (`job_hung` only for a
     running job; `now`: this host's wall clock, against the step lines' `time`)."""
-    found = [straggler(metrics), throughput_degraded(metrics), gpus_idle(metrics),
-             gpu_throttled(metrics)]  # fmt: skip
+    found = [
+        straggler(metrics),
+        throughput_degraded(metrics),
+        gpus_idle(metrics),
+        gpu_throttled(metrics),
+    ]
     if running:
         found.append(job_hung(metrics, now))
     return [f for f in found if f is not None]
@@ -252,6 +256,11 @@ def _saving_after(metrics: RunMetrics, last: dict[str, Any]) -> bool:
 
 
 __all__ = [
-    "CODES", "findings", "gpu_throttled", "gpus_idle", "job_hung", "straggler",
+    "CODES",
+    "findings",
+    "gpu_throttled",
+    "gpus_idle",
+    "job_hung",
+    "straggler",
     "throughput_degraded",
-]  # fmt: skip
+]

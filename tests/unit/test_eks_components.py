@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from commands.manage_eks_cluster import manage_eks_cluster
-from skills.eks_cluster_manager import storage
+from skills.eks_cluster_manager import storage_kube
 from skills.eks_cluster_manager.components import COMPONENTS, CRD_NAME, pytorchjob_crd
 from skills.eks_cluster_manager.nccl_job import manifests as nccl_manifests
 from skills.kube.objects import KINDS, object_path
@@ -242,7 +242,7 @@ def test_create_config_yaml_follows_the_parameters(
     assert {"aws-fsx-csi-driver", "vpc-cni"} <= {a["name"] for a in config["addons"]}
     # The FSx add-on gets the IAM policy the hint for a cluster without it attaches.
     (fsx,) = [a for a in config["addons"] if a["name"] == "aws-fsx-csi-driver"]
-    hint = storage.csi_install_hint("train", "us-west-2", "123456789012")
+    hint = storage_kube.csi_install_hint("train", "us-west-2", "123456789012")
     assert fsx["attachPolicyARNs"] == re.findall(r"--attach-policy-arn (\S+)", hint)
     assert report.changes["command"] == ["eksctl", "create", "cluster", "-f", str(out)]
     for line in report.config_yaml.splitlines():  # no credentials, ever

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from skills.job_doctor.diagnose import MAX_SCAN, diagnose, pod_info
+from skills.job_doctor.diagnose import diagnose, pod_info
 from skills.job_doctor.failure_signatures import CODES, WATCHED
+from skills.job_doctor.log_lines import MAX_SCAN
 from skills.job_doctor.remedies import decide, facts_from_snapshot
 from skills.shared.errors import ToolFailure
 from skills.training_job_deployer.job_spec import JobSpec

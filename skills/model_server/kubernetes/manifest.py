@@ -88,10 +88,12 @@ def exposure_warnings(settings: KubernetesServerSettings) -> list[str]:
         return []
     missing = [
         what
-        for what, given in (("api_key_secret", settings.api_key_secret),
-                            ("source_ranges", settings.source_ranges))
+        for what, given in (
+            ("api_key_secret", settings.api_key_secret),
+            ("source_ranges", settings.source_ranges),
+        )
         if not given
-    ]  # fmt: skip
+    ]
     if not missing:
         ranges = ", ".join(settings.source_ranges or [])
         return [

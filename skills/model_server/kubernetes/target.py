@@ -140,9 +140,12 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
                 namespaces.ensure(kube, obj["metadata"]["name"])
                 continue
             kube.apply_owned(
-                obj, f"It is not a model server of this suite's: {instead}.",
-                label=MODEL_SERVER_LABEL, value=plan.name, current=found.get(obj["kind"], UNREAD),
-            )  # fmt: skip
+                obj,
+                f"It is not a model server of this suite's: {instead}.",
+                label=MODEL_SERVER_LABEL,
+                value=plan.name,
+                current=found.get(obj["kind"], UNREAD),
+            )
         progress.report(0, None, f"applied Deployment and Service {plan.name}")
         wait = DEFAULT_WAIT_S if wait_seconds is None else wait_seconds
         state = self._follow(kube, plan.name, settings, progress, wait)
@@ -253,9 +256,11 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         if key and state.endpoint.startswith(kube.host.rstrip("/") + "/"):
             # The API server's proxy takes its own Authorization header, not the server's.
             return state.model_copy(
-                update={"message": "Ready; /v1 needs the API key, which the API server's "
-                        "proxy cannot pass: no smoke (a port-forward with the key can)."}
-            )  # fmt: skip
+                update={
+                    "message": "Ready; /v1 needs the API key, which the API server's "
+                    "proxy cannot pass: no smoke (a port-forward with the key can)."
+                }
+            )
         name = state.name
         try:
             models = self._call(kube, state.endpoint, "GET", "/v1/models", key=key)
@@ -295,10 +300,14 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
                 {"name": name, "namespace": settings.namespace},
             )
         require_kube_ours(  # coredns is not a model server to report (nor to scale)
-            deployment, "Deployment", f"{settings.namespace}/{name}",
+            deployment,
+            "Deployment",
+            f"{settings.namespace}/{name}",
             "It is not a model server of this suite's: list_model_servers lists those.",
-            label=MODEL_SERVER_LABEL, value=name, namespace=settings.namespace,
-        )  # fmt: skip
+            label=MODEL_SERVER_LABEL,
+            value=name,
+            namespace=settings.namespace,
+        )
         return self._describe(kube, deployment, settings, _service(kube, deployment, settings))
 
     def _describe(
@@ -377,11 +386,15 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
         ):
             found[kind] = obj = kube.get_or_none(path)
             require_kube_ours(
-                obj, kind, f"{settings.namespace}/{name}",
+                obj,
+                kind,
+                f"{settings.namespace}/{name}",
                 f"It is not a model server of this suite's: {instead}, or manage it with "
                 "kubectl yourself.",
-                label=MODEL_SERVER_LABEL, value=name, namespace=settings.namespace,
-            )  # fmt: skip
+                label=MODEL_SERVER_LABEL,
+                value=name,
+                namespace=settings.namespace,
+            )
         return found
 
     def get(self, name: str, settings: KubernetesServerAccess) -> ServerState:
@@ -430,9 +443,12 @@ class KubernetesServerTarget(ServerTarget[KubernetesServerSettings, KubernetesSe
             if obj is None:
                 continue
             status, _ = kube.request(
-                "DELETE", path, query={"propagationPolicy": "Foreground"},
-                body=_preconditions(obj), missing_ok=(404,),
-            )  # fmt: skip
+                "DELETE",
+                path,
+                query={"propagationPolicy": "Foreground"},
+                body=_preconditions(obj),
+                missing_ok=(404,),
+            )
             if status < 300:
                 removed.append(kind)
         message = f"Deleted {' and '.join(removed)}." if removed else "Nothing to delete."
@@ -545,10 +561,11 @@ def _ours_only(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The suite's model-server objects (filtered here too: the selector is the API
     server's optimisation, not a promise)."""
     return [
-        o for o in found
+        o
+        for o in found
         if why_not_ours_kube(o) is None
         and ((o.get("metadata") or {}).get("labels") or {}).get(MODEL_SERVER_LABEL)
-    ]  # fmt: skip
+    ]
 
 
 def _service(

@@ -18,8 +18,13 @@ def owner_of(checkpoint_dir: Path) -> str | None:
     """The owner the marker names; None when there is none. Read by the bounded reader:
     a link, FIFO or device in the marker's place is refused (typed), never followed."""
     try:
-        text = read_text(checkpoint_dir / OWNER_FILE, what="checkpoint owner marker",
-                         max_bytes=64 * 1024, follow_links=False, errors="replace")  # fmt: skip
+        text = read_text(
+            checkpoint_dir / OWNER_FILE,
+            what="checkpoint owner marker",
+            max_bytes=64 * 1024,
+            follow_links=False,
+            errors="replace",
+        )
     except ReadRefused as refused:
         if refused.code == ErrorCode.NOT_FOUND or refused.problem.startswith("cannot be read"):
             return None  # no marker (or no directory yet)

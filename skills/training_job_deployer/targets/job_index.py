@@ -64,8 +64,9 @@ def list_recorded_jobs(
     places = {key[-1]: key for key, _ in keyed}
     anchor = start_after(page.cursor, places.get, like=(0.0, ""))
     rest = [(key, path) for key, path in keyed if is_after(key, anchor)]
-    return _paged(((key, partial(_described, path, target, describe)) for key, path in rest),
-                  page, len(rest))  # fmt: skip
+    return _paged(
+        ((key, partial(_described, path, target, describe)) for key, path in rest), page, len(rest)
+    )
 
 
 def _paged(
@@ -154,10 +155,12 @@ class JobIndex:
             with self.index.open() as conn:
                 if conn is None:
                     return None
-                self.index.sync(conn, self._records(), self._read_row, self._gone,
-                                missing_is_gone=True)  # fmt: skip
-                anchor = start_after(page.cursor, lambda name: self._key_of(conn, name),
-                                     like=(0.0, ""))  # fmt: skip
+                self.index.sync(
+                    conn, self._records(), self._read_row, self._gone, missing_is_gone=True
+                )
+                anchor = start_after(
+                    page.cursor, lambda name: self._key_of(conn, name), like=(0.0, "")
+                )
                 count = None
                 if page.status is None:
                     where, args = self._after(anchor)

@@ -47,8 +47,18 @@ from skills.shared.error_mapping import failure_from_exception
 from skills.shared.errors import ErrorCode, ToolFailure
 from skills.shared.next_step import NextStep
 
-__all__ = ["CUDA_LABEL", "TORCH_LABEL", "GateResult", "ImageCuda", "LabelRead", "check",
-           "enforce", "gate", "image_cuda", "read_image_labels"]  # fmt: skip
+__all__ = [
+    "CUDA_LABEL",
+    "TORCH_LABEL",
+    "GateResult",
+    "ImageCuda",
+    "LabelRead",
+    "check",
+    "enforce",
+    "gate",
+    "image_cuda",
+    "read_image_labels",
+]
 
 NO_GPU_NODE = (
     "no GPU node of this instance type yet (the autoscaler may add one): the image's CUDA "
@@ -173,8 +183,11 @@ def _check_efa(image: ImageCuda, instance_type: str | None, result: GateResult) 
         f"({EFA_LABEL}=false): NCCL falls back to TCP sockets between nodes"
     )
     if dlc := dlc_efa_image(image.torch):
-        step = NextStep(tool="build_image", why="rebuild with EFA",
-                        arguments={"base_image": dlc, "instance_type": instance_type})  # fmt: skip
+        step = NextStep(
+            tool="build_image",
+            why="rebuild with EFA",
+            arguments={"base_image": dlc, "instance_type": instance_type},
+        )
         text += f"; rebuild on the AWS DLC PyTorch image that has it: `{step.cli_line()}`"
     result.warnings.append(text)
 
@@ -187,8 +200,10 @@ def _runs(driver: str) -> str:
         return "it runs no CUDA in the table"
     if compat == full:
         return f"newest it runs: {compat}"
-    return (f"newest it runs: {compat} through minor-version compatibility, "
-            f"{full or 'none'} with every feature")  # fmt: skip
+    return (
+        f"newest it runs: {compat} through minor-version compatibility, "
+        f"{full or 'none'} with every feature"
+    )
 
 
 def rebuild_step(
@@ -226,8 +241,11 @@ def rebuild_step(
                 f"pip install torch=={image.torch} --index-url {PYTORCH_WHEEL_INDEX}/"
                 f"{cu_tag(keep)}"
             )
-    return NextStep(tool="build_image", arguments=arguments, why=why + "; then push_to_ecr "
-                    "and deploy the pushed image_uri again")  # fmt: skip
+    return NextStep(
+        tool="build_image",
+        arguments=arguments,
+        why=why + "; then push_to_ecr and deploy the pushed image_uri again",
+    )
 
 
 def _wheel_that_runs(torch: str, drivers: list[str], gpus: list[str]) -> str | None:
@@ -279,10 +297,11 @@ def _unverified(image_uri: str, read: LabelRead) -> ToolFailure:
         "before it labelled images)"
     )
     step = NextStep(
-        tool="build_image", arguments={},
+        tool="build_image",
+        arguments={},
         why="build the image with build_image (it labels the torch and CUDA it built), "
         "then push_to_ecr and deploy the pushed image_uri",
-    )  # fmt: skip
+    )
     rebuild = read.problem is None or read.rebuild
     remedy = read.hint or "Build it with build_image (it labels the torch and CUDA it built)"
     if rebuild:
@@ -382,16 +401,20 @@ def read_image_labels(image_uri: str) -> LabelRead:
         # Only text labels count (a numeric one says nothing the gate can check).
         read.labels = {k: v for k, v in _mapping(labels).items() if isinstance(v, str)}
     except ToolFailure as failure:  # no AWS credentials for the ECR token, and the like
-        return LabelRead(None, host, problem=failure.message.rstrip("."),
-                         hint=failure.hint.rstrip("."))  # fmt: skip
+        return LabelRead(
+            None, host, problem=failure.message.rstrip("."), hint=failure.hint.rstrip(".")
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         # Unreachable, an answer too large or too slow, not JSON, not the shape a
         # registry serves: the gate cannot tell, whatever the registry sent.
         detail = str(exc)[:200] if isinstance(exc, (AnswerTooLarge, _Shape)) else ""
-        return LabelRead(None, host, problem=f"its registry {host} could not be read "
-                         f"({type(exc).__name__}{': ' + detail if detail else ''})",
-                         hint="Check that the registry is reachable from here and serves "
-                         "this image")  # fmt: skip
+        return LabelRead(
+            None,
+            host,
+            problem=f"its registry {host} could not be read "
+            f"({type(exc).__name__}{': ' + detail if detail else ''})",
+            hint="Check that the registry is reachable from here and serves this image",
+        )
     read.rebuild = True
     return read
 

@@ -71,7 +71,9 @@ class JobClient(KubeReader):
         """Refuse (not_ours) before anything is written when a Secret `name` exists and is
         not this suite's: put_secret would refuse it later, after a replace's delete."""
         require_kube_ours(
-            self.get_or_none(kind_path("Secret", self.namespace, name)), "Secret",
+            self.get_or_none(kind_path("Secret", self.namespace, name)),
+            "Secret",
             f"{self.namespace}/{name}",
-            SECRET_HINT.format(name=name, namespace=self.namespace), namespace=self.namespace,
-        )  # fmt: skip
+            SECRET_HINT.format(name=name, namespace=self.namespace),
+            namespace=self.namespace,
+        )

@@ -102,9 +102,11 @@ class KubeReader(KubeJson):
         Whole jobs come JOB_CHUNK a request (a parsed job is ~25 KB); `metadata_only`,
         LIST_CHUNK of their metadata alone."""
         chunks = self.chunks(
-            self._jobs_path(kind=kind), {"labelSelector": MANAGED_SELECTOR},
-            size=LIST_CHUNK if metadata_only else JOB_CHUNK, metadata_only=metadata_only,
-        )  # fmt: skip
+            self._jobs_path(kind=kind),
+            {"labelSelector": MANAGED_SELECTOR},
+            size=LIST_CHUNK if metadata_only else JOB_CHUNK,
+            metadata_only=metadata_only,
+        )
         for chunk in chunks:
             yield from (job for job in chunk if labelled_ours(job))
             del chunk  # the next chunk is read without this one held

@@ -113,8 +113,11 @@ def node_affinity(avoid: tuple[str, ...]) -> dict[str, Any] | None:
     if not avoid:
         return None
     term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(avoid)}]}
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term]}}}  # fmt: skip
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
 
 
 def avoiding(manifest: dict[str, Any], nodes: tuple[str, ...]) -> dict[str, Any]:

@@ -46,8 +46,11 @@ class PyTorchJobEngine(Engine):
 
     def pod_gpus(self, job: dict[str, Any]) -> list[int]:
         replicas = job["spec"]["pytorchReplicaSpecs"].values()
-        return [pod_gpu_request(r["template"]["spec"]) for r in replicas
-                for _ in range(int(r["replicas"]))]  # fmt: skip
+        return [
+            pod_gpu_request(r["template"]["spec"])
+            for r in replicas
+            for _ in range(int(r["replicas"]))
+        ]
 
     def missing(self) -> ToolFailure:
         return ToolFailure(

@@ -74,9 +74,12 @@ class KubernetesDeploySettings(KubernetesSettings):
     ] = None
     runtime: Annotated[
         str | None,
-        Field(pattern=DNS_SUBDOMAIN, description="TrainJob's ClusterTrainingRuntime (default: "
-              "the suite's fsdp-eks-torch; torch-distributed: upstream's)."),
-    ] = None  # fmt: skip
+        Field(
+            pattern=DNS_SUBDOMAIN,
+            description="TrainJob's ClusterTrainingRuntime (default: "
+            "the suite's fsdp-eks-torch; torch-distributed: upstream's).",
+        ),
+    ] = None
 
     instance_type: Annotated[
         str | None,
@@ -84,14 +87,18 @@ class KubernetesDeploySettings(KubernetesSettings):
     ] = None
     image_uri: Annotated[
         str | None,
-        Field(pattern=r"^[^\s\x00-\x1f-][^\s\x00-\x1f]{0,511}$", description="Trainer image "
-              "(default: newest in repository)."),
-    ] = None  # fmt: skip
+        Field(
+            pattern=r"^[^\s\x00-\x1f-][^\s\x00-\x1f]{0,511}$",
+            description="Trainer image (default: newest in repository).",
+        ),
+    ] = None
     repository: Annotated[
         str | None,
-        Field(pattern=r"^[a-z0-9][a-z0-9._/-]{0,254}$", description="ECR repository (default "
-              "ECR_REPOSITORY)."),
-    ] = None  # fmt: skip
+        Field(
+            pattern=r"^[a-z0-9][a-z0-9._/-]{0,254}$",
+            description="ECR repository (default ECR_REPOSITORY).",
+        ),
+    ] = None
     checkpoint_volume: Annotated[
         str,
         Field(

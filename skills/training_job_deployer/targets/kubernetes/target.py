@@ -254,10 +254,12 @@ class KubernetesTarget(Target[KubernetesPlan]):
                     {"namespace": self.namespace},
                 )
             require_kube_ours(  # replace deletes it: only a job this suite submitted
-                existing, kind, f"{self.namespace}/{job_name}",
+                existing,
+                kind,
+                f"{self.namespace}/{job_name}",
                 "Deploy under another job_name; that job is not one this suite submitted.",
                 namespace=self.namespace,
-            )  # fmt: skip
+            )
             if kube_pods.job_status(existing) == "running":  # an ended job is only a record
                 require_confirm(
                     plan.confirm,
@@ -345,8 +347,10 @@ class KubernetesTarget(Target[KubernetesPlan]):
                 rank0_log.read(
                     lambda: redact(self.client.log(name, limit_bytes=LOG_HEAD_BYTES)),
                     lambda: redact(self.client.log_end(name, LOG_POLL_LINES, LOG_POLL_BYTES)[0]),
-                    kube_pods.restarts([rank0]), progress, final,
-                )  # fmt: skip
+                    kube_pods.restarts([rank0]),
+                    progress,
+                    final,
+                )
             # An ended job's log is read once, for the run's account (its error, resume and
             # checkpoint); what the trainer posted on the object wins for how far it got.
             metrics = posted_over(rank0_log.follower.metrics, on_object)
@@ -493,10 +497,12 @@ class KubernetesTarget(Target[KubernetesPlan]):
         """Refuse (not_ours) a job of either kind this suite did not submit: only its own
         are stopped or deleted, as replace deletes only its own."""
         require_kube_ours(
-            self._require(job_name), self.engine.kind, self.place(job_name),
+            self._require(job_name),
+            self.engine.kind,
+            self.place(job_name),
             f"The suite does not {what} a job it did not submit; its owner can (kubectl).",
             namespace=self.namespace,
-        )  # fmt: skip
+        )
 
     def list_jobs(self, page: JobPage = EVERY_JOB) -> Page[JobState]:
         """The page of the suite's jobs in the namespace, newest first, of every engine

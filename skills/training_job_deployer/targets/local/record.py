@@ -133,8 +133,12 @@ class RunDir(RecordedRun[JobRecord]):
         else:
             status = "running"
             figures = {} if record.progress is None else record.progress.figures
-        row: dict[str, Any] = {"submitted_at": record.submitted_at, "status": status,
-                               "ended_at": record.ended_at, **figures_row(figures)}  # fmt: skip
+        row: dict[str, Any] = {
+            "submitted_at": record.submitted_at,
+            "status": status,
+            "ended_at": record.ended_at,
+            **figures_row(figures),
+        }
         for role, identity in (("supervisor", record.supervisor), ("trainer", record.trainer)):
             if identity is not None:
                 row[f"{role}_pid"], row[f"{role}_started"] = identity.pid, identity.started

@@ -423,9 +423,12 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         if status == "failed":
             state.log_tail = tail_with_error(self._tail(log, LOG_TAIL_LINES), state.error)
         if record.end is not None and record.outcome is None:
-            keep_outcome(run, _outcome_once(JobOutcome(
-                status=status, message=state.message, figures=metrics.state_fields()
-            )))  # fmt: skip
+            keep_outcome(
+                run,
+                _outcome_once(
+                    JobOutcome(status=status, message=state.message, figures=metrics.state_fields())
+                ),
+            )
         state.suggest_next_step(self.call_args())
         return state
 
@@ -484,8 +487,14 @@ class SlurmTarget(RunDirTarget[SlurmPlan]):
         if offset < 0:  # the end: at most -offset bytes
             argv = ["tail", "-c", str(min(-offset, max_bytes)), "--", log]
         else:  # bounded on the remote side too: only max_bytes cross the connection
-            argv = ["dd", f"if={log}", "iflag=skip_bytes,count_bytes", f"skip={offset}",
-                    f"count={max_bytes}", "status=none"]  # fmt: skip
+            argv = [
+                "dd",
+                f"if={log}",
+                "iflag=skip_bytes,count_bytes",
+                f"skip={offset}",
+                f"count={max_bytes}",
+                "status=none",
+            ]
         done = self.scheduler.run(argv)
         return done.stdout if done.returncode == 0 else b""
 

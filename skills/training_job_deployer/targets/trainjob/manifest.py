@@ -141,12 +141,17 @@ def pod_patch(
     the checkpoint volume. On another runtime than the suite's, its defaults too."""
     _, host_path, claim = checkpoint_placement(spec, settings)
     pod: dict[str, Any] = {} if runtime_name(settings) == RUNTIME else pod_defaults()
-    volumes = [{"name": "shm", "emptyDir": {"medium": "Memory",
-               "sizeLimit": shm_size(spec, settings.shm_size_gib)}}]  # fmt: skip
+    volumes = [
+        {
+            "name": "shm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(spec, settings.shm_size_gib)},
+        }
+    ]
     mounts = [{"name": "shm", "mountPath": "/dev/shm"}]
     if host_path:
-        volumes.append({"name": "checkpoints",
-                        "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}})  # fmt: skip
+        volumes.append(
+            {"name": "checkpoints", "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}}
+        )
     elif claim:
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
     if host_path or claim:
@@ -208,8 +213,10 @@ def resources(
     use hugepages: skills.kube.efa), as the PyTorchJob asks."""
     efa = efa_limits(settings.instance_type, values)
     limits = {GPU_RESOURCE: str(spec.gpu_per_node), **efa}
-    return {"limits": limits,
-            "requests": {**limits, **efa_requests(settings.instance_type, values)}}  # fmt: skip
+    return {
+        "limits": limits,
+        "requests": {**limits, **efa_requests(settings.instance_type, values)},
+    }
 
 
 def render(inputs: RenderInputs) -> dict[str, Any]:
