@@ -70,8 +70,13 @@ bench: system-deps setup-dev
 	  $(PY) $$b $(BENCH_ARGS) || failed="$$failed $$b"; done; \
 	if [ -n "$$failed" ]; then echo "benchmarks that failed:$$failed"; exit 1; fi
 
+PRODUCT := skills trainer mcp_server commands
+
 lint: setup-dev
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check $(PRODUCT)
+	@! grep -rn --include='*.py' 'fmt: skip\|fmt: off' $(PRODUCT) || \
+		{ echo 'the formatter wins in product code: no fmt: skip/off (issue 50)'; exit 1; }
 	$(PY) -m tests.import_placement
 	$(VENV)/bin/lint-imports
 	$(PY) -m basedpyright --pythonpath $(PY)
