@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor
 
 from trainer.config import ConfigError
 from trainer.data import IGNORE_INDEX
-from trainer.hf_config import SHAPE_KEYS, shape_value
+from trainer.hf_shape import SHAPE_KEYS, shape_value
 from trainer.materialize import fill_normal_rows
 
 

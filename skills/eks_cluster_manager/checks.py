@@ -11,12 +11,13 @@ installs Trainer v2 with JobSet and its runtimes: never a second engine beside o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from skills.catalog.instances import InstanceSpec, instance_spec
 from skills.eks_cluster_manager import device_plugins
 from skills.eks_cluster_manager import engine_checks as trainer
+from skills.eks_cluster_manager.cluster_snapshot import Snapshot
 from skills.eks_cluster_manager.components import BY_KEY, CRD_NAME, TRAINING_NAMESPACE
 from skills.eks_cluster_manager.models import Check, NodeCount, NodeInfo
 from skills.eks_cluster_manager.storage_kube import csi_install_hint
@@ -36,24 +37,6 @@ from skills.shared.errors import ToolFailure
 
 FSX_NAMES = ("fsx-csi-node", "fsx-csi-controller")
 OPERATOR_NAME = "training-operator"
-
-
-@dataclass
-class Snapshot:
-    version: dict[str, Any]
-    nodes: list[dict[str, Any]]
-    pods: list[dict[str, Any]]
-    daemonsets: list[dict[str, Any]]
-    deployments: list[dict[str, Any]]
-    crd: dict[str, Any] | None
-    pvc: dict[str, Any] | None = None
-    services: list[dict[str, Any]] = field(default_factory=list)
-    identity: str | None = None
-    # Trainer v2: "group/version" -> the resources served; EndpointSlices of its webhook
-    # Service; its torch-distributed ClusterTrainingRuntime (read where it is installed).
-    served: dict[str, frozenset[str]] = field(default_factory=dict)
-    endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
-    runtime: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

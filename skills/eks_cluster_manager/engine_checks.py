@@ -6,15 +6,13 @@ manifests/overlays/manager, JobSet v0.12.0's config/default)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from skills.eks_cluster_manager.cluster_snapshot import Snapshot
 from skills.eks_cluster_manager.components import BY_KEY, TRAINER_NAMESPACE
 from skills.eks_cluster_manager.models import Check
 from skills.kube.deployments import deployment_ready
 from skills.kube.engines import JOBSETS, TRAINJOBS
-
-if TYPE_CHECKING:
-    from skills.eks_cluster_manager.checks import Snapshot
 
 TRAINER_CONTROLLER = "kubeflow-trainer-controller-manager"  # its Deployment and Service
 JOBSET_CONTROLLER = "jobset-controller-manager"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from skills.eks_cluster_manager.checks import Snapshot, check_training_operator
+from skills.eks_cluster_manager.checks import check_training_operator
+from skills.eks_cluster_manager.cluster_snapshot import Snapshot
 from skills.eks_cluster_manager.engine_checks import check_trainer_controller
 from skills.kube import load_balancer
 from skills.kube.deployments import deployment_ready
