@@ -121,12 +121,17 @@ def _objects(handle: IO[bytes], path: Path) -> dict[str, Any]:
     """Any JSON's top-level entries but the logs, from the streaming parser's events
     less the logs' (whose texts are passed over, only checked to be a map)."""
     with _parsing(path):
-        events = ijson.parse(handle, use_float=True)
+        # Small reads: the parser makes every event of a read at once, each with its
+        # path as a string, so a read of 64 KB of "[[[[..." held ~10 GB before the
+        # depth bound below could refuse it (4 KB: a few MB at most).
+        events = ijson.parse(handle, use_float=True, buf_size=PARSE_BYTES)
         return dict(ijson.kvitems(_without_logs(events, path), ""))
 
 
 Event = tuple[str, str, Any]
+PARSE_BYTES = 4096
 _STARTS = ("start_map", "start_array")
+_ENDS = ("end_map", "end_array")
 _TOO_DEEP = f"is nested deeper than {DEFAULT_MAX_DEPTH} levels"
 
 
@@ -143,7 +148,16 @@ def _without_logs(events: Iterator[Event], path: Path) -> Iterator[Event]:
         deep = depth > DEFAULT_MAX_DEPTH
         raise _invalid(path, _TOO_DEEP if deep else "is not a JSON object")
     yield "", "start_map", None
+    depth = 1
     for prefix, event, value in events:
+        # Refused as the parser reaches the bound, not after: its prefix for each level
+        # holds the path down to it, so a 100,000-deep file held ~20 GB at its bottom.
+        if event in _STARTS:
+            depth += 1
+            if depth > DEFAULT_MAX_DEPTH:
+                raise _invalid(path, _TOO_DEEP)
+        elif event in _ENDS:
+            depth -= 1
         if prefix == "":
             if event == "map_key" and value == LOGS:
                 continue
