@@ -133,10 +133,15 @@ def test_with_its_supervisor_killed_cancel_still_stops_the_trainer(tmp_path):
     target = LocalTarget(tmp_path)
     script = EMIT + 'emit(event="start", world_size=1, max_steps=100)\ntime.sleep(60)\n'
     target.submit("orphan", scripted_plan(target, "orphan", script))
+    # Wait for the trainer's first line in the log, not only its pid in the record: the
+    # ranks write through the supervisor's pipe, and a rank still to write its first
+    # line when the supervisor dies gets a broken pipe and ends (seen under load).
+    log = tmp_path / "orphan" / "logs" / "attempt-1.log"
     deadline = time.monotonic() + 30
-    while not (record := json.loads((tmp_path / "orphan" / "job.json").read_text()))["trainer"]:
+    while '"start"' not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    record = json.loads((tmp_path / "orphan" / "job.json").read_text())
     supervisor = psutil.Process(record["supervisor"]["pid"])
     supervisor.kill()
     supervisor.wait(5)
