@@ -278,8 +278,12 @@ def test_a_server_that_does_not_answer_well_never_stops_or_slows_training(
     assert [s["step"] for s in steps] == [1, 2, 3, 4] and events[-1]["event"] == "summary"
     # A post that waited on the network would have held its step for POST_TIMEOUT_S.
     assert all(s["step_s"] < POST_TIMEOUT_S for s in steps), steps
-    warnings = [line for line in err.splitlines() if "trainer status" in line]
-    assert len(warnings) == 1 and recorder.written == [], warnings
+    # This run's warnings only: an earlier test's poster thread (a daemon, left posting
+    # when its server stopped) may print its own first failure to the stderr captured now,
+    # as seen with two suites on one machine.
+    ours = f"posting progress to {env[progress_status.ENV_URL]} failed"
+    warnings = [line for line in err.splitlines() if ours in line]
+    assert len(warnings) == 1 and recorder.written == [], err
 
 
 # --- two ranks under torchrun
