@@ -185,6 +185,54 @@ def test_a_running_job_whose_processes_are_gone_is_listed_failed_from_its_record
     assert "stopped without recording" in (page.items[0].message or "")
 
 
+def test_a_job_whose_supervisor_died_unrecorded_is_ended_by_the_first_look_and_then_reads_no_log(
+    tmp_path, monkeypatch, supervisors
+):
+    (name,) = _running(tmp_path, 1, supervisors)
+    target = LocalTarget(tmp_path)
+    for holder in supervisors.started:
+        holder.kill()
+        holder.wait()
+    first = target.list_jobs(JobPage(status="failed")).items
+    record = RunDir(tmp_path / name).record_file.read()
+    assert record is not None and record.ended and record.outcome is not None
+    assert record.failure is not None and "stopped without recording" in record.failure.message
+    reads = _count_log_reads(monkeypatch)
+    again = target.list_jobs(JobPage(status="failed")).items
+    assert [(j.status, j.steps, j.message) for j in again] == [
+        (j.status, j.steps, j.message) for j in first
+    ] == [("failed", 30, first[0].message)]
+    assert reads == []  # ended in its record: listed from its outcome
+    assert target.list_jobs(JobPage(status="running")).items == []
+
+
+def test_a_job_whose_supervisor_is_not_started_yet_is_not_ended_by_a_look(tmp_path):
+    # submit writes the record, then starts the supervisor and names it (holding the
+    # job's lock): a look between the two must not end an attempt about to run.
+    run = RunDir(tmp_path / "starting")
+    run.log(1).parent.mkdir(parents=True)
+    run.log(1).write_text("")
+    run.record_file.write(
+        JobRecord(job_name="starting", attempt=1, argv=["torchrun"], submitted_at=time.time())
+    )
+    assert LocalTarget(tmp_path).describe("starting").status == "failed"  # as it looks now
+    record = run.record_file.read()
+    assert record is not None and not record.ended and record.outcome is None
+
+
+def test_a_cancelled_job_whose_supervisor_died_is_ended_cancelled(tmp_path, supervisors):
+    (name,) = _running(tmp_path, 1, supervisors)
+    run = RunDir(tmp_path / name)
+    run.record_file.update(lambda r: r.model_copy(update={"cancel_requested_at": time.time()}))
+    for holder in supervisors.started:
+        holder.kill()
+        holder.wait()
+    assert LocalTarget(tmp_path).describe(name).status == "cancelled"
+    record = run.record_file.read()
+    assert record is not None and record.ended and record.failure is None
+    assert record.outcome is not None and record.outcome.status == "cancelled"
+
+
 def test_the_index_keeps_the_figures_the_supervisor_writes_as_the_job_goes(tmp_path, supervisors):
     (name,) = _running(tmp_path, 1, supervisors)
     run = RunDir(tmp_path / name)

@@ -34,7 +34,10 @@ class RecordedRow(Protocol):
 
     def read_row(self) -> dict[str, Any] | None: ...
 
-    def runs_now(self, row: dict[str, Any]) -> bool: ...
+
+# Whether a row's processes (a job its record has not ended) run now, by the job's name
+# and row: no run object is made, nor a path parsed, per row a filter looks at.
+RunsNow = Callable[[str, dict[str, Any]], bool]
 
 
 def list_recorded_jobs(
@@ -44,6 +47,7 @@ def list_recorded_jobs(
     describe: Callable[[str], JobState],
     page: JobPage = EVERY_JOB,
     runs: Callable[[str], RecordedRow] | None = None,
+    runs_now: RunsNow | None = None,
 ) -> Page[JobState]:
     """The page of jobs with a record named `record_name` under runs_dir, newest
     submission first, as `describe` tells it (one that cannot be described is listed as
@@ -55,7 +59,7 @@ def list_recorded_jobs(
     if not runs_dir.is_dir():
         return Page([], 0, None)
     if runs is not None:
-        found = JobIndex(runs_dir, record_name, runs).page(
+        found = JobIndex(runs_dir, record_name, runs, runs_now).page(
             page, lambda name: _described(runs_dir / name / record_name, target, describe)
         )
         if found is not None:
@@ -131,10 +135,12 @@ class JobIndex:
         runs_dir: Path,
         record_name: str,
         runs: Callable[[str], RecordedRow] | None = None,
+        runs_now: RunsNow | None = None,
     ) -> None:
         self.runs_dir = runs_dir
         self.record_name = record_name
         self.runs = runs  # a job's run directory by its name (a list reads records)
+        self.runs_now = runs_now
         stem = record_name.rsplit(".", 1)[0]
         self.index = RecordIndex(
             runs_dir / f".{stem}-index.sqlite3",
@@ -241,7 +247,7 @@ class JobIndex:
         whatever its record says (it is not read)."""
         if status in (None, "running", "unknown") or row["status"] != "running":
             return False
-        return self.runs is not None and self.runs(job_name).runs_now(row)
+        return self.runs_now is not None and self.runs_now(job_name, row)
 
     def _read_row(self, job_name: str) -> dict[str, Any]:
         """The row of a record the index does not have as it is, read now; one that

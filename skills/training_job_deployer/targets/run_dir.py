@@ -171,12 +171,6 @@ class RecordedRun(ABC, Generic[R]):
         """What the runs' index keeps of the record: `submitted_at` and the `status` it
         settles (None: the log or the scheduler must say), as JobIndex reads them."""
 
-    def runs_now(self, row: dict[str, Any]) -> bool:
-        """Whether the index's row of a job its record has not ended names a process of
-        the job that runs now (False: the record must say)."""
-        del row
-        return False
-
     def read_row(self) -> dict[str, Any] | None:
         """The index's row of the record as it is now (None: it cannot be read)."""
         try:
@@ -404,8 +398,14 @@ class RunDirTarget(Target[PlanT]):
         """The page of jobs with a record under runs_dir, newest first; a record that
         cannot be read is listed with status unknown and why."""
         return list_recorded_jobs(
-            self.runs_dir, self.record_name, self.name, self.listed, page, self._run
+            self.runs_dir, self.record_name, self.name, self.listed, page, self._run, self._runs_now
         )
+
+    def _runs_now(self, job_name: str, row: dict[str, Any]) -> bool:
+        """Whether the index's row of a job its record has not ended names a process of
+        the job that runs now (False: the record must say)."""
+        del job_name, row
+        return False
 
     def listed(self, job_name: str) -> JobState:
         """The job as a list shows it: by default as describe tells it (a target whose

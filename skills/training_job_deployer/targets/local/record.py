@@ -144,17 +144,6 @@ class RunDir(RecordedRun[JobRecord]):
                 row[f"{role}_pid"], row[f"{role}_started"] = identity.pid, identity.started
         return row
 
-    def runs_now(self, row: dict[str, Any]) -> bool:
-        """The row's supervisor or trainer runs, and is this job's (as JobRecord.active
-        asks of the record)."""
-        return any(
-            processes.identify(row.get(f"{role}_pid"), row.get(f"{role}_started"), expected) is OURS
-            for role, expected in (
-                ("supervisor", self.supervisor_process),
-                ("trainer", self.trainer_process),
-            )
-        )
-
     def log(self, attempt: int) -> Path:
         return self.path / "logs" / f"attempt-{attempt}.log"
 
@@ -165,11 +154,11 @@ class RunDir(RecordedRun[JobRecord]):
     @property
     def supervisor_process(self) -> processes.Expected:
         """This job's supervisor, as its command line names it (not as the record says)."""
-        return processes.module_command(SUPERVISOR_MODULE, str(self.path))
+        return supervisor_process(str(self.path))
 
     @property
     def trainer_process(self) -> processes.Expected:
-        return processes.Expected(environment={RUN_DIR_ENV: str(self.path)})
+        return trainer_process(str(self.path))
 
     @property
     def supervisor_log(self) -> Path:
@@ -184,3 +173,23 @@ class RunDir(RecordedRun[JobRecord]):
     def torchelastic(self) -> Path:
         """torchrun's --log-dir: its per-rank error files stay with the job."""
         return self.path / "torchelastic"
+
+
+def supervisor_process(run_path: str) -> processes.Expected:
+    return processes.module_command(SUPERVISOR_MODULE, run_path)
+
+
+def trainer_process(run_path: str) -> processes.Expected:
+    return processes.Expected(environment={RUN_DIR_ENV: run_path})
+
+
+def row_runs_now(run_path: str, row: dict[str, Any]) -> bool:
+    """The index row's supervisor or trainer runs, and is the job's at `run_path` (as
+    JobRecord.active asks of the record)."""
+    return any(
+        processes.identify(row.get(f"{role}_pid"), row.get(f"{role}_started"), expected) is OURS
+        for role, expected in (
+            ("supervisor", supervisor_process(run_path)),
+            ("trainer", trainer_process(run_path)),
+        )
+    )

@@ -43,9 +43,11 @@ from skills.training_job_deployer.targets.base import Plan, TargetSettings
 from skills.training_job_deployer.targets.local.record import (
     RECORD,
     SUPERVISOR_MODULE,
+    JobFailure,
     JobRecord,
     ProcessIdentity,
     RunDir,
+    row_runs_now,
 )
 from skills.training_job_deployer.targets.run_dir import (
     CHECKPOINTS,
@@ -187,6 +189,11 @@ class LocalTarget(RunDirTarget[LocalPlan]):
 
     def _run(self, job_name: str) -> RunDir:
         return RunDir(self.run_dir(job_name))
+
+    def _runs_now(self, job_name: str, row: dict[str, Any]) -> bool:
+        # os.path.join, as str(run_dir(job_name)) spells it: a filter looks at every
+        # running job's row, and a Path per row costs more than the check.
+        return row_runs_now(os.path.join(self.runs_dir, job_name), row)
 
     def host_gpus(self) -> int:
         return visible_gpus(_nvidia_smi_listing(), os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -376,9 +383,11 @@ class LocalTarget(RunDirTarget[LocalPlan]):
                 "\n".join([*tail.splitlines(), *record.unlogged_tail][-LOG_TAIL_LINES:]),
                 state.error,
             )
-        if done and record.ended and record.outcome is None:
+        if done and record.outcome is None:
             fields = metrics.state_fields()
-            keep(run, record, JobOutcome(status=status, message=state.message, figures=fields))
+            outcome = JobOutcome(status=status, message=state.message, figures=fields)
+            died = JobFailure(code=ErrorCode.JOB_FAILED, message=state.message or status)
+            keep(run, record, outcome, None if record.ended else died)
         state.suggest_next_step(self.call_args())
         return state
 
@@ -487,13 +496,24 @@ def _refuse_foreign(run: RunDir, record: JobRecord) -> None:
             )
 
 
-def keep(run: RunDir, seen: JobRecord, outcome: JobOutcome) -> None:
+def keep(
+    run: RunDir, seen: JobRecord, outcome: JobOutcome, unrecorded: JobFailure | None = None
+) -> None:
     """The ended attempt's outcome into its record, once (a later attempt's is its own);
-    a record that cannot be written now (a full disk) is left for the next look."""
+    a record that cannot be written now (a full disk) is left for the next look. An
+    attempt whose supervisor died without recording its end (its processes gone, looked
+    at again under the lock) is ended here, with `unrecorded` as its failure: nobody
+    else will, and a list would read its log again on every look."""
 
     def add(record: JobRecord | None) -> JobRecord | None:
-        if record is None or record.attempt != seen.attempt or not record.ended:
+        if record is None or record.attempt != seen.attempt or record.outcome:
             return None
-        return None if record.outcome else record.model_copy(update={"outcome": outcome})
+        if not record.ended:
+            # No supervisor yet: submit is still starting it (it holds this lock then).
+            if unrecorded is None or record.supervisor is None or record.active(run):
+                return None
+            failure = None if record.cancel_requested_at is not None else unrecorded
+            record = record.finished(None, failure)
+        return record.model_copy(update={"outcome": outcome})
 
     keep_outcome(run, add)
