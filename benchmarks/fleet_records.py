@@ -117,9 +117,9 @@ def operation_lists(root: Path) -> None:
 def _holder(runs: Path, names: list[str]) -> subprocess.Popen[bytes]:
     """A process whose command line names each job's run dir as its supervisor's does."""
     words = [w for n in names for w in ("-m", SUPERVISOR_MODULE, str(runs / n))]
-    # `; :` keeps the shell (not exec'd into sleep), so its argv stays as given.
+    # One process (no shell whose sleep a kill would orphan); its argv stays as given.
     return subprocess.Popen(
-        ["/bin/sh", "-c", "sleep 3600; :", "holder", *words],
+        [sys.executable, "-c", "import time; time.sleep(3600)", *words],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

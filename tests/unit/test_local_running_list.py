@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def supervisors():
 
     def start(runs: list[Path]) -> ProcessIdentity:
         words = [w for r in runs for w in ("-m", SUPERVISOR_MODULE, str(r))]
-        holder = subprocess.Popen(["/bin/sh", "-c", "sleep 120; :", "holder", *words],
+        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", *words],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         started.append(holder)
         identity = None
