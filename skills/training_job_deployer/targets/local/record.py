@@ -107,6 +107,17 @@ class JobRecord(BaseModel):
             )
         )
 
+    def gone(self, run: RunDir) -> bool:
+        """Every process the record names is gone: none is this job's, nor a live process
+        another's (a record naming one was edited: cancel says so, nothing settles it)."""
+        return all(
+            p is None or processes.identify(p.pid, p.started, expected) is processes.Identity.GONE
+            for p, expected in (
+                (self.supervisor, run.supervisor_process),
+                (self.trainer, run.trainer_process),
+            )
+        )
+
     def finished(self, exit_code: int | None, failure: JobFailure | None = None) -> JobRecord:
         """This attempt, ended now. An ended record stays as it is."""
         if self.ended:

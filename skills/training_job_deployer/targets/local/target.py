@@ -501,8 +501,8 @@ def keep(
 ) -> None:
     """The ended attempt's outcome into its record, once (a later attempt's is its own);
     a record that cannot be written now (a full disk) is left for the next look. An
-    attempt whose supervisor died without recording its end (its processes gone, looked
-    at again under the lock) is ended here, with `unrecorded` as its failure: nobody
+    attempt whose supervisor died without recording its end (every process it names
+    gone, looked at again under the lock) is ended here, with `unrecorded` as its failure: nobody
     else will, and a list would read its log again on every look."""
 
     def add(record: JobRecord | None) -> JobRecord | None:
@@ -510,7 +510,7 @@ def keep(
             return None
         if not record.ended:
             # No supervisor yet: submit is still starting it (it holds this lock then).
-            if unrecorded is None or record.supervisor is None or record.active(run):
+            if unrecorded is None or record.supervisor is None or not record.gone(run):
                 return None
             failure = None if record.cancel_requested_at is not None else unrecorded
             record = record.finished(None, failure)
