@@ -10,8 +10,10 @@ import importlib
 import io
 import json
 import os
+import random
 import shutil
 import signal
+import string
 import subprocess
 import sys
 import textwrap
@@ -374,10 +376,14 @@ def test_another_jobs_checkpoints_are_taken_only_when_told(adopted: Adopted):
 
 # 6. secrets --------------------------------------------------------------------------
 
+# Each run's own (a random tail of the same shape): the /tmp scan below must find this
+# run's secrets, not those of another copy of the suite running this test at the same
+# time (its torchelastic error file, written before its supervisor masks it).
+_TAIL = "".join(random.choices(string.ascii_uppercase + string.digits, k=9))
 CANARY = {
-    "HF_TOKEN": "hf_" + "Canary7" * 6,
-    "AWS_ACCESS_KEY_ID": "AKIA" + "CANARY7" * 2 + "XY",
-    "AWS_SECRET_ACCESS_KEY": "canarySecret/" + "7q" * 14,
+    "HF_TOKEN": "hf_" + "Canary7" * 5 + _TAIL[:7],
+    "AWS_ACCESS_KEY_ID": "AKIA" + "CANARY7" + _TAIL,
+    "AWS_SECRET_ACCESS_KEY": "canarySecret/" + "7q" * 10 + _TAIL[:8],
 }
 
 # Loaded by every rank (PYTHONPATH reaches them): prints the secrets from the job's
