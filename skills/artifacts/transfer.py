@@ -67,29 +67,22 @@ def _fetch(
     total = sum(e.size for e in entries)
     if dry_run:
         replaced = existing(folder, entries)
-        return TransferResult(
-            action="fetch",
-            status="planned",
-            source=source,
-            dest=str(folder),
-            files=len(entries),
-            bytes=total,
-            overwritten=replaced[:SHOWN],
-            overwritten_total=len(replaced),
-            message="dry run: nothing was written"
-            + (" (the files listed exist: confirm=true overwrites them)" if replaced else ""),
+        message = "dry run: nothing was written" + (
+            " (the files listed exist: confirm=true overwrites them)" if replaced else ""
         )
-    replaced = write(folder, entries, confirm, progress)
+    else:
+        replaced = write(folder, entries, confirm, progress)
+        message = f"{len(entries)} file(s) written under {folder}"
     return TransferResult(
         action="fetch",
-        status="done",
+        status="planned" if dry_run else "done",
         source=source,
         dest=str(folder),
         files=len(entries),
         bytes=total,
         overwritten=replaced[:SHOWN],
         overwritten_total=len(replaced),
-        message=f"{len(entries)} file(s) written under {folder}",
+        message=message,
     )
 
 

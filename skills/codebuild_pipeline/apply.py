@@ -129,6 +129,17 @@ class Applier:
         arn = plan.arns(self.s, account).role
         policy = plan.role_policy(self.s, account)
         trust = json.dumps(plan.TRUST_POLICY)
+
+        def put_policy() -> None:
+            self.write(
+                "iam",
+                "put_role_policy",
+                self.iam.put_role_policy,
+                RoleName=name,
+                PolicyName=plan.POLICY_NAME,
+                PolicyDocument=json.dumps(policy),
+            )
+
         try:
             role = self.iam.get_role(RoleName=name)["Role"]
         except self.iam.exceptions.NoSuchEntityException:
@@ -141,14 +152,7 @@ class Applier:
                 AssumeRolePolicyDocument=trust,
                 Description=about,
             )
-            self.write(
-                "iam",
-                "put_role_policy",
-                self.iam.put_role_policy,
-                RoleName=name,
-                PolicyName=plan.POLICY_NAME,
-                PolicyDocument=json.dumps(policy),
-            )
+            put_policy()
             self.role_created = True
             return self.record("iam_role", name, arn, False, [])
         changes = []
@@ -172,14 +176,7 @@ class Applier:
             same = False
         if not same:
             changes.append(f"inline policy {plan.POLICY_NAME}")
-            self.write(
-                "iam",
-                "put_role_policy",
-                self.iam.put_role_policy,
-                RoleName=name,
-                PolicyName=plan.POLICY_NAME,
-                PolicyDocument=json.dumps(policy),
-            )
+            put_policy()
         self.record("iam_role", name, role["Arn"], True, changes)
 
     def log_group(self, arn: str) -> None:
