@@ -5,6 +5,7 @@ never paths, so an edited record cannot point a tool at another file."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from skills.training_job_deployer.job_spec import JobName
 from skills.training_job_deployer.targets.job_index import figures_row
 from skills.training_job_deployer.targets.run_dir import JobOutcome, RecordedRun
 
-OURS = processes.Identity.OURS
+Identity = processes.Identity
+OURS = Identity.OURS
 RECORD = "job.json"
 SUPERVISOR_MODULE = "skills.training_job_deployer.targets.local.supervisor"
 # Set in the trainer's environment (its ranks inherit it): how a later cancel tells the
@@ -94,29 +96,25 @@ class JobRecord(BaseModel):
     def ended(self) -> bool:
         return self.ended_at is not None
 
+    def identified(self, run: RunDir) -> Iterator[tuple[str, ProcessIdentity, Identity]]:
+        """Each process the record names (role, identity), and what is at its pid now;
+        lazily: a caller that has its answer looks no further."""
+        for role, identity, expected in (
+            ("supervisor", self.supervisor, run.supervisor_process),
+            ("trainer", self.trainer, run.trainer_process),
+        ):
+            if identity is not None:
+                yield role, identity, processes.identify(identity.pid, identity.started, expected)
+
     def active(self, run: RunDir) -> bool:
         """Not ended and its supervisor or its trainer still runs (that very process, and
         it is this job's: a process the record names wrongly does not keep it running)."""
-        if self.ended:
-            return False
-        return any(
-            p is not None and processes.identify(p.pid, p.started, expected) is OURS
-            for p, expected in (
-                (self.supervisor, run.supervisor_process),
-                (self.trainer, run.trainer_process),
-            )
-        )
+        return not self.ended and any(found is OURS for *_, found in self.identified(run))
 
     def gone(self, run: RunDir) -> bool:
         """Every process the record names is gone: none is this job's, nor a live process
         another's (a record naming one was edited: cancel says so, nothing settles it)."""
-        return all(
-            p is None or processes.identify(p.pid, p.started, expected) is processes.Identity.GONE
-            for p, expected in (
-                (self.supervisor, run.supervisor_process),
-                (self.trainer, run.trainer_process),
-            )
-        )
+        return all(found is Identity.GONE for *_, found in self.identified(run))
 
     def finished(self, exit_code: int | None, failure: JobFailure | None = None) -> JobRecord:
         """This attempt, ended now. An ended record stays as it is."""

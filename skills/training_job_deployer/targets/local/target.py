@@ -477,13 +477,7 @@ class LocalTarget(RunDirTarget[LocalPlan]):
 def _refuse_foreign(run: RunDir, record: JobRecord) -> None:
     """A record naming a live process that is not this job's supervisor or trainer was
     edited (or is stale): nothing is signalled, and the caller is told."""
-    for role, identity, expected in (
-        ("supervisor", record.supervisor, run.supervisor_process),
-        ("trainer", record.trainer, run.trainer_process),
-    ):
-        if identity is None:
-            continue
-        found = processes.identify(identity.pid, identity.started, expected)
+    for role, identity, found in record.identified(run):
         if found is processes.Identity.FOREIGN:
             raise ToolFailure(
                 ErrorCode.JOB_RECORD_CORRUPT,
